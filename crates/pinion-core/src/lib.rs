@@ -1,0 +1,9 @@
+//! Pinion's pure decisions: CPU sets, the topology model, and (in later
+//! modules) allocation, policy and state. No I/O, clocks or threads here.
+#![forbid(unsafe_code)]
+
+pub mod cpuset;
+pub mod topology;
+
+pub use cpuset::{CpuSet, CpuSetError};
+pub use topology::{CpuInfo, NumaNode, Topology, TopologyError, TopologySpec};

@@ -1,0 +1,3 @@
+//! Everything of Pinion that touches the operating system: topology
+//! discovery from sysfs (and, later, cgroupfs writers and the durable file
+//! store). Decisions live in `pinion-core`; this crate only reads and writes.

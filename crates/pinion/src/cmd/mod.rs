@@ -1,0 +1,4 @@
+//! One module per subcommand. Each has `Args` (clap) and `run(&Args)`.
+
+pub mod alloc;
+pub mod topology;

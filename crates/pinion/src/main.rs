@@ -1,0 +1,36 @@
+//! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Pinion: node-level CPU and NUMA resource manager with kubelet's semantics.
+#[derive(Debug, Parser)]
+#[command(name = "pinion", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the CPU topology of this machine (or of a sysfs tree).
+    Topology(cmd::topology::Args),
+    /// Run kubelet's CPU allocation on a case file or on a machine's topology.
+    Alloc(cmd::alloc::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Topology(args) => cmd::topology::run(&args),
+        Command::Alloc(args) => cmd::alloc::run(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("pinion: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
