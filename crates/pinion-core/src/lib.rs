@@ -1,8 +1,13 @@
-//! Pinion's pure decisions: CPU sets, the topology model, and (in later
-//! modules) allocation, policy and state. No I/O, clocks or threads here.
+//! Pinion's pure decisions: CPU sets, the topology model, allocation, policy,
+//! state and the engine. No I/O, clocks or threads here.
 #![forbid(unsafe_code)]
 
+pub mod alloc;
 pub mod cpuset;
+pub mod engine;
+pub mod migrate;
+pub mod policy;
+pub mod state;
 pub mod topology;
 
 pub use cpuset::{CpuSet, CpuSetError};
