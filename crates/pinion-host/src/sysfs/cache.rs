@@ -93,8 +93,10 @@ fn read_llc(cache_dir: &Path) -> Result<Option<Llc>, DiscoveryError> {
         let Some((unified, level)) = read_kind(&dir)? else {
             continue;
         };
-        let better =
-            best.is_none_or(|(b_unified, b_level, _)| (unified, level) > (b_unified, b_level));
+        let better = match best {
+            Some((b_unified, b_level, _)) => (unified, level) > (b_unified, b_level),
+            None => true,
+        };
         if better {
             best = Some((unified, level, index));
         }
