@@ -1,6 +1,7 @@
 //! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
 
 mod cmd;
+mod render;
 
 use clap::{Parser, Subcommand};
 
