@@ -45,7 +45,26 @@ pub(super) struct Choice {
 struct Best {
     balance: f64,
     in_one_socket: bool,
-    choice: Choice,
+    combo: Stored,
+    remainder: Stored,
+}
+
+impl Best {
+    /// kubelet's choice (the aliased slices) when it can complete the
+    /// allocation, else the combination it scored.
+    fn into_choice(self, input: &SearchInput) -> Choice {
+        let aliased = Choice {
+            combo: self.combo.aliased,
+            remainder: self.remainder.aliased,
+        };
+        if feasible(input, &aliased) {
+            return aliased;
+        }
+        Choice {
+            combo: self.combo.chosen,
+            remainder: self.remainder.chosen,
+        }
+    }
 }
 
 /// kubelet's `rangeNUMANodesNeededToSatisfy` (request ≥ 1, group ≥ 1).
@@ -128,6 +147,49 @@ fn simulate(after: &mut [usize], subset: &[usize], mut remainder: usize, g: usiz
     Some(())
 }
 
+/// Length of the prefix whose leaves share one backing array in kubelet's
+/// recursive `iterateCombinations` (Go `append` grows capacity 0→1→2→4→8…,
+/// and a slice with spare capacity is extended in place): for `k`
+/// elements the array is allocated at the largest length in {0, 1, 2, 4,
+/// 8, …} below `k`, so every combination sharing the first `that + 1`
+/// elements is written into the same array. A combination kubelet stores
+/// (`bestCombo = combo`) therefore ends up holding the **last** combination
+/// visited with the same prefix. Spec gap; read from upstream
+/// `cpu_assignment.go`.
+fn go_shared_prefix(k: usize) -> usize {
+    let (mut at, mut next) = (0, 1);
+    while next < k {
+        at = next;
+        next = if next < 2 { next + 1 } else { next * 2 };
+    }
+    at + 1
+}
+
+/// A stored combination: the one chosen and what kubelet's aliased slice
+/// holds at the end of the enumeration.
+#[derive(Debug, Clone)]
+struct Stored {
+    chosen: Vec<usize>,
+    aliased: Vec<usize>,
+}
+
+impl Stored {
+    fn new(combo: &[usize]) -> Self {
+        Stored {
+            chosen: combo.to_vec(),
+            aliased: combo.to_vec(),
+        }
+    }
+
+    /// Records a visited combination (call for every leaf, in order).
+    fn visit(&mut self, combo: &[usize]) {
+        let p = go_shared_prefix(combo.len());
+        if combo.len() == self.aliased.len() && combo[..p] == self.aliased[..p] {
+            self.aliased.copy_from_slice(combo);
+        }
+    }
+}
+
 /// The best remainder subset of `candidates` and its score.
 fn best_remainder(
     after: &[usize],
@@ -135,26 +197,34 @@ fn best_remainder(
     remainder: usize,
     g: usize,
     budget: &Cell<usize>,
-) -> Option<(f64, Vec<usize>)> {
-    let mut best: Option<(f64, Vec<usize>)> = None;
+) -> Option<(f64, Stored)> {
+    let mut best: Option<(f64, Stored)> = None;
     let mut scratch = after.to_vec();
     let mut subset = Vec::with_capacity(candidates.len());
     for size in (1..=candidates.len()).rev() {
+        let mut current: Option<(f64, Stored)> = None;
         let flow = combinations(candidates.len(), size, budget, |pos| {
             subset.clear();
             subset.extend(pos.iter().map(|&p| candidates[p]));
+            if let Some((_, stored)) = &mut current {
+                stored.visit(&subset);
+            }
             if subset.iter().map(|&m| after[m]).sum::<usize>() < remainder {
                 return ControlFlow::Continue(());
             }
             scratch.copy_from_slice(after);
             if simulate(&mut scratch, &subset, remainder, g).is_some() {
                 let score = balance(&scratch);
-                if !matches!(&best, Some((b, _)) if score >= *b) {
-                    best = Some((score, subset.clone()));
+                let to_beat = current.as_ref().or(best.as_ref()).map(|(b, _)| *b);
+                if !matches!(to_beat, Some(b) if score >= b) {
+                    current = Some((score, Stored::new(&subset)));
                 }
             }
             ControlFlow::Continue(())
         });
+        if current.is_some() {
+            best = current;
+        }
         if flow.is_break() {
             break;
         }
@@ -163,7 +233,7 @@ fn best_remainder(
 }
 
 /// Scores one combination: `None` when it cannot take the request.
-fn score(input: &SearchInput, combo: &[usize], budget: &Cell<usize>) -> Option<(f64, Vec<usize>)> {
+fn score(input: &SearchInput, combo: &[usize], budget: &Cell<usize>) -> Option<(f64, Stored)> {
     let (n, g) = (input.request, input.group_size);
     let free = input.free;
     if combo.iter().map(|&m| free[m]).sum::<usize>() < n {
@@ -187,7 +257,7 @@ fn score(input: &SearchInput, combo: &[usize], budget: &Cell<usize>) -> Option<(
     }
     let remainder = n - distribution * combo.len();
     if remainder == 0 {
-        return Some((balance(&after), Vec::new()));
+        return Some((balance(&after), Stored::new(&[])));
     }
     let candidates: Vec<usize> = combo.iter().copied().filter(|&m| after[m] >= g).collect();
     best_remainder(&after, &candidates, remainder, g, budget)
@@ -209,7 +279,8 @@ pub(super) fn search(input: &SearchInput) -> Option<Choice> {
     for k in min..=max {
         let mut best: Option<Best> = None;
         let flow = combinations(input.free.len(), k, &budget, |combo| {
-            if let Some(b) = &best {
+            if let Some(b) = &mut best {
+                b.combo.visit(combo);
                 if b.balance == 0.0 && (!input.align_by_socket || b.in_one_socket) {
                     return ControlFlow::Break(());
                 }
@@ -228,22 +299,33 @@ pub(super) fn search(input: &SearchInput) -> Option<Choice> {
                 best = Some(Best {
                     balance,
                     in_one_socket: same,
-                    choice: Choice {
-                        combo: combo.to_vec(),
-                        remainder,
-                    },
+                    combo: Stored::new(combo),
+                    remainder,
                 });
             }
             ControlFlow::Continue(())
         });
         if let Some(b) = best {
-            return Some(b.choice);
+            return Some(b.into_choice(input));
         }
         if flow.is_break() && budget.get() == 0 {
             return None;
         }
     }
     None
+}
+
+/// Whether allocating `choice` hands out the whole request: every member
+/// can give the share, and the remainder round-robin makes progress.
+fn feasible(input: &SearchInput, choice: &Choice) -> bool {
+    let (n, g) = (input.request, input.group_size);
+    let share = distribution(input.free, choice, n, g);
+    let mut after = input.free.to_vec();
+    for &m in &choice.combo {
+        after[m] -= share;
+    }
+    let remainder = n.saturating_sub(share * choice.combo.len());
+    simulate(&mut after, &choice.remainder, remainder, g).is_some()
 }
 
 /// The per-member share handed out first: `request / k` rounded down to the
@@ -300,6 +382,25 @@ mod tests {
         });
         assert!(flow.is_break());
         assert_eq!((count, budget.get()), (3, 0));
+    }
+
+    #[test]
+    fn go_arrays_are_shared_below_the_last_growth() {
+        let prefixes: Vec<usize> = (1..=10).map(go_shared_prefix).collect();
+        assert_eq!(prefixes, vec![1, 2, 3, 3, 5, 5, 5, 5, 9, 9]);
+    }
+
+    #[test]
+    fn stored_combination_holds_the_last_leaf_with_its_prefix() {
+        let mut stored = Stored::new(&[0, 1, 2, 3]);
+        stored.visit(&[0, 1, 2, 4]);
+        stored.visit(&[0, 1, 2, 5]);
+        stored.visit(&[0, 1, 3, 4]);
+        assert_eq!(stored.chosen, vec![0, 1, 2, 3]);
+        assert_eq!(stored.aliased, vec![0, 1, 2, 5]);
+        let mut fresh = Stored::new(&[0, 1, 2]);
+        fresh.visit(&[0, 1, 3]);
+        assert_eq!(fresh.aliased, vec![0, 1, 2]);
     }
 
     #[test]

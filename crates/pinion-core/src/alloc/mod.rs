@@ -16,14 +16,22 @@
 
 pub mod case;
 mod distributed;
+mod index;
+mod packed;
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod reference;
+mod state;
 #[cfg(test)]
 mod tests;
+mod uncore;
 
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 
 pub use distributed::MAX_COMBINATIONS;
+pub use index::AllocIndex;
 
 /// How the CPUs of the last, partially used level are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -123,5 +131,26 @@ pub fn take_by_topology(
     n: usize,
     algorithm: Algorithm,
 ) -> Result<CpuSet, AllocError> {
-    reference::take(topology, available, n, algorithm)
+    take_with_index(&AllocIndex::new(topology), available, n, algorithm)
+}
+
+/// [`take_by_topology`] with a prebuilt [`AllocIndex`] (build it once per
+/// topology when allocating repeatedly).
+pub fn take_with_index(
+    index: &AllocIndex,
+    available: &CpuSet,
+    n: usize,
+    algorithm: Algorithm,
+) -> Result<CpuSet, AllocError> {
+    match algorithm {
+        Algorithm::Packed {
+            strategy,
+            prefer_uncore,
+        } => packed::take_packed(index, available, n, strategy, prefer_uncore),
+        Algorithm::Distributed {
+            group_size,
+            strategy,
+            align_by_socket,
+        } => packed::take_distributed(index, available, n, group_size, strategy, align_by_socket),
+    }
 }

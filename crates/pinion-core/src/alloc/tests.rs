@@ -137,3 +137,76 @@ fn unknown_available_cpus_are_ignored_but_counted_in_the_error() {
         }
     );
 }
+
+const NUMA_GROUP_2: Algorithm = Algorithm::Distributed {
+    group_size: 2,
+    strategy: CpuSortingStrategy::Packed,
+    align_by_socket: false,
+};
+
+/// The inputs of `random_take_hangs.json` (kubelet never returns): 4 NUMA
+/// nodes of 10 cores (SMT2), 5 free CPUs each, 14 CPUs in groups of 2.
+/// Decision 001: the remainder subsets that cannot be served are skipped,
+/// so the best servable plan is used — 4 + 4 + 4 + 2 CPUs.
+#[test]
+fn kubelet_hang_inputs_return_the_best_servable_plan() {
+    let topo = shape(2, 2, 20, 2, 0);
+    for free in [
+        "0-4,10-14,20-24,30-34",
+        "0-2,40-41,10-12,50-51,20-22,60-61,30-32,70-71",
+    ] {
+        let free = list(free);
+        let cpus = take_by_topology(&topo, &free, 14, NUMA_GROUP_2).expect("allocates");
+        assert_eq!(cpus.len(), 14);
+        assert!(cpus.is_subset(&free));
+        let per_numa: Vec<usize> = topo
+            .numa_cpus()
+            .values()
+            .map(|s| s.intersection_len(&cpus))
+            .collect();
+        assert_eq!(per_numa, vec![4, 4, 4, 2], "free {free}");
+    }
+}
+
+/// 64 NUMA nodes (8 sockets × 8), odd free counts everywhere: the
+/// combination search is cut by `MAX_COMBINATIONS` and still returns a
+/// valid allocation.
+#[test]
+fn many_numa_nodes_terminate_with_a_valid_result() {
+    let topo = shape(8, 8, 16, 2, 0);
+    // Even CPU ids plus every 7th id: uneven, often odd, free counts per node.
+    let free: CpuSet = topo
+        .cpus()
+        .iter()
+        .filter(|c| c.id % 2 == 0 || c.id % 7 == 0)
+        .map(|c| c.id)
+        .collect();
+    for n in [2, 64, 130, free.len() / 2 / 2 * 2] {
+        for align_by_socket in [false, true] {
+            let algo = Algorithm::Distributed {
+                group_size: 2,
+                strategy: CpuSortingStrategy::Packed,
+                align_by_socket,
+            };
+            let cpus = take_by_topology(&topo, &free, n, algo).expect("allocates");
+            assert_eq!(cpus.len(), n);
+            assert!(cpus.is_subset(&free));
+        }
+    }
+}
+
+/// kubelet's stored combination aliases a Go slice: with 5 equal NUMA nodes
+/// and k = 4, every combination scores the same, the first ({0,1,2,3}) is
+/// kept, and the next one visited ({0,1,2,4}) overwrites its last element —
+/// kubelet allocates from NUMA nodes 0, 1, 2 and 4.
+#[test]
+fn distributed_reproduces_kubelets_slice_aliasing() {
+    let topo = shape(5, 1, 10, 1, 0);
+    let algo = Algorithm::Distributed {
+        group_size: 1,
+        strategy: CpuSortingStrategy::Packed,
+        align_by_socket: false,
+    };
+    let cpus = take_by_topology(&topo, topo.all_cpus(), 40, algo).expect("allocates");
+    assert_eq!(cpus, list("0-29,40-49"));
+}
