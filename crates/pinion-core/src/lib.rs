@@ -2,6 +2,7 @@
 //! modules) allocation, policy and state. No I/O, clocks or threads here.
 #![forbid(unsafe_code)]
 
+pub mod checkpoint;
 pub mod cpuset;
 pub mod topology;
 
