@@ -320,6 +320,22 @@ fn garbage_is_a_clear_error() {
 }
 
 #[test]
+fn documented_differences_from_go() {
+    let cases: [(&str, &[u8]); 3] = [
+        ("lone surrogate", br#"{"policyName":"\ud800"}"#),
+        ("invalid utf-8", b"{\"policyName\":\"\xc3\"}"),
+        ("null document", b"null"),
+    ];
+    for (name, bytes) in cases {
+        assert!(decode(bytes).is_err(), "{name}");
+    }
+    // Go refuses nesting deeper than 10000; an unknown value is skipped here
+    // whatever its depth.
+    let deep = format!(r#"{{"x":{}{}}}"#, "[".repeat(20_000), "]".repeat(20_000));
+    assert!(decode(deep.as_bytes()).is_ok());
+}
+
+#[test]
 fn to_state_parses_cpusets_with_kubelets_texts() {
     let good = Checkpoint::new("static", "0,6", pods(&[("pod", "c", "1-5,7-11")]));
     let state = good.to_state().expect("valid");
