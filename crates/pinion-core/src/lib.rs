@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod checkpoint;
 pub mod cpuset;
 pub mod topology;
 

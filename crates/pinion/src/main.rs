@@ -19,6 +19,8 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Run kubelet's CPU allocation on a case file or on a machine's topology.
     Alloc(cmd::alloc::Args),
+    /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
+    State(cmd::state::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -26,6 +28,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
+        Command::State(args) => cmd::state::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
