@@ -3,7 +3,11 @@
 #![forbid(unsafe_code)]
 
 pub mod cpuset;
+pub mod pod;
+pub mod policy;
+pub mod quantity;
 pub mod topology;
 
 pub use cpuset::{CpuSet, CpuSetError};
+pub use quantity::{Quantity, QuantityError};
 pub use topology::{CpuInfo, NumaNode, Topology, TopologyError, TopologySpec};
