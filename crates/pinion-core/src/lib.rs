@@ -7,6 +7,7 @@ pub mod pod;
 pub mod policy;
 pub mod quantity;
 pub mod topology;
+pub mod topomgr;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use quantity::{Quantity, QuantityError};
