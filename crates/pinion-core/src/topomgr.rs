@@ -7,9 +7,12 @@
 //! * [`merge`]: the bounded, exact merge;
 //! * [`policy`]: policies, scopes, manager construction and admission;
 //! * [`options`]: `prefer-closest-numa-nodes`, `max-allowable-numa-nodes`.
+//! * [`cpu_hints`]: the CPU manager as a hint provider;
+//! * [`case`]: the corpus case formats (`merge`, `cpu_hints`).
 
 pub mod bitmask;
 pub mod case;
+pub mod cpu_hints;
 pub mod hint;
 pub mod merge;
 pub mod numa_info;

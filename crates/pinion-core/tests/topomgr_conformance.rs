@@ -315,3 +315,31 @@ fn manager_conformance() {
         }
     });
 }
+
+const CPU_HINT_FILES: [&str; 3] = [
+    "topomgr/TestGetTopologyHints.json",
+    "topomgr/TestGetPodTopologyHints.json",
+    "topomgr/TestGetPodTopologyHintsWithPolicyOptions.json",
+];
+
+fn check_cpu_hints(value: &Value) -> Result<(), String> {
+    let case: pinion_core::topomgr::case::CpuHintsCase = parse(value);
+    let got = case.run().map_err(|e| e.to_string())?.unwrap_or_default();
+    let mut expect: Vec<TopologyHint> = parse(&value["expect"]);
+    let mut sorted = got.clone();
+    let key = |h: &TopologyHint| (!h.preferred, h.affinity.map(NumaMask::raw));
+    sorted.sort_by_key(key);
+    expect.sort_by_key(key);
+    if sorted == expect {
+        Ok(())
+    } else {
+        Err(format!("got {got:?}"))
+    }
+}
+
+#[test]
+fn cpu_hints_conformance() {
+    for file in CPU_HINT_FILES {
+        run_file(file, check_cpu_hints);
+    }
+}
