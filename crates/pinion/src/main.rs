@@ -18,6 +18,8 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Run kubelet's CPU allocation on a case file or on a machine's topology.
     Alloc(cmd::alloc::Args),
+    /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
+    Hints(cmd::hints::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -25,6 +27,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
+        Command::Hints(args) => cmd::hints::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
