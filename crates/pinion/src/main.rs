@@ -21,6 +21,8 @@ enum Command {
     Alloc(cmd::alloc::Args),
     /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
     State(cmd::state::Args),
+    /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
+    Hints(cmd::hints::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +31,7 @@ fn main() -> std::process::ExitCode {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
         Command::State(args) => cmd::state::run(&args),
+        Command::Hints(args) => cmd::hints::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

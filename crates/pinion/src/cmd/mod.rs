@@ -2,4 +2,5 @@
 
 pub mod alloc;
 pub mod state;
+pub mod hints;
 pub mod topology;
