@@ -3,12 +3,18 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod checkpoint;
 pub mod cpuset;
 pub mod engine;
 pub mod migrate;
+pub mod pod;
 pub mod policy;
+pub mod quantity;
+pub mod scenario;
 pub mod state;
 pub mod topology;
+pub mod topomgr;
 
 pub use cpuset::{CpuSet, CpuSetError};
+pub use quantity::{Quantity, QuantityError};
 pub use topology::{CpuInfo, NumaNode, Topology, TopologyError, TopologySpec};

@@ -187,7 +187,9 @@ impl Topology {
         validate_numa_nodes(&spec)?;
         let overlap = spec.offline.intersection(&all);
         if !overlap.is_empty() {
-            return Err(TopologyError::OfflineOverlapsOnline { cpus: overlap.to_string() });
+            return Err(TopologyError::OfflineOverlapsOnline {
+                cpus: overlap.to_string(),
+            });
         }
         Ok(Self {
             spec,

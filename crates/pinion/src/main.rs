@@ -1,6 +1,7 @@
 //! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
 
 mod cmd;
+mod render;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +19,10 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Run kubelet's CPU allocation on a case file or on a machine's topology.
     Alloc(cmd::alloc::Args),
+    /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
+    State(cmd::state::Args),
+    /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
+    Hints(cmd::hints::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -25,6 +30,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
+        Command::State(args) => cmd::state::run(&args),
+        Command::Hints(args) => cmd::hints::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

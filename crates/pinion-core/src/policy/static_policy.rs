@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{take_by_topology, Algorithm, AllocError};
+use crate::alloc::{take_with_index, AllocIndex, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
 use crate::policy::options::StaticPolicyOptions;
 use crate::policy::PolicyError;
@@ -50,6 +50,8 @@ pub struct StaticPolicy {
     topology: Topology,
     options: StaticPolicyOptions,
     algorithm: Algorithm,
+    /// Per-topology lookup tables of the allocator, built once.
+    index: AllocIndex,
     reserved: CpuSet,
     /// Every sibling thread of a reserved CPU (full-pcpus-only admission).
     reserved_physical: CpuSet,
@@ -65,9 +67,10 @@ impl StaticPolicy {
         reservation: &Reservation,
     ) -> Result<Self, PolicyError> {
         let algorithm = Algorithm::select(&options.alloc_options(), &topology);
+        let index = AllocIndex::new(&topology);
         let reserved = if reservation.cpus.is_empty() {
             // kubelet ignores the allocator's error here and checks the size.
-            take_by_topology(&topology, topology.all_cpus(), reservation.count, algorithm)
+            take_with_index(&index, topology.all_cpus(), reservation.count, algorithm)
                 .unwrap_or_default()
         } else {
             let unknown = reservation.cpus.difference(topology.all_cpus());
@@ -83,7 +86,7 @@ impl StaticPolicy {
             });
         }
         let reserved_physical = topology.core_siblings(&reserved);
-        Ok(Self { topology, options, algorithm, reserved, reserved_physical, reuse: BTreeMap::new() })
+        Ok(Self { topology, options, algorithm, index, reserved, reserved_physical, reuse: BTreeMap::new() })
     }
 
     /// The reserved CPUs.
@@ -256,7 +259,7 @@ impl StaticPolicy {
     }
 
     fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, AllocError> {
-        take_by_topology(&self.topology, available, n, self.algorithm)
+        take_with_index(&self.index, available, n, self.algorithm)
     }
 
     /// kubelet `updateCPUsToReuse`.

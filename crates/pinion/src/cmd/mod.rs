@@ -1,4 +1,6 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(&Args)`.
 
 pub mod alloc;
+pub mod state;
+pub mod hints;
 pub mod topology;

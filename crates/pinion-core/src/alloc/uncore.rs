@@ -1,0 +1,61 @@
+//! Uncore-cache alignment (`prefer-align-cpus-by-uncorecache`, spec §3).
+
+use super::index::{Kind, REL_UNCORE_CORE};
+use super::state::State;
+
+impl State<'_> {
+    /// `takeUncoreCache`: for each uncore cache in the frozen order, take
+    /// whole free caches while a cache's worth is needed, then try to fit the
+    /// whole remaining request into this cache.
+    pub(super) fn take_uncore_caches(&mut self) {
+        let per_uncore = self.ix.cpus_per_uncore;
+        for uncore in self.sort_uncores() {
+            if self.needs_at_least(per_uncore) {
+                self.take_full(Kind::Uncore);
+            }
+            if self.satisfied() {
+                return;
+            }
+            self.take_partial_uncore(uncore as usize);
+            if self.satisfied() {
+                return;
+            }
+        }
+    }
+
+    /// `takePartialUncore`: the free CPUs of the lowest-id cores that still
+    /// have a free CPU in this cache, `ceil(needed / CPUsPerCore)` cores;
+    /// with SMT and an odd need the highest CPU is dropped; taken only when
+    /// the count matches the need exactly.
+    fn take_partial_uncore(&mut self, uncore: usize) {
+        let ix = self.ix;
+        let per_core = ix.cpus_per_core.max(1);
+        let needed = usize::try_from(self.needed).unwrap_or(0);
+        let cores_needed = needed.div_ceil(per_core);
+        let rel = &ix.rels[REL_UNCORE_CORE];
+        let mut cpus: Vec<u32> = Vec::with_capacity(needed + per_core);
+        let mut cores_taken = 0;
+        let children = rel.children.get(uncore);
+        let pairs = rel.pairs.get(uncore);
+        for (&core, &pair) in children.iter().zip(pairs) {
+            if cores_taken == cores_needed {
+                break;
+            }
+            if self.pair_count(REL_UNCORE_CORE, pair as usize) == 0 {
+                continue;
+            }
+            cores_taken += 1;
+            let members = ix.members[Kind::Core as usize].get(core as usize);
+            cpus.extend(members.iter().filter(|&&p| self.is_free(p as usize)));
+        }
+        cpus.sort_unstable();
+        if needed % 2 != 0 && per_core > 1 && cpus.len() > needed {
+            cpus.pop();
+        }
+        if cpus.len() == needed {
+            for pos in cpus {
+                self.take_cpu(pos as usize);
+            }
+        }
+    }
+}

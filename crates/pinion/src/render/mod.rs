@@ -1,0 +1,3 @@
+//! Human-readable renderings of core types, one module per subject.
+
+pub mod topology;
