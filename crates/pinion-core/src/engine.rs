@@ -29,7 +29,12 @@ impl Engine {
     /// An engine over `state` (not yet validated: call [`Engine::start`]).
     #[must_use]
     pub fn new(policy: Policy, state: State) -> Self {
-        Self { policy, state, metrics: Metrics::default(), started: false }
+        Self {
+            policy,
+            state,
+            metrics: Metrics::default(),
+            started: false,
+        }
     }
 
     /// Validates (or initialises) the state with the policy's rules.
@@ -51,7 +56,9 @@ impl Engine {
         if exclusive {
             self.metrics.pinning_requests_total += 1;
         }
-        let result = self.policy.allocate(&mut self.state, request, numa_affinity);
+        let result = self
+            .policy
+            .allocate(&mut self.state, request, numa_affinity);
         if result.is_err() && exclusive {
             self.metrics.pinning_errors_total += 1;
         }
@@ -62,7 +69,9 @@ impl Engine {
     /// Releases one container; returns the CPUs that went back to the
     /// shared pool (empty for unknown containers).
     pub fn remove(&mut self, pod: &str, container: &str) -> CpuSet {
-        let released = self.policy.remove_container(&mut self.state, pod, container);
+        let released = self
+            .policy
+            .remove_container(&mut self.state, pod, container);
         self.debug_check();
         released
     }
@@ -88,7 +97,9 @@ impl Engine {
     /// Checks the state invariants (static policy with a reservation, after
     /// a successful start). Returns `Ok` when they do not apply.
     pub fn check_invariants(&self) -> Result<(), crate::state::InvariantError> {
-        let Policy::Static(policy) = &self.policy else { return Ok(()) };
+        let Policy::Static(policy) = &self.policy else {
+            return Ok(());
+        };
         if !self.started || policy.reserved().is_empty() {
             return Ok(());
         }
@@ -99,7 +110,10 @@ impl Engine {
     fn debug_check(&self) {
         if cfg!(debug_assertions) {
             if let Err(err) = self.check_invariants() {
-                panic!("engine broke a state invariant: {err}; state: {:?}", self.state);
+                panic!(
+                    "engine broke a state invariant: {err}; state: {:?}",
+                    self.state
+                );
             }
         }
     }

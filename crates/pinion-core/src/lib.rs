@@ -10,6 +10,7 @@ pub mod migrate;
 pub mod pod;
 pub mod policy;
 pub mod quantity;
+pub mod restore;
 pub mod scenario;
 pub mod state;
 pub mod topology;

@@ -13,13 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::cpuset::CpuSet;
 use crate::engine::Engine;
 use crate::pod::{guaranteed_cpus, Container, Pod, RestartPolicy};
-use crate::policy::{
-    ContainerKind, ContainerRequest, FeatureGates, Policy, PolicyError, Reservation,
-    StaticPolicy, StaticPolicyOptions,
-};
+use crate::policy::{ContainerKind, ContainerRequest, PolicyConfig, PolicyError};
 use crate::quantity::Quantity;
 use crate::state::State;
-use crate::topology::Topology;
+use crate::topology::{try_synthetic, Shape, ShapeError, Topology};
 
 /// One scenario. Either `topology` is given, or the caller resolves
 /// `sysroot` into a topology before [`run`].
@@ -29,23 +26,15 @@ pub struct Scenario {
     pub name: Option<String>,
     #[serde(default)]
     pub topology: Option<Topology>,
+    /// A regular machine (sockets × cores × threads) instead of a topology.
+    #[serde(default)]
+    pub machine: Option<Shape>,
     /// A sysfs root to discover the topology from (resolved by the caller).
     #[serde(default)]
     pub sysroot: Option<String>,
-    /// `static` (default) or `none`.
-    #[serde(default)]
-    pub policy: Option<String>,
-    #[serde(default)]
-    pub options: BTreeMap<String, String>,
-    /// Absent = alpha and beta options enabled (the corpus convention).
-    #[serde(default)]
-    pub feature_gates: Option<FeatureGates>,
-    #[serde(default)]
-    pub topology_manager_policy: Option<String>,
-    #[serde(default)]
-    pub num_reserved: Option<usize>,
-    #[serde(default)]
-    pub reserved: Option<CpuSet>,
+    /// Policy, options, feature gates and reservation.
+    #[serde(flatten)]
+    pub config: PolicyConfig,
     #[serde(default)]
     pub initial_state: Option<InitialState>,
     #[serde(default)]
@@ -137,35 +126,32 @@ pub enum ScenarioError {
     /// The policy could not be constructed (kubelet's error text).
     #[error("{0}")]
     Policy(#[from] PolicyError),
-    #[error("scenario has no topology (give `topology` or `sysroot`)")]
+    #[error("scenario has no topology (give `topology`, `machine` or `sysroot`)")]
     NoTopology,
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
     #[error("initial_state assignment key {key:?} is not \"<pod>/<container>\"")]
     BadAssignmentKey { key: String },
     #[error("step {index}: {what}")]
     BadStep { index: usize, what: String },
 }
 
-/// Builds the policy a scenario describes (options, machine validation,
-/// reservation), as kubelet's `NewStaticPolicy` would.
-pub fn build_policy(scenario: &Scenario, topology: &Topology) -> Result<Policy, PolicyError> {
-    match scenario.policy.as_deref().unwrap_or("static") {
-        "none" => return Ok(Policy::None),
-        "static" => {}
-        other => return Err(PolicyError::UnknownPolicy { name: other.to_string() }),
+/// The topology given inline (`topology`, else `machine`); `Ok(None)` when
+/// the scenario names only a `sysroot`, which the caller must discover.
+pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, ScenarioError> {
+    if let Some(topology) = &scenario.topology {
+        return Ok(Some(topology.clone()));
     }
-    let gates = scenario.feature_gates.unwrap_or(FeatureGates { alpha: true, beta: true });
-    let options = StaticPolicyOptions::parse(&scenario.options, gates)?;
-    let tm_policy = scenario.topology_manager_policy.as_deref().unwrap_or("none");
-    options.validate_machine(topology, tm_policy)?;
-    let cpus = scenario.reserved.clone().unwrap_or_default();
-    let count = scenario.num_reserved.unwrap_or(cpus.len());
-    let policy = StaticPolicy::new(topology.clone(), options, &Reservation { count, cpus })?;
-    Ok(Policy::Static(Box::new(policy)))
+    match scenario.machine {
+        Some(shape) => Ok(Some(try_synthetic(shape)?)),
+        None if scenario.sysroot.is_some() => Ok(None),
+        None => Err(ScenarioError::NoTopology),
+    }
 }
 
 /// Runs a scenario on `topology`.
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
-    let policy = build_policy(scenario, topology)?;
+    let policy = scenario.config.build(topology)?;
     let reserved = policy.reserved();
     let mut engine = Engine::new(policy, initial_state(scenario)?);
     let mut steps = Vec::with_capacity(scenario.steps.len());
@@ -177,15 +163,24 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
         .assignments
         .iter()
         .flat_map(|(pod, containers)| {
-            containers.iter().map(move |(container, cpus)| (format!("{pod}/{container}"), cpus.clone()))
+            containers
+                .iter()
+                .map(move |(container, cpus)| (format!("{pod}/{container}"), cpus.clone()))
         })
         .collect();
-    Ok(Outcome { steps, default: state.default.clone(), reserved, assignments })
+    Ok(Outcome {
+        steps,
+        default: state.default.clone(),
+        reserved,
+        assignments,
+    })
 }
 
 fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {
     let mut state = State::default();
-    let Some(initial) = &scenario.initial_state else { return Ok(state) };
+    let Some(initial) = &scenario.initial_state else {
+        return Ok(state);
+    };
     state.default = initial.default.clone();
     for (key, cpus) in &initial.assignments {
         let (pod, container) = key
@@ -205,7 +200,10 @@ fn run_step(
     let names = || -> Result<(&str, &str), ScenarioError> {
         match (step.pod.as_deref(), step.container.as_deref()) {
             (Some(pod), Some(container)) => Ok((pod, container)),
-            _ => Err(ScenarioError::BadStep { index, what: "needs `pod` and `container`".into() }),
+            _ => Err(ScenarioError::BadStep {
+                index,
+                what: "needs `pod` and `container`".into(),
+            }),
         }
     };
     let mut error = None;
@@ -218,11 +216,17 @@ fn run_step(
         Op::Add => {
             let (pod_uid, name) = names()?;
             let pod = step_pod(scenario, step, pod_uid);
-            let (container, kind) = find_container(&pod, name).ok_or_else(|| {
-                ScenarioError::BadStep { index, what: format!("pod {pod_uid} has no container {name:?}") }
-            })?;
-            let request =
-                ContainerRequest { pod: pod_uid, container: name, cpus: guaranteed_cpus(&pod, container), kind };
+            let (container, kind) =
+                find_container(&pod, name).ok_or_else(|| ScenarioError::BadStep {
+                    index,
+                    what: format!("pod {pod_uid} has no container {name:?}"),
+                })?;
+            let request = ContainerRequest {
+                pod: pod_uid,
+                container: name,
+                cpus: guaranteed_cpus(&pod, container),
+                kind,
+            };
             let affinity = step.hint.as_ref().map(|h| h.numa_affinity.as_slice());
             error = engine.admit(&request, affinity).err();
         }
@@ -258,7 +262,10 @@ fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
         memory_limit: step.memory_limit.clone(),
         restart_policy: step.restart_policy,
     };
-    let mut pod = Pod { uid: uid.to_string(), ..Pod::default() };
+    let mut pod = Pod {
+        uid: uid.to_string(),
+        ..Pod::default()
+    };
     if step.init {
         pod.init_containers.push(container);
     } else {
@@ -269,8 +276,15 @@ fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
 
 fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<(&'a Container, ContainerKind)> {
     if let Some(c) = pod.init_containers.iter().find(|c| c.name == name) {
-        let kind = if c.is_restartable() { ContainerKind::Sidecar } else { ContainerKind::Init };
+        let kind = if c.is_restartable() {
+            ContainerKind::Sidecar
+        } else {
+            ContainerKind::Init
+        };
         return Some((c, kind));
     }
-    pod.containers.iter().find(|c| c.name == name).map(|c| (c, ContainerKind::App))
+    pod.containers
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| (c, ContainerKind::App))
 }

@@ -39,13 +39,25 @@ pub enum InvariantError {
     #[error("the shared pool is empty")]
     EmptySharedPool,
     #[error("{pod}/{container} holds cpus {cpus} that are also in the shared pool")]
-    ExclusiveInShared { pod: String, container: String, cpus: String },
+    ExclusiveInShared {
+        pod: String,
+        container: String,
+        cpus: String,
+    },
     #[error("{pod}/{container} holds reserved cpus {cpus}")]
-    ExclusiveReserved { pod: String, container: String, cpus: String },
+    ExclusiveReserved {
+        pod: String,
+        container: String,
+        cpus: String,
+    },
     #[error("{pod}/{container} has an empty cpu set")]
     EmptyAssignment { pod: String, container: String },
     #[error("pods {first} and {second} both hold cpus {cpus}")]
-    SharedBetweenPods { first: String, second: String, cpus: String },
+    SharedBetweenPods {
+        first: String,
+        second: String,
+        cpus: String,
+    },
     #[error("reserved cpus {cpus} are missing from the shared pool")]
     ReservedNotShared { cpus: String },
     #[error("strictly reserved cpus {cpus} are in the shared pool")]
@@ -65,7 +77,10 @@ impl State {
 
     /// Records an assignment (replacing any previous one of that container).
     pub fn assign(&mut self, pod: &str, container: &str, cpus: CpuSet) {
-        self.assignments.entry(pod.to_string()).or_default().insert(container.to_string(), cpus);
+        self.assignments
+            .entry(pod.to_string())
+            .or_default()
+            .insert(container.to_string(), cpus);
     }
 
     /// Deletes an assignment, returning it; drops the pod entry when empty.
@@ -110,24 +125,35 @@ impl State {
         if expected.strict {
             let shared = self.default.intersection(expected.reserved);
             if !shared.is_empty() {
-                return Err(InvariantError::StrictReservedShared { cpus: shared.to_string() });
+                return Err(InvariantError::StrictReservedShared {
+                    cpus: shared.to_string(),
+                });
             }
         } else {
             let missing = expected.reserved.difference(&self.default);
             if !missing.is_empty() {
-                return Err(InvariantError::ReservedNotShared { cpus: missing.to_string() });
+                return Err(InvariantError::ReservedNotShared {
+                    cpus: missing.to_string(),
+                });
             }
         }
-        let wanted =
-            if expected.strict { expected.all.difference(expected.reserved) } else { expected.all.clone() };
+        let wanted = if expected.strict {
+            expected.all.difference(expected.reserved)
+        } else {
+            expected.all.clone()
+        };
         let known = self.default.union(&self.exclusive_cpus());
         let lost = wanted.difference(&known);
         if !lost.is_empty() {
-            return Err(InvariantError::LostCpus { cpus: lost.to_string() });
+            return Err(InvariantError::LostCpus {
+                cpus: lost.to_string(),
+            });
         }
         let unknown = known.difference(&wanted);
         if !unknown.is_empty() {
-            return Err(InvariantError::UnknownCpus { cpus: unknown.to_string() });
+            return Err(InvariantError::UnknownCpus {
+                cpus: unknown.to_string(),
+            });
         }
         Ok(())
     }
@@ -145,12 +171,20 @@ impl State {
                 let shared = cpus.intersection(&self.default);
                 if !shared.is_empty() {
                     let (pod, container) = err_fields();
-                    return Err(InvariantError::ExclusiveInShared { pod, container, cpus: shared.to_string() });
+                    return Err(InvariantError::ExclusiveInShared {
+                        pod,
+                        container,
+                        cpus: shared.to_string(),
+                    });
                 }
                 let touched = cpus.intersection(reserved);
                 if !touched.is_empty() {
                     let (pod, container) = err_fields();
-                    return Err(InvariantError::ExclusiveReserved { pod, container, cpus: touched.to_string() });
+                    return Err(InvariantError::ExclusiveReserved {
+                        pod,
+                        container,
+                        cpus: touched.to_string(),
+                    });
                 }
                 pod_cpus.union_with(cpus);
             }
@@ -179,7 +213,10 @@ mod tests {
     }
 
     fn state(default: &str, assignments: &[(&str, &str, &str)]) -> State {
-        let mut s = State { default: list(default), ..State::default() };
+        let mut s = State {
+            default: list(default),
+            ..State::default()
+        };
         for (pod, container, cpus) in assignments {
             s.assign(pod, container, list(cpus));
         }
@@ -189,20 +226,44 @@ mod tests {
     fn check(s: &State, reserved: &str, strict: bool) -> Result<(), InvariantError> {
         let all = list("0-7");
         let reserved = list(reserved);
-        s.check_invariants(Expected { all: &all, reserved: &reserved, strict })
+        s.check_invariants(Expected {
+            all: &all,
+            reserved: &reserved,
+            strict,
+        })
     }
 
     #[test]
     fn consistent_states_pass() {
-        assert_eq!(check(&state("0-3", &[("a", "c", "4-5"), ("b", "c", "6-7")]), "0", false), Ok(()));
-        assert_eq!(check(&state("1-3", &[("a", "c", "4-7")]), "0", true), Ok(()));
+        assert_eq!(
+            check(
+                &state("0-3", &[("a", "c", "4-5"), ("b", "c", "6-7")]),
+                "0",
+                false
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            check(&state("1-3", &[("a", "c", "4-7")]), "0", true),
+            Ok(())
+        );
         // An app container reusing its init container's CPUs (same pod).
-        assert_eq!(check(&state("0-5", &[("a", "init", "6-7"), ("a", "app", "6-7")]), "0", false), Ok(()));
+        assert_eq!(
+            check(
+                &state("0-5", &[("a", "init", "6-7"), ("a", "app", "6-7")]),
+                "0",
+                false
+            ),
+            Ok(())
+        );
     }
 
     #[test]
     fn each_broken_invariant_is_named() {
-        assert_eq!(check(&state("", &[("a", "c", "0-7")]), "", false), Err(InvariantError::EmptySharedPool));
+        assert_eq!(
+            check(&state("", &[("a", "c", "0-7")]), "", false),
+            Err(InvariantError::EmptySharedPool)
+        );
         assert!(matches!(
             check(&state("0-4", &[("a", "c", "4-7")]), "0", false),
             Err(InvariantError::ExclusiveInShared { .. })
@@ -212,13 +273,29 @@ mod tests {
             Err(InvariantError::ExclusiveReserved { .. })
         ));
         assert!(matches!(
-            check(&state("0-3", &[("a", "c", "4-6"), ("b", "c", "6-7")]), "0", false),
+            check(
+                &state("0-3", &[("a", "c", "4-6"), ("b", "c", "6-7")]),
+                "0",
+                false
+            ),
             Err(InvariantError::SharedBetweenPods { .. })
         ));
-        assert!(matches!(check(&state("1-7", &[]), "0", false), Err(InvariantError::ReservedNotShared { .. })));
-        assert!(matches!(check(&state("0-7", &[]), "0", true), Err(InvariantError::StrictReservedShared { .. })));
-        assert!(matches!(check(&state("0-5", &[]), "0", false), Err(InvariantError::LostCpus { .. })));
-        assert!(matches!(check(&state("0-9", &[]), "0", false), Err(InvariantError::UnknownCpus { .. })));
+        assert!(matches!(
+            check(&state("1-7", &[]), "0", false),
+            Err(InvariantError::ReservedNotShared { .. })
+        ));
+        assert!(matches!(
+            check(&state("0-7", &[]), "0", true),
+            Err(InvariantError::StrictReservedShared { .. })
+        ));
+        assert!(matches!(
+            check(&state("0-5", &[]), "0", false),
+            Err(InvariantError::LostCpus { .. })
+        ));
+        assert!(matches!(
+            check(&state("0-9", &[]), "0", false),
+            Err(InvariantError::UnknownCpus { .. })
+        ));
         assert!(matches!(
             check(&state("0-7", &[("a", "c", "")]), "0", false),
             Err(InvariantError::EmptyAssignment { .. })

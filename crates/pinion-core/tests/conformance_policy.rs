@@ -30,7 +30,9 @@ const FILES: &[&str] = &[
 fn every_policy_case_matches_kubelet() {
     let mut seen = 0;
     for file in FILES {
-        let Some(cases) = common::load_cases(file) else { return };
+        let Some(cases) = common::load_cases(file) else {
+            return;
+        };
         let mut failures = Vec::new();
         for case in &cases {
             if case["kind"] != "policy" {
@@ -43,23 +45,39 @@ fn every_policy_case_matches_kubelet() {
         }
         common::assert_all_passed(file, cases.len(), &failures);
     }
-    assert!(seen > 100, "expected the whole corpus, saw {seen} policy cases");
+    assert!(
+        seen > 100,
+        "expected the whole corpus, saw {seen} policy cases"
+    );
 }
 
 fn cpus(value: &Value) -> Option<CpuSet> {
-    value.as_str().map(|s| CpuSet::parse_list(s).expect("corpus cpulist"))
+    value
+        .as_str()
+        .map(|s| CpuSet::parse_list(s).expect("corpus cpulist"))
 }
 
 fn check_case(case: &Value) -> Result<(), String> {
-    let scenario: Scenario = serde_json::from_value(case.clone()).map_err(|e| format!("load: {e}"))?;
+    let scenario: Scenario =
+        serde_json::from_value(case.clone()).map_err(|e| format!("load: {e}"))?;
     let topology: Topology = scenario.topology.clone().ok_or("case has no topology")?;
-    let outcome = match (scenario::run(&scenario, &topology), case.get("expect_new_error")) {
+    let outcome = match (
+        scenario::run(&scenario, &topology),
+        case.get("expect_new_error"),
+    ) {
         (Err(err), Some(Value::String(want))) if err.to_string() == *want => return Ok(()),
         (Err(err), _) => return Err(format!("construction failed: {err}")),
-        (Ok(_), Some(Value::String(want))) => return Err(format!("construction succeeded, want {want:?}")),
+        (Ok(_), Some(Value::String(want))) => {
+            return Err(format!("construction succeeded, want {want:?}"))
+        }
         (Ok(outcome), _) => outcome,
     };
-    for (index, step) in case["steps"].as_array().ok_or("no steps")?.iter().enumerate() {
+    for (index, step) in case["steps"]
+        .as_array()
+        .ok_or("no steps")?
+        .iter()
+        .enumerate()
+    {
         check_step(step, &outcome, index)?;
     }
     if let Some(want) = cpus(&case["expect_default"]) {
@@ -73,8 +91,10 @@ fn check_case(case: &Value) -> Result<(), String> {
         }
     }
     if let Some(want) = case.get("expect_assignments").and_then(Value::as_object) {
-        let want: Vec<(String, CpuSet)> =
-            want.iter().map(|(k, v)| (k.clone(), cpus(v).expect("cpulist"))).collect();
+        let want: Vec<(String, CpuSet)> = want
+            .iter()
+            .map(|(k, v)| (k.clone(), cpus(v).expect("cpulist")))
+            .collect();
         let got: Vec<(String, CpuSet)> = outcome.assignments.clone().into_iter().collect();
         if got != want {
             return Err(format!("assignments {got:?} want {want:?}"));
@@ -94,7 +114,9 @@ fn check_step(step: &Value, outcome: &Outcome, index: usize) -> Result<(), Strin
         // documented choice is in docs/decisions/001.
         return match (&got.cpus, &got.error) {
             (Some(_), None) | (None, Some(_)) => Ok(()),
-            other => Err(format!("step {index} (kubelet hangs): unexpected {other:?}")),
+            other => Err(format!(
+                "step {index} (kubelet hangs): unexpected {other:?}"
+            )),
         };
     }
     if let Some(want) = step.get("expect_error") {
@@ -121,18 +143,31 @@ fn check_step(step: &Value, outcome: &Outcome, index: usize) -> Result<(), Strin
 }
 
 /// The uncore caches covered by the app containers of one pod.
-fn check_uncore(case: &Value, want: &Value, outcome: &Outcome, topology: &Topology) -> Result<(), String> {
+fn check_uncore(
+    case: &Value,
+    want: &Value,
+    outcome: &Outcome,
+    topology: &Topology,
+) -> Result<(), String> {
     let pod = want["pod"].as_str().ok_or("expect_uncore_caches.pod")?;
-    let want_ids: BTreeSet<u32> = cpus(&want["ids"]).ok_or("expect_uncore_caches.ids")?.iter().collect();
+    let want_ids: BTreeSet<u32> = cpus(&want["ids"])
+        .ok_or("expect_uncore_caches.ids")?
+        .iter()
+        .collect();
     let apps: Vec<&str> = case["pods"][pod]["containers"]
         .as_array()
         .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
         .unwrap_or_default();
     let mut got_ids = BTreeSet::new();
     for (key, set) in &outcome.assignments {
-        let Some((p, c)) = key.split_once('/') else { continue };
+        let Some((p, c)) = key.split_once('/') else {
+            continue;
+        };
         if p == pod && apps.contains(&c) {
-            got_ids.extend(set.iter().filter_map(|id| topology.cpu(id).map(|info| info.uncore)));
+            got_ids.extend(
+                set.iter()
+                    .filter_map(|id| topology.cpu(id).map(|info| info.uncore)),
+            );
         }
     }
     if got_ids != want_ids {

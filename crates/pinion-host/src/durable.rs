@@ -266,5 +266,31 @@ pub fn move_aside(dir: &Path, name: &str) -> Result<PathBuf, DurableError> {
     Err(DurableError::NoFreeName { path })
 }
 
+/// Keeps the current `dir/name` as `dir/<name>.<label>-<n>` (smallest free
+/// `n >= 1`, a hard link: no copy, never replacing an existing file) and
+/// fsyncs the directory. The original stays in place. Returns the new path.
+pub fn keep_copy(dir: &Path, name: &str, label: &str) -> Result<PathBuf, DurableError> {
+    check_name(name)?;
+    let path = dir.join(name);
+    for n in 1u32.. {
+        let copy = dir.join(format!("{name}.{label}-{n}"));
+        match fs::hard_link(&path, &copy) {
+            Ok(()) => {
+                sync_dir(dir)?;
+                return Ok(copy);
+            }
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(DurableError::Rename {
+                    from: path,
+                    to: copy,
+                    source,
+                })
+            }
+        }
+    }
+    Err(DurableError::NoFreeName { path })
+}
+
 #[cfg(test)]
 mod tests;

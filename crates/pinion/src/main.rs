@@ -1,6 +1,7 @@
 //! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
 
 mod cmd;
+mod input;
 mod render;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +20,8 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Run kubelet's CPU allocation on a case file or on a machine's topology.
     Alloc(cmd::alloc::Args),
+    /// Run a policy scenario (pods added and removed) and show the outcome.
+    Simulate(cmd::simulate::Args),
     /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
     State(cmd::state::Args),
     /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
         Command::State(args) => cmd::state::run(&args),
+        Command::Simulate(args) => cmd::simulate::run(&args),
         Command::Hints(args) => cmd::hints::run(&args),
     };
     match result {

@@ -2,6 +2,7 @@
 //! options, and the errors they report (kubelet's texts where kubelet has
 //! them, so they can be matched by operators' tooling).
 
+pub mod config;
 pub mod options;
 pub mod static_policy;
 
@@ -10,6 +11,7 @@ use crate::cpuset::CpuSet;
 use crate::state::State;
 use crate::topology::Topology;
 
+pub use config::PolicyConfig;
 pub use options::{FeatureGates, PolicyOptionError, StaticPolicyOptions};
 pub use static_policy::{ContainerKind, ContainerRequest, Reservation, StaticPolicy};
 
@@ -22,6 +24,10 @@ pub enum PolicyError {
     ReserveFailed { cpus: String, count: usize },
     #[error("reserved cpus {cpus} are not online cpus of this machine")]
     ReservedNotOnline { cpus: String },
+    #[error(
+        "strict-cpu-reservation with reserved cpus {reserved} leaves no cpu for the shared pool"
+    )]
+    NoSharedCpus { reserved: String },
     #[error("[cpumanager] unable to determine reserved CPU resources for static policy")]
     NoReservation,
     #[error("unknown cpu manager policy {name:?} (expected \"none\" or \"static\")")]
@@ -33,13 +39,27 @@ pub enum PolicyError {
     #[error("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
     ReservedNotInDefault { reserved: String, default: String },
     #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")]
-    AssignmentOverlapsDefault { pod: String, container: String, cpus: String, default: String },
-    #[error("current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\"")]
+    AssignmentOverlapsDefault {
+        pod: String,
+        container: String,
+        cpus: String,
+        default: String,
+    },
+    #[error(
+        "current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\""
+    )]
     CpusChanged { online: String, state: String },
     #[error("SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {cpus_per_core}")]
-    SmtNotMultiple { requested: usize, cpus_per_core: usize },
+    SmtNotMultiple {
+        requested: usize,
+        cpus_per_core: usize,
+    },
     #[error("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {available}, requested CPUs = {requested}, CPUs per core = {cpus_per_core}")]
-    SmtNotEnoughPhysical { available: usize, requested: usize, cpus_per_core: usize },
+    SmtNotEnoughPhysical {
+        available: usize,
+        requested: usize,
+        cpus_per_core: usize,
+    },
     #[error("allocating {requested} cpus would leave the shared pool empty (strict-cpu-reservation keeps reserved cpus out of it)")]
     SharedPoolWouldBeEmpty { requested: usize },
     #[error(transparent)]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{take_with_index, AllocIndex, Algorithm, AllocError};
+use crate::alloc::{take_with_index, Algorithm, AllocError, AllocIndex};
 use crate::cpuset::CpuSet;
 use crate::policy::options::StaticPolicyOptions;
 use crate::policy::PolicyError;
@@ -75,7 +75,9 @@ impl StaticPolicy {
         } else {
             let unknown = reservation.cpus.difference(topology.all_cpus());
             if !unknown.is_empty() {
-                return Err(PolicyError::ReservedNotOnline { cpus: unknown.to_string() });
+                return Err(PolicyError::ReservedNotOnline {
+                    cpus: unknown.to_string(),
+                });
             }
             reservation.cpus.clone()
         };
@@ -85,8 +87,21 @@ impl StaticPolicy {
                 count: reservation.count,
             });
         }
+        if options.strict_cpu_reservation && topology.all_cpus().is_subset(&reserved) {
+            return Err(PolicyError::NoSharedCpus {
+                reserved: reserved.to_string(),
+            });
+        }
         let reserved_physical = topology.core_siblings(&reserved);
-        Ok(Self { topology, options, algorithm, index, reserved, reserved_physical, reuse: BTreeMap::new() })
+        Ok(Self {
+            topology,
+            options,
+            algorithm,
+            index,
+            reserved,
+            reserved_physical,
+            reuse: BTreeMap::new(),
+        })
     }
 
     /// The reserved CPUs.
@@ -121,7 +136,11 @@ impl StaticPolicy {
     /// What [`State::check_invariants`] needs for this policy.
     #[must_use]
     pub fn expected<'a>(&'a self, all: &'a CpuSet) -> Expected<'a> {
-        Expected { all, reserved: &self.reserved, strict: self.options.strict_cpu_reservation }
+        Expected {
+            all,
+            reserved: &self.reserved,
+            strict: self.options.strict_cpu_reservation,
+        }
     }
 
     /// kubelet `Start` / `validateState`, with kubelet's checks and texts in
@@ -164,7 +183,10 @@ impl StaticPolicy {
         }
         let known = state.default.union(&state.exclusive_cpus());
         if known != all {
-            return Err(PolicyError::CpusChanged { online: all.to_string(), state: known.to_string() });
+            return Err(PolicyError::CpusChanged {
+                online: all.to_string(),
+                state: known.to_string(),
+            });
         }
         Ok(())
     }
@@ -199,7 +221,10 @@ impl StaticPolicy {
     fn check_smt_alignment(&self, state: &State, n: usize) -> Result<(), PolicyError> {
         let per_core = self.topology.cpus_per_core();
         if per_core == 0 || n % per_core != 0 {
-            return Err(PolicyError::SmtNotMultiple { requested: n, cpus_per_core: per_core });
+            return Err(PolicyError::SmtNotMultiple {
+                requested: n,
+                cpus_per_core: per_core,
+            });
         }
         let available = state.default.difference(&self.reserved_physical).len();
         if n > available {
@@ -242,7 +267,9 @@ impl StaticPolicy {
     fn aligned_cpus(&self, nodes: &[u32], allocatable: &CpuSet) -> CpuSet {
         let mut scope = CpuSet::new();
         for node in nodes {
-            let Some(node_cpus) = self.topology.numa_cpus().get(node) else { continue };
+            let Some(node_cpus) = self.topology.numa_cpus().get(node) else {
+                continue;
+            };
             if self.options.align_by_socket {
                 for cpu in node_cpus {
                     if let Some(socket) = self.topology.cpu(cpu).map(|c| c.socket) {
@@ -277,7 +304,9 @@ impl StaticPolicy {
     /// container that no other container of the same pod holds. Unknown
     /// containers are a no-op. Returns the CPUs given back.
     pub fn remove_container(&self, state: &mut State, pod: &str, container: &str) -> CpuSet {
-        let Some(cpus) = state.unassign(pod, container) else { return CpuSet::new() };
+        let Some(cpus) = state.unassign(pod, container) else {
+            return CpuSet::new();
+        };
         let mut in_use = CpuSet::new();
         if let Some(siblings) = state.assignments.get(pod) {
             for held in siblings.values() {
@@ -287,5 +316,140 @@ impl StaticPolicy {
         let released = cpus.difference(&in_use);
         state.default.union_with(&released);
         released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{synthetic, Shape};
+
+    fn list(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    /// 4 cores × 2 threads: core n = CPUs n and n+4.
+    fn machine() -> Topology {
+        synthetic(Shape {
+            sockets: 1,
+            numa_per_socket: 1,
+            cores_per_socket: 4,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn strict() -> StaticPolicyOptions {
+        StaticPolicyOptions {
+            strict_cpu_reservation: true,
+            ..Default::default()
+        }
+    }
+
+    fn app(pod: &'static str, cpus: usize) -> ContainerRequest<'static> {
+        ContainerRequest {
+            pod,
+            container: "app",
+            cpus,
+            kind: ContainerKind::App,
+        }
+    }
+
+    #[test]
+    fn reserved_count_takes_whole_low_cores_like_kubelet() {
+        let policy = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 2,
+                cpus: CpuSet::new(),
+            },
+        );
+        assert_eq!(policy.expect("policy").reserved(), &list("0,4"));
+    }
+
+    #[test]
+    fn reserved_cpus_must_be_online() {
+        let err = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 1,
+                cpus: list("9"),
+            },
+        );
+        assert_eq!(
+            err.expect_err("cpu 9 does not exist"),
+            PolicyError::ReservedNotOnline { cpus: "9".into() }
+        );
+    }
+
+    /// Regression: with strict-cpu-reservation a reservation of every CPU
+    /// left the shared pool empty (found by the engine invariant property test).
+    #[test]
+    fn strict_reservation_of_every_cpu_is_refused() {
+        let err = StaticPolicy::new(
+            machine(),
+            strict(),
+            &Reservation {
+                count: 8,
+                cpus: CpuSet::new(),
+            },
+        );
+        assert_eq!(
+            err.expect_err("no shared cpu"),
+            PolicyError::NoSharedCpus {
+                reserved: "0-7".into()
+            }
+        );
+    }
+
+    /// Regression: with strict-cpu-reservation kubelet hands out the last
+    /// shared CPU; Pinion refuses and keeps the state unchanged.
+    #[test]
+    fn strict_allocation_never_takes_the_last_shared_cpu() {
+        let mut policy = StaticPolicy::new(
+            machine(),
+            strict(),
+            &Reservation {
+                count: 2,
+                cpus: CpuSet::new(),
+            },
+        )
+        .expect("policy");
+        let mut state = State::default();
+        policy.start(&mut state).expect("start");
+        assert_eq!(state.default, list("1-3,5-7"));
+        assert_eq!(
+            policy.allocate(&mut state, &app("a", 4), None),
+            Ok(Some(list("1-2,5-6")))
+        );
+        let before = state.clone();
+        let err = policy
+            .allocate(&mut state, &app("b", 2), None)
+            .expect_err("would empty the pool");
+        assert_eq!(err, PolicyError::SharedPoolWouldBeEmpty { requested: 2 });
+        assert_eq!(state, before);
+        assert_eq!(
+            policy.allocate(&mut state, &app("b", 1), None),
+            Ok(Some(list("3")))
+        );
+    }
+
+    #[test]
+    fn zero_cpu_request_runs_in_the_shared_pool() {
+        let mut policy = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 1,
+                cpus: CpuSet::new(),
+            },
+        )
+        .expect("policy");
+        let mut state = State::default();
+        policy.start(&mut state).expect("start");
+        assert_eq!(policy.allocate(&mut state, &app("a", 0), None), Ok(None));
+        assert!(state.assignments.is_empty());
     }
 }

@@ -26,6 +26,12 @@ pub struct Args {
 enum StateCommand {
     /// Show a checkpoint file (kubelet's `cpu_manager_state`) and check its checksum.
     Inspect(InspectArgs),
+    /// Check a checkpoint against this machine and a policy configuration,
+    /// as kubelet does when it starts.
+    Verify(super::state_check::VerifyArgs),
+    /// Turn a checkpoint kubelet would refuse into a valid one for a new
+    /// configuration, keeping every assignment that is still valid.
+    Migrate(super::state_check::MigrateArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +53,8 @@ enum Format {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.command {
         StateCommand::Inspect(inspect) => run_inspect(inspect),
+        StateCommand::Verify(verify) => super::state_check::verify(verify),
+        StateCommand::Migrate(migrate) => super::state_check::migrate_file(migrate),
     }
 }
 
