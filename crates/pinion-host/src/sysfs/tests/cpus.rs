@@ -233,3 +233,28 @@ fn trailing_nul_bytes_are_ignored() {
     );
     assert_eq!(tree.discover().num_cores(), 2);
 }
+
+#[test]
+fn sockets_follow_package_cpus_or_core_siblings() {
+    for group_file in ["package_cpus_list", "core_siblings_list"] {
+        let tree = Tree::new();
+        tree.file(&format!("{CPU}/online"), "0-3\n");
+        for cpu in 0..4 {
+            let (package, members) = if cpu % 2 == 0 {
+                ("3", "0,2")
+            } else {
+                ("8", "1,3")
+            };
+            tree.cpu(cpu, &cpu.to_string(), package).file(
+                &format!("{CPU}/cpu{cpu}/topology/{group_file}"),
+                &format!("{members}\n"),
+            );
+        }
+        let t = tree.discover();
+        assert_eq!(
+            groups(t.sockets()),
+            vec![(3, "0,2".into()), (8, "1,3".into())],
+            "{group_file}"
+        );
+    }
+}
