@@ -78,11 +78,13 @@ struct Row {
     online: bool,
 }
 
+/// The oracle file for `machine` (its backend, and why when not lscpu) and
+/// its rows.
 fn oracle_rows(dir: &Path, machine: &str) -> (String, Vec<Row>) {
-    let backend = REFERENCES
+    let (backend, why) = REFERENCES
         .iter()
         .find(|(name, _, _)| *name == machine)
-        .map_or("lscpu", |(_, backend, _)| backend);
+        .map_or(("lscpu", ""), |(_, backend, why)| (backend, why));
     let path = dir.join(format!("oracle/expected/{machine}.{backend}.txt"));
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rows = text
@@ -98,7 +100,12 @@ fn oracle_rows(dir: &Path, machine: &str) -> (String, Vec<Row>) {
             }
         })
         .collect();
-    (backend.to_string(), rows)
+    let label = if why.is_empty() {
+        backend.to_string()
+    } else {
+        format!("{backend}, because {why}")
+    };
+    (label, rows)
 }
 
 /// Pinion's value for column `k` (core, socket, node, llc) of an online CPU.
