@@ -202,7 +202,8 @@ fn interpret_suffix(suffix: &str) -> Option<(i64, u32)> {
     }
     let exponent = suffix.strip_prefix(['e', 'E'])?;
     let digits = exponent.trim_start_matches(['+', '-']);
-    if digits.is_empty() || exponent.len() - digits.len() > 1 {
+    let signs = exponent.len() - digits.len();
+    if digits.is_empty() || signs > 1 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     // Exponents beyond any representable value saturate; to_nanos rejects

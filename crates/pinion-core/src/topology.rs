@@ -30,8 +30,9 @@ pub struct CpuInfo {
     /// Die id where the kernel reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub die: Option<u32>,
-    /// Core type on hybrid machines (e.g. `intel_core`, `intel_atom`), or the
-    /// CPU capacity class on heterogeneous ARM (`capacity-1024`).
+    /// Core type on hybrid machines (e.g. `intel_core`, `intel_atom`), the
+    /// arm64 core design (`arm-0x41-0xd87`), or the CPU capacity class
+    /// (`capacity-1024`); see `docs/topology-discovery.md`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_type: Option<String>,
 }

@@ -20,11 +20,7 @@ const REFERENCES: &[(&str, &str, &str)] = &[
     ("s390x-kvm-z196-3cpu", "hwloc", PACKAGE_UNKNOWN),
     ("s390x-lpar-z196-cpu0-offline", "hwloc", PACKAGE_UNKNOWN),
     ("s390x-zvm-z196-4cpu", "hwloc", PACKAGE_UNKNOWN),
-    (
-        "sparc64-ultrasparc-ii-6cpu-sparse-ids",
-        "hwloc",
-        PACKAGE_UNKNOWN,
-    ),
+    ("sparc64-ultrasparc-ii-6cpu-sparse-ids", "hwloc", SPARC),
     (
         "arm64-1s-nvidia-gb10-20c-hybrid-2llc",
         "lscpu-stub-cpuinfo",
@@ -39,6 +35,9 @@ const REFERENCES: &[(&str, &str, &str)] = &[
 const PACKAGE_UNKNOWN: &str =
     "physical_package_id is -1: lscpu splits sockets along core_siblings, \
      Pinion (like hwloc and cadvisor) sees one package";
+const SPARC: &str = "physical_package_id is -1 (one package, as hwloc) and the only cache \
+     data are legacy cpuN/l2_cache_size files, which lscpu reads as per-cpu L2 groups and \
+     Pinion (like hwloc) does not: no cache/ directory means one uncore group";
 const PER_TYPE: &str = "lscpu numbers cores and sockets per CPU type on heterogeneous ARM";
 
 fn shared_topologies() -> Option<PathBuf> {
@@ -78,11 +77,13 @@ struct Row {
     online: bool,
 }
 
+/// The oracle file for `machine` (its backend, and why when not lscpu) and
+/// its rows.
 fn oracle_rows(dir: &Path, machine: &str) -> (String, Vec<Row>) {
-    let backend = REFERENCES
+    let (backend, why) = REFERENCES
         .iter()
         .find(|(name, _, _)| *name == machine)
-        .map_or("lscpu", |(_, backend, _)| backend);
+        .map_or(("lscpu", ""), |(_, backend, why)| (backend, why));
     let path = dir.join(format!("oracle/expected/{machine}.{backend}.txt"));
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rows = text
@@ -98,7 +99,12 @@ fn oracle_rows(dir: &Path, machine: &str) -> (String, Vec<Row>) {
             }
         })
         .collect();
-    (backend.to_string(), rows)
+    let label = if why.is_empty() {
+        backend.to_string()
+    } else {
+        format!("{backend}, because {why}")
+    };
+    (label, rows)
 }
 
 /// Pinion's value for column `k` (core, socket, node, llc) of an online CPU.

@@ -141,3 +141,14 @@ fn corpus_merge_files_through_the_cli() {
         }
     }
 }
+
+#[test]
+fn yaml_input_is_accepted() {
+    let case = "kind: merge\nname: yaml\nnuma_nodes: [0, 1]\npolicy: best-effort\nproviders:\n  - cpu:\n      - mask: [1]\n        preferred: true\n";
+    let (stdout, _, ok) = pinion(&["hints", "-"], case);
+    assert!(ok);
+    assert_eq!(
+        stdout,
+        "{\"name\":\"yaml\",\"mask\":[1],\"preferred\":true,\"admit\":true}\n"
+    );
+}

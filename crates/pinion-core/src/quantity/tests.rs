@@ -96,6 +96,15 @@ fn nonsense_quantities_are_errors_naming_the_text() {
         Quantity::parse("1mm"),
         Err(QuantityError::Suffix { suffix, .. }) if suffix == "mm"
     ));
+    for suffix in ["Ee3", "eM5", "Ki3"] {
+        assert!(
+            matches!(
+                Quantity::parse(&format!("1{suffix}")),
+                Err(QuantityError::Suffix { .. })
+            ),
+            "{suffix}"
+        );
+    }
     assert!(matches!(
         Quantity::parse("-1"),
         Err(QuantityError::Negative { .. })
@@ -118,6 +127,14 @@ fn serde_reads_strings_and_numbers() {
 }
 
 proptest! {
+    #[test]
+    fn any_text_parses_or_errors_without_panicking(text in "[0-9.eEinumkKMGTP+\\-x ]{0,12}|\\PC{0,8}") {
+        if let Ok(parsed) = Quantity::parse(&text) {
+            prop_assert_eq!(parsed.to_string(), text);
+            prop_assert!(parsed.milli_value() >= u128::from(parsed.value().saturating_sub(1)) * 1000);
+        }
+    }
+
     #[test]
     fn round_numbers_read_back_exactly(n in 0u64..1_000_000_000) {
         let units = q(&n.to_string());

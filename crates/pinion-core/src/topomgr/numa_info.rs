@@ -129,3 +129,42 @@ impl NumaInfo {
         mine < theirs
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::TopologySpec;
+
+    fn mask(ids: &[u32]) -> NumaMask {
+        NumaMask::from_ids(ids.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn distances_come_from_the_topology_by_position() {
+        let spec: TopologySpec = serde_json::from_str(
+            r#"{"cpus": [{"id": 0, "core": 0, "socket": 0, "numa": 0, "uncore": 0},
+                         {"id": 1, "core": 1, "socket": 0, "numa": 2, "uncore": 0}],
+                "numa_nodes": [{"id": 0, "distances": [10, 21, 12]},
+                               {"id": 1, "distances": [21, 10, 21]},
+                               {"id": 2, "distances": [12, 21, 10]}]}"#,
+        )
+        .unwrap();
+        let info = NumaInfo::from_topology(&Topology::new(spec).unwrap()).unwrap();
+        assert_eq!(info.nodes(), [0, 1, 2]);
+        assert_eq!(info.default_affinity(), mask(&[0, 1, 2]));
+        assert!(info.has_distances());
+        // Node ids 0 and 2: d = 10, 12, 12, 10.
+        assert!((info.average_distance(mask(&[0, 2])) - 11.0).abs() < f64::EPSILON);
+        assert!(info.closer(mask(&[0, 1]), mask(&[0, 2])));
+        assert!(!info.closer(mask(&[0, 2]), mask(&[0, 2])));
+    }
+
+    #[test]
+    fn missing_rows_mean_no_distances() {
+        let partial = Distances::from([(0, BTreeMap::from([(0, 10), (1, 20)]))]);
+        let info = NumaInfo::new(&[0, 1], Some(&partial)).unwrap();
+        assert!(!info.has_distances());
+        assert!(!NumaInfo::new(&[0, 1], None).unwrap().has_distances());
+        assert!(NumaInfo::new(&[64], None).is_err());
+    }
+}

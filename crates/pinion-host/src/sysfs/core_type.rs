@@ -6,7 +6,9 @@
 //! 2. arm64 reports each CPU's `regs/identification/midr_el1`; CPUs whose
 //!    implementer and part number differ are different core designs
 //!    (`arm-0x41-0xd87` = Arm Ltd Cortex-A725).
-//! 3. `cpu_capacity` (arm, riscv), as `capacity-N`.
+//! 3. `cpu_capacity` (arm, riscv), as `capacity-N`, only when there is no
+//!    MIDR (with one MIDR everywhere, capacity differences are frequency
+//!    bins of one core design).
 //!
 //! A source whose values are all equal says nothing (homogeneous machine),
 //! and discovery moves to the next one; with no distinguishing source every
@@ -31,8 +33,14 @@ pub(crate) fn read_core_types(
         return Ok(intel);
     }
     let midr = read_per_cpu(cpu_dir, online, "regs/identification/midr_el1", parse_midr)?;
-    if distinguishes(&midr) {
-        return Ok(midr);
+    if !midr.is_empty() {
+        // One core design everywhere: capacity differences are then only
+        // frequency bins of the same core, not core types.
+        return Ok(if distinguishes(&midr) {
+            midr
+        } else {
+            BTreeMap::new()
+        });
     }
     let capacity = read_per_cpu(cpu_dir, online, "cpu_capacity", parse_capacity)?;
     if distinguishes(&capacity) {

@@ -233,3 +233,74 @@ fn trailing_nul_bytes_are_ignored() {
     );
     assert_eq!(tree.discover().num_cores(), 2);
 }
+
+#[test]
+fn sockets_follow_package_cpus_or_core_siblings() {
+    for group_file in ["package_cpus_list", "core_siblings_list"] {
+        let tree = Tree::new();
+        tree.file(&format!("{CPU}/online"), "0-3\n");
+        for cpu in 0..4 {
+            let (package, members) = if cpu % 2 == 0 {
+                ("3", "0,2")
+            } else {
+                ("8", "1,3")
+            };
+            tree.cpu(cpu, &cpu.to_string(), package).file(
+                &format!("{CPU}/cpu{cpu}/topology/{group_file}"),
+                &format!("{members}\n"),
+            );
+        }
+        let t = tree.discover();
+        assert_eq!(
+            groups(t.sockets()),
+            vec![(3, "0,2".into()), (8, "1,3".into())],
+            "{group_file}"
+        );
+    }
+}
+
+#[test]
+fn arm_midr_parts_are_core_types_and_silence_capacity() {
+    let tree = smt_machine();
+    for cpu in 0..4 {
+        let midr = if cpu < 2 {
+            "0x00000000410fd871"
+        } else {
+            "0x00000000410fd851"
+        };
+        tree.file(
+            &format!("{CPU}/cpu{cpu}/regs/identification/midr_el1"),
+            midr,
+        )
+        .file(
+            &format!("{CPU}/cpu{cpu}/cpu_capacity"),
+            &format!("{}\n", 500 + cpu),
+        );
+    }
+    let t = tree.discover();
+    let kinds: Vec<Option<&str>> = t.cpus().iter().map(|c| c.core_type.as_deref()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            Some("arm-0x41-0xd87"),
+            Some("arm-0x41-0xd87"),
+            Some("arm-0x41-0xd85"),
+            Some("arm-0x41-0xd85")
+        ]
+    );
+    for cpu in 0..4 {
+        tree.file(
+            &format!("{CPU}/cpu{cpu}/regs/identification/midr_el1"),
+            "0x00000000481fd010",
+        );
+    }
+    assert!(
+        tree.discover().cpus().iter().all(|c| c.core_type.is_none()),
+        "one MIDR: homogeneous even though capacities differ"
+    );
+    tree.file(
+        &format!("{CPU}/cpu0/regs/identification/midr_el1"),
+        "garbage",
+    );
+    assert!(matches!(tree.error(), DiscoveryError::Malformed { .. }));
+}
