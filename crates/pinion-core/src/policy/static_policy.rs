@@ -220,7 +220,7 @@ impl StaticPolicy {
 
     fn check_smt_alignment(&self, state: &State, n: usize) -> Result<(), PolicyError> {
         let per_core = self.topology.cpus_per_core();
-        if per_core == 0 || n % per_core != 0 {
+        if per_core == 0 || !n.is_multiple_of(per_core) {
             return Err(PolicyError::SmtNotMultiple {
                 requested: n,
                 cpus_per_core: per_core,

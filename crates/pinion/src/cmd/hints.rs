@@ -8,7 +8,7 @@
 //! `{"name", "hints": [{"mask", "preferred"}…]}` for `cpu_hints`, and
 //! `{"name", "error"}` for a case that cannot be run.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -43,7 +43,7 @@ enum Outcome {
 
 /// Runs `pinion hints`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let text = read_input(&args.file)?;
+    let text = crate::input::read_text(&args.file)?;
     let cases = parse_cases(&text)
         .with_context(|| format!("reading cases from {}", args.file.display()))?;
     let mut failed = 0usize;
@@ -70,24 +70,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn read_input(path: &PathBuf) -> anyhow::Result<String> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading stdin")?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-}
-
 /// One case (an object) or several (an array), JSON first, then YAML.
 fn parse_cases(text: &str) -> anyhow::Result<Vec<Value>> {
-    let value: Value = match serde_json::from_str(text) {
-        Ok(value) => value,
-        Err(json_err) => serde_yaml::from_str(text)
-            .map_err(|yaml_err| anyhow::anyhow!("not JSON ({json_err}) nor YAML ({yaml_err})"))?,
-    };
+    let value = crate::input::parse_json_or_yaml(text)?;
     match value {
         Value::Array(cases) => Ok(cases),
         Value::Object(_) => Ok(vec![value]),

@@ -29,7 +29,7 @@ pub struct PolicyArgs {
     pub policy: String,
     /// Explicit reserved CPUs (kubelet `reservedSystemCPUs`), e.g. `0,48`.
     #[arg(long, value_name = "LIST")]
-    pub reserved_cpus: Option<CpuSet>,
+    pub reserved_cpus: Option<String>,
     /// Number of reserved CPUs (ceil of kube-reserved + system-reserved cpu).
     #[arg(long, value_name = "N")]
     pub num_reserved: Option<usize>,
@@ -53,7 +53,13 @@ impl PolicyArgs {
                 .with_context(|| format!("--option {option:?} must be NAME=VALUE"))?;
             options.insert(name.to_string(), value.to_string());
         }
-        let num_reserved = match (&self.reserved_cpus, self.num_reserved) {
+        let reserved = match &self.reserved_cpus {
+            Some(text) => Some(
+                CpuSet::parse_list(text).with_context(|| format!("--reserved-cpus {text:?}"))?,
+            ),
+            None => None,
+        };
+        let num_reserved = match (&reserved, self.num_reserved) {
             (_, Some(n)) => Some(n),
             (Some(cpus), None) => Some(cpus.len()),
             (None, None) if self.policy == "static" => {
@@ -70,7 +76,7 @@ impl PolicyArgs {
             }),
             topology_manager_policy: self.topology_manager_policy.clone(),
             num_reserved,
-            reserved: self.reserved_cpus.clone(),
+            reserved,
         })
     }
 
