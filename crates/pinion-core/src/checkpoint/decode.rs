@@ -25,10 +25,8 @@ use super::{Checkpoint, CheckpointError, Entries, NilMaps};
 /// [`Checkpoint::verify`] (or use [`super::decode_verified`]).
 pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
     let v1 = parse::<V1Entries>(bytes).map(Raw::into_v1);
-    if let Ok(checkpoint) = &v1 {
-        if checkpoint.verify().is_ok() {
-            return Ok(checkpoint.clone());
-        }
+    if matches!(&v1, Ok(checkpoint) if checkpoint.verify().is_ok()) {
+        return v1;
     }
     match parse::<V2Entries>(bytes) {
         Ok(raw) => Ok(raw.into_v2()),
