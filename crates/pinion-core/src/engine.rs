@@ -4,7 +4,8 @@
 //! [`Engine::state`] before acting on a decision.
 
 use crate::cpuset::CpuSet;
-use crate::policy::{ContainerRequest, Policy, PolicyError};
+use crate::pod::{guaranteed_cpus, Container, Pod};
+use crate::policy::{ContainerKind, ContainerRequest, Policy, PolicyError};
 use crate::state::State;
 
 /// Counters of the CPU manager (kubelet names, see `docs/metrics.md`).
@@ -43,6 +44,30 @@ impl Engine {
         self.started = true;
         self.debug_check();
         Ok(())
+    }
+
+    /// Admits container `name` of `pod` (the entry point of every front-end):
+    /// computes its exclusive CPU count and role from the pod spec, then
+    /// [`Engine::admit`]s it. Fails with [`PolicyError::UnknownContainer`]
+    /// when the pod has no such container.
+    pub fn admit_container(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+        numa_affinity: Option<&[u32]>,
+    ) -> Result<Option<CpuSet>, PolicyError> {
+        let (container, kind) =
+            find_container(pod, name).ok_or_else(|| PolicyError::UnknownContainer {
+                pod: pod.uid.clone(),
+                container: name.to_string(),
+            })?;
+        let request = ContainerRequest {
+            pod: &pod.uid,
+            container: name,
+            cpus: guaranteed_cpus(pod, container),
+            kind,
+        };
+        self.admit(&request, numa_affinity)
     }
 
     /// Admits one container: `Ok(Some(cpus))` for exclusive CPUs, `Ok(None)`
@@ -117,4 +142,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// The container `name` of `pod` and its role (init / sidecar / app).
+#[must_use]
+pub fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<(&'a Container, ContainerKind)> {
+    if let Some(c) = pod.init_containers.iter().find(|c| c.name == name) {
+        let kind = if c.is_restartable() {
+            ContainerKind::Sidecar
+        } else {
+            ContainerKind::Init
+        };
+        return Some((c, kind));
+    }
+    pod.containers
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| (c, ContainerKind::App))
 }

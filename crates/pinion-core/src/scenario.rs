@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::engine::Engine;
-use crate::pod::{guaranteed_cpus, Container, Pod, RestartPolicy};
-use crate::policy::{ContainerKind, ContainerRequest, PolicyConfig, PolicyError};
+use crate::pod::{Container, Pod, RestartPolicy};
+use crate::policy::{PolicyConfig, PolicyError};
 use crate::quantity::Quantity;
 use crate::state::State;
 use crate::topology::{try_synthetic, Shape, ShapeError, Topology};
@@ -216,19 +216,14 @@ fn run_step(
         Op::Add => {
             let (pod_uid, name) = names()?;
             let pod = step_pod(scenario, step, pod_uid);
-            let (container, kind) =
-                find_container(&pod, name).ok_or_else(|| ScenarioError::BadStep {
-                    index,
-                    what: format!("pod {pod_uid} has no container {name:?}"),
-                })?;
-            let request = ContainerRequest {
-                pod: pod_uid,
-                container: name,
-                cpus: guaranteed_cpus(&pod, container),
-                kind,
-            };
             let affinity = step.hint.as_ref().map(|h| h.numa_affinity.as_slice());
-            error = engine.admit(&request, affinity).err();
+            error = match engine.admit_container(&pod, name, affinity) {
+                Err(PolicyError::UnknownContainer { pod, container }) => {
+                    let what = format!("pod {pod} has no container {container:?}");
+                    return Err(ScenarioError::BadStep { index, what });
+                }
+                other => other.err(),
+            };
         }
     }
     let cpus = match (step.pod.as_deref(), step.container.as_deref()) {
@@ -272,19 +267,4 @@ fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
         pod.containers.push(container);
     }
     pod
-}
-
-fn find_container<'a>(pod: &'a Pod, name: &str) -> Option<(&'a Container, ContainerKind)> {
-    if let Some(c) = pod.init_containers.iter().find(|c| c.name == name) {
-        let kind = if c.is_restartable() {
-            ContainerKind::Sidecar
-        } else {
-            ContainerKind::Init
-        };
-        return Some((c, kind));
-    }
-    pod.containers
-        .iter()
-        .find(|c| c.name == name)
-        .map(|c| (c, ContainerKind::App))
 }

@@ -309,6 +309,17 @@ impl Topology {
         out
     }
 
+    /// The NUMA nodes holding any of `cpus`, ascending (what `cpuset.mems`
+    /// should allow for a container pinned to `cpus`).
+    #[must_use]
+    pub fn numa_nodes_of(&self, cpus: &CpuSet) -> Vec<u32> {
+        self.numa
+            .iter()
+            .filter(|(_, node)| !node.is_disjoint(cpus))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// kubelet `NumCPUs`.
     #[must_use]
     pub fn num_cpus(&self) -> usize {

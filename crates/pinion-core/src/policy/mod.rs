@@ -32,6 +32,8 @@ pub enum PolicyError {
     NoReservation,
     #[error("unknown cpu manager policy {name:?} (expected \"none\" or \"static\")")]
     UnknownPolicy { name: String },
+    #[error("pod {pod} has no container {container:?}")]
+    UnknownContainer { pod: String, container: String },
     #[error("default cpuset cannot be empty")]
     DefaultEmpty,
     #[error("some of strictly reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
