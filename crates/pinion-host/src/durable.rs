@@ -243,27 +243,11 @@ pub fn remove_stale_temp(dir: &Path, name: &str) -> Result<bool, DurableError> {
 /// `n >= 1`, never replacing an existing file (link, then unlink), and
 /// fsyncs the directory. Returns the new path.
 pub fn move_aside(dir: &Path, name: &str) -> Result<PathBuf, DurableError> {
-    check_name(name)?;
+    let aside = keep_copy(dir, name, "corrupt")?;
     let path = dir.join(name);
-    for n in 1u32.. {
-        let aside = dir.join(format!("{name}.corrupt-{n}"));
-        match fs::hard_link(&path, &aside) {
-            Ok(()) => {
-                fs::remove_file(&path).map_err(io_err(Op::Remove, &path))?;
-                sync_dir(dir)?;
-                return Ok(aside);
-            }
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(source) => {
-                return Err(DurableError::Rename {
-                    from: path,
-                    to: aside,
-                    source,
-                })
-            }
-        }
-    }
-    Err(DurableError::NoFreeName { path })
+    fs::remove_file(&path).map_err(io_err(Op::Remove, &path))?;
+    sync_dir(dir)?;
+    Ok(aside)
 }
 
 /// Keeps the current `dir/name` as `dir/<name>.<label>-<n>` (smallest free

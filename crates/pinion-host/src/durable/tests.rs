@@ -103,3 +103,20 @@ fn move_aside_never_replaces_an_earlier_copy() {
     assert!(!dir.path().join("state").exists());
     assert!(move_aside(dir.path(), "state").is_err(), "nothing to move");
 }
+
+#[test]
+fn keep_copy_never_replaces_an_earlier_copy_and_keeps_the_original() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_atomic(dir.path(), "state", b"one").expect("write");
+    let first = keep_copy(dir.path(), "state", "pre-migrate").expect("copy");
+    write_atomic(dir.path(), "state", b"two").expect("write");
+    let second = keep_copy(dir.path(), "state", "pre-migrate").expect("copy");
+    assert_eq!(first, dir.path().join("state.pre-migrate-1"));
+    assert_eq!(second, dir.path().join("state.pre-migrate-2"));
+    assert_eq!(std::fs::read(&first).expect("read"), b"one");
+    assert_eq!(std::fs::read(&second).expect("read"), b"two");
+    assert_eq!(
+        std::fs::read(dir.path().join("state")).expect("read"),
+        b"two"
+    );
+}
