@@ -75,6 +75,13 @@ pub struct AllocIndex {
     pub(super) irregular: bool,
     /// Per dense NUMA node: its socket when all its CPUs are on one socket.
     pub(super) numa_socket: Vec<Option<u32>>,
+    /// Every CPU of the topology.
+    pub(super) all: CpuSet,
+    /// Free counts of an idle machine: per kind, and per relation pair (the
+    /// pair counts only on irregular topologies; regular ones use the
+    /// child's count).
+    pub(super) full_count: [Vec<u32>; 4],
+    pub(super) full_pair: [Vec<u32>; 4],
 }
 
 fn map_of(topo: &Topology, kind: Kind) -> &BTreeMap<u32, CpuSet> {
@@ -114,6 +121,9 @@ impl AllocIndex {
             min_size: [0; 4],
             irregular: false,
             numa_socket: Vec::new(),
+            all: topo.all_cpus().clone(),
+            full_count: Default::default(),
+            full_pair: Default::default(),
         };
         for kind in KINDS {
             index.add_kind(kind, map_of(topo, kind));
@@ -132,6 +142,20 @@ impl AllocIndex {
         index.numa_socket = (0..index.ids[Kind::Numa as usize].len())
             .map(|m| index.single_socket(m))
             .collect();
+        index.full_count = std::array::from_fn(|k| {
+            (0..index.ids[k].len())
+                .map(|e| to_u32(index.members[k].get(e).len()))
+                .collect()
+        });
+        if index.irregular {
+            index.full_pair = std::array::from_fn(|r| {
+                let mut sizes = vec![0u32; index.rels[r].pair_count];
+                for &pair in &index.rels[r].cpu_pair {
+                    sizes[pair as usize] += 1;
+                }
+                sizes
+            });
+        }
         index
     }
 
