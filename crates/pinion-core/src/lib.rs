@@ -1,10 +1,21 @@
-//! Pinion's pure decisions: CPU sets, the topology model, and (in later
-//! modules) allocation, policy and state. No I/O, clocks or threads here.
+//! Pinion's pure decisions: CPU sets, the topology model, allocation, policy,
+//! state and the engine. No I/O, clocks or threads here.
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod checkpoint;
 pub mod cpuset;
+pub mod engine;
+pub mod migrate;
+pub mod pod;
+pub mod policy;
+pub mod quantity;
+pub mod restore;
+pub mod scenario;
+pub mod state;
 pub mod topology;
+pub mod topomgr;
 
 pub use cpuset::{CpuSet, CpuSetError};
+pub use quantity::{Quantity, QuantityError};
 pub use topology::{CpuInfo, NumaNode, Topology, TopologyError, TopologySpec};

@@ -32,8 +32,9 @@ pub struct CpuInfo {
     /// Die id where the kernel reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub die: Option<u32>,
-    /// Core type on hybrid machines (e.g. `intel_core`, `intel_atom`), or the
-    /// CPU capacity class on heterogeneous ARM (`capacity-1024`).
+    /// Core type on hybrid machines (e.g. `intel_core`, `intel_atom`), the
+    /// arm64 core design (`arm-0x41-0xd87`), or the CPU capacity class
+    /// (`capacity-1024`); see `docs/topology-discovery.md`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub core_type: Option<String>,
 }
@@ -329,6 +330,17 @@ impl Topology {
         out
     }
 
+    /// The NUMA nodes holding any of `cpus`, ascending (what `cpuset.mems`
+    /// should allow for a container pinned to `cpus`).
+    #[must_use]
+    pub fn numa_nodes_of(&self, cpus: &CpuSet) -> Vec<u32> {
+        self.numa
+            .iter()
+            .filter(|(_, node)| !node.is_disjoint(cpus))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// kubelet `NumCPUs`.
     #[must_use]
     pub fn num_cpus(&self) -> usize {
@@ -404,27 +416,36 @@ fn validate_numa_nodes(spec: &TopologySpec) -> Result<(), TopologyError> {
     Ok(())
 }
 
-/// Shape of a regular machine for [`synthetic`]: tests, benches, examples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Shape of a regular machine for [`synthetic`]: tests, benches, examples,
+/// and the `machine` key of simulator scenarios.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Shape {
     pub sockets: u32,
     pub numa_per_socket: u32,
     pub cores_per_socket: u32,
     pub threads_per_core: u32,
     /// Cores sharing one uncore (L3) group; 0 = one group per socket.
+    #[serde(default)]
     pub cores_per_uncore: u32,
+}
+
+/// A [`Shape`] that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("machine shape {shape:?}: every count must be at least 1")]
+    ZeroCount { shape: Shape },
+    #[error("machine shape {shape:?}: numa_per_socket must divide cores_per_socket")]
+    UnevenNuma { shape: Shape },
+    #[error("machine shape {shape:?} has more than {} cpus", MAX_CPU_ID + 1)]
+    TooLarge { shape: Shape },
 }
 
 /// Builds a regular topology with Linux numbering: thread `t` of core `c` is
 /// CPU `t * total_cores + c`, so sibling = id + number of cores. Core ids are
-/// kubelet's (lowest CPU id of the core = `c`).
-///
-/// # Panics
-/// When the shape has a zero count or more than [`MAX_CPU_ID`] + 1 CPUs, or
-/// NUMA nodes / uncore groups do not divide the cores evenly (programming
-/// errors: shapes are written by tests and benches).
-#[must_use]
-pub fn synthetic(shape: Shape) -> Topology {
+/// kubelet's (lowest CPU id of the core = `c`). Uncore groups hold
+/// `cores_per_uncore` consecutive cores (the last may be smaller).
+pub fn try_synthetic(shape: Shape) -> Result<Topology, ShapeError> {
     let Shape {
         sockets,
         numa_per_socket,
@@ -432,12 +453,16 @@ pub fn synthetic(shape: Shape) -> Topology {
         threads_per_core,
         cores_per_uncore,
     } = shape;
-    assert!(sockets > 0 && numa_per_socket > 0 && cores_per_socket > 0 && threads_per_core > 0);
-    assert_eq!(
-        cores_per_socket % numa_per_socket,
-        0,
-        "numa nodes must split cores evenly"
-    );
+    if sockets == 0 || numa_per_socket == 0 || cores_per_socket == 0 || threads_per_core == 0 {
+        return Err(ShapeError::ZeroCount { shape });
+    }
+    if cores_per_socket % numa_per_socket != 0 {
+        return Err(ShapeError::UnevenNuma { shape });
+    }
+    let total = u64::from(sockets) * u64::from(cores_per_socket) * u64::from(threads_per_core);
+    if total > u64::from(MAX_CPU_ID) + 1 {
+        return Err(ShapeError::TooLarge { shape });
+    }
     let cores_per_uncore = if cores_per_uncore == 0 {
         cores_per_socket
     } else {
@@ -463,9 +488,19 @@ pub fn synthetic(shape: Shape) -> Topology {
         cpus,
         ..TopologySpec::default()
     };
-    match Topology::new(spec) {
+    // A regular shape within the limits always validates.
+    Topology::new(spec).map_err(|_| ShapeError::TooLarge { shape })
+}
+
+/// [`try_synthetic`] for shapes written in code (tests, benches).
+///
+/// # Panics
+/// When the shape is invalid (a programming error there).
+#[must_use]
+pub fn synthetic(shape: Shape) -> Topology {
+    match try_synthetic(shape) {
         Ok(topology) => topology,
-        Err(err) => panic!("synthetic shape {shape:?} is invalid: {err}"),
+        Err(err) => panic!("{err}"),
     }
 }
 

@@ -1,6 +1,8 @@
 //! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
 
 mod cmd;
+mod input;
+mod render;
 
 use clap::{Parser, Subcommand};
 
@@ -18,6 +20,12 @@ enum Command {
     Topology(cmd::topology::Args),
     /// Run kubelet's CPU allocation on a case file or on a machine's topology.
     Alloc(cmd::alloc::Args),
+    /// Run a policy scenario (pods added and removed) and show the outcome.
+    Simulate(cmd::simulate::Args),
+    /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
+    State(cmd::state::Args),
+    /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
+    Hints(cmd::hints::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -25,6 +33,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Topology(args) => cmd::topology::run(&args),
         Command::Alloc(args) => cmd::alloc::run(&args),
+        Command::State(args) => cmd::state::run(&args),
+        Command::Simulate(args) => cmd::simulate::run(&args),
+        Command::Hints(args) => cmd::hints::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

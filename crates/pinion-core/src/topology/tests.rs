@@ -174,3 +174,19 @@ fn synthetic_uses_linux_numbering() {
     assert_eq!(topo.cpu(197).map(|c| c.socket), Some(0));
     assert_eq!(topo.cpu(300).map(|c| (c.socket, c.numa)), Some((1, 2)));
 }
+
+#[test]
+fn numa_nodes_of_lists_the_nodes_touched() {
+    let topo = synthetic(Shape {
+        sockets: 2,
+        numa_per_socket: 2,
+        cores_per_socket: 4,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    });
+    assert_eq!(
+        topo.numa_nodes_of(&CpuSet::from_iter([0, 9, 15])),
+        vec![0, 3]
+    );
+    assert!(topo.numa_nodes_of(&CpuSet::new()).is_empty());
+}

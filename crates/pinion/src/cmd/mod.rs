@@ -1,4 +1,8 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(&Args)`.
 
 pub mod alloc;
+pub mod hints;
+pub mod simulate;
+pub mod state;
+pub mod state_check;
 pub mod topology;

@@ -1,0 +1,149 @@
+//! CPU manager policies: `none` and `static` (kubelet semantics), their
+//! options, and the errors they report (kubelet's texts where kubelet has
+//! them, so they can be matched by operators' tooling).
+
+pub mod config;
+pub mod options;
+pub mod static_policy;
+
+use crate::alloc::AllocError;
+use crate::cpuset::CpuSet;
+use crate::state::State;
+use crate::topology::Topology;
+
+pub use config::PolicyConfig;
+pub use options::{FeatureGates, PolicyOptionError, StaticPolicyOptions};
+pub use static_policy::{ContainerKind, ContainerRequest, Reservation, StaticPolicy};
+
+/// Errors of policy construction, start (validateState) and allocation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(transparent)]
+    Options(#[from] PolicyOptionError),
+    #[error("[cpumanager] unable to reserve the required amount of CPUs (size of {cpus} did not equal {count})")]
+    ReserveFailed { cpus: String, count: usize },
+    #[error("reserved cpus {cpus} are not online cpus of this machine")]
+    ReservedNotOnline { cpus: String },
+    #[error(
+        "strict-cpu-reservation with reserved cpus {reserved} leaves no cpu for the shared pool"
+    )]
+    NoSharedCpus { reserved: String },
+    #[error("[cpumanager] unable to determine reserved CPU resources for static policy")]
+    NoReservation,
+    #[error("unknown cpu manager policy {name:?} (expected \"none\" or \"static\")")]
+    UnknownPolicy { name: String },
+    #[error("pod {pod} has no container {container:?}")]
+    UnknownContainer { pod: String, container: String },
+    #[error("default cpuset cannot be empty")]
+    DefaultEmpty,
+    #[error("some of strictly reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
+    StrictReservedInDefault { reserved: String, default: String },
+    #[error("not all reserved cpus: \"{reserved}\" are present in defaultCpuSet: \"{default}\"")]
+    ReservedNotInDefault { reserved: String, default: String },
+    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")]
+    AssignmentOverlapsDefault {
+        pod: String,
+        container: String,
+        cpus: String,
+        default: String,
+    },
+    #[error(
+        "current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\""
+    )]
+    CpusChanged { online: String, state: String },
+    #[error("SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {cpus_per_core}")]
+    SmtNotMultiple {
+        requested: usize,
+        cpus_per_core: usize,
+    },
+    #[error("SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {available}, requested CPUs = {requested}, CPUs per core = {cpus_per_core}")]
+    SmtNotEnoughPhysical {
+        available: usize,
+        requested: usize,
+        cpus_per_core: usize,
+    },
+    #[error("allocating {requested} cpus would leave the shared pool empty (strict-cpu-reservation keeps reserved cpus out of it)")]
+    SharedPoolWouldBeEmpty { requested: usize },
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+}
+
+impl PolicyError {
+    /// kubelet's admission reason for this error: `SMTAlignmentError` for the
+    /// full-pcpus-only rejections, `UnexpectedAdmissionError` otherwise.
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::SmtNotMultiple { .. } | Self::SmtNotEnoughPhysical { .. } => "SMTAlignmentError",
+            _ => "UnexpectedAdmissionError",
+        }
+    }
+}
+
+/// The configured CPU manager policy.
+#[derive(Debug, Clone)]
+pub enum Policy {
+    /// kubelet `none`: every container in the shared pool; no exclusive CPUs.
+    None,
+    /// kubelet `static`.
+    Static(Box<StaticPolicy>),
+}
+
+impl Policy {
+    /// The policy name as stored in the checkpoint (`none` / `static`).
+    #[must_use]
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Static(_) => "static",
+        }
+    }
+
+    /// Reserved CPUs (empty for `none`).
+    #[must_use]
+    pub fn reserved(&self) -> CpuSet {
+        match self {
+            Self::None => CpuSet::new(),
+            Self::Static(policy) => policy.reserved().clone(),
+        }
+    }
+
+    /// Starts the policy on `state` (validates or initialises it).
+    pub fn start(&self, state: &mut State) -> Result<(), PolicyError> {
+        match self {
+            Self::None => Ok(()),
+            Self::Static(policy) => policy.start(state),
+        }
+    }
+
+    /// Admits one container; `Ok(None)` = shared pool.
+    pub fn allocate(
+        &mut self,
+        state: &mut State,
+        request: &ContainerRequest<'_>,
+        numa_affinity: Option<&[u32]>,
+    ) -> Result<Option<CpuSet>, PolicyError> {
+        match self {
+            Self::None => Ok(None),
+            Self::Static(policy) => policy.allocate(state, request, numa_affinity),
+        }
+    }
+
+    /// Releases one container's exclusive CPUs; returns what went back to the
+    /// shared pool.
+    pub fn remove_container(&self, state: &mut State, pod: &str, container: &str) -> CpuSet {
+        match self {
+            Self::None => CpuSet::new(),
+            Self::Static(policy) => policy.remove_container(state, pod, container),
+        }
+    }
+
+    /// The topology (static only).
+    #[must_use]
+    pub fn topology(&self) -> Option<&Topology> {
+        match self {
+            Self::None => None,
+            Self::Static(policy) => Some(policy.topology()),
+        }
+    }
+}

@@ -1,0 +1,455 @@
+//! kubelet's `static` CPU manager policy (spec §5): reserved CPUs, exclusive
+//! CPUs for integral Guaranteed containers, init-container CPU reuse,
+//! `validateState` at start, and release on removal.
+//!
+//! The policy owns no state: every call gets the [`State`] to read and mutate,
+//! so the engine (or a test) decides when the result is made durable.
+
+use std::collections::BTreeMap;
+
+use crate::alloc::{take_with_index, Algorithm, AllocError, AllocIndex};
+use crate::cpuset::CpuSet;
+use crate::policy::options::StaticPolicyOptions;
+use crate::policy::PolicyError;
+use crate::state::{Expected, State};
+use crate::topology::Topology;
+
+/// How the reserved CPUs are chosen (kubelet `NewStaticPolicy`): an explicit
+/// list is used verbatim when non-empty, otherwise `count` CPUs are taken
+/// with the policy's own allocator; either way the size must equal `count`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reservation {
+    pub count: usize,
+    pub cpus: CpuSet,
+}
+
+/// The role of a container inside its pod, for init-container CPU reuse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// A regular init container: its CPUs may be reused by later containers.
+    Init,
+    /// A restartable init container (sidecar): keeps its CPUs.
+    Sidecar,
+    /// An application container.
+    App,
+}
+
+/// One admission request: which container and how many exclusive CPUs
+/// (0 = shared pool; see `pod::guaranteed_cpus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerRequest<'a> {
+    pub pod: &'a str,
+    pub container: &'a str,
+    pub cpus: usize,
+    pub kind: ContainerKind,
+}
+
+/// The static policy.
+#[derive(Debug, Clone)]
+pub struct StaticPolicy {
+    topology: Topology,
+    options: StaticPolicyOptions,
+    algorithm: Algorithm,
+    /// Per-topology lookup tables of the allocator, built once.
+    index: AllocIndex,
+    reserved: CpuSet,
+    /// Every sibling thread of a reserved CPU (full-pcpus-only admission).
+    reserved_physical: CpuSet,
+    /// Reusable init-container CPUs of at most one pod (kubelet `cpusToReuse`).
+    reuse: BTreeMap<String, CpuSet>,
+}
+
+impl StaticPolicy {
+    /// kubelet `NewStaticPolicy` after option parsing.
+    pub fn new(
+        topology: Topology,
+        options: StaticPolicyOptions,
+        reservation: &Reservation,
+    ) -> Result<Self, PolicyError> {
+        let algorithm = Algorithm::select(&options.alloc_options(), &topology);
+        let index = AllocIndex::new(&topology);
+        let reserved = if reservation.cpus.is_empty() {
+            // kubelet ignores the allocator's error here and checks the size.
+            take_with_index(&index, topology.all_cpus(), reservation.count, algorithm)
+                .unwrap_or_default()
+        } else {
+            let unknown = reservation.cpus.difference(topology.all_cpus());
+            if !unknown.is_empty() {
+                return Err(PolicyError::ReservedNotOnline {
+                    cpus: unknown.to_string(),
+                });
+            }
+            reservation.cpus.clone()
+        };
+        if reserved.len() != reservation.count {
+            return Err(PolicyError::ReserveFailed {
+                cpus: reserved.to_string(),
+                count: reservation.count,
+            });
+        }
+        if options.strict_cpu_reservation && topology.all_cpus().is_subset(&reserved) {
+            return Err(PolicyError::NoSharedCpus {
+                reserved: reserved.to_string(),
+            });
+        }
+        let reserved_physical = topology.core_siblings(&reserved);
+        Ok(Self {
+            topology,
+            options,
+            algorithm,
+            index,
+            reserved,
+            reserved_physical,
+            reuse: BTreeMap::new(),
+        })
+    }
+
+    /// The reserved CPUs.
+    #[must_use]
+    pub fn reserved(&self) -> &CpuSet {
+        &self.reserved
+    }
+
+    /// The parsed options.
+    #[must_use]
+    pub fn options(&self) -> &StaticPolicyOptions {
+        &self.options
+    }
+
+    /// The topology the policy allocates on.
+    #[must_use]
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The CPUs the state must account for: all online CPUs, minus the
+    /// reserved ones under `strict-cpu-reservation`.
+    #[must_use]
+    pub fn pool_cpus(&self) -> CpuSet {
+        if self.options.strict_cpu_reservation {
+            self.topology.all_cpus().difference(&self.reserved)
+        } else {
+            self.topology.all_cpus().clone()
+        }
+    }
+
+    /// What [`State::check_invariants`] needs for this policy.
+    #[must_use]
+    pub fn expected<'a>(&'a self, all: &'a CpuSet) -> Expected<'a> {
+        Expected {
+            all,
+            reserved: &self.reserved,
+            strict: self.options.strict_cpu_reservation,
+        }
+    }
+
+    /// kubelet `Start` / `validateState`, with kubelet's checks and texts in
+    /// kubelet's order. An empty state is initialised (shared = all CPUs,
+    /// minus reserved when strict).
+    pub fn start(&self, state: &mut State) -> Result<(), PolicyError> {
+        let all = self.pool_cpus();
+        if state.default.is_empty() {
+            if !state.assignments.is_empty() {
+                return Err(PolicyError::DefaultEmpty);
+            }
+            state.default = all;
+            return Ok(());
+        }
+        if self.options.strict_cpu_reservation {
+            let present = self.reserved.intersection(&state.default);
+            if !present.is_empty() {
+                return Err(PolicyError::StrictReservedInDefault {
+                    reserved: present.to_string(),
+                    default: state.default.to_string(),
+                });
+            }
+        } else if !self.reserved.is_subset(&state.default) {
+            return Err(PolicyError::ReservedNotInDefault {
+                reserved: self.reserved.to_string(),
+                default: state.default.to_string(),
+            });
+        }
+        for (pod, containers) in &state.assignments {
+            for (container, cpus) in containers {
+                if !cpus.is_disjoint(&state.default) {
+                    return Err(PolicyError::AssignmentOverlapsDefault {
+                        pod: pod.clone(),
+                        container: container.clone(),
+                        cpus: cpus.to_string(),
+                        default: state.default.to_string(),
+                    });
+                }
+            }
+        }
+        let known = state.default.union(&state.exclusive_cpus());
+        if known != all {
+            return Err(PolicyError::CpusChanged {
+                online: all.to_string(),
+                state: known.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// kubelet `Allocate`: exclusive CPUs for `request` inside the NUMA
+    /// affinity (if any). Returns the container's exclusive CPUs, or `None`
+    /// when it runs in the shared pool.
+    pub fn allocate(
+        &mut self,
+        state: &mut State,
+        request: &ContainerRequest<'_>,
+        numa_affinity: Option<&[u32]>,
+    ) -> Result<Option<CpuSet>, PolicyError> {
+        let n = request.cpus;
+        if n == 0 {
+            return Ok(None);
+        }
+        if self.options.full_pcpus_only {
+            self.check_smt_alignment(state, n)?;
+        }
+        if let Some(cpus) = state.assignment(request.pod, request.container).cloned() {
+            self.update_reuse(request, &cpus);
+            return Ok(Some(cpus));
+        }
+        let reusable = self.reuse.get(request.pod).cloned().unwrap_or_default();
+        let cpus = self.allocate_cpus(state, n, numa_affinity, &reusable)?;
+        state.assign(request.pod, request.container, cpus.clone());
+        self.update_reuse(request, &cpus);
+        Ok(Some(cpus))
+    }
+
+    fn check_smt_alignment(&self, state: &State, n: usize) -> Result<(), PolicyError> {
+        let per_core = self.topology.cpus_per_core();
+        if per_core == 0 || !n.is_multiple_of(per_core) {
+            return Err(PolicyError::SmtNotMultiple {
+                requested: n,
+                cpus_per_core: per_core,
+            });
+        }
+        let available = state.default.difference(&self.reserved_physical).len();
+        if n > available {
+            return Err(PolicyError::SmtNotEnoughPhysical {
+                available,
+                requested: n,
+                cpus_per_core: per_core,
+            });
+        }
+        Ok(())
+    }
+
+    /// kubelet `allocateCPUs`: aligned CPUs first, then the rest.
+    fn allocate_cpus(
+        &self,
+        state: &mut State,
+        n: usize,
+        numa_affinity: Option<&[u32]>,
+        reusable: &CpuSet,
+    ) -> Result<CpuSet, PolicyError> {
+        let allocatable = state.default.difference(&self.reserved).union(reusable);
+        let mut result = CpuSet::new();
+        if let Some(nodes) = numa_affinity {
+            let aligned = self.aligned_cpus(nodes, &allocatable);
+            let count = n.min(aligned.len());
+            result = self.take(&aligned, count)?;
+        }
+        let rest = self.take(&allocatable.difference(&result), n - result.len())?;
+        result.union_with(&rest);
+        let shared = state.default.difference(&result);
+        if shared.is_empty() && self.options.strict_cpu_reservation {
+            return Err(PolicyError::SharedPoolWouldBeEmpty { requested: n });
+        }
+        state.default = shared;
+        Ok(result)
+    }
+
+    /// Allocatable CPUs in the NUMA nodes of the affinity (with
+    /// `align-by-socket`: in the sockets of those NUMA nodes).
+    fn aligned_cpus(&self, nodes: &[u32], allocatable: &CpuSet) -> CpuSet {
+        let mut scope = CpuSet::new();
+        for node in nodes {
+            let Some(node_cpus) = self.topology.numa_cpus().get(node) else {
+                continue;
+            };
+            if self.options.align_by_socket {
+                for cpu in node_cpus {
+                    if let Some(socket) = self.topology.cpu(cpu).map(|c| c.socket) {
+                        if let Some(socket_cpus) = self.topology.sockets().get(&socket) {
+                            scope.union_with(socket_cpus);
+                        }
+                    }
+                }
+            } else {
+                scope.union_with(node_cpus);
+            }
+        }
+        scope.intersection(allocatable)
+    }
+
+    fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, AllocError> {
+        take_with_index(&self.index, available, n, self.algorithm)
+    }
+
+    /// kubelet `updateCPUsToReuse`.
+    fn update_reuse(&mut self, request: &ContainerRequest<'_>, cpus: &CpuSet) {
+        self.reuse.retain(|pod, _| pod == request.pod);
+        let entry = self.reuse.entry(request.pod.to_string()).or_default();
+        if request.kind == ContainerKind::Init {
+            entry.union_with(cpus);
+        } else {
+            entry.difference_with(cpus);
+        }
+    }
+
+    /// kubelet `RemoveContainer`: returns to the shared pool the CPUs of the
+    /// container that no other container of the same pod holds. Unknown
+    /// containers are a no-op. Returns the CPUs given back.
+    pub fn remove_container(&self, state: &mut State, pod: &str, container: &str) -> CpuSet {
+        let Some(cpus) = state.unassign(pod, container) else {
+            return CpuSet::new();
+        };
+        let mut in_use = CpuSet::new();
+        if let Some(siblings) = state.assignments.get(pod) {
+            for held in siblings.values() {
+                in_use.union_with(held);
+            }
+        }
+        let released = cpus.difference(&in_use);
+        state.default.union_with(&released);
+        released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{synthetic, Shape};
+
+    fn list(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    /// 4 cores × 2 threads: core n = CPUs n and n+4.
+    fn machine() -> Topology {
+        synthetic(Shape {
+            sockets: 1,
+            numa_per_socket: 1,
+            cores_per_socket: 4,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn strict() -> StaticPolicyOptions {
+        StaticPolicyOptions {
+            strict_cpu_reservation: true,
+            ..Default::default()
+        }
+    }
+
+    fn app(pod: &'static str, cpus: usize) -> ContainerRequest<'static> {
+        ContainerRequest {
+            pod,
+            container: "app",
+            cpus,
+            kind: ContainerKind::App,
+        }
+    }
+
+    #[test]
+    fn reserved_count_takes_whole_low_cores_like_kubelet() {
+        let policy = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 2,
+                cpus: CpuSet::new(),
+            },
+        );
+        assert_eq!(policy.expect("policy").reserved(), &list("0,4"));
+    }
+
+    #[test]
+    fn reserved_cpus_must_be_online() {
+        let err = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 1,
+                cpus: list("9"),
+            },
+        );
+        assert_eq!(
+            err.expect_err("cpu 9 does not exist"),
+            PolicyError::ReservedNotOnline { cpus: "9".into() }
+        );
+    }
+
+    /// Regression: with strict-cpu-reservation a reservation of every CPU
+    /// left the shared pool empty (found by the engine invariant property test).
+    #[test]
+    fn strict_reservation_of_every_cpu_is_refused() {
+        let err = StaticPolicy::new(
+            machine(),
+            strict(),
+            &Reservation {
+                count: 8,
+                cpus: CpuSet::new(),
+            },
+        );
+        assert_eq!(
+            err.expect_err("no shared cpu"),
+            PolicyError::NoSharedCpus {
+                reserved: "0-7".into()
+            }
+        );
+    }
+
+    /// Regression: with strict-cpu-reservation kubelet hands out the last
+    /// shared CPU; Pinion refuses and keeps the state unchanged.
+    #[test]
+    fn strict_allocation_never_takes_the_last_shared_cpu() {
+        let mut policy = StaticPolicy::new(
+            machine(),
+            strict(),
+            &Reservation {
+                count: 2,
+                cpus: CpuSet::new(),
+            },
+        )
+        .expect("policy");
+        let mut state = State::default();
+        policy.start(&mut state).expect("start");
+        assert_eq!(state.default, list("1-3,5-7"));
+        assert_eq!(
+            policy.allocate(&mut state, &app("a", 4), None),
+            Ok(Some(list("1-2,5-6")))
+        );
+        let before = state.clone();
+        let err = policy
+            .allocate(&mut state, &app("b", 2), None)
+            .expect_err("would empty the pool");
+        assert_eq!(err, PolicyError::SharedPoolWouldBeEmpty { requested: 2 });
+        assert_eq!(state, before);
+        assert_eq!(
+            policy.allocate(&mut state, &app("b", 1), None),
+            Ok(Some(list("3")))
+        );
+    }
+
+    #[test]
+    fn zero_cpu_request_runs_in_the_shared_pool() {
+        let mut policy = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 1,
+                cpus: CpuSet::new(),
+            },
+        )
+        .expect("policy");
+        let mut state = State::default();
+        policy.start(&mut state).expect("start");
+        assert_eq!(policy.allocate(&mut state, &app("a", 0), None), Ok(None));
+        assert!(state.assignments.is_empty());
+    }
+}

@@ -1,0 +1,270 @@
+//! Policy-level scenarios (`pinion simulate`): the conformance corpus format
+//! of `kind: policy` cases — a topology, options, a reservation, an initial
+//! state, pods, and steps of start / add / remove — run through the
+//! [`Engine`], producing per-step outcomes and the final state.
+//!
+//! Expectation keys of corpus cases (`expect_*`) are ignored here; the
+//! conformance tests compare them with the [`Outcome`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::engine::Engine;
+use crate::pod::{Container, Pod, RestartPolicy};
+use crate::policy::{PolicyConfig, PolicyError};
+use crate::quantity::Quantity;
+use crate::state::State;
+use crate::topology::{try_synthetic, Shape, ShapeError, Topology};
+
+/// One scenario. Either `topology` is given, or the caller resolves
+/// `sysroot` into a topology before [`run`].
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Scenario {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub topology: Option<Topology>,
+    /// A regular machine (sockets × cores × threads) instead of a topology.
+    #[serde(default)]
+    pub machine: Option<Shape>,
+    /// A sysfs root to discover the topology from (resolved by the caller).
+    #[serde(default)]
+    pub sysroot: Option<String>,
+    /// Policy, options, feature gates and reservation.
+    #[serde(flatten)]
+    pub config: PolicyConfig,
+    #[serde(default)]
+    pub initial_state: Option<InitialState>,
+    #[serde(default)]
+    pub pods: BTreeMap<String, Pod>,
+    #[serde(default)]
+    pub steps: Vec<Step>,
+}
+
+/// The state a scenario starts from, loaded as-is (like kubelet's test
+/// mock state); a `start` step validates it.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct InitialState {
+    #[serde(default)]
+    pub default: CpuSet,
+    /// `"<pod>/<container>"` → CPUs.
+    #[serde(default)]
+    pub assignments: BTreeMap<String, CpuSet>,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Start,
+    Add,
+    Remove,
+}
+
+/// One step. For `add`, the pod comes from [`Scenario::pods`]; when the pod
+/// is not listed, the step's own resource fields describe a one-container pod.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Step {
+    pub op: Op,
+    #[serde(default)]
+    pub pod: Option<String>,
+    #[serde(default)]
+    pub container: Option<String>,
+    #[serde(default)]
+    pub hint: Option<Hint>,
+    #[serde(default)]
+    pub init: bool,
+    #[serde(default)]
+    pub restart_policy: Option<RestartPolicy>,
+    #[serde(default)]
+    pub cpu_request: Option<Quantity>,
+    #[serde(default)]
+    pub cpu_limit: Option<Quantity>,
+    #[serde(default)]
+    pub memory_request: Option<Quantity>,
+    #[serde(default)]
+    pub memory_limit: Option<Quantity>,
+}
+
+/// A Topology Manager affinity given to one `add`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Hint {
+    pub numa_affinity: Vec<u32>,
+}
+
+/// The result of one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepOutcome {
+    pub op: Op,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    /// The container's exclusive CPUs after the step.
+    pub cpus: Option<CpuSet>,
+    pub error: Option<String>,
+    /// kubelet's admission reason when the step failed (e.g. `SMTAlignmentError`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The shared pool after the step.
+    pub default: CpuSet,
+}
+
+/// The result of a scenario whose policy could be built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub steps: Vec<StepOutcome>,
+    pub default: CpuSet,
+    pub reserved: CpuSet,
+    /// `"<pod>/<container>"` → CPUs.
+    pub assignments: BTreeMap<String, CpuSet>,
+}
+
+/// Why a scenario could not run at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScenarioError {
+    /// The policy could not be constructed (kubelet's error text).
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+    #[error("scenario has no topology (give `topology`, `machine` or `sysroot`)")]
+    NoTopology,
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+    #[error("initial_state assignment key {key:?} is not \"<pod>/<container>\"")]
+    BadAssignmentKey { key: String },
+    #[error("step {index}: {what}")]
+    BadStep { index: usize, what: String },
+}
+
+/// The topology given inline (`topology`, else `machine`); `Ok(None)` when
+/// the scenario names only a `sysroot`, which the caller must discover.
+pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, ScenarioError> {
+    if let Some(topology) = &scenario.topology {
+        return Ok(Some(topology.clone()));
+    }
+    match scenario.machine {
+        Some(shape) => Ok(Some(try_synthetic(shape)?)),
+        None if scenario.sysroot.is_some() => Ok(None),
+        None => Err(ScenarioError::NoTopology),
+    }
+}
+
+/// Runs a scenario on `topology`.
+pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
+    let policy = scenario.config.build(topology)?;
+    let reserved = policy.reserved();
+    let mut engine = Engine::new(policy, initial_state(scenario)?);
+    let mut steps = Vec::with_capacity(scenario.steps.len());
+    for (index, step) in scenario.steps.iter().enumerate() {
+        steps.push(run_step(&mut engine, scenario, step, index)?);
+    }
+    let state = engine.state();
+    let assignments = state
+        .assignments
+        .iter()
+        .flat_map(|(pod, containers)| {
+            containers
+                .iter()
+                .map(move |(container, cpus)| (format!("{pod}/{container}"), cpus.clone()))
+        })
+        .collect();
+    Ok(Outcome {
+        steps,
+        default: state.default.clone(),
+        reserved,
+        assignments,
+    })
+}
+
+fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {
+    let mut state = State::default();
+    let Some(initial) = &scenario.initial_state else {
+        return Ok(state);
+    };
+    state.default = initial.default.clone();
+    for (key, cpus) in &initial.assignments {
+        let (pod, container) = key
+            .split_once('/')
+            .ok_or_else(|| ScenarioError::BadAssignmentKey { key: key.clone() })?;
+        state.assign(pod, container, cpus.clone());
+    }
+    Ok(state)
+}
+
+fn run_step(
+    engine: &mut Engine,
+    scenario: &Scenario,
+    step: &Step,
+    index: usize,
+) -> Result<StepOutcome, ScenarioError> {
+    let names = || -> Result<(&str, &str), ScenarioError> {
+        match (step.pod.as_deref(), step.container.as_deref()) {
+            (Some(pod), Some(container)) => Ok((pod, container)),
+            _ => Err(ScenarioError::BadStep {
+                index,
+                what: "needs `pod` and `container`".into(),
+            }),
+        }
+    };
+    let mut error = None;
+    match step.op {
+        Op::Start => error = engine.start().err(),
+        Op::Remove => {
+            let (pod, container) = names()?;
+            engine.remove(pod, container);
+        }
+        Op::Add => {
+            let (pod_uid, name) = names()?;
+            let pod = step_pod(scenario, step, pod_uid);
+            let affinity = step.hint.as_ref().map(|h| h.numa_affinity.as_slice());
+            error = match engine.admit_container(&pod, name, affinity) {
+                Err(PolicyError::UnknownContainer { pod, container }) => {
+                    let what = format!("pod {pod} has no container {container:?}");
+                    return Err(ScenarioError::BadStep { index, what });
+                }
+                other => other.err(),
+            };
+        }
+    }
+    let cpus = match (step.pod.as_deref(), step.container.as_deref()) {
+        (Some(pod), Some(container)) => engine.state().assignment(pod, container).cloned(),
+        _ => None,
+    };
+    Ok(StepOutcome {
+        op: step.op,
+        pod: step.pod.clone(),
+        container: step.container.clone(),
+        cpus,
+        reason: error.as_ref().map(|e| e.reason().to_string()),
+        error: error.map(|e| e.to_string()),
+        default: engine.state().default.clone(),
+    })
+}
+
+/// The pod of an `add` step: from `pods`, else a one-container pod built
+/// from the step's own fields (kubelet tests' `makePod`).
+fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
+    if let Some(pod) = scenario.pods.get(uid) {
+        let mut pod = pod.clone();
+        pod.uid = uid.to_string();
+        return pod;
+    }
+    let container = Container {
+        name: step.container.clone().unwrap_or_default(),
+        cpu_request: step.cpu_request.clone(),
+        cpu_limit: step.cpu_limit.clone(),
+        memory_request: step.memory_request.clone(),
+        memory_limit: step.memory_limit.clone(),
+        restart_policy: step.restart_policy,
+    };
+    let mut pod = Pod {
+        uid: uid.to_string(),
+        ..Pod::default()
+    };
+    if step.init {
+        pod.init_containers.push(container);
+    } else {
+        pod.containers.push(container);
+    }
+    pod
+}

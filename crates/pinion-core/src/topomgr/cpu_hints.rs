@@ -1,0 +1,296 @@
+//! The CPU manager as a hint provider (static policy, spec
+//! `kubelet-topology-manager.md` §8): kubelet's `generateCPUTopologyHints`,
+//! `GetTopologyHints` (container scope) and `GetPodTopologyHints` (pod scope).
+//!
+//! Masks are enumerated over the NUMA nodes that own CPUs, in
+//! [`iterate_masks`] order, so the output lists every feasible mask (all
+//! supersets included) exactly as kubelet does. Per mask the work is O(nodes)
+//! thanks to per-node counts; the number of masks is `2^n − 1` for `n`
+//! CPU-bearing nodes, inherent to kubelet's output format.
+
+use super::bitmask::{iterate_masks, NumaMask};
+use super::hint::TopologyHint;
+use crate::cpuset::CpuSet;
+use crate::topology::Topology;
+
+/// Per-node figures for one hint generation.
+struct NodeCounts {
+    ids: Vec<u32>,
+    /// `(total CPUs, available CPUs)` per node, same order as `ids`.
+    counts: Vec<(usize, usize)>,
+    /// Nodes holding at least one reusable CPU.
+    reusable_nodes: NumaMask,
+}
+
+impl NodeCounts {
+    fn new(topology: &Topology, available: &CpuSet, reusable: &CpuSet) -> Self {
+        let mut ids = Vec::new();
+        let mut counts = Vec::new();
+        let mut reusable_nodes = NumaMask::empty();
+        for (&node, cpus) in topology.numa_cpus() {
+            ids.push(node);
+            counts.push((cpus.len(), cpus.intersection_len(available)));
+            if cpus.intersection_len(reusable) > 0 {
+                reusable_nodes = reusable_nodes.or(NumaMask::single(node).unwrap_or_default());
+            }
+        }
+        Self {
+            ids,
+            counts,
+            reusable_nodes,
+        }
+    }
+
+    /// (total, available) CPUs on the nodes of `mask`.
+    fn in_mask(&self, mask: NumaMask) -> (usize, usize) {
+        let mut sums = (0, 0);
+        for (&id, &(total, free)) in self.ids.iter().zip(&self.counts) {
+            if mask.is_set(id) {
+                sums.0 += total;
+                sums.1 += free;
+            }
+        }
+        sums
+    }
+}
+
+/// kubelet `generateCPUTopologyHints`: every NUMA mask (over nodes with CPUs)
+/// that covers all reusable CPUs' nodes and holds at least `request` CPUs
+/// counting `|reusable|` plus the available CPUs on its nodes; preferred when
+/// its size is the minimum whose **total** CPUs cover the request (with
+/// `align_by_socket`: also when it spans exactly the minimal socket count).
+#[must_use]
+pub fn generate_cpu_hints(
+    topology: &Topology,
+    available: &CpuSet,
+    reusable: &CpuSet,
+    request: usize,
+    align_by_socket: bool,
+) -> Vec<TopologyHint> {
+    let nodes = NodeCounts::new(topology, available, reusable);
+    let mut min_affinity_size = u32::try_from(nodes.ids.len()).unwrap_or(u32::MAX);
+    let mut hints = Vec::new();
+    iterate_masks(&nodes.ids, |mask| {
+        let (total, free) = nodes.in_mask(mask);
+        if total >= request && mask.count() < min_affinity_size {
+            min_affinity_size = mask.count();
+        }
+        if !nodes.reusable_nodes.is_subset_of(mask) || reusable.len() + free < request {
+            return;
+        }
+        hints.push(TopologyHint::new(mask, false));
+    });
+    let min_sockets = align_by_socket.then(|| min_socket_count(topology, min_affinity_size));
+    for hint in &mut hints {
+        let mask = hint.affinity.unwrap_or_default();
+        let socket_aligned = min_sockets
+            .flatten()
+            .is_some_and(|wanted| sockets_of(topology, mask) == wanted);
+        hint.preferred = mask.count() == min_affinity_size || socket_aligned;
+    }
+    hints
+}
+
+/// `ceil(min_affinity_size / (NUMA nodes per socket))`; `None` when a socket
+/// holds less than one NUMA node (integer division gives 0).
+fn min_socket_count(topology: &Topology, min_affinity_size: u32) -> Option<usize> {
+    let per_socket = topology.num_numa_nodes() / topology.num_sockets().max(1);
+    (per_socket > 0).then(|| (min_affinity_size as usize).div_ceil(per_socket))
+}
+
+/// Number of distinct sockets of the CPUs on the nodes of `mask`.
+fn sockets_of(topology: &Topology, mask: NumaMask) -> usize {
+    let mut sockets: Vec<u32> = topology
+        .cpus()
+        .iter()
+        .filter(|cpu| mask.is_set(cpu.numa))
+        .map(|cpu| cpu.socket)
+        .collect();
+    sockets.sort_unstable();
+    sockets.dedup();
+    sockets.len()
+}
+
+/// Inputs of a hint request besides the request size.
+#[derive(Debug, Clone, Copy)]
+pub struct HintInputs<'a> {
+    pub topology: &'a Topology,
+    /// The static policy's available CPUs (default set − reserved).
+    pub available: &'a CpuSet,
+    /// CPUs of this pod's finished init containers that may be reused.
+    pub reusable: &'a CpuSet,
+    pub align_by_socket: bool,
+}
+
+/// kubelet `GetTopologyHints` for the `cpu` resource (container scope):
+/// `None` ("don't care") when `request` is 0; an existing assignment of the
+/// wrong size gives an empty list; an existing assignment of the right size
+/// regenerates hints from its CPUs alone.
+#[must_use]
+pub fn container_cpu_hints(
+    inputs: &HintInputs<'_>,
+    request: usize,
+    assigned: Option<&CpuSet>,
+) -> Option<Vec<TopologyHint>> {
+    if request == 0 {
+        return None;
+    }
+    let hints = match assigned {
+        Some(cpus) if cpus.len() != request => Vec::new(),
+        Some(cpus) => generate_cpu_hints(
+            inputs.topology,
+            cpus,
+            &CpuSet::new(),
+            request,
+            inputs.align_by_socket,
+        ),
+        None => generate_cpu_hints(
+            inputs.topology,
+            inputs.available,
+            inputs.reusable,
+            request,
+            inputs.align_by_socket,
+        ),
+    };
+    Some(hints)
+}
+
+/// One container of a pod-scope request: its own exclusive CPU count and
+/// its current assignment.
+#[derive(Debug, Clone)]
+pub struct ContainerCpus {
+    pub request: usize,
+    pub assigned: Option<CpuSet>,
+}
+
+/// kubelet `GetPodTopologyHints` for `cpu` (pod scope) with the pod total
+/// `request` (see [`crate::pod::pod_guaranteed_cpus`]).
+#[must_use]
+pub fn pod_cpu_hints(
+    inputs: &HintInputs<'_>,
+    request: usize,
+    containers: &[ContainerCpus],
+) -> Option<Vec<TopologyHint>> {
+    if request == 0 {
+        return None;
+    }
+    let mut assigned = CpuSet::new();
+    for container in containers {
+        if let Some(cpus) = &container.assigned {
+            if cpus.len() != container.request {
+                return Some(Vec::new());
+            }
+            assigned.union_with(cpus);
+        }
+    }
+    let align = inputs.align_by_socket;
+    if !assigned.is_empty() && assigned.len() == request {
+        return Some(generate_cpu_hints(
+            inputs.topology,
+            &assigned,
+            &CpuSet::new(),
+            request,
+            align,
+        ));
+    }
+    let reusable = inputs.reusable.union(&assigned);
+    Some(generate_cpu_hints(
+        inputs.topology,
+        inputs.available,
+        &reusable,
+        request,
+        align,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{synthetic, Shape};
+
+    /// 2 NUMA nodes (= sockets) × 3 cores × 2 threads: node 0 = CPUs 0-2,6-8.
+    fn machine() -> Topology {
+        synthetic(Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 3,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn list(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).unwrap()
+    }
+
+    fn hints(ids: &[(&[u32], bool)]) -> Vec<TopologyHint> {
+        ids.iter()
+            .map(|(ids, preferred)| {
+                TopologyHint::new(NumaMask::from_ids(ids.iter().copied()).unwrap(), *preferred)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn minimal_masks_are_preferred_and_supersets_listed() {
+        let topo = machine();
+        // 4 free on node 0 (1,2,7,8), 6 on node 1.
+        let free = list("1-5,7-11");
+        let none = CpuSet::new();
+        assert_eq!(
+            generate_cpu_hints(&topo, &free, &none, 2, false),
+            hints(&[(&[0], true), (&[1], true), (&[0, 1], false)])
+        );
+        assert_eq!(
+            generate_cpu_hints(&topo, &free, &none, 5, false),
+            hints(&[(&[1], true), (&[0, 1], false)])
+        );
+        assert_eq!(
+            generate_cpu_hints(&topo, &free, &none, 7, false),
+            hints(&[(&[0, 1], true)])
+        );
+        assert!(generate_cpu_hints(&topo, &free, &none, 11, false).is_empty());
+        // Minimal size counts total CPUs, not free ones.
+        assert_eq!(
+            generate_cpu_hints(&topo, &list("0,3"), &none, 2, false),
+            hints(&[(&[0, 1], false)])
+        );
+    }
+
+    #[test]
+    fn reusable_cpus_must_lie_inside_the_mask() {
+        let topo = machine();
+        let hints_got = generate_cpu_hints(&topo, &list("3-5,9-11"), &list("0"), 2, false);
+        assert_eq!(hints_got, hints(&[(&[0, 1], false)]));
+    }
+
+    #[test]
+    fn scopes_handle_existing_assignments() {
+        let topo = machine();
+        let free = list("1-5,7-11");
+        let none = CpuSet::new();
+        let inputs = HintInputs {
+            topology: &topo,
+            available: &free,
+            reusable: &none,
+            align_by_socket: false,
+        };
+        assert_eq!(container_cpu_hints(&inputs, 0, None), None);
+        assert_eq!(
+            container_cpu_hints(&inputs, 2, Some(&list("0,3,6"))),
+            Some(Vec::new())
+        );
+        let regenerated = container_cpu_hints(&inputs, 2, Some(&list("0,6")));
+        assert_eq!(regenerated, Some(hints(&[(&[0], true), (&[0, 1], false)])));
+        let containers = [ContainerCpus {
+            request: 2,
+            assigned: Some(list("0,6")),
+        }];
+        assert_eq!(pod_cpu_hints(&inputs, 2, &containers), regenerated);
+        let wrong = [ContainerCpus {
+            request: 3,
+            assigned: Some(list("0,6")),
+        }];
+        assert_eq!(pod_cpu_hints(&inputs, 3, &wrong), Some(Vec::new()));
+    }
+}

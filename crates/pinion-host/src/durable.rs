@@ -1,0 +1,296 @@
+//! Durable, atomic replacement of one file in a directory.
+//!
+//! A write goes: create `.<name>.pinion-tmp` in the same directory, write
+//! the bytes, fsync the temp file, rename it over `<name>`, fsync the
+//! directory. A crash before the rename leaves the old file untouched (plus
+//! a stale temp file, which the next write truncates and reads never look
+//! at); a crash after it leaves the new file. Nobody ever sees a torn
+//! `<name>`.
+//!
+//! [`write_atomic_with`] calls a hook after every step ([`WriteStep`]) so a
+//! test can stop the process at each one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// Errors of durable file operations; each names the operation and path.
+#[derive(Debug, thiserror::Error)]
+pub enum DurableError {
+    #[error("invalid file name {name:?}: must be a plain file name inside the directory")]
+    InvalidName { name: String },
+    #[error("{op} {}: {source}", .path.display())]
+    Io {
+        op: Op,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("no free name to move {} aside", .path.display())]
+    NoFreeName { path: PathBuf },
+    #[error("rename {} to {}: {source}", .from.display(), .to.display())]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// The operation an [`DurableError::Io`] failed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    CreateTemp,
+    /// Writing this many bytes.
+    Write(usize),
+    SyncFile,
+    SyncDir,
+    Remove,
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Read => f.write_str("read"),
+            Op::CreateTemp => f.write_str("create temp file"),
+            Op::Write(bytes) => write!(f, "write {bytes} bytes to"),
+            Op::SyncFile => f.write_str("fsync file"),
+            Op::SyncDir => f.write_str("fsync directory"),
+            Op::Remove => f.write_str("remove"),
+        }
+    }
+}
+
+/// The points of a write, in order; the hook runs after each one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteStep {
+    /// The temp file exists, empty.
+    TempCreated,
+    /// The first half of the bytes is in the temp file.
+    TempHalfWritten,
+    /// All bytes are in the temp file (maybe not on disk yet).
+    TempWritten,
+    /// The temp file is fsynced.
+    TempSynced,
+    /// The temp file has replaced the target (directory not yet fsynced).
+    Renamed,
+    /// The directory is fsynced: the write is durable.
+    DirSynced,
+}
+
+impl WriteStep {
+    /// Every step, in the order a write passes them.
+    pub const ALL: [WriteStep; 6] = [
+        WriteStep::TempCreated,
+        WriteStep::TempHalfWritten,
+        WriteStep::TempWritten,
+        WriteStep::TempSynced,
+        WriteStep::Renamed,
+        WriteStep::DirSynced,
+    ];
+
+    /// A stable name (for logs and test plumbing).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteStep::TempCreated => "temp-created",
+            WriteStep::TempHalfWritten => "temp-half-written",
+            WriteStep::TempWritten => "temp-written",
+            WriteStep::TempSynced => "temp-synced",
+            WriteStep::Renamed => "renamed",
+            WriteStep::DirSynced => "dir-synced",
+        }
+    }
+
+    /// The step with this [`WriteStep::name`].
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<WriteStep> {
+        WriteStep::ALL.into_iter().find(|step| step.name() == name)
+    }
+}
+
+/// The temp file name used while writing `name`.
+#[must_use]
+pub fn temp_name(name: &str) -> String {
+    format!(".{name}.pinion-tmp")
+}
+
+/// Refuses names that are empty, `.`/`..`, or contain a path separator or
+/// NUL, so a join can never leave the directory.
+pub fn check_name(name: &str) -> Result<(), DurableError> {
+    let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']);
+    if bad {
+        Err(DurableError::InvalidName {
+            name: name.to_string(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn io_err(op: Op, path: &Path) -> impl FnOnce(io::Error) -> DurableError + '_ {
+    move |source| DurableError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Replaces `dir/name` with `bytes` durably and atomically.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), DurableError> {
+    write_atomic_with(dir, name, bytes, &mut |_| {})
+}
+
+/// [`write_atomic`], calling `hook` after each [`WriteStep`]. On an error
+/// before the rename the temp file is removed (best effort) and the target
+/// is untouched.
+pub fn write_atomic_with(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    hook: &mut impl FnMut(WriteStep),
+) -> Result<(), DurableError> {
+    check_name(name)?;
+    let temp = dir.join(temp_name(name));
+    let target = dir.join(name);
+    if let Err(err) = write_temp(&temp, bytes, hook) {
+        let _ = fs::remove_file(&temp);
+        return Err(err);
+    }
+    fs::rename(&temp, &target).map_err(|source| {
+        let _ = fs::remove_file(&temp);
+        DurableError::Rename {
+            from: temp.clone(),
+            to: target.clone(),
+            source,
+        }
+    })?;
+    hook(WriteStep::Renamed);
+    sync_dir(dir)?;
+    hook(WriteStep::DirSynced);
+    Ok(())
+}
+
+/// Creates (or truncates a stale) temp file, writes and fsyncs it.
+fn write_temp(
+    temp: &Path,
+    bytes: &[u8],
+    hook: &mut impl FnMut(WriteStep),
+) -> Result<(), DurableError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(temp)
+        .map_err(io_err(Op::CreateTemp, temp))?;
+    hook(WriteStep::TempCreated);
+    let (first, second) = bytes.split_at(bytes.len() / 2);
+    file.write_all(first)
+        .map_err(io_err(Op::Write(bytes.len()), temp))?;
+    hook(WriteStep::TempHalfWritten);
+    file.write_all(second)
+        .map_err(io_err(Op::Write(bytes.len()), temp))?;
+    hook(WriteStep::TempWritten);
+    file.sync_all().map_err(io_err(Op::SyncFile, temp))?;
+    hook(WriteStep::TempSynced);
+    Ok(())
+}
+
+/// fsyncs a directory so a rename or removal in it is durable.
+pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(io_err(Op::SyncDir, dir))
+}
+
+/// Reads `dir/name`: `Ok(None)` when it does not exist, an error when it
+/// exists but cannot be read.
+pub fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, DurableError> {
+    check_name(name)?;
+    let path = dir.join(name);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(DurableError::Io {
+            op: Op::Read,
+            path,
+            source,
+        }),
+    }
+}
+
+/// Removes a temp file a crashed write left behind. Returns whether there
+/// was one.
+pub fn remove_stale_temp(dir: &Path, name: &str) -> Result<bool, DurableError> {
+    check_name(name)?;
+    let temp = dir.join(temp_name(name));
+    match fs::remove_file(&temp) {
+        Ok(()) => {
+            sync_dir(dir)?;
+            Ok(true)
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(DurableError::Io {
+            op: Op::Remove,
+            path: temp,
+            source,
+        }),
+    }
+}
+
+/// Moves `dir/name` to `dir/<name>.corrupt-<n>` with the smallest free
+/// `n >= 1`, never replacing an existing file (link, then unlink), and
+/// fsyncs the directory. Returns the new path.
+pub fn move_aside(dir: &Path, name: &str) -> Result<PathBuf, DurableError> {
+    check_name(name)?;
+    let path = dir.join(name);
+    for n in 1u32.. {
+        let aside = dir.join(format!("{name}.corrupt-{n}"));
+        match fs::hard_link(&path, &aside) {
+            Ok(()) => {
+                fs::remove_file(&path).map_err(io_err(Op::Remove, &path))?;
+                sync_dir(dir)?;
+                return Ok(aside);
+            }
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(DurableError::Rename {
+                    from: path,
+                    to: aside,
+                    source,
+                })
+            }
+        }
+    }
+    Err(DurableError::NoFreeName { path })
+}
+
+/// Keeps the current `dir/name` as `dir/<name>.<label>-<n>` (smallest free
+/// `n >= 1`, a hard link: no copy, never replacing an existing file) and
+/// fsyncs the directory. The original stays in place. Returns the new path.
+pub fn keep_copy(dir: &Path, name: &str, label: &str) -> Result<PathBuf, DurableError> {
+    check_name(name)?;
+    let path = dir.join(name);
+    for n in 1u32.. {
+        let copy = dir.join(format!("{name}.{label}-{n}"));
+        match fs::hard_link(&path, &copy) {
+            Ok(()) => {
+                sync_dir(dir)?;
+                return Ok(copy);
+            }
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(DurableError::Rename {
+                    from: path,
+                    to: copy,
+                    source,
+                })
+            }
+        }
+    }
+    Err(DurableError::NoFreeName { path })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! `pinion simulate SCENARIO`: run a policy scenario (the conformance corpus
+//! `kind: policy` format, JSON or YAML; one scenario or an array) through the
+//! same engine the agent uses, and print each step's outcome and the final
+//! state — as JSON, or as text with a per-CPU map.
+//!
+//! Exit status: 0 when every scenario could be read and run (a policy that
+//! cannot be constructed is an outcome, printed as `{"error": …}`); non-zero
+//! when the file cannot be read or parsed, or a topology cannot be found.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use pinion_core::scenario::{self, Outcome, Scenario, ScenarioError, StepOutcome};
+use pinion_core::state::State;
+use pinion_core::Topology;
+
+use crate::input;
+use crate::render;
+
+/// Output format of `pinion simulate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+/// Arguments of `pinion simulate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Scenario file (JSON or YAML), or `-` for standard input.
+    pub scenario: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+/// Runs `pinion simulate`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let value = input::read_json_or_yaml(&args.scenario)?;
+    let batch = value.is_array();
+    let items = match value {
+        serde_json::Value::Array(items) => items,
+        single => vec![single],
+    };
+    let base = args
+        .scenario
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    for (index, item) in items.into_iter().enumerate() {
+        let scenario: Scenario = serde_json::from_value(item).with_context(|| {
+            format!(
+                "scenario {index} of {} is malformed",
+                args.scenario.display()
+            )
+        })?;
+        let topology = resolve_topology(&scenario, &base)?;
+        let result = scenario::run(&scenario, &topology);
+        match args.format {
+            Format::Json => println!("{}", to_json(&scenario, &result, batch)?),
+            Format::Text => print!("{}", to_text(&scenario, &topology, &result)),
+        }
+    }
+    Ok(())
+}
+
+/// The scenario's topology: inline, a regular `machine`, or discovered from
+/// `sysroot` (relative paths are relative to the scenario file).
+fn resolve_topology(scenario: &Scenario, base: &Path) -> anyhow::Result<Topology> {
+    if let Some(topology) = scenario::inline_topology(scenario)? {
+        return Ok(topology);
+    }
+    let sysroot = scenario
+        .sysroot
+        .as_deref()
+        .ok_or(ScenarioError::NoTopology)?;
+    let root = base.join(sysroot);
+    pinion_host::discover(&root)
+        .with_context(|| format!("cannot discover the cpu topology under {}", root.display()))
+}
+
+/// One line of JSON output: the outcome (or `{"error"}`), with the
+/// scenario's `name` first in batch mode.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a Option<String>>,
+    #[serde(flatten)]
+    body: Body<'a>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Body<'a> {
+    Outcome(&'a Outcome),
+    Error { error: String },
+}
+
+fn to_json(
+    scenario: &Scenario,
+    result: &Result<Outcome, ScenarioError>,
+    batch: bool,
+) -> anyhow::Result<String> {
+    let body = match result {
+        Ok(outcome) => Body::Outcome(outcome),
+        Err(err) => Body::Error {
+            error: err.to_string(),
+        },
+    };
+    let name = batch.then_some(&scenario.name);
+    Ok(serde_json::to_string(&Line { name, body })?)
+}
+
+fn to_text(
+    scenario: &Scenario,
+    topology: &Topology,
+    result: &Result<Outcome, ScenarioError>,
+) -> String {
+    let mut out = String::new();
+    if let Some(name) = &scenario.name {
+        let _ = writeln!(out, "scenario: {name}");
+    }
+    let options: Vec<String> = scenario
+        .config
+        .options
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "policy {}, options: {}",
+        scenario.config.policy.as_deref().unwrap_or("static"),
+        if options.is_empty() {
+            "none".to_string()
+        } else {
+            options.join(", ")
+        }
+    );
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            let _ = writeln!(out, "the policy cannot be constructed: {err}\n");
+            return out;
+        }
+    };
+    let _ = writeln!(
+        out,
+        "reserved: {} ({} cpus)",
+        show(&outcome.reserved.to_string()),
+        outcome.reserved.len()
+    );
+    for (index, step) in outcome.steps.iter().enumerate() {
+        let _ = writeln!(out, "step {:>2}  {}", index + 1, step_line(step));
+    }
+    let _ = writeln!(
+        out,
+        "shared pool: {} ({} cpus)",
+        show(&outcome.default.to_string()),
+        outcome.default.len()
+    );
+    let mut state = State {
+        default: outcome.default.clone(),
+        ..State::default()
+    };
+    for (key, cpus) in &outcome.assignments {
+        if let Some((pod, container)) = key.split_once('/') {
+            state.assign(pod, container, cpus.clone());
+        }
+    }
+    out.push_str(&render::cpumap::render(topology, &state, &outcome.reserved));
+    out.push('\n');
+    out
+}
+
+fn step_line(step: &StepOutcome) -> String {
+    let op = format!("{:?}", step.op).to_lowercase();
+    let who = match (&step.pod, &step.container) {
+        (Some(pod), Some(container)) => format!("{pod}/{container}"),
+        _ => String::new(),
+    };
+    let result = match (&step.error, &step.cpus) {
+        (Some(err), _) => format!("FAILED: {err}"),
+        (None, Some(cpus)) => format!("-> exclusive cpus {cpus} ({})", cpus.len()),
+        (None, None) if step.op == scenario::Op::Add => "-> shared pool".to_string(),
+        (None, None) => "ok".to_string(),
+    };
+    format!("{op:<6} {who:<30} {result}")
+}
+
+fn show(cpus: &str) -> &str {
+    if cpus.is_empty() {
+        "(none)"
+    } else {
+        cpus
+    }
+}

@@ -1,0 +1,286 @@
+//! `pinion state`: look at kubelet's CPU manager checkpoint.
+//!
+//! `pinion state inspect FILE` prints the format version, the policy, the
+//! default CPU set, every assignment and whether the checksum is valid
+//! (stored vs recomputed). It exits non-zero when the file cannot be read or
+//! decoded, when the checksum does not match, or when a CPU set does not
+//! parse — after printing what it could.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use pinion_core::checkpoint::{self, Checkpoint, CheckpointError, Entries};
+use pinion_core::CpuSet;
+use serde::Serialize;
+
+/// Arguments of `pinion state`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: StateCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum StateCommand {
+    /// Show a checkpoint file (kubelet's `cpu_manager_state`) and check its checksum.
+    Inspect(InspectArgs),
+    /// Check a checkpoint against this machine and a policy configuration,
+    /// as kubelet does when it starts.
+    Verify(super::state_check::VerifyArgs),
+    /// Turn a checkpoint kubelet would refuse into a valid one for a new
+    /// configuration, keeping every assignment that is still valid.
+    Migrate(super::state_check::MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct InspectArgs {
+    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state.
+    file: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+/// Runs `pinion state`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match &args.command {
+        StateCommand::Inspect(inspect) => run_inspect(inspect),
+        StateCommand::Verify(verify) => super::state_check::verify(verify),
+        StateCommand::Migrate(migrate) => super::state_check::migrate_file(migrate),
+    }
+}
+
+fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
+    let path = args.file.display().to_string();
+    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {path}"))?;
+    let checkpoint =
+        checkpoint::decode(&bytes).with_context(|| format!("cannot decode checkpoint {path}"))?;
+    let report = Report::new(path.clone(), &checkpoint);
+    match args.format {
+        Format::Text => print!("{}", report.to_text()),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{path}: {}", report.problems.join("; "))
+    }
+}
+
+/// One CPU set as stored, with its size or why it does not parse.
+#[derive(Debug, Serialize)]
+struct CpuSetView {
+    cpus: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl CpuSetView {
+    fn new(text: &str) -> Self {
+        let parsed = CpuSet::parse_list(text);
+        CpuSetView {
+            cpus: text.to_string(),
+            count: parsed.as_ref().ok().map(CpuSet::len),
+            error: parsed.err().map(|err| err.to_string()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let shown = if self.cpus.is_empty() {
+            "(empty)"
+        } else {
+            &self.cpus
+        };
+        match (&self.count, &self.error) {
+            (Some(1), _) => format!("{shown} (1 CPU)"),
+            (Some(count), _) => format!("{shown} ({count} CPUs)"),
+            (None, Some(err)) => format!("{shown} (INVALID: {err})"),
+            (None, None) => shown.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum EntriesView {
+    /// v2: pod UID → container name → CPU set.
+    Pods(BTreeMap<String, BTreeMap<String, CpuSetView>>),
+    /// v1: container id → CPU set.
+    Containers(BTreeMap<String, CpuSetView>),
+}
+
+#[derive(Debug, Serialize)]
+struct ChecksumView {
+    stored: u64,
+    computed: u64,
+    /// `valid`, `invalid`, or `not-checked` (stored 0, accepted by kubelet).
+    status: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    file: String,
+    version: &'static str,
+    policy: String,
+    default: CpuSetView,
+    entries: EntriesView,
+    checksum: ChecksumView,
+    /// Why the checkpoint would not be accepted (empty when it would).
+    problems: Vec<String>,
+}
+
+impl Report {
+    fn new(file: String, checkpoint: &Checkpoint) -> Self {
+        let entries = match checkpoint.entries() {
+            Entries::V1(by_id) => EntriesView::Containers(
+                by_id
+                    .iter()
+                    .map(|(id, cpus)| (id.clone(), CpuSetView::new(cpus)))
+                    .collect(),
+            ),
+            Entries::V2(pods) => EntriesView::Pods(
+                pods.iter()
+                    .map(|(pod, containers)| {
+                        let views = containers
+                            .iter()
+                            .map(|(name, cpus)| (name.clone(), CpuSetView::new(cpus)))
+                            .collect();
+                        (pod.clone(), views)
+                    })
+                    .collect(),
+            ),
+        };
+        let stored = checkpoint.stored_checksum();
+        let computed = checkpoint.computed_checksum();
+        let status = match (stored, checkpoint.verify()) {
+            (0, _) => "not-checked",
+            (_, Ok(())) => "valid",
+            (_, Err(_)) => "invalid",
+        };
+        let mut problems = Vec::new();
+        if let Err(err) = checkpoint.verify() {
+            problems.push(err.to_string());
+        }
+        problems.extend(cpuset_problems(checkpoint));
+        Report {
+            file,
+            version: checkpoint.version().as_str(),
+            policy: checkpoint.policy_name().to_string(),
+            default: CpuSetView::new(checkpoint.default_cpu_set()),
+            entries,
+            checksum: ChecksumView {
+                stored,
+                computed,
+                status,
+            },
+            problems,
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "file      {}", self.file);
+        let _ = writeln!(out, "format    {}", self.version);
+        let _ = writeln!(out, "policy    {}", self.policy);
+        let _ = writeln!(out, "default   {}", self.default.describe());
+        match &self.entries {
+            EntriesView::Pods(pods) => {
+                let containers: usize = pods.values().map(BTreeMap::len).sum();
+                let _ = writeln!(
+                    out,
+                    "entries   {} ({})",
+                    plural(pods.len(), "pod"),
+                    plural(containers, "container")
+                );
+                for (pod, containers) in pods {
+                    let _ = writeln!(out, "  pod {pod}");
+                    push_assignments(&mut out, "    ", containers);
+                }
+            }
+            EntriesView::Containers(by_id) => {
+                let _ = writeln!(
+                    out,
+                    "entries   {} (v1: keyed by container id)",
+                    plural(by_id.len(), "container")
+                );
+                push_assignments(&mut out, "  ", by_id);
+            }
+        }
+        let _ = writeln!(out, "checksum  {}", self.checksum.describe());
+        out
+    }
+}
+
+impl ChecksumView {
+    fn describe(&self) -> String {
+        match self.status {
+            "valid" => format!("valid (stored {} = computed)", self.stored),
+            "not-checked" => format!(
+                "not checked: a stored 0 is accepted as legacy (computed {})",
+                self.computed
+            ),
+            _ => format!(
+                "INVALID: stored {}, computed {} (checkpoint is corrupted)",
+                self.stored, self.computed
+            ),
+        }
+    }
+}
+
+/// kubelet's parse errors: the first bad set of a v2 checkpoint (as a
+/// restore reports it), or every bad set of a v1 checkpoint.
+fn cpuset_problems(checkpoint: &Checkpoint) -> Vec<String> {
+    match checkpoint.entries() {
+        Entries::V2(_) => checkpoint
+            .to_state()
+            .err()
+            .map(|err| err.to_string())
+            .into_iter()
+            .collect(),
+        Entries::V1(by_id) => {
+            let text = checkpoint.default_cpu_set();
+            let default = CpuSet::parse_list(text).err().map(|source| {
+                CheckpointError::DefaultCpuSet {
+                    text: text.to_string(),
+                    source: Box::new(source),
+                }
+                .to_string()
+            });
+            let containers = by_id.iter().filter_map(|(id, cpus)| {
+                CpuSet::parse_list(cpus).err().map(|err| {
+                    format!("could not parse cpuset {cpus:?} for container id {id:?}: {err}")
+                })
+            });
+            default.into_iter().chain(containers).collect()
+        }
+    }
+}
+
+fn push_assignments(out: &mut String, indent: &str, items: &BTreeMap<String, CpuSetView>) {
+    let width = items
+        .keys()
+        .map(|name| name.chars().count())
+        .max()
+        .unwrap_or(0);
+    for (name, cpus) in items {
+        let _ = writeln!(out, "{indent}{name:<width$}  {}", cpus.describe());
+    }
+}
+
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}

@@ -1,0 +1,243 @@
+//! `pinion state verify` and `pinion state migrate`: check a checkpoint
+//! against this machine and a policy configuration the way kubelet would at
+//! start, and — where kubelet would refuse to start — turn it into a valid
+//! state for the new configuration, keeping every assignment that is still
+//! valid and saying which ones cannot be kept.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use pinion_core::checkpoint::{self, Checkpoint};
+use pinion_core::migrate::{migrate, Outcome};
+use pinion_core::policy::{FeatureGates, Policy, PolicyConfig};
+use pinion_core::restore::{restore, to_checkpoint};
+use pinion_core::state::State;
+use pinion_core::{CpuSet, Topology};
+use pinion_host::durable;
+
+use crate::render;
+
+/// The machine and the policy configuration to check against.
+#[derive(Debug, clap::Args)]
+pub struct PolicyArgs {
+    /// Root holding `sys/devices/system/{cpu,node}` (`/` for this machine).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// CPU manager policy (`static` or `none`).
+    #[arg(long, alias = "to-policy", default_value = "static")]
+    pub policy: String,
+    /// Explicit reserved CPUs (kubelet `reservedSystemCPUs`), e.g. `0,48`.
+    #[arg(long, value_name = "LIST")]
+    pub reserved_cpus: Option<String>,
+    /// Number of reserved CPUs (ceil of kube-reserved + system-reserved cpu).
+    #[arg(long, value_name = "N")]
+    pub num_reserved: Option<usize>,
+    /// A static policy option, e.g. `--option full-pcpus-only=true` (repeatable).
+    #[arg(long = "option", value_name = "NAME=VALUE")]
+    pub options: Vec<String>,
+    /// Allow alpha-level policy options (kubelet `CPUManagerPolicyAlphaOptions`).
+    #[arg(long)]
+    pub alpha_options: bool,
+    /// Topology Manager policy (for option validation).
+    #[arg(long, value_name = "POLICY")]
+    pub topology_manager_policy: Option<String>,
+}
+
+impl PolicyArgs {
+    fn config(&self) -> anyhow::Result<PolicyConfig> {
+        let mut options = BTreeMap::new();
+        for option in &self.options {
+            let (name, value) = option
+                .split_once('=')
+                .with_context(|| format!("--option {option:?} must be NAME=VALUE"))?;
+            options.insert(name.to_string(), value.to_string());
+        }
+        let reserved = match &self.reserved_cpus {
+            Some(text) => Some(
+                CpuSet::parse_list(text).with_context(|| format!("--reserved-cpus {text:?}"))?,
+            ),
+            None => None,
+        };
+        let num_reserved = match (&reserved, self.num_reserved) {
+            (_, Some(n)) => Some(n),
+            (Some(cpus), None) => Some(cpus.len()),
+            (None, None) if self.policy == "static" => {
+                anyhow::bail!("the static policy needs --num-reserved N or --reserved-cpus LIST")
+            }
+            (None, None) => None,
+        };
+        Ok(PolicyConfig {
+            policy: Some(self.policy.clone()),
+            options,
+            feature_gates: Some(FeatureGates {
+                alpha: self.alpha_options,
+                beta: true,
+            }),
+            topology_manager_policy: self.topology_manager_policy.clone(),
+            num_reserved,
+            reserved,
+        })
+    }
+
+    fn build(&self) -> anyhow::Result<(Topology, Policy)> {
+        let topology = pinion_host::discover(&self.sysroot).with_context(|| {
+            format!(
+                "cannot discover the cpu topology under {}",
+                self.sysroot.display()
+            )
+        })?;
+        let policy = self
+            .config()?
+            .build(&topology)
+            .context("cannot build the policy")?;
+        Ok((topology, policy))
+    }
+}
+
+/// Arguments of `pinion state verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Arguments of `pinion state migrate`.
+#[derive(Debug, clap::Args)]
+pub struct MigrateArgs {
+    /// The checkpoint file to migrate in place (a copy of the old one is kept).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Show what would happen; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// `pinion state verify`: checksum, policy name, CPU sets, kubelet's
+/// validateState and Pinion's invariants, each reported; non-zero exit on
+/// the first failure.
+pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
+    let checkpoint = read(&args.file)?;
+    checkpoint
+        .verify()
+        .with_context(|| format!("{}: checksum", args.file.display()))?;
+    println!("checksum: valid ({})", checkpoint.stored_checksum());
+    let (topology, policy) = args.policy.build()?;
+    println!(
+        "machine: {} online cpus ({})",
+        topology.num_cpus(),
+        topology.all_cpus()
+    );
+    let state = restore(&checkpoint, &policy).with_context(|| {
+        format!(
+            "{}: kubelet would refuse to start with this state \
+             (see `pinion state migrate` to recover without draining)",
+            args.file.display()
+        )
+    })?;
+    println!("policy: {} (matches)", policy.name());
+    if let Policy::Static(static_policy) = &policy {
+        state
+            .check_invariants(static_policy.expected(topology.all_cpus()))
+            .context("state invariant")?;
+        println!("reserved: {}", static_policy.reserved());
+    }
+    println!(
+        "state: valid; shared pool {} ({} cpus), {} exclusive assignments",
+        state.default,
+        state.default.len(),
+        state.assignment_count()
+    );
+    Ok(())
+}
+
+/// `pinion state migrate`: see the module documentation.
+pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
+    let checkpoint = read(&args.file)?;
+    checkpoint.verify().with_context(|| {
+        format!(
+            "{}: refusing to migrate a corrupted checkpoint",
+            args.file.display()
+        )
+    })?;
+    let parsed = checkpoint
+        .migrate_v1(|_| None)
+        .and_then(|c| c.to_state())
+        .with_context(|| format!("{}: cannot read the assignments", args.file.display()))?;
+    let old = State {
+        default: parsed.default_cpu_set,
+        assignments: parsed.assignments,
+    };
+    let (topology, policy) = args.policy.build()?;
+    let (new, outcomes) = migrate(&old, &policy);
+    // The migrated state must be one the policy starts from as it is.
+    let mut started = new.clone();
+    policy
+        .start(&mut started)
+        .context("migrated state failed validation (a bug: please report)")?;
+    print_report(&checkpoint, &policy, &outcomes, &new);
+    if let Policy::Static(static_policy) = &policy {
+        print!(
+            "{}",
+            render::cpumap::render(&topology, &new, static_policy.reserved())
+        );
+    }
+    if args.dry_run {
+        println!("dry run: nothing written");
+        return Ok(());
+    }
+    let (dir, name) = split_path(&args.file)?;
+    let kept = durable::keep_copy(dir, name, "pre-migrate")
+        .with_context(|| format!("cannot keep a copy of {}", args.file.display()))?;
+    let bytes = to_checkpoint(&new, &policy).to_bytes()?;
+    durable::write_atomic(dir, name, &bytes)
+        .with_context(|| format!("cannot write {}", args.file.display()))?;
+    println!(
+        "wrote {} (the old file is kept as {})",
+        args.file.display(),
+        kept.display()
+    );
+    Ok(())
+}
+
+fn print_report(checkpoint: &Checkpoint, policy: &Policy, outcomes: &[Outcome], new: &State) {
+    println!(
+        "from policy {:?} to {:?}",
+        checkpoint.policy_name(),
+        policy.name()
+    );
+    for outcome in outcomes {
+        let who = format!("{}/{}", outcome.pod, outcome.container);
+        match &outcome.dropped {
+            None => println!("  kept     {who:<40} {}", outcome.cpus),
+            Some(reason) => println!("  DROPPED  {who:<40} {} ({reason})", outcome.cpus),
+        }
+    }
+    let dropped = outcomes.iter().filter(|o| o.dropped.is_some()).count();
+    println!(
+        "{} kept, {dropped} dropped (dropped containers run in the shared pool from now on); shared pool {}",
+        outcomes.len() - dropped,
+        if new.default.is_empty() { "(empty)".to_string() } else { new.default.to_string() }
+    );
+}
+
+fn read(path: &Path) -> anyhow::Result<Checkpoint> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    checkpoint::decode(&bytes)
+        .with_context(|| format!("cannot decode checkpoint {}", path.display()))
+}
+
+fn split_path(path: &Path) -> anyhow::Result<(&Path, &str)> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .with_context(|| format!("{} has no usable file name", path.display()))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    Ok((dir, name))
+}

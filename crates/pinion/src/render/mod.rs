@@ -1,0 +1,4 @@
+//! Human-readable renderings of core types, one module per subject.
+
+pub mod cpumap;
+pub mod topology;

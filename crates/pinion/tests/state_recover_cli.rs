@@ -1,0 +1,197 @@
+//! `pinion state verify` and `pinion state migrate` on a small hand-built
+//! sysfs tree (4 cores × 2 threads; core n = CPUs n and n+4).
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let path = root.join(rel);
+    fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    fs::write(path, text).expect("write");
+}
+
+fn sysfs(root: &Path) {
+    let cpu = "sys/devices/system/cpu";
+    for file in ["online", "present", "possible"] {
+        write(root, &format!("{cpu}/{file}"), "0-7\n");
+    }
+    for id in 0..8 {
+        let core = id % 4;
+        let t = format!("{cpu}/cpu{id}/topology");
+        write(root, &format!("{t}/core_id"), &format!("{core}\n"));
+        write(root, &format!("{t}/physical_package_id"), "0\n");
+        write(
+            root,
+            &format!("{t}/thread_siblings_list"),
+            &format!("{core},{}\n", core + 4),
+        );
+        write(root, &format!("{t}/core_siblings_list"), "0-7\n");
+    }
+}
+
+fn pinion(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pinion"))
+        .args(args)
+        .output()
+        .expect("pinion runs")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+const STATE: &str = r#"{"policyName":"static","defaultCpuSet":"0,3-4,7","entries":{"pod-a":{"app":"1,5"},"pod-b":{"db":"2,6"}},"checksum":0}"#;
+
+#[test]
+fn verify_accepts_a_valid_state_and_names_kubelets_refusal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    sysfs(dir.path());
+    let file = dir.path().join("cpu_manager_state");
+    fs::write(&file, STATE).expect("write");
+    let (root, file) = (
+        dir.path().to_str().expect("utf8"),
+        file.to_str().expect("utf8"),
+    );
+
+    let ok = pinion(&[
+        "state",
+        "verify",
+        file,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(text(&ok).contains("state: valid"), "{}", text(&ok));
+
+    let changed = pinion(&[
+        "state",
+        "verify",
+        file,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+    ]);
+    assert!(!changed.status.success());
+    assert!(
+        text(&changed)
+            .contains("not all reserved cpus: \"0-1\" are present in defaultCpuSet: \"0,3-4,7\""),
+        "{}",
+        text(&changed)
+    );
+
+    let policy = pinion(&[
+        "state",
+        "verify",
+        file,
+        "--sysroot",
+        root,
+        "--policy",
+        "none",
+    ]);
+    assert!(!policy.status.success());
+    assert!(text(&policy)
+        .contains("configured policy \"none\" differs from state checkpoint policy \"static\""));
+}
+
+#[test]
+fn migrate_keeps_valid_assignments_and_the_old_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    sysfs(dir.path());
+    let file = dir.path().join("cpu_manager_state");
+    fs::write(&file, STATE).expect("write");
+    let (root, path) = (
+        dir.path().to_str().expect("utf8"),
+        file.to_str().expect("utf8"),
+    );
+
+    let dry = pinion(&[
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+        "--dry-run",
+    ]);
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert_eq!(
+        fs::read_to_string(&file).expect("read"),
+        STATE,
+        "dry run writes nothing"
+    );
+
+    let out = pinion(&[
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report = text(&out);
+    assert!(
+        report.contains("DROPPED  pod-a/app") && report.contains("cpus 1 are reserved now"),
+        "{report}"
+    );
+    assert!(report.contains("kept     pod-b/db"), "{report}");
+    let kept = dir.path().join("cpu_manager_state.pre-migrate-1");
+    assert_eq!(fs::read_to_string(kept).expect("old file kept"), STATE);
+
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+    ]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    let inspect = pinion(&["state", "inspect", path, "--format", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("json");
+    assert_eq!(json["checksum"]["status"], "valid", "{json}");
+}
+
+#[test]
+fn migrate_refuses_a_corrupted_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    sysfs(dir.path());
+    let file = dir.path().join("cpu_manager_state");
+    let tampered = STATE.replace("\"checksum\":0", "\"checksum\":12345");
+    fs::write(&file, &tampered).expect("write");
+    let (root, path) = (
+        dir.path().to_str().expect("utf8"),
+        file.to_str().expect("utf8"),
+    );
+    let out = pinion(&[
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("checkpoint is corrupted"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(&file).expect("read"),
+        tampered,
+        "a corrupted file is never overwritten"
+    );
+}
