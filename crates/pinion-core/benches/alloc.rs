@@ -97,5 +97,35 @@ fn bench_index(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_alloc, bench_index);
+/// The bounded search: 64 NUMA nodes (8 sockets × 8 nodes × 4 cores, SMT2),
+/// every even CPU free plus every 7th (odd counts), groups of 2 — requests
+/// whose combination search runs into `MAX_COMBINATIONS`.
+fn bench_many_numa(c: &mut Criterion) {
+    let topo = synthetic(Shape {
+        sockets: 8,
+        numa_per_socket: 8,
+        cores_per_socket: 32,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    });
+    let free: CpuSet = topo
+        .all_cpus()
+        .iter()
+        .filter(|id| id % 2 == 0 || id % 7 == 0)
+        .collect();
+    let algo = Algorithm::Distributed {
+        group_size: 2,
+        strategy: CpuSortingStrategy::Packed,
+        align_by_socket: false,
+    };
+    let mut group = c.benchmark_group("many-numa");
+    for n in [2, 64, 130] {
+        group.bench_with_input(BenchmarkId::new("64/distribute-numa-g2", n), &n, |b, &n| {
+            b.iter(|| take_by_topology(black_box(&topo), black_box(&free), n, algo));
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_alloc, bench_index, bench_many_numa);
 criterion_main!(benches);

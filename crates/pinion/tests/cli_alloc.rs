@@ -106,6 +106,37 @@ fn human_form_prints_the_chosen_cpus() {
 }
 
 #[test]
+fn human_form_reads_a_sysfs_tree() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let sysroot = root.join("../shared/topologies/x86-2s-amd-epyc-7451-ht-16ccx-8numa");
+    if !sysroot.is_dir() {
+        eprintln!("skipped: ../shared not found");
+        return;
+    }
+    let sysroot = sysroot.to_str().expect("utf-8 path");
+    // 8 NUMA nodes of 6 cores (12 CPUs): 12 CPUs fill exactly one NUMA node.
+    let out = pinion(&["alloc", "--sysroot", sysroot, "--request", "12"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("(12 cpus)"), "{stdout}");
+    assert!(stdout.contains("numa:      0: 12\n"), "{stdout}");
+    assert!(stdout.contains("cores:     6 whole, 0 partial"), "{stdout}");
+    let out = pinion(&[
+        "alloc",
+        "--sysroot",
+        "/nonexistent-sysroot",
+        "--request",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--sysroot"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
 fn bad_input_names_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
     let topo = topology_file(dir.path());

@@ -57,8 +57,8 @@ pub(super) const REL_UNCORE_CORE: usize = 3;
 pub struct AllocIndex {
     pub(super) cpu_ids: Vec<u32>,
     pos_of: Vec<u32>,
-    /// Per kind: CPU position → dense entity index.
-    pub(super) ent: [Vec<u32>; 4],
+    /// CPU position → dense entity index per kind (one cache line per CPU).
+    pub(super) ent: Vec<[u32; 4]>,
     /// Per kind: dense index → entity id.
     pub(super) ids: [Vec<u32>; 4],
     /// Per kind: dense index → CPU positions (ascending id).
@@ -110,7 +110,7 @@ impl AllocIndex {
         let mut index = AllocIndex {
             cpu_ids,
             pos_of,
-            ent: Default::default(),
+            ent: Vec::new(),
             ids: Default::default(),
             members: Default::default(),
             rels: Default::default(),
@@ -161,7 +161,9 @@ impl AllocIndex {
 
     fn add_kind(&mut self, kind: Kind, map: &BTreeMap<u32, CpuSet>) {
         let k = kind as usize;
-        let mut ent = vec![0u32; self.cpu_ids.len()];
+        if self.ent.len() != self.cpu_ids.len() {
+            self.ent = vec![[0; 4]; self.cpu_ids.len()];
+        }
         let mut members = Csr {
             start: vec![0],
             items: Vec::with_capacity(self.cpu_ids.len()),
@@ -171,13 +173,12 @@ impl AllocIndex {
             self.ids[k].push(id);
             for cpu in cpus {
                 let pos = self.pos_of[cpu as usize];
-                ent[pos as usize] = to_u32(dense);
+                self.ent[pos as usize][k] = to_u32(dense);
                 members.items.push(pos);
             }
             members.start.push(to_u32(members.items.len()));
             min_size = min_size.min(cpus.len());
         }
-        self.ent[k] = ent;
         self.members[k] = members;
         self.min_size[k] = min_size;
     }
@@ -205,7 +206,7 @@ impl AllocIndex {
         for parent_ix in 0..self.ids[p].len() {
             segment.clear();
             for &pos in self.members[p].get(parent_ix) {
-                let ch = self.ent[c][pos as usize] as usize;
+                let ch = self.ent[pos as usize][c] as usize;
                 if stamp[ch] != to_u32(parent_ix) {
                     stamp[ch] = to_u32(parent_ix);
                     slot[ch] = to_u32(rel.pair_count);
@@ -233,7 +234,7 @@ impl AllocIndex {
         let mut sockets = self.members[Kind::Numa as usize]
             .get(numa)
             .iter()
-            .map(|&pos| self.ent[Kind::Socket as usize][pos as usize]);
+            .map(|&pos| self.ent[pos as usize][Kind::Socket as usize]);
         let first = sockets.next()?;
         sockets
             .all(|s| s == first)

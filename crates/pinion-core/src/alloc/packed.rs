@@ -218,6 +218,15 @@ pub(super) fn take_distributed(
 fn take_from_numa(state: &mut State, numa: usize, count: usize) {
     let ix = state.ix;
     let members = ix.members[Kind::Numa as usize].get(numa);
+    if count > 0 && count == state.free_count(Kind::Numa, numa) {
+        // Any allocator asked for every CPU of its pool returns the pool.
+        for &pos in members {
+            if state.is_free(pos as usize) {
+                state.take_cpu(pos as usize);
+            }
+        }
+        return;
+    }
     let pool = members
         .iter()
         .map(|&p| p as usize)

@@ -24,7 +24,7 @@ fn to_i64(v: usize) -> i64 {
 /// Sorts entity indices by (free count, index) — kubelet's comparator, as
 /// dense indices ascend with ids. In place, no allocation.
 fn sort_by_count(list: &mut [u32], count: &[u32]) {
-    list.sort_unstable_by_key(|&e| (count[e as usize], e));
+    list.sort_unstable_by_key(|&e| (u64::from(count[e as usize]) << 32) | u64::from(e));
 }
 
 /// Keeps the first occurrence of every entry.
@@ -80,9 +80,9 @@ impl<'i> State<'i> {
     }
 
     fn adjust(&mut self, pos: usize, f: impl Fn(u32) -> u32) {
-        for k in 0..4 {
-            let e = self.ix.ent[k][pos] as usize;
-            self.count[k][e] = f(self.count[k][e]);
+        let ent = self.ix.ent[pos];
+        for (count, e) in self.count.iter_mut().zip(ent) {
+            count[e as usize] = f(count[e as usize]);
         }
         if self.ix.irregular {
             for r in 0..4 {

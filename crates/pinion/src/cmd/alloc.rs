@@ -8,8 +8,9 @@
 //!   (+ `"ns_per_call"` with `--repeat`). Cases of another kind print
 //!   `{"name":…,"skipped":"…"}`; a case with bad input prints
 //!   `{"name":…,"invalid":"…"}` and makes the command fail at the end.
-//! * Human form: `pinion alloc --topology FILE --request N [--available LIST]
-//!   [--option NAME=VALUE]…` prints the chosen CPUs as text.
+//! * Human form: `pinion alloc [--sysroot DIR | --topology FILE] --request N
+//!   [--available LIST] [--option NAME=VALUE]…` prints the chosen CPUs as
+//!   text (topology from a sysfs root, `/` by default, or a JSON file).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -35,6 +36,10 @@ pub struct Args {
     /// it, a corpus `topology` object, or a case holding one).
     #[arg(long, value_name = "FILE", conflicts_with = "file")]
     pub topology: Option<PathBuf>,
+    /// Human form: discover the topology from this sysfs root (a captured
+    /// tree, or `/`, the default, for this machine).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "topology"])]
+    pub sysroot: Option<PathBuf>,
     /// Human form: free CPUs as a cpulist (default: every CPU).
     #[arg(long, value_name = "LIST", requires = "request")]
     pub available: Option<String>,
@@ -61,11 +66,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     run_human(&topology, args, request)
 }
 
-/// The topology of the human form. (Other sources, e.g. a sysfs tree given
-/// with `--sysroot`, plug in here.)
+/// The topology of the human form: `--topology FILE`, else discovered under
+/// `--sysroot` (default `/`).
 fn load_topology(args: &Args) -> anyhow::Result<Topology> {
     let Some(path) = &args.topology else {
-        bail!("the human form needs --topology FILE (a topology JSON file)");
+        let root = args.sysroot.clone().unwrap_or_else(|| PathBuf::from("/"));
+        return pinion_host::discover(&root).with_context(|| {
+            format!(
+                "--sysroot: cannot discover the cpu topology under {}",
+                root.display()
+            )
+        });
     };
     let value = read_json(path)?;
     let object = value.get("topology").cloned().unwrap_or(value);
