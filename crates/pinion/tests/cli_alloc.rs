@@ -94,8 +94,12 @@ fn human_form_prints_the_chosen_cpus() {
         "4",
         "--available",
         "1-15",
+        "--repeat",
+        "5",
     ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(" ns per call (median of 5)"), "{stdout}");
     // CPU 0 is busy: NUMA node 0 has the fewest free CPUs so it comes first,
     // and its first whole free cores are 1 (CPUs 1, 9) and 2 (CPUs 2, 10).
     assert!(

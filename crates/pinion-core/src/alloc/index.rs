@@ -52,8 +52,9 @@ pub(super) const REL_NUMA_UNCORE: usize = 2;
 pub(super) const REL_UNCORE_CORE: usize = 3;
 
 /// The precomputed allocation view of one topology. Build once per topology
-/// with [`AllocIndex::new`] and pass to [`super::take_with_index`].
-#[derive(Debug, Clone)]
+/// with [`AllocIndex::new`] and pass to [`super::take_with_index`] (every
+/// [`Topology`] caches one: [`Topology::alloc_index`]).
+#[derive(Clone)]
 pub struct AllocIndex {
     pub(super) cpu_ids: Vec<u32>,
     pos_of: Vec<u32>,
@@ -82,6 +83,21 @@ pub struct AllocIndex {
     /// child's count).
     pub(super) full_count: [Vec<u32>; 4],
     pub(super) full_pair: [Vec<u32>; 4],
+}
+
+impl std::fmt::Debug for AllocIndex {
+    /// A summary (the arrays are large and derived from the topology).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocIndex")
+            .field("cpus", &self.cpu_ids.len())
+            .field("numa_nodes", &self.ids[Kind::Numa as usize].len())
+            .field("sockets", &self.ids[Kind::Socket as usize].len())
+            .field("cores", &self.ids[Kind::Core as usize].len())
+            .field("uncore_caches", &self.ids[Kind::Uncore as usize].len())
+            .field("numa_first", &self.numa_first)
+            .field("irregular", &self.irregular)
+            .finish_non_exhaustive()
+    }
 }
 
 fn map_of(topo: &Topology, kind: Kind) -> &BTreeMap<u32, CpuSet> {

@@ -237,6 +237,12 @@ fn run_human(topology: &Topology, args: &Args, request: usize) -> anyhow::Result
         }
     });
     println!("cores:     {whole} whole, {partial} partial");
+    if let Some(repeat) = args.repeat {
+        let ns = median_ns(repeat, || {
+            take_by_topology(topology, &available, request, algorithm)
+        });
+        println!("time:      {ns} ns per call (median of {repeat})");
+    }
     Ok(())
 }
 
