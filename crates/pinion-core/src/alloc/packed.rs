@@ -1,9 +1,9 @@
 //! kubelet's packed allocator (`takeByTopologyNUMAPacked`, spec §2) and the
 //! allocation phase of the distributed one (§4), over [`State`].
 
-use super::distributed::{self, Choice, SearchInput};
 use std::ops::ControlFlow;
 
+use super::distributed::{self, Choice, SearchInput};
 use super::index::{AllocIndex, Kind, REL_CORES};
 use super::state::State;
 use super::{AllocError, CpuSortingStrategy};
