@@ -12,9 +12,11 @@
 //! [`Topology::offline`].
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alloc::AllocIndex;
 use crate::cpuset::{CpuSet, MAX_CPU_ID};
 
 /// One online logical CPU.
@@ -93,8 +95,9 @@ pub struct TopologySpec {
 }
 
 /// A validated CPU topology with precomputed views. Build with
-/// [`Topology::new`]; serialises as its [`TopologySpec`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// [`Topology::new`]; serialises as its [`TopologySpec`]. Equality compares
+/// the spec (every view is derived from it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(try_from = "TopologySpec", into = "TopologySpec")]
 pub struct Topology {
     spec: TopologySpec,
@@ -105,7 +108,17 @@ pub struct Topology {
     sockets: BTreeMap<u32, CpuSet>,
     numa: BTreeMap<u32, CpuSet>,
     uncores: BTreeMap<u32, CpuSet>,
+    /// The allocator's dense view, built on first use.
+    alloc_index: OnceLock<AllocIndex>,
 }
+
+impl PartialEq for Topology {
+    fn eq(&self, other: &Self) -> bool {
+        self.spec == other.spec
+    }
+}
+
+impl Eq for Topology {}
 
 impl PartialEq for TopologySpec {
     fn eq(&self, other: &Self) -> bool {
@@ -200,7 +213,15 @@ impl Topology {
             sockets,
             numa,
             uncores,
+            alloc_index: OnceLock::new(),
         })
+    }
+
+    /// The allocator's precomputed view of this topology (built on first
+    /// use, then shared by every allocation on this topology).
+    #[must_use]
+    pub fn alloc_index(&self) -> &AllocIndex {
+        self.alloc_index.get_or_init(|| AllocIndex::new(self))
     }
 
     /// The serialisable form.

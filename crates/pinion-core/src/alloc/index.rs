@@ -52,13 +52,14 @@ pub(super) const REL_NUMA_UNCORE: usize = 2;
 pub(super) const REL_UNCORE_CORE: usize = 3;
 
 /// The precomputed allocation view of one topology. Build once per topology
-/// with [`AllocIndex::new`] and pass to [`super::take_with_index`].
-#[derive(Debug, Clone)]
+/// with [`AllocIndex::new`] and pass to [`super::take_with_index`] (every
+/// [`Topology`] caches one: [`Topology::alloc_index`]).
+#[derive(Clone)]
 pub struct AllocIndex {
     pub(super) cpu_ids: Vec<u32>,
     pos_of: Vec<u32>,
-    /// Per kind: CPU position → dense entity index.
-    pub(super) ent: [Vec<u32>; 4],
+    /// CPU position → dense entity index per kind (one cache line per CPU).
+    pub(super) ent: Vec<[u32; 4]>,
     /// Per kind: dense index → entity id.
     pub(super) ids: [Vec<u32>; 4],
     /// Per kind: dense index → CPU positions (ascending id).
@@ -75,6 +76,28 @@ pub struct AllocIndex {
     pub(super) irregular: bool,
     /// Per dense NUMA node: its socket when all its CPUs are on one socket.
     pub(super) numa_socket: Vec<Option<u32>>,
+    /// Every CPU of the topology.
+    pub(super) all: CpuSet,
+    /// Free counts of an idle machine: per kind, and per relation pair (the
+    /// pair counts only on irregular topologies; regular ones use the
+    /// child's count).
+    pub(super) full_count: [Vec<u32>; 4],
+    pub(super) full_pair: [Vec<u32>; 4],
+}
+
+impl std::fmt::Debug for AllocIndex {
+    /// A summary (the arrays are large and derived from the topology).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocIndex")
+            .field("cpus", &self.cpu_ids.len())
+            .field("numa_nodes", &self.ids[Kind::Numa as usize].len())
+            .field("sockets", &self.ids[Kind::Socket as usize].len())
+            .field("cores", &self.ids[Kind::Core as usize].len())
+            .field("uncore_caches", &self.ids[Kind::Uncore as usize].len())
+            .field("numa_first", &self.numa_first)
+            .field("irregular", &self.irregular)
+            .finish_non_exhaustive()
+    }
 }
 
 fn map_of(topo: &Topology, kind: Kind) -> &BTreeMap<u32, CpuSet> {
@@ -103,7 +126,7 @@ impl AllocIndex {
         let mut index = AllocIndex {
             cpu_ids,
             pos_of,
-            ent: Default::default(),
+            ent: Vec::new(),
             ids: Default::default(),
             members: Default::default(),
             rels: Default::default(),
@@ -114,6 +137,9 @@ impl AllocIndex {
             min_size: [0; 4],
             irregular: false,
             numa_socket: Vec::new(),
+            all: topo.all_cpus().clone(),
+            full_count: Default::default(),
+            full_pair: Default::default(),
         };
         for kind in KINDS {
             index.add_kind(kind, map_of(topo, kind));
@@ -132,12 +158,28 @@ impl AllocIndex {
         index.numa_socket = (0..index.ids[Kind::Numa as usize].len())
             .map(|m| index.single_socket(m))
             .collect();
+        index.full_count = std::array::from_fn(|k| {
+            (0..index.ids[k].len())
+                .map(|e| to_u32(index.members[k].get(e).len()))
+                .collect()
+        });
+        if index.irregular {
+            index.full_pair = std::array::from_fn(|r| {
+                let mut sizes = vec![0u32; index.rels[r].pair_count];
+                for &pair in &index.rels[r].cpu_pair {
+                    sizes[pair as usize] += 1;
+                }
+                sizes
+            });
+        }
         index
     }
 
     fn add_kind(&mut self, kind: Kind, map: &BTreeMap<u32, CpuSet>) {
         let k = kind as usize;
-        let mut ent = vec![0u32; self.cpu_ids.len()];
+        if self.ent.len() != self.cpu_ids.len() {
+            self.ent = vec![[0; 4]; self.cpu_ids.len()];
+        }
         let mut members = Csr {
             start: vec![0],
             items: Vec::with_capacity(self.cpu_ids.len()),
@@ -147,13 +189,12 @@ impl AllocIndex {
             self.ids[k].push(id);
             for cpu in cpus {
                 let pos = self.pos_of[cpu as usize];
-                ent[pos as usize] = to_u32(dense);
+                self.ent[pos as usize][k] = to_u32(dense);
                 members.items.push(pos);
             }
             members.start.push(to_u32(members.items.len()));
             min_size = min_size.min(cpus.len());
         }
-        self.ent[k] = ent;
         self.members[k] = members;
         self.min_size[k] = min_size;
     }
@@ -181,7 +222,7 @@ impl AllocIndex {
         for parent_ix in 0..self.ids[p].len() {
             segment.clear();
             for &pos in self.members[p].get(parent_ix) {
-                let ch = self.ent[c][pos as usize] as usize;
+                let ch = self.ent[pos as usize][c] as usize;
                 if stamp[ch] != to_u32(parent_ix) {
                     stamp[ch] = to_u32(parent_ix);
                     slot[ch] = to_u32(rel.pair_count);
@@ -209,7 +250,7 @@ impl AllocIndex {
         let mut sockets = self.members[Kind::Numa as usize]
             .get(numa)
             .iter()
-            .map(|&pos| self.ent[Kind::Socket as usize][pos as usize]);
+            .map(|&pos| self.ent[pos as usize][Kind::Socket as usize]);
         let first = sockets.next()?;
         sockets
             .all(|s| s == first)

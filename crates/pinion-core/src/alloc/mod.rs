@@ -131,11 +131,11 @@ pub fn take_by_topology(
     n: usize,
     algorithm: Algorithm,
 ) -> Result<CpuSet, AllocError> {
-    take_with_index(&AllocIndex::new(topology), available, n, algorithm)
+    take_with_index(topology.alloc_index(), available, n, algorithm)
 }
 
-/// [`take_by_topology`] with a prebuilt [`AllocIndex`] (build it once per
-/// topology when allocating repeatedly).
+/// [`take_by_topology`] with an explicit [`AllocIndex`] (the one of
+/// [`Topology::alloc_index`], or one built with [`AllocIndex::new`]).
 pub fn take_with_index(
     index: &AllocIndex,
     available: &CpuSet,

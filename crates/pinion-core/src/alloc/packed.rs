@@ -1,29 +1,47 @@
 //! kubelet's packed allocator (`takeByTopologyNUMAPacked`, spec §2) and the
 //! allocation phase of the distributed one (§4), over [`State`].
 
+use std::ops::ControlFlow;
+
 use super::distributed::{self, Choice, SearchInput};
-use super::index::{AllocIndex, Kind};
+use super::index::{AllocIndex, Kind, REL_CORES};
 use super::state::State;
 use super::{AllocError, CpuSortingStrategy};
 use crate::cpuset::CpuSet;
 
 impl State<'_> {
-    /// Whether no entity of `kind` can be taken whole with `needed` CPUs
-    /// (then the step is a no-op and its list need not be built).
-    fn nothing_fits(&self, kind: Kind) -> bool {
-        let smallest = match kind {
-            Kind::Socket => self.ix.cpus_per_socket,
-            Kind::Core => self.ix.cpus_per_core,
-            Kind::Numa | Kind::Uncore => 0,
-        }
-        .max(self.ix.min_size[kind as usize]);
-        !self.needs_at_least(smallest)
+    /// Whether entity `e` is entirely free (kubelet's fullness test and the
+    /// real size) and fits in what is still needed.
+    fn takeable(&self, kind: Kind, e: usize) -> bool {
+        let free = self.free_count(kind, e);
+        free == self.ix.kubelet_size(kind, e)
+            && free == self.ix.size(kind, e)
+            && self.needs_at_least(free)
     }
 
-    /// `takeFull<X>`: walks the free entities (frozen) and takes each one
-    /// whose size is at most what is still needed.
+    /// `takeFull<X>`: walks the free entities in sorted order (frozen) and
+    /// takes each one whose size is at most what is still needed. Skipped
+    /// outright when no entity could be taken (the walk would be a no-op).
     pub(super) fn take_full(&mut self, kind: Kind) {
-        if self.nothing_fits(kind) {
+        let count = self.ix.count(kind);
+        if !(0..count).any(|e| self.takeable(kind, e)) {
+            return;
+        }
+        if kind == Kind::Core && !self.ix.irregular {
+            let smallest = self
+                .ix
+                .cpus_per_core
+                .max(self.ix.min_size[Kind::Core as usize]);
+            self.walk_cores(|state, core| {
+                if state.takeable(Kind::Core, core) {
+                    state.take_entity(Kind::Core, core);
+                }
+                if state.needs_at_least(smallest) {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            });
             return;
         }
         for e in self.free_entities(kind) {
@@ -34,13 +52,55 @@ impl State<'_> {
         }
     }
 
-    /// `takeRemainingCPUs`: single CPUs in the frozen CPU order.
-    fn take_remaining(&mut self) {
-        for pos in self.cpu_order() {
-            self.take_cpu(pos as usize);
-            if self.satisfied() {
-                return;
+    /// Visits the cores in kubelet's core order. On regular topologies the
+    /// order is produced parent by parent (cores of different parents are
+    /// disjoint, so taking from one parent cannot reorder another's cores:
+    /// identical to kubelet's list frozen up front, without sorting cores
+    /// that are never reached).
+    fn walk_cores(&mut self, mut visit: impl FnMut(&mut Self, usize) -> ControlFlow<()>) {
+        let parents = self.second_level();
+        let mut cores = Vec::new();
+        for p in parents {
+            self.sorted_children(REL_CORES, p, &mut cores);
+            for &core in &cores {
+                if visit(self, core as usize).is_break() {
+                    return;
+                }
             }
+        }
+    }
+
+    /// `takeRemainingCPUs`: single CPUs in kubelet's CPU order.
+    fn take_remaining(&mut self) {
+        if self.ix.irregular {
+            for pos in self.cpu_order() {
+                self.take_cpu(pos as usize);
+                if self.satisfied() {
+                    return;
+                }
+            }
+            return;
+        }
+        let ix = self.ix;
+        let take_free = |state: &mut Self, kind: Kind, e: usize| {
+            for &pos in ix.members[kind as usize].get(e) {
+                if state.is_free(pos as usize) {
+                    state.take_cpu(pos as usize);
+                    if state.satisfied() {
+                        return ControlFlow::Break(());
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        };
+        if self.spread {
+            for socket in self.sort_sockets() {
+                if take_free(self, Kind::Socket, socket as usize).is_break() {
+                    return;
+                }
+            }
+        } else {
+            self.walk_cores(|state, core| take_free(state, Kind::Core, core));
         }
     }
 
@@ -158,6 +218,15 @@ pub(super) fn take_distributed(
 fn take_from_numa(state: &mut State, numa: usize, count: usize) {
     let ix = state.ix;
     let members = ix.members[Kind::Numa as usize].get(numa);
+    if count > 0 && count == state.free_count(Kind::Numa, numa) {
+        // Any allocator asked for every CPU of its pool returns the pool.
+        for &pos in members {
+            if state.is_free(pos as usize) {
+                state.take_cpu(pos as usize);
+            }
+        }
+        return;
+    }
     let pool = members
         .iter()
         .map(|&p| p as usize)

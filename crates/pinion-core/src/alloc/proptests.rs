@@ -90,7 +90,6 @@ fn numa_count(topo: &Topology, cpus: &CpuSet) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// Same CPUs (or error) as the plain transcription; a subset of the
     /// free CPUs of exactly the requested size, or kubelet's "not enough"
@@ -201,7 +200,6 @@ fn irregular() -> impl Strategy<Value = (Topology, CpuSet, usize, u8, bool)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// On irregular topologies the result still equals the transcription's
     /// and is a subset of the free CPUs of exactly the requested size

@@ -22,16 +22,9 @@ fn to_i64(v: usize) -> i64 {
 }
 
 /// Sorts entity indices by (free count, index) — kubelet's comparator, as
-/// dense indices ascend with ids.
+/// dense indices ascend with ids. In place, no allocation.
 fn sort_by_count(list: &mut [u32], count: &[u32]) {
-    let mut keys: Vec<u64> = list
-        .iter()
-        .map(|&e| (u64::from(count[e as usize]) << 32) | u64::from(e))
-        .collect();
-    keys.sort_unstable();
-    for (slot, key) in list.iter_mut().zip(keys) {
-        *slot = u32::try_from(key & 0xffff_ffff).unwrap_or(u32::MAX);
-    }
+    list.sort_unstable_by_key(|&e| (u64::from(count[e as usize]) << 32) | u64::from(e));
 }
 
 /// Keeps the first occurrence of every entry.
@@ -52,7 +45,7 @@ impl<'i> State<'i> {
             ix,
             free: vec![false; ix.num_cpus()],
             count: std::array::from_fn(|k| vec![0; ix.ids[k].len()]),
-            pair: std::array::from_fn(|r| vec![0; ix.rels[r].pair_count]),
+            pair: std::array::from_fn(|r| vec![0; ix.full_pair[r].len()]),
             free_total: 0,
             result: CpuSet::new(),
             needed: to_i64(n),
@@ -70,22 +63,43 @@ impl<'i> State<'i> {
 
     /// A state over `available` (CPUs the topology lacks are ignored).
     pub(super) fn from_set(ix: &'i AllocIndex, available: &CpuSet, n: usize, spread: bool) -> Self {
-        State::new(
+        if !ix.all.is_subset(available) {
+            let positions = available.iter().filter_map(|id| ix.position(id));
+            return State::new(ix, positions, n, spread);
+        }
+        State {
             ix,
-            available.iter().filter_map(|id| ix.position(id)),
-            n,
+            free: vec![true; ix.num_cpus()],
+            count: ix.full_count.clone(),
+            pair: ix.full_pair.clone(),
+            free_total: ix.num_cpus(),
+            result: CpuSet::new(),
+            needed: to_i64(n),
             spread,
-        )
+        }
     }
 
     fn adjust(&mut self, pos: usize, f: impl Fn(u32) -> u32) {
-        for k in 0..4 {
-            let e = self.ix.ent[k][pos] as usize;
-            self.count[k][e] = f(self.count[k][e]);
+        let ent = self.ix.ent[pos];
+        for (count, e) in self.count.iter_mut().zip(ent) {
+            count[e as usize] = f(count[e as usize]);
         }
-        for r in 0..4 {
-            let p = self.ix.rels[r].cpu_pair[pos] as usize;
-            self.pair[r][p] = f(self.pair[r][p]);
+        if self.ix.irregular {
+            for r in 0..4 {
+                let p = self.ix.rels[r].cpu_pair[pos] as usize;
+                self.pair[r][p] = f(self.pair[r][p]);
+            }
+        }
+    }
+
+    /// Whether `child` (of relation `rel`, pair `pair`) has a free CPU in
+    /// its parent. On regular topologies a child has one parent, so its own
+    /// free count answers.
+    pub(super) fn child_has_free(&self, rel: usize, child: u32, pair: u32) -> bool {
+        if self.ix.irregular {
+            self.pair[rel][pair as usize] > 0
+        } else {
+            self.count[self.ix.rels[rel].child][child as usize] > 0
         }
     }
 
@@ -99,10 +113,6 @@ impl<'i> State<'i> {
 
     pub(super) fn needs_at_least(&self, k: usize) -> bool {
         self.needed >= to_i64(k)
-    }
-
-    pub(super) fn pair_count(&self, rel: usize, pair: usize) -> u32 {
-        self.pair[rel][pair]
     }
 
     pub(super) fn free_count(&self, kind: Kind, e: usize) -> usize {
@@ -148,7 +158,7 @@ impl<'i> State<'i> {
             let children = relation.children.get(p as usize);
             let pairs = relation.pairs.get(p as usize);
             for (&c, &pr) in children.iter().zip(pairs) {
-                if self.pair[rel][pr as usize] > 0 {
+                if self.child_has_free(rel, c, pr) {
                     out.push(c);
                 }
             }
@@ -173,8 +183,24 @@ impl<'i> State<'i> {
         }
     }
 
-    /// The first level, then the second (NUMA then sockets, or the reverse).
-    fn second_level(&self) -> Vec<u32> {
+    /// The children of `parent` in relation `rel` that have a free CPU in
+    /// it, sorted, into `out`.
+    pub(super) fn sorted_children(&self, rel: usize, parent: u32, out: &mut Vec<u32>) {
+        let relation = &self.ix.rels[rel];
+        out.clear();
+        let children = relation.children.get(parent as usize);
+        let pairs = relation.pairs.get(parent as usize);
+        for (&c, &pr) in children.iter().zip(pairs) {
+            if self.child_has_free(rel, c, pr) {
+                out.push(c);
+            }
+        }
+        sort_by_count(out, &self.count[relation.child]);
+    }
+
+    /// The second level in kubelet's order: sockets (NUMA-first) or NUMA
+    /// nodes (socket-first), the parents of the cores.
+    pub(super) fn second_level(&self) -> Vec<u32> {
         if self.ix.numa_first {
             self.sort_sockets()
         } else {

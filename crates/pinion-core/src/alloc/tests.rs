@@ -210,3 +210,16 @@ fn distributed_reproduces_kubelets_slice_aliasing() {
     let cpus = take_by_topology(&topo, topo.all_cpus(), 40, algo).expect("allocates");
     assert_eq!(cpus, list("0-29,40-49"));
 }
+
+#[test]
+fn cached_index_does_not_change_topology_equality() {
+    let a = shape(2, 1, 4, 2, 2);
+    let b = a.clone();
+    let before = take_by_topology(&a, a.all_cpus(), 3, PACKED);
+    assert_eq!(a, b);
+    assert_eq!(
+        before,
+        take_with_index(&AllocIndex::new(&b), b.all_cpus(), 3, PACKED)
+    );
+    assert!(format!("{:?}", a.alloc_index()).starts_with("AllocIndex { cpus: 16,"));
+}

@@ -7,11 +7,18 @@ impl State<'_> {
     /// `takeUncoreCache`: for each uncore cache in the frozen order, take
     /// whole free caches while a cache's worth is needed, then try to fit the
     /// whole remaining request into this cache.
+    ///
+    /// `takeFullUncore` runs at most once here: after one walk every fully
+    /// free cache left is larger than what was needed, the need only shrinks
+    /// and partial takes never free a cache, so kubelet's repeated walks are
+    /// no-ops.
     pub(super) fn take_uncore_caches(&mut self) {
         let per_uncore = self.ix.cpus_per_uncore;
+        let mut full_done = false;
         for uncore in self.sort_uncores() {
-            if self.needs_at_least(per_uncore) {
+            if !full_done && self.needs_at_least(per_uncore) {
                 self.take_full(Kind::Uncore);
+                full_done = true;
             }
             if self.satisfied() {
                 return;
@@ -41,7 +48,7 @@ impl State<'_> {
             if cores_taken == cores_needed {
                 break;
             }
-            if self.pair_count(REL_UNCORE_CORE, pair as usize) == 0 {
+            if !self.child_has_free(REL_UNCORE_CORE, core, pair) {
                 continue;
             }
             cores_taken += 1;
