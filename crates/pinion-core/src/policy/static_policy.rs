@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{take_with_index, Algorithm, AllocError, AllocIndex};
+use crate::alloc::{take_with_index, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
 use crate::policy::options::StaticPolicyOptions;
 use crate::policy::PolicyError;
@@ -50,8 +50,6 @@ pub struct StaticPolicy {
     topology: Topology,
     options: StaticPolicyOptions,
     algorithm: Algorithm,
-    /// Per-topology lookup tables of the allocator, built once.
-    index: AllocIndex,
     reserved: CpuSet,
     /// Every sibling thread of a reserved CPU (full-pcpus-only admission).
     reserved_physical: CpuSet,
@@ -67,11 +65,15 @@ impl StaticPolicy {
         reservation: &Reservation,
     ) -> Result<Self, PolicyError> {
         let algorithm = Algorithm::select(&options.alloc_options(), &topology);
-        let index = AllocIndex::new(&topology);
         let reserved = if reservation.cpus.is_empty() {
             // kubelet ignores the allocator's error here and checks the size.
-            take_with_index(&index, topology.all_cpus(), reservation.count, algorithm)
-                .unwrap_or_default()
+            take_with_index(
+                topology.alloc_index(),
+                topology.all_cpus(),
+                reservation.count,
+                algorithm,
+            )
+            .unwrap_or_default()
         } else {
             let unknown = reservation.cpus.difference(topology.all_cpus());
             if !unknown.is_empty() {
@@ -97,7 +99,6 @@ impl StaticPolicy {
             topology,
             options,
             algorithm,
-            index,
             reserved,
             reserved_physical,
             reuse: BTreeMap::new(),
@@ -286,7 +287,7 @@ impl StaticPolicy {
     }
 
     fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, AllocError> {
-        take_with_index(&self.index, available, n, self.algorithm)
+        take_with_index(self.topology.alloc_index(), available, n, self.algorithm)
     }
 
     /// kubelet `updateCPUsToReuse`.
