@@ -50,6 +50,11 @@ impl Client {
         path: &str,
         body: &[u8],
     ) -> Result<T, ClientError> {
+        let body = self.call_raw(method, path, body)?;
+        serde_json::from_slice(&body).map_err(|err| ClientError::Decode(err.to_string()))
+    }
+
+    fn call_raw(&self, method: &str, path: &str, body: &[u8]) -> Result<Vec<u8>, ClientError> {
         let mut stream =
             UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
                 socket: self.socket.clone(),
@@ -67,7 +72,12 @@ impl Client {
                 reason: parsed.and_then(|e| e.reason),
             });
         }
-        serde_json::from_slice(&body).map_err(|err| ClientError::Decode(err.to_string()))
+        Ok(body)
+    }
+
+    /// Checks that the agent answers (`GET /healthz`).
+    pub fn health(&self) -> Result<(), ClientError> {
+        self.call_raw("GET", "/healthz", b"").map(drop)
     }
 
     /// Admits and places the calling process.

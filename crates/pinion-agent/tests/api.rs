@@ -83,6 +83,12 @@ async fn run_ps_release_over_the_socket() {
         .mode();
     assert_eq!(mode & 0o777, 0o600, "owner-only socket");
     let c = client(&agent.socket);
+    blocking({
+        let c = c.clone();
+        move || c.health()
+    })
+    .await
+    .expect("healthy");
     let admitted = blocking({
         let c = c.clone();
         move || c.run(&run_request("pinion-run-api", Some("2")))

@@ -58,6 +58,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
     }
+    let client = Client::new(&socket);
+    if let Err(err) = client.health() {
+        eprintln!("pinion run: {err}");
+        std::process::exit(EXIT_PINION_FAILED);
+    }
     let id = run_id();
     let forwarder = forward_signals()?;
     let mut launcher =
@@ -113,12 +118,10 @@ fn launch(args: &Args, id: &str, socket: &Path) -> ! {
 }
 
 fn run_id() -> String {
-    let nanos = SystemTime::now()
+    let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+        .unwrap_or_default();
+    let (secs, nanos) = (now.as_secs(), now.subsec_nanos());
     format!("{RUN_PREFIX}{}-{secs}-{nanos}", std::process::id())
 }
 
