@@ -49,8 +49,22 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("pinion: {err:#}");
+            eprintln!("pinion: {}", report(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, leaving out a cause whose text the message
+/// already contains (most error types embed their source).
+fn report(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
