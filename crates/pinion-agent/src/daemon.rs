@@ -31,6 +31,8 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("another pinion agent is running on state directory {} (it holds {})", .dir.display(), .lock.display())]
+    AlreadyRunning { dir: PathBuf, lock: PathBuf },
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error("cannot listen on {what} {address}: {source}")]
@@ -51,6 +53,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         path: config.state_dir.clone(),
         source,
     })?;
+    let _lock = lock_state_dir(&config.state_dir)?;
     let cgroup_root = cgroups.root().display().to_string();
     let version = cgroups.version();
     let controller = Controller::start(StartParts {
@@ -113,6 +116,32 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     let _ = std::fs::remove_file(&config.socket);
     Ok(())
+}
+
+/// Name of the lock file that keeps a second agent off the state directory.
+pub const LOCK_FILE: &str = ".pinion-agent.lock";
+
+/// Takes the state directory's lock (held while the returned file lives).
+pub fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, AgentError> {
+    let lock = dir.join(LOCK_FILE);
+    let io_error = |source| AgentError::StateDir {
+        path: lock.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(io_error)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AgentError::AlreadyRunning {
+            dir: dir.to_path_buf(),
+            lock,
+        }),
+        Err(std::fs::TryLockError::Error(source)) => Err(io_error(source)),
+    }
 }
 
 async fn wait_for_signal() {
@@ -186,5 +215,20 @@ fn metrics_route(method: &str, path: &str, handle: &ControllerHandle) -> Respons
         ),
         ("GET", "/healthz" | "/readyz") => Response::text(200, "text/plain", "ok\n".into()),
         _ => Response::text(404, "text/plain", format!("no such endpoint {path}\n")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_agent_is_kept_off_the_state_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = lock_state_dir(dir.path()).expect("first lock");
+        let err = lock_state_dir(dir.path()).expect_err("second lock");
+        assert!(matches!(err, AgentError::AlreadyRunning { .. }), "{err}");
+        drop(held);
+        lock_state_dir(dir.path()).expect("free again");
     }
 }
