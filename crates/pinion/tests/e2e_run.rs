@@ -308,10 +308,15 @@ fn pinion_run_pins_releases_and_survives_agent_restarts() {
     assert_eq!(allowed_cpus(exclusive_pid), pinned);
     assert_eq!(allowed_cpus(shared_pid), pool);
 
-    // The exclusive run ends: released, shared cgroup grows back.
-    signal("TERM", u32::try_from(exclusive_pid).expect("pid"));
+    // SIGTERM to the `pinion run` parent is forwarded to the command; the
+    // run ends, is released, and the shared cgroup grows back.
+    signal("TERM", s.runs[0].id());
     let status = s.runs[0].wait().expect("run exits");
-    assert_eq!(status.code(), Some(128 + 15), "killed by SIGTERM");
+    assert_eq!(status.code(), Some(128 + 15), "the command died of SIGTERM");
+    assert!(
+        !Path::new(&format!("/proc/{exclusive_pid}")).exists(),
+        "command gone"
+    );
     let left = s.wait_for_workloads(1);
     assert_eq!(left[0]["pod"], shared["pod"]);
     assert_eq!(s.cgroup_cpus(&shared), s.all);
