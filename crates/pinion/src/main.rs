@@ -26,6 +26,12 @@ enum Command {
     State(cmd::state::Args),
     /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
     Hints(cmd::hints::Args),
+    /// Run the node agent (owns CPU assignments; local API, /metrics).
+    Agent(cmd::agent::Args),
+    /// Run a command on CPUs given by the agent (exclusive with --cpus N).
+    Run(cmd::run::Args),
+    /// Show who holds which CPUs, as the agent sees it.
+    Ps(cmd::ps::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,12 +42,29 @@ fn main() -> std::process::ExitCode {
         Command::State(args) => cmd::state::run(&args),
         Command::Simulate(args) => cmd::simulate::run(&args),
         Command::Hints(args) => cmd::hints::run(&args),
+        Command::Agent(args) => cmd::agent::run(&args),
+        Command::Run(args) => cmd::run::run(&args),
+        Command::Ps(args) => cmd::ps::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("pinion: {err:#}");
+            eprintln!("pinion: {}", report(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, leaving out a cause whose text the message
+/// already contains (most error types embed their source).
+fn report(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

@@ -1,0 +1,364 @@
+//! The agent's configuration: a YAML file with kubelet's key names where
+//! kubelet has them, plus Pinion's own keys, overridden by command-line
+//! flags. [`Config::load`] validates everything it can without looking at
+//! the machine and names the offending field; the policy itself is built
+//! against the discovered topology when the agent starts.
+//!
+//! Without a file, Pinion's embedded defaults apply (`static` policy with
+//! one CPU reserved through `systemReserved.cpu: "1"`). With a file,
+//! kubelet's defaults apply (`none` policy, no reservation).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use pinion_core::policy::{FeatureGates, PolicyConfig, StaticPolicyOptions};
+use pinion_core::{CpuSet, Quantity};
+use serde::Deserialize;
+
+mod duration;
+
+pub use duration::parse_go_duration;
+
+/// Default `cpuManagerReconcilePeriod` (kubelet's).
+pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
+/// Default metrics listen address.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9590";
+
+/// kubelet's feature gate names for the policy option maturity levels.
+const ALPHA_GATE: &str = "CPUManagerPolicyAlphaOptions";
+const BETA_GATE: &str = "CPUManagerPolicyBetaOptions";
+
+/// An invalid configuration; every variant names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", .path.display())]
+    Syntax { path: PathBuf, message: String },
+    #[error("invalid {field} {value:?}: {reason}")]
+    Field {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// kubelet's message for a static policy without reserved CPUs.
+    #[error("[cpumanager] unable to determine reserved CPU resources for static policy")]
+    NoReservation,
+}
+
+impl ConfigError {
+    /// The config field at fault, when there is one.
+    #[must_use]
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Field { field, .. } => Some(field),
+            Self::NoReservation => Some("kubeReserved.cpu/systemReserved.cpu/reservedSystemCPUs"),
+            _ => None,
+        }
+    }
+}
+
+fn field_error(field: &'static str, value: &str, reason: &dyn std::fmt::Display) -> ConfigError {
+    ConfigError::Field {
+        field,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// The file form (all keys optional).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileConfig {
+    pub cpu_manager_policy: Option<String>,
+    pub cpu_manager_policy_options: Option<BTreeMap<String, serde_yaml::Value>>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<String>,
+    pub kube_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    pub system_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    pub cpu_manager_reconcile_period: Option<String>,
+    pub topology_manager_policy: Option<String>,
+    pub feature_gates: Option<BTreeMap<String, bool>>,
+    pub state_dir: Option<PathBuf>,
+    pub sysroot: Option<PathBuf>,
+    pub cgroup_root: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub metrics_addr: Option<String>,
+}
+
+impl FileConfig {
+    /// Pinion's embedded defaults (no config file given).
+    #[must_use]
+    pub fn embedded() -> Self {
+        let mut reserved = BTreeMap::new();
+        reserved.insert("cpu".to_string(), serde_yaml::Value::from("1"));
+        Self {
+            cpu_manager_policy: Some("static".to_string()),
+            system_reserved: Some(reserved),
+            ..Self::default()
+        }
+    }
+
+    /// Parses YAML text (`path` only names the source in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        serde_yaml::from_str(text).map_err(|err| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: err.to_string(),
+        })
+    }
+}
+
+/// Command-line flags that override the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub cgroup_root: Option<PathBuf>,
+    pub sysroot: Option<PathBuf>,
+    pub metrics_addr: Option<String>,
+}
+
+/// Where state and the socket go by default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultPaths {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl DefaultPaths {
+    /// `/var/lib/pinion` and `/run/pinion/pinion.sock` for root; for anyone
+    /// else both under `<home>/.local/state/pinion`.
+    #[must_use]
+    pub fn for_user(is_root: bool, home: Option<&Path>) -> Self {
+        if is_root {
+            return Self {
+                state_dir: PathBuf::from("/var/lib/pinion"),
+                socket: PathBuf::from("/run/pinion/pinion.sock"),
+            };
+        }
+        let base = home.unwrap_or(Path::new(".")).join(".local/state/pinion");
+        Self {
+            socket: base.join("pinion.sock"),
+            state_dir: base,
+        }
+    }
+
+    /// The defaults for the user running this process.
+    #[must_use]
+    pub fn current() -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let is_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        Self::for_user(is_root, home.as_deref())
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub policy: PolicyConfig,
+    pub reconcile_period: Duration,
+    pub state_dir: PathBuf,
+    pub sysroot: PathBuf,
+    /// Pinion's cgroup root; `None` = `<cpuset mount>/pinion`.
+    pub cgroup_root: Option<PathBuf>,
+    pub socket: PathBuf,
+    pub metrics_addr: SocketAddr,
+}
+
+impl Config {
+    /// Reads the file named by `--config` (or takes the embedded defaults),
+    /// applies the flags and validates.
+    pub fn load(overrides: &Overrides, defaults: &DefaultPaths) -> Result<Self, ConfigError> {
+        let file = match &overrides.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                FileConfig::parse(&text, path)?
+            }
+            None => FileConfig::embedded(),
+        };
+        Self::resolve(file, overrides, defaults)
+    }
+
+    /// Applies the flags to a parsed file and validates the result.
+    pub fn resolve(
+        file: FileConfig,
+        overrides: &Overrides,
+        defaults: &DefaultPaths,
+    ) -> Result<Self, ConfigError> {
+        let policy = policy_config(&file)?;
+        let reconcile_period = reconcile_period(file.cpu_manager_reconcile_period.as_deref())?;
+        let metrics_text = overrides
+            .metrics_addr
+            .clone()
+            .or(file.metrics_addr)
+            .unwrap_or_else(|| DEFAULT_METRICS_ADDR.to_string());
+        let metrics_addr = metrics_text
+            .parse()
+            .map_err(|err| field_error("metricsAddr", &metrics_text, &err))?;
+        let pick = |flag: &Option<PathBuf>, file: Option<PathBuf>| flag.clone().or(file);
+        let config = Self {
+            policy,
+            reconcile_period,
+            state_dir: pick(&overrides.state_dir, file.state_dir)
+                .unwrap_or_else(|| defaults.state_dir.clone()),
+            sysroot: pick(&overrides.sysroot, file.sysroot).unwrap_or_else(|| "/".into()),
+            cgroup_root: pick(&overrides.cgroup_root, file.cgroup_root),
+            socket: pick(&overrides.socket, file.socket).unwrap_or_else(|| defaults.socket.clone()),
+            metrics_addr,
+        };
+        config.check_paths()?;
+        Ok(config)
+    }
+
+    fn check_paths(&self) -> Result<(), ConfigError> {
+        let checks: [(&'static str, Option<&PathBuf>); 4] = [
+            ("stateDir", Some(&self.state_dir)),
+            ("sysroot", Some(&self.sysroot)),
+            ("cgroupRoot", self.cgroup_root.as_ref()),
+            ("socket", Some(&self.socket)),
+        ];
+        for (field, path) in checks {
+            let Some(path) = path else { continue };
+            if path.as_os_str().is_empty() {
+                return Err(field_error(field, "", &"must not be empty"));
+            }
+            if field == "cgroupRoot" && !path.is_absolute() {
+                return Err(field_error(
+                    field,
+                    &path.display().to_string(),
+                    &"must be an absolute path",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
+    let name = file
+        .cpu_manager_policy
+        .clone()
+        .unwrap_or_else(|| "none".to_string());
+    if name != "none" && name != "static" {
+        return Err(field_error(
+            "cpuManagerPolicy",
+            &name,
+            &"expected \"none\" or \"static\"",
+        ));
+    }
+    let gates = feature_gates(file.feature_gates.as_ref())?;
+    let options = policy_options(file.cpu_manager_policy_options.as_ref())?;
+    StaticPolicyOptions::parse(&options, gates)
+        .map_err(|err| field_error("cpuManagerPolicyOptions", &format!("{options:?}"), &err))?;
+    let reserved = match file.reserved_system_cpus.as_deref() {
+        None | Some("") => None,
+        Some(text) => Some(
+            CpuSet::parse_list(text)
+                .map_err(|err| field_error("reservedSystemCPUs", text, &err))?,
+        ),
+    };
+    let kube = reserved_cpu(file.kube_reserved.as_ref(), "kubeReserved.cpu")?;
+    let system = reserved_cpu(file.system_reserved.as_ref(), "systemReserved.cpu")?;
+    let num_reserved = match &reserved {
+        Some(cpus) => cpus.len(),
+        None => usize::try_from((kube + system).div_ceil(1000)).unwrap_or(usize::MAX),
+    };
+    if name == "static" && num_reserved == 0 {
+        return Err(ConfigError::NoReservation);
+    }
+    Ok(PolicyConfig {
+        policy: Some(name),
+        options,
+        feature_gates: Some(gates),
+        topology_manager_policy: file.topology_manager_policy.clone(),
+        num_reserved: Some(num_reserved),
+        reserved,
+    })
+}
+
+fn feature_gates(gates: Option<&BTreeMap<String, bool>>) -> Result<FeatureGates, ConfigError> {
+    let mut out = FeatureGates::default();
+    for (name, enabled) in gates.into_iter().flatten() {
+        match name.as_str() {
+            ALPHA_GATE => out.alpha = *enabled,
+            BETA_GATE => out.beta = *enabled,
+            _ => {
+                return Err(field_error(
+                    "featureGates",
+                    name,
+                    &format!("unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE})"),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Option values as text: YAML `true` and `"true"` both become `"true"`.
+fn policy_options(
+    options: Option<&BTreeMap<String, serde_yaml::Value>>,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (name, value) in options.into_iter().flatten() {
+        let text = scalar_text(value).ok_or_else(|| {
+            field_error(
+                "cpuManagerPolicyOptions",
+                name,
+                &"the value must be a string or a boolean",
+            )
+        })?;
+        out.insert(name.clone(), text);
+    }
+    Ok(out)
+}
+
+fn scalar_text(value: &serde_yaml::Value) -> Option<String> {
+    match value {
+        serde_yaml::Value::String(text) => Some(text.clone()),
+        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The `cpu` entry of a reservation map, in millicores (0 when absent).
+fn reserved_cpu(
+    map: Option<&BTreeMap<String, serde_yaml::Value>>,
+    field: &'static str,
+) -> Result<u128, ConfigError> {
+    let Some(value) = map.and_then(|m| m.get("cpu")) else {
+        return Ok(0);
+    };
+    let text = scalar_text(value)
+        .ok_or_else(|| field_error(field, &format!("{value:?}"), &"must be a quantity"))?;
+    let quantity = Quantity::parse(&text).map_err(|err| field_error(field, &text, &err))?;
+    Ok(quantity.milli_value())
+}
+
+fn reconcile_period(text: Option<&str>) -> Result<Duration, ConfigError> {
+    let Some(text) = text else {
+        return Ok(DEFAULT_RECONCILE_PERIOD);
+    };
+    let field = "cpuManagerReconcilePeriod";
+    let period = parse_go_duration(text).map_err(|reason| field_error(field, text, &reason))?;
+    if period.is_zero() {
+        return Err(field_error(field, text, &"must be greater than zero"));
+    }
+    Ok(period)
+}
+
+#[cfg(test)]
+mod tests;

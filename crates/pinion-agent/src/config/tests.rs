@@ -1,0 +1,160 @@
+use super::*;
+
+fn defaults() -> DefaultPaths {
+    DefaultPaths::for_user(true, None)
+}
+
+fn resolve_yaml(yaml: &str) -> Result<Config, ConfigError> {
+    let file = FileConfig::parse(yaml, Path::new("test.yaml"))?;
+    Config::resolve(file, &Overrides::default(), &defaults())
+}
+
+#[test]
+fn kubelet_keys_are_read() {
+    let config = resolve_yaml(
+        "cpuManagerPolicy: static\n\
+         cpuManagerPolicyOptions:\n  full-pcpus-only: true\n\
+         kubeReserved:\n  cpu: 500m\n  memory: 1Gi\n\
+         systemReserved:\n  cpu: 600m\n\
+         cpuManagerReconcilePeriod: 5s\n\
+         stateDir: /tmp/state\n",
+    )
+    .expect("valid");
+    assert_eq!(config.policy.policy.as_deref(), Some("static"));
+    assert_eq!(config.policy.options["full-pcpus-only"], "true");
+    // ceil(0.5 + 0.6) = 2 reserved CPUs.
+    assert_eq!(config.policy.num_reserved, Some(2));
+    assert_eq!(config.reconcile_period, Duration::from_secs(5));
+    assert_eq!(config.state_dir, PathBuf::from("/tmp/state"));
+    assert_eq!(config.socket, PathBuf::from("/run/pinion/pinion.sock"));
+}
+
+#[test]
+fn reserved_system_cpus_sets_the_count() {
+    let config =
+        resolve_yaml("cpuManagerPolicy: static\nreservedSystemCPUs: \"0,2\"\n").expect("valid");
+    assert_eq!(config.policy.num_reserved, Some(2));
+    assert_eq!(
+        config.policy.reserved.as_ref().map(ToString::to_string),
+        Some("0,2".to_string())
+    );
+}
+
+#[test]
+fn a_file_gets_kubelets_defaults_and_no_file_gets_pinions() {
+    let config = resolve_yaml("").expect("empty file");
+    assert_eq!(config.policy.policy.as_deref(), Some("none"));
+    assert_eq!(config.reconcile_period, DEFAULT_RECONCILE_PERIOD);
+    let embedded = Config::resolve(FileConfig::embedded(), &Overrides::default(), &defaults())
+        .expect("embedded");
+    assert_eq!(embedded.policy.policy.as_deref(), Some("static"));
+    assert_eq!(embedded.policy.num_reserved, Some(1));
+}
+
+#[test]
+fn flags_override_the_file() {
+    let file = FileConfig::parse(
+        "cpuManagerPolicy: none\nstateDir: /from/file\nsocket: /from/file.sock\nmetricsAddr: 127.0.0.1:1\n",
+        Path::new("f"),
+    )
+    .expect("parse");
+    let overrides = Overrides {
+        state_dir: Some("/from/flag".into()),
+        socket: Some("/flag.sock".into()),
+        cgroup_root: Some("/sys/fs/cgroup/cpuset/x".into()),
+        sysroot: Some("/host".into()),
+        metrics_addr: Some("127.0.0.1:2".into()),
+        config: None,
+    };
+    let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
+    assert_eq!(config.state_dir, PathBuf::from("/from/flag"));
+    assert_eq!(config.socket, PathBuf::from("/flag.sock"));
+    assert_eq!(config.sysroot, PathBuf::from("/host"));
+    assert_eq!(config.cgroup_root, Some("/sys/fs/cgroup/cpuset/x".into()));
+    assert_eq!(config.metrics_addr.port(), 2);
+}
+
+#[test]
+fn each_bad_field_is_named() {
+    let cases = [
+        ("cpuManagerPolicy: dynamic\n", "cpuManagerPolicy"),
+        (
+            "cpuManagerPolicy: static\nreservedSystemCPUs: \"0-\"\n",
+            "reservedSystemCPUs",
+        ),
+        (
+            "cpuManagerPolicy: static\nkubeReserved:\n  cpu: lots\n",
+            "kubeReserved.cpu",
+        ),
+        (
+            "cpuManagerPolicy: static\nsystemReserved:\n  cpu: -1\n",
+            "systemReserved.cpu",
+        ),
+        (
+            "cpuManagerPolicy: static\nsystemReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions:\n  no-such-option: \"true\"\n",
+            "cpuManagerPolicyOptions",
+        ),
+        (
+            "cpuManagerPolicy: static\nsystemReserved: {cpu: \"1\"}\ncpuManagerPolicyOptions:\n  full-pcpus-only: maybe\n",
+            "cpuManagerPolicyOptions",
+        ),
+        ("cpuManagerReconcilePeriod: 10\n", "cpuManagerReconcilePeriod"),
+        ("cpuManagerReconcilePeriod: 0s\n", "cpuManagerReconcilePeriod"),
+        ("metricsAddr: localhost\n", "metricsAddr"),
+        ("featureGates:\n  NoSuchGate: true\n", "featureGates"),
+        ("cgroupRoot: relative/dir\n", "cgroupRoot"),
+        ("stateDir: \"\"\n", "stateDir"),
+    ];
+    for (yaml, field) in cases {
+        let err = resolve_yaml(yaml).expect_err(yaml);
+        assert_eq!(err.field(), Some(field), "{yaml}: {err}");
+        assert!(err.to_string().contains(field), "{yaml}: {err}");
+    }
+}
+
+#[test]
+fn static_without_reservation_uses_kubelets_message() {
+    for yaml in [
+        "cpuManagerPolicy: static\n",
+        "cpuManagerPolicy: static\nkubeReserved: {cpu: \"0\"}\n",
+    ] {
+        let err = resolve_yaml(yaml).expect_err(yaml);
+        assert!(matches!(err, ConfigError::NoReservation), "{yaml}: {err}");
+        assert_eq!(
+            err.to_string(),
+            "[cpumanager] unable to determine reserved CPU resources for static policy"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_and_bad_yaml_are_refused_with_the_key() {
+    let err = resolve_yaml("cpuManagerPolicyy: static\n").expect_err("typo");
+    assert!(matches!(err, ConfigError::Syntax { .. }));
+    assert!(err.to_string().contains("cpuManagerPolicyy"), "{err}");
+    let err = resolve_yaml("cpuManagerPolicy: [a\n").expect_err("yaml");
+    assert!(matches!(err, ConfigError::Syntax { .. }));
+}
+
+#[test]
+fn missing_config_file_names_the_path() {
+    let overrides = Overrides {
+        config: Some("/no/such/pinion.yaml".into()),
+        ..Overrides::default()
+    };
+    let err = Config::load(&overrides, &defaults()).expect_err("missing");
+    assert!(err.to_string().contains("/no/such/pinion.yaml"), "{err}");
+}
+
+#[test]
+fn non_root_defaults_live_under_home() {
+    let paths = DefaultPaths::for_user(false, Some(Path::new("/home/u")));
+    assert_eq!(
+        paths.state_dir,
+        PathBuf::from("/home/u/.local/state/pinion")
+    );
+    assert_eq!(
+        paths.socket,
+        PathBuf::from("/home/u/.local/state/pinion/pinion.sock")
+    );
+}

@@ -1,0 +1,145 @@
+//! An in-memory [`CpusetHost`] for tests of code that drives cgroups: it
+//! keeps the same rules that matter to callers (children must exist, a
+//! child with processes cannot be removed) and lets a test inspect and
+//! change what is "on disk" (drift, processes exiting). Clones share state.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use pinion_core::CpuSet;
+
+use super::{CgroupError, CgroupName, CgroupOp, CpusetHost};
+
+/// One fake cgroup.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FakeCgroup {
+    pub cpus: CpuSet,
+    pub mems: CpuSet,
+    pub pids: Vec<u32>,
+}
+
+/// Shared fake cgroup tree.
+#[derive(Debug, Clone, Default)]
+pub struct FakeCgroups {
+    inner: Arc<Mutex<FakeTree>>,
+}
+
+/// The fake's content.
+#[derive(Debug, Default)]
+pub struct FakeTree {
+    pub root: Option<(CpuSet, CpuSet)>,
+    pub children: BTreeMap<CgroupName, FakeCgroup>,
+    /// When set, every write fails (to test error paths).
+    pub fail_writes: bool,
+}
+
+impl FakeCgroups {
+    /// The tree, for inspection or changes.
+    ///
+    /// # Panics
+    /// When a test panicked while holding the lock.
+    pub fn tree(&self) -> MutexGuard<'_, FakeTree> {
+        self.inner.lock().expect("fake cgroup lock")
+    }
+}
+
+fn not_found(name: &CgroupName, op: CgroupOp) -> CgroupError {
+    CgroupError::Io {
+        op,
+        path: name.as_str().into(),
+        data: None,
+        source: std::io::ErrorKind::NotFound.into(),
+    }
+}
+
+fn check_writable(tree: &FakeTree, name: &CgroupName) -> Result<(), CgroupError> {
+    if tree.fail_writes {
+        return Err(CgroupError::Io {
+            op: CgroupOp::Write,
+            path: name.as_str().into(),
+            data: None,
+            source: std::io::ErrorKind::PermissionDenied.into(),
+        });
+    }
+    Ok(())
+}
+
+impl CpusetHost for FakeCgroups {
+    fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        self.tree().root = Some((cpus.clone(), mems.clone()));
+        Ok(())
+    }
+
+    fn create(
+        &mut self,
+        name: &CgroupName,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        check_writable(&tree, name)?;
+        let entry = tree.children.entry(name.clone()).or_default();
+        entry.cpus = cpus.clone();
+        entry.mems = mems.clone();
+        Ok(())
+    }
+
+    fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        check_writable(&tree, name)?;
+        let entry = tree
+            .children
+            .get_mut(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Write))?;
+        entry.cpus = cpus.clone();
+        entry.mems = mems.clone();
+        Ok(())
+    }
+
+    fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError> {
+        let tree = self.tree();
+        let entry = tree
+            .children
+            .get(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Read))?;
+        Ok(entry.cpus.clone())
+    }
+
+    fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        check_writable(&tree, name)?;
+        let entry = tree
+            .children
+            .get_mut(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Write))?;
+        entry.pids.push(pid);
+        Ok(())
+    }
+
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
+        let tree = self.tree();
+        Ok(tree
+            .children
+            .get(name)
+            .map(|c| c.pids.clone())
+            .unwrap_or_default())
+    }
+
+    fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        if tree.children.get(name).is_some_and(|c| !c.pids.is_empty()) {
+            return Err(CgroupError::Io {
+                op: CgroupOp::RemoveDir,
+                path: name.as_str().into(),
+                data: None,
+                source: std::io::ErrorKind::ResourceBusy.into(),
+            });
+        }
+        tree.children.remove(name);
+        Ok(())
+    }
+
+    fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
+        Ok(self.tree().children.keys().cloned().collect())
+    }
+}

@@ -1,0 +1,123 @@
+//! The file operations behind [`super::Cgroups`]; every error names the
+//! path, the operation and, for writes, the data.
+
+use std::fs;
+use std::io::{self, ErrorKind};
+use std::path::Path;
+
+use pinion_core::CpuSet;
+
+use super::{CgroupError, CgroupName, CgroupOp};
+
+fn io_error(op: CgroupOp, path: &Path, data: Option<&str>, source: io::Error) -> CgroupError {
+    CgroupError::Io {
+        op,
+        path: path.to_path_buf(),
+        data: data.map(str::to_string),
+        source,
+    }
+}
+
+pub(super) fn write(path: &Path, data: &str) -> Result<(), CgroupError> {
+    fs::write(path, data).map_err(|e| io_error(CgroupOp::Write, path, Some(data), e))
+}
+
+/// The file's text; a missing file reads as empty (a plain directory in a
+/// test tree, or a control file this kernel does not have).
+pub(super) fn read(path: &Path) -> Result<String, CgroupError> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(text),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(io_error(CgroupOp::Read, path, None, e)),
+    }
+}
+
+pub(super) fn read_cpuset(path: &Path) -> Result<CpuSet, CgroupError> {
+    let text = read(path)?;
+    CpuSet::parse_list(text.trim()).map_err(|err| CgroupError::Malformed {
+        path: path.to_path_buf(),
+        text: text.trim().to_string(),
+        reason: err.to_string(),
+    })
+}
+
+pub(super) fn read_pids(path: &Path) -> Result<Vec<u32>, CgroupError> {
+    let text = read(path)?;
+    text.split_whitespace()
+        .map(|word| {
+            word.parse().map_err(|_| CgroupError::Malformed {
+                path: path.to_path_buf(),
+                text: word.to_string(),
+                reason: "not a process id".to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Creates `dir`; an existing directory is fine.
+pub(super) fn create_dir(dir: &Path) -> Result<(), CgroupError> {
+    match fs::create_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(io_error(CgroupOp::CreateDir, dir, None, e)),
+    }
+}
+
+/// Removes `dir`; a missing directory is fine.
+pub(super) fn remove_dir(dir: &Path) -> Result<(), CgroupError> {
+    match fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(CgroupOp::RemoveDir, dir, None, e)),
+    }
+}
+
+/// v1: an intermediate cpuset created empty gets its parent's cpus and
+/// mems, so that tasks (and Pinion's root) can live below it.
+pub(super) fn inherit_cpuset(dir: &Path) -> Result<(), CgroupError> {
+    let Some(parent) = dir.parent() else {
+        return Ok(());
+    };
+    for file in ["cpuset.mems", "cpuset.cpus"] {
+        if read(&dir.join(file))?.trim().is_empty() {
+            let value = read(&parent.join(file))?;
+            write(&dir.join(file), value.trim())?;
+        }
+    }
+    Ok(())
+}
+
+/// v2: enables the cpuset controller for the children of `dir`.
+pub(super) fn enable_cpuset(dir: &Path) -> Result<(), CgroupError> {
+    let path = dir.join("cgroup.subtree_control");
+    let enabled = read(&path)?
+        .split_whitespace()
+        .any(|c| c.trim_start_matches('+') == "cpuset");
+    if enabled {
+        Ok(())
+    } else {
+        write(&path, "+cpuset")
+    }
+}
+
+/// Child directories of `root` whose names are valid cgroup names.
+pub(super) fn list_children(root: &Path) -> Result<Vec<CgroupName>, CgroupError> {
+    let entries = match fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(CgroupOp::ListDir, root, None, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(CgroupOp::ListDir, root, None, e))?;
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        let name = entry.file_name();
+        if let (true, Some(name)) = (is_dir, name.to_str()) {
+            if let Ok(name) = CgroupName::new(name) {
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    Ok(names)
+}

@@ -1,0 +1,289 @@
+//! cgroupfs cpuset writers for cgroup v1 (the `cpuset` hierarchy) and v2
+//! (the unified hierarchy with the cpuset controller).
+//!
+//! Pinion keeps its cgroups in one directory, *Pinion's root* (by default
+//! `<cpuset mount>/pinion`; not `pinion.slice`, which systemd would take
+//! as its own unit). Each managed workload gets one child directory named by
+//! a validated [`CgroupName`], so no name can reach outside the root.
+//!
+//! v1 rules kept here: a new cpuset has empty `cpuset.cpus`/`cpuset.mems`
+//! and refuses tasks until both are set, and a child must stay a subset of
+//! its parent, so the root grows before its children (top-down) and
+//! children shrink before the root (bottom-up). v2: the cpuset controller is
+//! enabled in `cgroup.subtree_control` of every ancestor from the mount down
+//! to Pinion's root.
+//!
+//! [`CpusetHost`] is the seam the agent's tests replace ([`fake::FakeCgroups`]).
+
+pub mod fake;
+mod fs_ops;
+pub mod mountinfo;
+mod name;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use pinion_core::CpuSet;
+
+pub use name::{CgroupName, MAX_NAME_LEN};
+
+/// The closed set of cgroup versions Pinion writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+impl std::fmt::Display for CgroupVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        })
+    }
+}
+
+/// The operation a [`CgroupError::Io`] failed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupOp {
+    Read,
+    Write,
+    CreateDir,
+    RemoveDir,
+    ListDir,
+}
+
+impl std::fmt::Display for CgroupOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::CreateDir => "create directory",
+            Self::RemoveDir => "remove directory",
+            Self::ListDir => "list directory",
+        })
+    }
+}
+
+/// Errors of cgroupfs access.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("invalid cgroup name {name:?}: {reason}")]
+    InvalidName { name: String, reason: &'static str },
+    #[error("{op} {}{}: {source}", .path.display(), data_suffix(.data.as_deref()))]
+    Io {
+        op: CgroupOp,
+        path: PathBuf,
+        /// For writes: the data written.
+        data: Option<String>,
+        source: io::Error,
+    },
+    #[error("{}: line {line} is not a mountinfo line: {text:?}", .path.display())]
+    MountInfo {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
+    #[error("no cgroup v1 cpuset hierarchy and no cgroup v2 hierarchy with the cpuset controller in {}", .mountinfo.display())]
+    NoCpusetHierarchy { mountinfo: PathBuf },
+    #[error("cgroup root {} is not inside a cpuset hierarchy listed in {}", .root.display(), .mountinfo.display())]
+    RootOutsideHierarchy { root: PathBuf, mountinfo: PathBuf },
+    #[error("{}: unexpected content {text:?} ({reason})", .path.display())]
+    Malformed {
+        path: PathBuf,
+        text: String,
+        reason: String,
+    },
+}
+
+fn data_suffix(data: Option<&str>) -> String {
+    data.map(|d| format!(" (data {d:?})")).unwrap_or_default()
+}
+
+/// What the agent needs from cgroupfs: Pinion's root and its children.
+pub trait CpusetHost: Send {
+    /// Creates Pinion's root (and its ancestors) as needed and sets its
+    /// cpus and memory nodes.
+    fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// Creates child `name` (if missing) and sets its cpus and mems.
+    fn create(
+        &mut self,
+        name: &CgroupName,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), CgroupError>;
+    /// Sets the cpus and mems of an existing child.
+    fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// The cpus a child is configured with (`cpuset.cpus`).
+    fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError>;
+    /// Moves process `pid` into child `name`.
+    fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError>;
+    /// The processes in child `name`.
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
+    /// Removes child `name` (fails while it has processes); a missing child
+    /// is not an error.
+    fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
+    /// Pinion's children (directories with a valid name).
+    fn list(&self) -> Result<Vec<CgroupName>, CgroupError>;
+}
+
+/// The real cgroupfs under one Pinion root.
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    version: CgroupVersion,
+    mount: PathBuf,
+    root: PathBuf,
+}
+
+impl Cgroups {
+    /// Finds the cpuset hierarchy in the `mountinfo` file (mount points
+    /// joined under `prefix`, `/` on a live machine). With `root`, it must
+    /// lie inside one of them; without, the root is `<mount>/pinion` of the
+    /// v1 cpuset hierarchy, else of a v2 one with the cpuset controller.
+    pub fn detect(
+        mountinfo: &Path,
+        prefix: &Path,
+        root: Option<&Path>,
+    ) -> Result<Self, CgroupError> {
+        let mounts = mountinfo::cpuset_mounts(mountinfo, prefix)?;
+        if mounts.is_empty() {
+            return Err(CgroupError::NoCpusetHierarchy {
+                mountinfo: mountinfo.to_path_buf(),
+            });
+        }
+        let mount =
+            mountinfo::choose(&mounts, root).ok_or_else(|| CgroupError::RootOutsideHierarchy {
+                root: root.map(Path::to_path_buf).unwrap_or_default(),
+                mountinfo: mountinfo.to_path_buf(),
+            })?;
+        let root = root.map_or_else(|| mount.path.join("pinion"), Path::to_path_buf);
+        Ok(Self::new(mount.version, mount.path, root))
+    }
+
+    /// A writer for a known layout (`root` must be below `mount`).
+    #[must_use]
+    pub fn new(version: CgroupVersion, mount: PathBuf, root: PathBuf) -> Self {
+        Self {
+            version,
+            mount,
+            root,
+        }
+    }
+
+    /// The cgroup version.
+    #[must_use]
+    pub fn version(&self) -> CgroupVersion {
+        self.version
+    }
+
+    /// Pinion's root directory.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of child `name` (a validated name cannot escape).
+    #[must_use]
+    pub fn path_of(&self, name: &CgroupName) -> PathBuf {
+        self.root.join(name.as_str())
+    }
+
+    /// Removes Pinion's root itself (it must have no children left).
+    pub fn remove_root(&self) -> Result<(), CgroupError> {
+        fs_ops::remove_dir(&self.root)
+    }
+
+    /// Directories from below the mount down to the root, top first.
+    fn chain(&self) -> Vec<PathBuf> {
+        let relative = self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""));
+        let mut dir = self.mount.clone();
+        let mut chain = Vec::new();
+        for part in relative.components() {
+            dir.push(part);
+            chain.push(dir.clone());
+        }
+        chain
+    }
+
+    fn write_cpuset(&self, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        // Memory nodes first: a v1 cpuset with cpus but no mems takes no task.
+        fs_ops::write(&dir.join("cpuset.mems"), &mems.to_string())?;
+        fs_ops::write(&dir.join("cpuset.cpus"), &cpus.to_string())
+    }
+
+    fn shrink_children(&self, cpus: &CpuSet) -> Result<(), CgroupError> {
+        for name in self.list()? {
+            let current = self.cpus(&name)?;
+            if !current.is_subset(cpus) {
+                let narrowed = current.intersection(cpus);
+                let dir = self.path_of(&name);
+                fs_ops::write(&dir.join("cpuset.cpus"), &narrowed.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl CpusetHost for Cgroups {
+    fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        let chain = self.chain();
+        if self.version == CgroupVersion::V2 {
+            fs_ops::enable_cpuset(&self.mount)?;
+        }
+        for (index, dir) in chain.iter().enumerate() {
+            fs_ops::create_dir(dir)?;
+            if index + 1 == chain.len() {
+                break;
+            }
+            match self.version {
+                CgroupVersion::V1 => fs_ops::inherit_cpuset(dir)?,
+                CgroupVersion::V2 => fs_ops::enable_cpuset(dir)?,
+            }
+        }
+        // Bottom-up when the root shrinks: children first.
+        self.shrink_children(cpus)?;
+        self.write_cpuset(&self.root, cpus, mems)?;
+        if self.version == CgroupVersion::V2 {
+            fs_ops::enable_cpuset(&self.root)?;
+        }
+        Ok(())
+    }
+
+    fn create(
+        &mut self,
+        name: &CgroupName,
+        cpus: &CpuSet,
+        mems: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let dir = self.path_of(name);
+        fs_ops::create_dir(&dir)?;
+        self.write_cpuset(&dir, cpus, mems)
+    }
+
+    fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        self.write_cpuset(&self.path_of(name), cpus, mems)
+    }
+
+    fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError> {
+        fs_ops::read_cpuset(&self.path_of(name).join("cpuset.cpus"))
+    }
+
+    fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
+        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())
+    }
+
+    fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
+        fs_ops::read_pids(&self.path_of(name).join("cgroup.procs"))
+    }
+
+    fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        fs_ops::remove_dir(&self.path_of(name))
+    }
+
+    fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
+        fs_ops::list_children(&self.root)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,218 @@
+use std::fs;
+use std::path::Path;
+
+use super::*;
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).expect("cpulist")
+}
+
+fn name(text: &str) -> CgroupName {
+    CgroupName::new(text).expect("valid name")
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).expect("read").trim().to_string()
+}
+
+/// A plain-file v1 cpuset mount with cpus 0-7 and mems 0-1.
+fn v1_tree(dir: &Path) -> PathBuf {
+    let mount = dir.join("cpuset");
+    fs::create_dir_all(&mount).expect("mkdir");
+    fs::write(mount.join("cpuset.cpus"), "0-7\n").expect("write");
+    fs::write(mount.join("cpuset.mems"), "0-1\n").expect("write");
+    mount
+}
+
+#[test]
+fn v1_root_inherits_ancestors_and_children_get_cpus_before_tasks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let root = mount.join("outer/pinion");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), root.clone());
+    cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    assert_eq!(read(&mount.join("outer/cpuset.cpus")), "0-7");
+    assert_eq!(read(&mount.join("outer/cpuset.mems")), "0-1");
+    assert_eq!(read(&root.join("cpuset.cpus")), "0-7");
+
+    let child = name("run-1");
+    cg.create(&child, &set("2-3"), &set("0")).expect("create");
+    cg.add_pid(&child, 4242).expect("add pid");
+    assert_eq!(read(&root.join("run-1/cpuset.cpus")), "2-3");
+    assert_eq!(read(&root.join("run-1/cpuset.mems")), "0");
+    assert_eq!(read(&root.join("run-1/cgroup.procs")), "4242");
+    assert_eq!(cg.pids(&child).expect("pids"), vec![4242]);
+    assert_eq!(cg.cpus(&child).expect("cpus"), set("2-3"));
+    assert_eq!(cg.list().expect("list"), vec![child]);
+}
+
+#[test]
+fn v1_root_shrink_narrows_children_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    cg.create(&name("a"), &set("4-7"), &set("1"))
+        .expect("create");
+    cg.ensure_root(&set("0-5"), &set("0-1")).expect("shrink");
+    assert_eq!(cg.cpus(&name("a")).expect("cpus"), set("4-5"));
+    assert_eq!(read(&mount.join("pinion/cpuset.cpus")), "0-5");
+}
+
+#[test]
+fn v2_enables_cpuset_controller_down_to_the_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("unified");
+    fs::create_dir_all(&mount).expect("mkdir");
+    fs::write(mount.join("cgroup.subtree_control"), "cpu\n").expect("write");
+    let root = mount.join("system/pinion");
+    let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), root.clone());
+    cg.ensure_root(&set("0-3"), &set("0")).expect("root");
+    assert_eq!(read(&mount.join("cgroup.subtree_control")), "+cpuset");
+    assert_eq!(
+        read(&mount.join("system/cgroup.subtree_control")),
+        "+cpuset"
+    );
+    assert_eq!(read(&root.join("cgroup.subtree_control")), "+cpuset");
+    assert_eq!(read(&root.join("cpuset.cpus")), "0-3");
+    // Already enabled: left alone.
+    fs::write(mount.join("cgroup.subtree_control"), "cpu cpuset\n").expect("write");
+    cg.ensure_root(&set("0-3"), &set("0")).expect("again");
+    assert_eq!(read(&mount.join("cgroup.subtree_control")), "cpu cpuset");
+}
+
+#[test]
+fn remove_tolerates_missing_and_list_skips_files_and_bad_names() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let root = mount.join("pinion");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount, root.clone());
+    cg.ensure_root(&set("0-7"), &set("0")).expect("root");
+    fs::create_dir(root.join("bad name")).expect("mkdir");
+    cg.create(&name("ok"), &set("1"), &set("0"))
+        .expect("create");
+    assert_eq!(cg.list().expect("list"), vec![name("ok")]);
+    cg.remove(&name("gone")).expect("missing is fine");
+    assert!(!root.join("gone").exists());
+}
+
+#[test]
+fn write_errors_name_path_operation_and_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    // The root was never created: writing into a missing child fails.
+    let err = cg
+        .set(&name("nope"), &set("1"), &set("0"))
+        .expect_err("missing");
+    match &err {
+        CgroupError::Io { op, path, data, .. } => {
+            assert_eq!(*op, CgroupOp::Write);
+            assert_eq!(path, &mount.join("pinion/nope/cpuset.mems"));
+            assert_eq!(data.as_deref(), Some("0"));
+        }
+        other => panic!("expected Io, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.starts_with("write ") && text.contains("(data \"0\")"),
+        "{text}"
+    );
+}
+
+#[test]
+fn malformed_procs_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    cg.ensure_root(&set("0-7"), &set("0")).expect("root");
+    cg.create(&name("a"), &set("1"), &set("0")).expect("create");
+    fs::write(mount.join("pinion/a/cgroup.procs"), "12\nxyz\n").expect("write");
+    assert!(matches!(
+        cg.pids(&name("a")),
+        Err(CgroupError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn detect_from_mountinfo_picks_the_hierarchy_of_the_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let info = dir.path().join("mountinfo");
+    fs::write(
+        &info,
+        "34 31 0:31 / /cg/cpuset rw - cgroup cgroup rw,cpuset\n",
+    )
+    .expect("write");
+    let cg = Cgroups::detect(&info, dir.path(), None).expect("detect");
+    assert_eq!(cg.version(), CgroupVersion::V1);
+    assert_eq!(cg.root(), dir.path().join("cg/cpuset/pinion"));
+    let outside = Cgroups::detect(&info, dir.path(), Some(Path::new("/tmp/x")));
+    assert!(matches!(
+        outside,
+        Err(CgroupError::RootOutsideHierarchy { .. })
+    ));
+    fs::write(&info, "41 31 0:38 / /u rw - cgroup2 cgroup2 rw\n").expect("write");
+    assert!(matches!(
+        Cgroups::detect(&info, dir.path(), None),
+        Err(CgroupError::NoCpusetHierarchy { .. })
+    ));
+}
+
+/// Real cgroupfs: needs root and a writable cpuset hierarchy.
+#[test]
+fn real_cgroup_pins_a_child_process() {
+    let Some(mut cg) = real_cgroups("pinion-host-test") else {
+        return;
+    };
+    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    let all = CpuSet::parse_list(&parent).expect("parent cpus");
+    let mems = set("0");
+    cg.ensure_root(&all, &mems).expect("root");
+    let cpu = all.last().expect("a cpu");
+    let pinned = CpuSet::from_iter([cpu]);
+    let child_name = name("pinned");
+    cg.create(&child_name, &pinned, &mems).expect("create");
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let result = cg.add_pid(&child_name, child.id());
+    let status = fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    result.expect("add pid");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .expect("status line");
+    assert_eq!(
+        line.split_whitespace().nth(1),
+        Some(pinned.to_string().as_str())
+    );
+    cg.remove(&child_name).expect("remove child");
+    cg.remove_root().expect("remove root");
+}
+
+fn real_cgroups(label: &str) -> Option<Cgroups> {
+    let info = Path::new("/proc/self/mountinfo");
+    let probe = match Cgroups::detect(info, Path::new("/"), None) {
+        Ok(cg) => cg,
+        Err(err) => {
+            eprintln!("skipped: no cpuset cgroup hierarchy ({err})");
+            return None;
+        }
+    };
+    let base = probe.root().parent().expect("mount").to_path_buf();
+    let root = base.join(format!("{label}-{}", std::process::id()));
+    if let Err(err) = fs::create_dir(&root) {
+        eprintln!(
+            "skipped: cpuset hierarchy {} not writable ({err})",
+            base.display()
+        );
+        return None;
+    }
+    let _ = fs::remove_dir(&root);
+    Some(Cgroups::new(probe.version(), base, root))
+}

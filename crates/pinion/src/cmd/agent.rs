@@ -1,0 +1,60 @@
+//! `pinion agent`: the node daemon (see `docs/design.md`).
+
+use std::path::PathBuf;
+use std::str::FromStr as _;
+
+use anyhow::Context as _;
+use pinion_agent::{Config, DefaultPaths, Overrides};
+
+/// Arguments of `pinion agent`; flags override the config file.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// YAML config file (kubelet key names; see docs/design.md). Without
+    /// it: static policy, one CPU reserved.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory of the `cpu_manager_state` checkpoint.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Unix socket of the local API.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Pinion's cgroup directory (default: `<cpuset mount>/pinion`).
+    #[arg(long)]
+    cgroup_root: Option<PathBuf>,
+    /// Root of `sys/` and `proc/` to read (default `/`).
+    #[arg(long)]
+    sysroot: Option<PathBuf>,
+    /// Address of `/metrics`, `/healthz`, `/readyz` (default 127.0.0.1:9590).
+    #[arg(long)]
+    metrics_addr: Option<String>,
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let level = tracing::Level::from_str(&args.log_level)
+        .map_err(|_| anyhow::anyhow!("invalid --log-level {:?}", args.log_level))?;
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let overrides = Overrides {
+        config: args.config.clone(),
+        state_dir: args.state_dir.clone(),
+        socket: args.socket.clone(),
+        cgroup_root: args.cgroup_root.clone(),
+        sysroot: args.sysroot.clone(),
+        metrics_addr: args.metrics_addr.clone(),
+    };
+    let config = Config::load(&overrides, &DefaultPaths::current())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(pinion_agent::run(config))?;
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! `pinion run [--cpus N] -- CMD ARGS…`: runs a command on CPUs the agent
+//! gives it (exclusive for a whole N ≥ 1, the shared pool otherwise).
+//!
+//! Two processes (design: `docs/design.md`): this one stays as the parent,
+//! and starts itself again as a *launcher* (`--exec-as ID`, hidden). The
+//! launcher asks the agent to admit the run; the agent identifies the
+//! launcher by its socket peer credentials, puts it into the run's cgroup
+//! (cpus and mems already set) and answers; only then does the launcher
+//! `exec` the command, which so starts pinned. The parent waits, releases
+//! the run and exits with the command's status (128 + signal when killed).
+
+use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context as _;
+use pinion_agent::api::RunRequest;
+use pinion_agent::client::Client;
+use pinion_agent::controller::RUN_PREFIX;
+use pinion_agent::DefaultPaths;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Exit status when Pinion itself failed before the command ran.
+const EXIT_PINION_FAILED: i32 = 125;
+/// Exit status when the command could not be executed.
+const EXIT_CANNOT_EXEC: i32 = 126;
+/// Exit status when the command was not found.
+const EXIT_NOT_FOUND: i32 = 127;
+
+/// Arguments of `pinion run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// CPUs: a whole number ≥ 1 asks for that many exclusive CPUs; any
+    /// other quantity (or none) runs in the shared pool.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// Memory nodes: `auto` = the NUMA nodes of the CPUs.
+    #[arg(long, default_value = "auto")]
+    memory_nodes: String,
+    /// Unix socket of the agent's local API.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Internal: act as the launcher of run ID.
+    #[arg(long, hide = true)]
+    exec_as: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// Runs the command; does not return when it ran (exits with its status).
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| DefaultPaths::current().socket);
+    if let Some(id) = &args.exec_as {
+        launch(args, id, &socket);
+    }
+    let client = Client::new(&socket);
+    if let Err(err) = client.health() {
+        eprintln!("pinion run: {err}");
+        std::process::exit(EXIT_PINION_FAILED);
+    }
+    let id = run_id();
+    let forwarder = forward_signals()?;
+    let mut launcher =
+        Command::new(std::env::current_exe().context("cannot find the pinion executable")?);
+    launcher
+        .arg("run")
+        .arg("--exec-as")
+        .arg(&id)
+        .arg("--socket")
+        .arg(&socket);
+    launcher.arg("--memory-nodes").arg(&args.memory_nodes);
+    if let Some(cpus) = &args.cpus {
+        launcher.arg("--cpus").arg(cpus);
+    }
+    let mut child = launcher
+        .arg("--")
+        .args(&args.command)
+        .spawn()
+        .context("cannot start the launcher")?;
+    forwarder.send(child.id()).ok();
+    let status = child.wait().context("waiting for the command")?;
+    release(&socket, &id);
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(EXIT_PINION_FAILED);
+    std::process::exit(code);
+}
+
+/// The launcher: admit and place this process, then become the command.
+fn launch(args: &Args, id: &str, socket: &Path) -> ! {
+    let request = RunRequest {
+        id: id.to_string(),
+        cpus: args.cpus.clone(),
+        memory_nodes: args.memory_nodes.clone(),
+    };
+    if let Err(err) = Client::new(socket).run(&request) {
+        eprintln!("pinion run: {err}");
+        std::process::exit(EXIT_PINION_FAILED);
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        eprintln!("pinion run: no command given");
+        std::process::exit(EXIT_PINION_FAILED);
+    };
+    let err = Command::new(program).args(rest).exec();
+    eprintln!("pinion run: cannot execute {program:?}: {err}");
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_CANNOT_EXEC
+    };
+    std::process::exit(code);
+}
+
+fn run_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, nanos) = (now.as_secs(), now.subsec_nanos());
+    format!("{RUN_PREFIX}{}-{secs}-{nanos}", std::process::id())
+}
+
+fn release(socket: &Path, id: &str) {
+    match Client::new(socket).release(id) {
+        Ok(_) => {}
+        Err(err) => eprintln!(
+            "pinion run: could not release {id} ({err}); the agent releases it when it runs again"
+        ),
+    }
+}
+
+/// Keeps this parent alive through SIGINT (the terminal sends it to the
+/// command too) and forwards SIGTERM and SIGHUP to the launched command,
+/// so the parent can always release the CPUs. Returns where to send the
+/// child's pid.
+fn forward_signals() -> anyhow::Result<std::sync::mpsc::Sender<u32>> {
+    let (pid_tx, pid_rx) = std::sync::mpsc::channel::<u32>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
+    std::thread::Builder::new()
+        .name("pinion-run-signals".into())
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(err));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let installed = (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::hangup()),
+                );
+                let (Ok(mut int), Ok(mut term), Ok(mut hup)) = installed else {
+                    let _ =
+                        ready_tx.send(Err(std::io::Error::other("cannot install signal handlers")));
+                    return;
+                };
+                let _ = ready_tx.send(Ok(()));
+                let Ok(pid) = pid_rx.recv() else { return };
+                loop {
+                    let name = tokio::select! {
+                        _ = int.recv() => continue,
+                        _ = term.recv() => "TERM",
+                        _ = hup.recv() => "HUP",
+                    };
+                    let _ = Command::new("kill")
+                        .arg(format!("-{name}"))
+                        .arg(pid.to_string())
+                        .status();
+                }
+            });
+        })
+        .context("cannot start the signal thread")?;
+    ready_rx
+        .recv()
+        .context("signal thread ended early")?
+        .context("cannot install signal handlers")?;
+    Ok(pid_tx)
+}

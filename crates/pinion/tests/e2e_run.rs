@@ -1,0 +1,340 @@
+//! End to end: the real agent on the real cpuset cgroup hierarchy, real
+//! processes started with `pinion run`, the agent killed with SIGKILL and
+//! restarted in between. Needs root and a writable cpuset hierarchy (v1,
+//! or v2 with the cpuset controller) and at least two CPUs; otherwise it
+//! prints why it was skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use pinion_core::CpuSet;
+use pinion_host::cgroup::Cgroups;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_pinion");
+/// Upper bound for waiting on the agent or a process (not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct Setup {
+    dir: tempfile::TempDir,
+    cgroup_root: PathBuf,
+    all: CpuSet,
+    reserved: u32,
+    agent: Option<Child>,
+    runs: Vec<Child>,
+}
+
+impl Setup {
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("pinion.sock")
+    }
+
+    fn start_agent(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("agent.log"))
+            .expect("log file");
+        let _ = std::fs::remove_file(self.socket());
+        let agent = Command::new(BIN)
+            .arg("agent")
+            .arg("--config")
+            .arg(self.dir.path().join("config.yaml"))
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--cgroup-root")
+            .arg(&self.cgroup_root)
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start agent");
+        self.agent = Some(agent);
+        let started = Instant::now();
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
+            if let Some(Ok(Some(status))) = self.agent.as_mut().map(Child::try_wait) {
+                panic!("agent exited with {status}: {}", self.log());
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "agent did not come up: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill_agent(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.kill().expect("SIGKILL agent");
+            agent.wait().expect("reap agent");
+        }
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            signal("TERM", agent.id());
+            let status = agent.wait().expect("reap agent");
+            assert!(
+                status.success(),
+                "agent stopped with {status}: {}",
+                self.log()
+            );
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    fn pinion(&self, args: &[&str]) -> Output {
+        let (subcommand, rest) = args.split_first().expect("a subcommand");
+        Command::new(BIN)
+            .arg(subcommand)
+            .arg("--socket")
+            .arg(self.socket())
+            .args(rest)
+            .output()
+            .expect("run pinion")
+    }
+
+    fn spawn_run(&mut self, cpus: Option<&str>, command: &[&str]) {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run").arg("--socket").arg(self.socket());
+        if let Some(cpus) = cpus {
+            cmd.args(["--cpus", cpus]);
+        }
+        let child = cmd
+            .arg("--")
+            .args(command)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn run");
+        self.runs.push(child);
+    }
+
+    fn ps(&self) -> Vec<Value> {
+        let out = self.pinion(&["ps", "--format", "json"]);
+        assert!(
+            out.status.success(),
+            "ps failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let snapshot: Value = serde_json::from_slice(&out.stdout).expect("ps json");
+        snapshot["workloads"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Waits until `pinion ps` lists `count` workloads and returns them.
+    fn wait_for_workloads(&self, count: usize) -> Vec<Value> {
+        let started = Instant::now();
+        loop {
+            let workloads = self.ps();
+            if workloads.len() == count {
+                return workloads;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "expected {count} workloads, have {workloads:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn cgroup_cpus(&self, workload: &Value) -> CpuSet {
+        let name = workload["cgroup"].as_str().expect("cgroup name");
+        read_cpus(&self.cgroup_root.join(name).join("cpuset.cpus"))
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        for run in &mut self.runs {
+            let _ = run.kill();
+            let _ = run.wait();
+        }
+        self.kill_agent();
+        if let Ok(entries) = std::fs::read_dir(&self.cgroup_root) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(entry.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.cgroup_root);
+    }
+}
+
+fn signal(name: &str, pid: u32) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+fn read_cpus(path: &Path) -> CpuSet {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    CpuSet::parse_list(text.trim()).expect("cpulist")
+}
+
+fn allowed_cpus(pid: u64) -> CpuSet {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list");
+    CpuSet::parse_list(line.trim()).expect("cpulist")
+}
+
+fn setup() -> Option<Setup> {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+        eprintln!("skipped: e2e_run needs root");
+        return None;
+    }
+    let probe = match Cgroups::detect(Path::new("/proc/self/mountinfo"), Path::new("/"), None) {
+        Ok(probe) => probe,
+        Err(err) => {
+            eprintln!("skipped: no cpuset cgroup hierarchy ({err})");
+            return None;
+        }
+    };
+    let mount = probe.root().parent().expect("mount").to_path_buf();
+    let cgroup_root = mount.join(format!("pinion-e2e-{}", std::process::id()));
+    if let Err(err) = std::fs::create_dir(&cgroup_root) {
+        eprintln!(
+            "skipped: cpuset hierarchy {} is not writable ({err})",
+            mount.display()
+        );
+        return None;
+    }
+    let _ = std::fs::remove_dir(&cgroup_root);
+    let all = pinion_host::discover(Path::new("/"))
+        .expect("topology")
+        .all_cpus()
+        .clone();
+    if all.len() < 2 {
+        eprintln!("skipped: e2e_run needs at least 2 cpus");
+        return None;
+    }
+    let reserved = all.first().expect("a cpu");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = format!("cpuManagerPolicy: static\nreservedSystemCPUs: \"{reserved}\"\n");
+    std::fs::write(dir.path().join("config.yaml"), config).expect("config");
+    Some(Setup {
+        dir,
+        cgroup_root,
+        all,
+        reserved,
+        agent: None,
+        runs: Vec::new(),
+    })
+}
+
+#[test]
+fn pinion_run_pins_releases_and_survives_agent_restarts() {
+    let Some(mut s) = setup() else { return };
+    s.start_agent();
+
+    // A one-shot exclusive run prints the single CPU it was given.
+    let out = s.pinion(&[
+        "run",
+        "--cpus",
+        "1",
+        "--",
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let printed = text
+        .trim()
+        .strip_prefix("Cpus_allowed_list:")
+        .expect("grep output");
+    let cpus = CpuSet::parse_list(printed.trim()).expect("cpulist");
+    assert_eq!(cpus.len(), 1, "{text}");
+    assert!(
+        !cpus.contains(s.reserved),
+        "the reserved cpu is never exclusive"
+    );
+    assert!(s.ps().is_empty(), "released after exit");
+
+    // Exit status passes through.
+    let out = s.pinion(&["run", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+
+    // Held while running: one exclusive and one shared run.
+    s.spawn_run(Some("1"), &["sleep", "60"]);
+    let held = s.wait_for_workloads(1);
+    s.spawn_run(None, &["sleep", "60"]);
+    let both = s.wait_for_workloads(2);
+    let exclusive = both
+        .iter()
+        .find(|w| w["exclusive"] == true)
+        .expect("exclusive")
+        .clone();
+    let shared = both
+        .iter()
+        .find(|w| w["exclusive"] == false)
+        .expect("shared")
+        .clone();
+    assert_eq!(exclusive["pod"], held[0]["pod"]);
+    let pinned = CpuSet::parse_list(exclusive["cpus"].as_str().expect("cpus")).expect("cpus");
+    let pool = s.all.difference(&pinned);
+    let exclusive_pid = exclusive["pid"].as_u64().expect("pid");
+    let shared_pid = shared["pid"].as_u64().expect("pid");
+    assert_eq!(allowed_cpus(exclusive_pid), pinned);
+    assert_eq!(s.cgroup_cpus(&exclusive), pinned);
+    assert_eq!(allowed_cpus(shared_pid), pool);
+    assert_eq!(s.cgroup_cpus(&shared), pool);
+
+    // SIGKILL the agent and restart it: nothing moves.
+    s.kill_agent();
+    s.start_agent();
+    let after = s.wait_for_workloads(2);
+    assert_eq!(after, both, "restart kept every assignment");
+    assert_eq!(allowed_cpus(exclusive_pid), pinned);
+    assert_eq!(allowed_cpus(shared_pid), pool);
+
+    // SIGTERM to the `pinion run` parent is forwarded to the command; the
+    // run ends, is released, and the shared cgroup grows back.
+    signal("TERM", s.runs[0].id());
+    let status = s.runs[0].wait().expect("run exits");
+    assert_eq!(status.code(), Some(128 + 15), "the command died of SIGTERM");
+    assert!(
+        !Path::new(&format!("/proc/{exclusive_pid}")).exists(),
+        "command gone"
+    );
+    let left = s.wait_for_workloads(1);
+    assert_eq!(left[0]["pod"], shared["pod"]);
+    assert_eq!(s.cgroup_cpus(&shared), s.all);
+    assert_eq!(allowed_cpus(shared_pid), s.all);
+
+    // The shared run ends while the agent is down: released at restart.
+    s.kill_agent();
+    signal("TERM", u32::try_from(shared_pid).expect("pid"));
+    let _ = s.runs[1].wait().expect("run exits");
+    s.start_agent();
+    assert!(s.wait_for_workloads(0).is_empty());
+    s.stop_agent();
+    assert!(!s.socket().exists(), "socket removed on shutdown");
+    let leftovers: Vec<_> = std::fs::read_dir(&s.cgroup_root)
+        .expect("cgroup root")
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leftovers.is_empty(), "run cgroups removed: {leftovers:?}");
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Figures of docs/performance.md "Agent": `pinion run` wall time end to end,
+# and the agent's RSS idle and with 500 managed processes. Needs root and a
+# writable cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset.
+# Usage: cargo build --release -p pinion && sudo scripts/agent-figures.sh
+set -euo pipefail
+BIN=${BIN:-target/release/pinion}
+RUNS=${RUNS:-200}
+MANAGED=${MANAGED:-500}
+WORK=$(mktemp -d)
+ROOT=/sys/fs/cgroup/cpuset/pinion-figures-$$
+SOCK=$WORK/pinion.sock
+printf 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\ncpuManagerReconcilePeriod: 1s\n' >"$WORK/config.yaml"
+"$BIN" agent --config "$WORK/config.yaml" --state-dir "$WORK/state" --socket "$SOCK" \
+    --cgroup-root "$ROOT" --metrics-addr 127.0.0.1:0 2>"$WORK/agent.log" &
+AGENT=$!
+cleanup() {
+    kill -TERM "$AGENT" 2>/dev/null || true
+    wait "$AGENT" 2>/dev/null || true
+    for dir in "$ROOT"/*/; do [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true; done
+    rmdir "$ROOT" 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+until [ -S "$SOCK" ]; do sleep 0.05; done
+sleep 1
+rss() { awk '/VmRSS/ {print $2 " kB"}' "/proc/$AGENT/status"; }
+echo "agent idle RSS: $(rss)"
+
+for _ in $(seq "$RUNS"); do
+    start=$(date +%s%N)
+    "$BIN" run --socket "$SOCK" --cpus 1 -- true
+    end=$(date +%s%N)
+    echo $(((end - start) / 1000))
+done | sort -n >"$WORK/latency"
+p() { sed -n "$(($(wc -l <"$WORK/latency") * $1 / 100))p" "$WORK/latency"; }
+echo "pinion run --cpus 1 -- true (wall, us, $RUNS runs): p50 $(p 50) p99 $(p 99)"
+
+# Managed processes: launchers started directly (no waiting parent), shared pool.
+pids=()
+for i in $(seq "$MANAGED"); do
+    "$BIN" run --socket "$SOCK" --exec-as "pinion-run-figures-$i" -- sleep 600 &
+    pids+=($!)
+done
+until [ "$("$BIN" ps --socket "$SOCK" --format json | grep -c '"pod"')" -ge "$MANAGED" ]; do sleep 0.2; done
+echo "agent RSS with $MANAGED managed processes: $(rss)"
+kill "${pids[@]}"
+wait "${pids[@]}" 2>/dev/null || true
+until [ "$("$BIN" ps --socket "$SOCK" --format json | grep -c '"pod"')" -eq 0 ]; do sleep 0.2; done
+echo "all released by reconcile; agent RSS after: $(rss)"
