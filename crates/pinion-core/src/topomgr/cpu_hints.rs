@@ -19,6 +19,8 @@ struct NodeCounts {
     ids: Vec<u32>,
     /// `(total CPUs, available CPUs)` per node, same order as `ids`.
     counts: Vec<(usize, usize)>,
+    /// Available CPUs by node id (0–63), for per-mask sums.
+    free_by_id: [usize; 64],
     /// Nodes holding at least one reusable CPU.
     reusable_nodes: NumaMask,
 }
@@ -28,9 +30,14 @@ impl NodeCounts {
         let mut ids = Vec::new();
         let mut counts = Vec::new();
         let mut reusable_nodes = NumaMask::empty();
+        let mut free_by_id = [0; 64];
         for (&node, cpus) in topology.numa_cpus() {
             ids.push(node);
-            counts.push((cpus.len(), cpus.intersection_len(available)));
+            let free = cpus.intersection_len(available);
+            counts.push((cpus.len(), free));
+            if let Some(slot) = free_by_id.get_mut(node as usize) {
+                *slot = free;
+            }
             if cpus.intersection_len(reusable) > 0 {
                 reusable_nodes = reusable_nodes.or(NumaMask::single(node).unwrap_or_default());
             }
@@ -38,6 +45,7 @@ impl NodeCounts {
         Self {
             ids,
             counts,
+            free_by_id,
             reusable_nodes,
         }
     }
@@ -57,16 +65,15 @@ impl NodeCounts {
         u32::try_from(totals.len()).unwrap_or(u32::MAX)
     }
 
-    /// (total, available) CPUs on the nodes of `mask`.
-    fn in_mask(&self, mask: NumaMask) -> (usize, usize) {
-        let mut sums = (0, 0);
-        for (&id, &(total, free)) in self.ids.iter().zip(&self.counts) {
-            if mask.is_set(id) {
-                sums.0 += total;
-                sums.1 += free;
-            }
+    /// Available CPUs on the nodes of `mask` (O(nodes in the mask)).
+    fn free_in(&self, mask: NumaMask) -> usize {
+        let mut bits = mask.raw();
+        let mut sum = 0;
+        while bits != 0 {
+            sum += self.free_by_id[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
         }
-        sums
+        sum
     }
 }
 
@@ -124,8 +131,8 @@ pub fn generate_cpu_hints_bounded(
     let nodes = NodeCounts::new(topology, inputs.available, inputs.reusable);
     let min_affinity_size = nodes.min_affinity_size(request);
     let feasible = |mask: NumaMask| {
-        let (_, free) = nodes.in_mask(mask);
-        nodes.reusable_nodes.is_subset_of(mask) && inputs.reusable.len() + free >= request
+        nodes.reusable_nodes.is_subset_of(mask)
+            && inputs.reusable.len() + nodes.free_in(mask) >= request
     };
     let mut hints = Vec::new();
     let mut visited = 0usize;

@@ -9,10 +9,10 @@
 //! `docs/decisions/002-bounded-hint-merge.md`):
 //!
 //! 1. **Preferred pass.** A merged hint is preferred iff every hint is
-//!    preferred and all non-`None` masks are equal. Fold the lists keeping the
-//!    distinct states "first non-`None` mask so far" (at most one per distinct
-//!    mask of a list, plus "none yet"). A non-empty survivor beats every
-//!    non-preferred merge, so when one exists the answer is the best of them.
+//!    preferred and all non-`None` masks are equal: its mask is a preferred
+//!    mask of some list that every other list offers too (or answers with a
+//!    preferred `None`). A non-empty one beats every non-preferred merge, so
+//!    when one exists the answer is the best of them.
 //! 2. **Non-preferred pass** (only when pass 1 found nothing): fold the lists
 //!    keeping the set of distinct running ANDs, dropping empty ones (an AND
 //!    only shrinks). Lists are folded most restrictive first, so the state set
@@ -137,35 +137,54 @@ impl<'a> HintMerger<'a> {
 }
 
 /// The distinct non-empty preferred merges: permutations of preferred hints
-/// whose non-`None` masks are all equal.
+/// whose non-`None` masks are all equal. Such a permutation's mask `M` lies
+/// in some list's preferred masks and every list offers `M` or a preferred
+/// `None`; the all-`None` permutation exists iff every list offers a
+/// preferred `None`. Lookups are binary searches, so the cost is
+/// `O(Σ L log L)`, not `states × L`.
 fn preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<TopologyHint> {
-    // State: the first non-`None` mask of the permutation so far.
-    let mut states: Vec<Option<NumaMask>> = vec![None];
-    for list in lists {
-        let mut next = Vec::new();
-        for &state in &states {
-            for hint in list.iter().filter(|h| h.preferred) {
-                match (state, hint.affinity) {
-                    (_, None) => next.push(state),
-                    (None, Some(mask)) => next.push(Some(mask)),
-                    (Some(first), Some(mask)) if first == mask => next.push(state),
-                    _ => {}
-                }
-            }
-        }
-        next.sort_unstable();
-        next.dedup();
-        states = next;
-        if states.is_empty() {
-            return Vec::new();
-        }
+    let offers: Vec<(Vec<NumaMask>, bool)> = lists.iter().map(|l| preferred_offer(l)).collect();
+    let accepts = |mask: &NumaMask| {
+        offers
+            .iter()
+            .all(|(masks, any)| *any || masks.binary_search(mask).is_ok())
+    };
+    // Without a wildcard, a list bounds the candidates: start from the smallest.
+    let driver = offers
+        .iter()
+        .filter(|(_, any)| !any)
+        .min_by_key(|(masks, _)| masks.len());
+    let mut candidates: Vec<NumaMask> = match driver {
+        Some((masks, _)) => masks.clone(),
+        None => offers
+            .iter()
+            .flat_map(|(masks, _)| masks.iter().copied())
+            .collect(),
+    };
+    candidates.retain(accepts);
+    if offers.iter().all(|(_, any)| *any) {
+        candidates.push(default);
     }
-    states
+    candidates
         .into_iter()
-        .map(|state| state.map_or(default, |mask| mask.and(default)))
+        .map(|mask| mask.and(default))
         .filter(|mask| !mask.is_empty())
         .map(|mask| TopologyHint::new(mask, true))
         .collect()
+}
+
+/// A list's preferred masks (sorted, distinct) and whether it has a
+/// preferred `None` hint.
+fn preferred_offer(list: &[TopologyHint]) -> (Vec<NumaMask>, bool) {
+    let mut masks: Vec<NumaMask> = list
+        .iter()
+        .filter(|h| h.preferred)
+        .filter_map(|h| h.affinity)
+        .collect();
+    masks.sort_unstable();
+    masks.dedup();
+    let any = list.iter().any(|h| h.preferred && h.affinity.is_none());
+    (masks, any)
 }
 
 /// The distinct non-empty ANDs of all permutations (`None` masks do not
