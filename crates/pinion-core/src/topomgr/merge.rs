@@ -137,32 +137,34 @@ impl<'a> HintMerger<'a> {
 }
 
 /// The distinct non-empty preferred merges: permutations of preferred hints
-/// whose non-`None` masks are all equal. Such a permutation's mask `M` lies
-/// in some list's preferred masks and every list offers `M` or a preferred
-/// `None`; the all-`None` permutation exists iff every list offers a
-/// preferred `None`. Lookups are binary searches, so the cost is
-/// `O(Σ L log L)`, not `states × L`.
+/// whose non-`None` masks are all equal. Such a permutation's mask `M` is a
+/// preferred mask of some list, and every list offers `M` or a preferred
+/// `None` (a "wildcard"); the all-`None` permutation exists iff every list
+/// has a wildcard. Candidates come from the list without a wildcard that has
+/// the fewest preferred masks, and every other such list is scanned once with
+/// binary searches into the candidates: `O(Σ L log d)`, not `states × L`.
 fn preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<TopologyHint> {
-    let offers: Vec<(Vec<NumaMask>, bool)> = lists.iter().map(|l| preferred_offer(l)).collect();
-    let accepts = |mask: &NumaMask| {
-        offers
-            .iter()
-            .all(|(masks, any)| *any || masks.binary_search(mask).is_ok())
-    };
-    // Without a wildcard, a list bounds the candidates: start from the smallest.
-    let driver = offers
+    let strict: Vec<&Vec<TopologyHint>> = lists.iter().filter(|l| !has_wildcard(l)).collect();
+    let driver = strict
         .iter()
-        .filter(|(_, any)| !any)
-        .min_by_key(|(masks, _)| masks.len());
+        .min_by_key(|list| list.iter().filter(|h| h.preferred).count());
     let mut candidates: Vec<NumaMask> = match driver {
-        Some((masks, _)) => masks.clone(),
-        None => offers
-            .iter()
-            .flat_map(|(masks, _)| masks.iter().copied())
-            .collect(),
+        Some(list) => preferred_masks(list).collect(),
+        None => lists.iter().flat_map(|l| preferred_masks(l)).collect(),
     };
-    candidates.retain(accepts);
-    if offers.iter().all(|(_, any)| *any) {
+    candidates.sort_unstable();
+    candidates.dedup();
+    for list in &strict {
+        let mut offered = vec![false; candidates.len()];
+        for mask in preferred_masks(list) {
+            if let Ok(index) = candidates.binary_search(&mask) {
+                offered[index] = true;
+            }
+        }
+        let mut keep = offered.into_iter();
+        candidates.retain(|_| keep.next().unwrap_or(false));
+    }
+    if strict.is_empty() {
         candidates.push(default);
     }
     candidates
@@ -173,52 +175,42 @@ fn preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<Topol
         .collect()
 }
 
-/// A list's preferred masks (sorted, distinct) and whether it has a
-/// preferred `None` hint.
-fn preferred_offer(list: &[TopologyHint]) -> (Vec<NumaMask>, bool) {
-    let mut masks: Vec<NumaMask> = list
-        .iter()
+/// True when the list has a preferred `None` hint.
+fn has_wildcard(list: &[TopologyHint]) -> bool {
+    list.iter().any(|h| h.preferred && h.affinity.is_none())
+}
+
+/// The list's preferred non-`None` masks.
+fn preferred_masks(list: &[TopologyHint]) -> impl Iterator<Item = NumaMask> + '_ {
+    list.iter()
         .filter(|h| h.preferred)
         .filter_map(|h| h.affinity)
-        .collect();
-    masks.sort_unstable();
-    masks.dedup();
-    let any = list.iter().any(|h| h.preferred && h.affinity.is_none());
-    (masks, any)
 }
 
 /// The distinct non-empty ANDs of all permutations (`None` masks do not
 /// restrict), ascending by raw value.
 fn non_preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<NumaMask> {
-    let all = NumaMask::from_raw(u64::MAX);
-    let mut distinct: Vec<Vec<NumaMask>> = lists
+    // Most restrictive lists first (fewest nodes, then fewest hints): the
+    // states then stay small. The order changes the cost, not the result.
+    let mut order: Vec<(u32, usize, &Vec<TopologyHint>)> = lists
         .iter()
         .map(|list| {
-            let mut masks: Vec<NumaMask> = list.iter().map(|h| h.affinity.unwrap_or(all)).collect();
-            masks.sort_unstable();
-            masks.dedup();
-            masks
+            let union = list.iter().fold(NumaMask::empty(), |acc, h| {
+                acc.or(h.affinity.unwrap_or(ANY))
+            });
+            (union.count(), list.len(), list)
         })
         .collect();
-    // Most restrictive lists first: the states then stay small.
-    distinct.sort_by_key(|masks| {
-        let union = masks.iter().fold(NumaMask::empty(), |acc, &m| acc.or(m));
-        (union.count(), masks.len())
-    });
+    order.sort_by_key(|&(nodes, len, _)| (nodes, len));
     let mut states = if default.is_empty() {
         Vec::new()
     } else {
         vec![default]
     };
-    for masks in &distinct {
-        let mut next = Vec::with_capacity(states.len() * masks.len());
+    for (_, _, list) in order {
+        let mut next = Vec::new();
         for &state in &states {
-            next.extend(
-                masks
-                    .iter()
-                    .map(|&m| state.and(m))
-                    .filter(|m| !m.is_empty()),
-            );
+            push_ands(state, list, &mut next);
         }
         next.sort_unstable();
         next.dedup();
@@ -228,6 +220,33 @@ fn non_preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<N
         }
     }
     states
+}
+
+/// A `None` mask: it restricts nothing.
+const ANY: NumaMask = NumaMask::from_raw(u64::MAX);
+
+/// Appends the non-empty `state AND mask` over `list`. The results are
+/// subsets of `state`, so for a state of at most 6 nodes they are kept
+/// distinct and the scan stops once all `2^k − 1` subsets were found.
+fn push_ands(state: NumaMask, list: &[TopologyHint], out: &mut Vec<NumaMask>) {
+    let ands = list
+        .iter()
+        .map(|h| state.and(h.affinity.unwrap_or(ANY)))
+        .filter(|m| !m.is_empty());
+    if state.count() > 6 {
+        out.extend(ands);
+        return;
+    }
+    let all_subsets = (1usize << state.count()) - 1;
+    let start = out.len();
+    for mask in ands {
+        if !out[start..].contains(&mask) {
+            out.push(mask);
+            if out.len() - start == all_subsets {
+                return;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
