@@ -200,3 +200,85 @@ fn remove_forgets_the_affinity() {
     engine.record_admission_duration(Duration::from_micros(120));
     assert_eq!(engine.metrics().topology.duration_ms.count, 1);
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// 2 sockets × 2 NUMA nodes × 2 cores × 2 threads (4 CPUs per node).
+    fn four_nodes() -> Topology {
+        synthetic(Shape {
+            sockets: 2,
+            numa_per_socket: 2,
+            cores_per_socket: 4,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn engine_on(topology: &Topology, policy: &str, scope: &str) -> Engine {
+        let config = PolicyConfig {
+            topology_manager_policy: Some(policy.into()),
+            topology_manager_scope: Some(scope.into()),
+            ..PolicyConfig::default()
+        };
+        let manager = config.build_topology_manager(topology).unwrap();
+        let mut engine = Engine::new(config.build(topology).unwrap(), State::default())
+            .with_topology_manager(manager);
+        engine.start().unwrap();
+        engine
+    }
+
+    /// CPUs of the nodes of `mask`.
+    fn cpus_of(topology: &Topology, mask: NumaMask) -> CpuSet {
+        let mut set = CpuSet::new();
+        for (node, cpus) in topology.numa_cpus() {
+            if mask.is_set(*node) {
+                set.union_with(cpus);
+            }
+        }
+        set
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Under restricted and single-numa-node, an admitted container's
+        /// CPUs lie inside its merged affinity (one node for
+        /// single-numa-node), and a rejection changes nothing.
+        #[test]
+        fn admitted_cpus_stay_inside_the_affinity(
+            requests in prop::collection::vec(1u32..=9, 1..10),
+            single in any::<bool>(),
+            pod_scope in any::<bool>(),
+        ) {
+            let topology = four_nodes();
+            let policy = if single { "single-numa-node" } else { "restricted" };
+            let scope = if pod_scope { "pod" } else { "container" };
+            let mut engine = engine_on(&topology, policy, scope);
+            for (i, &n) in requests.iter().enumerate() {
+                let before = engine.state().clone();
+                let report = engine.admit_container_with(&pod(&format!("p{i}"), &[n]), "c0", &[]);
+                let decision = report.topology.expect("policy is not none");
+                match report.result {
+                    Ok(cpus) => {
+                        let cpus = cpus.expect("exclusive");
+                        prop_assert!(decision.admit && decision.hint.preferred);
+                        // `None` = any node (single-numa-node's "don't care").
+                        if let Some(mask) = decision.hint.affinity {
+                            prop_assert!(cpus.is_subset(&cpus_of(&topology, mask)));
+                            prop_assert!(!single || mask.count() == 1);
+                        }
+                    }
+                    Err(err) => {
+                        prop_assert_eq!(err, PolicyError::TopologyAffinity(TopologyAffinityError));
+                        prop_assert_eq!(engine.state(), &before);
+                    }
+                }
+            }
+            let metrics = engine.metrics().topology;
+            prop_assert_eq!(metrics.requests_total, requests.len() as u64);
+        }
+    }
+}
