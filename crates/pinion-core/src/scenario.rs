@@ -148,6 +148,8 @@ pub enum ScenarioError {
     /// The Topology Manager could not be constructed (kubelet's text).
     #[error("{0}")]
     TopologyManager(#[from] TopologyManagerError),
+    #[error("hints key {key:?} names no pod or container of the scenario (expected \"<pod>/<container>\" or \"<pod>\")")]
+    UnknownHintsKey { key: String },
     #[error("hints {key:?}, resource {resource:?}: {what}")]
     BadHints {
         key: String,
@@ -181,6 +183,7 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
     let policy = scenario.config.build(topology)?;
     let manager = scenario.config.build_topology_manager(topology)?;
+    check_hint_keys(scenario)?;
     let hints = topology::static_hints(&scenario.hints)?;
     let reserved = policy.reserved();
     let mut engine = Engine::new(policy, initial_state(scenario)?).with_topology_manager(manager);
@@ -204,6 +207,30 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
         reserved,
         assignments,
     })
+}
+
+/// Every `hints` key must name a pod, or a container of a pod, that the
+/// scenario defines (in `pods` or in a step).
+fn check_hint_keys(scenario: &Scenario) -> Result<(), ScenarioError> {
+    let mut known = std::collections::BTreeSet::new();
+    for (uid, pod) in &scenario.pods {
+        known.insert(uid.clone());
+        for container in pod.all_containers() {
+            known.insert(format!("{uid}/{}", container.name));
+        }
+    }
+    for step in &scenario.steps {
+        if let Some(pod) = &step.pod {
+            known.insert(pod.clone());
+            if let Some(container) = &step.container {
+                known.insert(format!("{pod}/{container}"));
+            }
+        }
+    }
+    match scenario.hints.keys().find(|key| !known.contains(*key)) {
+        Some(key) => Err(ScenarioError::UnknownHintsKey { key: key.clone() }),
+        None => Ok(()),
+    }
 }
 
 fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {

@@ -119,9 +119,16 @@ fn bad_topology_manager_input_is_reported() {
     let out = json(&pinion(&["simulate", "--format", "json", "-"], &bad_node));
     let error = out["error"].as_str().expect("error text");
     assert!(error.contains("\"p\"") && error.contains("64"), "{error}");
+    let typo = POD_SCOPE.replace(r#""hints": {"p":"#, r#""hints": {"p/c":"#);
+    let out = json(&pinion(&["simulate", "--format", "json", "-"], &typo));
+    let error = out["error"].as_str().expect("error text");
+    assert!(
+        error.starts_with("hints key \"p/c\" names no pod"),
+        "{error}"
+    );
     let ambiguous = POD_SCOPE.replace(
-        r#""hints": {"p":"#,
-        r#""hints": {"p/a": {"nic": null}, "p/b": {"nic": null}, "x":"#,
+        r#""hints": {"p": {"gpu": [{"numa": [1], "preferred": true}]}}"#,
+        r#""hints": {"p/a": {"nic": null}, "p/b": {"nic": null}}"#,
     );
     let out = json(&pinion(&["simulate", "--format", "json", "-"], &ambiguous));
     let error = out["error"].as_str().expect("error text");
