@@ -95,6 +95,27 @@ impl Engine {
         }
     }
 
+    /// kubelet `Admit(pod)`: admits the containers of `pod` in kubelet's
+    /// order (init containers, then app containers), stopping at the first
+    /// failure, whose report is then the last one. As in kubelet, containers
+    /// admitted before a failure keep their CPUs until removed.
+    pub fn admit_pod(
+        &mut self,
+        pod: &Pod,
+        providers: &[&dyn HintProvider],
+    ) -> Vec<(String, AdmitReport)> {
+        let mut reports = Vec::new();
+        for container in pod.all_containers() {
+            let report = self.admit_container_with(pod, &container.name, providers);
+            let failed = report.result.is_err();
+            reports.push((container.name.clone(), report));
+            if failed {
+                break;
+            }
+        }
+        reports
+    }
+
     /// The merged decision for one container; `None` under policy `none`.
     fn decide(
         &self,

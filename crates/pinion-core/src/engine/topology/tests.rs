@@ -201,6 +201,29 @@ fn remove_forgets_the_affinity() {
     assert_eq!(engine.metrics().topology.duration_ms.count, 1);
 }
 
+#[test]
+fn admit_pod_follows_kubelets_order_and_stops_at_the_first_failure() {
+    let mut engine = engine("single-numa-node", "container");
+    let mut p = pod("p", &[2, 6, 2]);
+    p.init_containers.push(container("init", 4));
+    let reports = engine.admit_pod(&p, &[]);
+    let names: Vec<&str> = reports.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["init", "c0", "c1", "c2"]);
+    assert!(reports.iter().all(|(_, r)| r.result.is_ok()));
+    assert_eq!(engine.metrics().topology.requests_total, 1);
+    // 16 CPUs, 10 taken: a pod of 3 + 8 stops after its second container.
+    let q = pod("q", &[3, 8, 1]);
+    let reports = engine.admit_pod(&q, &[]);
+    assert_eq!(reports.len(), 2);
+    assert!(reports[0].1.result.is_ok());
+    assert!(matches!(
+        reports[1].1.result,
+        Err(PolicyError::TopologyAffinity(_))
+    ));
+    let metrics = engine.metrics().topology;
+    assert_eq!((metrics.requests_total, metrics.errors_total), (2, 1));
+}
+
 mod properties {
     use proptest::prelude::*;
 
