@@ -8,8 +8,8 @@
 //! container at a time, in kubelet's order (init containers first). So:
 //! * **container scope**: one merge per container, as kubelet;
 //! * **pod scope**: the first container of a pod triggers the pod's single
-//!   merge (`GetPodTopologyHints`) and its result is stored for every
-//!   container of the pod; later containers reuse it without merging;
+//!   merge (`GetPodTopologyHints`); later containers of the pod reuse the
+//!   stored result without merging;
 //! * `topology_manager_admission_requests_total` counts pods: a request is
 //!   counted when a pod with no stored affinity is admitted.
 
@@ -157,16 +157,14 @@ impl Engine {
         })
     }
 
-    /// Stores the admitted hint: for the container (container scope), or
-    /// for every container of the pod (pod scope), as kubelet does.
+    /// Stores the admitted hint for the container. (kubelet stores the pod
+    /// scope's hint for every container at once; Pinion stores it as each
+    /// container is admitted, so nothing outlives the pod's containers.)
     fn store_affinity(&mut self, pod: &Pod, name: &str, hint: TopologyHint) {
-        let stored = self.affinities.entry(pod.uid.clone()).or_default();
-        if self.topology.scope() == Scope::Pod {
-            for container in pod.all_containers() {
-                stored.entry(container.name.clone()).or_insert(hint);
-            }
-        }
-        stored.insert(name.to_owned(), hint);
+        self.affinities
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(name.to_owned(), hint);
     }
 
     /// The affinity stored for any container of `pod` (pod scope).

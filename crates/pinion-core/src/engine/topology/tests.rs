@@ -193,10 +193,19 @@ fn remove_forgets_the_affinity() {
     let mut engine = engine("restricted", "pod");
     let p = pod("p", &[2, 2]);
     engine.admit_container(&p, "c0", None).unwrap();
-    assert!(engine.topology_affinity("p", "c1").is_some());
+    engine.admit_container(&p, "c1", None).unwrap();
+    assert_eq!(
+        engine.topology_affinity("p", "c1"),
+        engine.topology_affinity("p", "c0")
+    );
     engine.remove("p", "c0");
+    assert!(engine.topology_affinity("p", "c1").is_some());
     engine.remove("p", "c1");
-    assert_eq!(engine.topology_affinity("p", "c0"), None);
+    assert_eq!(engine.topology_affinity("p", "c1"), None);
+    // The pod is gone: its next admission is a new request with a new merge.
+    let report = engine.admit_container_with(&p, "c0", &[]);
+    assert!(!report.topology.unwrap().reused);
+    assert_eq!(engine.metrics().topology.requests_total, 2);
     engine.record_admission_duration(Duration::from_micros(120));
     assert_eq!(engine.metrics().topology.duration_ms.count, 1);
 }
