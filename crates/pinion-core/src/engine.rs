@@ -2,11 +2,22 @@
 //! kubelet exports for it. Front-ends (simulator, agent) drive the engine with
 //! admissions and removals; the engine never performs I/O — callers persist
 //! [`Engine::state`] before acting on a decision.
+//!
+//! Admissions go through the Topology Manager (module [`topology`]) unless
+//! the caller gives the NUMA affinity explicitly.
+
+pub mod topology;
+
+use std::collections::BTreeMap;
 
 use crate::cpuset::CpuSet;
 use crate::pod::{guaranteed_cpus, Container, Pod};
 use crate::policy::{ContainerKind, ContainerRequest, Policy, PolicyError};
 use crate::state::State;
+use crate::topomgr::metrics::AdmissionMetrics;
+use crate::topomgr::{TopologyHint, TopologyManager};
+
+pub use topology::{AdmitReport, TopologyDecision};
 
 /// Counters of the CPU manager (kubelet names, see `docs/metrics.md`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,23 +26,31 @@ pub struct Metrics {
     pub pinning_requests_total: u64,
     /// `cpu_manager_pinning_errors_total`: those that failed.
     pub pinning_errors_total: u64,
+    /// `topology_manager_admission_*` (see [`AdmissionMetrics`]).
+    pub topology: AdmissionMetrics,
 }
 
-/// Policy + state + metrics, with a single owner.
+/// Policy + Topology Manager + state + metrics, with a single owner.
 #[derive(Debug, Clone)]
 pub struct Engine {
     policy: Policy,
+    topology: TopologyManager,
+    /// Stored affinity per pod UID → container (kubelet `GetAffinity`).
+    affinities: BTreeMap<String, BTreeMap<String, TopologyHint>>,
     state: State,
     metrics: Metrics,
     started: bool,
 }
 
 impl Engine {
-    /// An engine over `state` (not yet validated: call [`Engine::start`]).
+    /// An engine over `state` (not yet validated: call [`Engine::start`]),
+    /// with the `none` Topology Manager.
     #[must_use]
     pub fn new(policy: Policy, state: State) -> Self {
         Self {
             policy,
+            topology: TopologyManager::none(),
+            affinities: BTreeMap::new(),
             state,
             metrics: Metrics::default(),
             started: false,
@@ -46,28 +65,34 @@ impl Engine {
         Ok(())
     }
 
+    /// The same engine with Topology Manager `manager`.
+    #[must_use]
+    pub fn with_topology_manager(mut self, manager: TopologyManager) -> Self {
+        self.topology = manager;
+        self
+    }
+
     /// Admits container `name` of `pod` (the entry point of every front-end):
     /// computes its exclusive CPU count and role from the pod spec, then
-    /// [`Engine::admit`]s it. Fails with [`PolicyError::UnknownContainer`]
-    /// when the pod has no such container.
+    /// [`Engine::admit`]s it. An explicit `numa_affinity` is used as given;
+    /// `None` asks the Topology Manager (with the CPU manager as the only
+    /// hint provider, see [`Engine::admit_container_with`]). Fails with
+    /// [`PolicyError::UnknownContainer`] when the pod has no such container
+    /// and [`PolicyError::TopologyAffinity`] when the Topology Manager
+    /// rejects it.
     pub fn admit_container(
         &mut self,
         pod: &Pod,
         name: &str,
         numa_affinity: Option<&[u32]>,
     ) -> Result<Option<CpuSet>, PolicyError> {
-        let (container, kind) =
-            find_container(pod, name).ok_or_else(|| PolicyError::UnknownContainer {
-                pod: pod.uid.clone(),
-                container: name.to_string(),
-            })?;
-        let request = ContainerRequest {
-            pod: &pod.uid,
-            container: name,
-            cpus: guaranteed_cpus(pod, container),
-            kind,
-        };
-        self.admit(&request, numa_affinity)
+        match numa_affinity {
+            Some(_) => {
+                let request = container_request(pod, name)?;
+                self.admit(&request, numa_affinity)
+            }
+            None => self.admit_container_with(pod, name, &[]).result,
+        }
     }
 
     /// Admits one container: `Ok(Some(cpus))` for exclusive CPUs, `Ok(None)`
@@ -94,6 +119,7 @@ impl Engine {
     /// Releases one container; returns the CPUs that went back to the
     /// shared pool (empty for unknown containers).
     pub fn remove(&mut self, pod: &str, container: &str) -> CpuSet {
+        self.forget_affinity(pod, container);
         let released = self
             .policy
             .remove_container(&mut self.state, pod, container);
@@ -142,6 +168,21 @@ impl Engine {
             }
         }
     }
+}
+
+/// The admission request of container `name` of `pod`.
+fn container_request<'a>(pod: &'a Pod, name: &'a str) -> Result<ContainerRequest<'a>, PolicyError> {
+    let (container, kind) =
+        find_container(pod, name).ok_or_else(|| PolicyError::UnknownContainer {
+            pod: pod.uid.clone(),
+            container: name.to_string(),
+        })?;
+    Ok(ContainerRequest {
+        pod: &pod.uid,
+        container: name,
+        cpus: guaranteed_cpus(pod, container),
+        kind,
+    })
 }
 
 /// The container `name` of `pod` and its role (init / sidecar / app).

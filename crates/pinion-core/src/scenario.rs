@@ -5,18 +5,29 @@
 //!
 //! Expectation keys of corpus cases (`expect_*`) are ignored here; the
 //! conformance tests compare them with the [`Outcome`].
+//!
+//! Admissions go through the Topology Manager configured by
+//! `topologyManagerPolicy` / `topologyManagerScope` /
+//! `topologyManagerPolicyOptions`, with the extra providers' `hints` (see
+//! [`topology`] and `docs/simulate.md`); a step's own `hint` overrides it.
+
+pub mod topology;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::engine::Engine;
+use crate::engine::{AdmitReport, Engine};
 use crate::pod::{Container, Pod, RestartPolicy};
 use crate::policy::{PolicyConfig, PolicyError};
 use crate::quantity::Quantity;
 use crate::state::State;
 use crate::topology::{try_synthetic, Shape, ShapeError, Topology};
+use crate::topomgr::provider::{HintProvider, StaticHints};
+use crate::topomgr::TopologyManagerError;
+
+pub use topology::{HintsSpec, ScenarioHint, TopologyOutcome};
 
 /// One scenario. Either `topology` is given, or the caller resolves
 /// `sysroot` into a topology before [`run`].
@@ -39,6 +50,10 @@ pub struct Scenario {
     pub initial_state: Option<InitialState>,
     #[serde(default)]
     pub pods: BTreeMap<String, Pod>,
+    /// Extra hint providers: `"<pod>/<container>"` (container scope) or
+    /// `"<pod>"` (pod scope) → resource → hints.
+    #[serde(default)]
+    pub hints: HintsSpec,
     #[serde(default)]
     pub steps: Vec<Step>,
 }
@@ -108,6 +123,10 @@ pub struct StepOutcome {
     pub reason: Option<String>,
     /// The shared pool after the step.
     pub default: CpuSet,
+    /// The Topology Manager's decision (`add` steps when its policy is not
+    /// `none` and the step gives no `hint`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyOutcome>,
 }
 
 /// The result of a scenario whose policy could be built.
@@ -126,6 +145,17 @@ pub enum ScenarioError {
     /// The policy could not be constructed (kubelet's error text).
     #[error("{0}")]
     Policy(#[from] PolicyError),
+    /// The Topology Manager could not be constructed (kubelet's text).
+    #[error("{0}")]
+    TopologyManager(#[from] TopologyManagerError),
+    #[error("hints key {key:?} names no pod or container of the scenario (expected \"<pod>/<container>\" or \"<pod>\")")]
+    UnknownHintsKey { key: String },
+    #[error("hints {key:?}, resource {resource:?}: {what}")]
+    BadHints {
+        key: String,
+        resource: String,
+        what: String,
+    },
     #[error("scenario has no topology (give `topology`, `machine` or `sysroot`)")]
     NoTopology,
     #[error(transparent)]
@@ -152,11 +182,14 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
 /// Runs a scenario on `topology`.
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
     let policy = scenario.config.build(topology)?;
+    let manager = scenario.config.build_topology_manager(topology)?;
+    check_hint_keys(scenario)?;
+    let hints = topology::static_hints(&scenario.hints)?;
     let reserved = policy.reserved();
-    let mut engine = Engine::new(policy, initial_state(scenario)?);
+    let mut engine = Engine::new(policy, initial_state(scenario)?).with_topology_manager(manager);
     let mut steps = Vec::with_capacity(scenario.steps.len());
     for (index, step) in scenario.steps.iter().enumerate() {
-        steps.push(run_step(&mut engine, scenario, step, index)?);
+        steps.push(run_step(&mut engine, scenario, &hints, step, index)?);
     }
     let state = engine.state();
     let assignments = state
@@ -174,6 +207,30 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
         reserved,
         assignments,
     })
+}
+
+/// Every `hints` key must name a pod, or a container of a pod, that the
+/// scenario defines (in `pods` or in a step).
+fn check_hint_keys(scenario: &Scenario) -> Result<(), ScenarioError> {
+    let mut known = std::collections::BTreeSet::new();
+    for (uid, pod) in &scenario.pods {
+        known.insert(uid.clone());
+        for container in pod.all_containers() {
+            known.insert(format!("{uid}/{}", container.name));
+        }
+    }
+    for step in &scenario.steps {
+        if let Some(pod) = &step.pod {
+            known.insert(pod.clone());
+            if let Some(container) = &step.container {
+                known.insert(format!("{pod}/{container}"));
+            }
+        }
+    }
+    match scenario.hints.keys().find(|key| !known.contains(*key)) {
+        Some(key) => Err(ScenarioError::UnknownHintsKey { key: key.clone() }),
+        None => Ok(()),
+    }
 }
 
 fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {
@@ -194,6 +251,7 @@ fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {
 fn run_step(
     engine: &mut Engine,
     scenario: &Scenario,
+    hints: &StaticHints,
     step: &Step,
     index: usize,
 ) -> Result<StepOutcome, ScenarioError> {
@@ -207,6 +265,7 @@ fn run_step(
         }
     };
     let mut error = None;
+    let mut topology = None;
     match step.op {
         Op::Start => error = engine.start().err(),
         Op::Remove => {
@@ -216,8 +275,10 @@ fn run_step(
         Op::Add => {
             let (pod_uid, name) = names()?;
             let pod = step_pod(scenario, step, pod_uid);
-            let affinity = step.hint.as_ref().map(|h| h.numa_affinity.as_slice());
-            error = match engine.admit_container(&pod, name, affinity) {
+            let report = admit(engine, hints, step, &pod, name, index)?;
+            let policy = engine.topology_manager().policy();
+            topology = report.topology.map(|d| topology::outcome(policy, &d));
+            error = match report.result {
                 Err(PolicyError::UnknownContainer { pod, container }) => {
                     let what = format!("pod {pod} has no container {container:?}");
                     return Err(ScenarioError::BadStep { index, what });
@@ -238,7 +299,40 @@ fn run_step(
         reason: error.as_ref().map(|e| e.reason().to_string()),
         error: error.map(|e| e.to_string()),
         default: engine.state().default.clone(),
+        topology,
     })
+}
+
+/// One `add`: with the step's explicit `hint`, else through the Topology
+/// Manager with the scenario's extra providers.
+fn admit(
+    engine: &mut Engine,
+    hints: &StaticHints,
+    step: &Step,
+    pod: &Pod,
+    name: &str,
+    index: usize,
+) -> Result<AdmitReport, ScenarioError> {
+    if let Some(hint) = &step.hint {
+        return Ok(AdmitReport {
+            result: engine.admit_container(pod, name, Some(&hint.numa_affinity)),
+            topology: None,
+        });
+    }
+    if engine.topology_manager().scope() == crate::topomgr::Scope::Pod {
+        if let Err(err) = hints.pod_entry(pod) {
+            return Err(ScenarioError::BadStep {
+                index,
+                what: err.to_string(),
+            });
+        }
+    }
+    let providers: Vec<&dyn HintProvider> = if hints.is_empty() {
+        Vec::new()
+    } else {
+        vec![hints]
+    };
+    Ok(engine.admit_container_with(pod, name, &providers))
 }
 
 /// The pod of an `add` step: from `pods`, else a one-container pod built

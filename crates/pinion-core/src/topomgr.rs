@@ -8,6 +8,8 @@
 //! * [`policy`]: policies, scopes, manager construction and admission;
 //! * [`options`]: `prefer-closest-numa-nodes`, `max-allowable-numa-nodes`.
 //! * [`cpu_hints`]: the CPU manager as a hint provider;
+//! * [`metrics`]: admission counters and the duration histogram;
+//! * [`provider`]: the hint-provider interface and fixed hints;
 //! * [`case`]: the corpus case formats (`merge`, `cpu_hints`).
 
 pub mod bitmask;
@@ -15,9 +17,11 @@ pub mod case;
 pub mod cpu_hints;
 pub mod hint;
 pub mod merge;
+pub mod metrics;
 pub mod numa_info;
 pub mod options;
 pub mod policy;
+pub mod provider;
 
 pub use bitmask::{BitMaskError, NumaMask};
 pub use hint::{ProviderHints, TopologyHint};

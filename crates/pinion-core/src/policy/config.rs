@@ -12,6 +12,7 @@ use crate::policy::{
     FeatureGates, Policy, PolicyError, Reservation, StaticPolicy, StaticPolicyOptions,
 };
 use crate::topology::Topology;
+use crate::topomgr::{NumaInfo, TopologyManager, TopologyManagerError};
 
 /// Policy configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,9 +27,15 @@ pub struct PolicyConfig {
     /// agent passes kubelet's defaults explicitly).
     #[serde(default)]
     pub feature_gates: Option<FeatureGates>,
-    /// Absent = `none`.
-    #[serde(default)]
+    /// Topology Manager policy; absent = `none`.
+    #[serde(default, alias = "topologyManagerPolicy")]
     pub topology_manager_policy: Option<String>,
+    /// Topology Manager scope (`container` or `pod`); absent = `container`.
+    #[serde(default, alias = "topologyManagerScope")]
+    pub topology_manager_scope: Option<String>,
+    /// `topologyManagerPolicyOptions`: option name → value.
+    #[serde(default, alias = "topologyManagerPolicyOptions")]
+    pub topology_manager_policy_options: BTreeMap<String, String>,
     /// Number of reserved CPUs (absent = the size of `reserved`).
     #[serde(default)]
     pub num_reserved: Option<usize>,
@@ -61,5 +68,23 @@ impl PolicyConfig {
         let count = self.num_reserved.unwrap_or(cpus.len());
         let policy = StaticPolicy::new(topology.clone(), options, &Reservation { count, cpus })?;
         Ok(Policy::Static(Box::new(policy)))
+    }
+
+    /// Builds the Topology Manager as kubelet's `NewManager` does, over all
+    /// NUMA nodes of `topology` (memory-only ones included).
+    pub fn build_topology_manager(
+        &self,
+        topology: &Topology,
+    ) -> Result<TopologyManager, TopologyManagerError> {
+        let numa = NumaInfo::from_topology(topology)
+            .map_err(|err| TopologyManagerError::NumaNodes(err.to_string()))?;
+        TopologyManager::new(
+            self.topology_manager_policy.as_deref().unwrap_or("none"),
+            self.topology_manager_scope
+                .as_deref()
+                .unwrap_or("container"),
+            &self.topology_manager_policy_options,
+            numa,
+        )
     }
 }

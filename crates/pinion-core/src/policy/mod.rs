@@ -3,6 +3,7 @@
 //! them, so they can be matched by operators' tooling).
 
 pub mod config;
+pub mod hints;
 pub mod options;
 pub mod static_policy;
 
@@ -10,6 +11,7 @@ use crate::alloc::AllocError;
 use crate::cpuset::CpuSet;
 use crate::state::State;
 use crate::topology::Topology;
+use crate::topomgr::TopologyAffinityError;
 
 pub use config::PolicyConfig;
 pub use options::{FeatureGates, PolicyOptionError, StaticPolicyOptions};
@@ -66,6 +68,9 @@ pub enum PolicyError {
     SharedPoolWouldBeEmpty { requested: usize },
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// The Topology Manager rejected the admission.
+    #[error(transparent)]
+    TopologyAffinity(#[from] TopologyAffinityError),
 }
 
 impl PolicyError {
@@ -75,6 +80,7 @@ impl PolicyError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::SmtNotMultiple { .. } | Self::SmtNotEnoughPhysical { .. } => "SMTAlignmentError",
+            Self::TopologyAffinity(_) => TopologyAffinityError::REASON,
             _ => "UnexpectedAdmissionError",
         }
     }

@@ -117,6 +117,13 @@ impl StaticPolicy {
         &self.options
     }
 
+    /// The CPUs of `pod`'s finished init containers that its next
+    /// containers may reuse (kubelet `cpusToReuse`).
+    #[must_use]
+    pub fn reusable(&self, pod: &str) -> CpuSet {
+        self.reuse.get(pod).cloned().unwrap_or_default()
+    }
+
     /// The topology the policy allocates on.
     #[must_use]
     pub fn topology(&self) -> &Topology {

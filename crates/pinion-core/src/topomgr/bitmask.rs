@@ -175,23 +175,40 @@ impl<'de> serde::Deserialize<'de> for NumaMask {
 /// `ids`, by size ascending, then lexicographically by position in `ids`.
 /// Ids above 63 are ignored. `2^n − 1` calls: callers keep `n` small.
 pub fn iterate_masks(ids: &[u32], mut visit: impl FnMut(NumaMask)) {
+    iterate_masks_while(ids, ids.len(), |mask| {
+        visit(mask);
+        true
+    });
+}
+
+/// [`iterate_masks`] limited to masks of at most `max_size` nodes; stops
+/// early when `visit` returns false (the same order, so the visited masks
+/// are always a prefix of [`iterate_masks`]' sequence).
+pub fn iterate_masks_while(
+    ids: &[u32],
+    max_size: usize,
+    mut visit: impl FnMut(NumaMask) -> bool,
+) -> bool {
     let ids: Vec<u32> = ids
         .iter()
         .copied()
         .filter(|&id| id <= MAX_NUMA_ID)
         .collect();
     let mut positions = Vec::with_capacity(ids.len());
-    for size in 1..=ids.len() {
+    for size in 1..=max_size.min(ids.len()) {
         positions.clear();
         positions.extend(0..size);
         loop {
             let mask = positions.iter().fold(0u64, |acc, &p| acc | 1 << ids[p]);
-            visit(NumaMask(mask));
+            if !visit(NumaMask(mask)) {
+                return false;
+            }
             if !next_combination(&mut positions, ids.len()) {
                 break;
             }
         }
     }
+    true
 }
 
 /// Advances `positions` (strictly increasing indices below `n`) to the next

@@ -3,12 +3,13 @@
 //! `GetTopologyHints` (container scope) and `GetPodTopologyHints` (pod scope).
 //!
 //! Masks are enumerated over the NUMA nodes that own CPUs, in
-//! [`iterate_masks`] order, so the output lists every feasible mask (all
-//! supersets included) exactly as kubelet does. Per mask the work is O(nodes)
-//! thanks to per-node counts; the number of masks is `2^n − 1` for `n`
-//! CPU-bearing nodes, inherent to kubelet's output format.
+//! [`super::bitmask::iterate_masks`] order, so the output lists every
+//! feasible mask (all supersets included) exactly as kubelet does. Per mask
+//! the work is O(nodes) thanks to per-node counts. The number of masks is
+//! `2^n − 1` for `n` CPU-bearing nodes, so beyond [`EXHAUSTIVE_NODES`] the
+//! list is cut to a budget (`docs/decisions/004-bounded-cpu-hints.md`).
 
-use super::bitmask::{iterate_masks, NumaMask};
+use super::bitmask::{iterate_masks_while, NumaMask};
 use super::hint::TopologyHint;
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
@@ -18,6 +19,8 @@ struct NodeCounts {
     ids: Vec<u32>,
     /// `(total CPUs, available CPUs)` per node, same order as `ids`.
     counts: Vec<(usize, usize)>,
+    /// Available CPUs by node id (0–63), for per-mask sums.
+    free_by_id: [usize; 64],
     /// Nodes holding at least one reusable CPU.
     reusable_nodes: NumaMask,
 }
@@ -27,9 +30,14 @@ impl NodeCounts {
         let mut ids = Vec::new();
         let mut counts = Vec::new();
         let mut reusable_nodes = NumaMask::empty();
+        let mut free_by_id = [0; 64];
         for (&node, cpus) in topology.numa_cpus() {
             ids.push(node);
-            counts.push((cpus.len(), cpus.intersection_len(available)));
+            let free = cpus.intersection_len(available);
+            counts.push((cpus.len(), free));
+            if let Some(slot) = free_by_id.get_mut(node as usize) {
+                *slot = free;
+            }
             if cpus.intersection_len(reusable) > 0 {
                 reusable_nodes = reusable_nodes.or(NumaMask::single(node).unwrap_or_default());
             }
@@ -37,28 +45,54 @@ impl NodeCounts {
         Self {
             ids,
             counts,
+            free_by_id,
             reusable_nodes,
         }
     }
 
-    /// (total, available) CPUs on the nodes of `mask`.
-    fn in_mask(&self, mask: NumaMask) -> (usize, usize) {
-        let mut sums = (0, 0);
-        for (&id, &(total, free)) in self.ids.iter().zip(&self.counts) {
-            if mask.is_set(id) {
-                sums.0 += total;
-                sums.1 += free;
+    /// kubelet's `minAffinitySize`: the fewest nodes whose **total** CPUs
+    /// reach `request` (the largest nodes first), else the node count.
+    fn min_affinity_size(&self, request: usize) -> u32 {
+        let mut totals: Vec<usize> = self.counts.iter().map(|&(total, _)| total).collect();
+        totals.sort_unstable_by(|a, b| b.cmp(a));
+        let mut sum = 0usize;
+        for (size, total) in totals.iter().enumerate() {
+            sum += total;
+            if sum >= request {
+                return u32::try_from(size + 1).unwrap_or(u32::MAX);
             }
         }
-        sums
+        u32::try_from(totals.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Available CPUs on the nodes of `mask` (O(nodes in the mask)).
+    fn free_in(&self, mask: NumaMask) -> usize {
+        let mut bits = mask.raw();
+        let mut sum = 0;
+        while bits != 0 {
+            sum += self.free_by_id[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        sum
     }
 }
+
+/// Up to this many NUMA nodes with CPUs, hints list every mask (kubelet's
+/// exact output: at most 65,535 masks).
+pub const EXHAUSTIVE_NODES: usize = 16;
+
+/// Beyond [`EXHAUSTIVE_NODES`], how many masks are visited (in kubelet's
+/// order) before the list is cut; see `docs/decisions/004-bounded-cpu-hints.md`.
+pub const MASK_BUDGET: usize = 65_536;
 
 /// kubelet `generateCPUTopologyHints`: every NUMA mask (over nodes with CPUs)
 /// that covers all reusable CPUs' nodes and holds at least `request` CPUs
 /// counting `|reusable|` plus the available CPUs on its nodes; preferred when
 /// its size is the minimum whose **total** CPUs cover the request (with
 /// `align_by_socket`: also when it spans exactly the minimal socket count).
+///
+/// With more than [`EXHAUSTIVE_NODES`] CPU-bearing nodes the list is bounded
+/// ([`generate_cpu_hints_bounded`] with [`MASK_BUDGET`]).
 #[must_use]
 pub fn generate_cpu_hints(
     topology: &Topology,
@@ -67,20 +101,58 @@ pub fn generate_cpu_hints(
     request: usize,
     align_by_socket: bool,
 ) -> Vec<TopologyHint> {
-    let nodes = NodeCounts::new(topology, available, reusable);
-    let mut min_affinity_size = u32::try_from(nodes.ids.len()).unwrap_or(u32::MAX);
+    let nodes = topology.numa_cpus().len();
+    let budget = if nodes <= EXHAUSTIVE_NODES {
+        usize::MAX
+    } else {
+        MASK_BUDGET
+    };
+    let inputs = HintInputs {
+        topology,
+        available,
+        reusable,
+        align_by_socket,
+    };
+    generate_cpu_hints_bounded(&inputs, request, budget)
+}
+
+/// [`generate_cpu_hints`] visiting at most `budget` masks in kubelet's order
+/// (by size, then lexicographically), so the hints are a prefix of kubelet's
+/// list; the mask of all CPU-bearing nodes is added when it was not visited
+/// and is feasible (kubelet lists it last). Preferred flags are kubelet's:
+/// the minimal size is computed in closed form, not from the visited masks.
+#[must_use]
+pub fn generate_cpu_hints_bounded(
+    inputs: &HintInputs<'_>,
+    request: usize,
+    budget: usize,
+) -> Vec<TopologyHint> {
+    let topology = inputs.topology;
+    let nodes = NodeCounts::new(topology, inputs.available, inputs.reusable);
+    let min_affinity_size = nodes.min_affinity_size(request);
+    let feasible = |mask: NumaMask| {
+        nodes.reusable_nodes.is_subset_of(mask)
+            && inputs.reusable.len() + nodes.free_in(mask) >= request
+    };
     let mut hints = Vec::new();
-    iterate_masks(&nodes.ids, |mask| {
-        let (total, free) = nodes.in_mask(mask);
-        if total >= request && mask.count() < min_affinity_size {
-            min_affinity_size = mask.count();
+    let mut visited = 0usize;
+    let complete = iterate_masks_while(&nodes.ids, nodes.ids.len(), |mask| {
+        if visited == budget {
+            return false;
         }
-        if !nodes.reusable_nodes.is_subset_of(mask) || reusable.len() + free < request {
-            return;
+        visited += 1;
+        if feasible(mask) {
+            hints.push(TopologyHint::new(mask, false));
         }
-        hints.push(TopologyHint::new(mask, false));
+        true
     });
-    let min_sockets = align_by_socket.then(|| min_socket_count(topology, min_affinity_size));
+    let all = NumaMask::from_ids(nodes.ids.iter().copied()).unwrap_or_default();
+    if !complete && !all.is_empty() && feasible(all) {
+        hints.push(TopologyHint::new(all, false));
+    }
+    let min_sockets = inputs
+        .align_by_socket
+        .then(|| min_socket_count(topology, min_affinity_size));
     for hint in &mut hints {
         let mask = hint.affinity.unwrap_or_default();
         let socket_aligned = min_sockets
@@ -255,6 +327,32 @@ mod tests {
             generate_cpu_hints(&topo, &list("0,3"), &none, 2, false),
             hints(&[(&[0, 1], false)])
         );
+    }
+
+    #[test]
+    fn many_cpu_nodes_are_bounded_but_keep_the_preferred_singles() {
+        // 64 NUMA nodes with 2 CPUs each.
+        let topo = synthetic(Shape {
+            sockets: 4,
+            numa_per_socket: 16,
+            cores_per_socket: 32,
+            threads_per_core: 1,
+            cores_per_uncore: 0,
+        });
+        let free = topo.all_cpus().clone();
+        let got = generate_cpu_hints(&topo, &free, &CpuSet::new(), 2, false);
+        assert_eq!(got.len(), MASK_BUDGET + 1);
+        let singles: Vec<_> = got.iter().take_while(|h| h.preferred).collect();
+        assert_eq!(singles.len(), 64);
+        assert!(singles
+            .iter()
+            .all(|h| h.affinity.is_some_and(|m| m.count() == 1)));
+        let last = got.last().and_then(|h| h.affinity).unwrap();
+        assert_eq!(last.count(), 64, "the full mask closes the list");
+        // 5 CPUs need 3 nodes: every 3-node mask is visited and preferred.
+        let three = generate_cpu_hints(&topo, &free, &CpuSet::new(), 5, false);
+        let preferred = three.iter().filter(|h| h.preferred).count();
+        assert_eq!(preferred, 64 * 63 * 62 / 6);
     }
 
     #[test]

@@ -9,10 +9,10 @@
 //! `docs/decisions/002-bounded-hint-merge.md`):
 //!
 //! 1. **Preferred pass.** A merged hint is preferred iff every hint is
-//!    preferred and all non-`None` masks are equal. Fold the lists keeping the
-//!    distinct states "first non-`None` mask so far" (at most one per distinct
-//!    mask of a list, plus "none yet"). A non-empty survivor beats every
-//!    non-preferred merge, so when one exists the answer is the best of them.
+//!    preferred and all non-`None` masks are equal: its mask is a preferred
+//!    mask of some list that every other list offers too (or answers with a
+//!    preferred `None`). A non-empty one beats every non-preferred merge, so
+//!    when one exists the answer is the best of them.
 //! 2. **Non-preferred pass** (only when pass 1 found nothing): fold the lists
 //!    keeping the set of distinct running ANDs, dropping empty ones (an AND
 //!    only shrinks). Lists are folded most restrictive first, so the state set
@@ -137,69 +137,80 @@ impl<'a> HintMerger<'a> {
 }
 
 /// The distinct non-empty preferred merges: permutations of preferred hints
-/// whose non-`None` masks are all equal.
+/// whose non-`None` masks are all equal. Such a permutation's mask `M` is a
+/// preferred mask of some list, and every list offers `M` or a preferred
+/// `None` (a "wildcard"); the all-`None` permutation exists iff every list
+/// has a wildcard. Candidates come from the list without a wildcard that has
+/// the fewest preferred masks, and every other such list is scanned once with
+/// binary searches into the candidates: `O(Σ L log d)`, not `states × L`.
 fn preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<TopologyHint> {
-    // State: the first non-`None` mask of the permutation so far.
-    let mut states: Vec<Option<NumaMask>> = vec![None];
-    for list in lists {
-        let mut next = Vec::new();
-        for &state in &states {
-            for hint in list.iter().filter(|h| h.preferred) {
-                match (state, hint.affinity) {
-                    (_, None) => next.push(state),
-                    (None, Some(mask)) => next.push(Some(mask)),
-                    (Some(first), Some(mask)) if first == mask => next.push(state),
-                    _ => {}
-                }
+    let strict: Vec<&Vec<TopologyHint>> = lists.iter().filter(|l| !has_wildcard(l)).collect();
+    let driver = strict
+        .iter()
+        .min_by_key(|list| list.iter().filter(|h| h.preferred).count());
+    let mut candidates: Vec<NumaMask> = match driver {
+        Some(list) => preferred_masks(list).collect(),
+        None => lists.iter().flat_map(|l| preferred_masks(l)).collect(),
+    };
+    candidates.sort_unstable();
+    candidates.dedup();
+    for list in &strict {
+        let mut offered = vec![false; candidates.len()];
+        for mask in preferred_masks(list) {
+            if let Ok(index) = candidates.binary_search(&mask) {
+                offered[index] = true;
             }
         }
-        next.sort_unstable();
-        next.dedup();
-        states = next;
-        if states.is_empty() {
-            return Vec::new();
-        }
+        let mut keep = offered.into_iter();
+        candidates.retain(|_| keep.next().unwrap_or(false));
     }
-    states
+    if strict.is_empty() {
+        candidates.push(default);
+    }
+    candidates
         .into_iter()
-        .map(|state| state.map_or(default, |mask| mask.and(default)))
+        .map(|mask| mask.and(default))
         .filter(|mask| !mask.is_empty())
         .map(|mask| TopologyHint::new(mask, true))
         .collect()
 }
 
+/// True when the list has a preferred `None` hint.
+fn has_wildcard(list: &[TopologyHint]) -> bool {
+    list.iter().any(|h| h.preferred && h.affinity.is_none())
+}
+
+/// The list's preferred non-`None` masks.
+fn preferred_masks(list: &[TopologyHint]) -> impl Iterator<Item = NumaMask> + '_ {
+    list.iter()
+        .filter(|h| h.preferred)
+        .filter_map(|h| h.affinity)
+}
+
 /// The distinct non-empty ANDs of all permutations (`None` masks do not
 /// restrict), ascending by raw value.
 fn non_preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<NumaMask> {
-    let all = NumaMask::from_raw(u64::MAX);
-    let mut distinct: Vec<Vec<NumaMask>> = lists
+    // Most restrictive lists first (fewest nodes, then fewest hints): the
+    // states then stay small. The order changes the cost, not the result.
+    let mut order: Vec<(u32, usize, &Vec<TopologyHint>)> = lists
         .iter()
         .map(|list| {
-            let mut masks: Vec<NumaMask> = list.iter().map(|h| h.affinity.unwrap_or(all)).collect();
-            masks.sort_unstable();
-            masks.dedup();
-            masks
+            let union = list.iter().fold(NumaMask::empty(), |acc, h| {
+                acc.or(h.affinity.unwrap_or(ANY))
+            });
+            (union.count(), list.len(), list)
         })
         .collect();
-    // Most restrictive lists first: the states then stay small.
-    distinct.sort_by_key(|masks| {
-        let union = masks.iter().fold(NumaMask::empty(), |acc, &m| acc.or(m));
-        (union.count(), masks.len())
-    });
+    order.sort_by_key(|&(nodes, len, _)| (nodes, len));
     let mut states = if default.is_empty() {
         Vec::new()
     } else {
         vec![default]
     };
-    for masks in &distinct {
-        let mut next = Vec::with_capacity(states.len() * masks.len());
+    for (_, _, list) in order {
+        let mut next = Vec::new();
         for &state in &states {
-            next.extend(
-                masks
-                    .iter()
-                    .map(|&m| state.and(m))
-                    .filter(|m| !m.is_empty()),
-            );
+            push_ands(state, list, &mut next);
         }
         next.sort_unstable();
         next.dedup();
@@ -209,6 +220,33 @@ fn non_preferred_merges(lists: &[Vec<TopologyHint>], default: NumaMask) -> Vec<N
         }
     }
     states
+}
+
+/// A `None` mask: it restricts nothing.
+const ANY: NumaMask = NumaMask::from_raw(u64::MAX);
+
+/// Appends the non-empty `state AND mask` over `list`. The results are
+/// subsets of `state`, so for a state of at most 6 nodes they are kept
+/// distinct and the scan stops once all `2^k − 1` subsets were found.
+fn push_ands(state: NumaMask, list: &[TopologyHint], out: &mut Vec<NumaMask>) {
+    let ands = list
+        .iter()
+        .map(|h| state.and(h.affinity.unwrap_or(ANY)))
+        .filter(|m| !m.is_empty());
+    if state.count() > 6 {
+        out.extend(ands);
+        return;
+    }
+    let all_subsets = (1usize << state.count()) - 1;
+    let start = out.len();
+    for mask in ands {
+        if !out[start..].contains(&mask) {
+            out.push(mask);
+            if out.len() - start == all_subsets {
+                return;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -53,6 +53,17 @@ impl NumaInfo {
         })
     }
 
+    /// No NUMA node at all (what a `none` Topology Manager needs).
+    #[must_use]
+    pub fn empty() -> Self {
+        Self {
+            nodes: Vec::new(),
+            default: NumaMask::empty(),
+            distances: vec![0; SIDE * SIDE],
+            complete_rows: NumaMask::empty(),
+        }
+    }
+
     /// All NUMA nodes of `topology` (memory-only ones included), with the
     /// distances the topology carries.
     pub fn from_topology(topology: &Topology) -> Result<Self, BitMaskError> {

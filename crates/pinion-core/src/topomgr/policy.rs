@@ -96,6 +96,8 @@ pub enum TopologyManagerError {
     UnknownPolicy { name: String },
     #[error("unknown scope: \"{name}\"")]
     UnknownScope { name: String },
+    #[error("cannot represent the numa nodes of this machine: {0}")]
+    NumaNodes(String),
 }
 
 /// kubelet's pod rejection: reason `TopologyAffinityError`.
@@ -172,6 +174,17 @@ impl TopologyManager {
             options,
             numa,
         })
+    }
+
+    /// The `none` manager: no hints, every container admitted anywhere.
+    #[must_use]
+    pub fn none() -> Self {
+        Self {
+            policy: Policy::None,
+            scope: Scope::None,
+            options: TopologyManagerOptions::default(),
+            numa: NumaInfo::empty(),
+        }
     }
 
     #[must_use]

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use pinion_core::scenario::{self, Outcome, Scenario, ScenarioError, StepOutcome};
+use pinion_core::scenario::{self, Outcome, Scenario, ScenarioError, StepOutcome, TopologyOutcome};
 use pinion_core::state::State;
 use pinion_core::Topology;
 
@@ -137,6 +137,9 @@ fn to_text(
             options.join(", ")
         }
     );
+    if let Some(line) = topology_manager_line(scenario) {
+        let _ = writeln!(out, "{line}");
+    }
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(err) => {
@@ -152,6 +155,9 @@ fn to_text(
     );
     for (index, step) in outcome.steps.iter().enumerate() {
         let _ = writeln!(out, "step {:>2}  {}", index + 1, step_line(step));
+        if let Some(topology) = &step.topology {
+            let _ = writeln!(out, "          {}", topology_line(topology));
+        }
     }
     let _ = writeln!(
         out,
@@ -186,6 +192,47 @@ fn step_line(step: &StepOutcome) -> String {
         (None, None) => "ok".to_string(),
     };
     format!("{op:<6} {who:<30} {result}")
+}
+
+/// `topology manager: <policy>, scope <scope>[, options …]` when the
+/// scenario sets a Topology Manager policy other than `none`.
+fn topology_manager_line(scenario: &Scenario) -> Option<String> {
+    let config = &scenario.config;
+    let policy = config.topology_manager_policy.as_deref().unwrap_or("none");
+    if policy == "none" {
+        return None;
+    }
+    let scope = config
+        .topology_manager_scope
+        .as_deref()
+        .unwrap_or("container");
+    let mut line = format!("topology manager: {policy}, scope {scope}");
+    for (name, value) in &config.topology_manager_policy_options {
+        let _ = write!(line, ", {name}={value}");
+    }
+    Some(line)
+}
+
+/// One line per Topology Manager decision: the merged hint and the verdict.
+fn topology_line(topology: &TopologyOutcome) -> String {
+    let merged = match topology.merged.affinity {
+        Some(mask) => format!("numa {{{mask}}}"),
+        None => "any numa node".to_string(),
+    };
+    let preferred = if topology.merged.preferred {
+        "preferred"
+    } else {
+        "not preferred"
+    };
+    let source = if topology.reused {
+        "pod affinity"
+    } else {
+        "merged hint"
+    };
+    match &topology.why {
+        None => format!("topology: {source} {merged} ({preferred}) -> admitted"),
+        Some(why) => format!("topology: {source} {merged} ({preferred}) -> rejected: {why}"),
+    }
 }
 
 fn show(cpus: &str) -> &str {

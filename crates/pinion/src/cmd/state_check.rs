@@ -77,6 +77,7 @@ impl PolicyArgs {
             topology_manager_policy: self.topology_manager_policy.clone(),
             num_reserved,
             reserved,
+            ..PolicyConfig::default()
         })
     }
 

@@ -1,0 +1,218 @@
+//! Topology Manager admission inside the engine (spec
+//! `kubelet-topology-manager.md` §5.2–§5.3): collect the hints of the CPU
+//! manager and of the caller's extra [`HintProvider`]s, merge them under the
+//! policy and scope, reject with `TopologyAffinityError` or allocate inside
+//! the merged affinity, and store it.
+//!
+//! kubelet admits a whole pod at once; Pinion's front-ends admit one
+//! container at a time, in kubelet's order (init containers first). So:
+//! * **container scope**: one merge per container, as kubelet;
+//! * **pod scope**: the first container of a pod triggers the pod's single
+//!   merge (`GetPodTopologyHints`); later containers of the pod reuse the
+//!   stored result without merging;
+//! * `topology_manager_admission_requests_total` counts pods: a request is
+//!   counted when a pod with no stored affinity is admitted.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{container_request, Engine};
+use crate::cpuset::CpuSet;
+use crate::pod::Pod;
+use crate::policy::hints::CpuManagerHints;
+use crate::policy::PolicyError;
+use crate::topomgr::provider::HintProvider;
+use crate::topomgr::{
+    Policy as TmPolicy, ProviderHints, Scope, TopologyAffinityError, TopologyHint, TopologyManager,
+};
+
+/// What the Topology Manager decided for one admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyDecision {
+    pub scope: Scope,
+    /// Every provider's answer, resource by resource, in provider order (the
+    /// CPU manager first); providers that do not care are left out.
+    pub hints: Vec<(String, Option<Vec<TopologyHint>>)>,
+    /// The merged hint (the stored affinity when admitted).
+    pub hint: TopologyHint,
+    pub admit: bool,
+    /// Pod scope: the affinity was merged for an earlier container of the
+    /// pod and reused (`hints` is then empty).
+    pub reused: bool,
+}
+
+/// The result of [`Engine::admit_container_with`]: the admission result and,
+/// when the Topology Manager was consulted (policy other than `none`), its
+/// decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitReport {
+    pub result: Result<Option<CpuSet>, PolicyError>,
+    pub topology: Option<TopologyDecision>,
+}
+
+impl Engine {
+    /// Admits container `name` of `pod` through the Topology Manager with the
+    /// CPU manager and `providers` as hint providers (kubelet `Admit`, one
+    /// container at a time; see the module notes for the pod scope).
+    pub fn admit_container_with(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+        providers: &[&dyn HintProvider],
+    ) -> AdmitReport {
+        let request = match container_request(pod, name) {
+            Ok(request) => request,
+            Err(err) => {
+                return AdmitReport {
+                    result: Err(err),
+                    topology: None,
+                }
+            }
+        };
+        if !self.affinities.contains_key(&pod.uid) {
+            self.metrics.topology.requests_total += 1;
+        }
+        let decision = self.decide(pod, name, providers);
+        let hint = decision
+            .as_ref()
+            .map_or(TopologyHint::cannot_satisfy(), |d| d.hint);
+        if decision.as_ref().is_some_and(|d| !d.admit) {
+            self.metrics.topology.errors_total += 1;
+            return AdmitReport {
+                result: Err(TopologyAffinityError.into()),
+                topology: decision,
+            };
+        }
+        self.store_affinity(pod, name, hint);
+        let affinity = hint.affinity.map(|mask| mask.ids());
+        let result = self.admit(&request, affinity.as_deref());
+        if result.is_err() {
+            self.metrics.topology.errors_total += 1;
+        }
+        AdmitReport {
+            result,
+            topology: decision,
+        }
+    }
+
+    /// kubelet `Admit(pod)`: admits the containers of `pod` in kubelet's
+    /// order (init containers, then app containers), stopping at the first
+    /// failure, whose report is then the last one. As in kubelet, containers
+    /// admitted before a failure keep their CPUs until removed.
+    pub fn admit_pod(
+        &mut self,
+        pod: &Pod,
+        providers: &[&dyn HintProvider],
+    ) -> Vec<(String, AdmitReport)> {
+        let mut reports = Vec::new();
+        for container in pod.all_containers() {
+            let report = self.admit_container_with(pod, &container.name, providers);
+            let failed = report.result.is_err();
+            reports.push((container.name.clone(), report));
+            if failed {
+                break;
+            }
+        }
+        reports
+    }
+
+    /// The merged decision for one container; `None` under policy `none`.
+    fn decide(
+        &self,
+        pod: &Pod,
+        name: &str,
+        providers: &[&dyn HintProvider],
+    ) -> Option<TopologyDecision> {
+        let scope = self.topology.scope();
+        if self.topology.policy() == TmPolicy::None {
+            return None;
+        }
+        if scope == Scope::Pod {
+            if let Some(hint) = self.pod_affinity(&pod.uid) {
+                return Some(TopologyDecision {
+                    scope,
+                    hints: Vec::new(),
+                    hint,
+                    admit: true,
+                    reused: true,
+                });
+            }
+        }
+        let cpu = CpuManagerHints {
+            policy: &self.policy,
+            state: &self.state,
+        };
+        let all = std::iter::once(&cpu as &dyn HintProvider).chain(providers.iter().copied());
+        let answers: Vec<ProviderHints> = match scope {
+            Scope::Pod => all.map(|p| p.pod_hints(pod)).collect(),
+            Scope::Container | Scope::None => all.map(|p| p.container_hints(pod, name)).collect(),
+        };
+        let admission = self.topology.merge(&answers);
+        Some(TopologyDecision {
+            scope,
+            hints: flatten(answers),
+            hint: admission.hint,
+            admit: admission.admit,
+            reused: false,
+        })
+    }
+
+    /// Stores the admitted hint for the container. (kubelet stores the pod
+    /// scope's hint for every container at once; Pinion stores it as each
+    /// container is admitted, so nothing outlives the pod's containers.)
+    fn store_affinity(&mut self, pod: &Pod, name: &str, hint: TopologyHint) {
+        self.affinities
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(name.to_owned(), hint);
+    }
+
+    /// The affinity stored for any container of `pod` (pod scope).
+    fn pod_affinity(&self, pod: &str) -> Option<TopologyHint> {
+        self.affinities
+            .get(pod)
+            .and_then(|containers| containers.values().next().copied())
+    }
+
+    /// Drops the stored affinity of one container (and of the pod with its
+    /// last container).
+    pub(super) fn forget_affinity(&mut self, pod: &str, container: &str) {
+        if let Some(containers) = self.affinities.get_mut(pod) {
+            containers.remove(container);
+            if containers.is_empty() {
+                self.affinities.remove(pod);
+            }
+        }
+    }
+
+    /// kubelet `GetAffinity`: the hint stored for a container admitted
+    /// through the Topology Manager (what e.g. a memory provider aligns to).
+    #[must_use]
+    pub fn topology_affinity(&self, pod: &str, container: &str) -> Option<TopologyHint> {
+        self.affinities.get(pod)?.get(container).copied()
+    }
+
+    /// The Topology Manager.
+    #[must_use]
+    pub fn topology_manager(&self) -> &TopologyManager {
+        &self.topology
+    }
+
+    /// Records the duration of one pod admission (timed by the caller; core
+    /// has no clock) into `topology_manager_admission_duration_ms`.
+    pub fn record_admission_duration(&mut self, elapsed: Duration) {
+        self.metrics.topology.observe_duration(elapsed);
+    }
+}
+
+/// The providers' answers as one `(resource, hints)` list.
+fn flatten(answers: Vec<ProviderHints>) -> Vec<(String, Option<Vec<TopologyHint>>)> {
+    answers
+        .into_iter()
+        .flatten()
+        .flat_map(BTreeMap::into_iter)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
