@@ -27,6 +27,7 @@ fn controller(dir: &Path, host: Box<dyn CpusetHost>, topology: Topology) -> Cont
     .build(&topology)
     .expect("policy");
     Controller::start(StartParts {
+        topology_manager: pinion_core::topomgr::TopologyManager::none(),
         policy,
         topology,
         state_dir: dir.to_path_buf(),

@@ -83,6 +83,8 @@ pub struct FileConfig {
     pub system_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
     pub cpu_manager_reconcile_period: Option<String>,
     pub topology_manager_policy: Option<String>,
+    pub topology_manager_scope: Option<String>,
+    pub topology_manager_policy_options: Option<BTreeMap<String, String>>,
     pub feature_gates: Option<BTreeMap<String, bool>>,
     pub state_dir: Option<PathBuf>,
     pub sysroot: Option<PathBuf>,
@@ -284,6 +286,11 @@ fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
         options,
         feature_gates: Some(gates),
         topology_manager_policy: file.topology_manager_policy.clone(),
+        topology_manager_scope: file.topology_manager_scope.clone(),
+        topology_manager_policy_options: file
+            .topology_manager_policy_options
+            .clone()
+            .unwrap_or_default(),
         num_reserved: Some(num_reserved),
         reserved,
     })

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pinion_core::policy::PolicyError;
+use pinion_core::topomgr::TopologyManagerError;
 use pinion_host::cgroup::{CgroupError, Cgroups};
 use pinion_host::DiscoveryError;
 use tokio::net::TcpListener;
@@ -24,6 +25,8 @@ pub enum AgentError {
     Discovery(#[from] DiscoveryError),
     #[error("cpu manager policy: {0}")]
     Policy(#[from] PolicyError),
+    #[error("topology manager: {0}")]
+    TopologyManager(#[from] TopologyManagerError),
     #[error("cannot manage cpuset cgroups: {0} (run as root, or pass --cgroup-root inside a writable cpuset cgroup hierarchy)")]
     Cgroups(#[from] CgroupError),
     #[error("state directory {}: {source}", .path.display())]
@@ -47,6 +50,7 @@ pub enum AgentError {
 pub async fn run(config: Config) -> Result<(), AgentError> {
     let topology = pinion_host::discover(&config.sysroot)?;
     let policy = config.policy.build(&topology)?;
+    let topology_manager = config.policy.build_topology_manager(&topology)?;
     let mountinfo = config.sysroot.join("proc/self/mountinfo");
     let cgroups = Cgroups::detect(&mountinfo, &config.sysroot, config.cgroup_root.as_deref())?;
     std::fs::create_dir_all(&config.state_dir).map_err(|source| AgentError::StateDir {
@@ -58,6 +62,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let version = cgroups.version();
     let controller = Controller::start(StartParts {
         policy,
+        topology_manager,
         topology,
         state_dir: config.state_dir.clone(),
         host: Box::new(cgroups),

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use pinion_core::engine::Metrics;
 use pinion_core::policy::{Policy, PolicyError};
+use pinion_core::topomgr::metrics::AdmissionMetrics;
 use pinion_core::CpuSet;
 
 /// Upper bounds (seconds) of the checkpoint write latency histogram.
@@ -165,6 +166,7 @@ pub fn render(m: &MetricsSnapshot) -> String {
     );
     aligned(&mut out, "container_aligned_compute_resources_failure_count",
         "Cumulative number of failures to allocate aligned compute resources to containers by alignment type.", &c.aligned_failures);
+    topology_manager(&mut out, &m.engine.topology);
     simple(
         &mut out,
         "pinion_reconcile_runs_total",
@@ -200,6 +202,38 @@ pub fn render(m: &MetricsSnapshot) -> String {
         &c.checkpoint_write_seconds,
     );
     out
+}
+
+/// kubelet's Topology Manager admission metrics.
+fn topology_manager(out: &mut String, t: &AdmissionMetrics) {
+    simple(
+        out,
+        "topology_manager_admission_requests_total",
+        "counter",
+        "The number of admission requests where resources have to be aligned.",
+        t.requests_total,
+    );
+    simple(
+        out,
+        "topology_manager_admission_errors_total",
+        "counter",
+        "The number of admission request failures where resources could not be aligned.",
+        t.errors_total,
+    );
+    let name = "topology_manager_admission_duration_ms";
+    header(
+        out,
+        name,
+        "histogram",
+        "Duration in milliseconds to serve a pod admission request.",
+    );
+    for (bound, cumulative) in t.duration_ms.cumulative() {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let h = &t.duration_ms;
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}", h.sum_ms());
+    let _ = writeln!(out, "{name}_count {}", h.count);
 }
 
 fn aligned(out: &mut String, name: &str, help: &str, values: &BTreeMap<(&str, &str), u64>) {
@@ -250,6 +284,11 @@ mod tests {
         m.counters.aligned.insert(("container", "physical_cpu"), 6);
         m.counters.checkpoint_write_seconds.observe(0.0007);
         m.counters.checkpoint_write_seconds.observe(3.0);
+        m.engine.topology.requests_total = 4;
+        m.engine.topology.errors_total = 1;
+        m.engine
+            .topology
+            .observe_duration(std::time::Duration::from_micros(70));
         let text = render(&m);
         let cases = [
             ("cpu_manager_pinning_requests_total", "7"),
@@ -264,6 +303,11 @@ mod tests {
             ("pinion_checkpoint_write_duration_seconds_bucket{le=\"1\"}", "1"),
             ("pinion_checkpoint_write_duration_seconds_bucket{le=\"+Inf\"}", "2"),
             ("pinion_checkpoint_write_duration_seconds_count", "2"),
+            ("topology_manager_admission_requests_total", "4"),
+            ("topology_manager_admission_errors_total", "1"),
+            ("topology_manager_admission_duration_ms_bucket{le=\"0.05\"}", "0"),
+            ("topology_manager_admission_duration_ms_bucket{le=\"0.1\"}", "1"),
+            ("topology_manager_admission_duration_ms_count", "1"),
         ];
         for (series, want) in cases {
             assert_eq!(

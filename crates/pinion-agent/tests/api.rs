@@ -39,6 +39,7 @@ fn start_agent() -> Agent {
     .expect("policy");
     let host = FakeCgroups::default();
     let controller = Controller::start(StartParts {
+        topology_manager: pinion_core::topomgr::TopologyManager::none(),
         policy,
         topology,
         state_dir: dir.path().to_path_buf(),

@@ -158,3 +158,24 @@ fn non_root_defaults_live_under_home() {
         PathBuf::from("/home/u/.local/state/pinion/pinion.sock")
     );
 }
+
+#[test]
+fn topology_manager_keys_are_read_with_kubelets_names() {
+    let config = resolve_yaml(
+        "cpuManagerPolicy: static\n\
+         reservedSystemCPUs: \"0\"\n\
+         topologyManagerPolicy: single-numa-node\n\
+         topologyManagerScope: pod\n\
+         topologyManagerPolicyOptions:\n  prefer-closest-numa-nodes: \"true\"\n",
+    )
+    .expect("valid");
+    assert_eq!(
+        config.policy.topology_manager_policy.as_deref(),
+        Some("single-numa-node")
+    );
+    assert_eq!(config.policy.topology_manager_scope.as_deref(), Some("pod"));
+    assert_eq!(
+        config.policy.topology_manager_policy_options["prefer-closest-numa-nodes"],
+        "true"
+    );
+}

@@ -159,11 +159,15 @@ impl Controller {
             Placement::Runtime => None,
         };
         let mut next = self.engine.clone();
+        let started = std::time::Instant::now();
         let result = next.admit_container(
             &request.pod,
             &request.container,
             request.numa_affinity.as_deref(),
         );
+        if request.numa_affinity.is_none() {
+            next.record_admission_duration(started.elapsed());
+        }
         self.counters.count_alignment(next.policy(), &result);
         let exclusive = match result {
             Ok(exclusive) => exclusive,

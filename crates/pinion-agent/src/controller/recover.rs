@@ -10,6 +10,7 @@ use pinion_core::engine::Engine;
 use pinion_core::policy::Policy;
 use pinion_core::restore::restore;
 use pinion_core::state::State;
+use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::{CgroupName, CpusetHost};
 use pinion_host::store::{CheckpointStore, CPU_MANAGER_STATE};
@@ -21,6 +22,8 @@ use crate::metrics::Counters;
 /// What the controller is built from.
 pub struct StartParts {
     pub policy: Policy,
+    /// kubelet's Topology Manager (`TopologyManager::none()` for policy `none`).
+    pub topology_manager: TopologyManager,
     pub topology: Topology,
     /// The directory of `cpu_manager_state`.
     pub state_dir: PathBuf,
@@ -42,7 +45,8 @@ impl Controller {
             }
             None => State::default(),
         };
-        let mut engine = Engine::new(parts.policy, state);
+        let mut engine =
+            Engine::new(parts.policy, state).with_topology_manager(parts.topology_manager);
         engine
             .start()
             .map_err(|err| ControlError::Start(Box::new(err)))?;

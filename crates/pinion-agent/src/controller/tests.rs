@@ -30,6 +30,7 @@ fn start(dir: &Path, host: &FakeCgroups) -> Result<Controller, ControlError> {
     .expect("policy");
     Controller::start(StartParts {
         policy,
+        topology_manager: pinion_core::topomgr::TopologyManager::none(),
         topology,
         state_dir: dir.to_path_buf(),
         host: Box::new(host.clone()),
@@ -359,4 +360,40 @@ async fn the_handle_reaches_the_controller_thread() {
         .expect("thread");
     let err = handle.reconcile().await.expect_err("stopped");
     assert!(matches!(err, ControlError::Stopped));
+}
+
+#[test]
+fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    // 2 NUMA nodes of 4 cores × 2 threads.
+    let topology = synthetic(Shape {
+        sockets: 2,
+        numa_per_socket: 1,
+        cores_per_socket: 4,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    });
+    let config = PolicyConfig {
+        policy: Some("static".into()),
+        num_reserved: Some(1),
+        topology_manager_policy: Some("single-numa-node".into()),
+        ..PolicyConfig::default()
+    };
+    let mut controller = Controller::start(StartParts {
+        policy: config.build(&topology).expect("policy"),
+        topology_manager: config.build_topology_manager(&topology).expect("topology manager"),
+        topology,
+        state_dir: dir.path().to_path_buf(),
+        host: Box::new(host.clone()),
+    })
+    .expect("start");
+    let aligned = controller.admit(&run("pinion-run-a", Some("4"), 10)).expect("fits one node");
+    let cpus = aligned.cpus;
+    assert_eq!(cpus.len(), 4);
+    assert!(cpus.is_subset(&set("0-3,8-11")) || cpus.is_subset(&set("4-7,12-15")), "{cpus}");
+    let before = on_disk(dir.path());
+    let err = controller.admit(&run("pinion-run-b", Some("10"), 11)).expect_err("spans nodes");
+    assert!(err.to_string().contains("Resources cannot be allocated with Topology locality"), "{err}");
+    assert_eq!(on_disk(dir.path()), before, "a rejection changes nothing on disk");
 }
