@@ -16,3 +16,6 @@ pub mod wire;
 pub use handler::{Created, ErrorKind, HandlerError, NriHandler, RuntimeInfo};
 pub use model::{Container, ContainerState, ContainerUpdate, CpuAssignment, PodSandbox, Resources};
 pub use plugin::{Endpoint, Plugin, PluginError, PluginOptions, UpdateSender};
+
+#[cfg(feature = "fake-runtime")]
+pub mod fake_runtime;
