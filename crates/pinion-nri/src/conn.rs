@@ -73,6 +73,15 @@ pub enum CallError {
     Encode { method: String, source: WireError },
 }
 
+/// How an outgoing call is made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// Write only while no served call runs (see the module docs).
+    pub after_handlers: bool,
+    /// Leave `timeout_nano` at 0 (old ttrpc clients send no deadline).
+    pub no_deadline: bool,
+}
+
 /// A running multiplexed connection. Dropping it closes the socket.
 pub struct Connection {
     shared: Arc<Shared>,
@@ -123,7 +132,7 @@ impl Connection {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
-        self.call_inner(service, method, payload, timeout, false)
+        self.call_with(service, method, payload, timeout, CallOptions::default())
             .await
     }
 
@@ -136,17 +145,22 @@ impl Connection {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, CallError> {
-        self.call_inner(service, method, payload, timeout, true)
+        let options = CallOptions {
+            after_handlers: true,
+            no_deadline: false,
+        };
+        self.call_with(service, method, payload, timeout, options)
             .await
     }
 
-    async fn call_inner(
+    /// Calls with explicit [`CallOptions`].
+    pub async fn call_with(
         &self,
         service: &str,
         method: &str,
         payload: Vec<u8>,
         timeout: Duration,
-        gated: bool,
+        options: CallOptions,
     ) -> Result<Vec<u8>, CallError> {
         let closed = || CallError::Closed {
             method: method.to_string(),
@@ -158,7 +172,11 @@ impl Connection {
             service: service.to_string(),
             method: method.to_string(),
             payload,
-            timeout_nano: i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX),
+            timeout_nano: if options.no_deadline {
+                0
+            } else {
+                i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX)
+            },
             metadata: Vec::new(),
         };
         let message = Message {
@@ -168,7 +186,7 @@ impl Connection {
             payload: request.encode_to_vec(),
         };
         let written = {
-            let _gate = if gated {
+            let _gate = if options.after_handlers {
                 Some(self.shared.gate.lock().await)
             } else {
                 None
@@ -440,7 +458,7 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
         payload: request.payload,
         timeout,
     });
-    let result = match timeout {
+    let result = match timeout.map(answer_budget) {
         Some(budget) => tokio::time::timeout(budget, future)
             .await
             .unwrap_or_else(|_| {
@@ -461,6 +479,16 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
         },
         Err(status) => status_response(&status),
     }
+}
+
+/// The part of the caller's budget a handler may use: a tenth (at most
+/// 100 ms) is kept for the reply to travel back, so a slow handler is
+/// answered with DEADLINE_EXCEEDED before the caller gives up on us (which
+/// containerd answers by disconnecting the plugin and creating the
+/// container without Pinion's adjustment).
+#[must_use]
+pub fn answer_budget(caller: Duration) -> Duration {
+    caller.saturating_sub((caller / 10).min(Duration::from_millis(100)))
 }
 
 fn status_response(status: &Status) -> ttrpc::Response {

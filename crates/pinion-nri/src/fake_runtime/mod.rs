@@ -38,6 +38,8 @@ pub struct FakeOptions {
     pub dedicated_rpcs: bool,
     /// The configuration string sent in Configure.
     pub config: String,
+    /// Send the remaining budget in `timeout_nano` (as the Go ttrpc client does).
+    pub send_deadline: bool,
 }
 
 impl Default for FakeOptions {
@@ -48,6 +50,7 @@ impl Default for FakeOptions {
             sync_chunk: 1000,
             dedicated_rpcs: false,
             config: String::new(),
+            send_deadline: true,
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
 use super::{apply_resources, Inner, Link};
-use crate::conn::{Call, CallError, Connection, Roles, Service, ServiceFuture};
+use crate::conn::{Call, CallError, CallOptions, Connection, Roles, Service, ServiceFuture};
 use crate::plugin::{validate_index, validate_name};
 use crate::proto::nri as pb;
 use crate::service::{PLUGIN_SERVICE, RUNTIME_SERVICE};
@@ -186,12 +186,17 @@ impl Link {
         method: &str,
         payload: Vec<u8>,
     ) -> Result<Vec<u8>, CallError> {
+        let options = CallOptions {
+            after_handlers: false,
+            no_deadline: !inner.options.send_deadline,
+        };
         self.conn
-            .call(
+            .call_with(
                 PLUGIN_SERVICE,
                 method,
                 payload,
                 inner.options.request_timeout,
+                options,
             )
             .await
     }

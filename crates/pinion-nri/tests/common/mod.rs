@@ -176,8 +176,8 @@ impl NriHandler for TestHandler {
                         && cpus.len() == wanted
                         && !state
                             .exclusive
-                            .values()
-                            .any(|s| s.intersection_len(&cpus) > 0) =>
+                            .iter()
+                            .any(|(id, s)| *id != c.id && s.intersection_len(&cpus) > 0) =>
                 {
                     state.exclusive.insert(c.id.clone(), cpus);
                 }
