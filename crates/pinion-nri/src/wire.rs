@@ -214,3 +214,46 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn any_bytes_never_panic_the_assembler(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..16)) {
+            let mut asm = Assembler::default();
+            for chunk in &chunks {
+                asm.push(chunk);
+                while let Ok(Some(_)) = asm.next_message() {}
+            }
+        }
+
+        #[test]
+        fn messages_survive_any_framing(payloads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 1..8), max in 1usize..600) {
+            let messages: Vec<Message> = payloads.into_iter().enumerate().map(|(i, payload)| Message {
+                stream_id: u32::try_from(i).unwrap() * 2 + 1,
+                kind: TYPE_RESPONSE,
+                flags: 0,
+                payload,
+            }).collect();
+            let bytes: Vec<u8> = messages.iter().flat_map(|m| encode_message(m).unwrap()).collect();
+            let framed = encode_frames(RUNTIME_CONN, &bytes, max);
+            let mut asm = Assembler::default();
+            let mut rest = framed.as_slice();
+            let mut got = Vec::new();
+            while !rest.is_empty() {
+                let (conn, len) = decode_frame_header(rest[..8].try_into().unwrap()).unwrap();
+                prop_assert_eq!(conn, RUNTIME_CONN);
+                prop_assert!(len <= max);
+                asm.push(&rest[8..8 + len]);
+                rest = &rest[8 + len..];
+                while let Some(m) = asm.next_message().unwrap() {
+                    got.push(m);
+                }
+            }
+            prop_assert_eq!(got, messages);
+        }
+    }
+}
