@@ -16,15 +16,40 @@ use pinion_nri::kube::{kube_container, kube_pod};
 use pinion_nri::plugin::DEFAULT_SOCKET;
 use pinion_nri::{
     Container, ContainerUpdate, CpuAssignment, Created, ErrorKind, HandlerError, NriHandler,
-    Plugin, PluginOptions, PodSandbox, Resources,
+    Plugin, PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
 };
 
 struct Demo {
     all: CpuSet,
     exclusive: Mutex<BTreeMap<String, CpuSet>>,
+    /// Shared-pool containers, moved with unsolicited updates when the pool changes.
+    shared: Mutex<Vec<String>>,
+    updates: std::sync::OnceLock<UpdateSender>,
 }
 
 impl Demo {
+    /// Queues the shared pool for every shared container (sent after the handler returned).
+    fn push_shared_pool(&self) {
+        let cpus = self.shared();
+        let updates: Vec<ContainerUpdate> = self
+            .shared
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|id| ContainerUpdate {
+                container_id: id.clone(),
+                assignment: shared_assignment(cpus.clone()),
+            })
+            .collect();
+        eprintln!(
+            "queue UpdateContainers: {} containers -> {cpus}",
+            updates.len()
+        );
+        if let Some(sender) = self.updates.get() {
+            sender.send(updates).unwrap();
+        }
+    }
+
     fn shared(&self) -> CpuSet {
         let exclusive = self.exclusive.lock().unwrap();
         exclusive
@@ -42,6 +67,11 @@ fn shared_assignment(cpus: CpuSet) -> CpuAssignment {
 }
 
 impl NriHandler for Demo {
+    async fn configure(&self, info: RuntimeInfo) -> Result<(), HandlerError> {
+        eprintln!("configure: {info:?}");
+        Ok(())
+    }
+
     async fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
@@ -57,6 +87,13 @@ impl NriHandler for Demo {
                 "  {} {} cpus={:?} quota={:?}",
                 c.id, c.name, c.resources.cpus, c.resources.cpu_quota
             );
+            let exclusive = c.resources.cpu_quota == Some(-1) && !c.resources.cpus.is_empty();
+            match CpuSet::parse_list(&c.resources.cpus) {
+                Ok(cpus) if exclusive => {
+                    self.exclusive.lock().unwrap().insert(c.id.clone(), cpus);
+                }
+                _ => self.shared.lock().unwrap().push(c.id.clone()),
+            }
         }
         Ok(Vec::new())
     }
@@ -76,6 +113,7 @@ impl NriHandler for Demo {
             kube.qos()
         );
         if n == 0 {
+            self.shared.lock().unwrap().push(container.id.clone());
             return Ok(Created {
                 adjust: Some(shared_assignment(self.shared())),
                 updates: Vec::new(),
@@ -96,6 +134,7 @@ impl NriHandler for Demo {
             .lock()
             .unwrap()
             .insert(container.id.clone(), cpus.clone());
+        self.push_shared_pool();
         Ok(Created {
             adjust: Some(CpuAssignment {
                 cpus,
@@ -122,7 +161,11 @@ impl NriHandler for Demo {
         container: Container,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
         eprintln!("stop {}", container.name);
-        self.exclusive.lock().unwrap().remove(&container.id);
+        self.shared.lock().unwrap().retain(|id| *id != container.id);
+        let released = self.exclusive.lock().unwrap().remove(&container.id);
+        if released.is_some() {
+            self.push_shared_pool();
+        }
         Ok(Vec::new())
     }
 
@@ -156,8 +199,11 @@ async fn main() {
     let handler = Arc::new(Demo {
         all,
         exclusive: Mutex::new(BTreeMap::new()),
+        shared: Mutex::new(Vec::new()),
+        updates: std::sync::OnceLock::new(),
     });
-    let (plugin, _updates) = Plugin::new(options, handler);
+    let (plugin, updates) = Plugin::new(options, Arc::clone(&handler));
+    handler.updates.set(updates).unwrap();
     let result = plugin
         .run(async {
             let _ = tokio::signal::ctrl_c().await;
