@@ -16,18 +16,19 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use prost::Message as _;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot, watch, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::proto::ttrpc;
 use crate::status::{Code, Status};
-use crate::wire::{
-    decode_frame_header, encode_frames, encode_message, Assembler, Message, WireError,
-    FRAME_HEADER_LEN, TYPE_REQUEST, TYPE_RESPONSE,
-};
+use crate::wire::{encode_frames, encode_message, Message, WireError, TYPE_REQUEST};
+
+mod tasks;
+
+pub use tasks::answer_budget;
 
 /// What a served method returns: the encoded reply or a status.
 pub type ServiceFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>, Status>> + Send>>;
@@ -89,7 +90,7 @@ pub struct Connection {
     server: JoinHandle<()>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     roles: Roles,
     writer: Mutex<Option<OwnedWriteHalf>>,
     pending: StdMutex<HashMap<u32, oneshot::Sender<ttrpc::Response>>>,
@@ -115,8 +116,8 @@ impl Connection {
             largest_in_frame: AtomicUsize::new(0),
         });
         let (requests_tx, requests_rx) = mpsc::unbounded_channel();
-        let reader = tokio::spawn(read_loop(Arc::clone(&shared), read, requests_tx));
-        let server = tokio::spawn(serve_loop(Arc::clone(&shared), service, requests_rx));
+        let reader = tokio::spawn(tasks::read_loop(Arc::clone(&shared), read, requests_tx));
+        let server = tokio::spawn(tasks::serve_loop(Arc::clone(&shared), service, requests_rx));
         Self {
             shared,
             reader,
@@ -275,13 +276,13 @@ impl Drop for Connection {
     }
 }
 
-enum WriteError {
+pub(crate) enum WriteError {
     Closed,
     Wire(WireError),
 }
 
 impl Shared {
-    fn pending_map(
+    pub(crate) fn pending_map(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<u32, oneshot::Sender<ttrpc::Response>>> {
         self.pending
@@ -289,13 +290,17 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn write_message(&self, conn: u32, message: &Message) -> Result<(), WriteError> {
+    pub(crate) async fn write_message(
+        &self,
+        conn: u32,
+        message: &Message,
+    ) -> Result<(), WriteError> {
         let encoded = encode_message(message).map_err(WriteError::Wire)?;
         let frames = encode_frames(conn, &encoded, self.roles.max_out_frame);
         self.write_raw(&frames).await
     }
 
-    async fn write_raw(&self, bytes: &[u8]) -> Result<(), WriteError> {
+    pub(crate) async fn write_raw(&self, bytes: &[u8]) -> Result<(), WriteError> {
         let mut writer = self.writer.lock().await;
         let Some(stream) = writer.as_mut() else {
             return Err(WriteError::Closed);
@@ -308,7 +313,7 @@ impl Shared {
         Ok(())
     }
 
-    async fn close(&self, reason: String) {
+    pub(crate) async fn close(&self, reason: String) {
         if let Some(mut stream) = self.writer.lock().await.take() {
             let _ = stream.shutdown().await;
         }
@@ -323,7 +328,7 @@ impl Shared {
         });
     }
 
-    fn deliver(&self, message: &Message) {
+    pub(crate) fn deliver(&self, message: &Message) {
         let Some(tx) = self.pending_map().remove(&message.stream_id) else {
             tracing::debug!(
                 stream = message.stream_id,
@@ -345,158 +350,5 @@ impl Shared {
                 });
             }
         }
-    }
-}
-
-async fn read_loop(
-    shared: Arc<Shared>,
-    mut read: OwnedReadHalf,
-    requests: mpsc::UnboundedSender<Message>,
-) {
-    let reason = match read_frames(&shared, &mut read, &requests).await {
-        Ok(()) => "peer closed the connection".to_string(),
-        Err(reason) => reason,
-    };
-    tracing::debug!(%reason, "nri connection closed");
-    shared.close(reason).await;
-}
-
-async fn read_frames(
-    shared: &Shared,
-    read: &mut OwnedReadHalf,
-    requests: &mpsc::UnboundedSender<Message>,
-) -> Result<(), String> {
-    let roles = shared.roles;
-    let mut served = Assembler::default();
-    let mut replies = Assembler::default();
-    loop {
-        let mut header = [0u8; FRAME_HEADER_LEN];
-        match read.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(err) => return Err(format!("reading a frame header failed: {err}")),
-        }
-        let (conn, len) = decode_frame_header(header).map_err(|e| e.to_string())?;
-        if len > roles.max_in_frame {
-            return Err(format!(
-                "frame for connection {conn} has {len} bytes, more than the accepted {}",
-                roles.max_in_frame
-            ));
-        }
-        shared.largest_in_frame.fetch_max(len, Ordering::Relaxed);
-        let mut payload = vec![0u8; len];
-        read.read_exact(&mut payload)
-            .await
-            .map_err(|err| format!("reading a {len}-byte frame failed: {err}"))?;
-        if conn == roles.serve {
-            served.push(&payload);
-            while let Some(message) = served.next_message().map_err(|e| e.to_string())? {
-                if message.kind == TYPE_REQUEST {
-                    let _ = requests.send(message);
-                } else {
-                    tracing::debug!(
-                        kind = message.kind,
-                        "non-request message on the served connection dropped"
-                    );
-                }
-            }
-        } else if conn == roles.client {
-            replies.push(&payload);
-            while let Some(message) = replies.next_message().map_err(|e| e.to_string())? {
-                if message.kind == TYPE_RESPONSE {
-                    shared.deliver(&message);
-                }
-            }
-        } else {
-            tracing::debug!(conn, len, "frame for an unopened connection dropped");
-        }
-    }
-}
-
-async fn serve_loop(
-    shared: Arc<Shared>,
-    service: Arc<dyn Service>,
-    mut requests: mpsc::UnboundedReceiver<Message>,
-) {
-    while let Some(message) = requests.recv().await {
-        let _gate = shared.gate.lock().await;
-        let response = serve_one(service.as_ref(), &message.payload).await;
-        let reply = Message {
-            stream_id: message.stream_id,
-            kind: TYPE_RESPONSE,
-            flags: 0,
-            payload: response.encode_to_vec(),
-        };
-        if shared
-            .write_message(shared.roles.serve, &reply)
-            .await
-            .is_err()
-        {
-            return;
-        }
-    }
-}
-
-async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
-    let request = match ttrpc::Request::decode(payload) {
-        Ok(request) => request,
-        Err(err) => {
-            return status_response(&Status::new(
-                Code::InvalidArgument,
-                format!("undecodable ttrpc request: {err}"),
-            ))
-        }
-    };
-    let timeout = u64::try_from(request.timeout_nano)
-        .ok()
-        .filter(|nanos| *nanos > 0)
-        .map(Duration::from_nanos);
-    let method = request.method.clone();
-    let future = service.call(Call {
-        service: request.service,
-        method: request.method,
-        payload: request.payload,
-        timeout,
-    });
-    let result = match timeout.map(answer_budget) {
-        Some(budget) => tokio::time::timeout(budget, future)
-            .await
-            .unwrap_or_else(|_| {
-                Err(Status::new(
-                    Code::DeadlineExceeded,
-                    format!("{method} did not finish within the caller's {budget:?}"),
-                ))
-            }),
-        None => future.await,
-    };
-    match result {
-        Ok(payload) => ttrpc::Response {
-            status: Some(ttrpc::Status {
-                code: 0,
-                message: String::new(),
-            }),
-            payload,
-        },
-        Err(status) => status_response(&status),
-    }
-}
-
-/// The part of the caller's budget a handler may use: a tenth (at most
-/// 100 ms) is kept for the reply to travel back, so a slow handler is
-/// answered with DEADLINE_EXCEEDED before the caller gives up on us (which
-/// containerd answers by disconnecting the plugin and creating the
-/// container without Pinion's adjustment).
-#[must_use]
-pub fn answer_budget(caller: Duration) -> Duration {
-    caller.saturating_sub((caller / 10).min(Duration::from_millis(100)))
-}
-
-fn status_response(status: &Status) -> ttrpc::Response {
-    ttrpc::Response {
-        status: Some(ttrpc::Status {
-            code: status.code.number(),
-            message: status.message.clone(),
-        }),
-        payload: Vec::new(),
     }
 }
