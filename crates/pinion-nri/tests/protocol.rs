@@ -243,3 +243,71 @@ async fn oversized_frame_drops_the_connection_and_nothing_is_lost() {
     assert_eq!(fake.cpus(&next), "2");
     plugin.stop().await;
 }
+
+struct NoService;
+
+impl pinion_nri::conn::Service for NoService {
+    fn call(&self, call: pinion_nri::conn::Call) -> pinion_nri::conn::ServiceFuture {
+        Box::pin(async move {
+            Err(pinion_nri::status::Status::new(
+                Code::Unimplemented,
+                call.method,
+            ))
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_service_answers_unimplemented() {
+    use pinion_nri::conn::{Connection, Roles};
+    use pinion_nri::service::{PluginService, SUBSCRIBED};
+    use pinion_nri::wire::{MAX_OUT_FRAME, RUNTIME_CONN};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let (plugin_end, runtime_end) = tokio::net::UnixStream::pair().unwrap();
+    let (state, _) = tokio::sync::watch::channel(Default::default());
+    let service = Arc::new(PluginService::new(
+        Arc::new(TestHandler::default()),
+        pinion_nri::service::event_mask(&SUBSCRIBED),
+        state,
+    ));
+    let roles = |serve, client| Roles {
+        serve,
+        client,
+        max_out_frame: MAX_OUT_FRAME,
+        max_in_frame: MAX_IN_FRAME,
+    };
+    let _plugin = Connection::start(
+        plugin_end,
+        roles(PLUGIN_CONN, RUNTIME_CONN),
+        Arc::new(service),
+    );
+    let runtime = Connection::start(
+        runtime_end,
+        roles(RUNTIME_CONN, PLUGIN_CONN),
+        Arc::new(NoService),
+    );
+    let reply = runtime
+        .call(
+            "nri.pkg.api.v1alpha2.Plugin",
+            "Configure",
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await;
+    let (code, message) = status_code(reply);
+    assert_eq!(code, Code::Unimplemented);
+    assert!(message.contains("v1alpha2"), "{message}");
+    let reply = runtime
+        .call(
+            pinion_nri::service::PLUGIN_SERVICE,
+            "Configure",
+            Vec::new(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    let configured = pb::ConfigureResponse::decode(reply.as_slice()).unwrap();
+    assert_eq!(configured.events, 0x68e);
+}
