@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pinion_core::CpuSet;
+use pinion_core::{CpuSet, Topology};
 
 use crate::proto::nri as pb;
 
@@ -81,6 +81,30 @@ pub struct ContainerUpdate {
 
 /// The CFS quota value meaning "unlimited".
 pub const UNLIMITED_QUOTA: i64 = -1;
+
+impl CpuAssignment {
+    /// Exclusive CPUs: `cpuset.cpus`, `cpuset.mems` = the NUMA nodes of those
+    /// CPUs, and no CFS quota (kubelet's `DisableCPUQuotaWithExclusiveCPUs`).
+    #[must_use]
+    pub fn exclusive(cpus: CpuSet, topology: &Topology) -> Self {
+        let mems = topology.numa_nodes_of(&cpus).into_iter().collect();
+        Self {
+            cpus,
+            mems: Some(mems),
+            unlimited_quota: true,
+        }
+    }
+
+    /// The shared pool: only `cpuset.cpus` (memory nodes and quota untouched).
+    #[must_use]
+    pub fn shared(cpus: CpuSet) -> Self {
+        Self {
+            cpus,
+            mems: None,
+            unlimited_quota: false,
+        }
+    }
+}
 
 impl From<pb::PodSandbox> for PodSandbox {
     fn from(pod: pb::PodSandbox) -> Self {
@@ -231,6 +255,35 @@ mod tests {
         assert_eq!(cpu.cpus, "0-3");
         assert_eq!(cpu.mems, "");
         assert_eq!(cpu.quota, None);
+    }
+
+    #[test]
+    fn exclusive_constructor_takes_the_numa_nodes_of_the_cpus() {
+        let shape = pinion_core::topology::Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 2,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        };
+        let topology = pinion_core::topology::synthetic(shape);
+        let node1 = topology.numa_cpus()[&1].clone();
+        let first = CpuSet::from_iter(node1.iter().take(1));
+        let a = CpuAssignment::exclusive(first, &topology);
+        assert_eq!(a.mems.unwrap().to_string(), "1");
+        assert!(a.unlimited_quota);
+        let all = topology
+            .numa_cpus()
+            .values()
+            .fold(CpuSet::default(), |acc, s| acc.union(s));
+        assert_eq!(
+            CpuAssignment::exclusive(all, &topology)
+                .mems
+                .unwrap()
+                .to_string(),
+            "0-1"
+        );
+        assert_eq!(CpuAssignment::shared(CpuSet::default()).mems, None);
     }
 
     #[test]
