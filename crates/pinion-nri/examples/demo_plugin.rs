@@ -1,10 +1,12 @@
 //! A demo NRI plugin for checking the protocol layer by hand against a real
 //! containerd (see docs/nri.md, "Manual check against a real containerd").
 //! It is NOT Pinion's allocator: Guaranteed containers with whole CPUs get the
-//! lowest free CPUs of `--cpus` (no CFS quota), everything else the rest.
+//! lowest free CPUs of CPULIST (no CFS quota), everything else the rest.
 //!
-//! Usage: `demo_plugin [SOCKET] [CPULIST]` (defaults: /var/run/nri/nri.sock,
-//! 0-1); when started by the runtime (NRI_PLUGIN_SOCKET set) it uses fd 3.
+//! Usage: `demo_plugin [SOCKET] [CPULIST] [big-update]` (defaults:
+//! /var/run/nri/nri.sock, 0-1; `big-update` sends one ~10 KB UpdateContainers
+//! after the first Synchronize); when started by the runtime
+//! (NRI_PLUGIN_SOCKET set) it uses fd 3.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -25,6 +27,8 @@ struct Demo {
     /// Shared-pool containers, moved with unsolicited updates when the pool changes.
     shared: Mutex<Vec<String>>,
     updates: std::sync::OnceLock<UpdateSender>,
+    /// Send one big update after the next Synchronize.
+    big_update: std::sync::atomic::AtomicBool,
 }
 
 impl Demo {
@@ -93,6 +97,14 @@ impl NriHandler for Demo {
                     self.exclusive.lock().unwrap().insert(c.id.clone(), cpus);
                 }
                 _ => self.shared.lock().unwrap().push(c.id.clone()),
+            }
+        }
+        if self
+            .big_update
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            if let Some(sender) = self.updates.get() {
+                sender.send(big_update(&self.all)).unwrap();
             }
         }
         Ok(Vec::new())
@@ -182,6 +194,21 @@ impl NriHandler for Demo {
         eprintln!("remove pod {}", pod.name);
         Ok(())
     }
+
+    async fn updates_failed(&self, container_ids: Vec<String>) {
+        eprintln!("runtime failed {} updates", container_ids.len());
+    }
+}
+
+/// 300 updates of non-existent containers: one ~10 KB `UpdateContainers`
+/// request, to check the 4096-byte frame rule against the Go side.
+fn big_update(all: &CpuSet) -> Vec<ContainerUpdate> {
+    (0..300)
+        .map(|i| ContainerUpdate {
+            container_id: format!("no-such-container-{i:04}"),
+            assignment: shared_assignment(all.clone()),
+        })
+        .collect()
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -201,6 +228,9 @@ async fn main() {
         exclusive: Mutex::new(BTreeMap::new()),
         shared: Mutex::new(Vec::new()),
         updates: std::sync::OnceLock::new(),
+        big_update: std::sync::atomic::AtomicBool::new(
+            args.get(3).map(String::as_str) == Some("big-update"),
+        ),
     });
     let (plugin, updates) = Plugin::new(options, Arc::clone(&handler));
     handler.updates.set(updates).unwrap();
