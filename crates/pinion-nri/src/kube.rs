@@ -287,6 +287,30 @@ pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod,
     })
 }
 
+/// Bounds `[low, high)` in bytes of a Burstable container's memory request,
+/// estimated from the OOM score adjustment kubelet gave it
+/// (`1000 - 1000 * request / capacity`, integer division, clamped to 3..=999)
+/// and the node's memory `capacity`. `None` for values kubelet never gives a
+/// Burstable container (Guaranteed -997, BestEffort 1000, outside 3..=999).
+/// The estimate is only as fine as `capacity / 1000`; Pinion does not use it
+/// for CPU decisions (see docs/nri.md).
+#[must_use]
+pub fn memory_request_bounds(oom_score_adj: i64, capacity: u64) -> Option<(u64, u64)> {
+    if !(3..=999).contains(&oom_score_adj) || capacity == 0 {
+        return None;
+    }
+    let per_mille =
+        |k: u64| u64::try_from(u128::from(capacity) * u128::from(k) / 1000).unwrap_or(u64::MAX);
+    let k = u64::try_from(1000 - oom_score_adj).unwrap_or(0);
+    Some(match oom_score_adj {
+        // clamped up from anything at or above 997/1000 of the capacity
+        3 => (per_mille(997), u64::MAX),
+        // 1000 - 0 = 1000 is lowered to 999: k is 0 or 1
+        999 => (0, per_mille(2)),
+        _ => (per_mille(k), per_mille(k + 1)),
+    })
+}
+
 /// Pod-level resources kubelet sends with the sandbox (the pod's totals).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PodResources {

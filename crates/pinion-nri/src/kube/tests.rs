@@ -271,3 +271,46 @@ fn pod_level_resources_when_sent() {
     assert_eq!(r.cpu_limit, Some(Quantity::from_units(4)));
     assert_eq!(r.memory_limit, Some(Quantity::from_units(1 << 30)));
 }
+
+/// kubelet's Burstable OOM score adjustment, written from its documented rule.
+fn kubelet_oom_score_adj(request: u64, capacity: u64) -> i64 {
+    let adj = 1000 - i64::try_from(1000 * u128::from(request) / u128::from(capacity)).unwrap();
+    if adj < 3 {
+        3
+    } else if adj == 1000 {
+        999
+    } else {
+        adj
+    }
+}
+
+#[test]
+fn memory_request_bounds_contain_the_request() {
+    let capacity = 16u64 << 30;
+    for request in [
+        0,
+        1 << 20,
+        100 << 20,
+        1 << 30,
+        8 << 30,
+        15 << 30,
+        capacity,
+        2 * capacity,
+    ] {
+        let adj = kubelet_oom_score_adj(request, capacity);
+        let (low, high) = memory_request_bounds(adj, capacity).unwrap();
+        assert!(
+            low <= request && request < high,
+            "request {request} adj {adj}: [{low}, {high})"
+        );
+        if (4..=998).contains(&adj) {
+            assert!(
+                high - low <= capacity / 1000 + 1,
+                "bounds are capacity/1000 wide"
+            );
+        }
+    }
+    assert_eq!(memory_request_bounds(-997, capacity), None);
+    assert_eq!(memory_request_bounds(1000, capacity), None);
+    assert_eq!(memory_request_bounds(500, 0), None);
+}
