@@ -1,0 +1,199 @@
+//! The connection's two tasks: the reader (frames in, requests to the
+//! server task, replies to waiting callers) and the server (one served call at
+//! a time, holding the handler gate).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message as _;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::OwnedReadHalf;
+use tokio::sync::mpsc;
+
+use super::{Call, Service, Shared};
+use crate::proto::ttrpc;
+use crate::status::{Code, Status};
+use crate::wire::{
+    decode_frame_header, Assembler, Message, FRAME_HEADER_LEN, TYPE_REQUEST, TYPE_RESPONSE,
+};
+
+pub(super) async fn read_loop(
+    shared: Arc<Shared>,
+    mut read: OwnedReadHalf,
+    requests: mpsc::UnboundedSender<Message>,
+) {
+    let reason = match read_frames(&shared, &mut read, &requests).await {
+        Ok(()) => {
+            tracing::debug!("nri peer closed the connection");
+            "peer closed the connection".to_string()
+        }
+        Err(reason) => {
+            tracing::warn!(%reason, "nri connection closed on a protocol error");
+            reason
+        }
+    };
+    shared.close(reason).await;
+}
+
+async fn read_frames(
+    shared: &Shared,
+    read: &mut OwnedReadHalf,
+    requests: &mpsc::UnboundedSender<Message>,
+) -> Result<(), String> {
+    let roles = shared.roles;
+    let mut served = Assembler::default();
+    let mut replies = Assembler::default();
+    loop {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        match read.read_exact(&mut header).await {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(err) => return Err(format!("reading a frame header failed: {err}")),
+        }
+        let (conn, len) = decode_frame_header(header).map_err(|e| e.to_string())?;
+        if len > roles.max_in_frame {
+            return Err(format!(
+                "frame for connection {conn} has {len} bytes, more than the accepted {}",
+                roles.max_in_frame
+            ));
+        }
+        shared.largest_in_frame.fetch_max(len, Ordering::Relaxed);
+        let mut payload = vec![0u8; len];
+        read.read_exact(&mut payload)
+            .await
+            .map_err(|err| format!("reading a {len}-byte frame failed: {err}"))?;
+        if conn == roles.serve {
+            served.push(&payload);
+            while let Some(message) = served.next_message().map_err(|e| e.to_string())? {
+                if message.kind == TYPE_REQUEST {
+                    let _ = requests.send(message);
+                } else {
+                    tracing::debug!(
+                        kind = message.kind,
+                        "non-request message on the served connection dropped"
+                    );
+                }
+            }
+        } else if conn == roles.client {
+            replies.push(&payload);
+            while let Some(message) = replies.next_message().map_err(|e| e.to_string())? {
+                if message.kind == TYPE_RESPONSE {
+                    shared.deliver(&message);
+                }
+            }
+        } else {
+            tracing::debug!(conn, len, "frame for an unopened connection dropped");
+        }
+    }
+}
+
+pub(super) async fn serve_loop(
+    shared: Arc<Shared>,
+    service: Arc<dyn Service>,
+    mut requests: mpsc::UnboundedReceiver<Message>,
+) {
+    while let Some(message) = requests.recv().await {
+        let _gate = shared.gate.lock().await;
+        let response = serve_one(service.as_ref(), &message.payload).await;
+        let reply = Message {
+            stream_id: message.stream_id,
+            kind: TYPE_RESPONSE,
+            flags: 0,
+            payload: response.encode_to_vec(),
+        };
+        if shared
+            .write_message(shared.roles.serve, &reply)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
+    let request = match ttrpc::Request::decode(payload) {
+        Ok(request) => request,
+        Err(err) => {
+            return status_response(&Status::new(
+                Code::InvalidArgument,
+                format!("undecodable ttrpc request: {err}"),
+            ))
+        }
+    };
+    let timeout = u64::try_from(request.timeout_nano)
+        .ok()
+        .filter(|nanos| *nanos > 0)
+        .map(Duration::from_nanos);
+    let method = request.method.clone();
+    let future = service.call(Call {
+        service: request.service,
+        method: request.method,
+        payload: request.payload,
+        timeout,
+    });
+    let result = match timeout.map(answer_budget) {
+        Some(budget) => tokio::time::timeout(budget, future)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::new(
+                    Code::DeadlineExceeded,
+                    format!("{method} did not finish within the caller's {budget:?}"),
+                ))
+            }),
+        None => future.await,
+    };
+    match result {
+        Ok(payload) => ttrpc::Response {
+            status: Some(ttrpc::Status {
+                code: 0,
+                message: String::new(),
+            }),
+            payload,
+        },
+        Err(status) => status_response(&status),
+    }
+}
+
+/// The part of the caller's budget a handler may use: a tenth (at most
+/// 100 ms) is kept for the reply to travel back, so a slow handler is
+/// answered with DEADLINE_EXCEEDED before the caller gives up on us (which
+/// containerd answers by disconnecting the plugin and creating the
+/// container without Pinion's adjustment).
+#[must_use]
+pub fn answer_budget(caller: Duration) -> Duration {
+    caller.saturating_sub((caller / 10).min(Duration::from_millis(100)))
+}
+
+fn status_response(status: &Status) -> ttrpc::Response {
+    ttrpc::Response {
+        status: Some(ttrpc::Status {
+            code: status.code.number(),
+            message: status.message.clone(),
+        }),
+        payload: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answer_budget_keeps_a_tenth_up_to_100ms() {
+        assert_eq!(
+            answer_budget(Duration::from_secs(2)),
+            Duration::from_millis(1900)
+        );
+        assert_eq!(
+            answer_budget(Duration::from_millis(300)),
+            Duration::from_millis(270)
+        );
+        assert_eq!(
+            answer_budget(Duration::from_secs(60)),
+            Duration::from_millis(59_900)
+        );
+        assert_eq!(answer_budget(Duration::ZERO), Duration::ZERO);
+    }
+}

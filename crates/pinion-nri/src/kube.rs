@@ -1,0 +1,334 @@
+//! Kubernetes semantics from NRI data (pure functions): pod UID, container
+//! name, init / sidecar / app container, QoS class from the pod's cgroup
+//! parent, CPU request from cpu.shares, CPU limit from the CFS quota, memory
+//! limit, pod-level resources. The result is a [`pinion_core::pod::Pod`] the
+//! engine admits. What NRI does not carry, and how Pinion decides then, is
+//! described in `docs/nri.md`.
+
+use pinion_core::pod::{self, QosClass, RestartPolicy};
+use pinion_core::policy::static_policy::ContainerKind;
+use pinion_core::Quantity;
+
+use crate::model::{Container, PodSandbox, Resources};
+
+/// Pod annotation listing the pod's init containers in spec order,
+/// comma-separated; `name=sidecar` marks a restartable init container.
+pub const INIT_CONTAINERS_ANNOTATION: &str = "pinion.dev/init-containers";
+/// Labels kubelet puts on every sandbox / container.
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+/// kubelet's default CFS period (100 ms, in µs).
+pub const DEFAULT_CFS_PERIOD: u64 = 100_000;
+/// kubelet's cpu.shares for "no request".
+pub const MIN_SHARES: u64 = 2;
+
+/// Errors deriving Kubernetes semantics; each names the pod or container.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeError {
+    #[error(
+        "pod sandbox {sandbox:?} has no uid (neither the uid field nor the {POD_UID_LABEL} label)"
+    )]
+    MissingUid { sandbox: String },
+    #[error("container {container:?} has no name (neither the name field nor the {CONTAINER_NAME_LABEL} label)")]
+    MissingName { container: String },
+    #[error("pod {pod:?} has no cgroup parent, so its QoS class is unknown")]
+    MissingCgroupParent { pod: String },
+    #[error("pod {pod:?} has cgroup parent {parent:?}, which is not under kubepods")]
+    NotKubernetes { pod: String, parent: String },
+    #[error("pod {pod:?} annotation {key}={value:?} is malformed: {reason}")]
+    Annotation {
+        pod: String,
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("container {container:?} of Guaranteed pod {pod:?} has no {what}")]
+    IncompleteGuaranteed {
+        pod: String,
+        container: String,
+        what: &'static str,
+    },
+    #[error("container {container:?} of pod {pod:?} belongs to pod sandbox {sandbox:?}")]
+    WrongPod {
+        pod: String,
+        container: String,
+        sandbox: String,
+    },
+}
+
+/// The pod's UID: the uid field, else kubelet's label.
+pub fn pod_uid(pod: &PodSandbox) -> Result<String, KubeError> {
+    non_empty(&pod.uid)
+        .or_else(|| pod.labels.get(POD_UID_LABEL).and_then(|v| non_empty(v)))
+        .ok_or_else(|| KubeError::MissingUid {
+            sandbox: pod.id.clone(),
+        })
+}
+
+/// The container's Kubernetes name: the name field, else kubelet's label.
+pub fn container_name(container: &Container) -> Result<String, KubeError> {
+    non_empty(&container.name)
+        .or_else(|| {
+            container
+                .labels
+                .get(CONTAINER_NAME_LABEL)
+                .and_then(|v| non_empty(v))
+        })
+        .ok_or_else(|| KubeError::MissingName {
+            container: container.id.clone(),
+        })
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_string())
+}
+
+/// QoS class from the pod's cgroup parent, for both cgroup drivers:
+/// cgroupfs `/kubepods/burstable/pod<uid>`, systemd
+/// `kubepods-burstable-pod<uid>.slice` (or its full path). A parent without a
+/// `besteffort` / `burstable` level is Guaranteed.
+pub fn qos_class(pod: &PodSandbox) -> Result<QosClass, KubeError> {
+    let parent = pod.cgroup_parent.as_str();
+    if parent.is_empty() {
+        return Err(KubeError::MissingCgroupParent {
+            pod: pod.id.clone(),
+        });
+    }
+    let tokens: Vec<&str> = parent
+        .split('/')
+        .map(|segment| segment.strip_suffix(".slice").unwrap_or(segment))
+        .flat_map(|segment| segment.split('-'))
+        .collect();
+    if !tokens.contains(&"kubepods") {
+        return Err(KubeError::NotKubernetes {
+            pod: pod.id.clone(),
+            parent: parent.to_string(),
+        });
+    }
+    Ok(if tokens.contains(&"besteffort") {
+        QosClass::BestEffort
+    } else if tokens.contains(&"burstable") {
+        QosClass::Burstable
+    } else {
+        QosClass::Guaranteed
+    })
+}
+
+/// CPU request in millicores from cpu.shares: the exact inverse of kubelet's
+/// `milliCPU * 1024 / 1000` (integer division), i.e. rounding up. Shares of
+/// 2 or less mean "no request".
+#[must_use]
+pub fn milli_cpu_from_shares(shares: u64) -> Option<u64> {
+    (shares > MIN_SHARES)
+        .then(|| (u128::from(shares) * 1000).div_ceil(1024))
+        .map(|milli| u64::try_from(milli).unwrap_or(u64::MAX))
+}
+
+/// CPU limit in millicores from the CFS quota and period (kubelet's
+/// `milliCPU * period / 1000`, rounded up); no positive quota = no limit.
+#[must_use]
+pub fn milli_cpu_from_quota(quota: Option<i64>, period: Option<u64>) -> Option<u64> {
+    let quota = u64::try_from(quota?).ok().filter(|q| *q > 0)?;
+    let period = period.filter(|p| *p > 0).unwrap_or(DEFAULT_CFS_PERIOD);
+    let milli = (u128::from(quota) * 1000).div_ceil(u128::from(period));
+    Some(u64::try_from(milli).unwrap_or(u64::MAX))
+}
+
+/// Memory limit in bytes (none when absent or not positive).
+#[must_use]
+pub fn memory_limit(resources: &Resources) -> Option<u64> {
+    resources
+        .memory_limit
+        .and_then(|limit| u64::try_from(limit).ok())
+        .filter(|limit| *limit > 0)
+}
+
+/// The kind of container `name` in `pod`, from the
+/// [`INIT_CONTAINERS_ANNOTATION`] (absent = no init containers).
+pub fn container_kind(pod: &PodSandbox, name: &str) -> Result<ContainerKind, KubeError> {
+    let kind = init_containers(pod)?
+        .into_iter()
+        .find(|(init, _)| init == name)
+        .map_or(ContainerKind::App, |(_, sidecar)| {
+            if sidecar {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            }
+        });
+    Ok(kind)
+}
+
+/// The pod's init containers in spec order: (name, is sidecar).
+pub fn init_containers(pod: &PodSandbox) -> Result<Vec<(String, bool)>, KubeError> {
+    let Some(value) = pod.annotations.get(INIT_CONTAINERS_ANNOTATION) else {
+        return Ok(Vec::new());
+    };
+    let bad = |reason: String| KubeError::Annotation {
+        pod: pod.id.clone(),
+        key: INIT_CONTAINERS_ANNOTATION,
+        value: value.clone(),
+        reason,
+    };
+    let mut out: Vec<(String, bool)> = Vec::new();
+    for entry in value.split(',').map(str::trim) {
+        let (name, sidecar) = match entry.split_once('=') {
+            None => (entry, false),
+            Some((name, "sidecar")) => (name, true),
+            Some((_, other)) => {
+                return Err(bad(format!("unknown kind {other:?} (only \"sidecar\")")))
+            }
+        };
+        if !is_dns_label(name) {
+            return Err(bad(format!("{name:?} is not a container name")));
+        }
+        if out.iter().any(|(seen, _)| seen == name) {
+            return Err(bad(format!("{name:?} is listed twice")));
+        }
+        out.push((name.to_string(), sidecar));
+    }
+    Ok(out)
+}
+
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+fn milli(value: u64) -> Quantity {
+    if value % 1000 == 0 {
+        return Quantity::from_units(value / 1000);
+    }
+    Quantity::parse(&format!("{value}m")).unwrap_or_else(|_| Quantity::from_units(value / 1000))
+}
+
+/// One container's Kubernetes resources, consistent with the pod's QoS class
+/// (taken from the cgroup parent, which is authoritative):
+/// * Guaranteed: request = limit = the CPU from cpu.shares (the quota may be
+///   gone: Pinion removes it for exclusive CPUs), memory request = limit.
+/// * Burstable: CPU request from shares, limit from the quota, memory limit;
+///   the memory request is not sent by the runtime and is recorded as 0.
+/// * BestEffort: nothing set.
+pub fn kube_container(
+    pod: &PodSandbox,
+    container: &Container,
+) -> Result<pod::Container, KubeError> {
+    let name = container_name(container)?;
+    let r = &container.resources;
+    let request = r.cpu_shares.and_then(milli_cpu_from_shares);
+    let memory = memory_limit(r);
+    let mut out = pod::Container {
+        name: name.clone(),
+        ..pod::Container::default()
+    };
+    match qos_class(pod)? {
+        QosClass::Guaranteed => {
+            let incomplete = |what| KubeError::IncompleteGuaranteed {
+                pod: pod.id.clone(),
+                container: name.clone(),
+                what,
+            };
+            let cpu = milli(request.ok_or_else(|| incomplete("cpu request (cpu.shares)"))?);
+            let memory = bytes(memory.ok_or_else(|| incomplete("memory limit"))?);
+            out.cpu_request = Some(cpu.clone());
+            out.cpu_limit = Some(cpu);
+            out.memory_request = Some(memory.clone());
+            out.memory_limit = Some(memory);
+        }
+        QosClass::Burstable => {
+            out.cpu_request = request.map(milli);
+            out.cpu_limit = milli_cpu_from_quota(r.cpu_quota, r.cpu_period).map(milli);
+            out.memory_limit = memory.map(bytes);
+            out.memory_request = memory.map(|_| Quantity::from_units(0));
+        }
+        QosClass::BestEffort => {}
+    }
+    if container_kind(pod, &out.name)? == ContainerKind::Sidecar {
+        out.restart_policy = Some(RestartPolicy::Always);
+    }
+    Ok(out)
+}
+
+fn bytes(value: u64) -> Quantity {
+    Quantity::from_units(value)
+}
+
+/// The pod spec Pinion can know: `containers` (those the runtime has shown,
+/// in any order) placed as init containers (annotation order) or app
+/// containers. Its [`pod::Pod::qos`] equals the cgroup parent's class.
+pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod, KubeError> {
+    let uid = pod_uid(pod)?;
+    let inits = init_containers(pod)?;
+    let mut init_slots: Vec<Option<pod::Container>> = vec![None; inits.len()];
+    let mut apps = Vec::new();
+    for container in containers {
+        if container.pod_sandbox_id != pod.id {
+            return Err(KubeError::WrongPod {
+                pod: pod.id.clone(),
+                container: container.id.clone(),
+                sandbox: container.pod_sandbox_id.clone(),
+            });
+        }
+        let spec = kube_container(pod, container)?;
+        match inits.iter().position(|(name, _)| *name == spec.name) {
+            Some(slot) => init_slots[slot] = Some(spec),
+            None => apps.push(spec),
+        }
+    }
+    Ok(pod::Pod {
+        uid,
+        init_containers: init_slots.into_iter().flatten().collect(),
+        containers: apps,
+    })
+}
+
+/// Bounds `[low, high)` in bytes of a Burstable container's memory request,
+/// estimated from the OOM score adjustment kubelet gave it
+/// (`1000 - 1000 * request / capacity`, integer division, clamped to 3..=999)
+/// and the node's memory `capacity`. `None` for values kubelet never gives a
+/// Burstable container (Guaranteed -997, BestEffort 1000, outside 3..=999).
+/// The estimate is only as fine as `capacity / 1000`; Pinion does not use it
+/// for CPU decisions (see docs/nri.md).
+#[must_use]
+pub fn memory_request_bounds(oom_score_adj: i64, capacity: u64) -> Option<(u64, u64)> {
+    if !(3..=999).contains(&oom_score_adj) || capacity == 0 {
+        return None;
+    }
+    let per_mille =
+        |k: u64| u64::try_from(u128::from(capacity) * u128::from(k) / 1000).unwrap_or(u64::MAX);
+    let k = u64::try_from(1000 - oom_score_adj).unwrap_or(0);
+    Some(match oom_score_adj {
+        // clamped up from anything at or above 997/1000 of the capacity
+        3 => (per_mille(997), u64::MAX),
+        // 1000 - 0 = 1000 is lowered to 999: k is 0 or 1
+        999 => (0, per_mille(2)),
+        _ => (per_mille(k), per_mille(k + 1)),
+    })
+}
+
+/// Pod-level resources kubelet sends with the sandbox (the pod's totals).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodResources {
+    pub cpu_request: Option<Quantity>,
+    pub cpu_limit: Option<Quantity>,
+    pub memory_limit: Option<Quantity>,
+}
+
+/// The pod-level resources, when the runtime sent them.
+#[must_use]
+pub fn pod_resources(pod: &PodSandbox) -> Option<PodResources> {
+    let r = pod.pod_resources.as_ref()?;
+    Some(PodResources {
+        cpu_request: r.cpu_shares.and_then(milli_cpu_from_shares).map(milli),
+        cpu_limit: milli_cpu_from_quota(r.cpu_quota, r.cpu_period).map(milli),
+        memory_limit: memory_limit(r).map(bytes),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,316 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+fn pod(parent: &str) -> PodSandbox {
+    PodSandbox {
+        id: "sandbox-1".to_string(),
+        uid: "uid-1".to_string(),
+        cgroup_parent: parent.to_string(),
+        ..PodSandbox::default()
+    }
+}
+
+fn container(
+    name: &str,
+    shares: Option<u64>,
+    quota: Option<i64>,
+    memory: Option<i64>,
+) -> Container {
+    Container {
+        id: format!("ctr-{name}"),
+        pod_sandbox_id: "sandbox-1".to_string(),
+        name: name.to_string(),
+        resources: Resources {
+            cpu_shares: shares,
+            cpu_quota: quota,
+            cpu_period: quota.map(|_| 100_000),
+            memory_limit: memory,
+            ..Resources::default()
+        },
+        ..Container::default()
+    }
+}
+
+#[test]
+fn qos_from_cgroup_parent_for_both_drivers() {
+    let cases = [
+        ("/kubepods/burstable/pod1234", QosClass::Burstable),
+        ("/kubepods/besteffort/pod1234", QosClass::BestEffort),
+        ("/kubepods/pod1234", QosClass::Guaranteed),
+        (
+            "/custom-root/kubepods/burstable/pod1234",
+            QosClass::Burstable,
+        ),
+        ("kubepods-burstable-pod12_34.slice", QosClass::Burstable),
+        ("kubepods-besteffort-pod12_34.slice", QosClass::BestEffort),
+        ("kubepods-pod12_34.slice", QosClass::Guaranteed),
+        (
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice",
+            QosClass::Burstable,
+        ),
+        (
+            "/kubepods.slice/kubepods-pod12_34.slice",
+            QosClass::Guaranteed,
+        ),
+    ];
+    for (parent, want) in cases {
+        assert_eq!(qos_class(&pod(parent)), Ok(want), "parent {parent}");
+    }
+}
+
+#[test]
+fn qos_errors_name_the_pod_and_parent() {
+    assert_eq!(
+        qos_class(&pod("")),
+        Err(KubeError::MissingCgroupParent {
+            pod: "sandbox-1".to_string()
+        })
+    );
+    let err = qos_class(&pod("/system.slice/docker")).unwrap_err();
+    assert!(matches!(err, KubeError::NotKubernetes { .. }));
+    assert!(err.to_string().contains("/system.slice/docker"));
+}
+
+#[test]
+fn shares_inverse_is_exact_for_kubelet_values() {
+    // kubelet: shares = max(2, milli * 1024 / 1000).
+    for milli in 3..=20_000u64 {
+        let shares = (milli * 1024 / 1000).max(2);
+        if shares <= 2 {
+            continue;
+        }
+        assert_eq!(milli_cpu_from_shares(shares), Some(milli), "milli {milli}");
+    }
+    assert_eq!(milli_cpu_from_shares(2), None);
+    assert_eq!(milli_cpu_from_shares(0), None);
+    assert_eq!(milli_cpu_from_shares(2048), Some(2000));
+}
+
+#[test]
+fn quota_and_period_give_the_limit() {
+    assert_eq!(
+        milli_cpu_from_quota(Some(200_000), Some(100_000)),
+        Some(2000)
+    );
+    assert_eq!(milli_cpu_from_quota(Some(50_000), None), Some(500));
+    assert_eq!(milli_cpu_from_quota(Some(25_000), Some(50_000)), Some(500));
+    assert_eq!(milli_cpu_from_quota(Some(-1), Some(100_000)), None);
+    assert_eq!(milli_cpu_from_quota(Some(0), Some(100_000)), None);
+    assert_eq!(milli_cpu_from_quota(None, Some(100_000)), None);
+}
+
+#[test]
+fn guaranteed_container_gets_request_equal_limit_even_without_quota() {
+    let p = pod("/kubepods/pod1");
+    for quota in [Some(200_000), Some(-1), None] {
+        let c = kube_container(&p, &container("app", Some(2048), quota, Some(1 << 30))).unwrap();
+        assert_eq!(c.cpu_request, Some(Quantity::from_units(2)));
+        assert_eq!(c.cpu_limit, Some(Quantity::from_units(2)));
+        assert_eq!(c.memory_request, Some(Quantity::from_units(1 << 30)));
+        assert_eq!(c.memory_limit, Some(Quantity::from_units(1 << 30)));
+        assert_eq!(c.qos(), QosClass::Guaranteed);
+    }
+}
+
+#[test]
+fn guaranteed_container_without_memory_limit_is_an_error() {
+    let err = kube_container(
+        &pod("/kubepods/pod1"),
+        &container("app", Some(2048), None, None),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        KubeError::IncompleteGuaranteed {
+            pod: "sandbox-1".to_string(),
+            container: "app".to_string(),
+            what: "memory limit"
+        }
+    );
+}
+
+#[test]
+fn burstable_containers_never_look_guaranteed() {
+    let p = pod("/kubepods/burstable/pod1");
+    let cases = [
+        container("a", Some(2048), Some(200_000), Some(1 << 30)),
+        container("b", Some(2048), Some(200_000), None),
+        container("c", Some(512), None, None),
+        container("d", Some(2), None, Some(1 << 20)),
+    ];
+    for c in &cases {
+        let spec = kube_container(&p, c).unwrap();
+        assert_ne!(spec.qos(), QosClass::Guaranteed, "{}", c.name);
+        let kube = kube_pod(&p, &[c]).unwrap();
+        assert_ne!(kube.qos(), QosClass::Guaranteed, "{}", c.name);
+        assert_eq!(pinion_core::pod::guaranteed_cpus(&kube, &spec), 0);
+    }
+    let a = kube_container(&p, &cases[0]).unwrap();
+    assert_eq!(a.cpu_request, Some(Quantity::from_units(2)));
+    assert_eq!(a.cpu_limit, Some(Quantity::from_units(2)));
+    let c = kube_container(&p, &cases[2]).unwrap();
+    assert_eq!(c.cpu_request.map(|q| q.milli_value()), Some(500));
+    assert_eq!(c.cpu_limit, None);
+}
+
+#[test]
+fn best_effort_has_no_resources() {
+    let c = kube_container(
+        &pod("/kubepods/besteffort/pod1"),
+        &container("x", Some(2), None, None),
+    )
+    .unwrap();
+    assert_eq!(c.qos(), QosClass::BestEffort);
+    assert_eq!(c.cpu_request, None);
+}
+
+#[test]
+fn guaranteed_integer_pod_gets_exclusive_cpus() {
+    let p = pod("/kubepods/pod1");
+    let c = container("app", Some(4096), Some(400_000), Some(1 << 30));
+    let kube = kube_pod(&p, &[&c]).unwrap();
+    assert_eq!(kube.uid, "uid-1");
+    assert_eq!(
+        pinion_core::pod::guaranteed_cpus(&kube, &kube.containers[0]),
+        4
+    );
+    let frac = container("app", Some(1536), Some(150_000), Some(1 << 30));
+    let kube = kube_pod(&p, &[&frac]).unwrap();
+    assert_eq!(
+        pinion_core::pod::guaranteed_cpus(&kube, &kube.containers[0]),
+        0
+    );
+}
+
+#[test]
+fn init_and_sidecar_containers_from_the_annotation() {
+    let mut p = pod("/kubepods/pod1");
+    p.annotations = BTreeMap::from([(
+        INIT_CONTAINERS_ANNOTATION.to_string(),
+        "setup, proxy=sidecar".to_string(),
+    )]);
+    let setup = container("setup", Some(1024), None, Some(1 << 20));
+    let proxy = container("proxy", Some(1024), None, Some(1 << 20));
+    let app = container("app", Some(2048), None, Some(1 << 20));
+    assert_eq!(container_kind(&p, "setup"), Ok(ContainerKind::Init));
+    assert_eq!(container_kind(&p, "proxy"), Ok(ContainerKind::Sidecar));
+    assert_eq!(container_kind(&p, "app"), Ok(ContainerKind::App));
+    let kube = kube_pod(&p, &[&app, &proxy, &setup]).unwrap();
+    let inits: Vec<_> = kube
+        .init_containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(inits, ["setup", "proxy"]);
+    assert!(kube.init_containers[1].is_restartable());
+    assert_eq!(kube.containers.len(), 1);
+    assert_eq!(pinion_core::pod::pod_guaranteed_cpus(&kube), 3);
+}
+
+#[test]
+fn malformed_init_annotation_is_a_clear_error() {
+    for bad in ["", "a,,b", "a=daemon", "Upper", "a,a", "-x"] {
+        let mut p = pod("/kubepods/pod1");
+        p.annotations = BTreeMap::from([(INIT_CONTAINERS_ANNOTATION.to_string(), bad.to_string())]);
+        let err = init_containers(&p).unwrap_err();
+        assert!(matches!(err, KubeError::Annotation { .. }), "{bad}");
+        assert!(
+            err.to_string().contains(INIT_CONTAINERS_ANNOTATION),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn uid_and_name_fall_back_to_kubelet_labels() {
+    let mut p = pod("/kubepods/pod1");
+    p.uid.clear();
+    assert_eq!(
+        pod_uid(&p),
+        Err(KubeError::MissingUid {
+            sandbox: "sandbox-1".to_string()
+        })
+    );
+    p.labels
+        .insert(POD_UID_LABEL.to_string(), "from-label".to_string());
+    assert_eq!(pod_uid(&p).unwrap(), "from-label");
+    let mut c = container("", None, None, None);
+    assert!(matches!(
+        container_name(&c),
+        Err(KubeError::MissingName { .. })
+    ));
+    c.labels
+        .insert(CONTAINER_NAME_LABEL.to_string(), "web".to_string());
+    assert_eq!(container_name(&c).unwrap(), "web");
+}
+
+#[test]
+fn container_of_another_sandbox_is_rejected() {
+    let mut c = container("app", Some(2048), None, Some(1));
+    c.pod_sandbox_id = "other".to_string();
+    assert!(matches!(
+        kube_pod(&pod("/kubepods/pod1"), &[&c]),
+        Err(KubeError::WrongPod { .. })
+    ));
+}
+
+#[test]
+fn pod_level_resources_when_sent() {
+    let mut p = pod("/kubepods/burstable/pod1");
+    assert_eq!(pod_resources(&p), None);
+    p.pod_resources = Some(Resources {
+        cpu_shares: Some(3072),
+        cpu_quota: Some(400_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(1 << 30),
+        ..Resources::default()
+    });
+    let r = pod_resources(&p).unwrap();
+    assert_eq!(r.cpu_request, Some(Quantity::from_units(3)));
+    assert_eq!(r.cpu_limit, Some(Quantity::from_units(4)));
+    assert_eq!(r.memory_limit, Some(Quantity::from_units(1 << 30)));
+}
+
+/// kubelet's Burstable OOM score adjustment, written from its documented rule.
+fn kubelet_oom_score_adj(request: u64, capacity: u64) -> i64 {
+    let adj = 1000 - i64::try_from(1000 * u128::from(request) / u128::from(capacity)).unwrap();
+    if adj < 3 {
+        3
+    } else if adj == 1000 {
+        999
+    } else {
+        adj
+    }
+}
+
+#[test]
+fn memory_request_bounds_contain_the_request() {
+    let capacity = 16u64 << 30;
+    for request in [
+        0,
+        1 << 20,
+        100 << 20,
+        1 << 30,
+        8 << 30,
+        15 << 30,
+        capacity,
+        2 * capacity,
+    ] {
+        let adj = kubelet_oom_score_adj(request, capacity);
+        let (low, high) = memory_request_bounds(adj, capacity).unwrap();
+        assert!(
+            low <= request && request < high,
+            "request {request} adj {adj}: [{low}, {high})"
+        );
+        if (4..=998).contains(&adj) {
+            assert!(
+                high - low <= capacity / 1000 + 1,
+                "bounds are capacity/1000 wide"
+            );
+        }
+    }
+    assert_eq!(memory_request_bounds(-997, capacity), None);
+    assert_eq!(memory_request_bounds(1000, capacity), None);
+    assert_eq!(memory_request_bounds(500, 0), None);
+}

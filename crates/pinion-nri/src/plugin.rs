@@ -1,0 +1,338 @@
+//! The plugin stub: connects to the runtime (external socket or the socket
+//! inherited as fd 3), serves the Plugin service, registers, forwards queued
+//! unsolicited updates, and reconnects with back-off after the runtime went
+//! away (the runtime re-sends its full state in `Synchronize`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, watch};
+
+use crate::conn::{CallError, Connection, Roles};
+use crate::handler::NriHandler;
+use crate::model::{updates_to_proto, ContainerUpdate};
+use crate::proto::nri as pb;
+use crate::service::{event_mask, PluginService, SessionState, RUNTIME_SERVICE, SUBSCRIBED};
+use crate::wire::{MAX_IN_FRAME, MAX_OUT_FRAME, PLUGIN_CONN, RUNTIME_CONN};
+
+mod fd;
+
+/// The runtime's default socket for external plugins.
+pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
+/// The name nri-plugins and Pinion use by default.
+pub const DEFAULT_NAME: &str = "pinion";
+/// Default plugin index (two digits; plugins run in index order).
+pub const DEFAULT_INDEX: &str = "90";
+
+/// Errors of the plugin stub.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    #[error("invalid plugin name {0:?}: use only letters, digits, '_', '.', '+' and '-'")]
+    BadName(String),
+    #[error("invalid plugin index {0:?}: must be exactly two decimal digits")]
+    BadIndex(String),
+    #[error("invalid NRI_PLUGIN_SOCKET {0:?}: not a file descriptor number")]
+    BadSocketVar(String),
+    #[error("runtime-launched plugin: {0} is set but NRI_PLUGIN_SOCKET is not")]
+    IncompleteEnv(&'static str),
+    #[error("inherited NRI socket fd {fd}: {reason}")]
+    InheritedFd { fd: i32, reason: String },
+    #[error("connecting to the NRI socket {path}: {reason}")]
+    Connect { path: String, reason: String },
+    #[error("registering with the runtime failed: {0}")]
+    Register(CallError),
+    #[error("the runtime closed the inherited connection: {0}")]
+    Disconnected(String),
+    #[error("the plugin is not running")]
+    NotRunning,
+}
+
+/// Where the runtime is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// External plugin: dial this socket (and re-dial after it closes).
+    Socket(PathBuf),
+    /// Runtime-launched plugin: the connected socket inherited as this fd.
+    /// It cannot be re-dialled: when it closes, [`Plugin::run`] returns.
+    InheritedFd(i32),
+}
+
+/// How the plugin registers and reconnects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginOptions {
+    pub name: String,
+    pub index: String,
+    pub endpoint: Endpoint,
+    /// Events to subscribe to (NRI event numbers).
+    pub events: Vec<u32>,
+    pub registration_timeout: Duration,
+    /// Budget for unsolicited `UpdateContainers` (replaced by the runtime's
+    /// request timeout from `Configure`).
+    pub request_timeout: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+/// Checks a plugin name: non-empty, only `[A-Za-z0-9_.+-]`.
+pub fn validate_name(name: &str) -> Result<(), PluginError> {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'+' | b'-'));
+    ok.then_some(())
+        .ok_or_else(|| PluginError::BadName(name.to_string()))
+}
+
+/// Checks a plugin index: exactly two decimal digits.
+pub fn validate_index(index: &str) -> Result<(), PluginError> {
+    let ok = index.len() == 2 && index.bytes().all(|b| b.is_ascii_digit());
+    ok.then_some(())
+        .ok_or_else(|| PluginError::BadIndex(index.to_string()))
+}
+
+impl PluginOptions {
+    /// An external plugin dialling `socket`.
+    pub fn external(
+        name: &str,
+        index: &str,
+        socket: impl Into<PathBuf>,
+    ) -> Result<Self, PluginError> {
+        validate_name(name)?;
+        validate_index(index)?;
+        Ok(Self {
+            name: name.to_string(),
+            index: index.to_string(),
+            endpoint: Endpoint::Socket(socket.into()),
+            events: SUBSCRIBED.to_vec(),
+            registration_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(2),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+        })
+    }
+
+    /// The runtime-launched form, read from `NRI_PLUGIN_NAME`,
+    /// `NRI_PLUGIN_IDX` and `NRI_PLUGIN_SOCKET` through `var` (e.g.
+    /// `|k| std::env::var(k).ok()`); `Ok(None)` when none is set.
+    pub fn from_launch_env(
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, PluginError> {
+        let socket = var("NRI_PLUGIN_SOCKET");
+        let name = var("NRI_PLUGIN_NAME");
+        let index = var("NRI_PLUGIN_IDX");
+        let Some(socket) = socket else {
+            return match (name, index) {
+                (None, None) => Ok(None),
+                (Some(_), _) => Err(PluginError::IncompleteEnv("NRI_PLUGIN_NAME")),
+                (None, Some(_)) => Err(PluginError::IncompleteEnv("NRI_PLUGIN_IDX")),
+            };
+        };
+        let fd: i32 = socket
+            .parse()
+            .ok()
+            .filter(|fd| *fd >= 0)
+            .ok_or_else(|| PluginError::BadSocketVar(socket.clone()))?;
+        let name = name.unwrap_or_else(|| DEFAULT_NAME.to_string());
+        let index = index.unwrap_or_else(|| DEFAULT_INDEX.to_string());
+        let mut options = Self::external(&name, &index, DEFAULT_SOCKET)?;
+        options.endpoint = Endpoint::InheritedFd(fd);
+        Ok(Some(options))
+    }
+}
+
+/// A handle to queue unsolicited container updates. They are sent after
+/// the current handler (if any) returned and its reply was written, and
+/// only once the runtime has synchronized this connection. Updates still
+/// queued when the connection drops are discarded: the next `Synchronize`
+/// re-sends the full state and the handler answers it with the full truth.
+#[derive(Debug, Clone)]
+pub struct UpdateSender {
+    tx: mpsc::UnboundedSender<Vec<ContainerUpdate>>,
+}
+
+impl UpdateSender {
+    /// Queues `updates`.
+    pub fn send(&self, updates: Vec<ContainerUpdate>) -> Result<(), PluginError> {
+        self.tx.send(updates).map_err(|_| PluginError::NotRunning)
+    }
+}
+
+/// The plugin stub.
+pub struct Plugin<H> {
+    options: PluginOptions,
+    handler: Arc<H>,
+    updates: mpsc::UnboundedReceiver<Vec<ContainerUpdate>>,
+    sessions: watch::Sender<u64>,
+}
+
+impl<H: NriHandler> Plugin<H> {
+    /// A plugin and the handle to queue unsolicited updates.
+    #[must_use]
+    pub fn new(options: PluginOptions, handler: Arc<H>) -> (Self, UpdateSender) {
+        let (tx, updates) = mpsc::unbounded_channel();
+        let (sessions, _) = watch::channel(0);
+        let plugin = Self {
+            options,
+            handler,
+            updates,
+            sessions,
+        };
+        (plugin, UpdateSender { tx })
+    }
+
+    /// Counts synchronized sessions (for observers such as health checks).
+    #[must_use]
+    pub fn sessions(&self) -> watch::Receiver<u64> {
+        self.sessions.subscribe()
+    }
+
+    /// Runs until `shutdown` resolves; an external plugin reconnects after
+    /// every disconnect, a runtime-launched one returns when its socket closes.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), PluginError> {
+        tokio::pin!(shutdown);
+        let mut backoff = self.options.backoff_initial;
+        loop {
+            let outcome = tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                outcome = self.connect_and_serve() => outcome,
+            };
+            let inherited = matches!(self.options.endpoint, Endpoint::InheritedFd(_));
+            match outcome {
+                Ok(reason) if inherited => return Err(PluginError::Disconnected(reason)),
+                Ok(reason) => {
+                    tracing::warn!(%reason, "nri connection lost; reconnecting");
+                    backoff = self.options.backoff_initial;
+                }
+                Err(err) if inherited => return Err(err),
+                Err(err) => {
+                    tracing::warn!(error = %err, retry_in = ?backoff, "nri connection failed");
+                }
+            }
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(self.options.backoff_max);
+        }
+    }
+
+    async fn connect(&self) -> Result<UnixStream, PluginError> {
+        match &self.options.endpoint {
+            Endpoint::Socket(path) => {
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|err| PluginError::Connect {
+                        path: path.display().to_string(),
+                        reason: err.to_string(),
+                    })
+            }
+            Endpoint::InheritedFd(fd) => fd::take_inherited_socket(*fd),
+        }
+    }
+
+    /// One session; returns the close reason once it had synchronized.
+    async fn connect_and_serve(&mut self) -> Result<String, PluginError> {
+        let stream = self.connect().await?;
+        while self.updates.try_recv().is_ok() {}
+        let (state_tx, mut state) = watch::channel(SessionState::default());
+        let service = Arc::new(PluginService::new(
+            Arc::clone(&self.handler),
+            event_mask(&self.options.events),
+            state_tx,
+        ));
+        let roles = Roles {
+            serve: PLUGIN_CONN,
+            client: RUNTIME_CONN,
+            max_out_frame: MAX_OUT_FRAME,
+            max_in_frame: MAX_IN_FRAME,
+        };
+        let conn = Connection::start(stream, roles, Arc::new(service));
+        self.register(&conn).await?;
+        tokio::select! {
+            reason = conn.closed() => return Ok(reason),
+            _ = state.wait_for(|s| s.synchronized) => {}
+        }
+        self.sessions.send_modify(|n| *n += 1);
+        tracing::info!(name = %self.options.name, index = %self.options.index, "nri plugin synchronized");
+        let timeout = state
+            .borrow()
+            .runtime
+            .as_ref()
+            .and_then(|r| r.request_timeout)
+            .unwrap_or(self.options.request_timeout);
+        loop {
+            tokio::select! {
+                reason = conn.closed() => return Ok(reason),
+                Some(batch) = self.updates.recv() => self.send_updates(&conn, batch, timeout).await,
+            }
+        }
+    }
+
+    async fn register(&self, conn: &Connection) -> Result<(), PluginError> {
+        let request = pb::RegisterPluginRequest {
+            plugin_name: self.options.name.clone(),
+            plugin_idx: self.options.index.clone(),
+            nri_version: String::new(),
+        };
+        conn.call(
+            RUNTIME_SERVICE,
+            "RegisterPlugin",
+            request.encode_to_vec(),
+            self.options.registration_timeout,
+        )
+        .await
+        .map(|_| ())
+        .map_err(PluginError::Register)
+    }
+
+    async fn send_updates(
+        &mut self,
+        conn: &Connection,
+        mut batch: Vec<ContainerUpdate>,
+        timeout: Duration,
+    ) {
+        while let Ok(more) = self.updates.try_recv() {
+            batch.extend(more);
+        }
+        let request = pb::UpdateContainersRequest {
+            update: updates_to_proto(&batch),
+            evict: Vec::new(),
+        };
+        let reply = conn
+            .call_after_handlers(
+                RUNTIME_SERVICE,
+                "UpdateContainers",
+                request.encode_to_vec(),
+                timeout,
+            )
+            .await;
+        let failed: Vec<String> =
+            match reply.map(|bytes| pb::UpdateContainersResponse::decode(bytes.as_slice())) {
+                Ok(Ok(response)) => response
+                    .failed
+                    .into_iter()
+                    .map(|u| u.container_id)
+                    .collect(),
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "undecodable UpdateContainers reply");
+                    return;
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "UpdateContainers failed");
+                    batch.into_iter().map(|u| u.container_id).collect()
+                }
+            };
+        if !failed.is_empty() {
+            self.handler.updates_failed(failed).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

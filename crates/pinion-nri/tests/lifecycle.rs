@@ -1,0 +1,250 @@
+//! Every lifecycle path through the fake runtime's real protocol bytes.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use pinion_nri::fake_runtime::{FakeError, FakeOptions};
+use pinion_nri::status::Code;
+use pinion_nri::Resources;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_configure_and_synchronize() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake_options = FakeOptions {
+        config: "policy: static".to_string(),
+        ..FakeOptions::default()
+    };
+    let (fake, path) = runtime(dir.path(), fake_options);
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    assert_eq!(
+        fake.plugin().await,
+        Some(("90".to_string(), "pinion".to_string()))
+    );
+    assert_eq!(fake.event_mask().await, Some(0x68e));
+    let runtime = plugin.handler.lock().runtime.clone().unwrap();
+    assert_eq!(runtime.runtime_name, "pinion-fake-runtime");
+    assert_eq!(runtime.config, "policy: static");
+    assert_eq!(
+        runtime.request_timeout,
+        Some(std::time::Duration::from_secs(2))
+    );
+    assert_eq!(
+        plugin.handler.lock().events,
+        ["synchronize 0 pods 0 containers"]
+    );
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guaranteed_container_gets_exclusive_cpus_and_the_shared_pool_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::default());
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+
+    let web = fake.run_pod(burstable_pod("web")).await.unwrap();
+    let shared = fake
+        .create_container(&web, container("web", 500))
+        .await
+        .unwrap();
+    fake.start_container(&shared).await.unwrap();
+    assert_eq!(fake.cpus(&shared), "0-7");
+    assert_eq!(
+        fake.quota(&shared),
+        Some(50_000),
+        "shared containers keep their quota"
+    );
+
+    let db = fake.run_pod(guaranteed_pod("db")).await.unwrap();
+    let pinned = fake
+        .create_container(&db, container("db", 2000))
+        .await
+        .unwrap();
+    fake.start_container(&pinned).await.unwrap();
+    assert_eq!(fake.cpus(&pinned), "0-1");
+    let linux_cpu = fake
+        .container(&pinned)
+        .unwrap()
+        .linux
+        .unwrap()
+        .resources
+        .unwrap()
+        .cpu
+        .unwrap();
+    assert_eq!(linux_cpu.mems, "0");
+    assert_eq!(
+        fake.quota(&pinned),
+        Some(-1),
+        "exclusive CPUs have no CFS quota"
+    );
+    assert_eq!(
+        fake.cpus(&shared),
+        "2-7",
+        "shared pool shrank in the create reply"
+    );
+
+    fake.stop_container(&pinned).await.unwrap();
+    assert_eq!(fake.cpus(&shared), "0-7", "shared pool grew back at stop");
+    fake.remove_container(&pinned).await.unwrap();
+    fake.stop_pod(&db).await.unwrap();
+    fake.remove_pod(&db).await.unwrap();
+    fake.remove_pod(&web).await.unwrap();
+    let events = plugin.handler.lock().events.clone();
+    assert_eq!(
+        events,
+        [
+            "synchronize 0 pods 0 containers",
+            "create web",
+            "create db",
+            "stop db",
+            "remove db",
+            "remove pod db",
+            "remove pod web",
+        ]
+    );
+    assert!(
+        fake.log().iter().any(|l| l == "StateChange 11 sent"),
+        "v0.8 runtime uses StateChange"
+    );
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_failure_fails_creation_and_the_plugin_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::default());
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    let big = fake.run_pod(guaranteed_pod("big")).await.unwrap();
+    let err = fake
+        .create_container(&big, container("big", 8000))
+        .await
+        .unwrap_err();
+    let FakeError::Rejected { method, status } = err else {
+        panic!("unexpected {err:?}");
+    };
+    assert_eq!(method, "CreateContainer");
+    assert_eq!(status.code, Code::ResourceExhausted);
+    assert!(status.message.contains("requested=8"), "{}", status.message);
+    assert!(
+        fake.container_ids().is_empty(),
+        "the failed container was not created"
+    );
+    let ok = fake
+        .create_container(&big, container("small", 1000))
+        .await
+        .unwrap();
+    assert_eq!(fake.cpus(&ok), "0");
+    assert_eq!(fake.sessions(), 1, "no reconnect was needed");
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_keeps_exclusive_cpus_and_rejects_unsupported_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::default());
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    let pod = fake.run_pod(guaranteed_pod("g")).await.unwrap();
+    let pinned = fake
+        .create_container(&pod, container("g", 2000))
+        .await
+        .unwrap();
+    // like `crictl update --cpuset-cpus 5`
+    let move_it = Resources {
+        cpus: "5".to_string(),
+        ..Resources::default()
+    };
+    fake.update_container(&pinned, &move_it).await.unwrap();
+    assert_eq!(fake.cpus(&pinned), "0-1", "exclusive CPUs kept");
+    let resize = Resources {
+        cpu_shares: Some(4096),
+        ..Resources::default()
+    };
+    let err = fake.update_container(&pinned, &resize).await.unwrap_err();
+    assert!(
+        matches!(&err, FakeError::Rejected { status, .. } if status.code == Code::FailedPrecondition),
+        "{err:?}"
+    );
+    let bpod = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&bpod, container("b", 100))
+        .await
+        .unwrap();
+    fake.update_container(&shared, &resize).await.unwrap();
+    assert_eq!(fake.cpus(&shared), "2-7");
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsolicited_updates_are_sent_after_the_handler_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::default());
+    let handler = TestHandler {
+        unsolicited: true,
+        ..TestHandler::default()
+    };
+    let plugin = start_plugin(options(&path), handler);
+    fake.wait_synced(1).await;
+    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&b, container("b", 100))
+        .await
+        .unwrap();
+    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
+    let pinned = fake
+        .create_container(&g, container("g", 3000))
+        .await
+        .unwrap();
+    assert_eq!(fake.cpus(&pinned), "0-2");
+    eventually("shared pool update applied", || fake.cpus(&shared) == "3-7").await;
+    let log = fake.log();
+    let created = log
+        .iter()
+        .position(|l| *l == format!("created {pinned}"))
+        .unwrap();
+    let updated = log
+        .iter()
+        .position(|l| *l == format!("UpdateContainers applied to {shared}"))
+        .unwrap();
+    assert!(
+        created < updated,
+        "update applied only after the create finished: {log:?}"
+    );
+    assert_eq!(fake.sessions(), 1, "no deadlock, no disconnect");
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedicated_rpcs_of_nri_0_12_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake_options = FakeOptions {
+        dedicated_rpcs: true,
+        ..FakeOptions::default()
+    };
+    let (fake, path) = runtime(dir.path(), fake_options);
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    let pod = fake.run_pod(burstable_pod("p")).await.unwrap();
+    let c = fake
+        .create_container(&pod, container("p", 100))
+        .await
+        .unwrap();
+    fake.stop_container(&c).await.unwrap();
+    fake.remove_container(&c).await.unwrap();
+    fake.remove_pod(&pod).await.unwrap();
+    let log = fake.log();
+    assert!(log.iter().any(|l| l == "RemoveContainer sent"), "{log:?}");
+    assert!(log.iter().any(|l| l == "RemovePodSandbox sent"), "{log:?}");
+    assert!(
+        !log.iter().any(|l| l.starts_with("StateChange")),
+        "no fallback needed: {log:?}"
+    );
+    let events = plugin.handler.lock().events.clone();
+    assert!(
+        events.contains(&"remove p".to_string()) && events.contains(&"remove pod p".to_string())
+    );
+    plugin.stop().await;
+}
