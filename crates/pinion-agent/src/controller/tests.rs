@@ -382,18 +382,35 @@ fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state(
     };
     let mut controller = Controller::start(StartParts {
         policy: config.build(&topology).expect("policy"),
-        topology_manager: config.build_topology_manager(&topology).expect("topology manager"),
+        topology_manager: config
+            .build_topology_manager(&topology)
+            .expect("topology manager"),
         topology,
         state_dir: dir.path().to_path_buf(),
         host: Box::new(host.clone()),
     })
     .expect("start");
-    let aligned = controller.admit(&run("pinion-run-a", Some("4"), 10)).expect("fits one node");
+    let aligned = controller
+        .admit(&run("pinion-run-a", Some("4"), 10))
+        .expect("fits one node");
     let cpus = aligned.cpus;
     assert_eq!(cpus.len(), 4);
-    assert!(cpus.is_subset(&set("0-3,8-11")) || cpus.is_subset(&set("4-7,12-15")), "{cpus}");
+    assert!(
+        cpus.is_subset(&set("0-3,8-11")) || cpus.is_subset(&set("4-7,12-15")),
+        "{cpus}"
+    );
     let before = on_disk(dir.path());
-    let err = controller.admit(&run("pinion-run-b", Some("10"), 11)).expect_err("spans nodes");
-    assert!(err.to_string().contains("Resources cannot be allocated with Topology locality"), "{err}");
-    assert_eq!(on_disk(dir.path()), before, "a rejection changes nothing on disk");
+    let err = controller
+        .admit(&run("pinion-run-b", Some("10"), 11))
+        .expect_err("spans nodes");
+    assert!(
+        err.to_string()
+            .contains("Resources cannot be allocated with Topology locality"),
+        "{err}"
+    );
+    assert_eq!(
+        on_disk(dir.path()),
+        before,
+        "a rejection changes nothing on disk"
+    );
 }
