@@ -13,6 +13,7 @@ const MANIFEST: &str = "deploy/kubernetes/pinion-daemonset.yaml";
 const CONTAINERD: &str = "deploy/containerd/config.toml.snippet";
 const CRIO: &str = "deploy/cri-o/99-nri.conf";
 const KUBELET: &str = "deploy/kubelet/kubelet-config.snippet.yaml";
+const CONTAINERFILE: &str = "deploy/Containerfile";
 
 fn read(relative: &str) -> String {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(relative);
@@ -170,7 +171,13 @@ fn daemonset_runs_the_agent_with_the_configmap_file() {
         .flat_map(|v| list(v, "command/args"))
         .map(|v| text(v, "an argument"))
         .collect();
-    assert!(command[0].ends_with("pinion"), "{command:?}");
+    assert!(command[0].ends_with("/pinion"), "{command:?}");
+    let image_copy = format!("/src/target/release/pinion {}", command[0]);
+    assert!(
+        read(CONTAINERFILE).contains(&image_copy),
+        "the image puts the binary at {}",
+        command[0]
+    );
     assert_eq!(command.get(1), Some(&"agent"), "{command:?}");
     let at = command
         .iter()
