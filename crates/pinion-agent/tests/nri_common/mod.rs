@@ -104,11 +104,16 @@ pub struct Node {
 
 impl Node {
     pub fn new() -> Self {
+        Self::with_state(tempfile::tempdir().unwrap())
+    }
+
+    /// A node whose checkpoint lives in `state`.
+    pub fn with_state(state: tempfile::TempDir) -> Self {
         let sockets = tempfile::tempdir().unwrap();
         let runtime =
             FakeRuntime::start(&sockets.path().join("nri.sock"), FakeOptions::default()).unwrap();
         Self {
-            state: tempfile::tempdir().unwrap(),
+            state,
             sockets,
             host: FakeCgroups::default(),
             runtime,
