@@ -312,4 +312,44 @@ mod tests {
         drop(held);
         lock_state_dir(dir.path()).expect("free again");
     }
+
+    fn config(overrides: &crate::Overrides) -> Config {
+        let defaults = crate::DefaultPaths::for_user(true, None);
+        Config::resolve(crate::config::FileConfig::default(), overrides, &defaults).expect("config")
+    }
+
+    #[test]
+    fn nri_mode_is_chosen_from_the_launch_environment_then_the_config() {
+        use pinion_nri::Endpoint;
+        let off = config(&crate::Overrides::default());
+        let no_env = |_: &str| None;
+        assert_eq!(nri_options(&off, no_env).expect("ok"), None);
+        let on = config(&crate::Overrides {
+            nri_socket: Some("/run/test/nri.sock".into()),
+            ..crate::Overrides::default()
+        });
+        let external = nri_options(&on, no_env).expect("ok").expect("enabled");
+        assert_eq!(
+            external.endpoint,
+            Endpoint::Socket("/run/test/nri.sock".into())
+        );
+        assert_eq!(
+            (external.name.as_str(), external.index.as_str()),
+            ("pinion", "90")
+        );
+        let launched_env = |key: &str| match key {
+            "NRI_PLUGIN_SOCKET" => Some("3".to_string()),
+            "NRI_PLUGIN_NAME" => Some("pinion".to_string()),
+            "NRI_PLUGIN_IDX" => Some("10".to_string()),
+            _ => None,
+        };
+        let launched = nri_options(&off, launched_env)
+            .expect("ok")
+            .expect("launched");
+        assert_eq!(launched.endpoint, Endpoint::InheritedFd(3));
+        assert_eq!(launched.index, "10");
+        let bad_env = |key: &str| (key == "NRI_PLUGIN_SOCKET").then(|| "x".to_string());
+        let err = nri_options(&on, bad_env).expect_err("bad fd");
+        assert!(err.to_string().contains("\"x\""), "{err}");
+    }
 }

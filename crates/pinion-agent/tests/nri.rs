@@ -306,3 +306,63 @@ async fn runtime_restart_resyncs_without_moving_anything() {
         .await;
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_configuration_from_the_runtime_is_refused_by_name() {
+    use pinion_nri::{NriHandler, RuntimeInfo};
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let frontend = pinion_agent::nri::NriFrontend::new(agent.handle.clone());
+    let info = |config: &str| RuntimeInfo {
+        config: config.to_string(),
+        ..RuntimeInfo::default()
+    };
+    frontend
+        .configure(info(" \n"))
+        .await
+        .expect("empty is fine");
+    let err = frontend
+        .configure(info("policy: x"))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind, pinion_nri::ErrorKind::InvalidInput);
+    assert!(err.message.contains("\"policy: x\""), "{}", err.message);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_runs_share_the_pool_with_nri_containers() {
+    use pinion_agent::api::{run_pod, RunRequest};
+    use pinion_agent::controller::{AdmitRequest, Placement, RUN_CONTAINER};
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let pod = run_pod(&RunRequest {
+        id: "pinion-run-batch".into(),
+        cpus: Some("2".into()),
+        memory_nodes: "auto".into(),
+    })
+    .unwrap();
+    let run = agent
+        .handle
+        .admit(AdmitRequest {
+            pod,
+            container: RUN_CONTAINER.into(),
+            numa_affinity: None,
+            placement: Placement::Cgroup { pid: Some(42) },
+        })
+        .await
+        .unwrap();
+    let pool = set("0-7").difference(&run.cpus).to_string();
+    node.wait_cpus(&web, &pool).await;
+    // A runtime restart's Synchronize leaves the standalone run alone.
+    node.runtime.stop().await;
+    node.runtime.restart().unwrap();
+    node.runtime.wait_synced(2).await;
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(snapshot.assignments["pinion-run-batch"]["main"], run.cpus);
+    assert_eq!(node.runtime.cpus(&web), pool);
+    agent.stop().await;
+}
