@@ -91,6 +91,57 @@ pub struct FileConfig {
     pub cgroup_root: Option<PathBuf>,
     pub socket: Option<PathBuf>,
     pub metrics_addr: Option<String>,
+    pub nri: Option<NriFileConfig>,
+}
+
+/// The `nri` section of the file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NriFileConfig {
+    pub enabled: Option<bool>,
+    pub socket: Option<PathBuf>,
+    pub plugin_name: Option<String>,
+    pub plugin_index: Option<String>,
+}
+
+/// How the agent runs as an NRI plugin (external mode; a runtime-launched
+/// agent is detected from `NRI_PLUGIN_*` when it starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NriConfig {
+    pub enabled: bool,
+    pub socket: PathBuf,
+    pub plugin_name: String,
+    pub plugin_index: String,
+}
+
+impl NriConfig {
+    fn resolve(file: Option<NriFileConfig>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let file = file.unwrap_or_default();
+        let socket = overrides
+            .nri_socket
+            .clone()
+            .or(file.socket)
+            .unwrap_or_else(|| PathBuf::from(pinion_nri::plugin::DEFAULT_SOCKET));
+        let plugin_name = file
+            .plugin_name
+            .unwrap_or_else(|| pinion_nri::plugin::DEFAULT_NAME.to_string());
+        let plugin_index = file
+            .plugin_index
+            .unwrap_or_else(|| pinion_nri::plugin::DEFAULT_INDEX.to_string());
+        pinion_nri::plugin::validate_name(&plugin_name)
+            .map_err(|err| field_error("nri.pluginName", &plugin_name, &err))?;
+        pinion_nri::plugin::validate_index(&plugin_index)
+            .map_err(|err| field_error("nri.pluginIndex", &plugin_index, &err))?;
+        if socket.as_os_str().is_empty() {
+            return Err(field_error("nri.socket", "", &"must not be empty"));
+        }
+        Ok(Self {
+            enabled: overrides.nri || overrides.nri_socket.is_some() || file.enabled == Some(true),
+            socket,
+            plugin_name,
+            plugin_index,
+        })
+    }
 }
 
 impl FileConfig {
@@ -127,6 +178,10 @@ pub struct Overrides {
     pub cgroup_root: Option<PathBuf>,
     pub sysroot: Option<PathBuf>,
     pub metrics_addr: Option<String>,
+    /// `--nri`: run as an NRI plugin.
+    pub nri: bool,
+    /// `--nri-socket`: the runtime's NRI socket (implies `--nri`).
+    pub nri_socket: Option<PathBuf>,
 }
 
 /// Where state and the socket go by default.
@@ -175,6 +230,7 @@ pub struct Config {
     pub cgroup_root: Option<PathBuf>,
     pub socket: PathBuf,
     pub metrics_addr: SocketAddr,
+    pub nri: NriConfig,
 }
 
 impl Config {
@@ -210,6 +266,7 @@ impl Config {
         let metrics_addr = metrics_text
             .parse()
             .map_err(|err| field_error("metricsAddr", &metrics_text, &err))?;
+        let nri = NriConfig::resolve(file.nri, overrides)?;
         let pick = |flag: &Option<PathBuf>, file: Option<PathBuf>| flag.clone().or(file);
         let config = Self {
             policy,
@@ -220,6 +277,7 @@ impl Config {
             cgroup_root: pick(&overrides.cgroup_root, file.cgroup_root),
             socket: pick(&overrides.socket, file.socket).unwrap_or_else(|| defaults.socket.clone()),
             metrics_addr,
+            nri,
         };
         config.check_paths()?;
         Ok(config)

@@ -1,14 +1,16 @@
 //! Wiring of the daemon: discover the machine, build the policy, start the
-//! controller, then serve the local API, `/metrics` and the reconcile timer
-//! until SIGTERM or SIGINT.
+//! controller, then serve the local API, `/metrics`, the reconcile timer
+//! and (NRI mode) the NRI plugin until SIGTERM or SIGINT.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_core::policy::PolicyError;
 use pinion_core::topomgr::TopologyManagerError;
 use pinion_host::cgroup::{CgroupError, Cgroups};
 use pinion_host::DiscoveryError;
+use pinion_nri::{Plugin, PluginError, PluginOptions};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -16,6 +18,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::controller::{self, ControlError, Controller, ControllerHandle, StartParts};
 use crate::http::{self, Response};
+use crate::nri::NriFrontend;
 use crate::{api, metrics};
 
 /// Why the agent could not start (or stopped abnormally).
@@ -38,6 +41,8 @@ pub enum AgentError {
     AlreadyRunning { dir: PathBuf, lock: PathBuf },
     #[error(transparent)]
     Control(#[from] ControlError),
+    #[error("nri plugin: {0}")]
+    Nri(#[from] PluginError),
     #[error("cannot listen on {what} {address}: {source}")]
     Listen {
         what: &'static str,
@@ -48,6 +53,7 @@ pub enum AgentError {
 
 /// Runs the agent until a termination signal.
 pub async fn run(config: Config) -> Result<(), AgentError> {
+    let plugin_options = nri_options(&config, |key| std::env::var(key).ok())?;
     let topology = pinion_host::discover(&config.sysroot)?;
     let policy = config.policy.build(&topology)?;
     let topology_manager = config.policy.build_topology_manager(&topology)?;
@@ -98,7 +104,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         })?;
     tracing::info!(socket = %config.socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
     let (stop_tx, stop_rx) = watch::channel(false);
-    let tasks = [
+    let mut tasks = vec![
         tokio::spawn(api::serve(socket, handle.clone(), stop_rx.clone())),
         tokio::spawn(serve_metrics(
             metrics_listener,
@@ -108,19 +114,89 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         tokio::spawn(reconcile_timer(
             handle.clone(),
             config.reconcile_period,
-            stop_rx,
+            stop_rx.clone(),
         )),
     ];
-    wait_for_signal().await;
+    let mut plugin = None;
+    if let Some(options) = plugin_options {
+        let (pusher, task) = start_nri(options, &handle, &stop_rx);
+        tasks.push(pusher);
+        plugin = Some(task);
+    }
+    let outcome = tokio::select! {
+        () = wait_for_signal() => Ok(()),
+        ended = plugin_ended(&mut plugin) => ended,
+    };
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
     for task in tasks {
         let _ = task.await;
     }
+    if let Some(task) = plugin {
+        let _ = task.await;
+    }
     handle.shutdown().await;
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     let _ = std::fs::remove_file(&config.socket);
-    Ok(())
+    outcome
+}
+
+/// The NRI plugin options: runtime-launched when `NRI_PLUGIN_SOCKET` (and
+/// friends) are set, else external when the config enables NRI.
+pub fn nri_options(
+    config: &Config,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<PluginOptions>, PluginError> {
+    if let Some(options) = PluginOptions::from_launch_env(env)? {
+        return Ok(Some(options));
+    }
+    if !config.nri.enabled {
+        return Ok(None);
+    }
+    let nri = &config.nri;
+    PluginOptions::external(&nri.plugin_name, &nri.plugin_index, nri.socket.clone()).map(Some)
+}
+
+type PluginTask = tokio::task::JoinHandle<Result<(), PluginError>>;
+
+/// Starts the NRI front-end: the plugin and the shared-pool pusher.
+fn start_nri(
+    options: PluginOptions,
+    handle: &ControllerHandle,
+    stop: &watch::Receiver<bool>,
+) -> (tokio::task::JoinHandle<()>, PluginTask) {
+    tracing::info!(name = %options.name, index = %options.index, endpoint = ?options.endpoint, "nri plugin mode");
+    let frontend = Arc::new(NriFrontend::new(handle.clone()));
+    let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
+    frontend.set_update_sender(sender);
+    let (pool, pusher_stop) = (handle.shared_pool(), stop.clone());
+    let pusher = tokio::spawn(async move { frontend.push_shared_pool(pool, pusher_stop).await });
+    let mut stop = stop.clone();
+    let task = tokio::spawn(plugin.run(async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    }));
+    (pusher, task)
+}
+
+/// Resolves when the plugin stopped on its own (a runtime-launched
+/// plugin's socket closed); never without a plugin.
+async fn plugin_ended(plugin: &mut Option<PluginTask>) -> Result<(), AgentError> {
+    let Some(task) = plugin.as_mut() else {
+        return std::future::pending().await;
+    };
+    let result = task.await;
+    *plugin = None;
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(err)) => {
+            tracing::error!("nri plugin ended: {err}");
+            Err(AgentError::Nri(err))
+        }
+        Err(err) => {
+            tracing::error!("nri plugin task failed: {err}");
+            Ok(())
+        }
+    }
 }
 
 /// Name of the lock file that keeps a second agent off the state directory.
@@ -235,5 +311,45 @@ mod tests {
         assert!(matches!(err, AgentError::AlreadyRunning { .. }), "{err}");
         drop(held);
         lock_state_dir(dir.path()).expect("free again");
+    }
+
+    fn config(overrides: &crate::Overrides) -> Config {
+        let defaults = crate::DefaultPaths::for_user(true, None);
+        Config::resolve(crate::config::FileConfig::default(), overrides, &defaults).expect("config")
+    }
+
+    #[test]
+    fn nri_mode_is_chosen_from_the_launch_environment_then_the_config() {
+        use pinion_nri::Endpoint;
+        let off = config(&crate::Overrides::default());
+        let no_env = |_: &str| None;
+        assert_eq!(nri_options(&off, no_env).expect("ok"), None);
+        let on = config(&crate::Overrides {
+            nri_socket: Some("/run/test/nri.sock".into()),
+            ..crate::Overrides::default()
+        });
+        let external = nri_options(&on, no_env).expect("ok").expect("enabled");
+        assert_eq!(
+            external.endpoint,
+            Endpoint::Socket("/run/test/nri.sock".into())
+        );
+        assert_eq!(
+            (external.name.as_str(), external.index.as_str()),
+            ("pinion", "90")
+        );
+        let launched_env = |key: &str| match key {
+            "NRI_PLUGIN_SOCKET" => Some("3".to_string()),
+            "NRI_PLUGIN_NAME" => Some("pinion".to_string()),
+            "NRI_PLUGIN_IDX" => Some("10".to_string()),
+            _ => None,
+        };
+        let launched = nri_options(&off, launched_env)
+            .expect("ok")
+            .expect("launched");
+        assert_eq!(launched.endpoint, Endpoint::InheritedFd(3));
+        assert_eq!(launched.index, "10");
+        let bad_env = |key: &str| (key == "NRI_PLUGIN_SOCKET").then(|| "x".to_string());
+        let err = nri_options(&on, bad_env).expect_err("bad fd");
+        assert!(err.to_string().contains("\"x\""), "{err}");
     }
 }

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod daemon;
 pub mod http;
 pub mod metrics;
+pub mod nri;
 
 pub use config::{Config, ConfigError, DefaultPaths, Overrides};
 pub use daemon::{run, AgentError};

@@ -65,6 +65,8 @@ fn flags_override_the_file() {
         sysroot: Some("/host".into()),
         metrics_addr: Some("127.0.0.1:2".into()),
         config: None,
+        nri: false,
+        nri_socket: None,
     };
     let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
     assert_eq!(config.state_dir, PathBuf::from("/from/flag"));
@@ -178,4 +180,49 @@ fn topology_manager_keys_are_read_with_kubelets_names() {
         config.policy.topology_manager_policy_options["prefer-closest-numa-nodes"],
         "true"
     );
+}
+
+#[test]
+fn nri_settings_come_from_the_file_and_the_flags() {
+    let config = resolve_yaml("").expect("empty");
+    assert!(!config.nri.enabled);
+    assert_eq!(config.nri.socket, PathBuf::from("/var/run/nri/nri.sock"));
+    assert_eq!(config.nri.plugin_name, "pinion");
+    assert_eq!(config.nri.plugin_index, "90");
+    let config = resolve_yaml(
+        "nri:\n  enabled: true\n  socket: /run/x.sock\n  pluginName: pin\n  pluginIndex: \"10\"\n",
+    )
+    .expect("valid");
+    assert!(config.nri.enabled);
+    assert_eq!(config.nri.socket, PathBuf::from("/run/x.sock"));
+    assert_eq!(
+        (
+            config.nri.plugin_name.as_str(),
+            config.nri.plugin_index.as_str()
+        ),
+        ("pin", "10")
+    );
+    let file =
+        FileConfig::parse("nri:\n  socket: /run/file.sock\n", Path::new("f")).expect("parse");
+    let overrides = Overrides {
+        nri_socket: Some("/run/flag.sock".into()),
+        ..Overrides::default()
+    };
+    let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
+    assert!(config.nri.enabled, "--nri-socket implies --nri");
+    assert_eq!(config.nri.socket, PathBuf::from("/run/flag.sock"));
+}
+
+#[test]
+fn bad_nri_settings_name_the_field() {
+    for (yaml, field) in [
+        ("nri:\n  pluginIndex: \"9\"\n", "nri.pluginIndex"),
+        ("nri:\n  pluginName: \"a b\"\n", "nri.pluginName"),
+        ("nri:\n  socket: \"\"\n", "nri.socket"),
+    ] {
+        let err = resolve_yaml(yaml).expect_err(yaml);
+        assert_eq!(err.field(), Some(field), "{err}");
+    }
+    let err = resolve_yaml("nri:\n  enable: true\n").expect_err("typo");
+    assert!(err.to_string().contains("enable"), "{err}");
 }

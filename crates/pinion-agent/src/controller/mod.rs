@@ -10,6 +10,7 @@
 
 mod reconcile;
 mod recover;
+mod runtime;
 mod snapshot;
 pub mod task;
 #[cfg(test)]
@@ -123,7 +124,8 @@ pub struct ReconcileReport {
     pub repaired: Vec<String>,
 }
 
-type Key = (String, String);
+/// A container: (pod UID, container name).
+pub type Key = (String, String);
 
 /// A container the controller knows about beyond the engine's state.
 #[derive(Debug, Clone)]

@@ -6,6 +6,7 @@
 //! one-shot channel. Snapshots and the shared pool are `watch` channels, so
 //! readers never wait for the controller.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -13,7 +14,7 @@ use pinion_core::CpuSet;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    AdmitRequest, Admitted, ControlError, Controller, ReconcileReport, Released, Snapshot,
+    AdmitRequest, Admitted, ControlError, Controller, Key, ReconcileReport, Released, Snapshot,
 };
 
 /// How many commands may wait for the controller.
@@ -33,6 +34,11 @@ pub enum Command {
     Release {
         pod: String,
         container: Option<String>,
+        reply: Reply<Released>,
+    },
+    /// Agree with the runtime's list of running containers (NRI Synchronize).
+    SyncRuntime {
+        running: BTreeSet<Key>,
         reply: Reply<Released>,
     },
     /// Run a reconcile pass now.
@@ -80,6 +86,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 let _guard = span.enter();
                 let _ = reply.send(controller.release(&pod, container.as_deref()));
             }
+            Command::SyncRuntime { running, reply } => {
+                let _ = reply.send(controller.sync_runtime(&running));
+            }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
             }
@@ -116,6 +125,13 @@ impl ControllerHandle {
             reply,
         })
         .await
+    }
+
+    /// Releases runtime-placed containers not in `running` and records the
+    /// running ones (see [`Controller::sync_runtime`]).
+    pub async fn sync_runtime(&self, running: BTreeSet<Key>) -> Result<Released, ControlError> {
+        self.ask(|reply| Command::SyncRuntime { running, reply })
+            .await
     }
 
     /// Runs a reconcile pass.

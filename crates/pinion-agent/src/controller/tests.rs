@@ -414,3 +414,62 @@ fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state(
         "a rejection changes nothing on disk"
     );
 }
+
+#[test]
+fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let runtime = |uid: &str| {
+        let mut request = AdmitRequest {
+            placement: Placement::Runtime,
+            ..run("pinion-run-x", Some("2"), 0)
+        };
+        request.pod.uid = uid.into();
+        request
+    };
+    let kept = controller.admit(&runtime("pod-a")).expect("a");
+    let ended = controller.admit(&runtime("pod-b")).expect("b");
+    let standalone = controller
+        .admit(&run("pinion-run-s", Some("1"), 10))
+        .expect("run");
+    let mut pool = controller.subscribe_shared_pool();
+    let running: std::collections::BTreeSet<Key> = [
+        ("pod-a".to_string(), "main".to_string()),
+        ("pod-shared".to_string(), "app".to_string()),
+        ("pinion-run-ignored".to_string(), "main".to_string()),
+    ]
+    .into();
+    let released = controller.sync_runtime(&running).expect("sync");
+    assert_eq!(released.containers, vec!["pod-b/main".to_string()]);
+    assert_eq!(released.cpus, ended.cpus);
+    let state = controller.state();
+    assert_eq!(
+        state.assignment("pod-a", "main"),
+        Some(&kept.cpus),
+        "nothing moved"
+    );
+    assert_eq!(
+        state.assignment("pinion-run-s", "main"),
+        Some(&standalone.cpus)
+    );
+    assert_eq!(state.assignment("pod-b", "main"), None);
+    assert_eq!(&on_disk(dir.path()), state);
+    assert!(pool.has_changed().expect("alive"));
+    assert!(ended.cpus.is_subset(&pool.borrow_and_update()));
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    let names: Vec<String> = snapshot
+        .workloads
+        .iter()
+        .map(|w| format!("{}/{}", w.pod, w.container))
+        .collect();
+    assert_eq!(names, ["pinion-run-s/main", "pod-a/main", "pod-shared/app"]);
+    // A second pass with the same list changes nothing and writes nothing.
+    let file = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read");
+    let again = controller.sync_runtime(&running).expect("again");
+    assert!(again.containers.is_empty());
+    assert_eq!(
+        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
+        file
+    );
+}

@@ -28,6 +28,13 @@ pub struct Args {
     /// Address of `/metrics`, `/healthz`, `/readyz` (default 127.0.0.1:9590).
     #[arg(long)]
     metrics_addr: Option<String>,
+    /// Run as an NRI plugin of containerd / CRI-O (external mode; see
+    /// docs/nri.md). A runtime-launched agent is detected from NRI_PLUGIN_*.
+    #[arg(long)]
+    nri: bool,
+    /// The runtime's NRI socket (default /var/run/nri/nri.sock); implies --nri.
+    #[arg(long)]
+    nri_socket: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -49,6 +56,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         cgroup_root: args.cgroup_root.clone(),
         sysroot: args.sysroot.clone(),
         metrics_addr: args.metrics_addr.clone(),
+        nri: args.nri,
+        nri_socket: args.nri_socket.clone(),
     };
     let config = Config::load(&overrides, &DefaultPaths::current())?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,0 +1,368 @@
+//! The agent's NRI front-end driving the real controller through the fake
+//! runtime (real protocol bytes): every lifecycle path, restarts of the
+//! agent and of the runtime, bad input.
+#![allow(clippy::unwrap_used)]
+
+mod nri_common;
+
+use nri_common::*;
+use pinion_nri::fake_runtime::{FakeError, PodSpec};
+use pinion_nri::status::Code;
+use pinion_nri::Resources;
+
+fn rejected(err: FakeError) -> (Code, String) {
+    match err {
+        FakeError::Rejected { status, .. } => (status.code, status.message),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guaranteed_gets_a_whole_core_and_burstable_follows_the_shared_pool() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    assert_eq!(node.runtime.cpus(&web), "0-7");
+
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let cpus = set(&node.runtime.cpus(&db));
+    let topology = topology();
+    assert!(
+        topology.cores().values().any(|core| *core == cpus),
+        "{cpus} is one whole core"
+    );
+    assert!(!cpus.contains(0), "reserved cpu 0 stays shared");
+    let node_of = topology.numa_nodes_of(&cpus);
+    assert_eq!(node.mems(&db), format!("{}", node_of[0]));
+    assert_eq!(
+        node.runtime.quota(&db),
+        Some(-1),
+        "no CFS quota on exclusive cpus"
+    );
+    let disk = String::from_utf8(node.checkpoint()).unwrap();
+    assert!(
+        disk.contains(&format!("\"db\":\"{cpus}\"")),
+        "durable: {disk}"
+    );
+
+    let pool = set("0-7").difference(&cpus);
+    node.wait_cpus(&web, &pool.to_string()).await;
+    assert_eq!(node.runtime.quota(&web), None, "burstable keeps no quota");
+
+    // A second shared container created now gets the shrunk pool at once.
+    let (_, api) = node
+        .pod_with(burstable_pod("api"), burstable("api", 100))
+        .await;
+    assert_eq!(node.runtime.cpus(&api), pool.to_string());
+
+    node.runtime.stop_container(&db).await.unwrap();
+    node.wait_cpus(&web, "0-7").await;
+    node.wait_cpus(&api, "0-7").await;
+    node.runtime.remove_container(&db).await.unwrap();
+    node.runtime.remove_pod(&db_pod).await.unwrap();
+    assert!(agent.handle.snapshot().assignments.is_empty());
+    let disk = String::from_utf8(node.checkpoint()).unwrap();
+    assert!(!disk.contains("\"db\""), "released on disk: {disk}");
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_failure_fails_creation_with_kubelets_text_and_changes_nothing() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 4000))
+        .await;
+    let before = node.checkpoint();
+    let big = node.runtime.run_pod(guaranteed_pod("big")).await.unwrap();
+    let err = node
+        .runtime
+        .create_container(&big, container("big", 4000))
+        .await
+        .expect_err("only 3 cpus left");
+    let (code, message) = rejected(err);
+    assert_eq!(code, Code::ResourceExhausted);
+    assert!(
+        message.contains("UnexpectedAdmissionError: Allocate failed due to not enough cpus available to satisfy request: requested=4, available=3, which is unexpected"),
+        "{message}"
+    );
+    assert!(message.contains("big"), "names the pod: {message}");
+    let err = node
+        .runtime
+        .create_container(&big, container("huge", 64_000))
+        .await
+        .expect_err("beyond capacity");
+    assert_eq!(rejected(err).0, Code::ResourceExhausted);
+    assert_eq!(node.checkpoint(), before, "checkpoint unchanged");
+    assert_eq!(set(&node.runtime.cpus(&db)).len(), 4, "nothing lost");
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_clearly_and_non_kubernetes_pods_share() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let before = node.checkpoint();
+
+    let mut annotated = guaranteed_pod("ann");
+    annotated
+        .annotations
+        .insert("pinion.dev/init-containers".into(), "init=daemon".into());
+    let pod = node.runtime.run_pod(annotated).await.unwrap();
+    let err = node
+        .runtime
+        .create_container(&pod, container("app", 1000))
+        .await
+        .expect_err("annotation");
+    let (code, message) = rejected(err);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(
+        message.contains("pinion.dev/init-containers") && message.contains("daemon"),
+        "{message}"
+    );
+
+    let no_uid = node
+        .runtime
+        .run_pod(PodSpec {
+            uid: String::new(),
+            ..guaranteed_pod("x")
+        })
+        .await
+        .unwrap();
+    let err = node
+        .runtime
+        .create_container(&no_uid, container("app", 1000))
+        .await
+        .expect_err("uid");
+    assert!(rejected(err).1.contains("has no uid"));
+
+    let mut incomplete = container("app", 1000);
+    incomplete.resources.memory_limit = None;
+    let pod = node.runtime.run_pod(guaranteed_pod("inc")).await.unwrap();
+    let err = node
+        .runtime
+        .create_container(&pod, incomplete)
+        .await
+        .expect_err("no memory limit");
+    assert!(rejected(err).1.contains("memory limit"));
+
+    let outside = PodSpec {
+        cgroup_parent: "/system.slice/tool".into(),
+        ..guaranteed_pod("tool")
+    };
+    let (_, tool) = node.pod_with(outside, container("tool", 2000)).await;
+    let pool = set("0-7").difference(&set(&node.runtime.cpus(&db)));
+    assert_eq!(
+        node.runtime.cpus(&tool),
+        pool.to_string(),
+        "outside kubepods: shared pool"
+    );
+    assert_eq!(node.runtime.quota(&tool), Some(200_000));
+
+    assert_eq!(node.checkpoint(), before, "checkpoint unchanged");
+    assert_eq!(set(&node.runtime.cpus(&db)).len(), 2);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_keeps_exclusive_cpus_and_refuses_a_resize() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let cpus = node.runtime.cpus(&db);
+    let pool = set("0-7").difference(&set(&cpus)).to_string();
+    node.wait_cpus(&web, &pool).await;
+
+    // `crictl update --cpuset-cpus 0 --memory 2Gi`: memory changes, the cpus stay.
+    let change = Resources {
+        cpus: "0".into(),
+        memory_limit: Some(2 << 30),
+        ..Resources::default()
+    };
+    node.runtime.update_container(&db, &change).await.unwrap();
+    assert_eq!(node.runtime.cpus(&db), cpus);
+    assert_eq!(node.runtime.quota(&db), Some(-1));
+    node.runtime.update_container(&web, &change).await.unwrap();
+    assert_eq!(node.runtime.cpus(&web), pool, "shared stays on the pool");
+
+    let before = node.checkpoint();
+    let resize = Resources {
+        cpu_shares: Some(3072),
+        ..Resources::default()
+    };
+    let err = node
+        .runtime
+        .update_container(&db, &resize)
+        .await
+        .expect_err("resize");
+    let (code, message) = rejected(err);
+    assert_eq!(code, Code::FailedPrecondition);
+    assert!(
+        message.contains("3000m") && message.contains("not supported"),
+        "{message}"
+    );
+    assert_eq!(node.checkpoint(), before);
+    assert_eq!(node.runtime.cpus(&db), cpus);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_restart_moves_nothing_and_releases_what_ended_meanwhile() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let (_, gone) = node
+        .pod_with(guaranteed_pod("gone"), container("gone", 2000))
+        .await;
+    let (db_cpus, gone_cpus) = (node.runtime.cpus(&db), node.runtime.cpus(&gone));
+    let pool = set("0-7")
+        .difference(&set(&db_cpus))
+        .difference(&set(&gone_cpus));
+    node.wait_cpus(&web, &pool.to_string()).await;
+    agent.stop().await;
+
+    // While the agent is down: one container ends, a Guaranteed one starts.
+    node.runtime.stop_container(&gone).await.unwrap();
+    node.runtime.remove_container(&gone).await.unwrap();
+    let (_, late) = node
+        .pod_with(guaranteed_pod("late"), container("late", 2000))
+        .await;
+    assert_eq!(
+        node.runtime.cpus(&late),
+        "",
+        "created without a plugin (fail-open)"
+    );
+
+    let agent = node.agent(2).await;
+    assert_eq!(node.runtime.cpus(&db), db_cpus, "nothing moved");
+    assert_eq!(node.runtime.quota(&db), Some(-1));
+    let pool = set("0-7").difference(&set(&db_cpus)).to_string();
+    assert_eq!(
+        node.runtime.cpus(&web),
+        pool,
+        "the freed cpus are shared again"
+    );
+    assert_eq!(
+        node.runtime.cpus(&late),
+        pool,
+        "unknown container: shared pool"
+    );
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(snapshot.assignments.len(), 1, "{:?}", snapshot.assignments);
+    assert!(snapshot.assignments.contains_key("db"));
+    assert_eq!(snapshot.workloads.len(), 3, "db, web, late");
+    let disk = String::from_utf8(node.checkpoint()).unwrap();
+    assert!(!disk.contains("\"gone\""), "{disk}");
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runtime_restart_resyncs_without_moving_anything() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let db_cpus = node.runtime.cpus(&db);
+    let pool = set("0-7").difference(&set(&db_cpus)).to_string();
+    node.wait_cpus(&web, &pool).await;
+    let before = node.checkpoint();
+
+    node.runtime.stop().await;
+    node.runtime.restart().unwrap();
+    node.runtime.wait_synced(2).await;
+    assert_eq!(node.runtime.cpus(&db), db_cpus);
+    assert_eq!(node.runtime.cpus(&web), pool);
+    assert_eq!(node.checkpoint(), before, "nothing changed on disk");
+
+    // The plugin works as before after the re-sync.
+    let (_, db2) = node
+        .pod_with(guaranteed_pod("db2"), container("db2", 2000))
+        .await;
+    let db2_cpus = set(&node.runtime.cpus(&db2));
+    assert_eq!(db2_cpus.len(), 2);
+    assert!(db2_cpus.intersection_len(&set(&db_cpus)) == 0);
+    node.wait_cpus(&web, &set(&pool).difference(&db2_cpus).to_string())
+        .await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_configuration_from_the_runtime_is_refused_by_name() {
+    use pinion_nri::{NriHandler, RuntimeInfo};
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let frontend = pinion_agent::nri::NriFrontend::new(agent.handle.clone());
+    let info = |config: &str| RuntimeInfo {
+        config: config.to_string(),
+        ..RuntimeInfo::default()
+    };
+    frontend
+        .configure(info(" \n"))
+        .await
+        .expect("empty is fine");
+    let err = frontend
+        .configure(info("policy: x"))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind, pinion_nri::ErrorKind::InvalidInput);
+    assert!(err.message.contains("\"policy: x\""), "{}", err.message);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_runs_share_the_pool_with_nri_containers() {
+    use pinion_agent::api::{run_pod, RunRequest};
+    use pinion_agent::controller::{AdmitRequest, Placement, RUN_CONTAINER};
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let pod = run_pod(&RunRequest {
+        id: "pinion-run-batch".into(),
+        cpus: Some("2".into()),
+        memory_nodes: "auto".into(),
+    })
+    .unwrap();
+    let run = agent
+        .handle
+        .admit(AdmitRequest {
+            pod,
+            container: RUN_CONTAINER.into(),
+            numa_affinity: None,
+            placement: Placement::Cgroup { pid: Some(42) },
+        })
+        .await
+        .unwrap();
+    let pool = set("0-7").difference(&run.cpus).to_string();
+    node.wait_cpus(&web, &pool).await;
+    // A runtime restart's Synchronize leaves the standalone run alone.
+    node.runtime.stop().await;
+    node.runtime.restart().unwrap();
+    node.runtime.wait_synced(2).await;
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(snapshot.assignments["pinion-run-batch"]["main"], run.cpus);
+    assert_eq!(node.runtime.cpus(&web), pool);
+    agent.stop().await;
+}

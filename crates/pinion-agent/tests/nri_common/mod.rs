@@ -1,0 +1,213 @@
+//! A node for NRI tests: the fake runtime, the real controller (fake
+//! cgroups, a temporary state dir) and the agent's NRI front-end.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pinion_agent::controller::{self, ControllerHandle, StartParts};
+use pinion_agent::nri::NriFrontend;
+use pinion_core::policy::PolicyConfig;
+use pinion_core::topology::{synthetic, Shape};
+use pinion_core::{CpuSet, Topology};
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::store::CPU_MANAGER_STATE;
+use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
+use pinion_nri::{Plugin, PluginError, PluginOptions, Resources};
+use tokio::sync::watch;
+
+/// 2 sockets × 1 NUMA node × 2 cores × 2 threads: cpus 0-7, siblings
+/// (0,2), (1,3) on node 0 and (4,6), (5,7) on node 1.
+pub fn topology() -> Topology {
+    synthetic(Shape {
+        sockets: 2,
+        numa_per_socket: 1,
+        cores_per_socket: 2,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+}
+
+/// The agent: controller thread, NRI plugin and shared-pool pusher.
+pub struct Agent {
+    pub handle: ControllerHandle,
+    thread: std::thread::JoinHandle<()>,
+    stop: watch::Sender<bool>,
+    plugin: tokio::task::JoinHandle<Result<(), PluginError>>,
+    pusher: tokio::task::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Starts the agent (static policy, 1 cpu reserved) on `state_dir`.
+    pub fn start(state_dir: &Path, host: &FakeCgroups, socket: &Path) -> Self {
+        let topology = topology();
+        let policy = PolicyConfig {
+            policy: Some("static".into()),
+            num_reserved: Some(1),
+            ..PolicyConfig::default()
+        }
+        .build(&topology)
+        .unwrap();
+        let controller = controller::Controller::start(StartParts {
+            policy,
+            topology_manager: pinion_core::topomgr::TopologyManager::none(),
+            topology,
+            state_dir: state_dir.to_path_buf(),
+            host: Box::new(host.clone()),
+        })
+        .unwrap();
+        let (handle, thread) = controller::spawn(controller).unwrap();
+        let frontend = Arc::new(NriFrontend::new(handle.clone()));
+        let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
+        options.backoff_initial = Duration::from_millis(10);
+        options.backoff_max = Duration::from_millis(100);
+        let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
+        frontend.set_update_sender(sender);
+        let (stop, stop_rx) = watch::channel(false);
+        let (pool, pusher_stop) = (handle.shared_pool(), stop_rx.clone());
+        let pusher =
+            tokio::spawn(async move { frontend.push_shared_pool(pool, pusher_stop).await });
+        let mut plugin_stop = stop_rx;
+        let plugin = tokio::spawn(plugin.run(async move {
+            let _ = plugin_stop.wait_for(|s| *s).await;
+        }));
+        Self {
+            handle,
+            thread,
+            stop,
+            plugin,
+            pusher,
+        }
+    }
+
+    /// Stops everything (like SIGTERM).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.plugin.await.unwrap().unwrap();
+        self.pusher.await.unwrap();
+        self.handle.shutdown().await;
+        tokio::task::spawn_blocking(move || self.thread.join())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// A node: state dir, fake cgroups, fake runtime.
+pub struct Node {
+    pub state: tempfile::TempDir,
+    pub sockets: tempfile::TempDir,
+    pub host: FakeCgroups,
+    pub runtime: FakeRuntime,
+}
+
+impl Node {
+    pub fn new() -> Self {
+        Self::with_state(tempfile::tempdir().unwrap())
+    }
+
+    /// A node whose checkpoint lives in `state`.
+    pub fn with_state(state: tempfile::TempDir) -> Self {
+        let sockets = tempfile::tempdir().unwrap();
+        let runtime =
+            FakeRuntime::start(&sockets.path().join("nri.sock"), FakeOptions::default()).unwrap();
+        Self {
+            state,
+            sockets,
+            host: FakeCgroups::default(),
+            runtime,
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.sockets.path().join("nri.sock")
+    }
+
+    /// Starts an agent and waits for its `sessions`-th synchronization.
+    pub async fn agent(&self, sessions: u64) -> Agent {
+        let agent = Agent::start(self.state.path(), &self.host, &self.socket());
+        self.runtime.wait_synced(sessions).await;
+        agent
+    }
+
+    /// The checkpoint file's bytes.
+    pub fn checkpoint(&self) -> Vec<u8> {
+        std::fs::read(self.state.path().join(CPU_MANAGER_STATE)).unwrap_or_default()
+    }
+
+    /// Waits (up to 10 s) until container `id` has cpuset `want`.
+    pub async fn wait_cpus(&self, id: &str, want: &str) {
+        for _ in 0..1000 {
+            if self.runtime.cpus(id) == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(self.runtime.cpus(id), want, "container {id}");
+    }
+
+    /// cpuset.mems of container `id`.
+    pub fn mems(&self, id: &str) -> String {
+        self.runtime
+            .container(id)
+            .and_then(|c| c.linux?.resources?.cpu)
+            .map(|cpu| cpu.mems)
+            .unwrap_or_default()
+    }
+
+    /// Runs a pod and creates + starts one container in it.
+    pub async fn pod_with(&self, pod: PodSpec, container: ContainerSpec) -> (String, String) {
+        let pod_id = self.runtime.run_pod(pod).await.unwrap();
+        let id = self
+            .runtime
+            .create_container(&pod_id, container)
+            .await
+            .unwrap();
+        self.runtime.start_container(&id).await.unwrap();
+        (pod_id, id)
+    }
+}
+
+pub fn guaranteed_pod(uid: &str) -> PodSpec {
+    PodSpec {
+        name: format!("{uid}-pod"),
+        uid: uid.to_string(),
+        namespace: "default".into(),
+        cgroup_parent: format!("/kubepods/pod{uid}"),
+        ..PodSpec::default()
+    }
+}
+
+pub fn burstable_pod(uid: &str) -> PodSpec {
+    PodSpec {
+        cgroup_parent: format!("/kubepods/burstable/pod{uid}"),
+        ..guaranteed_pod(uid)
+    }
+}
+
+/// A container requesting `milli` CPU (as kubelet: shares, quota = limit).
+pub fn container(name: &str, milli: u64) -> ContainerSpec {
+    ContainerSpec {
+        name: name.to_string(),
+        resources: Resources {
+            cpu_shares: Some(milli * 1024 / 1000),
+            cpu_quota: Some(i64::try_from(milli * 100).unwrap()),
+            cpu_period: Some(100_000),
+            memory_limit: Some(1 << 30),
+            ..Resources::default()
+        },
+        ..ContainerSpec::default()
+    }
+}
+
+/// A Burstable container: request only (no quota).
+pub fn burstable(name: &str, milli: u64) -> ContainerSpec {
+    let mut spec = container(name, milli);
+    spec.resources.cpu_quota = None;
+    spec
+}
+
+pub fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).unwrap()
+}
