@@ -115,20 +115,8 @@ impl Deployment {
 /// The agent's own loader: the file form, then validation.
 fn load_config(deployment: &Deployment) -> Config {
     let path = Path::new(MANIFEST);
-    let file = match FileConfig::parse(&deployment.config_text, path) {
-        Ok(file) => file,
-        // Until the agent's NRI settings are merged, its loader refuses
-        // the `nri` key; the rest must still load, and the NRI values are
-        // checked from the raw YAML by `nri_settings_match_the_runtime_snippets`.
-        Err(err) if err.to_string().contains("unknown field `nri`") => {
-            eprintln!("notice: this agent does not know the `nri` key yet: loading the rest");
-            let mut raw = deployment.raw_config();
-            raw.remove("nri");
-            let rest = serde_yaml::to_string(&raw).expect("re-serialise");
-            FileConfig::parse(&rest, path).unwrap_or_else(|err| panic!("{err}"))
-        }
-        Err(err) => panic!("the shipped agent config does not load: {err}"),
-    };
+    let file = FileConfig::parse(&deployment.config_text, path)
+        .unwrap_or_else(|err| panic!("the shipped agent config does not load: {err}"));
     let defaults = DefaultPaths::for_user(true, None);
     Config::resolve(file, &Overrides::default(), &defaults)
         .unwrap_or_else(|err| panic!("the shipped agent config is invalid: {err}"))
@@ -144,6 +132,10 @@ fn agent_config_loads_with_the_agents_loader() {
         "the static policy reserves at least one CPU"
     );
     assert!(
+        config.nri.enabled,
+        "the DaemonSet runs the agent as an NRI plugin"
+    );
+    assert!(
         !config.metrics_addr.ip().is_loopback(),
         "kubelet's probes come from outside the pod: metricsAddr {} must not be loopback",
         config.metrics_addr
@@ -154,7 +146,6 @@ fn agent_config_loads_with_the_agents_loader() {
 fn the_loader_check_catches_a_misspelled_key() {
     let deployment = Deployment::load();
     let mut raw = deployment.raw_config();
-    raw.remove("nri");
     raw.insert("cpuManagerPolicyy".into(), "static".into());
     let broken = serde_yaml::to_string(&raw).expect("re-serialise");
     let err = FileConfig::parse(&broken, Path::new(MANIFEST)).expect_err("unknown key");
