@@ -204,6 +204,14 @@ impl Controller {
         Ok(self.admitted(&key))
     }
 
+    /// Every workload that has a cgroup of Pinion's, with that cgroup.
+    fn managed_cgroups(&self) -> Vec<(Key, CgroupName)> {
+        self.workloads
+            .iter()
+            .filter_map(|(key, w)| Some((key.clone(), w.cgroup.clone()?)))
+            .collect()
+    }
+
     /// Releases one container (`Some(name)`) or every container of a pod.
     pub fn release(
         &mut self,

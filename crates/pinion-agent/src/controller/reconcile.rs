@@ -1,8 +1,6 @@
 //! The reconcile pass: release what has ended, repair cpusets changed
 //! behind Pinion's back, remove empty stray cgroups.
 
-use pinion_host::cgroup::CgroupName;
-
 use super::{Controller, Key, ReconcileReport};
 
 impl Controller {
@@ -39,11 +37,7 @@ impl Controller {
 
     fn repair_drift(&mut self) -> Vec<String> {
         let mut repaired = Vec::new();
-        let managed: Vec<(Key, CgroupName)> = self
-            .workloads
-            .iter()
-            .filter_map(|(key, w)| Some((key.clone(), w.cgroup.clone()?)))
-            .collect();
+        let managed = self.managed_cgroups();
         for (key, name) in managed {
             let want = self.cpus_of(&key);
             let have = self.host.cpus(&name);

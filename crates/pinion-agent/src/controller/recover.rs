@@ -12,7 +12,7 @@ use pinion_core::restore::restore;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
-use pinion_host::cgroup::{CgroupName, CpusetHost};
+use pinion_host::cgroup::CpusetHost;
 use pinion_host::store::{CheckpointStore, CPU_MANAGER_STATE};
 use tokio::sync::watch;
 
@@ -126,11 +126,7 @@ impl Controller {
 
     /// Writes every managed cgroup's intended cpuset.
     fn reapply(&mut self) {
-        let managed: Vec<(Key, CgroupName)> = self
-            .workloads
-            .iter()
-            .filter_map(|(key, w)| Some((key.clone(), w.cgroup.clone()?)))
-            .collect();
+        let managed = self.managed_cgroups();
         for (key, name) in managed {
             let cpus = self.cpus_of(&key);
             let mems = self.mems_of(&cpus);
