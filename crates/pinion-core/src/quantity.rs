@@ -237,6 +237,10 @@ fn to_nanos(parts: &Parts<'_>, pow10: i64, pow2: u32) -> Option<u128> {
     let mantissa: u128 = trimmed.parse().ok()?;
     let scaled = mantissa.checked_mul(1u128 << pow2)?;
     // value = scaled * 10^exp10 units = scaled * 10^(exp10 + 9) nanos.
+    // Any exponent beyond ±2^40 is out of range (or below one nano) either
+    // way; clamping keeps the sum from overflowing for exponents like
+    // `E9223372036854775807`, which parse as a valid i64.
+    let pow10 = pow10.clamp(-(1 << 40), 1 << 40);
     let shift = pow10 - frac_len + trailing_zeros + 9;
     let nanos = if shift >= 0 {
         let shift = u32::try_from(shift).ok().filter(|s| *s <= MAX_POW10)?;

@@ -159,3 +159,15 @@ proptest! {
         prop_assert_eq!(parsed.is_integral(), frac == 0);
     }
 }
+
+/// Regression (found by the `quantity` fuzz target): an exponent that parses
+/// as `i64::MAX` overflowed the exponent arithmetic (a panic in debug
+/// builds, a wrapped and wrong value in release builds).
+#[test]
+fn exponent_at_the_i64_limits_is_out_of_range_not_an_overflow() {
+    assert!(Quantity::parse("00000000000000002E0009223372036854775807").is_err());
+    assert!(Quantity::parse("1e9223372036854775807").is_err());
+    // A hugely negative exponent rounds up to one nano unit, as Kubernetes does.
+    let tiny = Quantity::parse("1e-9223372036854775808").expect("rounds up");
+    assert_eq!(tiny.milli_value(), 1);
+}
