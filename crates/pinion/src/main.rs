@@ -22,7 +22,7 @@ enum Command {
     Alloc(cmd::alloc::Args),
     /// Run a policy scenario (pods added and removed) and show the outcome.
     Simulate(cmd::simulate::Args),
-    /// Look at kubelet's CPU manager checkpoint (`inspect FILE`).
+    /// Inspect, verify or migrate kubelet's CPU manager checkpoint.
     State(cmd::state::Args),
     /// Show what the Topology Manager decides for hint cases (merge, cpu_hints).
     Hints(cmd::hints::Args),
