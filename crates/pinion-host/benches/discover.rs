@@ -22,14 +22,20 @@ fn discover(c: &mut Criterion) {
     // Canonical path: `crates/pinion-host/../../..` would add six path
     // components to every one of the few hundred lookups measured.
     let Ok(dir) = dir.canonicalize() else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     };
     let mut group = c.benchmark_group("discover");
     for machine in MACHINES {
         let root = dir.join(machine);
         if let Err(err) = pinion_host::discover(&root) {
-            eprintln!("skipped {machine}: {err}");
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("skipped {machine}: {err}\n"),
+            );
             continue;
         }
         group.bench_function(*machine, |b| b.iter(|| pinion_host::discover(&root)));

@@ -27,7 +27,10 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn corpus_file_gives_kubelets_answers_line_by_line() {
     let Some(path) = corpus_file("TestTakeByTopologyNUMAPacked.json") else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     };
     let out = pinion(&["alloc", path.to_str().expect("utf-8 path"), "--repeat", "3"]);
@@ -55,7 +58,10 @@ fn corpus_file_gives_kubelets_answers_line_by_line() {
 #[test]
 fn non_take_cases_are_skipped_with_a_reason() {
     let Some(path) = corpus_file("TestStaticPolicyRemove.json") else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     };
     let out = pinion(&["alloc", path.to_str().expect("utf-8 path")]);
@@ -114,7 +120,10 @@ fn human_form_reads_a_sysfs_tree() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let sysroot = root.join("../shared/topologies/x86-2s-amd-epyc-7451-ht-16ccx-8numa");
     if !sysroot.is_dir() {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     }
     let sysroot = sysroot.to_str().expect("utf-8 path");

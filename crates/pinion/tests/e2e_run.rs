@@ -196,13 +196,19 @@ fn allowed_cpus(pid: u64) -> CpuSet {
 fn setup() -> Option<Setup> {
     use std::os::unix::fs::MetadataExt as _;
     if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
-        eprintln!("skipped: e2e_run needs root");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: e2e_run needs root\n"),
+        );
         return None;
     }
     let probe = match Cgroups::detect(Path::new("/proc/self/mountinfo"), Path::new("/"), None) {
         Ok(probe) => probe,
         Err(err) => {
-            eprintln!("skipped: no cpuset cgroup hierarchy ({err})");
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("skipped: no cpuset cgroup hierarchy ({err})\n"),
+            );
             return None;
         }
     };
@@ -221,7 +227,10 @@ fn setup() -> Option<Setup> {
         .all_cpus()
         .clone();
     if all.len() < 2 {
-        eprintln!("skipped: e2e_run needs at least 2 cpus");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: e2e_run needs at least 2 cpus\n"),
+        );
         return None;
     }
     let reserved = all.first().expect("a cpu");

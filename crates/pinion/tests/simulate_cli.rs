@@ -129,7 +129,10 @@ fn corpus_policy_file_runs_through_the_binary() {
     let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/conformance/kubelet/TestStaticPolicyAdd.json");
     if !file.is_file() {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     }
     let cases: Vec<Value> =

@@ -45,7 +45,10 @@ const REJECTION: &str = "Resources cannot be allocated with Topology locality";
 fn snc_example_aligns_one_pod_and_rejects_others() {
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     if !root.join("../shared").is_dir() {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return;
     }
     let example = root.join("examples/scenarios/snc-single-numa-node.yaml");

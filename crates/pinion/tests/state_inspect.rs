@@ -31,7 +31,10 @@ fn corpus() -> Option<Vec<(String, String, u64)>> {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .join("../shared/conformance/kubelet/checkpoint_checksum.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return None;
     };
     let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("corpus json");

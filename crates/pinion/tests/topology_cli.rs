@@ -17,7 +17,10 @@ fn shared_topologies() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir.to_path_buf())
     } else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         None
     }
 }

@@ -29,7 +29,10 @@ fn shared_dir() -> Option<std::path::PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         None
     }
 }

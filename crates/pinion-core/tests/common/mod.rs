@@ -9,12 +9,18 @@ pub fn corpus_file(relative: &str) -> Option<PathBuf> {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
     let shared = PathBuf::from(root).join("../shared");
     if !shared.is_dir() {
-        eprintln!("skipped: ../shared not found");
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: ../shared not found\n"),
+        );
         return None;
     }
     let path = shared.join("conformance/kubelet").join(relative);
     if !path.is_file() {
-        eprintln!("skipped: {} not found", path.display());
+        let _ = std::io::Write::write_fmt(
+            &mut std::io::stderr(),
+            format_args!("skipped: {} not found\n", path.display()),
+        );
         return None;
     }
     Some(path)

@@ -200,7 +200,10 @@ fn real_cgroups(label: &str) -> Option<Cgroups> {
     let probe = match Cgroups::detect(info, Path::new("/"), None) {
         Ok(cg) => cg,
         Err(err) => {
-            eprintln!("skipped: no cpuset cgroup hierarchy ({err})");
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("skipped: no cpuset cgroup hierarchy ({err})\n"),
+            );
             return None;
         }
     };
