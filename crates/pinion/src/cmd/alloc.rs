@@ -12,7 +12,7 @@
 //!   [--available LIST] [--option NAME=VALUE]…` prints the chosen CPUs as
 //!   text (topology from a sysfs root, `/` by default, or a JSON file).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -85,15 +85,7 @@ fn load_topology(args: &Args) -> anyhow::Result<Topology> {
 }
 
 fn read_json(path: &Path) -> anyhow::Result<Value> {
-    let text = if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        text
-    } else {
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-    };
+    let text = crate::input::read_text(path)?;
     serde_json::from_str(&text).with_context(|| format!("{}: malformed JSON", path.display()))
 }
 
