@@ -6,6 +6,7 @@
 //! so the engine (or a test) decides when the result is made durable.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::alloc::{take_with_index, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
@@ -47,7 +48,9 @@ pub struct ContainerRequest<'a> {
 /// The static policy.
 #[derive(Debug, Clone)]
 pub struct StaticPolicy {
-    topology: Topology,
+    /// Shared, so cloning a policy (the agent decides on a copy of the
+    /// engine) does not copy the machine's topology and allocation index.
+    topology: Arc<Topology>,
     options: StaticPolicyOptions,
     algorithm: Algorithm,
     reserved: CpuSet,
@@ -96,7 +99,7 @@ impl StaticPolicy {
         }
         let reserved_physical = topology.core_siblings(&reserved);
         Ok(Self {
-            topology,
+            topology: Arc::new(topology),
             options,
             algorithm,
             reserved,
