@@ -47,16 +47,35 @@ fn text(out: &Output) -> String {
 
 const STATE: &str = r#"{"policyName":"static","defaultCpuSet":"0,3-4,7","entries":{"pod-a":{"app":"1,5"},"pod-b":{"db":"2,6"}},"checksum":0}"#;
 
+/// A temp directory with the small sysfs tree and a checkpoint holding `state`.
+struct Node {
+    dir: tempfile::TempDir,
+    file: std::path::PathBuf,
+    root: String,
+    path: String,
+}
+
+impl Node {
+    fn new(state: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        sysfs(dir.path());
+        let file = dir.path().join("cpu_manager_state");
+        fs::write(&file, state).expect("write");
+        let root = dir.path().to_str().expect("utf8").to_string();
+        let path = file.to_str().expect("utf8").to_string();
+        Self {
+            dir,
+            file,
+            root,
+            path,
+        }
+    }
+}
+
 #[test]
 fn verify_accepts_a_valid_state_and_names_kubelets_refusal() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    sysfs(dir.path());
-    let file = dir.path().join("cpu_manager_state");
-    fs::write(&file, STATE).expect("write");
-    let (root, file) = (
-        dir.path().to_str().expect("utf8"),
-        file.to_str().expect("utf8"),
-    );
+    let node = Node::new(STATE);
+    let (root, file) = (node.root.as_str(), node.path.as_str());
 
     let ok = pinion(&[
         "state",
@@ -103,14 +122,9 @@ fn verify_accepts_a_valid_state_and_names_kubelets_refusal() {
 
 #[test]
 fn migrate_keeps_valid_assignments_and_the_old_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    sysfs(dir.path());
-    let file = dir.path().join("cpu_manager_state");
-    fs::write(&file, STATE).expect("write");
-    let (root, path) = (
-        dir.path().to_str().expect("utf8"),
-        file.to_str().expect("utf8"),
-    );
+    let node = Node::new(STATE);
+    let (dir, file) = (&node.dir, &node.file);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
 
     let dry = pinion(&[
         "state",
@@ -165,15 +179,10 @@ fn migrate_keeps_valid_assignments_and_the_old_file() {
 
 #[test]
 fn migrate_refuses_a_corrupted_checkpoint() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    sysfs(dir.path());
-    let file = dir.path().join("cpu_manager_state");
     let tampered = STATE.replace("\"checksum\":0", "\"checksum\":12345");
-    fs::write(&file, &tampered).expect("write");
-    let (root, path) = (
-        dir.path().to_str().expect("utf8"),
-        file.to_str().expect("utf8"),
-    );
+    let node = Node::new(&tampered);
+    let file = &node.file;
+    let (root, path) = (node.root.as_str(), node.path.as_str());
     let out = pinion(&[
         "state",
         "migrate",
