@@ -138,7 +138,7 @@ fn migrate_keeps_valid_assignments_and_the_old_file() {
     ]);
     assert!(dry.status.success(), "{}", text(&dry));
     assert_eq!(
-        fs::read_to_string(&file).expect("read"),
+        fs::read_to_string(file).expect("read"),
         STATE,
         "dry run writes nothing"
     );
@@ -199,7 +199,7 @@ fn migrate_refuses_a_corrupted_checkpoint() {
         text(&out)
     );
     assert_eq!(
-        fs::read_to_string(&file).expect("read"),
+        fs::read_to_string(file).expect("read"),
         tampered,
         "a corrupted file is never overwritten"
     );
