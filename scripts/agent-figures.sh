@@ -2,7 +2,7 @@
 # Figures of docs/performance.md "Agent": `pinion run` wall time end to end,
 # and the agent's RSS idle and with 500 managed processes. Needs root and a
 # writable cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset.
-# Usage: cargo build --release -p pinion && sudo scripts/agent-figures.sh
+# Usage: cargo build --release -p pinion -p pinion-agent && sudo scripts/agent-figures.sh
 set -euo pipefail
 BIN=${BIN:-target/release/pinion}
 RUNS=${RUNS:-200}

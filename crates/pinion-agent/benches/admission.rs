@@ -10,45 +10,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pinion_agent::api::{run_pod, RunRequest};
-use pinion_agent::controller::{AdmitRequest, Controller, Placement, StartParts, RUN_CONTAINER};
-use pinion_core::policy::PolicyConfig;
-use pinion_core::topology::{synthetic, Shape};
+use pinion_agent::controller::{AdmitRequest, Controller};
+use pinion_agent::hints::GatheredHints;
+use pinion_agent::testing::{machine, run_request, SyntheticNode};
 use pinion_core::Topology;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::{Cgroups, CpusetHost};
 
 fn controller(dir: &Path, host: Box<dyn CpusetHost>, topology: Topology) -> Controller {
-    let policy = PolicyConfig {
-        policy: Some("static".into()),
-        num_reserved: Some(1),
-        ..PolicyConfig::default()
-    }
-    .build(&topology)
-    .expect("policy");
-    Controller::start(StartParts {
-        topology_manager: pinion_core::topomgr::TopologyManager::none(),
-        policy,
-        topology,
-        state_dir: dir.to_path_buf(),
-        host,
-    })
-    .expect("start")
+    let parts = SyntheticNode::new(topology).parts_on(dir, host);
+    Controller::start(parts).expect("start")
 }
 
 fn request(n: u64) -> AdmitRequest {
-    let pod = run_pod(&RunRequest {
-        id: format!("pinion-run-bench-{n}"),
-        cpus: Some("1".into()),
-        memory_nodes: "auto".into(),
-    })
-    .expect("pod");
-    AdmitRequest {
-        pod,
-        container: RUN_CONTAINER.into(),
-        numa_affinity: None,
-        placement: Placement::Cgroup { pid: None },
-    }
+    run_request(&format!("pinion-run-bench-{n}"), Some("1"), None)
 }
 
 fn percentiles(name: &str, samples: &mut [Duration]) {
@@ -76,7 +51,9 @@ fn bench_host(c: &mut Criterion, name: &str, host: Box<dyn CpusetHost>, topology
                 n += 1;
                 let request = request(n);
                 let started = Instant::now();
-                controller.admit(&request).expect("admit");
+                controller
+                    .admit(&request, &GatheredHints::default())
+                    .expect("admit");
                 let admitted = started.elapsed();
                 admissions.push(admitted);
                 controller.release(&request.pod.uid, None).expect("release");
@@ -89,13 +66,7 @@ fn bench_host(c: &mut Criterion, name: &str, host: Box<dyn CpusetHost>, topology
 }
 
 fn admission(c: &mut Criterion) {
-    let synthetic_machine = synthetic(Shape {
-        sockets: 2,
-        numa_per_socket: 1,
-        cores_per_socket: 16,
-        threads_per_core: 2,
-        cores_per_uncore: 0,
-    });
+    let synthetic_machine = machine(2, 16, 2);
     let fake = Box::new(FakeCgroups::default());
     bench_host(c, "admit_release/fake_cgroups", fake, synthetic_machine);
     match real_cgroups() {

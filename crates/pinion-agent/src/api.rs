@@ -1,54 +1,29 @@
 //! The local API: JSON over HTTP/1.1 on a unix socket (mode 0600), the
 //! standalone front-end of `pinion run` and `pinion ps`. Protocol:
-//! `docs/local-api.md`.
+//! `docs/local-api.md`; wire types: `pinion_api::local`.
+//!
+//! This is the one place where the controller's types become wire types
+//! ([`admitted`], [`released`], [`snapshot`]) and controller errors become
+//! HTTP statuses ([`control_error`]), so the controller can change without
+//! changing the wire.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use pinion_api::local as wire;
 use pinion_core::pod::{Container, Pod};
 use pinion_core::Quantity;
-use serde::{Deserialize, Serialize};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
+pub use pinion_api::local::{ErrorBody, ReleaseRequest, RunRequest};
+
 use crate::controller::{
-    AdmitRequest, ControlError, ControllerHandle, Placement, RUN_CONTAINER, RUN_PREFIX,
+    self, AdmitRequest, ControlError, ControllerHandle, Frontend, RUN_CONTAINER,
 };
-use crate::http::{self, Request, Response};
-
-/// `POST /v1/run`: admit the calling process as a standalone run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRequest {
-    /// The run's id (pod UID and cgroup name); starts with `pinion-run-`.
-    pub id: String,
-    /// CPUs as a Kubernetes quantity: a whole number ≥ 1 asks for exclusive
-    /// CPUs, anything else (or none) runs in the shared pool.
-    #[serde(default)]
-    pub cpus: Option<String>,
-    /// Only `auto` (the NUMA nodes of the CPUs) is supported.
-    #[serde(default = "auto")]
-    pub memory_nodes: String,
-}
-
-fn auto() -> String {
-    "auto".to_string()
-}
-
-/// `POST /v1/release`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReleaseRequest {
-    pub pod: String,
-    #[serde(default)]
-    pub container: Option<String>,
-}
-
-/// The body of every error response.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    pub error: String,
-    /// kubelet's admission reason, for refused admissions.
-    #[serde(default)]
-    pub reason: Option<String>,
-}
+use crate::server::{self, Answer, Limits};
 
 /// Binds the socket: removes a stale socket file, creates the parent
 /// directory (0700) when missing, and sets the socket's mode to 0600.
@@ -70,105 +45,146 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// Serves connections until `stop` turns true.
-pub async fn serve(
-    listener: UnixListener,
-    handle: ControllerHandle,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let handle = handle.clone();
-                    tokio::spawn(async move { connection(stream, &handle).await });
-                }
-                Err(err) => tracing::warn!("local api accept: {err}"),
-            },
-            _ = stop.changed() => break,
-        }
-    }
+/// Serves connections until `stop` turns true, with [`Limits::LOCAL_API`].
+pub async fn serve(listener: UnixListener, handle: ControllerHandle, stop: watch::Receiver<bool>) {
+    serve_with(listener, handle, stop, Limits::LOCAL_API).await;
 }
 
-async fn connection(mut stream: UnixStream, handle: &ControllerHandle) {
-    let peer = stream
-        .peer_cred()
-        .ok()
-        .and_then(|c| c.pid())
-        .and_then(|p| u32::try_from(p).ok());
-    let response = match http::read_request(&mut stream).await {
-        Ok(request) => route(&request, peer, handle).await,
-        Err(err) => error(400, err.to_string(), None),
-    };
-    if let Err(err) = http::write_response(&mut stream, &response).await {
-        tracing::debug!("local api write: {err}");
-    }
+/// Serves connections until `stop` turns true, with `limits`.
+pub async fn serve_with(
+    listener: UnixListener,
+    handle: ControllerHandle,
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+) {
+    server::accept_loop(
+        "local api",
+        listener,
+        limits.max_connections,
+        stop,
+        move |stream: UnixStream| {
+            let peer = stream
+                .peer_cred()
+                .ok()
+                .and_then(|c| c.pid())
+                .and_then(|p| u32::try_from(p).ok());
+            let handle = handle.clone();
+            server::serve_http1(stream, limits, move |request| {
+                route(request, peer, handle.clone(), limits)
+            })
+        },
+    )
+    .await;
 }
 
 /// Answers one request; `peer` is the caller's process id.
-pub async fn route(request: &Request, peer: Option<u32>, handle: &ControllerHandle) -> Response {
-    match (request.method.as_str(), request.path.as_str()) {
-        ("GET", "/healthz") => Response::text(200, "text/plain", "ok\n".into()),
-        ("GET", "/v1/ps") => Response::json(200, &*handle.snapshot()),
-        ("POST", "/v1/run") => match parse(&request.body) {
-            Ok(run) => run_request(run, peer, handle).await,
-            Err(response) => response,
+async fn route(
+    request: Request<Incoming>,
+    peer: Option<u32>,
+    handle: ControllerHandle,
+    limits: Limits,
+) -> Answer {
+    let path = request.uri().path().to_string();
+    let method = request.method().clone();
+    match (path.as_str(), &method) {
+        (wire::HEALTH_PATH, &Method::GET | &Method::HEAD) => {
+            server::text(StatusCode::OK, "ok\n".into())
+        }
+        (wire::PS_PATH, &Method::GET | &Method::HEAD) => {
+            server::json(StatusCode::OK, &snapshot(&handle.snapshot()))
+        }
+        (wire::PLUGINS_PATH, &Method::GET | &Method::HEAD) => {
+            server::json(StatusCode::OK, &handle.plugins())
+        }
+        (wire::RUN_PATH, &Method::POST) => match parse::<RunRequest>(request, &limits).await {
+            Ok(run) => run_request(&run, peer, &handle).await,
+            Err(answer) => answer,
         },
-        ("POST", "/v1/release") => match parse::<ReleaseRequest>(&request.body) {
-            Ok(release) => match handle.release(release.pod, release.container).await {
-                Ok(released) => Response::json(200, &released),
-                Err(err) => control_error(&err),
-            },
-            Err(response) => response,
-        },
-        (_, "/healthz" | "/v1/ps" | "/v1/run" | "/v1/release") => error(
-            405,
-            format!("method {} not allowed on {}", request.method, request.path),
+        (wire::RELEASE_PATH, &Method::POST) => {
+            match parse::<ReleaseRequest>(request, &limits).await {
+                Ok(release) => match handle.release(release.pod, release.container).await {
+                    Ok(done) => server::json(StatusCode::OK, &released(&done)),
+                    Err(err) => control_error(&err),
+                },
+                Err(answer) => answer,
+            }
+        }
+        (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH, _) => {
+            not_allowed(&method, &path, "GET, HEAD")
+        }
+        (wire::RUN_PATH | wire::RELEASE_PATH, _) => not_allowed(&method, &path, "POST"),
+        _ => error(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint {path}"),
             None,
         ),
-        _ => error(404, format!("no such endpoint {}", request.path), None),
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|err| error(400, format!("invalid request body: {err}"), None))
+fn not_allowed(method: &Method, path: &str, allowed: &'static str) -> Answer {
+    server::allow(
+        error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method {method} not allowed on {path} (allowed: {allowed})"),
+            None,
+        ),
+        allowed,
+    )
 }
 
-async fn run_request(run: RunRequest, peer: Option<u32>, handle: &ControllerHandle) -> Response {
-    let pod = match run_pod(&run) {
+/// The JSON body of `request`, or the error answer (413, 408, 400 naming
+/// the field or position at fault).
+async fn parse<T: serde::de::DeserializeOwned>(
+    request: Request<Incoming>,
+    limits: &Limits,
+) -> Result<T, Answer> {
+    let body = server::read_body(request, limits)
+        .await
+        .map_err(|err| error(err.status(), err.to_string(), None))?;
+    serde_json::from_slice(&body).map_err(|err| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid request body: {err}"),
+            None,
+        )
+    })
+}
+
+async fn run_request(run: &RunRequest, peer: Option<u32>, handle: &ControllerHandle) -> Answer {
+    let pod = match run_pod(run) {
         Ok(pod) => pod,
-        Err(message) => return error(400, message, None),
+        Err(message) => return error(StatusCode::BAD_REQUEST, message, None),
     };
     let Some(pid) = peer else {
         return error(
-            400,
+            StatusCode::BAD_REQUEST,
             "cannot identify the calling process (no peer credentials)".into(),
             None,
         );
     };
+    let frontend = match Frontend::standalone(&pod.uid, Some(pid)) {
+        Ok(frontend) => frontend,
+        Err(err) => return control_error(&err),
+    };
     let request = AdmitRequest {
         pod,
         container: RUN_CONTAINER.to_string(),
-        numa_affinity: None,
-        placement: Placement::Cgroup { pid: Some(pid) },
+        frontend,
+        cpu_owner: pinion_core::engine::CpuOwner::Policy,
     };
     match handle.admit(request).await {
-        Ok(admitted) => Response::json(200, &admitted),
+        Ok(done) => server::json(StatusCode::OK, &admitted(&done)),
         Err(err) => control_error(&err),
     }
 }
 
 /// The single-container pod of a run: Guaranteed with `cpus` CPUs when a
 /// whole number ≥ 1 is asked for, Burstable with that request otherwise,
-/// BestEffort without one.
+/// BestEffort without one; with the run's other requests, name, namespace
+/// (default `pinion`), labels and annotations. Any valid cgroup name is a
+/// valid id (`pinion run` uses `pinion-run-<pid>-<time>`): the agent tells
+/// runs by their front-end, not their name.
 pub fn run_pod(run: &RunRequest) -> Result<Pod, String> {
-    if !run.id.starts_with(RUN_PREFIX) {
-        return Err(format!(
-            "run id {:?} must start with {RUN_PREFIX:?}",
-            run.id
-        ));
-    }
     if run.memory_nodes != "auto" {
         return Err(format!(
             "memory_nodes {:?} is not supported (only \"auto\")",
@@ -192,15 +208,131 @@ pub fn run_pod(run: &RunRequest) -> Result<Pod, String> {
             container.memory_limit = Some(memory);
         }
     }
+    for (name, text) in &run.requests {
+        if name == "cpu" || name == "memory" {
+            return Err(format!(
+                "request {name:?}: give cpus with --cpus (memory is set for exclusive runs)"
+            ));
+        }
+        let quantity =
+            Quantity::parse(text).map_err(|err| format!("invalid request {name}={text}: {err}"))?;
+        container.extended_requests.insert(name.clone(), quantity);
+    }
     Ok(Pod {
         uid: run.id.clone(),
+        name: run.pod_name.clone().unwrap_or_else(|| run.id.clone()),
+        namespace: run
+            .namespace
+            .clone()
+            .unwrap_or_else(|| wire::RUN_NAMESPACE.to_string()),
+        labels: run.labels.clone(),
+        annotations: run.annotations.clone(),
         init_containers: Vec::new(),
         containers: vec![container],
     })
 }
 
-fn error(status: u16, message: String, reason: Option<&str>) -> Response {
-    Response::json(
+/// A placement's resource settings on the wire.
+fn resources(r: &pinion_core::placement::ResourceSettings) -> wire::Resources {
+    wire::Resources {
+        cpu_quota: r.cpu_quota,
+        cpu_period: r.cpu_period,
+        cpu_shares: r.cpu_shares,
+        memory_limit: r.memory_limit,
+        memory_swap_limit: r.memory_swap_limit,
+        oom_score_adj: r.oom_score_adj,
+    }
+}
+
+/// Plugin allocations on the wire.
+fn plugins(
+    allocations: &pinion_core::plugin_allocation::PluginAllocations,
+) -> BTreeMap<String, wire::PluginAllocation> {
+    allocations
+        .iter()
+        .map(|(resource, a)| {
+            let allocation = wire::PluginAllocation {
+                oci_property_name: a.oci_property_name.clone(),
+                allocation_result: a.allocation_result.clone(),
+                allocated_quantity: a.allocated_quantity,
+                envs: a.envs.clone(),
+                annotations: a.annotations.clone(),
+            };
+            (resource.clone(), allocation)
+        })
+        .collect()
+}
+
+/// The wire form of an admission.
+#[must_use]
+pub fn admitted(done: &controller::Admitted) -> wire::Admitted {
+    let placement = &done.placement;
+    wire::Admitted {
+        pod: done.pod.clone(),
+        container: done.container.clone(),
+        cpus: placement.cpus.to_string(),
+        exclusive: placement.is_exclusive(),
+        mems: placement.mems.to_string(),
+        cgroup: done.cgroup.clone(),
+        pool: placement.pool.to_string(),
+        env: placement.env.clone(),
+        annotations: placement.annotations.clone(),
+        resources: resources(&placement.resources),
+    }
+}
+
+/// The wire form of a release.
+#[must_use]
+pub fn released(done: &controller::Released) -> wire::Released {
+    wire::Released {
+        containers: done.containers.clone(),
+        cpus: done.cpus.to_string(),
+    }
+}
+
+/// The wire form of the controller's snapshot (`pinion ps`).
+#[must_use]
+pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
+    wire::Snapshot {
+        policy: snapshot.policy.clone(),
+        all_cpus: snapshot.all_cpus.to_string(),
+        reserved: snapshot.reserved.to_string(),
+        shared_pool: snapshot.shared_pool.to_string(),
+        workloads: snapshot
+            .workloads
+            .iter()
+            .map(|w| wire::Workload {
+                pod: w.pod.clone(),
+                container: w.container.clone(),
+                exclusive: w.placement.is_exclusive(),
+                cpus: w.placement.cpus.to_string(),
+                mems: w.placement.mems.to_string(),
+                cgroup: w.cgroup.clone(),
+                pid: w.pid,
+                frontend: w.frontend.clone(),
+                pool: w.placement.pool.to_string(),
+                applied: w.applied,
+                container_id: w.container_id.clone(),
+                plugins: plugins(&w.plugins),
+            })
+            .collect(),
+        assignments: snapshot
+            .assignments
+            .iter()
+            .map(|(pod, containers)| {
+                let containers = containers
+                    .iter()
+                    .map(|(name, cpus)| (name.clone(), cpus.to_string()))
+                    .collect();
+                (pod.clone(), containers)
+            })
+            .collect(),
+        pending_plugin_removals: snapshot.pending_plugin_removals.clone(),
+    }
+}
+
+fn error(status: StatusCode, message: String, reason: Option<&str>) -> Answer {
+    server::json(
         status,
         &ErrorBody {
             error: message,
@@ -210,16 +342,77 @@ fn error(status: u16, message: String, reason: Option<&str>) -> Response {
 }
 
 /// The one place controller errors become HTTP statuses.
-fn control_error(err: &ControlError) -> Response {
+fn control_error(err: &ControlError) -> Answer {
     let (status, reason) = match err {
-        ControlError::InvalidName(_) => (400, None),
-        ControlError::Admission { source, .. } => (409, Some(source.reason())),
-        ControlError::NotFound { .. } => (404, None),
-        ControlError::Stopped => (503, None),
+        ControlError::InvalidName(_) => (StatusCode::BAD_REQUEST, None),
+        ControlError::Admission { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
+        ControlError::Conflict { .. } | ControlError::Plugin { .. } => (StatusCode::CONFLICT, None),
+        ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),
+        ControlError::Stopped | ControlError::Hints { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, None)
+        }
         ControlError::Checkpoint(_)
+        | ControlError::Journal(_)
+        | ControlError::NotDurable { .. }
+        | ControlError::Unreadable { .. }
         | ControlError::Restore { .. }
         | ControlError::Start(_)
-        | ControlError::Cgroup { .. } => (500, None),
+        | ControlError::Cgroup { .. } => (StatusCode::INTERNAL_SERVER_ERROR, None),
     };
     error(status, err.to_string(), reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_and_the_controller_agree_on_runs() {
+        assert_eq!(wire::RUN_CONTAINER, RUN_CONTAINER);
+    }
+
+    #[test]
+    fn snapshots_convert_to_the_documented_wire_form() {
+        let cpus = |text: &str| pinion_core::CpuSet::parse_list(text).expect("cpulist");
+        let mut assignments = pinion_core::state::Assignments::new();
+        assignments
+            .entry("pinion-run-1".into())
+            .or_default()
+            .insert("main".into(), cpus("1"));
+        let inner = controller::Snapshot {
+            policy: "static".into(),
+            all_cpus: cpus("0-1"),
+            reserved: cpus("0"),
+            shared_pool: cpus("0"),
+            workloads: vec![controller::WorkloadView {
+                pod: "pinion-run-1".into(),
+                container: "main".into(),
+                frontend: "standalone".into(),
+                placement: pinion_core::Placement {
+                    cpus: cpus("1"),
+                    mems: cpus("0"),
+                    pool: pinion_core::Pool::Exclusive,
+                    ..pinion_core::Placement::default()
+                },
+                applied: true,
+                cgroup: Some("pinion-run-1".into()),
+                pid: Some(4242),
+                container_id: None,
+                plugins: BTreeMap::new(),
+            }],
+            assignments,
+            ..controller::Snapshot::default()
+        };
+        let json = serde_json::to_value(snapshot(&inner)).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "policy": "static", "all_cpus": "0-1", "reserved": "0", "shared_pool": "0",
+                "workloads": [{"pod": "pinion-run-1", "container": "main", "exclusive": true,
+                               "cpus": "1", "mems": "0", "cgroup": "pinion-run-1", "pid": 4242,
+                               "frontend": "standalone", "pool": "exclusive", "applied": true}],
+                "assignments": {"pinion-run-1": {"main": "1"}}
+            })
+        );
+    }
 }

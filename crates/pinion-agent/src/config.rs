@@ -17,9 +17,13 @@ use pinion_core::policy::{FeatureGates, PolicyConfig, StaticPolicyOptions};
 use pinion_core::{CpuSet, Quantity};
 use serde::Deserialize;
 
+pub use pinion_api::paths::DefaultPaths;
+
 mod duration;
+mod qrm;
 
 pub use duration::parse_go_duration;
+pub use qrm::{QrmConfig, QrmFileConfig};
 
 /// Default `cpuManagerReconcilePeriod` (kubelet's).
 pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
@@ -38,8 +42,15 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config file {}: {message}", .path.display())]
-    Syntax { path: PathBuf, message: String },
+    /// The YAML is malformed or a key or value does not fit; `message`
+    /// names the field (`nri: unknown field \`enable\``).
+    #[error("config file {}{}: {message}", .path.display(), position(*.line, *.column))]
+    Syntax {
+        path: PathBuf,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
     #[error("invalid {field} {value:?}: {reason}")]
     Field {
         field: &'static str,
@@ -63,6 +74,13 @@ impl ConfigError {
     }
 }
 
+fn position(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(line), Some(column)) => format!(", line {line} column {column}"),
+        _ => String::new(),
+    }
+}
+
 fn field_error(field: &'static str, value: &str, reason: &dyn std::fmt::Display) -> ConfigError {
     ConfigError::Field {
         field,
@@ -76,11 +94,11 @@ fn field_error(field: &'static str, value: &str, reason: &dyn std::fmt::Display)
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileConfig {
     pub cpu_manager_policy: Option<String>,
-    pub cpu_manager_policy_options: Option<BTreeMap<String, serde_yaml::Value>>,
+    pub cpu_manager_policy_options: Option<BTreeMap<String, serde_yaml_ng::Value>>,
     #[serde(rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
-    pub kube_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
-    pub system_reserved: Option<BTreeMap<String, serde_yaml::Value>>,
+    pub kube_reserved: Option<BTreeMap<String, serde_yaml_ng::Value>>,
+    pub system_reserved: Option<BTreeMap<String, serde_yaml_ng::Value>>,
     pub cpu_manager_reconcile_period: Option<String>,
     pub topology_manager_policy: Option<String>,
     pub topology_manager_scope: Option<String>,
@@ -92,6 +110,7 @@ pub struct FileConfig {
     pub socket: Option<PathBuf>,
     pub metrics_addr: Option<String>,
     pub nri: Option<NriFileConfig>,
+    pub qos_resource_manager: Option<QrmFileConfig>,
 }
 
 /// The `nri` section of the file.
@@ -149,7 +168,7 @@ impl FileConfig {
     #[must_use]
     pub fn embedded() -> Self {
         let mut reserved = BTreeMap::new();
-        reserved.insert("cpu".to_string(), serde_yaml::Value::from("1"));
+        reserved.insert("cpu".to_string(), serde_yaml_ng::Value::from("1"));
         Self {
             cpu_manager_policy: Some("static".to_string()),
             system_reserved: Some(reserved),
@@ -162,10 +181,30 @@ impl FileConfig {
         if text.trim().is_empty() {
             return Ok(Self::default());
         }
-        serde_yaml::from_str(text).map_err(|err| ConfigError::Syntax {
-            path: path.to_path_buf(),
-            message: err.to_string(),
-        })
+        serde_yaml_ng::from_str(text).map_err(|err| syntax_error(&err, path))
+    }
+}
+
+/// The position comes first (the YAML library appends it to some messages
+/// and not to others, e.g. not at line 1 column 1).
+fn syntax_error(err: &serde_yaml_ng::Error, path: &Path) -> ConfigError {
+    let location = err.location();
+    let (line, column) = (
+        location.as_ref().map(serde_yaml_ng::Location::line),
+        location.as_ref().map(serde_yaml_ng::Location::column),
+    );
+    let mut message = err.to_string();
+    if let (Some(line), Some(column)) = (line, column) {
+        let suffix = format!(" at line {line} column {column}");
+        if let Some(stripped) = message.strip_suffix(&suffix) {
+            message = stripped.to_string();
+        }
+    }
+    ConfigError::Syntax {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message,
     }
 }
 
@@ -184,41 +223,6 @@ pub struct Overrides {
     pub nri_socket: Option<PathBuf>,
 }
 
-/// Where state and the socket go by default.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DefaultPaths {
-    pub state_dir: PathBuf,
-    pub socket: PathBuf,
-}
-
-impl DefaultPaths {
-    /// `/var/lib/pinion` and `/run/pinion/pinion.sock` for root; for anyone
-    /// else both under `<home>/.local/state/pinion`.
-    #[must_use]
-    pub fn for_user(is_root: bool, home: Option<&Path>) -> Self {
-        if is_root {
-            return Self {
-                state_dir: PathBuf::from("/var/lib/pinion"),
-                socket: PathBuf::from("/run/pinion/pinion.sock"),
-            };
-        }
-        let base = home.unwrap_or(Path::new(".")).join(".local/state/pinion");
-        Self {
-            socket: base.join("pinion.sock"),
-            state_dir: base,
-        }
-    }
-
-    /// The defaults for the user running this process.
-    #[must_use]
-    pub fn current() -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        let is_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        Self::for_user(is_root, home.as_deref())
-    }
-}
-
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -231,6 +235,7 @@ pub struct Config {
     pub socket: PathBuf,
     pub metrics_addr: SocketAddr,
     pub nri: NriConfig,
+    pub qrm: QrmConfig,
 }
 
 impl Config {
@@ -268,16 +273,19 @@ impl Config {
             .map_err(|err| field_error("metricsAddr", &metrics_text, &err))?;
         let nri = NriConfig::resolve(file.nri, overrides)?;
         let pick = |flag: &Option<PathBuf>, file: Option<PathBuf>| flag.clone().or(file);
+        let state_dir = pick(&overrides.state_dir, file.state_dir)
+            .unwrap_or_else(|| defaults.state_dir.clone());
+        let qrm = QrmConfig::resolve(file.qos_resource_manager, &state_dir)?;
         let config = Self {
             policy,
             reconcile_period,
-            state_dir: pick(&overrides.state_dir, file.state_dir)
-                .unwrap_or_else(|| defaults.state_dir.clone()),
+            state_dir,
             sysroot: pick(&overrides.sysroot, file.sysroot).unwrap_or_else(|| "/".into()),
             cgroup_root: pick(&overrides.cgroup_root, file.cgroup_root),
             socket: pick(&overrides.socket, file.socket).unwrap_or_else(|| defaults.socket.clone()),
             metrics_addr,
             nri,
+            qrm,
         };
         config.check_paths()?;
         Ok(config)
@@ -374,7 +382,7 @@ fn feature_gates(gates: Option<&BTreeMap<String, bool>>) -> Result<FeatureGates,
 
 /// Option values as text: YAML `true` and `"true"` both become `"true"`.
 fn policy_options(
-    options: Option<&BTreeMap<String, serde_yaml::Value>>,
+    options: Option<&BTreeMap<String, serde_yaml_ng::Value>>,
 ) -> Result<BTreeMap<String, String>, ConfigError> {
     let mut out = BTreeMap::new();
     for (name, value) in options.into_iter().flatten() {
@@ -390,18 +398,18 @@ fn policy_options(
     Ok(out)
 }
 
-fn scalar_text(value: &serde_yaml::Value) -> Option<String> {
+fn scalar_text(value: &serde_yaml_ng::Value) -> Option<String> {
     match value {
-        serde_yaml::Value::String(text) => Some(text.clone()),
-        serde_yaml::Value::Bool(b) => Some(b.to_string()),
-        serde_yaml::Value::Number(n) => Some(n.to_string()),
+        serde_yaml_ng::Value::String(text) => Some(text.clone()),
+        serde_yaml_ng::Value::Bool(b) => Some(b.to_string()),
+        serde_yaml_ng::Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
 }
 
 /// The `cpu` entry of a reservation map, in millicores (0 when absent).
 fn reserved_cpu(
-    map: Option<&BTreeMap<String, serde_yaml::Value>>,
+    map: Option<&BTreeMap<String, serde_yaml_ng::Value>>,
     field: &'static str,
 ) -> Result<u128, ConfigError> {
     let Some(value) = map.and_then(|m| m.get("cpu")) else {

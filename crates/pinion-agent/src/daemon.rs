@@ -2,13 +2,14 @@
 //! controller, then serve the local API, `/metrics`, the reconcile timer
 //! and (NRI mode) the NRI plugin until SIGTERM or SIGINT.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_core::policy::PolicyError;
-use pinion_core::topomgr::TopologyManagerError;
+use pinion_core::topomgr::{Scope, TopologyManagerError};
 use pinion_host::cgroup::{CgroupError, Cgroups};
+use pinion_host::lock::{lock_exclusive, Holder, Lock, LockError, STATE_LOCK_FILE};
 use pinion_host::DiscoveryError;
 use pinion_nri::{Plugin, PluginError, PluginOptions};
 use tokio::net::TcpListener;
@@ -17,8 +18,9 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::controller::{self, ControlError, Controller, ControllerHandle, StartParts};
-use crate::http::{self, Response};
+use crate::hints::{HintGatherer, HintSource};
 use crate::nri::NriFrontend;
+use crate::qrm::{Qrm, QrmError, QrmHints};
 use crate::{api, metrics};
 
 /// Why the agent could not start (or stopped abnormally).
@@ -37,12 +39,22 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("another pinion agent is running on state directory {} (it holds {})", .dir.display(), .lock.display())]
-    AlreadyRunning { dir: PathBuf, lock: PathBuf },
+    #[error("another pinion agent is running on state directory {} ({holder} holds {})", .dir.display(), .lock.display())]
+    AlreadyRunning {
+        dir: PathBuf,
+        lock: PathBuf,
+        holder: String,
+    },
+    #[error("cgroup root {} is managed by {holder}; give this agent another --cgroup-root, or stop that agent", .root.display())]
+    CgroupRootTaken { root: PathBuf, holder: String },
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error("nri plugin: {0}")]
     Nri(#[from] PluginError),
+    #[error(transparent)]
+    Qrm(#[from] Box<QrmError>),
+    #[error("cannot install the SIGTERM/SIGINT handlers: {source}")]
+    Signals { source: std::io::Error },
     #[error("cannot listen on {what} {address}: {source}")]
     Listen {
         what: &'static str,
@@ -53,6 +65,9 @@ pub enum AgentError {
 
 /// Runs the agent until a termination signal.
 pub async fn run(config: Config) -> Result<(), AgentError> {
+    // First of all: a SIGTERM during the start stops the agent once it is
+    // up, instead of killing it halfway.
+    let signals = Signals::install().map_err(|source| AgentError::Signals { source })?;
     let plugin_options = nri_options(&config, |key| std::env::var(key).ok())?;
     let topology = pinion_host::discover(&config.sysroot)?;
     let policy = config.policy.build(&topology)?;
@@ -63,20 +78,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         path: config.state_dir.clone(),
         source,
     })?;
-    let _lock = lock_state_dir(&config.state_dir)?;
-    let cgroup_root = cgroups.root().display().to_string();
-    let version = cgroups.version();
-    let controller = Controller::start(StartParts {
-        policy,
-        topology_manager,
-        topology,
-        state_dir: config.state_dir.clone(),
-        host: Box::new(cgroups),
-    })
-    .map_err(|err| match err {
-        ControlError::Cgroup { source, .. } => AgentError::Cgroups(source),
-        other => AgentError::Control(other),
-    })?;
+    let _state_lock = lock_state_dir(&config.state_dir)?;
+    // Listeners before cgroups: a start that cannot listen touches nothing.
     let listen = |what, address: String| {
         move |source| AgentError::Listen {
             what,
@@ -84,10 +87,6 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             source,
         }
     };
-    let socket = api::bind(&config.socket).map_err(listen(
-        "the local api socket",
-        config.socket.display().to_string(),
-    ))?;
     let metrics_listener = TcpListener::bind(config.metrics_addr)
         .await
         .map_err(listen(
@@ -97,16 +96,55 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let metrics_addr = metrics_listener
         .local_addr()
         .map_or_else(|_| config.metrics_addr.to_string(), |a| a.to_string());
+    let socket = api::bind(&config.socket).map_err(listen(
+        "the local api socket",
+        config.socket.display().to_string(),
+    ))?;
+    let cgroup_root = cgroups.root().display().to_string();
+    let version = cgroups.version();
+    let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
+    let started = claim_cgroup_root(&cgroups, &config.sysroot).and_then(|claim| {
+        let parts = StartParts {
+            policy,
+            topology_manager,
+            topology,
+            state_dir: config.state_dir.clone(),
+            host: Box::new(cgroups),
+            runtime_updates: plugin_options.is_some().then_some(runtime_tx),
+            file_ops: None,
+        };
+        match Controller::start(parts) {
+            Ok(controller) => Ok((controller, claim)),
+            Err(err) => {
+                claim.undo();
+                Err(match err {
+                    ControlError::Cgroup { source, .. } => AgentError::Cgroups(source),
+                    other => AgentError::Control(other),
+                })
+            }
+        }
+    });
+    let (controller, _root_lock) = match started {
+        Ok((controller, claim)) => (controller, claim.lock),
+        Err(err) => {
+            let _ = std::fs::remove_file(&config.socket);
+            return Err(err);
+        }
+    };
+    let qrm = config.qrm.enabled.then(|| Qrm::new(config.qrm.clone()));
+    let hints = hint_gatherer(&config, qrm.as_ref());
     let (handle, thread) =
-        controller::spawn(controller).map_err(|source| AgentError::StateDir {
-            path: config.state_dir.clone(),
-            source,
+        controller::spawn_with(controller, hints, qrm.clone()).map_err(|source| {
+            AgentError::StateDir {
+                path: config.state_dir.clone(),
+                source,
+            }
         })?;
     tracing::info!(socket = %config.socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = vec![
         tokio::spawn(api::serve(socket, handle.clone(), stop_rx.clone())),
-        tokio::spawn(serve_metrics(
+        tokio::spawn(metrics::serve(
             metrics_listener,
             handle.clone(),
             stop_rx.clone(),
@@ -117,14 +155,17 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             stop_rx.clone(),
         )),
     ];
+    if let Some(qrm) = &qrm {
+        tasks.extend(qrm.start(&handle, &stop_rx).map_err(Box::new)?);
+    }
     let mut plugin = None;
     if let Some(options) = plugin_options {
-        let (pusher, task) = start_nri(options, &handle, &stop_rx);
-        tasks.push(pusher);
+        let (forwarder, task) = start_nri(options, &handle, runtime_rx, &stop_rx);
+        tasks.push(forwarder);
         plugin = Some(task);
     }
     let outcome = tokio::select! {
-        () = wait_for_signal() => Ok(()),
+        () = signals.wait() => Ok(()),
         ended = plugin_ended(&mut plugin) => ended,
     };
     tracing::info!("shutting down");
@@ -139,6 +180,23 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     let _ = std::fs::remove_file(&config.socket);
     outcome
+}
+
+/// The providers of topology hints outside the engine: the resource plugins
+/// when the QoS Resource Manager is on.
+fn hint_gatherer(config: &Config, qrm: Option<&Arc<Qrm>>) -> HintGatherer {
+    let Some(qrm) = qrm else {
+        return HintGatherer::none();
+    };
+    let scope = match config.policy.topology_manager_scope.as_deref() {
+        Some("pod") => Scope::Pod,
+        _ => Scope::Container,
+    };
+    let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(qrm)))];
+    // Each plugin call has its own deadline; the gathering as a whole gets
+    // room for every plugin's.
+    let deadline = config.qrm.rpc_timeout * 2;
+    HintGatherer::new(sources, scope, deadline)
 }
 
 /// The NRI plugin options: runtime-launched when `NRI_PLUGIN_SOCKET` (and
@@ -159,18 +217,21 @@ pub fn nri_options(
 
 type PluginTask = tokio::task::JoinHandle<Result<(), PluginError>>;
 
-/// Starts the NRI front-end: the plugin and the shared-pool pusher.
+/// Starts the NRI front-end: the plugin and the forwarder of the
+/// executor's runtime updates.
 fn start_nri(
     options: PluginOptions,
     handle: &ControllerHandle,
+    updates: tokio::sync::mpsc::UnboundedReceiver<Vec<controller::RuntimeUpdate>>,
     stop: &watch::Receiver<bool>,
 ) -> (tokio::task::JoinHandle<()>, PluginTask) {
     tracing::info!(name = %options.name, index = %options.index, endpoint = ?options.endpoint, "nri plugin mode");
     let frontend = Arc::new(NriFrontend::new(handle.clone()));
     let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
     frontend.set_update_sender(sender);
-    let (pool, pusher_stop) = (handle.shared_pool(), stop.clone());
-    let pusher = tokio::spawn(async move { frontend.push_shared_pool(pool, pusher_stop).await });
+    let forwarder_stop = stop.clone();
+    let pusher =
+        tokio::spawn(async move { frontend.forward_updates(updates, forwarder_stop).await });
     let mut stop = stop.clone();
     let task = tokio::spawn(plugin.run(async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
@@ -200,42 +261,93 @@ async fn plugin_ended(plugin: &mut Option<PluginTask>) -> Result<(), AgentError>
 }
 
 /// Name of the lock file that keeps a second agent off the state directory.
-pub const LOCK_FILE: &str = ".pinion-agent.lock";
+pub const LOCK_FILE: &str = STATE_LOCK_FILE;
 
-/// Takes the state directory's lock (held while the returned file lives).
-pub fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, AgentError> {
+/// Takes the state directory's lock (held while the returned lock lives).
+pub fn lock_state_dir(dir: &Path) -> Result<Lock, AgentError> {
     let lock = dir.join(LOCK_FILE);
-    let io_error = |source| AgentError::StateDir {
-        path: lock.clone(),
-        source,
-    };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock)
-        .map_err(io_error)?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(AgentError::AlreadyRunning {
+    lock_exclusive(&lock, true, Path::new("/proc")).map_err(|err| match err {
+        LockError::Held { holder, .. } => AgentError::AlreadyRunning {
             dir: dir.to_path_buf(),
             lock,
-        }),
-        Err(std::fs::TryLockError::Error(source)) => Err(io_error(source)),
+            holder: holder_text(holder.as_ref()),
+        },
+        LockError::Io { source, .. } => AgentError::StateDir { path: lock, source },
+    })
+}
+
+/// Pinion's cgroup root, created if missing and locked for this agent.
+struct RootClaim {
+    lock: Lock,
+    /// The directories this start created (removed again if it fails).
+    created: Vec<PathBuf>,
+}
+
+impl RootClaim {
+    /// A failed start leaves no cgroup directory behind.
+    fn undo(self) {
+        drop(self.lock);
+        if let Err(err) = Cgroups::remove_created(&self.created) {
+            tracing::warn!("removing the cgroup root created by a failed start: {err}");
+        }
     }
 }
 
-async fn wait_for_signal() {
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stopping");
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// Creates Pinion's cgroup root if missing and locks it, so that no second
+/// agent (with another state directory) manages the same cgroups.
+fn claim_cgroup_root(cgroups: &Cgroups, sysroot: &Path) -> Result<RootClaim, AgentError> {
+    let created = cgroups.create_root_dirs()?;
+    match lock_exclusive(cgroups.root(), false, &sysroot.join("proc")) {
+        Ok(lock) => Ok(RootClaim { lock, created }),
+        Err(err) => {
+            if let Err(cleanup) = Cgroups::remove_created(&created) {
+                tracing::warn!("removing {cleanup}");
+            }
+            Err(match err {
+                LockError::Held { path, holder } => AgentError::CgroupRootTaken {
+                    root: path,
+                    holder: holder_text(holder.as_ref()),
+                },
+                LockError::Io { path, source } => AgentError::StateDir { path, source },
+            })
+        }
+    }
+}
+
+fn holder_text(holder: Option<&Holder>) -> String {
+    holder.map_or_else(
+        || "another process".to_string(),
+        |h| match &h.state_dir {
+            Some(dir) => format!(
+                "the agent with pid {} and state directory {}",
+                h.pid,
+                dir.display()
+            ),
+            None => format!("process {}", h.pid),
+        },
+    )
+}
+
+/// SIGTERM and SIGINT, installed before anything else starts.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// Resolves at the first SIGTERM or SIGINT (also one received earlier).
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 
@@ -260,42 +372,6 @@ async fn reconcile_timer(
             }
             _ = stop.changed() => break,
         }
-    }
-}
-
-/// Serves `/metrics`, `/healthz` and `/readyz` over TCP.
-pub async fn serve_metrics(
-    listener: TcpListener,
-    handle: ControllerHandle,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((mut stream, _)) = accepted else { continue };
-                let handle = handle.clone();
-                tokio::spawn(async move {
-                    let response = match http::read_request(&mut stream).await {
-                        Ok(request) => metrics_route(&request.method, &request.path, &handle),
-                        Err(err) => Response::text(400, "text/plain", format!("{err}\n")),
-                    };
-                    let _ = http::write_response(&mut stream, &response).await;
-                });
-            }
-            _ = stop.changed() => break,
-        }
-    }
-}
-
-fn metrics_route(method: &str, path: &str, handle: &ControllerHandle) -> Response {
-    match (method, path) {
-        ("GET", "/metrics") => Response::text(
-            200,
-            "text/plain; version=0.0.4",
-            metrics::render(&handle.snapshot().metrics),
-        ),
-        ("GET", "/healthz" | "/readyz") => Response::text(200, "text/plain", "ok\n".into()),
-        _ => Response::text(404, "text/plain", format!("no such endpoint {path}\n")),
     }
 }
 

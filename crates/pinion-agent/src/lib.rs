@@ -1,15 +1,19 @@
-//! Pinion's node daemon: one controller owning the engine, the checkpoint
-//! and the managed cgroups; the local API (standalone front-end), the
-//! `/metrics` endpoint and the configuration. Design: `docs/design.md`.
+//! Pinion's node daemon (binary `pinion-agent`): one controller owning the
+//! engine, the checkpoint and the managed cgroups; the local API
+//! (standalone front-end) and the `/metrics` endpoint on one hyper stack
+//! (`server`); the configuration. Design: `docs/design.md`.
 
 pub mod api;
-pub mod client;
 pub mod config;
 pub mod controller;
 pub mod daemon;
-pub mod http;
+pub mod hints;
 pub mod metrics;
 pub mod nri;
+pub mod qrm;
+pub mod server;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 
 pub use config::{Config, ConfigError, DefaultPaths, Overrides};
 pub use daemon::{run, AgentError};

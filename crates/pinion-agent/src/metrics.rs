@@ -1,14 +1,28 @@
 //! The agent's metrics: kubelet's CPU manager names and meanings where
 //! kubelet has them, `pinion_*` for Pinion's own (list: `docs/metrics.md`,
-//! names are a contract), rendered in the Prometheus text format.
+//! names are a contract), encoded by `prometheus-client` in the OpenMetrics
+//! text format; and the HTTP endpoint serving them with `/healthz` and
+//! `/readyz`.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-use pinion_core::engine::Metrics;
-use pinion_core::policy::{Policy, PolicyError};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use pinion_api::local as wire;
+use pinion_core::engine::{
+    AlignmentCounts, AllocationSource, AssignmentType, CpuGauges, Metrics, ResourceManagerCounts,
+};
 use pinion_core::topomgr::metrics::AdmissionMetrics;
-use pinion_core::CpuSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::controller::ControllerHandle;
+use crate::server::{self, Answer, Limits};
 
 /// Upper bounds (seconds) of the checkpoint write latency histogram.
 pub const WRITE_BUCKETS: [f64; 10] = [
@@ -41,224 +55,445 @@ pub struct Counters {
     pub drift_repairs_total: u64,
     pub released_gone_total: u64,
     pub reconcile_runs_total: u64,
-    /// (scope, boundary) → count, kubelet's `container_aligned_compute_resources_count`.
-    pub aligned: BTreeMap<(&'static str, &'static str), u64>,
-    /// kubelet's `container_aligned_compute_resources_failure_count`.
-    pub aligned_failures: BTreeMap<(&'static str, &'static str), u64>,
+    /// Compactions of the journal into the checkpoint.
     pub checkpoint_write_seconds: Histogram,
-}
-
-impl Counters {
-    /// Counts alignment as kubelet's static policy does: `physical_cpu`
-    /// with full-pcpus-only (success, or an SMT alignment failure) and
-    /// `uncore_cache` when uncore alignment is preferred and achieved.
-    pub fn count_alignment(
-        &mut self,
-        policy: &Policy,
-        result: &Result<Option<CpuSet>, PolicyError>,
-    ) {
-        let Policy::Static(policy) = policy else {
-            return;
-        };
-        let options = policy.options();
-        match result {
-            Ok(Some(cpus)) => {
-                if options.full_pcpus_only {
-                    *self
-                        .aligned
-                        .entry(("container", "physical_cpu"))
-                        .or_default() += 1;
-                }
-                let in_one_uncore = policy
-                    .topology()
-                    .uncores()
-                    .values()
-                    .any(|uncore| cpus.is_subset(uncore));
-                if options.prefer_align_cpus_by_uncorecache && in_one_uncore {
-                    *self
-                        .aligned
-                        .entry(("container", "uncore_cache"))
-                        .or_default() += 1;
-                }
-            }
-            Err(err) if err.reason() == "SMTAlignmentError" => {
-                *self
-                    .aligned_failures
-                    .entry(("container", "physical_cpu"))
-                    .or_default() += 1;
-            }
-            _ => {}
-        }
-    }
+    /// One journal flush (write + `fdatasync`) per batch of decisions.
+    pub journal_flush_seconds: Histogram,
+    pub journal_flush_failures_total: u64,
+    /// Batches flushed and the records they held (records / batches is the
+    /// mean batch size).
+    pub journal_batches_total: u64,
+    pub journal_records_total: u64,
+    /// From a reconcile poll of the resource plugins to the changed
+    /// placements being applied.
+    pub plugin_apply_seconds: Histogram,
 }
 
 /// The numbers `/metrics` shows, taken from one snapshot.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricsSnapshot {
+    /// kubelet's CPU and Topology Manager counters, kept by the engine.
     pub engine: Metrics,
+    /// kubelet's CPU manager gauges, from the state.
+    pub gauges: CpuGauges,
     pub counters: Counters,
-    pub shared_pool_cpus: usize,
-    pub exclusive_cpus: usize,
-    pub exclusive_per_numa: BTreeMap<u32, usize>,
     pub workloads: usize,
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-fn simple(out: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    header(out, name, kind, help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// The Prometheus text exposition.
+/// The exposition (OpenMetrics text) of one snapshot and the resource
+/// plugins' statistics.
 #[must_use]
-pub fn render(m: &MetricsSnapshot) -> String {
+pub fn render(m: &MetricsSnapshot, plugins: &[wire::Plugin]) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(m.clone(), plugins.to_vec())));
     let mut out = String::new();
-    let c = &m.counters;
-    simple(
-        &mut out,
-        "cpu_manager_pinning_requests_total",
-        "counter",
-        "The number of cpu core allocations which required pinning.",
-        m.engine.pinning_requests_total,
-    );
-    simple(
-        &mut out,
-        "cpu_manager_pinning_errors_total",
-        "counter",
-        "The number of cpu core allocations which required pinning failed.",
-        m.engine.pinning_errors_total,
-    );
-    simple(
-        &mut out,
-        "cpu_manager_shared_pool_size_millicores",
-        "gauge",
-        "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
-        m.shared_pool_cpus * 1000,
-    );
-    simple(
-        &mut out,
-        "cpu_manager_exclusive_cpu_allocation_count",
-        "gauge",
-        "The total number of CPUs exclusively allocated to containers.",
-        m.exclusive_cpus,
-    );
-    header(
-        &mut out,
-        "cpu_manager_allocation_per_numa",
-        "gauge",
-        "Number of CPUs allocated per NUMA node.",
-    );
-    for (node, count) in &m.exclusive_per_numa {
-        let _ = writeln!(
-            out,
-            "cpu_manager_allocation_per_numa{{numa_node=\"{node}\"}} {count}"
-        );
+    if let Err(err) = encode(&mut out, &registry) {
+        tracing::error!("encoding metrics: {err}");
     }
-    aligned(
-        &mut out,
-        "container_aligned_compute_resources_count",
-        "Cumulative number of aligned compute resources allocated to containers by alignment type.",
-        &c.aligned,
-    );
-    aligned(&mut out, "container_aligned_compute_resources_failure_count",
-        "Cumulative number of failures to allocate aligned compute resources to containers by alignment type.", &c.aligned_failures);
-    topology_manager(&mut out, &m.engine.topology);
-    simple(
-        &mut out,
-        "pinion_reconcile_runs_total",
-        "counter",
-        "Reconcile passes run.",
-        c.reconcile_runs_total,
-    );
-    simple(
-        &mut out,
-        "pinion_reconcile_drift_repairs_total",
-        "counter",
-        "Cgroup cpusets found changed outside Pinion and rewritten.",
-        c.drift_repairs_total,
-    );
-    simple(
-        &mut out,
-        "pinion_released_gone_total",
-        "counter",
-        "Containers released because their processes had ended.",
-        c.released_gone_total,
-    );
-    simple(
-        &mut out,
-        "pinion_managed_containers",
-        "gauge",
-        "Containers currently admitted.",
-        m.workloads,
-    );
-    histogram(
-        &mut out,
-        "pinion_checkpoint_write_duration_seconds",
-        "Durable checkpoint write latency (write, fsync, rename, directory fsync).",
-        &c.checkpoint_write_seconds,
-    );
     out
 }
 
-/// kubelet's Topology Manager admission metrics.
-fn topology_manager(out: &mut String, t: &AdmissionMetrics) {
-    simple(
-        out,
-        "topology_manager_admission_requests_total",
-        "counter",
-        "The number of admission requests where resources have to be aligned.",
-        t.requests_total,
-    );
-    simple(
-        out,
-        "topology_manager_admission_errors_total",
-        "counter",
-        "The number of admission request failures where resources could not be aligned.",
-        t.errors_total,
-    );
-    let name = "topology_manager_admission_duration_ms";
-    header(
-        out,
-        name,
-        "histogram",
-        "Duration in milliseconds to serve a pod admission request.",
-    );
-    for (bound, cumulative) in t.duration_ms.cumulative() {
-        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+/// Encodes one snapshot's values on each scrape. The names are written
+/// without the `_total` suffix prometheus-client appends to counters.
+#[derive(Debug)]
+struct SnapshotCollector(MetricsSnapshot, Vec<wire::Plugin>);
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut out: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let m = &self.0;
+        let c = &m.counters;
+        counter(
+            &mut out,
+            "cpu_manager_pinning_requests",
+            "The number of cpu core allocations which required pinning.",
+            m.engine.pinning_requests_total,
+        )?;
+        counter(
+            &mut out,
+            "cpu_manager_pinning_errors",
+            "The number of cpu core allocations which required pinning failed.",
+            m.engine.pinning_errors_total,
+        )?;
+        gauge(
+            &mut out,
+            "cpu_manager_shared_pool_size_millicores",
+            "The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
+            usize::try_from(m.gauges.shared_pool_millicores).unwrap_or(usize::MAX),
+        )?;
+        gauge(
+            &mut out,
+            "cpu_manager_exclusive_cpu_allocation_count",
+            "The total number of CPUs exclusively allocated to containers.",
+            m.gauges.exclusive_cpus,
+        )?;
+        let mut per_numa = out.encode_descriptor(
+            "cpu_manager_allocation_per_numa",
+            "Number of CPUs allocated per NUMA node.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (node, count) in &m.gauges.allocation_per_numa {
+            let labels = [("numa_node", node.to_string())];
+            ConstGauge::new(*count).encode(per_numa.encode_family(&labels)?)?;
+        }
+        aligned(
+            &mut out,
+            "container_aligned_compute_resources_count",
+            "Cumulative number of aligned compute resources allocated to containers by alignment type.",
+            &m.engine.aligned,
+        )?;
+        aligned(
+            &mut out,
+            "container_aligned_compute_resources_failure_count",
+            "Cumulative number of failures to allocate aligned compute resources to containers by alignment type.",
+            &m.engine.aligned_failures,
+        )?;
+        resource_manager(&mut out, &m.engine.resource_manager)?;
+        topology_manager(&mut out, &m.engine.topology)?;
+        counter(
+            &mut out,
+            "pinion_reconcile_runs",
+            "Reconcile passes run.",
+            c.reconcile_runs_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_reconcile_drift_repairs",
+            "Cgroup cpusets found changed outside Pinion and rewritten.",
+            c.drift_repairs_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_released_gone",
+            "Containers released because their processes had ended.",
+            c.released_gone_total,
+        )?;
+        gauge(
+            &mut out,
+            "pinion_managed_containers",
+            "Containers currently admitted.",
+            m.workloads,
+        )?;
+        seconds(
+            &mut out,
+            "pinion_checkpoint_write_duration_seconds",
+            "Checkpoint rewrites from the state (the journal's compactions: write, fsync, rename, directory fsync).",
+            &c.checkpoint_write_seconds,
+        )?;
+        seconds(
+            &mut out,
+            "pinion_journal_flush_duration_seconds",
+            "Journal flush latency (one write and one fdatasync per batch of decisions).",
+            &c.journal_flush_seconds,
+        )?;
+        counter(
+            &mut out,
+            "pinion_journal_flush_failures",
+            "Journal flushes that failed (their batch was rolled back and refused).",
+            c.journal_flush_failures_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_journal_batches",
+            "Batches of decisions made durable by one journal flush.",
+            c.journal_batches_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_journal_records",
+            "Decision records made durable.",
+            c.journal_records_total,
+        )?;
+        seconds(
+            &mut out,
+            "pinion_qrm_reconcile_apply_duration_seconds",
+            "From polling the resource plugins to the changed placements being applied (cgroup written or runtime update queued).",
+            &c.plugin_apply_seconds,
+        )?;
+        plugins(&mut out, &self.1)
     }
-    let h = &t.duration_ms;
-    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
-    let _ = writeln!(out, "{name}_sum {}", h.sum_ms());
-    let _ = writeln!(out, "{name}_count {}", h.count);
 }
 
-fn aligned(out: &mut String, name: &str, help: &str, values: &BTreeMap<(&str, &str), u64>) {
-    header(out, name, "counter", help);
-    for scope in ["container", "pod"] {
-        for boundary in ["numa_node", "physical_cpu", "uncore_cache"] {
-            let value = values.get(&(scope, boundary)).copied().unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{name}{{boundary=\"{boundary}\",scope=\"{scope}\"}} {value}"
-            );
+/// A histogram of [`Histogram`] (seconds, [`WRITE_BUCKETS`]).
+fn seconds(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    h: &Histogram,
+) -> Result<(), std::fmt::Error> {
+    let buckets: Vec<(f64, u64)> = WRITE_BUCKETS
+        .iter()
+        .copied()
+        .zip(h.counts)
+        .chain(std::iter::once((
+            f64::INFINITY,
+            h.count - h.counts.iter().sum::<u64>(),
+        )))
+        .collect();
+    histogram(out, name, help, (h.sum, h.count), &buckets)
+}
+
+/// Per resource plugin: whether it is active, its calls by method (count,
+/// errors, latency) and the containers its reconcile answers changed.
+fn plugins(out: &mut DescriptorEncoder, plugins: &[wire::Plugin]) -> Result<(), std::fmt::Error> {
+    let mut up = out.encode_descriptor(
+        "pinion_qrm_plugin_up",
+        "1 while a resource plugin is registered and active, 0 while stopped.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for p in plugins {
+        let labels = [("resource", p.resource.as_str())];
+        ConstGauge::new(i64::from(p.state == "active")).encode(up.encode_family(&labels)?)?;
+    }
+    let mut calls = out.encode_descriptor(
+        "pinion_qrm_plugin_calls",
+        "Calls of resource plugins, by resource and method.",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in plugins {
+        for (method, stats) in &p.stats.calls {
+            let labels = [
+                ("method", method.as_str()),
+                ("resource", p.resource.as_str()),
+            ];
+            ConstCounter::new(stats.calls).encode(calls.encode_family(&labels)?)?;
         }
     }
+    let mut errors = out.encode_descriptor(
+        "pinion_qrm_plugin_call_errors",
+        "Calls of resource plugins that failed (error, deadline, unreachable), by resource and method.",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in plugins {
+        for (method, stats) in &p.stats.calls {
+            let labels = [
+                ("method", method.as_str()),
+                ("resource", p.resource.as_str()),
+            ];
+            ConstCounter::new(stats.errors).encode(errors.encode_family(&labels)?)?;
+        }
+    }
+    let mut latency = out.encode_descriptor(
+        "pinion_qrm_plugin_call_duration_seconds",
+        "Latency of resource plugin calls, by resource and method.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for p in plugins {
+        for (method, stats) in &p.stats.calls {
+            let labels = [
+                ("method", method.as_str()),
+                ("resource", p.resource.as_str()),
+            ];
+            let in_buckets: u64 = stats.buckets.iter().sum();
+            let buckets: Vec<(f64, u64)> = wire::PLUGIN_LATENCY_BUCKETS
+                .iter()
+                .copied()
+                .zip(stats.buckets.iter().copied())
+                .chain(std::iter::once((
+                    f64::INFINITY,
+                    stats.calls.saturating_sub(in_buckets),
+                )))
+                .collect();
+            latency
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(stats.seconds, stats.calls, &buckets, None)?;
+        }
+    }
+    let mut changes = out.encode_descriptor(
+        "pinion_qrm_reconcile_changes",
+        "Containers whose allocation a resource plugin's reconcile answer changed.",
+        None,
+        MetricType::Counter,
+    )?;
+    for p in plugins {
+        let labels = [("resource", p.resource.as_str())];
+        ConstCounter::new(p.stats.reconcile_changes).encode(changes.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
-fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
-    header(out, name, "histogram", help);
-    let mut cumulative = 0;
-    for (bound, count) in WRITE_BUCKETS.iter().zip(h.counts) {
-        cumulative += count;
-        let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+/// kubelet's resource-manager counters for `resource_name="cpu"`
+/// (KEP-5526).
+fn resource_manager(
+    out: &mut DescriptorEncoder,
+    rm: &ResourceManagerCounts,
+) -> Result<(), std::fmt::Error> {
+    let mut allocations = out.encode_descriptor(
+        "resource_manager_allocations",
+        "Number of allocations made by the resource managers, by resource and source.",
+        None,
+        MetricType::Counter,
+    )?;
+    for source in AllocationSource::ALL {
+        let labels = [("resource_name", "cpu"), ("source", source.label())];
+        ConstCounter::new(rm.allocations(source)).encode(allocations.encode_family(&labels)?)?;
     }
-    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
-    let _ = writeln!(out, "{name}_sum {}", h.sum);
-    let _ = writeln!(out, "{name}_count {}", h.count);
+    let mut errors = out.encode_descriptor(
+        "resource_manager_allocation_errors",
+        "Number of failed allocations of the resource managers, by resource and source.",
+        None,
+        MetricType::Counter,
+    )?;
+    for source in AllocationSource::ALL {
+        let labels = [("resource_name", "cpu"), ("source", source.label())];
+        ConstCounter::new(rm.errors(source)).encode(errors.encode_family(&labels)?)?;
+    }
+    let mut assignments = out.encode_descriptor(
+        "resource_manager_container_assignments",
+        "Number of containers by how their resources were assigned.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for kind in AssignmentType::ALL {
+        let labels = [("assignment_type", kind.label()), ("resource_name", "cpu")];
+        let value = i64::try_from(rm.assignments(kind)).unwrap_or(i64::MAX);
+        ConstGauge::new(value).encode(assignments.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A counter named `name` (exposed as `name_total`).
+fn counter(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstCounter::new(value);
+    metric.encode(out.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn gauge(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: usize,
+) -> Result<(), std::fmt::Error> {
+    let metric = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+    metric.encode(out.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+fn histogram(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    (sum, count): (f64, u64),
+    buckets: &[(f64, u64)],
+) -> Result<(), std::fmt::Error> {
+    out.encode_descriptor(name, help, None, MetricType::Histogram)?
+        .encode_histogram::<NoLabelSet>(sum, count, buckets, None)
+}
+
+/// kubelet's Topology Manager admission metrics.
+fn topology_manager(
+    out: &mut DescriptorEncoder,
+    t: &AdmissionMetrics,
+) -> Result<(), std::fmt::Error> {
+    counter(
+        out,
+        "topology_manager_admission_requests",
+        "The number of admission requests where resources have to be aligned.",
+        t.requests_total,
+    )?;
+    counter(
+        out,
+        "topology_manager_admission_errors",
+        "The number of admission request failures where resources could not be aligned.",
+        t.errors_total,
+    )?;
+    let h = &t.duration_ms;
+    let mut previous = 0;
+    let mut buckets: Vec<(f64, u64)> = h
+        .cumulative()
+        .into_iter()
+        .map(|(bound, cumulative)| {
+            let in_bucket = cumulative - previous;
+            previous = cumulative;
+            (bound, in_bucket)
+        })
+        .collect();
+    buckets.push((f64::INFINITY, h.count - previous));
+    histogram(
+        out,
+        "topology_manager_admission_duration_ms",
+        "Duration in milliseconds to serve a pod admission request.",
+        (h.sum_ms(), h.count),
+        &buckets,
+    )
+}
+
+/// kubelet's alignment counters. Their names end in `_count`, not
+/// `_total`, so they are written with OpenMetrics type `unknown`: the
+/// series names stay kubelet's.
+fn aligned(
+    out: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: &AlignmentCounts,
+) -> Result<(), std::fmt::Error> {
+    let mut family = out.encode_descriptor(name, help, None, MetricType::Unknown)?;
+    for (scope, boundary, value) in values.series() {
+        let labels = [("boundary", boundary.label()), ("scope", scope.label())];
+        ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX))
+            .encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` until `stop` turns true,
+/// with [`Limits::METRICS`].
+pub async fn serve(listener: TcpListener, handle: ControllerHandle, stop: watch::Receiver<bool>) {
+    serve_with(listener, handle, stop, Limits::METRICS).await;
+}
+
+/// Serves the metrics endpoint with `limits`.
+pub async fn serve_with(
+    listener: TcpListener,
+    handle: ControllerHandle,
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+) {
+    server::accept_loop(
+        "metrics",
+        listener,
+        limits.max_connections,
+        stop,
+        move |stream| {
+            let handle = handle.clone();
+            server::serve_http1(stream, limits, move |request: Request<Incoming>| {
+                let answer = route(request.method(), request.uri().path(), &handle);
+                async move { answer }
+            })
+        },
+    )
+    .await;
+}
+
+/// Answers by path (the query is ignored); `GET` and `HEAD` only.
+fn route(method: &Method, path: &str, handle: &ControllerHandle) -> Answer {
+    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
+    if !known {
+        return server::text(StatusCode::NOT_FOUND, format!("no such endpoint {path}\n"));
+    }
+    if method != Method::GET && method != Method::HEAD {
+        let message = format!("method {method} not allowed on {path} (allowed: GET, HEAD)\n");
+        return server::allow(
+            server::text(StatusCode::METHOD_NOT_ALLOWED, message),
+            "GET, HEAD",
+        );
+    }
+    if path == "/metrics" {
+        let body = render(&handle.snapshot().metrics, &handle.plugins());
+        return server::with_type(StatusCode::OK, CONTENT_TYPE, body.into_bytes());
+    }
+    server::text(StatusCode::OK, "ok\n".into())
 }
 
 #[cfg(test)]
@@ -273,15 +508,18 @@ mod tests {
 
     #[test]
     fn renders_kubelet_names_with_values() {
-        let mut m = MetricsSnapshot {
-            shared_pool_cpus: 3,
-            exclusive_cpus: 5,
-            ..MetricsSnapshot::default()
-        };
+        let mut m = MetricsSnapshot::default();
+        m.gauges.shared_pool_millicores = 3000;
+        m.gauges.exclusive_cpus = 5;
         m.engine.pinning_requests_total = 7;
         m.engine.pinning_errors_total = 2;
-        m.exclusive_per_numa.insert(1, 4);
-        m.counters.aligned.insert(("container", "physical_cpu"), 6);
+        m.gauges.allocation_per_numa.insert(1, 4);
+        for _ in 0..6 {
+            m.engine.aligned.inc(
+                pinion_core::engine::AlignScope::Container,
+                pinion_core::engine::AlignBoundary::PhysicalCpu,
+            );
+        }
         m.counters.checkpoint_write_seconds.observe(0.0007);
         m.counters.checkpoint_write_seconds.observe(3.0);
         m.engine.topology.requests_total = 4;
@@ -289,7 +527,7 @@ mod tests {
         m.engine
             .topology
             .observe_duration(std::time::Duration::from_micros(70));
-        let text = render(&m);
+        let text = render(&m, &[]);
         let cases = [
             ("cpu_manager_pinning_requests_total", "7"),
             ("cpu_manager_pinning_errors_total", "2"),
@@ -300,14 +538,16 @@ mod tests {
             ("container_aligned_compute_resources_failure_count{boundary=\"physical_cpu\",scope=\"container\"}", "0"),
             ("pinion_checkpoint_write_duration_seconds_bucket{le=\"0.0005\"}", "0"),
             ("pinion_checkpoint_write_duration_seconds_bucket{le=\"0.001\"}", "1"),
-            ("pinion_checkpoint_write_duration_seconds_bucket{le=\"1\"}", "1"),
+            ("pinion_checkpoint_write_duration_seconds_bucket{le=\"1.0\"}", "1"),
             ("pinion_checkpoint_write_duration_seconds_bucket{le=\"+Inf\"}", "2"),
             ("pinion_checkpoint_write_duration_seconds_count", "2"),
             ("topology_manager_admission_requests_total", "4"),
             ("topology_manager_admission_errors_total", "1"),
             ("topology_manager_admission_duration_ms_bucket{le=\"0.05\"}", "0"),
             ("topology_manager_admission_duration_ms_bucket{le=\"0.1\"}", "1"),
+            ("topology_manager_admission_duration_ms_bucket{le=\"+Inf\"}", "1"),
             ("topology_manager_admission_duration_ms_count", "1"),
+            ("pinion_reconcile_runs_total", "0"),
         ];
         for (series, want) in cases {
             assert_eq!(
@@ -316,5 +556,64 @@ mod tests {
                 "{series}\n{text}"
             );
         }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// Every metric of `docs/metrics.md` (a contract) is exposed under its
+    /// documented name: counters and gauges as a series of that name,
+    /// histograms as `_bucket`, `_sum` and `_count` series.
+    #[test]
+    fn every_documented_metric_is_exposed_under_its_name() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/metrics.md"
+        ))
+        .expect("docs/metrics.md");
+        let mut m = MetricsSnapshot::default();
+        m.gauges.allocation_per_numa.insert(0, 0);
+        let mut stats = wire::PluginStats::default();
+        stats.calls.insert(
+            "Allocate".into(),
+            wire::MethodStats {
+                calls: 1,
+                buckets: vec![0; wire::PLUGIN_LATENCY_BUCKETS.len()],
+                ..wire::MethodStats::default()
+            },
+        );
+        let plugin = wire::Plugin {
+            resource: "cpu".into(),
+            socket: "/x.sock".into(),
+            state: "active".into(),
+            stop_reason: None,
+            topology_aligned: Some(true),
+            need_reconcile: Some(true),
+            pre_start_required: Some(false),
+            registered: 0,
+            stats,
+        };
+        let text = render(&m, &[plugin]);
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|line| !line.starts_with('#'))
+            .filter_map(|line| line.split([' ', '{']).next())
+            .collect();
+        let mut checked = 0;
+        for row in docs.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let name = cells[1].trim_matches('`');
+            let wanted: Vec<String> = if cells[2] == "histogram" {
+                ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .map(|suffix| format!("{name}{suffix}"))
+                    .collect()
+            } else {
+                vec![name.to_string()]
+            };
+            for want in wanted {
+                assert!(series.contains(&want.as_str()), "{want} missing:\n{text}");
+            }
+            checked += 1;
+        }
+        assert!(checked >= 15, "only {checked} documented metrics found");
     }
 }

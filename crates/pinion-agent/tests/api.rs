@@ -1,15 +1,17 @@
-//! The local API over a real unix socket in a temp dir, with the
-//! controller's cgroups faked.
+//! The local API and the metrics endpoint over real sockets (a unix socket
+//! in a temp dir, TCP on 127.0.0.1), with the controller's cgroups faked:
+//! the client of `pinion-api`, raw HTTP for bad input, the connection cap
+//! and the request limits.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use pinion_agent::api::{self, RunRequest};
-use pinion_agent::client::{Client, ClientError};
-use pinion_agent::controller::{self, Controller, StartParts};
-use pinion_core::policy::PolicyConfig;
-use pinion_core::topology::{synthetic, Shape};
-use pinion_core::CpuSet;
+use pinion_agent::controller::{self, ControllerHandle};
+use pinion_agent::testing::{machine, SyntheticNode};
+use pinion_agent::{metrics, server};
+use pinion_api::{Client, ClientError};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;
 use tokio::sync::watch;
@@ -17,43 +19,38 @@ use tokio::sync::watch;
 struct Agent {
     _dir: tempfile::TempDir,
     socket: PathBuf,
+    metrics: std::net::SocketAddr,
     host: FakeCgroups,
     stop: watch::Sender<bool>,
 }
 
-fn start_agent() -> Agent {
+fn controller(dir: &Path, host: &FakeCgroups) -> ControllerHandle {
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 2, 2))
+    };
+    let controller = node.start(dir).expect("start");
+    controller::spawn(controller).expect("spawn").0
+}
+
+/// The controller with the local API and the metrics endpoint serving.
+async fn start_agent() -> Agent {
     let dir = tempfile::tempdir().expect("tempdir");
-    let topology = synthetic(Shape {
-        sockets: 1,
-        numa_per_socket: 1,
-        cores_per_socket: 2,
-        threads_per_core: 2,
-        cores_per_uncore: 0,
-    });
-    let policy = PolicyConfig {
-        policy: Some("static".into()),
-        num_reserved: Some(1),
-        ..PolicyConfig::default()
-    }
-    .build(&topology)
-    .expect("policy");
     let host = FakeCgroups::default();
-    let controller = Controller::start(StartParts {
-        topology_manager: pinion_core::topomgr::TopologyManager::none(),
-        policy,
-        topology,
-        state_dir: dir.path().to_path_buf(),
-        host: Box::new(host.clone()),
-    })
-    .expect("start");
-    let (handle, _thread) = controller::spawn(controller).expect("spawn");
+    let handle = controller(dir.path(), &host);
     let socket = dir.path().join("run/pinion.sock");
     let listener = api::bind(&socket).expect("bind");
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind metrics");
+    let metrics = tcp.local_addr().expect("metrics address");
     let (stop, stop_rx) = watch::channel(false);
-    tokio::spawn(api::serve(listener, handle, stop_rx));
+    tokio::spawn(api::serve(listener, handle.clone(), stop_rx.clone()));
+    tokio::spawn(metrics::serve(tcp, handle, stop_rx));
     Agent {
         _dir: dir,
         socket,
+        metrics,
         host,
         stop,
     }
@@ -65,25 +62,51 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 fn run_request(id: &str, cpus: Option<&str>) -> RunRequest {
     RunRequest {
-        id: id.into(),
         cpus: cpus.map(str::to_string),
-        memory_nodes: "auto".into(),
+        ..RunRequest::new(id)
     }
 }
 
-fn client(socket: &Path) -> Client {
-    Client::new(socket)
+use pinion_core::testing::cpus as set;
+
+/// Sends raw bytes and reads the answer until the server closes; the status
+/// code, or `None` when the connection was reset before an answer.
+fn exchange(mut stream: impl std::io::Read + std::io::Write, raw: &[u8]) -> Option<(u16, String)> {
+    let _ = stream.write_all(raw);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+fn unix_exchange(socket: &Path, raw: &[u8]) -> Option<(u16, String)> {
+    exchange(
+        std::os::unix::net::UnixStream::connect(socket).expect("connect"),
+        raw,
+    )
+}
+
+fn tcp_exchange(address: std::net::SocketAddr, raw: &[u8]) -> Option<(u16, String)> {
+    exchange(std::net::TcpStream::connect(address).expect("connect"), raw)
+}
+
+/// A request whose head (request line, headers, blank line) is `size` bytes.
+fn head_of_size(method: &str, path: &str, size: usize) -> Vec<u8> {
+    let start = format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Pad: ");
+    let padding = size - start.len() - "\r\n\r\n".len();
+    format!("{start}{}\r\n\r\n", "a".repeat(padding)).into_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_ps_release_over_the_socket() {
-    let agent = start_agent();
+    let agent = start_agent().await;
     let mode = std::fs::metadata(&agent.socket)
         .expect("socket")
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600, "owner-only socket");
-    let c = client(&agent.socket);
+    let c = Client::new(&agent.socket);
     blocking({
         let c = c.clone();
         move || c.health()
@@ -97,7 +120,7 @@ async fn run_ps_release_over_the_socket() {
     .await
     .expect("run");
     assert!(admitted.exclusive);
-    assert_eq!(admitted.cpus.len(), 2);
+    assert_eq!(set(&admitted.cpus).len(), 2);
     // The caller (this test process, by peer credentials) was placed.
     let name = CgroupName::new("pinion-run-api").expect("name");
     assert_eq!(
@@ -115,10 +138,12 @@ async fn run_ps_release_over_the_socket() {
     assert_eq!(snapshot.workloads[0].cpus, admitted.cpus);
     assert_eq!(snapshot.workloads[0].pid, Some(std::process::id()));
     assert_eq!(
-        snapshot.shared_pool,
-        CpuSet::parse_list("0-3")
-            .expect("set")
-            .difference(&admitted.cpus)
+        set(&snapshot.shared_pool),
+        set("0-3").difference(&set(&admitted.cpus))
+    );
+    assert_eq!(
+        snapshot.assignments["pinion-run-api"]["main"],
+        admitted.cpus
     );
 
     agent
@@ -145,10 +170,10 @@ async fn run_ps_release_over_the_socket() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_clear_errors() {
-    let agent = start_agent();
-    let c = client(&agent.socket);
+    let agent = start_agent().await;
+    let c = Client::new(&agent.socket);
     let cases: [(RunRequest, u16, &str); 4] = [
-        (run_request("not-a-run", None), 400, "must start with"),
+        (run_request("../escape", None), 400, "invalid cgroup name"),
         (
             run_request("pinion-run-x", Some("lots")),
             400,
@@ -172,6 +197,35 @@ async fn bad_requests_get_clear_errors() {
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
+    // Issue 10: a second admission of an admitted id by the same process
+    // with another request is a conflict, not the old answer.
+    let first = c.clone();
+    blocking(move || first.run(&run_request("pinion-run-twice", Some("1"))))
+        .await
+        .expect("first");
+    let second = c.clone();
+    let result = blocking(move || second.run(&run_request("pinion-run-twice", Some("2")))).await;
+    match result {
+        Err(ClientError::Refused { status, error, .. }) => {
+            assert_eq!(status, 409, "{error}");
+            assert!(error.contains("already admitted"), "{error}");
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let name = CgroupName::new("pinion-run-twice").expect("name");
+    agent
+        .host
+        .tree()
+        .children
+        .get_mut(&name)
+        .expect("cgroup")
+        .pids
+        .clear();
+    let release = c.clone();
+    blocking(move || release.release("pinion-run-twice"))
+        .await
+        .expect("release");
+
     let mut bad_nodes = run_request("pinion-run-y", None);
     bad_nodes.memory_nodes = "0,1".into();
     let result = blocking(move || c.run(&bad_nodes)).await;
@@ -181,22 +235,216 @@ async fn bad_requests_get_clear_errors() {
     ));
     assert!(agent.host.tree().children.is_empty(), "nothing was created");
 
-    let mut stream = std::os::unix::net::UnixStream::connect(&agent.socket).expect("connect");
-    let (status, _) = blocking(move || pinion_agent::http::call(&mut stream, "GET", "/nope", b""))
-        .await
-        .expect("call");
-    assert_eq!(status, 404);
+    let socket = agent.socket.clone();
+    let post = |path: &str, body: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let raw_cases: [(String, u16, &str); 6] = [
+        (
+            "GET /nope HTTP/1.1\r\nHost: t\r\n\r\n".into(),
+            404,
+            "no such endpoint /nope",
+        ),
+        (
+            "GET /v1/run HTTP/1.1\r\nHost: t\r\n\r\n".into(),
+            405,
+            "allowed: POST",
+        ),
+        (
+            "DELETE /v1/ps HTTP/1.1\r\nHost: t\r\n\r\n".into(),
+            405,
+            "allowed: GET, HEAD",
+        ),
+        (post("/v1/run", "{\"id\": 1}"), 400, "invalid request body"),
+        (
+            post("/v1/run", "{\"id\":\"pinion-run-z\",\"cpu\":1}"),
+            400,
+            "unknown field `cpu`",
+        ),
+        (
+            "POST /v1/release HTTP/1.1\r\nHost: t\r\nContent-Length: 2000000\r\n\r\n{}".into(),
+            413,
+            "larger than 1048576 bytes",
+        ),
+    ];
+    for (raw, want_status, want_text) in raw_cases {
+        let socket = socket.clone();
+        let sent = raw.clone();
+        let (status, text) = blocking(move || unix_exchange(&socket, sent.as_bytes()))
+            .await
+            .expect("an answer");
+        assert_eq!(status, want_status, "{raw}: {text}");
+        assert!(text.contains(want_text), "{raw}: {text}");
+    }
     let _ = agent.stop.send(true);
 }
 
-#[test]
-fn unreachable_agent_names_the_socket() {
-    let err = client(Path::new("/nonexistent/pinion.sock"))
-        .ps()
-        .expect_err("no agent");
-    assert!(matches!(err, ClientError::Connect { .. }));
+/// Regression (issue 10): the 16 KiB request-head limit was checked only
+/// after a read, so 20 KB heads passed. Now a head above 16 KiB gets 431 on
+/// both listeners, and one of exactly 16 KiB is still read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_request_heads_above_16_kib_are_refused_with_431() {
+    let agent = start_agent().await;
+    let (socket, address) = (agent.socket.clone(), agent.metrics);
+    let limit = server::MAX_HEAD;
+    let (at_limit, above, big) = blocking(move || {
+        (
+            unix_exchange(&socket, &head_of_size("GET", "/healthz", limit)),
+            unix_exchange(&socket, &head_of_size("GET", "/healthz", limit + 1)),
+            unix_exchange(&socket, &head_of_size("GET", "/healthz", 20_000)),
+        )
+    })
+    .await;
+    assert_eq!(at_limit.map(|a| a.0), Some(200), "a 16 KiB head is read");
+    assert_eq!(above.map(|a| a.0), Some(431), "one byte more is refused");
+    assert_eq!(big.map(|a| a.0), Some(431), "a 20 KB head is refused");
+    let (metrics_at_limit, metrics_big) = blocking(move || {
+        (
+            tcp_exchange(address, &head_of_size("GET", "/metrics", limit)),
+            tcp_exchange(address, &head_of_size("GET", "/metrics", 20_000)),
+        )
+    })
+    .await;
+    assert_eq!(metrics_at_limit.map(|a| a.0), Some(200));
+    // Over TCP the refusal may arrive as a reset (the server closes with the
+    // client's bytes unread); it is never served.
     assert!(
-        err.to_string().contains("/nonexistent/pinion.sock"),
-        "{err}"
+        matches!(metrics_big, None | Some((431, _))),
+        "{metrics_big:?}"
     );
+    let _ = agent.stop.send(true);
+}
+
+/// Regression (issue 10): `POST`/`HEAD /metrics` and `/metrics?x=1`
+/// answered 404. Routing is by path; methods other than GET/HEAD get 405.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_metrics_methods_and_queries() {
+    let agent = start_agent().await;
+    let address = agent.metrics;
+    let cases: [(&str, u16, &str); 7] = [
+        (
+            "GET /metrics HTTP/1.1",
+            200,
+            "cpu_manager_pinning_requests_total 0",
+        ),
+        ("GET /metrics?x=1 HTTP/1.1", 200, "# EOF"),
+        (
+            "HEAD /metrics HTTP/1.1",
+            200,
+            "application/openmetrics-text",
+        ),
+        ("POST /metrics HTTP/1.1", 405, "allow: GET, HEAD"),
+        ("GET /readyz?verbose HTTP/1.1", 200, "ok"),
+        ("PUT /healthz HTTP/1.1", 405, "not allowed on /healthz"),
+        ("GET /metricsx HTTP/1.1", 404, "no such endpoint /metricsx"),
+    ];
+    for (line, want_status, want_text) in cases {
+        let raw = format!("{line}\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let (status, text) = blocking(move || tcp_exchange(address, raw.as_bytes()))
+            .await
+            .expect("an answer");
+        assert_eq!(status, want_status, "{line}: {text}");
+        assert!(
+            text.to_ascii_lowercase()
+                .contains(&want_text.to_ascii_lowercase()),
+            "{line}: {text}"
+        );
+        if line.starts_with("HEAD") {
+            assert!(text.ends_with("\r\n\r\n"), "HEAD has no body: {text}");
+        }
+    }
+    let _ = agent.stop.send(true);
+}
+
+/// Log lines of the current thread's tracing events.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+/// Regression (issue 10): 1,100 idle TCP connections to the metrics port
+/// exhausted the agent's descriptors, its accept loops spun on EMFILE with
+/// a WARN per retry and `pinion run` timed out. Now each listener serves
+/// at most its cap of connections at once (the rest wait in the backlog):
+/// with more idle connections than the cap the local API still answers,
+/// the agent's descriptors stay bounded and nothing is logged.
+#[tokio::test(flavor = "current_thread")]
+async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let agent = start_agent().await;
+    let cap = server::Limits::METRICS.max_connections;
+    // More than the cap, within the listen backlog (128) so that every
+    // connect completes; beyond it the kernel drops SYNs (clients retry).
+    let idle_count = cap + 100;
+    let before = open_descriptors();
+    let address = agent.metrics;
+    // Connected from another thread while this one runs the agent's tasks.
+    let idle: Vec<std::net::TcpStream> = blocking(move || {
+        (0..idle_count)
+            .map(|_| std::net::TcpStream::connect(address).expect("connect"))
+            .collect()
+    })
+    .await;
+    // Let the accept loop take all it will.
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    // Process-wide count: other tests of this binary run alongside and hold
+    // a few descriptors of their own (slack 32); without the cap the agent
+    // would hold one per connection (2 × idle_count in all).
+    let held = open_descriptors().saturating_sub(before);
+    assert!(
+        held <= idle_count + cap + 32,
+        "{held} descriptors for {idle_count} client connections and a cap of {cap}"
+    );
+
+    let c = Client::new(&agent.socket);
+    blocking({
+        let c = c.clone();
+        move || c.health()
+    })
+    .await
+    .expect("the local api answers while the metrics port is crowded");
+    let snapshot = blocking(move || c.ps()).await.expect("ps answers");
+    assert!(snapshot.workloads.is_empty());
+
+    // Once the crowd leaves, the metrics endpoint serves again.
+    drop(idle);
+    let (status, _) = blocking(move || {
+        tcp_exchange(
+            address,
+            b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+    })
+    .await
+    .expect("metrics answer");
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
+    assert!(
+        text.lines().count() <= 2,
+        "the agent's log (info level):\n{text}"
+    );
+    let _ = agent.stop.send(true);
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use pinion_agent::config::{Config, DefaultPaths, FileConfig, Overrides};
 use serde::Deserialize as _;
-use serde_yaml::{Mapping, Value};
+use serde_yaml_ng::{Mapping, Value};
 
 const MANIFEST: &str = "deploy/kubernetes/pinion-daemonset.yaml";
 const CONTAINERD: &str = "deploy/containerd/config.toml.snippet";
@@ -21,7 +21,7 @@ fn read(relative: &str) -> String {
 }
 
 fn documents(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|doc| Value::deserialize(doc).expect("every document is valid YAML"))
         .filter(|doc| !doc.is_null())
         .collect()
@@ -86,7 +86,7 @@ impl Deployment {
 
     /// The raw YAML of the agent config.
     fn raw_config(&self) -> Mapping {
-        serde_yaml::from_str(&self.config_text).expect("the agent config is a YAML mapping")
+        serde_yaml_ng::from_str(&self.config_text).expect("the agent config is a YAML mapping")
     }
 
     /// The volume mounted at exactly `mount_path`.
@@ -147,7 +147,7 @@ fn the_loader_check_catches_a_misspelled_key() {
     let deployment = Deployment::load();
     let mut raw = deployment.raw_config();
     raw.insert("cpuManagerPolicyy".into(), "static".into());
-    let broken = serde_yaml::to_string(&raw).expect("re-serialise");
+    let broken = serde_yaml_ng::to_string(&raw).expect("re-serialise");
     let err = FileConfig::parse(&broken, Path::new(MANIFEST)).expect_err("unknown key");
     assert!(err.to_string().contains("cpuManagerPolicyy"), "{err}");
 }
@@ -300,7 +300,7 @@ fn pod_is_node_critical_tolerant_and_opt_in() {
 fn kubelet_snippet_keeps_pinions_reservation() {
     let deployment = Deployment::load();
     let raw = deployment.raw_config();
-    let kubelet: Mapping = serde_yaml::from_str(&read(KUBELET)).expect("kubelet snippet");
+    let kubelet: Mapping = serde_yaml_ng::from_str(&read(KUBELET)).expect("kubelet snippet");
     assert_eq!(kubelet.get("cpuManagerPolicy"), Some(&Value::from("none")));
     for key in ["kubeReserved", "systemReserved", "reservedSystemCPUs"] {
         let cpu = |map: &Mapping| match map.get(key) {

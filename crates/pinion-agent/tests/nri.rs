@@ -332,37 +332,74 @@ async fn a_plugin_configuration_from_the_runtime_is_refused_by_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_runs_share_the_pool_with_nri_containers() {
-    use pinion_agent::api::{run_pod, RunRequest};
-    use pinion_agent::controller::{AdmitRequest, Placement, RUN_CONTAINER};
     let node = Node::new();
     let agent = node.agent(1).await;
     let (_, web) = node
         .pod_with(burstable_pod("web"), burstable("web", 500))
         .await;
-    let pod = run_pod(&RunRequest {
-        id: "pinion-run-batch".into(),
-        cpus: Some("2".into()),
-        memory_nodes: "auto".into(),
-    })
-    .unwrap();
-    let run = agent
-        .handle
-        .admit(AdmitRequest {
-            pod,
-            container: RUN_CONTAINER.into(),
-            numa_affinity: None,
-            placement: Placement::Cgroup { pid: Some(42) },
-        })
-        .await
-        .unwrap();
-    let pool = set("0-7").difference(&run.cpus).to_string();
+    let request = pinion_agent::testing::run_request("pinion-run-batch", Some("2"), Some(42));
+    let run = agent.handle.admit(request).await.unwrap();
+    let pool = set("0-7").difference(&run.placement.cpus).to_string();
     node.wait_cpus(&web, &pool).await;
     // A runtime restart's Synchronize leaves the standalone run alone.
     node.runtime.stop().await;
     node.runtime.restart().unwrap();
     node.runtime.wait_synced(2).await;
     let snapshot = agent.handle.snapshot();
-    assert_eq!(snapshot.assignments["pinion-run-batch"]["main"], run.cpus);
+    assert_eq!(
+        snapshot.assignments["pinion-run-batch"]["main"],
+        run.placement.cpus
+    );
     assert_eq!(node.runtime.cpus(&web), pool);
+    agent.stop().await;
+}
+
+/// Issue 10: which front-end a workload belonged to was told by the name
+/// prefix `pinion-run-`, so an NRI pod whose UID starts with it lost its
+/// CPUs when the agent restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_nri_pod_with_a_run_like_uid_keeps_its_cpus_across_an_agent_restart() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, lookalike) = node
+        .pod_with(
+            guaranteed_pod("pinion-run-1234-5-6"),
+            container("app", 2000),
+        )
+        .await;
+    let cpus = node.runtime.cpus(&lookalike);
+    assert_eq!(set(&cpus).len(), 2);
+    agent.stop().await;
+
+    let agent = node.agent(2).await;
+    assert_eq!(node.runtime.cpus(&lookalike), cpus, "nothing moved");
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(
+        snapshot.assignments["pinion-run-1234-5-6"]["app"],
+        set(&cpus),
+        "still exclusive"
+    );
+    let view = snapshot.workload("pinion-run-1234-5-6", "app").unwrap();
+    assert_eq!(view.frontend, "runtime");
+    assert_eq!(view.container_id.as_deref(), Some(lookalike.as_str()));
+    agent.stop().await;
+}
+
+/// One memory-node rule for both front-ends: NRI shared containers now get
+/// the memory nodes of the shared pool, as standalone shared cgroups do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_containers_get_the_memory_nodes_of_the_pool() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    assert_eq!(node.runtime.cpus(&web), "0-7");
+    assert_eq!(node.mems(&web), "0-1");
+    let run = pinion_agent::testing::run_request("pinion-run-s", None, Some(7));
+    let standalone = agent.handle.admit(run).await.unwrap();
+    let snapshot = agent.handle.snapshot();
+    let nri = snapshot.workload("web", "web").unwrap();
+    assert_eq!(nri.placement, standalone.placement);
     agent.stop().await;
 }

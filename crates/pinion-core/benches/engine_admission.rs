@@ -33,6 +33,7 @@ fn machine(cpu_nodes: u32, cores: u32) -> Topology {
                 socket: numa * 2 / cpu_nodes,
                 numa,
                 uncore: numa,
+                llc: None,
                 die: None,
                 core_type: None,
             });
@@ -71,7 +72,7 @@ fn engine(topology: &Topology, policy: &str) -> Engine {
     };
     let manager = config.build_topology_manager(topology).expect("manager");
     let policy = config.build(topology).expect("policy");
-    let mut engine = Engine::new(policy, State::default()).with_topology_manager(manager);
+    let mut engine = Engine::new(topology, policy, State::default()).with_topology_manager(manager);
     engine.start().expect("start");
     engine
 }
@@ -119,7 +120,7 @@ fn pod(cpus: u32) -> Pod {
             cpu_limit: Some(cpu),
             memory_request: Some(memory.clone()),
             memory_limit: Some(memory),
-            restart_policy: None,
+            ..Container::default()
         }],
         ..Pod::default()
     }

@@ -89,6 +89,7 @@ fn gb200_like() -> Topology {
                 socket: core / 36,
                 numa: core / 18,
                 uncore: core / 18,
+                llc: None,
                 die: None,
                 core_type: None,
             });

@@ -6,26 +6,44 @@
 //! Admissions go through the Topology Manager (module [`topology`]) unless
 //! the caller gives the NUMA affinity explicitly.
 
+pub mod metrics;
+mod pod_level;
+mod resize;
 pub mod topology;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::cpuset::CpuSet;
-use crate::pod::{guaranteed_cpus, Container, Pod};
+use crate::placement::Placement;
+use crate::pod::{guaranteed_cpus_in, Container, Pod, PodResources};
 use crate::policy::{ContainerKind, ContainerRequest, Policy, PolicyError};
-use crate::state::State;
+use crate::state::{PodCpus, State};
+use crate::topology::Topology;
 use crate::topomgr::metrics::AdmissionMetrics;
 use crate::topomgr::{TopologyHint, TopologyManager};
 
-pub use topology::{AdmitReport, TopologyDecision};
+pub use metrics::{
+    AlignBoundary, AlignScope, AlignmentCounts, AllocationSource, AssignmentType, CpuGauges,
+    ResourceManagerCounts,
+};
+pub use topology::{AdmitReport, CpuOwner, TopologyDecision};
 
-/// Counters of the CPU manager (kubelet names, see `docs/metrics.md`).
+/// Counters of the CPU and Topology Managers (kubelet names, see
+/// `docs/metrics.md` and [`metrics`] for when each one counts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Metrics {
     /// `cpu_manager_pinning_requests_total`: admissions asking for exclusive CPUs.
     pub pinning_requests_total: u64,
     /// `cpu_manager_pinning_errors_total`: those that failed.
     pub pinning_errors_total: u64,
+    /// `container_aligned_compute_resources_count{scope,boundary}`.
+    pub aligned: AlignmentCounts,
+    /// `container_aligned_compute_resources_failure_count{scope,boundary}`.
+    pub aligned_failures: AlignmentCounts,
+    /// `resource_manager_allocations_total`, `…_allocation_errors_total`,
+    /// `…_container_assignments` for `resource_name="cpu"`.
+    pub resource_manager: ResourceManagerCounts,
     /// `topology_manager_admission_*` (see [`AdmissionMetrics`]).
     pub topology: AdmissionMetrics,
 }
@@ -33,33 +51,72 @@ pub struct Metrics {
 /// Policy + Topology Manager + state + metrics, with a single owner.
 #[derive(Debug, Clone)]
 pub struct Engine {
+    /// The machine (shared with the static policy: cloning the engine does
+    /// not copy it).
+    machine: Arc<Topology>,
     policy: Policy,
     topology: TopologyManager,
     /// Stored affinity per pod UID → container (kubelet `GetAffinity`).
     affinities: BTreeMap<String, BTreeMap<String, TopologyHint>>,
     state: State,
+    /// Pod-level resources registered by the front-end, by pod UID.
+    pod_resources: BTreeMap<String, PodResources>,
+    /// Pod-level CPU sets (kubelet's checkpoint `podEntries`): pod UID →
+    /// the CPUs allocated to the pod as a whole (pod-level resources).
+    pod_cpus: PodCpus,
+    /// The CPUs a resized container was first given (KEP-5554's "promised"
+    /// CPUs), for containers resized at least once.
+    promised: BTreeMap<String, BTreeMap<String, CpuSet>>,
     metrics: Metrics,
     started: bool,
 }
 
 impl Engine {
-    /// An engine over `state` (not yet validated: call [`Engine::start`]),
-    /// with the `none` Topology Manager.
+    /// An engine for `machine` over `state` (not yet validated: call
+    /// [`Engine::start`]), with the `none` Topology Manager. The static
+    /// policy's own copy of the machine is shared rather than cloned.
     #[must_use]
-    pub fn new(policy: Policy, state: State) -> Self {
+    pub fn new(machine: &Topology, policy: Policy, state: State) -> Self {
+        let machine = match &policy {
+            Policy::Static(policy) => policy.shared_topology(),
+            Policy::None => Arc::new(machine.clone()),
+        };
         Self {
+            machine,
             policy,
             topology: TopologyManager::none(),
             affinities: BTreeMap::new(),
             state,
+            pod_resources: BTreeMap::new(),
+            pod_cpus: PodCpus::new(),
+            promised: BTreeMap::new(),
             metrics: Metrics::default(),
             started: false,
         }
     }
 
+    /// The same engine with restored pod-level CPU sets (what a front-end
+    /// persisted from [`Engine::pod_cpus`]); call before [`Engine::start`].
+    #[must_use]
+    pub fn with_pod_cpus(mut self, pod_cpus: PodCpus) -> Self {
+        self.pod_cpus = pod_cpus;
+        self
+    }
+
+    /// The same engine with restored promised CPUs of resized containers
+    /// (what a front-end persisted from [`Engine::promised_cpus`]).
+    #[must_use]
+    pub fn with_promised_cpus(
+        mut self,
+        promised: BTreeMap<String, BTreeMap<String, CpuSet>>,
+    ) -> Self {
+        self.promised = promised;
+        self
+    }
+
     /// Validates (or initialises) the state with the policy's rules.
     pub fn start(&mut self) -> Result<(), PolicyError> {
-        self.policy.start(&mut self.state)?;
+        self.policy.start_with(&mut self.state, &self.pod_cpus)?;
         self.started = true;
         self.debug_check();
         Ok(())
@@ -87,8 +144,11 @@ impl Engine {
         numa_affinity: Option<&[u32]>,
     ) -> Result<Option<CpuSet>, PolicyError> {
         match numa_affinity {
+            Some(nodes) if self.allocates_pod_as_a_whole(&pod.uid, true) => {
+                self.admit_pod_level(pod, name, &[], Some(nodes)).result
+            }
             Some(_) => {
-                let request = container_request(pod, name)?;
+                let request = self.container_request(pod, name)?;
                 self.admit(&request, numa_affinity)
             }
             None => self.admit_container_with(pod, name, &[]).result,
@@ -106,25 +166,103 @@ impl Engine {
         if exclusive {
             self.metrics.pinning_requests_total += 1;
         }
+        let fresh = self
+            .state
+            .assignment(request.pod, request.container)
+            .is_none();
         let result = self
             .policy
             .allocate(&mut self.state, request, numa_affinity);
-        if result.is_err() && exclusive {
-            self.metrics.pinning_errors_total += 1;
+        if exclusive {
+            self.count_allocation(&result, fresh);
         }
         self.debug_check();
         result
+    }
+
+    /// kubelet's CPU manager counters after one exclusive admission:
+    /// `fresh` when the container held no CPUs before.
+    fn count_allocation(&mut self, result: &Result<Option<CpuSet>, PolicyError>, fresh: bool) {
+        let Policy::Static(policy) = &self.policy else {
+            return;
+        };
+        let full_pcpus = policy.options().full_pcpus_only;
+        let m = &mut self.metrics;
+        match result {
+            Err(_) => {
+                m.pinning_errors_total += 1;
+                m.resource_manager.add_error(AllocationSource::Node);
+                if full_pcpus {
+                    m.aligned_failures
+                        .inc(AlignScope::Container, AlignBoundary::PhysicalCpu);
+                }
+            }
+            Ok(cpus) => {
+                if full_pcpus {
+                    m.aligned
+                        .inc(AlignScope::Container, AlignBoundary::PhysicalCpu);
+                }
+                if let (true, Some(cpus)) = (fresh, cpus) {
+                    if metrics::uncore_aligned(policy.topology(), cpus) {
+                        m.aligned
+                            .inc(AlignScope::Container, AlignBoundary::UncoreCache);
+                    }
+                    m.resource_manager.add_allocation(AllocationSource::Node);
+                    m.resource_manager
+                        .add_assignment(AssignmentType::ExclusiveFromNode);
+                }
+            }
+        }
     }
 
     /// Releases one container; returns the CPUs that went back to the
     /// shared pool (empty for unknown containers).
     pub fn remove(&mut self, pod: &str, container: &str) -> CpuSet {
         self.forget_affinity(pod, container);
-        let released = self
-            .policy
-            .remove_container(&mut self.state, pod, container);
+        if let Some(containers) = self.promised.get_mut(pod) {
+            containers.remove(container);
+            if containers.is_empty() {
+                self.promised.remove(pod);
+            }
+        }
+        let released = match self.pod_cpus.get(pod) {
+            Some(_) => self.remove_pod_level(pod, container),
+            None => self
+                .policy
+                .remove_container(&mut self.state, pod, container),
+        };
+        if !self.state.assignments.contains_key(pod)
+            && !self.pod_cpus.contains_key(pod)
+            && !self.affinities.contains_key(pod)
+        {
+            self.pod_resources.remove(pod);
+        }
         self.debug_check();
         released
+    }
+
+    /// The admission request of container `name` of `pod` (with the pod's
+    /// registered pod-level resources).
+    fn container_request<'a>(
+        &self,
+        pod: &'a Pod,
+        name: &'a str,
+    ) -> Result<ContainerRequest<'a>, PolicyError> {
+        let (container, kind) =
+            find_container(pod, name).ok_or_else(|| PolicyError::UnknownContainer {
+                pod: pod.uid.clone(),
+                container: name.to_string(),
+            })?;
+        let managers = match &self.policy {
+            Policy::Static(policy) => policy.features().pod_level_resource_managers,
+            Policy::None => false,
+        };
+        Ok(ContainerRequest {
+            pod: &pod.uid,
+            container: name,
+            cpus: guaranteed_cpus_in(pod, self.pod_resources.get(&pod.uid), managers, container),
+            kind,
+        })
     }
 
     /// The current state.
@@ -139,10 +277,75 @@ impl Engine {
         &self.policy
     }
 
+    /// The machine.
+    #[must_use]
+    pub fn machine(&self) -> &Topology {
+        &self.machine
+    }
+
+    /// The shared pool: the state's default set under the static policy,
+    /// every CPU under `none` (and before the static policy started).
+    #[must_use]
+    pub fn shared_pool(&self) -> CpuSet {
+        let default = &self.state.default;
+        if default.is_empty() || matches!(self.policy, Policy::None) {
+            self.machine.all_cpus().clone()
+        } else {
+            default.clone()
+        }
+    }
+
+    /// The placement of container `container` of pod `pod`: its exclusive
+    /// CPUs (memory nodes aligned with its stored Topology Manager affinity)
+    /// when it holds some, else the shared pool. Any container the engine
+    /// does not know runs in the shared pool.
+    #[must_use]
+    pub fn placement(&self, pod: &str, container: &str) -> Placement {
+        match self.state.assignment(pod, container) {
+            Some(cpus) => {
+                let affinity = self
+                    .topology_affinity(pod, container)
+                    .and_then(|hint| hint.affinity);
+                Placement::exclusive(&self.machine, cpus.clone(), affinity)
+            }
+            None => Placement::shared(&self.machine, self.shared_pool()),
+        }
+    }
+
     /// The counters.
     #[must_use]
     pub fn metrics(&self) -> Metrics {
         self.metrics
+    }
+
+    /// The CPU manager's gauges (shared pool, exclusive CPUs, per NUMA
+    /// node) for the current state; all zero under the `none` policy.
+    #[must_use]
+    pub fn cpu_gauges(&self) -> CpuGauges {
+        match &self.policy {
+            Policy::Static(policy) => CpuGauges::of(
+                &self.state,
+                &self.pod_cpus,
+                policy.topology(),
+                policy.reserved(),
+            ),
+            Policy::None => CpuGauges::default(),
+        }
+    }
+
+    /// Pod-level CPU sets (pod UID → CPUs), kubelet's `podEntries`. A
+    /// front-end that persists the state must persist these too.
+    #[must_use]
+    pub fn pod_cpus(&self) -> &PodCpus {
+        &self.pod_cpus
+    }
+
+    /// The promised (first) CPUs of containers resized in place, pod UID →
+    /// container → CPUs. A front-end that persists the state must persist
+    /// these too.
+    #[must_use]
+    pub fn promised_cpus(&self) -> &BTreeMap<String, BTreeMap<String, CpuSet>> {
+        &self.promised
     }
 
     /// Checks the state invariants (static policy with a reservation, after
@@ -155,7 +358,11 @@ impl Engine {
             return Ok(());
         }
         let all = policy.topology().all_cpus();
-        self.state.check_invariants(policy.expected(all))
+        let expected = crate::state::Expected {
+            pod_cpus: &self.pod_cpus,
+            ..policy.expected(all)
+        };
+        self.state.check_invariants(expected)
     }
 
     fn debug_check(&self) {
@@ -168,21 +375,6 @@ impl Engine {
             }
         }
     }
-}
-
-/// The admission request of container `name` of `pod`.
-fn container_request<'a>(pod: &'a Pod, name: &'a str) -> Result<ContainerRequest<'a>, PolicyError> {
-    let (container, kind) =
-        find_container(pod, name).ok_or_else(|| PolicyError::UnknownContainer {
-            pod: pod.uid.clone(),
-            container: name.to_string(),
-        })?;
-    Ok(ContainerRequest {
-        pod: &pod.uid,
-        container: name,
-        cpus: guaranteed_cpus(pod, container),
-        kind,
-    })
 }
 
 /// The container `name` of `pod` and its role (init / sidecar / app).

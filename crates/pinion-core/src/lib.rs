@@ -7,15 +7,24 @@ pub mod checkpoint;
 pub mod cpuset;
 pub mod engine;
 pub mod migrate;
+pub mod placement;
+pub mod plugin_allocation;
 pub mod pod;
 pub mod policy;
+pub mod pools;
+pub mod qos;
+pub mod qrm_checkpoint;
 pub mod quantity;
+pub mod record;
 pub mod restore;
 pub mod scenario;
 pub mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod topology;
 pub mod topomgr;
 
 pub use cpuset::{CpuSet, CpuSetError};
+pub use placement::{Placement, Pool};
 pub use quantity::{Quantity, QuantityError};
 pub use topology::{CpuInfo, NumaNode, Topology, TopologyError, TopologySpec};

@@ -122,6 +122,37 @@ impl Quantity {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// The decimal-SI canonical form Kubernetes prints (`Quantity.String()`
+    /// of a decimal quantity): the largest suffix that keeps the number
+    /// whole (`2000m` → `2`, `1.5` → `1500m`, `1000` → `1k`, `0` → `0`).
+    /// kubelet's resize errors show CPU quantities in this form.
+    #[must_use]
+    pub fn canonical(&self) -> String {
+        if self.nanos == 0 {
+            return "0".to_owned();
+        }
+        // (nano units per suffix unit, suffix), largest first.
+        const SUFFIXES: [(u128, &str); 10] = [
+            (NANO * 1_000_000_000_000_000_000, "E"),
+            (NANO * 1_000_000_000_000_000, "P"),
+            (NANO * 1_000_000_000_000, "T"),
+            (NANO * 1_000_000_000, "G"),
+            (NANO * 1_000_000, "M"),
+            (NANO * 1_000, "k"),
+            (NANO, ""),
+            (NANO / 1_000, "m"),
+            (NANO / 1_000_000, "u"),
+            (1, "n"),
+        ];
+        SUFFIXES
+            .iter()
+            .find(|(unit, _)| self.nanos.is_multiple_of(*unit))
+            .map_or_else(
+                || format!("{}n", self.nanos),
+                |(unit, suffix)| format!("{}{suffix}", self.nanos / unit),
+            )
+    }
 }
 
 /// Splits `text` into sign, number and suffix (the suffix is checked later).

@@ -2,8 +2,9 @@
 //! kubelet checkpoint with kubelet's checks and messages, and the checkpoint
 //! entries of a state for saving.
 
-use crate::checkpoint::{Checkpoint, CheckpointError, PodEntries};
+use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::policy::{Policy, PolicyError};
+pub use crate::record::checkpoint_entries;
 use crate::state::State;
 
 /// Why a checkpoint cannot become the state of the configured policy.
@@ -42,22 +43,6 @@ pub fn restore(checkpoint: &Checkpoint, policy: &Policy) -> Result<State, Restor
     Ok(state)
 }
 
-/// The checkpoint entries (pod → container → cpulist text) of a state.
-#[must_use]
-pub fn checkpoint_entries(state: &State) -> PodEntries {
-    state
-        .assignments
-        .iter()
-        .map(|(pod, containers)| {
-            let containers = containers
-                .iter()
-                .map(|(name, cpus)| (name.clone(), cpus.to_string()))
-                .collect();
-            (pod.clone(), containers)
-        })
-        .collect()
-}
-
 /// The checkpoint kubelet would write for `state` under `policy`.
 #[must_use]
 pub fn to_checkpoint(state: &State, policy: &Policy) -> Checkpoint {
@@ -73,6 +58,7 @@ mod tests {
     use super::*;
     use crate::checkpoint::decode;
     use crate::policy::{Reservation, StaticPolicy, StaticPolicyOptions};
+    use crate::testing::cpus;
     use crate::topology::{synthetic, Shape};
     use crate::CpuSet;
 
@@ -97,10 +83,10 @@ mod tests {
     fn round_trip_through_checkpoint_bytes() {
         let policy = static_policy("0,4");
         let mut state = State {
-            default: CpuSet::parse_list("0,2-4,6-7").expect("cpulist"),
+            default: cpus("0,2-4,6-7"),
             ..State::default()
         };
-        state.assign("pod-a", "app", CpuSet::parse_list("1,5").expect("cpulist"));
+        state.assign("pod-a", "app", cpus("1,5"));
         let bytes = to_checkpoint(&state, &policy)
             .to_bytes()
             .expect("v2 encodes");

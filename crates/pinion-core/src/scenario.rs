@@ -1,7 +1,10 @@
 //! Policy-level scenarios (`pinion simulate`): the conformance corpus format
 //! of `kind: policy` cases — a topology, options, a reservation, an initial
 //! state, pods, and steps of start / add / remove — run through the
-//! [`Engine`], producing per-step outcomes and the final state.
+//! [`Engine`], producing per-step outcomes and the final state. Pinion's
+//! additions: `features` (kubelet gates behind a switch, [`Features`]),
+//! `pod_resources` (pod-level resources by pod) and `resize` steps
+//! (in-place resize to the step's `cpu_request`).
 //!
 //! Expectation keys of corpus cases (`expect_*`) are ignored here; the
 //! conformance tests compare them with the [`Outcome`].
@@ -19,8 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::engine::{AdmitReport, Engine};
-use crate::pod::{Container, Pod, RestartPolicy};
-use crate::policy::{PolicyConfig, PolicyError};
+use crate::placement::Placement;
+use crate::pod::{Container, Pod, PodResources, RestartPolicy};
+use crate::policy::{Features, PolicyConfig, PolicyError};
 use crate::quantity::Quantity;
 use crate::state::State;
 use crate::topology::{try_synthetic, Shape, ShapeError, Topology};
@@ -46,6 +50,13 @@ pub struct Scenario {
     /// Policy, options, feature gates and reservation.
     #[serde(flatten)]
     pub config: PolicyConfig,
+    /// kubelet gates Pinion implements behind a switch, and Pinion's own
+    /// options (all off by default).
+    #[serde(default)]
+    pub features: Features,
+    /// Pod-level resources (`spec.resources`) by pod UID.
+    #[serde(default)]
+    pub pod_resources: BTreeMap<String, PodResources>,
     #[serde(default)]
     pub initial_state: Option<InitialState>,
     #[serde(default)]
@@ -76,6 +87,9 @@ pub enum Op {
     Start,
     Add,
     Remove,
+    /// In-place resize of the container to the step's `cpu_request` (its
+    /// new CPU request and limit).
+    Resize,
 }
 
 /// One step. For `add`, the pod comes from [`Scenario::pods`]; when the pod
@@ -137,6 +151,9 @@ pub struct Outcome {
     pub reserved: CpuSet,
     /// `"<pod>/<container>"` → CPUs.
     pub assignments: BTreeMap<String, CpuSet>,
+    /// `"<pod>/<container>"` → where it runs, for every container admitted
+    /// and not removed (the placement the agent's front-ends would apply).
+    pub placements: BTreeMap<String, Placement>,
 }
 
 /// Why a scenario could not run at all.
@@ -181,16 +198,44 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
 
 /// Runs a scenario on `topology`.
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
-    let policy = scenario.config.build(topology)?;
+    let policy = scenario.config.build_with(topology, scenario.features)?;
     let manager = scenario.config.build_topology_manager(topology)?;
     check_hint_keys(scenario)?;
     let hints = topology::static_hints(&scenario.hints)?;
     let reserved = policy.reserved();
-    let mut engine = Engine::new(policy, initial_state(scenario)?).with_topology_manager(manager);
-    let mut steps = Vec::with_capacity(scenario.steps.len());
-    for (index, step) in scenario.steps.iter().enumerate() {
-        steps.push(run_step(&mut engine, scenario, &hints, step, index)?);
+    let mut engine =
+        Engine::new(topology, policy, initial_state(scenario)?).with_topology_manager(manager);
+    for (uid, resources) in &scenario.pod_resources {
+        engine.set_pod_resources(uid, Some(resources.clone()));
     }
+    let mut steps = Vec::with_capacity(scenario.steps.len());
+    let mut pods = BTreeMap::new();
+    let mut admitted = std::collections::BTreeSet::new();
+    for (index, step) in scenario.steps.iter().enumerate() {
+        let outcome = run_step(&mut engine, scenario, &hints, step, index, &mut pods)?;
+        if let (Some(pod), Some(container)) = (&outcome.pod, &outcome.container) {
+            let key = (pod.clone(), container.clone());
+            match outcome.op {
+                Op::Add if outcome.error.is_none() => {
+                    admitted.insert(key);
+                }
+                Op::Remove => {
+                    admitted.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        steps.push(outcome);
+    }
+    let placements = admitted
+        .iter()
+        .map(|(pod, container)| {
+            (
+                format!("{pod}/{container}"),
+                engine.placement(pod, container),
+            )
+        })
+        .collect();
     let state = engine.state();
     let assignments = state
         .assignments
@@ -206,6 +251,7 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
         default: state.default.clone(),
         reserved,
         assignments,
+        placements,
     })
 }
 
@@ -248,12 +294,14 @@ fn initial_state(scenario: &Scenario) -> Result<State, ScenarioError> {
     Ok(state)
 }
 
+/// Runs one step; `pods` holds the pod specs as admitted and resized so far.
 fn run_step(
     engine: &mut Engine,
     scenario: &Scenario,
     hints: &StaticHints,
     step: &Step,
     index: usize,
+    pods: &mut BTreeMap<String, Pod>,
 ) -> Result<StepOutcome, ScenarioError> {
     let names = || -> Result<(&str, &str), ScenarioError> {
         match (step.pod.as_deref(), step.container.as_deref()) {
@@ -275,6 +323,7 @@ fn run_step(
         Op::Add => {
             let (pod_uid, name) = names()?;
             let pod = step_pod(scenario, step, pod_uid);
+            remember(pods, &pod, name, scenario.pods.contains_key(pod_uid));
             let report = admit(engine, hints, step, &pod, name, index)?;
             let policy = engine.topology_manager().policy();
             topology = report.topology.map(|d| topology::outcome(policy, &d));
@@ -285,6 +334,41 @@ fn run_step(
                 }
                 other => other.err(),
             };
+        }
+        Op::Resize => {
+            let (pod_uid, name) = names()?;
+            let bad = |what: &str| ScenarioError::BadStep {
+                index,
+                what: what.to_owned(),
+            };
+            let new = step
+                .cpu_request
+                .clone()
+                .ok_or_else(|| bad("`resize` needs `cpu_request` (the new CPU request)"))?;
+            let pod = pods
+                .get(pod_uid)
+                .cloned()
+                .ok_or_else(|| bad("`resize` of a pod that no `add` step admitted"))?;
+            let providers: Vec<&dyn HintProvider> = if hints.is_empty() {
+                Vec::new()
+            } else {
+                vec![hints]
+            };
+            let report = engine.resize_container_with(&pod, name, &new, &providers);
+            let policy = engine.topology_manager().policy();
+            topology = report.topology.map(|d| topology::outcome(policy, &d));
+            match report.result {
+                Err(PolicyError::UnknownContainer { pod, container }) => {
+                    let what = format!("pod {pod} has no container {container:?}");
+                    return Err(ScenarioError::BadStep { index, what });
+                }
+                Err(err) => error = Some(err),
+                Ok(_) => {
+                    if let Some(entry) = pods.get_mut(pod_uid) {
+                        resize_spec(entry, name, &new);
+                    }
+                }
+            }
         }
     }
     let cpus = match (step.pod.as_deref(), step.container.as_deref()) {
@@ -335,6 +419,45 @@ fn admit(
     Ok(engine.admit_container_with(pod, name, &providers))
 }
 
+/// Records container `name` of an admitted `pod` for later `resize` steps:
+/// the whole pod when the scenario lists it (`listed`), else the containers
+/// the `add` steps described; a resized spec already recorded is kept.
+fn remember(pods: &mut BTreeMap<String, Pod>, pod: &Pod, name: &str, listed: bool) {
+    let entry = pods.entry(pod.uid.clone()).or_insert_with(|| {
+        if listed {
+            pod.clone()
+        } else {
+            Pod {
+                uid: pod.uid.clone(),
+                ..Pod::default()
+            }
+        }
+    });
+    if entry.container(name).is_some() {
+        return;
+    }
+    if let Some(container) = pod.init_containers.iter().find(|c| c.name == name) {
+        entry.init_containers.push(container.clone());
+    } else if let Some(container) = pod.containers.iter().find(|c| c.name == name) {
+        entry.containers.push(container.clone());
+    }
+}
+
+/// Container `name` of `pod` after a resize to `cpus`.
+fn resize_spec(pod: &mut Pod, name: &str, cpus: &Quantity) {
+    if let Some(container) = pod
+        .init_containers
+        .iter_mut()
+        .chain(pod.containers.iter_mut())
+        .find(|c| c.name == name)
+    {
+        container.cpu_request = Some(cpus.clone());
+        if container.cpu_limit.is_some() {
+            container.cpu_limit = Some(cpus.clone());
+        }
+    }
+}
+
 /// The pod of an `add` step: from `pods`, else a one-container pod built
 /// from the step's own fields (kubelet tests' `makePod`).
 fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
@@ -350,6 +473,7 @@ fn step_pod(scenario: &Scenario, step: &Step, uid: &str) -> Pod {
         memory_request: step.memory_request.clone(),
         memory_limit: step.memory_limit.clone(),
         restart_policy: step.restart_policy,
+        ..Container::default()
     };
     let mut pod = Pod {
         uid: uid.to_string(),

@@ -12,6 +12,13 @@ use crate::cpuset::CpuSet;
 /// Pod UID → container name → exclusive CPUs.
 pub type Assignments = BTreeMap<String, BTreeMap<String, CpuSet>>;
 
+/// Pod UID → the CPUs allocated to the pod as a whole (pod-level
+/// resources; kubelet's checkpoint `podEntries`).
+pub type PodCpus = BTreeMap<String, CpuSet>;
+
+/// No pod-level CPU sets.
+static NO_POD_CPUS: PodCpus = PodCpus::new();
+
 /// Shared pool plus exclusive assignments.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct State {
@@ -31,6 +38,22 @@ pub struct Expected<'a> {
     pub reserved: &'a CpuSet,
     /// `strict-cpu-reservation`: reserved CPUs are in no pool at all.
     pub strict: bool,
+    /// Pod-level CPU sets: exclusive to their pod, holding every CPU of the
+    /// pod's containers.
+    pub pod_cpus: &'a PodCpus,
+}
+
+impl<'a> Expected<'a> {
+    /// The expectations without pod-level CPU sets.
+    #[must_use]
+    pub fn new(all: &'a CpuSet, reserved: &'a CpuSet, strict: bool) -> Self {
+        Expected {
+            all,
+            reserved,
+            strict,
+            pod_cpus: &NO_POD_CPUS,
+        }
+    }
 }
 
 /// A broken state invariant.
@@ -66,6 +89,12 @@ pub enum InvariantError {
     LostCpus { cpus: String },
     #[error("cpus {cpus} are in the state but not online on this machine")]
     UnknownCpus { cpus: String },
+    #[error("{pod}/{container} holds cpus {cpus} outside its pod's cpu set")]
+    OutsidePodCpus {
+        pod: String,
+        container: String,
+        cpus: String,
+    },
 }
 
 impl State {
@@ -121,7 +150,7 @@ impl State {
         if self.default.is_empty() {
             return Err(InvariantError::EmptySharedPool);
         }
-        self.check_assignments(expected.reserved)?;
+        self.check_assignments(expected.reserved, expected.pod_cpus)?;
         if expected.strict {
             let shared = self.default.intersection(expected.reserved);
             if !shared.is_empty() {
@@ -142,7 +171,10 @@ impl State {
         } else {
             expected.all.clone()
         };
-        let known = self.default.union(&self.exclusive_cpus());
+        let mut known = self.default.union(&self.exclusive_cpus());
+        for cpus in expected.pod_cpus.values() {
+            known.union_with(cpus);
+        }
         let lost = wanted.difference(&known);
         if !lost.is_empty() {
             return Err(InvariantError::LostCpus {
@@ -158,11 +190,38 @@ impl State {
         Ok(())
     }
 
-    fn check_assignments(&self, reserved: &CpuSet) -> Result<(), InvariantError> {
+    fn check_assignments(&self, reserved: &CpuSet, pods: &PodCpus) -> Result<(), InvariantError> {
         let mut held_by: Vec<(&str, CpuSet)> = Vec::new();
-        for (pod, containers) in &self.assignments {
-            let mut pod_cpus = CpuSet::new();
+        let no_containers = BTreeMap::new();
+        let pod_names: std::collections::BTreeSet<&String> =
+            self.assignments.keys().chain(pods.keys()).collect();
+        for pod in pod_names {
+            let containers = self.assignments.get(pod).unwrap_or(&no_containers);
+            let bubble = pods.get(pod);
+            let mut pod_cpus = bubble.cloned().unwrap_or_default();
+            if let Some(bubble) = bubble {
+                let bad = bubble
+                    .intersection(&self.default)
+                    .union(&bubble.intersection(reserved));
+                if !bad.is_empty() {
+                    return Err(InvariantError::ExclusiveInShared {
+                        pod: pod.clone(),
+                        container: String::new(),
+                        cpus: bad.to_string(),
+                    });
+                }
+            }
             for (container, cpus) in containers {
+                if let Some(bubble) = bubble {
+                    let outside = cpus.difference(bubble);
+                    if !outside.is_empty() {
+                        return Err(InvariantError::OutsidePodCpus {
+                            pod: pod.clone(),
+                            container: container.clone(),
+                            cpus: outside.to_string(),
+                        });
+                    }
+                }
                 let err_fields = || (pod.clone(), container.clone());
                 if cpus.is_empty() {
                     let (pod, container) = err_fields();
@@ -226,11 +285,7 @@ mod tests {
     fn check(s: &State, reserved: &str, strict: bool) -> Result<(), InvariantError> {
         let all = list("0-7");
         let reserved = list(reserved);
-        s.check_invariants(Expected {
-            all: &all,
-            reserved: &reserved,
-            strict,
-        })
+        s.check_invariants(Expected::new(&all, &reserved, strict))
     }
 
     #[test]
@@ -308,5 +363,33 @@ mod tests {
         assert_eq!(s.unassign("a", "c"), Some(list("4-7")));
         assert!(s.assignments.is_empty());
         assert_eq!(s.unassign("a", "c"), None);
+    }
+
+    /// Pod-level CPU sets count as held, and hold their pod's containers.
+    #[test]
+    fn pod_level_cpu_sets_are_held_and_contain_their_containers() {
+        let all = list("0-7");
+        let reserved = list("0");
+        let pods = PodCpus::from([("a".to_owned(), list("4-7"))]);
+        let with_pods = |s: &State| {
+            s.check_invariants(Expected {
+                pod_cpus: &pods,
+                ..Expected::new(&all, &reserved, false)
+            })
+        };
+        // Container "c" holds 4-5; 6-7 are the pod's, in no container.
+        assert_eq!(with_pods(&state("0-3", &[("a", "c", "4-5")])), Ok(()));
+        assert!(matches!(
+            check(&state("0-3", &[("a", "c", "4-5")]), "0", false),
+            Err(InvariantError::LostCpus { .. })
+        ));
+        assert!(matches!(
+            with_pods(&state("0-2", &[("a", "c", "3-5")])),
+            Err(InvariantError::OutsidePodCpus { .. })
+        ));
+        assert!(matches!(
+            with_pods(&state("0-3", &[("b", "c", "6-7")])),
+            Err(InvariantError::SharedBetweenPods { .. })
+        ));
     }
 }

@@ -27,8 +27,16 @@ pub struct CpuInfo {
     pub core: u32,
     pub socket: u32,
     pub numa: u32,
-    /// Uncore / last-level-cache group id (0 when the machine reports none).
+    /// Uncore cache group id, as kubelet sees it (cAdvisor): the L3 the CPU
+    /// belongs to, or its socket id when the machine has no cache above L2;
+    /// 0 when the machine reports no caches at all.
     pub uncore: u32,
+    /// The last-level cache group as discovered (the highest unified cache,
+    /// else the highest data cache: L3, or L2/L1 on machines without an L3).
+    /// Absent in topologies that do not say (it then equals `uncore`); see
+    /// [`Topology::llcs`] and [`Topology::with_llc_as_uncore`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llc: Option<u32>,
     /// Die id where the kernel reports one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub die: Option<u32>,
@@ -108,6 +116,7 @@ pub struct Topology {
     sockets: BTreeMap<u32, CpuSet>,
     numa: BTreeMap<u32, CpuSet>,
     uncores: BTreeMap<u32, CpuSet>,
+    llcs: BTreeMap<u32, CpuSet>,
     /// The allocator's dense view, built on first use.
     alloc_index: OnceLock<AllocIndex>,
 }
@@ -161,7 +170,8 @@ impl Topology {
         }
         let mut cpu_index = vec![u32::MAX; max_id as usize + 1];
         let mut all = CpuSet::new();
-        let (mut cores, mut sockets, mut numa, mut uncores) = (
+        let (mut cores, mut sockets, mut numa, mut uncores, mut llcs) = (
+            BTreeMap::new(),
             BTreeMap::new(),
             BTreeMap::new(),
             BTreeMap::new(),
@@ -177,6 +187,7 @@ impl Topology {
             add_to(&mut sockets, cpu.socket, cpu.id);
             add_to(&mut numa, cpu.numa, cpu.id);
             add_to(&mut uncores, cpu.uncore, cpu.id);
+            add_to(&mut llcs, cpu.llc.unwrap_or(cpu.uncore), cpu.id);
             if let Some(die) = cpu.die {
                 let first = *die_socket.entry(die).or_insert(cpu.socket);
                 if first != cpu.socket {
@@ -213,8 +224,26 @@ impl Topology {
             sockets,
             numa,
             uncores,
+            llcs,
             alloc_index: OnceLock::new(),
         })
+    }
+
+    /// The same machine with the last-level cache groups as its uncore
+    /// groups (Pinion's `uncoreCacheSource: last-level-cache`): on machines
+    /// without an L3, `prefer-align-cpus-by-uncorecache` then aligns to the
+    /// L2 (or L1) groups instead of kubelet's socket fallback. CPUs without
+    /// an `llc` keep their uncore id.
+    #[must_use]
+    pub fn with_llc_as_uncore(&self) -> Topology {
+        let mut spec = self.spec.clone();
+        for cpu in &mut spec.cpus {
+            if let Some(llc) = cpu.llc {
+                cpu.uncore = llc;
+            }
+        }
+        // Only uncore ids changed; every check of `new` still holds.
+        Topology::new(spec).unwrap_or_else(|_| self.clone())
     }
 
     /// The allocator's precomputed view of this topology (built on first
@@ -305,6 +334,13 @@ impl Topology {
     #[must_use]
     pub fn uncores(&self) -> &BTreeMap<u32, CpuSet> {
         &self.uncores
+    }
+
+    /// Last-level cache group id → its online CPUs (the `llc` of each CPU,
+    /// or its uncore id when the topology does not give one).
+    #[must_use]
+    pub fn llcs(&self) -> &BTreeMap<u32, CpuSet> {
+        &self.llcs
     }
 
     /// NUMA nodes that have no online CPU (memory-only nodes).
@@ -479,6 +515,7 @@ pub fn try_synthetic(shape: Shape) -> Result<Topology, ShapeError> {
                 socket: core / cores_per_socket,
                 numa: core / cores_per_numa,
                 uncore: core / cores_per_uncore,
+                llc: None,
                 die: None,
                 core_type: None,
             });

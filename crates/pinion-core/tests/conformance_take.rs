@@ -4,6 +4,8 @@
 //! return promptly with our documented result (decision 001): a valid
 //! allocation of the requested size.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use pinion_core::alloc::case::TakeCase;
@@ -12,9 +14,7 @@ use pinion_core::{CpuSet, Topology};
 use serde_json::Value;
 
 fn corpus_dir() -> Option<PathBuf> {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let dir = root.join("../shared/conformance/kubelet");
-    dir.is_dir().then_some(dir)
+    common::shared::shared("conformance/kubelet")
 }
 
 fn take_cases(dir: &Path) -> Vec<(String, Value)> {
@@ -82,10 +82,6 @@ fn check(file: &str, raw: &Value) -> Option<String> {
 #[test]
 fn every_take_case_matches_kubelet() {
     let Some(dir) = corpus_dir() else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
         return;
     };
     let cases = take_cases(&dir);

@@ -33,6 +33,7 @@ fn machine(cpus_per_node: &[u32], nodes_per_socket: u32) -> Topology {
                 socket: node / nodes_per_socket,
                 numa: node,
                 uncore: node,
+                llc: None,
                 die: None,
                 core_type: None,
             });

@@ -32,6 +32,7 @@ fn container(index: usize, c: CaseContainer) -> Container {
         memory_request: c.memory_request,
         memory_limit: c.memory_limit,
         restart_policy: c.restartable.then_some(RestartPolicy::Always),
+        ..Container::default()
     }
 }
 
@@ -58,6 +59,7 @@ fn pod_guaranteed_cpus_conformance() {
                 .enumerate()
                 .map(|(i, c)| container(100 + i, c))
                 .collect(),
+            ..Pod::default()
         };
         let got = pod_guaranteed_cpus(&pod);
         if got != case.expect {

@@ -39,6 +39,18 @@ struct Expect {
     message: Option<String>,
 }
 
+/// The engine's machine: the merge cases are about NUMA masks only, and
+/// policy `none` allocates nothing.
+fn machine() -> pinion_core::Topology {
+    pinion_core::topology::synthetic(pinion_core::topology::Shape {
+        sockets: 1,
+        numa_per_socket: 1,
+        cores_per_socket: 1,
+        threads_per_core: 1,
+        cores_per_uncore: 0,
+    })
+}
+
 fn pod() -> Pod {
     Pod {
         uid: "pod".into(),
@@ -78,7 +90,8 @@ fn check(value: &Value, scope: &str) -> Result<(), String> {
         NumaInfo::new(&case.numa_nodes, case.distances.as_ref()).map_err(|e| e.to_string())?;
     let manager = TopologyManager::new(&case.policy, scope, &case.options, numa)
         .map_err(|e| e.to_string())?;
-    let mut engine = Engine::new(Policy::None, State::default()).with_topology_manager(manager);
+    let mut engine =
+        Engine::new(&machine(), Policy::None, State::default()).with_topology_manager(manager);
     let owned = providers(&case);
     let refs: Vec<&dyn HintProvider> = owned.iter().map(|p| p as &dyn HintProvider).collect();
     let report = engine.admit_container_with(&pod(), "c", &refs);

@@ -2,12 +2,13 @@
 //! `../shared/topologies`; skipped with a notice when absent). Figures and
 //! the command are in `docs/performance.md`.
 
-use std::path::Path;
-
 use criterion::{criterion_group, criterion_main, Criterion};
 
 /// The largest machines of the corpus: 144 CPUs (the largest), 128 CPUs on
 /// arm64, and the 96-CPU EPYC with 16 L3 groups and 8 NUMA nodes.
+#[path = "../../pinion-core/tests/common/shared.rs"]
+mod shared;
+
 const MACHINES: &[&str] = &[
     "x86-4s-intel-xeon-skylake-sp-18c-ht",
     "arm64-2s-hisilicon-kunpeng920-128c-4numa",
@@ -15,19 +16,12 @@ const MACHINES: &[&str] = &[
 ];
 
 fn discover(c: &mut Criterion) {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/topologies"
-    ));
-    // Canonical path: `crates/pinion-host/../../..` would add six path
-    // components to every one of the few hundred lookups measured.
-    let Ok(dir) = dir.canonicalize() else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
+    let Some(dir) = shared::shared("topologies") else {
         return;
     };
+    // Canonical path: `crates/pinion-host/../../..` would add six path
+    // components to every one of the few hundred lookups measured.
+    let dir = dir.canonicalize().expect("canonical ../shared/topologies");
     let mut group = c.benchmark_group("discover");
     for machine in MACHINES {
         let root = dir.join(machine);

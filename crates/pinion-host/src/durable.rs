@@ -1,19 +1,24 @@
 //! Durable, atomic replacement of one file in a directory.
 //!
-//! A write goes: create `.<name>.pinion-tmp` in the same directory, write
-//! the bytes, fsync the temp file, rename it over `<name>`, fsync the
-//! directory. A crash before the rename leaves the old file untouched (plus
-//! a stale temp file, which the next write truncates and reads never look
-//! at); a crash after it leaves the new file. Nobody ever sees a torn
-//! `<name>`.
+//! A write goes: create `.<name>.pinion-tmp` in the same directory
+//! exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`: a file, directory or symlink
+//! already at that name is never opened, let alone followed), write the
+//! bytes, fsync the temp file, rename it over `<name>`, fsync the directory.
+//! A crash before the rename leaves the old file untouched (plus a stale temp
+//! file, which reads never look at and the next write unlinks — `unlink`
+//! removes a symlink itself, never its target — before creating its own); a
+//! crash after it leaves the new file. Nobody ever sees a torn `<name>`.
 //!
 //! [`write_atomic_with`] calls a hook after every step ([`WriteStep`]) so a
-//! test can stop the process at each one.
+//! test can stop the process at each one; [`write_atomic_using`] also takes
+//! the [`FileOps`] layer, so a test can make a step fail.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::fileops::{write_all_at, FileOps, OsFiles};
 
 /// Errors of durable file operations; each names the operation and path.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +46,8 @@ pub enum DurableError {
 pub enum Op {
     Read,
     CreateTemp,
+    /// Creating a new file (never replacing one).
+    Create,
     /// Writing this many bytes.
     Write(usize),
     SyncFile,
@@ -53,6 +60,7 @@ impl std::fmt::Display for Op {
         match self {
             Op::Read => f.write_str("read"),
             Op::CreateTemp => f.write_str("create temp file"),
+            Op::Create => f.write_str("create"),
             Op::Write(bytes) => write!(f, "write {bytes} bytes to"),
             Op::SyncFile => f.write_str("fsync file"),
             Op::SyncDir => f.write_str("fsync directory"),
@@ -150,14 +158,28 @@ pub fn write_atomic_with(
     bytes: &[u8],
     hook: &mut impl FnMut(WriteStep),
 ) -> Result<(), DurableError> {
+    write_atomic_using(&mut OsFiles, dir, name, bytes, hook)
+}
+
+/// [`write_atomic_with`] through a [`FileOps`] layer (tests inject faults).
+pub fn write_atomic_using(
+    ops: &mut dyn FileOps,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    hook: &mut dyn FnMut(WriteStep),
+) -> Result<(), DurableError> {
     check_name(name)?;
     let temp = dir.join(temp_name(name));
     let target = dir.join(name);
-    if let Err(err) = write_temp(&temp, bytes, hook) {
+    let file = create_exclusive(&temp)?;
+    hook(WriteStep::TempCreated);
+    if let Err(err) = write_temp(ops, &file, &temp, bytes, hook) {
         let _ = fs::remove_file(&temp);
         return Err(err);
     }
-    fs::rename(&temp, &target).map_err(|source| {
+    drop(file);
+    ops.rename(&temp, &target).map_err(|source| {
         let _ = fs::remove_file(&temp);
         DurableError::Rename {
             from: temp.clone(),
@@ -166,42 +188,60 @@ pub fn write_atomic_with(
         }
     })?;
     hook(WriteStep::Renamed);
-    sync_dir(dir)?;
+    ops.sync_dir(dir).map_err(io_err(Op::SyncDir, dir))?;
     hook(WriteStep::DirSynced);
     Ok(())
 }
 
-/// Creates (or truncates a stale) temp file, writes and fsyncs it.
+/// Creates `path` exclusively, mode 0600, never following a symlink: with
+/// `O_CREAT|O_EXCL` the call fails on any existing name (a dangling or
+/// planted symlink included) instead of opening it, and `O_NOFOLLOW` says
+/// so twice. A leftover from a crash (or anything planted there) is
+/// unlinked — which removes the name itself, never what a symlink points
+/// to — and the creation tried once more; a second collision is an error.
+pub fn create_exclusive(path: &Path) -> Result<File, DurableError> {
+    match open_exclusive(path) {
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path).map_err(io_err(Op::Remove, path))?;
+            open_exclusive(path).map_err(io_err(Op::CreateTemp, path))
+        }
+        other => other.map_err(io_err(Op::CreateTemp, path)),
+    }
+}
+
+fn open_exclusive(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Writes and fsyncs the temp file.
 fn write_temp(
+    ops: &mut dyn FileOps,
+    file: &File,
     temp: &Path,
     bytes: &[u8],
-    hook: &mut impl FnMut(WriteStep),
+    hook: &mut dyn FnMut(WriteStep),
 ) -> Result<(), DurableError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(temp)
-        .map_err(io_err(Op::CreateTemp, temp))?;
-    hook(WriteStep::TempCreated);
     let (first, second) = bytes.split_at(bytes.len() / 2);
-    file.write_all(first)
-        .map_err(io_err(Op::Write(bytes.len()), temp))?;
+    write_all_at(ops, file, temp, first, 0).map_err(io_err(Op::Write(bytes.len()), temp))?;
     hook(WriteStep::TempHalfWritten);
-    file.write_all(second)
+    write_all_at(ops, file, temp, second, first.len() as u64)
         .map_err(io_err(Op::Write(bytes.len()), temp))?;
     hook(WriteStep::TempWritten);
-    file.sync_all().map_err(io_err(Op::SyncFile, temp))?;
+    ops.sync_all(file, temp)
+        .map_err(io_err(Op::SyncFile, temp))?;
     hook(WriteStep::TempSynced);
     Ok(())
 }
 
 /// fsyncs a directory so a rename or removal in it is durable.
 pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(io_err(Op::SyncDir, dir))
+    OsFiles.sync_dir(dir).map_err(io_err(Op::SyncDir, dir))
 }
 
 /// Reads `dir/name`: `Ok(None)` when it does not exist, an error when it
@@ -243,7 +283,12 @@ pub fn remove_stale_temp(dir: &Path, name: &str) -> Result<bool, DurableError> {
 /// `n >= 1`, never replacing an existing file (link, then unlink), and
 /// fsyncs the directory. Returns the new path.
 pub fn move_aside(dir: &Path, name: &str) -> Result<PathBuf, DurableError> {
-    let aside = keep_copy(dir, name, "corrupt")?;
+    move_aside_as(dir, name, "corrupt")
+}
+
+/// [`move_aside`] to `dir/<name>.<label>-<n>`.
+pub fn move_aside_as(dir: &Path, name: &str, label: &str) -> Result<PathBuf, DurableError> {
+    let aside = keep_copy(dir, name, label)?;
     let path = dir.join(name);
     fs::remove_file(&path).map_err(io_err(Op::Remove, &path))?;
     sync_dir(dir)?;
@@ -274,6 +319,41 @@ pub fn keep_copy(dir: &Path, name: &str, label: &str) -> Result<PathBuf, Durable
         }
     }
     Err(DurableError::NoFreeName { path })
+}
+
+/// Writes `bytes` to a new file `dir/<name>.<label>-<n>` (smallest free
+/// `n >= 1`, created exclusively: an earlier copy is never replaced), fsyncs
+/// it and the directory. For keeping a copy of a file about to be repaired
+/// in place. Returns the new path.
+pub fn keep_bytes(
+    dir: &Path,
+    name: &str,
+    label: &str,
+    bytes: &[u8],
+) -> Result<PathBuf, DurableError> {
+    check_name(name)?;
+    for n in 1u32.. {
+        let copy = dir.join(format!("{name}.{label}-{n}"));
+        let file = match open_exclusive(&copy) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => {
+                return Err(DurableError::Io {
+                    op: Op::Create,
+                    path: copy,
+                    source,
+                })
+            }
+        };
+        write_all_at(&mut OsFiles, &file, &copy, bytes, 0)
+            .map_err(io_err(Op::Write(bytes.len()), &copy))?;
+        file.sync_all().map_err(io_err(Op::SyncFile, &copy))?;
+        sync_dir(dir)?;
+        return Ok(copy);
+    }
+    Err(DurableError::NoFreeName {
+        path: dir.join(name),
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,12 @@
 
 pub mod cgroup;
 pub mod durable;
+pub mod fileops;
+pub mod journal;
+pub mod lock;
+pub mod meminfo;
+pub mod net;
+pub mod pressure;
 pub mod store;
 pub mod sysfs;
 

@@ -2,6 +2,8 @@
 //! process (this test binary, re-executed) writes a new checkpoint over an
 //! old one and aborts right after that step. The parent then restores: the
 //! file must be exactly the old or exactly the new checkpoint, never torn.
+//! The journal's crash tests (every file operation of appends, flushes and
+//! compactions) are in `crash/journal_crash.rs`.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -195,3 +197,6 @@ fn truncated_or_tampered_file_is_an_error_and_never_overwritten() {
         );
     }
 }
+
+#[path = "crash/journal_crash.rs"]
+mod journal_crash;

@@ -40,20 +40,11 @@ const SPARC: &str = "physical_package_id is -1 (one package, as hwloc) and the o
      Pinion (like hwloc) does not: no cache/ directory means one uncore group";
 const PER_TYPE: &str = "lscpu numbers cores and sockets per CPU type on heterogeneous ARM";
 
+#[path = "../../pinion-core/tests/common/shared.rs"]
+mod shared;
+
 fn shared_topologies() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/topologies"
-    ));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        None
-    }
+    shared::shared("topologies")
 }
 
 fn machines(dir: &Path) -> Vec<String> {
@@ -113,7 +104,7 @@ fn oracle_rows(dir: &Path, machine: &str) -> (String, Vec<Row>) {
 /// Pinion's value for column `k` (core, socket, node, llc) of an online CPU.
 fn ours(topology: &Topology, cpu: u32, k: usize) -> Option<u32> {
     let info = topology.cpu(cpu)?;
-    Some([info.core, info.socket, info.numa, info.uncore][k])
+    Some([info.core, info.socket, info.numa, info.llc?][k])
 }
 
 /// Every mismatch between Pinion and the oracle on one machine.
@@ -186,6 +177,69 @@ fn every_machine_matches_the_oracle() {
     );
 }
 
+/// Whether CPU `cpu` of `machine` has a cache above L2 (what cAdvisor
+/// reports to kubelet as an uncore cache).
+fn has_cache_above_l2(dir: &Path, machine: &str, cpu: u32) -> bool {
+    let cache = dir.join(format!("{machine}/sys/devices/system/cpu/cpu{cpu}/cache"));
+    let Ok(entries) = fs::read_dir(&cache) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let read = |name: &str| fs::read_to_string(entry.path().join(name)).unwrap_or_default();
+        let level: u32 = read("level")
+            .trim()
+            .trim_end_matches('\0')
+            .parse()
+            .unwrap_or(0);
+        level > 2 && read("type").trim() != "Instruction"
+    })
+}
+
+/// kubelet's uncore groups on every machine: where every CPU has an L3 they
+/// are the LLC groups (checked against the oracle above); where no CPU has
+/// a cache above L2 they are the sockets (cAdvisor reports no uncore cache
+/// and kubelet falls back to the socket).
+#[test]
+fn uncore_follows_kubelet_l3_else_socket_on_every_machine() {
+    let Some(dir) = shared_topologies() else {
+        return;
+    };
+    let mut report = Vec::new();
+    let mut socket_fallbacks = Vec::new();
+    for machine in machines(&dir) {
+        let t = load(&dir, &machine);
+        let with_l3 = t
+            .cpus()
+            .iter()
+            .filter(|c| has_cache_above_l2(&dir, &machine, c.id))
+            .count();
+        let expected = if with_l3 == t.num_cpus() {
+            t.llcs()
+        } else if with_l3 == 0 {
+            socket_fallbacks.push(machine.clone());
+            t.sockets()
+        } else {
+            report.push(format!("{machine}: only {with_l3} cpus have an L3"));
+            continue;
+        };
+        let ours: Vec<&pinion_core::CpuSet> = t.uncores().values().collect();
+        let mut theirs: Vec<&pinion_core::CpuSet> = expected.values().collect();
+        let mut ours_sorted = ours.clone();
+        ours_sorted.sort_by_key(|s| s.first());
+        theirs.sort_by_key(|s| s.first());
+        if ours_sorted != theirs {
+            report.push(format!("{machine}: uncore {ours:?}, expected {theirs:?}"));
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+    assert!(
+        socket_fallbacks
+            .iter()
+            .any(|m| m == "x86-2s-intel-xeon-e5345-no-l3"),
+        "{socket_fallbacks:?}"
+    );
+}
+
 #[test]
 fn all_44_machines_load() {
     let Some(dir) = shared_topologies() else {
@@ -211,9 +265,7 @@ fn machine(name: &str) -> Option<Topology> {
     Some(load(&dir, name))
 }
 
-fn set(text: &str) -> pinion_core::CpuSet {
-    pinion_core::CpuSet::parse_list(text).expect("test cpulist")
-}
+use pinion_core::testing::cpus as set;
 
 #[test]
 fn epyc_7451_has_2_sockets_8_nodes_16_l3_groups_and_smt_pairs() {
@@ -270,7 +322,7 @@ fn s390_lpar_with_cpu0_offline() {
 }
 
 #[test]
-fn power7_lpar_groups_uncore_by_l1_and_keeps_the_empty_node() {
+fn power7_lpar_groups_llc_by_l1_uncore_by_socket_and_keeps_the_empty_node() {
     let Some(t) = machine("ppc64-lpar-power7-16c-smt4-2numa") else {
         return;
     };
@@ -278,7 +330,9 @@ fn power7_lpar_groups_uncore_by_l1_and_keeps_the_empty_node() {
     assert_eq!(t.num_cores(), 16);
     assert_eq!(t.cpus_per_core(), 4);
     assert_eq!(t.num_sockets(), 1);
-    assert_eq!(t.num_uncore_caches(), 16);
+    assert_eq!(t.llcs().len(), 16);
+    assert_eq!(t.num_uncore_caches(), 1, "no L3: kubelet's socket fallback");
+    assert_eq!(t.with_llc_as_uncore().num_uncore_caches(), 16);
     assert_eq!(t.cpuless_numa_nodes(), vec![1]);
 }
 
@@ -348,10 +402,13 @@ fn ryzen_capture_without_possible_or_online_files_loads_from_cpu_dirs() {
 }
 
 #[test]
-fn no_l3_machine_groups_uncore_by_shared_l2() {
+fn no_l3_machine_groups_llc_by_shared_l2_and_uncore_by_socket() {
     let Some(t) = machine("x86-2s-intel-xeon-e5345-no-l3") else {
         return;
     };
-    assert_eq!(t.num_uncore_caches(), 4);
-    assert!(t.uncores().values().any(|cpus| *cpus == set("0,4")));
+    assert_eq!(t.llcs().len(), 4);
+    assert!(t.llcs().values().any(|cpus| *cpus == set("0,4")));
+    assert_eq!(t.uncores(), t.sockets(), "kubelet falls back to the socket");
+    let llc = t.with_llc_as_uncore();
+    assert_eq!(llc.uncores(), t.llcs());
 }

@@ -3,14 +3,16 @@
 //! trivial handler: the protocol layer's share of the admission latency.
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use pinion_core::placement::{Placement, Pool, ResourceSettings};
 use pinion_core::CpuSet;
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
 use pinion_nri::{
-    Container, ContainerUpdate, CpuAssignment, Created, HandlerError, NriHandler, Plugin,
-    PluginOptions, PodSandbox, Resources,
+    Container, ContainerUpdate, Created, HandlerError, NriHandler, Plugin, PluginOptions,
+    PodSandbox, Resources,
 };
 
 struct Shared(CpuSet);
@@ -24,11 +26,7 @@ impl NriHandler for Shared {
         Ok(Vec::new())
     }
     async fn create_container(&self, _: PodSandbox, _: Container) -> Result<Created, HandlerError> {
-        let adjust = CpuAssignment {
-            cpus: self.0.clone(),
-            mems: None,
-            unlimited_quota: false,
-        };
+        let adjust = placement(self.0.clone(), CpuSet::new(), false);
         Ok(Created {
             adjust: Some(adjust),
             updates: Vec::new(),
@@ -103,3 +101,23 @@ fn roundtrip(c: &mut Criterion) {
 
 criterion_group!(benches, roundtrip);
 criterion_main!(benches);
+
+/// A placement of `cpus` (memory nodes `mems`, empty = leave them), with
+/// no CFS quota when `exclusive`.
+fn placement(cpus: CpuSet, mems: CpuSet, exclusive: bool) -> Placement {
+    Placement {
+        cpus,
+        mems,
+        pool: if exclusive {
+            Pool::Exclusive
+        } else {
+            Pool::Shared
+        },
+        resources: ResourceSettings {
+            cpu_quota: exclusive.then_some(-1),
+            ..ResourceSettings::default()
+        },
+        env: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    }
+}

@@ -12,13 +12,14 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use pinion_core::placement::{Placement, Pool, ResourceSettings};
 use pinion_core::pod::guaranteed_cpus;
 use pinion_core::CpuSet;
 use pinion_nri::kube::{kube_container, kube_pod};
 use pinion_nri::plugin::DEFAULT_SOCKET;
 use pinion_nri::{
-    Container, ContainerUpdate, CpuAssignment, Created, ErrorKind, HandlerError, NriHandler,
-    Plugin, PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
+    Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, Plugin,
+    PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
 };
 
 struct Demo {
@@ -42,7 +43,7 @@ impl Demo {
             .iter()
             .map(|id| ContainerUpdate {
                 container_id: id.clone(),
-                assignment: shared_assignment(cpus.clone()),
+                placement: shared_assignment(cpus.clone()),
             })
             .collect();
         eprintln!(
@@ -62,12 +63,8 @@ impl Demo {
     }
 }
 
-fn shared_assignment(cpus: CpuSet) -> CpuAssignment {
-    CpuAssignment {
-        cpus,
-        mems: None,
-        unlimited_quota: false,
-    }
+fn shared_assignment(cpus: CpuSet) -> Placement {
+    placement(cpus, CpuSet::new(), false)
 }
 
 impl NriHandler for Demo {
@@ -148,11 +145,7 @@ impl NriHandler for Demo {
             .insert(container.id.clone(), cpus.clone());
         self.push_shared_pool();
         Ok(Created {
-            adjust: Some(CpuAssignment {
-                cpus,
-                mems: Some(CpuSet::parse_list("0").unwrap()),
-                unlimited_quota: true,
-            }),
+            adjust: Some(placement(cpus, CpuSet::parse_list("0").unwrap(), true)),
             updates: Vec::new(),
         })
     }
@@ -206,7 +199,7 @@ fn big_update(all: &CpuSet) -> Vec<ContainerUpdate> {
     (0..300)
         .map(|i| ContainerUpdate {
             container_id: format!("no-such-container-{i:04}"),
-            assignment: shared_assignment(all.clone()),
+            placement: shared_assignment(all.clone()),
         })
         .collect()
 }
@@ -240,4 +233,24 @@ async fn main() {
         })
         .await;
     eprintln!("plugin ended: {result:?}");
+}
+
+/// A placement of `cpus` (memory nodes `mems`, empty = leave them), with
+/// no CFS quota when `exclusive`.
+fn placement(cpus: CpuSet, mems: CpuSet, exclusive: bool) -> Placement {
+    Placement {
+        cpus,
+        mems,
+        pool: if exclusive {
+            Pool::Exclusive
+        } else {
+            Pool::Shared
+        },
+        resources: ResourceSettings {
+            cpu_quota: exclusive.then_some(-1),
+            ..ResourceSettings::default()
+        },
+        env: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    }
 }

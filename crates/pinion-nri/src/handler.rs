@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::kube::KubeError;
-use crate::model::{Container, ContainerUpdate, CpuAssignment, PodSandbox, Resources};
+use crate::model::{Container, ContainerUpdate, PodSandbox, Resources};
 use crate::status::{Code, Status};
 
 /// What the runtime said about itself in `Configure`.
@@ -26,7 +26,7 @@ pub struct RuntimeInfo {
 /// shared pool shrinking).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Created {
-    pub adjust: Option<CpuAssignment>,
+    pub adjust: Option<pinion_core::Placement>,
     pub updates: Vec<ContainerUpdate>,
 }
 

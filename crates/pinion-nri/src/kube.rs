@@ -5,6 +5,8 @@
 //! engine admits. What NRI does not carry, and how Pinion decides then, is
 //! described in `docs/nri.md`.
 
+use std::collections::BTreeMap;
+
 use pinion_core::pod::{self, QosClass, RestartPolicy};
 use pinion_core::policy::static_policy::ContainerKind;
 use pinion_core::Quantity;
@@ -14,6 +16,15 @@ use crate::model::{Container, PodSandbox, Resources};
 /// Pod annotation listing the pod's init containers in spec order,
 /// comma-separated; `name=sidecar` marks a restartable init container.
 pub const INIT_CONTAINERS_ANNOTATION: &str = "pinion.dev/init-containers";
+/// Pod annotation with the requests of resources NRI does not show (extended
+/// resources served by resource plugins), as JSON:
+/// `{"<container>": {"<resource>": "<quantity>", …}, …}`.
+pub const REQUESTS_ANNOTATION: &str = "pinion.dev/requests";
+/// Pod annotation `"true"` when the pod spec sets pod-level resources
+/// (`spec.resources`, KEP-2837). NRI sends the pod cgroup's resources for
+/// every pod (the containers' totals when the spec sets none), so only this
+/// annotation tells the two apart; absent or `"false"` = none.
+pub const POD_LEVEL_RESOURCES_ANNOTATION: &str = "pinion.dev/pod-level-resources";
 /// Labels kubelet puts on every sandbox / container.
 pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
 pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
@@ -48,6 +59,8 @@ pub enum KubeError {
         container: String,
         what: &'static str,
     },
+    #[error("Guaranteed pod {pod:?} with pod-level resources has no pod-level {what}")]
+    IncompletePodLevel { pod: String, what: &'static str },
     #[error("container {container:?} of pod {pod:?} belongs to pod sandbox {sandbox:?}")]
     WrongPod {
         pod: String,
@@ -201,7 +214,7 @@ fn is_dns_label(name: &str) -> bool {
 }
 
 fn milli(value: u64) -> Quantity {
-    if value % 1000 == 0 {
+    if value.is_multiple_of(1000) {
         return Quantity::from_units(value / 1000);
     }
     Quantity::parse(&format!("{value}m")).unwrap_or_else(|_| Quantity::from_units(value / 1000))
@@ -211,6 +224,12 @@ fn milli(value: u64) -> Quantity {
 /// (taken from the cgroup parent, which is authoritative):
 /// * Guaranteed: request = limit = the CPU from cpu.shares (the quota may be
 ///   gone: Pinion removes it for exclusive CPUs), memory request = limit.
+/// * Guaranteed with pod-level resources ([`POD_LEVEL_RESOURCES_ANNOTATION`]):
+///   the container's own values, each optional — CPU request from shares,
+///   CPU limit from the quota, memory limit, and memory request = limit
+///   (NRI does not carry the memory request). Only a container whose CPU
+///   request equals its limit gets exclusive CPUs then, so a container whose
+///   quota Pinion removed must be re-admitted from the recorded spec.
 /// * Burstable: CPU request from shares, limit from the quota, memory limit;
 ///   the memory request is not sent by the runtime and is recorded as 0.
 /// * BestEffort: nothing set.
@@ -227,6 +246,14 @@ pub fn kube_container(
         ..pod::Container::default()
     };
     match qos_class(pod)? {
+        QosClass::Guaranteed if has_pod_level_resources(pod)? => {
+            // The pod's class comes from its pod-level resources: a
+            // container may set any of its own, or none.
+            out.cpu_request = request.map(milli);
+            out.cpu_limit = milli_cpu_from_quota(r.cpu_quota, r.cpu_period).map(milli);
+            out.memory_limit = memory.map(bytes);
+            out.memory_request = memory.map(bytes);
+        }
         QosClass::Guaranteed => {
             let incomplete = |what| KubeError::IncompleteGuaranteed {
                 pod: pod.id.clone(),
@@ -250,6 +277,48 @@ pub fn kube_container(
     }
     if container_kind(pod, &out.name)? == ContainerKind::Sidecar {
         out.restart_policy = Some(RestartPolicy::Always);
+    }
+    out.extended_requests = extended_requests(pod)?
+        .remove(&out.name)
+        .unwrap_or_default();
+    Ok(out)
+}
+
+/// The extended-resource requests of every container, from
+/// [`REQUESTS_ANNOTATION`] (empty without it). `cpu` and `memory` come
+/// from the container's Linux resources and are refused here.
+pub fn extended_requests(
+    pod: &PodSandbox,
+) -> Result<BTreeMap<String, BTreeMap<String, Quantity>>, KubeError> {
+    let Some(value) = pod.annotations.get(REQUESTS_ANNOTATION) else {
+        return Ok(BTreeMap::new());
+    };
+    let bad = |reason: String| KubeError::Annotation {
+        pod: pod.id.clone(),
+        key: REQUESTS_ANNOTATION,
+        value: value.clone(),
+        reason,
+    };
+    let parsed: BTreeMap<String, BTreeMap<String, String>> =
+        serde_json::from_str(value).map_err(|err| {
+            bad(format!(
+                "{err} (expected {{\"<container>\": {{\"<resource>\": \"<quantity>\"}}}})"
+            ))
+        })?;
+    let mut out = BTreeMap::new();
+    for (container, requests) in parsed {
+        let mut quantities = BTreeMap::new();
+        for (resource, text) in requests {
+            if resource == "cpu" || resource == "memory" {
+                return Err(bad(format!(
+                    "{resource:?} of container {container:?} comes from its linux resources, not this annotation"
+                )));
+            }
+            let quantity = Quantity::parse(&text)
+                .map_err(|err| bad(format!("{resource} of container {container:?}: {err}")))?;
+            quantities.insert(resource, quantity);
+        }
+        out.insert(container, quantities);
     }
     Ok(out)
 }
@@ -282,6 +351,10 @@ pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod,
     }
     Ok(pod::Pod {
         uid,
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
         init_containers: init_slots.into_iter().flatten().collect(),
         containers: apps,
     })
@@ -309,6 +382,72 @@ pub fn memory_request_bounds(oom_score_adj: i64, capacity: u64) -> Option<(u64, 
         999 => (0, per_mille(2)),
         _ => (per_mille(k), per_mille(k + 1)),
     })
+}
+
+/// Whether the pod declares pod-level resources
+/// ([`POD_LEVEL_RESOURCES_ANNOTATION`]).
+pub fn has_pod_level_resources(pod: &PodSandbox) -> Result<bool, KubeError> {
+    match pod
+        .annotations
+        .get(POD_LEVEL_RESOURCES_ANNOTATION)
+        .map(String::as_str)
+    {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(KubeError::Annotation {
+            pod: pod.id.clone(),
+            key: POD_LEVEL_RESOURCES_ANNOTATION,
+            value: other.to_string(),
+            reason: "expected \"true\" or \"false\"".to_string(),
+        }),
+    }
+}
+
+/// The pod-level resources of the engine's pod model
+/// ([`pinion_core::pod::PodResources`], for `Engine::set_pod_resources`):
+/// `None` unless the pod declares them ([`POD_LEVEL_RESOURCES_ANNOTATION`]);
+/// then from the pod cgroup's resources NRI sent, consistent with the QoS
+/// class of the cgroup parent as for containers: Guaranteed → CPU request =
+/// limit from cpu.shares, memory request = limit (both required);
+/// Burstable → CPU request from shares, limit from the quota, memory limit
+/// (memory request recorded as 0); BestEffort → `None`.
+pub fn kube_pod_resources(pod: &PodSandbox) -> Result<Option<pod::PodResources>, KubeError> {
+    if !has_pod_level_resources(pod)? {
+        return Ok(None);
+    }
+    let Some(r) = pod.pod_resources.as_ref() else {
+        return Err(KubeError::Annotation {
+            pod: pod.id.clone(),
+            key: POD_LEVEL_RESOURCES_ANNOTATION,
+            value: "true".to_string(),
+            reason: "the runtime sent no pod-level resources".to_string(),
+        });
+    };
+    let request = r.cpu_shares.and_then(milli_cpu_from_shares);
+    let memory = memory_limit(r);
+    let mut out = pod::PodResources::default();
+    match qos_class(pod)? {
+        QosClass::Guaranteed => {
+            let incomplete = |what| KubeError::IncompletePodLevel {
+                pod: pod.id.clone(),
+                what,
+            };
+            let cpu = milli(request.ok_or_else(|| incomplete("cpu request (cpu.shares)"))?);
+            let memory = bytes(memory.ok_or_else(|| incomplete("memory limit"))?);
+            out.cpu_request = Some(cpu.clone());
+            out.cpu_limit = Some(cpu);
+            out.memory_request = Some(memory.clone());
+            out.memory_limit = Some(memory);
+        }
+        QosClass::Burstable => {
+            out.cpu_request = request.map(milli);
+            out.cpu_limit = milli_cpu_from_quota(r.cpu_quota, r.cpu_period).map(milli);
+            out.memory_limit = memory.map(bytes);
+            out.memory_request = memory.map(|_| Quantity::from_units(0));
+        }
+        QosClass::BestEffort => return Ok(None),
+    }
+    Ok(Some(out))
 }
 
 /// Pod-level resources kubelet sends with the sandbox (the pod's totals).

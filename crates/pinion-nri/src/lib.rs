@@ -14,7 +14,7 @@ pub mod status;
 pub mod wire;
 
 pub use handler::{Created, ErrorKind, HandlerError, NriHandler, RuntimeInfo};
-pub use model::{Container, ContainerState, ContainerUpdate, CpuAssignment, PodSandbox, Resources};
+pub use model::{Container, ContainerState, ContainerUpdate, PodSandbox, Resources};
 pub use plugin::{Endpoint, Plugin, PluginError, PluginOptions, UpdateSender};
 
 #[cfg(feature = "fake-runtime")]

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pinion_core::{CpuSet, Topology};
+use pinion_core::Placement;
 
 use crate::proto::nri as pb;
 
@@ -62,48 +62,13 @@ pub struct Resources {
     pub mems: String,
 }
 
-/// The CPU placement Pinion gives a container.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuAssignment {
-    pub cpus: CpuSet,
-    /// NUMA memory nodes (`None` = leave cpuset.mems alone).
-    pub mems: Option<CpuSet>,
-    /// Remove the CFS quota (exclusive CPUs are never throttled).
-    pub unlimited_quota: bool,
-}
-
-/// A change to an existing container.
+/// A change to an existing container: its new placement (only the
+/// resource settings reach a running container; environment and
+/// annotations are set at creation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerUpdate {
     pub container_id: String,
-    pub assignment: CpuAssignment,
-}
-
-/// The CFS quota value meaning "unlimited".
-pub const UNLIMITED_QUOTA: i64 = -1;
-
-impl CpuAssignment {
-    /// Exclusive CPUs: `cpuset.cpus`, `cpuset.mems` = the NUMA nodes of those
-    /// CPUs, and no CFS quota (kubelet's `DisableCPUQuotaWithExclusiveCPUs`).
-    #[must_use]
-    pub fn exclusive(cpus: CpuSet, topology: &Topology) -> Self {
-        let mems = topology.numa_nodes_of(&cpus).into_iter().collect();
-        Self {
-            cpus,
-            mems: Some(mems),
-            unlimited_quota: true,
-        }
-    }
-
-    /// The shared pool: only `cpuset.cpus` (memory nodes and quota untouched).
-    #[must_use]
-    pub fn shared(cpus: CpuSet) -> Self {
-        Self {
-            cpus,
-            mems: None,
-            unlimited_quota: false,
-        }
-    }
+    pub placement: Placement,
 }
 
 impl From<pb::PodSandbox> for PodSandbox {
@@ -179,29 +144,54 @@ impl From<&Resources> for pb::LinuxResources {
     }
 }
 
-impl From<&CpuAssignment> for pb::LinuxResources {
-    fn from(a: &CpuAssignment) -> Self {
+impl From<&Placement> for pb::LinuxResources {
+    /// The cpuset, and each resource setting the placement gives (absent
+    /// ones stay as the runtime has them).
+    fn from(p: &Placement) -> Self {
+        let r = &p.resources;
+        let memory =
+            (r.memory_limit.is_some() || r.memory_swap_limit.is_some()).then(|| pb::LinuxMemory {
+                limit: r.memory_limit.map(|value| pb::OptionalInt64 { value }),
+                swap: r.memory_swap_limit.map(|value| pb::OptionalInt64 { value }),
+                ..pb::LinuxMemory::default()
+            });
         Self {
             cpu: Some(pb::LinuxCpu {
-                cpus: a.cpus.to_string(),
-                mems: a.mems.as_ref().map(ToString::to_string).unwrap_or_default(),
-                quota: a.unlimited_quota.then_some(pb::OptionalInt64 {
-                    value: UNLIMITED_QUOTA,
-                }),
+                cpus: p.cpus.to_string(),
+                mems: p.mems.to_string(),
+                quota: r.cpu_quota.map(|value| pb::OptionalInt64 { value }),
+                period: r.cpu_period.map(|value| pb::OptionalUInt64 { value }),
+                shares: r.cpu_shares.map(|value| pb::OptionalUInt64 { value }),
                 ..pb::LinuxCpu::default()
             }),
-            memory: None,
+            memory,
         }
     }
 }
 
-impl From<&CpuAssignment> for pb::ContainerAdjustment {
-    fn from(a: &CpuAssignment) -> Self {
+impl From<&Placement> for pb::ContainerAdjustment {
+    fn from(p: &Placement) -> Self {
         Self {
+            annotations: p
+                .annotations
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            env: p
+                .env
+                .iter()
+                .map(|(key, value)| pb::KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
             linux: Some(pb::LinuxContainerAdjustment {
-                resources: Some(a.into()),
+                resources: Some(p.into()),
+                oom_score_adj: p
+                    .resources
+                    .oom_score_adj
+                    .map(|value| pb::OptionalInt { value }),
             }),
-            ..pb::ContainerAdjustment::default()
         }
     }
 }
@@ -211,7 +201,7 @@ impl From<&ContainerUpdate> for pb::ContainerUpdate {
         Self {
             container_id: u.container_id.clone(),
             linux: Some(pb::LinuxContainerUpdate {
-                resources: Some((&u.assignment).into()),
+                resources: Some((&u.placement).into()),
             }),
             ignore_failure: false,
         }
@@ -228,16 +218,27 @@ pub fn updates_to_proto(updates: &[ContainerUpdate]) -> Vec<pb::ContainerUpdate>
 mod tests {
     use super::*;
 
+    fn topology() -> pinion_core::Topology {
+        pinion_core::topology::synthetic(pinion_core::topology::Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 2,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn set(text: &str) -> pinion_core::CpuSet {
+        pinion_core::CpuSet::parse_list(text).unwrap()
+    }
+
     #[test]
-    fn exclusive_assignment_sets_cpus_mems_and_unlimited_quota() {
-        let a = CpuAssignment {
-            cpus: CpuSet::parse_list("2,6").unwrap(),
-            mems: Some(CpuSet::parse_list("0").unwrap()),
-            unlimited_quota: true,
-        };
-        let r = pb::LinuxResources::from(&a);
+    fn exclusive_placement_sets_cpus_mems_and_unlimited_quota() {
+        // cpus 1 and 5 are the two threads of core 1, on node 0.
+        let placement = Placement::exclusive(&topology(), set("1,5"), None);
+        let r = pb::LinuxResources::from(&placement);
         let cpu = r.cpu.unwrap();
-        assert_eq!(cpu.cpus, "2,6");
+        assert_eq!(cpu.cpus, "1,5");
         assert_eq!(cpu.mems, "0");
         assert_eq!(cpu.quota, Some(pb::OptionalInt64 { value: -1 }));
         assert_eq!(cpu.shares, None);
@@ -245,45 +246,50 @@ mod tests {
     }
 
     #[test]
-    fn shared_assignment_leaves_quota_and_mems_alone() {
-        let a = CpuAssignment {
-            cpus: CpuSet::parse_list("0-3").unwrap(),
-            mems: None,
-            unlimited_quota: false,
-        };
-        let cpu = pb::LinuxResources::from(&a).cpu.unwrap();
-        assert_eq!(cpu.cpus, "0-3");
-        assert_eq!(cpu.mems, "");
+    fn shared_placement_sets_cpus_and_mems_and_leaves_quota_alone() {
+        let placement = Placement::shared(&topology(), set("0-1,4-5"));
+        let cpu = pb::LinuxResources::from(&placement).cpu.unwrap();
+        assert_eq!(cpu.cpus, "0-1,4-5");
+        assert_eq!(cpu.mems, "0");
         assert_eq!(cpu.quota, None);
     }
 
     #[test]
-    fn exclusive_constructor_takes_the_numa_nodes_of_the_cpus() {
-        let shape = pinion_core::topology::Shape {
-            sockets: 2,
-            numa_per_socket: 1,
-            cores_per_socket: 2,
-            threads_per_core: 2,
-            cores_per_uncore: 0,
+    fn adjustment_carries_env_annotations_and_every_resource_setting() {
+        let mut placement = Placement::shared(&topology(), set("2-3,6-7"));
+        placement.env.insert("NIC".into(), "eth1".into());
+        placement.annotations.insert("team".into(), "a".into());
+        placement.resources = pinion_core::placement::ResourceSettings {
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            cpu_shares: Some(512),
+            memory_limit: Some(1 << 30),
+            memory_swap_limit: Some(2 << 30),
+            oom_score_adj: Some(-998),
         };
-        let topology = pinion_core::topology::synthetic(shape);
-        let node1 = topology.numa_cpus()[&1].clone();
-        let first = CpuSet::from_iter(node1.iter().take(1));
-        let a = CpuAssignment::exclusive(first, &topology);
-        assert_eq!(a.mems.unwrap().to_string(), "1");
-        assert!(a.unlimited_quota);
-        let all = topology
-            .numa_cpus()
-            .values()
-            .fold(CpuSet::default(), |acc, s| acc.union(s));
+        let adjust = pb::ContainerAdjustment::from(&placement);
         assert_eq!(
-            CpuAssignment::exclusive(all, &topology)
-                .mems
-                .unwrap()
-                .to_string(),
-            "0-1"
+            adjust.annotations.get("team").map(String::as_str),
+            Some("a")
         );
-        assert_eq!(CpuAssignment::shared(CpuSet::default()).mems, None);
+        assert_eq!(
+            adjust.env,
+            vec![pb::KeyValue {
+                key: "NIC".into(),
+                value: "eth1".into()
+            }]
+        );
+        let linux = adjust.linux.unwrap();
+        assert_eq!(linux.oom_score_adj, Some(pb::OptionalInt { value: -998 }));
+        let resources = linux.resources.unwrap();
+        let cpu = resources.cpu.unwrap();
+        assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("2-3,6-7", "1"));
+        assert_eq!(cpu.quota.map(|q| q.value), Some(50_000));
+        assert_eq!(cpu.period.map(|q| q.value), Some(100_000));
+        assert_eq!(cpu.shares.map(|q| q.value), Some(512));
+        let memory = resources.memory.unwrap();
+        assert_eq!(memory.limit.map(|q| q.value), Some(1 << 30));
+        assert_eq!(memory.swap.map(|q| q.value), Some(2 << 30));
     }
 
     #[test]

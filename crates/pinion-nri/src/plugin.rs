@@ -11,7 +11,7 @@ use prost::Message;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 
-use crate::conn::{CallError, Connection, Roles};
+use crate::conn::{CallError, CallOptions, Connection, Roles};
 use crate::handler::NriHandler;
 use crate::model::{updates_to_proto, ContainerUpdate};
 use crate::proto::nri as pb;
@@ -26,6 +26,12 @@ pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";
 pub const DEFAULT_NAME: &str = "pinion";
 /// Default plugin index (two digits; plugins run in index order).
 pub const DEFAULT_INDEX: &str = "90";
+/// How long Pinion waits at least for the runtime's answer to an unsolicited
+/// `UpdateContainers`. The request itself carries no ttrpc deadline (the
+/// reference Go stub sends it with a background context): with one, a runtime
+/// slower than the deadline (containerd runs `runc update` per container)
+/// cancels the update half-way and the container keeps its old cpuset.
+pub const UPDATE_REPLY_WAIT: Duration = Duration::from_secs(30);
 
 /// Errors of the plugin stub.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -304,12 +310,17 @@ impl<H: NriHandler> Plugin<H> {
             update: updates_to_proto(&batch),
             evict: Vec::new(),
         };
+        let options = CallOptions {
+            after_handlers: true,
+            no_deadline: true,
+        };
         let reply = conn
-            .call_after_handlers(
+            .call_with(
                 RUNTIME_SERVICE,
                 "UpdateContainers",
                 request.encode_to_vec(),
-                timeout,
+                timeout.max(UPDATE_REPLY_WAIT),
+                options,
             )
             .await;
         let failed: Vec<String> =

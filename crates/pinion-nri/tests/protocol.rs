@@ -15,7 +15,7 @@ use pinion_nri::status::Code;
 use pinion_nri::wire::{
     encode_frames, encode_message, Message, MAX_IN_FRAME, PLUGIN_CONN, TYPE_REQUEST,
 };
-use pinion_nri::{ContainerUpdate, CpuAssignment};
+use pinion_nri::ContainerUpdate;
 use prost::Message as _;
 
 async fn connected() -> (tempfile::TempDir, FakeRuntime, Running) {
@@ -176,11 +176,11 @@ async fn large_unsolicited_update_is_cut_into_4096_byte_frames() {
     let updates: Vec<ContainerUpdate> = (0..300)
         .map(|i| ContainerUpdate {
             container_id: format!("missing-container-{i:04}"),
-            assignment: CpuAssignment {
-                cpus: pinion_core::CpuSet::parse_list("0-7").unwrap(),
-                mems: None,
-                unlimited_quota: false,
-            },
+            placement: placement(
+                pinion_core::CpuSet::parse_list("0-7").unwrap(),
+                pinion_core::CpuSet::new(),
+                false,
+            ),
         })
         .collect();
     plugin.sender.send(updates).unwrap();

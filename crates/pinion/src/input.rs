@@ -23,7 +23,7 @@ pub fn read_text(path: &Path) -> anyhow::Result<String> {
 pub fn parse_json_or_yaml(text: &str) -> anyhow::Result<Value> {
     match serde_json::from_str(text) {
         Ok(value) => Ok(value),
-        Err(json_err) => serde_yaml::from_str(text)
+        Err(json_err) => serde_yaml_ng::from_str(text)
             .map_err(|yaml_err| anyhow::anyhow!("not JSON ({json_err}) nor YAML ({yaml_err})")),
     }
 }

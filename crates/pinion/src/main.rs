@@ -32,6 +32,11 @@ enum Command {
     Run(cmd::run::Args),
     /// Show who holds which CPUs, as the agent sees it.
     Ps(cmd::ps::Args),
+    /// Show the resource plugins the agent hosts (QoS Resource Manager).
+    Plugins(cmd::plugins::Args),
+    /// Serve one of Pinion's own resource plugins (cpu, memory, nic) over
+    /// gRPC, for Pinion's agent or any katalyst-compatible manager.
+    Plugin(cmd::plugin::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +50,8 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Run(args) => cmd::run::run(&args),
         Command::Ps(args) => cmd::ps::run(&args),
+        Command::Plugins(args) => cmd::plugins::run(&args),
+        Command::Plugin(args) => cmd::plugin::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

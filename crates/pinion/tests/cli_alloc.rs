@@ -1,23 +1,17 @@
 //! `pinion alloc` end to end: a corpus file (read in place), the human form,
 //! and bad input.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use common::{pinion, shared};
 
 use pinion_core::topology::{synthetic, Shape};
 use serde_json::Value;
 
-fn pinion(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .output()
-        .expect("run pinion")
-}
-
 fn corpus_file(name: &str) -> Option<PathBuf> {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let path = root.join("../shared/conformance/kubelet").join(name);
-    path.is_file().then_some(path)
+    shared(&format!("conformance/kubelet/{name}"))
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -27,10 +21,6 @@ fn text(bytes: &[u8]) -> String {
 #[test]
 fn corpus_file_gives_kubelets_answers_line_by_line() {
     let Some(path) = corpus_file("TestTakeByTopologyNUMAPacked.json") else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
         return;
     };
     let out = pinion(&["alloc", path.to_str().expect("utf-8 path"), "--repeat", "3"]);
@@ -58,10 +48,6 @@ fn corpus_file_gives_kubelets_answers_line_by_line() {
 #[test]
 fn non_take_cases_are_skipped_with_a_reason() {
     let Some(path) = corpus_file("TestStaticPolicyRemove.json") else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
         return;
     };
     let out = pinion(&["alloc", path.to_str().expect("utf-8 path")]);
@@ -117,15 +103,9 @@ fn human_form_prints_the_chosen_cpus() {
 
 #[test]
 fn human_form_reads_a_sysfs_tree() {
-    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let sysroot = root.join("../shared/topologies/x86-2s-amd-epyc-7451-ht-16ccx-8numa");
-    if !sysroot.is_dir() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
+    let Some(sysroot) = shared("topologies/x86-2s-amd-epyc-7451-ht-16ccx-8numa") else {
         return;
-    }
+    };
     let sysroot = sysroot.to_str().expect("utf-8 path");
     // 8 NUMA nodes of 6 cores (12 CPUs): 12 CPUs fill exactly one NUMA node.
     let out = pinion(&["alloc", "--sysroot", sysroot, "--request", "12"]);

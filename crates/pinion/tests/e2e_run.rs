@@ -4,15 +4,16 @@
 //! or v2 with the cpuset controller) and at least two CPUs; otherwise it
 //! prints why it was skipped.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::BIN;
 use pinion_core::CpuSet;
 use pinion_host::cgroup::Cgroups;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_pinion");
 /// Upper bound for waiting on the agent or a process (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -31,13 +32,49 @@ impl Setup {
     }
 
     fn start_agent(&mut self) {
+        self.start_agent_with(&[]);
+    }
+
+    /// Starts `pinion agent` (the shim that execs `pinion-agent`), behind
+    /// `wrapper` (e.g. `prlimit …`) when given.
+    /// An agent command (`pinion agent`, which execs `pinion-agent`) with
+    /// this setup's config and the given state directory, socket and
+    /// cgroup root.
+    fn agent_command(&self, state: &Path, socket: &Path, cgroup_root: &Path) -> Command {
+        common::agent_bin();
+        let mut command = Command::new(BIN);
+        command
+            .arg("agent")
+            .arg("--config")
+            .arg(self.dir.path().join("config.yaml"))
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--socket")
+            .arg(socket)
+            .arg("--cgroup-root")
+            .arg(cgroup_root)
+            .args(["--metrics-addr", "127.0.0.1:0"]);
+        command
+    }
+
+    fn start_agent_with(&mut self, wrapper: &[&str]) {
+        // `pinion agent` runs the pinion-agent beside it.
+        common::agent_bin();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join("agent.log"))
             .expect("log file");
         let _ = std::fs::remove_file(self.socket());
-        let agent = Command::new(BIN)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(BIN);
+                command
+            }
+            None => Command::new(BIN),
+        };
+        let agent = command
             .arg("agent")
             .arg("--config")
             .arg(self.dir.path().join("config.yaml"))
@@ -213,7 +250,10 @@ fn setup() -> Option<Setup> {
         }
     };
     let mount = probe.root().parent().expect("mount").to_path_buf();
-    let cgroup_root = mount.join(format!("pinion-e2e-{}", std::process::id()));
+    // One root per test: the tests of this file run in parallel.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let cgroup_root = mount.join(format!("pinion-e2e-{}-{n}", std::process::id()));
     if let Err(err) = std::fs::create_dir(&cgroup_root) {
         eprintln!(
             "skipped: cpuset hierarchy {} is not writable ({err})",
@@ -346,4 +386,170 @@ fn pinion_run_pins_releases_and_survives_agent_restarts() {
         .map(|e| e.file_name())
         .collect();
     assert!(leftovers.is_empty(), "run cgroups removed: {leftovers:?}");
+}
+
+/// The metrics address the agent logged when it became ready.
+fn metrics_address(log: &str) -> std::net::SocketAddr {
+    log.lines()
+        .rev()
+        .filter(|line| line.contains("pinion agent ready"))
+        .find_map(|line| line.split(' ').find_map(|w| w.strip_prefix("metrics=")))
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
+}
+
+/// The soft limit on this process's open files.
+fn open_files_limit() -> usize {
+    std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(1024)
+}
+
+/// Opens up to `count` connections to `address` at once, keeping those the
+/// kernel completes within a second (the rest wait for a backlog slot).
+fn crowd(address: std::net::SocketAddr, count: usize) -> Vec<tokio::net::TcpStream> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..count {
+            tasks.spawn(tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::net::TcpStream::connect(address),
+            ));
+        }
+        let mut open = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(Ok(Ok(stream))) = done {
+                open.push(stream);
+            }
+        }
+        open
+    })
+}
+
+/// Regression (issue 10): 1,100 idle TCP connections to the metrics port
+/// exhausted the agent's descriptors; its accept loops then spun on EMFILE
+/// with a WARN per retry (~1 GB of logs in 10 s) and `pinion run` timed
+/// out. Here the agent runs with 256 descriptors, is crowded by 1,100 idle
+/// connections, and still admits, answers `ps` and logs next to nothing.
+#[test]
+fn regression_1100_idle_metrics_connections_leave_the_agent_usable() {
+    let Some(mut s) = setup() else { return };
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("skipped: prlimit (util-linux) not found");
+        return;
+    }
+    std::fs::write(
+        s.dir.path().join("config.yaml"),
+        format!(
+            "cpuManagerPolicy: static\nreservedSystemCPUs: \"{}\"\n",
+            s.reserved
+        ),
+    )
+    .expect("config");
+    s.start_agent_with(&["prlimit", "--nofile=256:256"]);
+    // The socket accepts (into its backlog) before the agent logs that it
+    // is ready; wait for the line.
+    let started = Instant::now();
+    while !s.log().contains("pinion agent ready") && started.elapsed() < PATIENCE {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let address = metrics_address(&s.log());
+    let log_before = s.log().lines().count();
+    let count = 1100.min(open_files_limit().saturating_sub(200));
+    let idle = crowd(address, count);
+    assert!(!idle.is_empty(), "no connection to {address} completed");
+
+    assert!(
+        s.ps().is_empty(),
+        "ps answers while the metrics port is crowded"
+    );
+    let out = s.pinion(&["run", "--cpus", "1", "--", "true"]);
+    assert!(
+        out.status.success(),
+        "pinion run while crowded: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let new_lines = s.log().lines().count() - log_before;
+    assert!(new_lines <= 5, "{new_lines} new log lines:\n{}", s.log());
+    drop(idle);
+    s.stop_agent();
+}
+
+/// Issue 10: two agents with different `--state-dir` but the same cgroup
+/// root took over each other's workloads and fought over cpusets.
+#[test]
+fn regression_a_second_agent_on_the_same_cgroup_root_is_refused() {
+    let Some(mut s) = setup() else { return };
+    s.start_agent();
+    s.spawn_run(Some("1"), &["sleep", "60"]);
+    let before = s.wait_for_workloads(1);
+    let other_state = s.dir.path().join("other-state");
+    let other_socket = s.dir.path().join("other.sock");
+    let out = s
+        .agent_command(&other_state, &other_socket, &s.cgroup_root)
+        .output()
+        .expect("second agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second agent must not start");
+    let first_pid = s.agent.as_ref().expect("agent").id();
+    let state = s.dir.path().join("state");
+    for part in [
+        format!("cgroup root {}", s.cgroup_root.display()),
+        format!("pid {first_pid}"),
+        format!("state directory {}", state.display()),
+    ] {
+        assert!(stderr.contains(&part), "{part:?} missing from: {stderr}");
+    }
+    assert!(!other_socket.exists(), "it left no socket behind");
+    assert_eq!(s.ps(), before, "the first agent's workloads are untouched");
+    let held = CpuSet::parse_list(before[0]["cpus"].as_str().expect("cpus")).expect("cpulist");
+    assert_eq!(s.cgroup_cpus(&before[0]), held);
+}
+
+/// Issue 10: a start that failed (here: the socket address is in use, and
+/// then an unreadable checkpoint) left the new cgroup root behind.
+#[test]
+fn regression_a_failed_start_leaves_no_cgroup_root_behind() {
+    let Some(mut s) = setup() else { return };
+    s.start_agent();
+    let new_root = s.cgroup_root.with_file_name(format!(
+        "{}-second",
+        s.cgroup_root.file_name().expect("name").to_string_lossy()
+    ));
+    let state = s.dir.path().join("state-2");
+    let out = s
+        .agent_command(&state, &s.socket(), &new_root)
+        .output()
+        .expect("second agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("local api socket"), "{stderr}");
+    assert!(!new_root.exists(), "{} left behind", new_root.display());
+
+    std::fs::create_dir_all(&state).expect("state dir");
+    std::fs::write(state.join("cpu_manager_state"), b"{truncated").expect("write");
+    let out = s
+        .agent_command(&state, &s.dir.path().join("third.sock"), &new_root)
+        .output()
+        .expect("third agent");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be read"), "{stderr}");
+    assert!(!new_root.exists(), "{} left behind", new_root.display());
+    assert_eq!(
+        std::fs::read(state.join("cpu_manager_state")).expect("read"),
+        b"{truncated",
+        "the unreadable checkpoint is kept as it is"
+    );
+    s.stop_agent();
 }

@@ -1,28 +1,16 @@
 //! `pinion hints`: golden output on small inline cases, error handling, and
 //! the corpus merge / cpu_hints files run through the binary.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
+use std::path::PathBuf;
+
+/// (stdout, stderr, success) of `pinion ARGS…` fed `stdin`.
 fn pinion(args: &[&str], stdin: &str) -> (String, String, bool) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pinion runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(stdin.as_bytes())
-        .expect("stdin accepts the case");
-    let out = child.wait_with_output().expect("pinion finishes");
+    let out = common::pinion_with_stdin(args, stdin);
     (
-        String::from_utf8(out.stdout).expect("utf-8 stdout"),
-        String::from_utf8(out.stderr).expect("utf-8 stderr"),
+        common::stdout(&out),
+        common::stderr(&out),
         out.status.success(),
     )
 }
@@ -100,15 +88,7 @@ fn bad_cases_are_reported_and_fail_the_run() {
 }
 
 fn corpus(file: &str) -> Option<PathBuf> {
-    let shared = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("../shared");
-    if !shared.is_dir() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        return None;
-    }
-    Some(shared.join("conformance/kubelet/topomgr").join(file))
+    common::shared(&format!("conformance/kubelet/topomgr/{file}"))
 }
 
 #[test]

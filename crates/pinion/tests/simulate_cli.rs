@@ -1,31 +1,25 @@
 //! `pinion simulate`: the example scenario, batch files, construction
 //! errors, bad input, and corpus policy cases through the binary.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn pinion(args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("pinion runs");
-    let mut input = child.stdin.take().expect("stdin");
-    input
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("pinion finishes")
+    common::pinion_with_stdin(args, stdin.unwrap_or(""))
 }
 
 fn example() -> String {
+    scenario("dual-socket-smt.yaml")
+}
+
+fn scenario(name: &str) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/scenarios/dual-socket-smt.yaml");
+        .join("../../examples/scenarios")
+        .join(name);
     root.to_string_lossy().into_owned()
 }
 
@@ -84,6 +78,57 @@ fn example_scenario_text_shows_a_cpu_map() {
     );
 }
 
+/// The hybrid example (docs/simulate.md): kubelet's rule since
+/// kubernetes/kubernetes#140498 — the reserved CPU is never handed out and a
+/// half-used P-core is never taken whole (kubelet before the fix gave `pair`
+/// CPUs 4-5, CPU 4 twice).
+#[test]
+fn hybrid_example_keeps_half_used_p_cores_and_the_reserved_cpu() {
+    let path = scenario("hybrid-p-e-cores.yaml");
+    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", &path], None));
+    let steps = lines[0]["steps"].as_array().expect("steps");
+    let cpus: Vec<&str> = steps[1..]
+        .iter()
+        .map(|s| s["cpus"].as_str().expect("exclusive cpus"))
+        .collect();
+    assert_eq!(cpus, ["16-17", "18-23", "1", "2-4", "6-7"]);
+    let text = String::from_utf8_lossy(&pinion(&["simulate", &path], None).stdout).into_owned();
+    assert!(
+        text.contains("[0 R 1 C] [2 E 3 E] [4 E 5 .] [6 B 7 B]"),
+        "{text}"
+    );
+}
+
+/// The resize example: grows only on the container's NUMA node, keeps every
+/// CPU it had, shrinks back to the promised CPUs, refuses pool moves.
+#[test]
+fn resize_example_grows_in_place_and_keeps_the_promised_cpus() {
+    let path = scenario("resize-exclusive-cpus.yaml");
+    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", &path], None));
+    let steps = lines[0]["steps"].as_array().expect("steps");
+    let cpus = |i: usize| steps[i]["cpus"].as_str().unwrap_or("");
+    let reason = |i: usize| steps[i]["reason"].as_str().unwrap_or("");
+    assert_eq!(cpus(1), "1,9");
+    assert_eq!(reason(4), "TopologyAffinityError", "node 0 is full");
+    assert_eq!(cpus(6), "1-2,9-10");
+    assert_eq!(cpus(7), "1-3,9-11");
+    assert_eq!(
+        reason(8),
+        "TopologyAffinityError",
+        "8 CPUs do not fit node 0"
+    );
+    assert_eq!(cpus(9), "1,9");
+    assert_eq!(reason(10), "prohibitedCPUAllocationError");
+    assert_eq!(reason(11), "inconsistentCPUAllocationError");
+    assert_eq!(reason(12), "inconsistentCPUAllocationError");
+    let text = String::from_utf8_lossy(&pinion(&["simulate", &path], None).stdout).into_owned();
+    assert!(
+        text.contains("features: InPlacePodVerticalScalingExclusiveCPUs"),
+        "{text}"
+    );
+    assert!(text.contains("step  7  resize db/postgres"), "{text}");
+}
+
 #[test]
 fn batch_prints_one_named_line_per_scenario_including_construction_errors() {
     let batch = r#"[
@@ -126,15 +171,9 @@ fn malformed_scenarios_fail_with_a_clear_message() {
 
 #[test]
 fn corpus_policy_file_runs_through_the_binary() {
-    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/kubelet/TestStaticPolicyAdd.json");
-    if !file.is_file() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
+    let Some(file) = common::shared("conformance/kubelet/TestStaticPolicyAdd.json") else {
         return;
-    }
+    };
     let cases: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
     let lines = stdout_json_lines(&pinion(

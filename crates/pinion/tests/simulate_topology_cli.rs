@@ -2,25 +2,12 @@
 //! (read from `../shared` in place), kubelet's camelCase keys, extra
 //! providers' hints, the pod scope, and bad Topology Manager input.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use std::process::Output;
+
+use common::pinion_with_stdin as pinion;
 use serde_json::Value;
-
-fn pinion(args: &[&str], stdin: &str) -> Output {
-    use std::io::Write as _;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("pinion runs");
-    let mut input = child.stdin.take().expect("stdin");
-    input.write_all(stdin.as_bytes()).expect("write stdin");
-    drop(input);
-    child.wait_with_output().expect("pinion finishes")
-}
 
 fn json(out: &Output) -> Value {
     assert!(
@@ -43,15 +30,11 @@ const REJECTION: &str = "Resources cannot be allocated with Topology locality";
 
 #[test]
 fn snc_example_aligns_one_pod_and_rejects_others() {
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    if !root.join("../shared").is_dir() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
+    // The scenario reads its machine from ../shared.
+    if common::shared("topologies/x86-2s-intel-xeon-gold-6230-ht-snc2").is_none() {
         return;
     }
-    let example = root.join("examples/scenarios/snc-single-numa-node.yaml");
+    let example = common::workspace().join("examples/scenarios/snc-single-numa-node.yaml");
     let example = example.to_string_lossy();
     let out = json(&pinion(&["simulate", "--format", "json", &example], ""));
     let steps = out["steps"].as_array().expect("steps");

@@ -1,16 +1,12 @@
 //! `pinion state inspect` on kubelet checkpoint files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use common::{pinion, stderr, stdout};
 
 const SPEC_POD: &str = r#"{"policyName": "none", "defaultCPUSet": "1-3", "entries": {"pod": {"container1": "4-6", "container2": "1-3"}}, "checksum": 3610638499}"#;
-
-fn pinion(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .output()
-        .expect("run pinion")
-}
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -18,25 +14,10 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("utf8 stdout")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("utf8 stderr")
-}
-
 /// The checksum corpus: (name, file text, checksum), or None when absent.
 fn corpus() -> Option<Vec<(String, String, u64)>> {
-    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .join("../shared/conformance/kubelet/checkpoint_checksum.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        return None;
-    };
+    let path = common::shared("conformance/kubelet/checkpoint_checksum.json")?;
+    let text = std::fs::read_to_string(&path).expect("corpus file is readable");
     let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("corpus json");
     let cases = cases
         .iter()
@@ -190,4 +171,229 @@ fn unparsable_cpuset_is_reported_with_kubelets_text() {
         "{}",
         stderr(&output)
     );
+}
+
+mod journal {
+    use std::path::Path;
+
+    use pinion_core::record::{diff, SideData};
+    use pinion_core::state::State;
+    use pinion_core::CpuSet;
+    use pinion_host::journal::{StateStore, JOURNAL};
+    use pinion_host::store::CPU_MANAGER_STATE;
+
+    use super::{pinion, stderr, stdout};
+
+    fn list(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    /// A state directory: checkpoint 0-7 compacted, then two flushed
+    /// admissions (a: 2-3, b: 4).
+    fn state_dir(dir: &Path) {
+        let mut store = StateStore::open(dir, "static").expect("open").store;
+        let initial = State {
+            default: list("0-7"),
+            ..State::default()
+        };
+        store.compact(&initial, &SideData::new()).expect("compact");
+        let mut state = initial;
+        for (pod, cpus) in [("a", "2-3"), ("b", "4")] {
+            let mut next = state.clone();
+            next.assign(pod, "main", list(cpus));
+            next.default = next.default.difference(&list(cpus));
+            for record in diff(&state, &next) {
+                store.record(&record).expect("record");
+            }
+            store.flush().expect("flush");
+            state = next;
+        }
+    }
+
+    fn inspect(path: &Path, json: bool) -> std::process::Output {
+        let mut args = vec!["state", "inspect", path.to_str().expect("path")];
+        if json {
+            args.extend(["--format", "json"]);
+        }
+        pinion(&args)
+    }
+
+    #[test]
+    fn checkpoint_and_journal_are_shown_together() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let output = inspect(&dir.path().join(CPU_MANAGER_STATE), false);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let text = stdout(&output);
+        let journal = dir.path().join(JOURNAL);
+        let expected = format!(
+            "journal   {}\n\
+             \x20 generation 2, policy static, base sequence 1\n\
+             \x20 extends   the checkpoint beside it (every record replays)\n\
+             \x20 records   4 (sequence 2-5; * ends a flush)\n\
+             \x20        2   {{\"op\":\"assign\",\"pod\":\"a\",\"container\":\"main\",\"cpus\":\"2-3\"}}\n\
+             \x20        3 * {{\"op\":\"set-default\",\"cpus\":\"0-1,4-7\"}}\n\
+             \x20        4   {{\"op\":\"assign\",\"pod\":\"b\",\"container\":\"main\",\"cpus\":\"4\"}}\n\
+             \x20        5 * {{\"op\":\"set-default\",\"cpus\":\"0-1,5-7\"}}\n\
+             \x20 tail      clean\n\
+             \x20 restart   default 0-1,5-7 (5 CPUs), 2 pods (2 containers); records: 4 replayed, 0 already in the checkpoint, 0 not applied\n",
+            journal.display()
+        );
+        assert!(
+            text.contains("default   0-7 (8 CPUs)\n"),
+            "the checkpoint first: {text}"
+        );
+        assert!(text.ends_with(&expected), "{text}");
+    }
+
+    #[test]
+    fn json_report_has_the_journal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let output = inspect(&dir.path().join(CPU_MANAGER_STATE), true);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let report: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("json");
+        let journal = &report["journal"];
+        assert_eq!(journal["basis"], "checkpoint");
+        assert_eq!(journal["last_seq"], 5);
+        assert_eq!(journal["frames"][1]["entry"]["op"], "set-default");
+        assert_eq!(journal["frames"][1]["commit"], true);
+        assert_eq!(journal["tail"]["status"], "clean");
+        assert_eq!(journal["restart"]["containers"], 2);
+    }
+
+    /// The e2e scripts and other tools read the durable state between
+    /// compactions with `--format effective`: kubelet's file, journal replayed.
+    #[test]
+    fn effective_format_prints_the_checkpoint_a_restart_would_start_from() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        for file in [dir.path().join(CPU_MANAGER_STATE), dir.path().join(JOURNAL)] {
+            let output = pinion(&[
+                "state",
+                "inspect",
+                file.to_str().expect("path"),
+                "--format",
+                "effective",
+            ]);
+            assert!(output.status.success(), "{}", stderr(&output));
+            let checkpoint =
+                pinion_core::checkpoint::decode_verified(stdout(&output).trim_end().as_bytes())
+                    .expect("kubelet's format with a valid checksum");
+            let state = checkpoint.to_state().expect("state");
+            assert_eq!(state.default_cpu_set, list("0-1,5-7"), "{}", file.display());
+            assert_eq!(state.assignments["a"]["main"], list("2-3"));
+            assert_eq!(state.assignments["b"]["main"], list("4"));
+            // The file on disk is still the compacted one.
+            let on_disk = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read");
+            assert!(String::from_utf8_lossy(&on_disk).contains("\"defaultCpuSet\":\"0-7\""));
+        }
+    }
+
+    #[test]
+    fn effective_format_refuses_a_journal_damaged_in_the_middle() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let path = dir.path().join(JOURNAL);
+        let mut bytes = std::fs::read(&path).expect("journal");
+        let scan = pinion_host::journal::scan::scan(&bytes).expect("scan");
+        let first = scan.frames.first().expect("frame");
+        bytes[usize::try_from(first.offset).expect("offset") + 30] ^= 0x10;
+        std::fs::write(&path, &bytes).expect("damage");
+        let output = pinion(&[
+            "state",
+            "inspect",
+            dir.path().join(CPU_MANAGER_STATE).to_str().expect("path"),
+            "--format",
+            "effective",
+        ]);
+        assert!(!output.status.success());
+        assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+        assert!(
+            stderr(&output).contains(&format!(
+                "journal {} is damaged at offset 4096",
+                path.display()
+            )),
+            "{}",
+            stderr(&output)
+        );
+    }
+
+    #[test]
+    fn a_torn_tail_is_shown_but_not_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let path = dir.path().join(JOURNAL);
+        let mut bytes = std::fs::read(&path).expect("journal");
+        let scan = pinion_host::journal::scan::scan(&bytes).expect("scan");
+        let last = scan.frames.last().expect("frame");
+        let at = usize::try_from(last.offset).expect("offset") + 30;
+        bytes[at] ^= 0x10;
+        std::fs::write(&path, &bytes).expect("tear");
+        let output = inspect(&dir.path().join(CPU_MANAGER_STATE), false);
+        assert!(output.status.success(), "{}", stderr(&output));
+        let text = stdout(&output);
+        assert!(text.contains("  tail      torn at offset "), "{text}");
+        assert!(
+            text.contains("never acknowledged, dropped at restart (1 readable records: 4)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("restart   default 0-1,4-7 (6 CPUs), 1 pod (1 container)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn damage_in_the_middle_fails_and_names_what_would_not_be_applied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let path = dir.path().join(JOURNAL);
+        let mut bytes = std::fs::read(&path).expect("journal");
+        let scan = pinion_host::journal::scan::scan(&bytes).expect("scan");
+        let first = scan.frames.first().expect("frame");
+        bytes[usize::try_from(first.offset).expect("offset") + 30] ^= 0x10;
+        std::fs::write(&path, &bytes).expect("damage");
+        let output = inspect(&dir.path().join(CPU_MANAGER_STATE), false);
+        assert!(!output.status.success());
+        let text = stdout(&output);
+        assert!(
+            text.contains("DAMAGED at offset 4096 (frame checksum mismatch"),
+            "{text}"
+        );
+        assert!(
+            text.contains("acknowledged records 3, 4, 5 would not be applied"),
+            "{text}"
+        );
+        assert!(
+            stderr(&output).contains("journal damaged at offset 4096"),
+            "{}",
+            stderr(&output)
+        );
+        // The journal file alone, too.
+        let output = inspect(&path, false);
+        assert!(!output.status.success());
+        assert!(stdout(&output).starts_with(&format!("journal   {}\n", path.display())));
+    }
+
+    #[test]
+    fn a_superseded_journal_is_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        state_dir(dir.path());
+        let checkpoint = dir.path().join(CPU_MANAGER_STATE);
+        let other = pinion_core::checkpoint::encode("static", "0-6", &Default::default());
+        std::fs::write(&checkpoint, other).expect("replaced by an operator");
+        let output = inspect(&checkpoint, false);
+        assert!(!output.status.success());
+        assert!(
+            stdout(&output).contains("extends   NOT the checkpoint beside it"),
+            "{}",
+            stdout(&output)
+        );
+        assert!(
+            stderr(&output).contains("replaced outside pinion"),
+            "{}",
+            stderr(&output)
+        );
+    }
 }

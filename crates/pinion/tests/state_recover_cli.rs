@@ -1,9 +1,13 @@
 //! `pinion state verify` and `pinion state migrate` on a small hand-built
 //! sysfs tree (4 cores × 2 threads; core n = CPUs n and n+4).
 
+mod common;
+
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::pinion;
 
 fn write(root: &Path, rel: &str, text: &str) {
     let path = root.join(rel);
@@ -28,13 +32,6 @@ fn sysfs(root: &Path) {
         );
         write(root, &format!("{t}/core_siblings_list"), "0-7\n");
     }
-}
-
-fn pinion(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .output()
-        .expect("pinion runs")
 }
 
 fn text(out: &Output) -> String {
@@ -202,5 +199,71 @@ fn migrate_refuses_a_corrupted_checkpoint() {
         fs::read_to_string(file).expect("read"),
         tampered,
         "a corrupted file is never overwritten"
+    );
+}
+
+/// After a crash the checkpoint lags behind Pinion's journal; `verify` and
+/// `migrate` work on the state the agent starts from (checkpoint + journal).
+#[test]
+fn verify_and_migrate_replay_the_journal_beside_the_checkpoint() {
+    use pinion_core::record::Record;
+    use pinion_host::journal::StateStore;
+
+    let node = Node::new(STATE);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
+    let mut store = StateStore::open(node.dir.path(), "static")
+        .expect("open")
+        .store;
+    // pod-b released after the last checkpoint.
+    for record in [
+        Record::Unassign {
+            pod: "pod-b".into(),
+            container: "db".into(),
+        },
+        Record::SetDefault {
+            cpus: pinion_core::CpuSet::parse_list("0,2-4,6-7").expect("cpulist"),
+        },
+    ] {
+        store.record(&record).expect("record");
+    }
+    store.flush().expect("flush");
+    drop(store);
+
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    assert!(
+        text(&verify).contains("journal: 2 records of "),
+        "{}",
+        text(&verify)
+    );
+    assert!(
+        text(&verify).contains("shared pool 0,2-4,6-7 (6 cpus), 1 exclusive assignments"),
+        "{}",
+        text(&verify)
+    );
+
+    let migrate = pinion(&[
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+    ]);
+    assert!(migrate.status.success(), "{}", text(&migrate));
+    assert!(!text(&migrate).contains("pod-b"), "{}", text(&migrate));
+    assert!(
+        text(&migrate).contains("the journal beside it is superseded by this file"),
+        "{}",
+        text(&migrate)
     );
 }

@@ -5,31 +5,15 @@
 //! Regenerate the golden files after an intended rendering change with
 //! `PINION_BLESS=1 cargo test -p pinion --test topology_cli`.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+
+use common::pinion;
 
 fn shared_topologies() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/topologies"
-    ));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        None
-    }
-}
-
-fn pinion(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinion"))
-        .args(args)
-        .output()
-        .expect("run pinion")
+    common::shared("topologies")
 }
 
 fn topology_text(sysroot: &Path) -> String {

@@ -226,3 +226,42 @@ fn bad_nri_settings_name_the_field() {
     let err = resolve_yaml("nri:\n  enable: true\n").expect_err("typo");
     assert!(err.to_string().contains("enable"), "{err}");
 }
+
+#[test]
+fn yaml_errors_name_the_field_line_and_column() {
+    let cases = [
+        (
+            "cpuManagerPolicyy: static\n",
+            "cpuManagerPolicyy",
+            "line 1 column 1",
+        ),
+        (
+            "cpuManagerPolicy: static\nnri:\n  enable: true\n",
+            "nri: unknown field `enable`",
+            "line 3 column 3",
+        ),
+        (
+            "cpuManagerPolicy: [a\n",
+            "cpuManagerPolicy: invalid type",
+            "line 1 column 19",
+        ),
+        (
+            "cpuManagerPolicy: static: x\n",
+            "mapping values are not allowed",
+            "line 1 column 25",
+        ),
+        (
+            "featureGates:\n  CPUManagerPolicyAlphaOptions: sometimes\n",
+            "featureGates",
+            "line 2 column 33",
+        ),
+    ];
+    for (yaml, field, position) in cases {
+        let err = resolve_yaml(yaml).expect_err(yaml);
+        assert!(matches!(err, ConfigError::Syntax { .. }), "{yaml}: {err}");
+        let text = err.to_string();
+        assert!(text.contains("test.yaml"), "{text}");
+        assert!(text.contains(field), "{yaml}: {text}");
+        assert!(text.contains(position), "{yaml}: {text}");
+    }
+}

@@ -1,13 +1,25 @@
 //! The controller: the single owner of the engine, the checkpoint store and
-//! the cgroups Pinion manages. Front-ends (local API, NRI) and timers talk
+//! the workloads Pinion places. Front-ends (local API, NRI) and timers talk
 //! to it only through [`Command`]s (see [`task`]); reads come from the
 //! [`Snapshot`] it publishes after every change.
 //!
-//! Every decision is computed on a copy of the engine, saved durably in the
-//! checkpoint, and only then committed and answered: a caller never hears
-//! of a decision that a crash could lose. A failed request leaves the state
-//! untouched.
+//! Decisions are made in memory, a batch at a time ([`batch`]): every
+//! decision of a batch appends its records to the journal, one `fdatasync`
+//! makes the whole batch durable, and only then are its effects applied and
+//! its callers answered — a caller never hears of a decision that a crash
+//! could lose. A failed flush rolls the batch back and fails every decision
+//! in it; a refused request changes nothing.
+//!
+//! Each workload keeps the placement the engine wants for it (*desired*)
+//! and the one its cgroup or the runtime last accepted (*applied*); the
+//! executor ([`executor`]) turns every difference into cgroup writes or
+//! runtime updates — after admissions and releases, for shared-pool
+//! changes, drift repair and restart recovery alike.
 
+mod batch;
+mod decide;
+mod executor;
+mod plugins;
 mod reconcile;
 mod recover;
 mod runtime;
@@ -16,29 +28,36 @@ pub mod task;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use pinion_core::engine::Engine;
+pub use batch::{Answer, Decision};
+pub use plugins::{PluginReconcile, Reallocation, StoredAllocations};
+
+use pinion_core::engine::{CpuOwner, Engine};
+use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
-use pinion_core::policy::{Policy, PolicyError};
-use pinion_core::restore::{checkpoint_entries, RestoreError};
+use pinion_core::policy::PolicyError;
+use pinion_core::record::SideData;
+use pinion_core::restore::RestoreError;
 use pinion_core::state::State;
-use pinion_core::{CpuSet, Topology};
+use pinion_core::topomgr::TopologyHint;
+use pinion_core::{CpuSet, Placement};
 use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
-use pinion_host::store::{CheckpointStore, StoreError};
+use pinion_host::journal::{JournalError, StateStore};
+use pinion_host::store::StoreError;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use crate::metrics::Counters;
 
+pub use executor::RuntimeUpdate;
 pub use recover::StartParts;
+pub use runtime::{Observed, RunningContainer};
 pub use snapshot::{Snapshot, WorkloadView};
-pub use task::{spawn, Command, ControllerHandle};
+pub use task::{spawn, spawn_with, spawn_with_hints, Command, ControllerHandle};
 
-/// Pod UIDs of standalone runs start with this; their cgroup is their record.
-pub const RUN_PREFIX: &str = "pinion-run-";
 /// The container name of a standalone run.
 pub const RUN_CONTAINER: &str = "main";
 
@@ -53,6 +72,15 @@ pub enum ControlError {
         container: String,
         source: Box<PolicyError>,
     },
+    #[error("pod {pod} container {container} is already admitted {held}; {asked}")]
+    Conflict {
+        pod: String,
+        container: String,
+        /// Who holds it (e.g. "for process 12 with 2 exclusive cpus (1-2)").
+        held: String,
+        /// What the refused request asked for.
+        asked: String,
+    },
     #[error("no admitted container matches pod {pod} container {}", .container.as_deref().unwrap_or("(any)"))]
     NotFound {
         pod: String,
@@ -60,6 +88,27 @@ pub enum ControlError {
     },
     #[error("saving the checkpoint failed, nothing changed: {0}")]
     Checkpoint(#[from] StoreError),
+    #[error("the decision could not be made durable, nothing changed: {0}")]
+    Journal(#[from] JournalError),
+    #[error("the decision could not be made durable, nothing changed: {reason}")]
+    NotDurable { reason: String },
+    #[error("checkpoint {path} cannot be read: {source}. The file is kept as it is. Look at it with `pinion state inspect {path}`; to start from what is running instead, move it aside (Pinion then starts empty and workloads it had placed run in the shared pool until they are placed again); `pinion state migrate` converts a readable file to a new configuration")]
+    Unreadable {
+        path: String,
+        source: Box<JournalError>,
+    },
+    #[error("pod {pod} container {container}: {reason}")]
+    Plugin {
+        pod: String,
+        container: String,
+        reason: String,
+    },
+    #[error("hints of pod {pod} container {container} could not be gathered: {reason}")]
+    Hints {
+        pod: String,
+        container: String,
+        reason: String,
+    },
     #[error("checkpoint {path} cannot be restored with this configuration: {source}; run `pinion state migrate {path} …` to convert it (or move it aside to start empty)")]
     Restore {
         path: String,
@@ -73,14 +122,47 @@ pub enum ControlError {
     Stopped,
 }
 
-/// Where an admitted container's CPUs are enforced.
+/// Which front-end a workload belongs to, and what that front-end needs to
+/// apply its placement. This typed field — never the workload's name —
+/// decides how a workload is placed, recovered and released.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    /// By the runtime (NRI): the caller applies the returned cpuset.
-    Runtime,
-    /// By Pinion: a cgroup named after the pod UID under Pinion's root,
-    /// with `pid` moved into it.
-    Cgroup { pid: Option<u32> },
+pub enum Frontend {
+    /// `pinion run`: a cgroup of Pinion's, named after the pod UID, with
+    /// the launcher's process moved into it.
+    Standalone {
+        cgroup: CgroupName,
+        pid: Option<u32>,
+    },
+    /// The container runtime (NRI) applies the placement. The container's
+    /// runtime id is unknown for containers restored from the checkpoint
+    /// until the runtime's next `Synchronize`.
+    Runtime { container_id: Option<String> },
+}
+
+impl Frontend {
+    /// A standalone run of pod `uid` (the cgroup's name; validated, so no
+    /// id can leave Pinion's cgroup root).
+    pub fn standalone(uid: &str, pid: Option<u32>) -> Result<Self, ControlError> {
+        let cgroup = CgroupName::new(uid).map_err(ControlError::InvalidName)?;
+        Ok(Self::Standalone { cgroup, pid })
+    }
+
+    /// A runtime container.
+    #[must_use]
+    pub fn runtime(container_id: impl Into<String>) -> Self {
+        Self::Runtime {
+            container_id: Some(container_id.into()),
+        }
+    }
+
+    /// The kind's name as shown to operators.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Standalone { .. } => "standalone",
+            Self::Runtime { .. } => "runtime",
+        }
+    }
 }
 
 /// A request to admit one container of a pod.
@@ -88,8 +170,11 @@ pub enum Placement {
 pub struct AdmitRequest {
     pub pod: Pod,
     pub container: String,
-    pub numa_affinity: Option<Vec<u32>>,
-    pub placement: Placement,
+    pub frontend: Frontend,
+    /// Who decides its CPUs: the CPU manager policy, or a resource plugin
+    /// that registered for `cpu` (then the policy gives it no exclusive
+    /// CPUs and the plugin's answer places it).
+    pub cpu_owner: CpuOwner,
 }
 
 /// The answer to an admission.
@@ -97,13 +182,22 @@ pub struct AdmitRequest {
 pub struct Admitted {
     pub pod: String,
     pub container: String,
-    /// The CPUs the container may use (its exclusive CPUs or the shared pool).
-    pub cpus: CpuSet,
-    pub exclusive: bool,
-    /// The memory nodes (NUMA nodes of `cpus`).
-    pub mems: CpuSet,
-    /// The cgroup directory name under Pinion's root, for cgroup placement.
+    /// Where the container runs.
+    pub placement: Placement,
+    /// The cgroup directory name under Pinion's root (standalone runs).
     pub cgroup: Option<String>,
+    /// The Topology Manager's affinity for it (what resource plugins are
+    /// told to align to).
+    #[serde(skip)]
+    pub affinity: Option<TopologyHint>,
+}
+
+impl Admitted {
+    /// True when the container holds exclusive CPUs.
+    #[must_use]
+    pub fn exclusive(&self) -> bool {
+        self.placement.is_exclusive()
+    }
 }
 
 /// The answer to a release.
@@ -127,132 +221,65 @@ pub struct ReconcileReport {
 /// A container: (pod UID, container name).
 pub type Key = (String, String);
 
-/// A container the controller knows about beyond the engine's state.
+/// A workload the controller places.
 #[derive(Debug, Clone)]
 struct Workload {
-    cgroup: Option<CgroupName>,
-    /// The process placed at admission (or found at restart).
-    pid: Option<u32>,
+    frontend: Frontend,
+    /// The pod spec it was admitted with (`None` when recovered at start or
+    /// following the shared pool without an admission).
+    spec: Option<Pod>,
+    /// What the engine wants for it.
+    desired: Placement,
+    /// What its cgroup or the runtime last accepted (`None`: unknown, to be
+    /// written at the next executor pass).
+    applied: Option<Placement>,
+    /// The plugin resources it requested, and what the plugins allocated.
+    plugin_resources: BTreeSet<String>,
+    plugins: PluginAllocations,
+}
+
+impl Workload {
+    /// A workload not yet applied, without plugin data.
+    fn new(frontend: Frontend, spec: Option<Pod>, desired: Placement) -> Self {
+        Self {
+            frontend,
+            spec,
+            desired,
+            applied: None,
+            plugin_resources: BTreeSet::new(),
+            plugins: PluginAllocations::new(),
+        }
+    }
+
+    /// True when `container` is an init container of the pod it was
+    /// admitted with (reconcile skips them).
+    fn is_init(&self, container: &str) -> bool {
+        self.spec
+            .as_ref()
+            .is_some_and(|pod| pod.init_containers.iter().any(|c| c.name == container))
+    }
 }
 
 /// The single owner; see the module documentation.
 pub struct Controller {
     engine: Engine,
-    store: CheckpointStore,
+    store: StateStore,
+    /// Durable data beside the CPU state (resource-plugin allocations…),
+    /// as the journal keeps it.
+    side: SideData,
+    /// When the checkpoint was last rewritten from the state.
+    compacted: Instant,
     host: Box<dyn CpusetHost>,
-    topology: Topology,
     workloads: BTreeMap<Key, Workload>,
     counters: Counters,
+    /// Where runtime updates go (the NRI front-end), when there is one.
+    runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
 }
 
 impl Controller {
-    /// Admits a container: decide, save, place, then answer.
-    pub fn admit(&mut self, request: &AdmitRequest) -> Result<Admitted, ControlError> {
-        let key = (request.pod.uid.clone(), request.container.clone());
-        if self.workloads.contains_key(&key) {
-            return Ok(self.admitted(&key));
-        }
-        let cgroup = match request.placement {
-            Placement::Cgroup { .. } => {
-                Some(CgroupName::new(&request.pod.uid).map_err(ControlError::InvalidName)?)
-            }
-            Placement::Runtime => None,
-        };
-        let mut next = self.engine.clone();
-        let started = std::time::Instant::now();
-        let result = next.admit_container(
-            &request.pod,
-            &request.container,
-            request.numa_affinity.as_deref(),
-        );
-        if request.numa_affinity.is_none() {
-            next.record_admission_duration(started.elapsed());
-        }
-        self.counters.count_alignment(next.policy(), &result);
-        let exclusive = match result {
-            Ok(exclusive) => exclusive,
-            Err(source) => {
-                self.engine = next; // unchanged state, updated counters
-                self.publish();
-                return Err(ControlError::Admission {
-                    pod: key.0,
-                    container: key.1,
-                    source: Box::new(source),
-                });
-            }
-        };
-        self.save_if_changed(next.state())?;
-        let previous = std::mem::replace(&mut self.engine, next);
-        if let (Some(name), Placement::Cgroup { pid }) = (&cgroup, &request.placement) {
-            if let Err(source) = self.place(name, &key, *pid) {
-                self.undo_admission(previous, name);
-                return Err(ControlError::Cgroup { pod: key.0, source });
-            }
-        }
-        let pid = match request.placement {
-            Placement::Cgroup { pid } => pid,
-            Placement::Runtime => None,
-        };
-        self.workloads.insert(key.clone(), Workload { cgroup, pid });
-        tracing::info!(pod = %key.0, container = %key.1, cpus = ?exclusive.as_ref().map(ToString::to_string), "admitted");
-        if exclusive.is_some() {
-            self.shared_pool_changed();
-        }
-        self.publish();
-        Ok(self.admitted(&key))
-    }
-
-    /// Every workload that has a cgroup of Pinion's, with that cgroup.
-    fn managed_cgroups(&self) -> Vec<(Key, CgroupName)> {
-        self.workloads
-            .iter()
-            .filter_map(|(key, w)| Some((key.clone(), w.cgroup.clone()?)))
-            .collect()
-    }
-
-    /// Releases one container (`Some(name)`) or every container of a pod.
-    pub fn release(
-        &mut self,
-        pod: &str,
-        container: Option<&str>,
-    ) -> Result<Released, ControlError> {
-        let keys = self.keys_of(pod, container);
-        if keys.is_empty() {
-            return Err(ControlError::NotFound {
-                pod: pod.to_string(),
-                container: container.map(str::to_string),
-            });
-        }
-        let mut next = self.engine.clone();
-        let mut freed = CpuSet::new();
-        for (pod, container) in &keys {
-            freed.union_with(&next.remove(pod, container));
-        }
-        self.save_if_changed(next.state())?;
-        self.engine = next;
-        for key in &keys {
-            if let Some(Workload {
-                cgroup: Some(name),
-                pid,
-            }) = self.workloads.remove(key)
-            {
-                self.retire_cgroup(key, name, pid);
-            }
-            tracing::info!(pod = %key.0, container = %key.1, "released");
-        }
-        if !freed.is_empty() {
-            self.shared_pool_changed();
-        }
-        self.publish();
-        Ok(Released {
-            containers: keys.into_iter().map(|(_, c)| c).collect(),
-            cpus: freed,
-        })
-    }
-
-    /// A receiver of the shared pool, for front-ends that push updates.
+    /// A receiver of the shared pool.
     #[must_use]
     pub fn subscribe_shared_pool(&self) -> watch::Receiver<CpuSet> {
         self.shared_tx.subscribe()
@@ -270,154 +297,59 @@ impl Controller {
         self.engine.state()
     }
 
-    fn keys_of(&self, pod: &str, container: Option<&str>) -> Vec<Key> {
-        let matches = |c: &str| container.is_none_or(|want| want == c);
-        let mut keys: Vec<Key> = self
-            .workloads
-            .keys()
-            .filter(|(p, c)| p == pod && matches(c))
-            .cloned()
-            .collect();
-        if let Some(containers) = self.engine.state().assignments.get(pod) {
-            for name in containers.keys().filter(|c| matches(c)) {
-                let key = (pod.to_string(), name.clone());
-                if !keys.contains(&key) {
-                    keys.push(key);
-                }
-            }
-        }
-        keys
-    }
-
-    fn place(&mut self, name: &CgroupName, key: &Key, pid: Option<u32>) -> Result<(), CgroupError> {
-        let cpus = self.cpus_of(key);
-        let mems = self.mems_of(&cpus);
-        self.host.create(name, &cpus, &mems)?;
-        if let Some(pid) = pid {
-            self.host.add_pid(name, pid)?;
-        }
-        Ok(())
-    }
-
-    fn undo_admission(&mut self, previous: Engine, name: &CgroupName) {
-        if let Err(err) = self.save_if_changed(previous.state()) {
-            tracing::error!("restoring the checkpoint after a failed placement: {err}");
-        }
-        self.engine = previous;
-        if let Err(err) = self.host.remove(name) {
-            tracing::warn!("removing cgroup {name} after a failed placement: {err}");
-        }
-        self.publish();
-    }
-
-    /// A released container's cgroup goes away when empty; with processes
-    /// left it stays as a shared-pool member until reconcile finds it empty.
-    fn retire_cgroup(&mut self, key: &Key, name: CgroupName, pid: Option<u32>) {
-        match self.host.pids(&name) {
-            Ok(pids) if pids.is_empty() => {
-                if let Err(err) = self.host.remove(&name) {
-                    tracing::warn!("cgroup {name} not removed yet: {err}");
-                }
-            }
-            Ok(_) => {
-                tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
-                let cgroup = Some(name);
-                self.workloads.insert(key.clone(), Workload { cgroup, pid });
-            }
-            Err(err) => tracing::warn!("reading processes of cgroup {name}: {err}"),
-        }
-    }
-
-    fn shared_pool(&self) -> CpuSet {
-        let default = &self.engine.state().default;
-        if default.is_empty() || matches!(self.engine.policy(), Policy::None) {
-            self.topology.all_cpus().clone()
-        } else {
-            default.clone()
-        }
-    }
-
-    fn cpus_of(&self, (pod, container): &Key) -> CpuSet {
-        self.engine
-            .state()
-            .assignment(pod, container)
-            .cloned()
-            .unwrap_or_else(|| self.shared_pool())
-    }
-
-    fn mems_of(&self, cpus: &CpuSet) -> CpuSet {
-        let nodes: CpuSet = self.topology.numa_nodes_of(cpus).into_iter().collect();
-        if nodes.is_empty() {
-            self.all_mems()
-        } else {
-            nodes
-        }
-    }
-
-    fn all_mems(&self) -> CpuSet {
-        let nodes: CpuSet = self.topology.numa_nodes().iter().map(|n| n.id).collect();
-        if nodes.is_empty() {
-            CpuSet::from_iter([0])
-        } else {
-            nodes
-        }
-    }
-
-    /// Rewrites every shared-pool cgroup and tells subscribers.
-    fn shared_pool_changed(&mut self) {
-        let pool = self.shared_pool();
-        let mems = self.mems_of(&pool);
-        let shared: Vec<CgroupName> = self
-            .workloads
+    /// Every workload that has a cgroup of Pinion's, with that cgroup.
+    fn managed_cgroups(&self) -> Vec<(Key, CgroupName)> {
+        self.workloads
             .iter()
-            .filter(|((pod, c), _)| self.engine.state().assignment(pod, c).is_none())
-            .filter_map(|(_, w)| w.cgroup.clone())
-            .collect();
-        for name in shared {
-            if let Err(err) = self.host.set(&name, &pool, &mems) {
-                tracing::error!(cgroup = %name, "updating the shared pool to {pool}: {err}");
-            }
-        }
-        self.shared_tx.send_replace(pool);
+            .filter_map(|(key, w)| match &w.frontend {
+                Frontend::Standalone { cgroup, .. } => Some((key.clone(), cgroup.clone())),
+                Frontend::Runtime { .. } => None,
+            })
+            .collect()
     }
 
     fn admitted(&self, key: &Key) -> Admitted {
-        let exclusive = self.engine.state().assignment(&key.0, &key.1).is_some();
-        let cpus = self.cpus_of(key);
+        let workload = self.workloads.get(key);
         Admitted {
             pod: key.0.clone(),
             container: key.1.clone(),
-            mems: self.mems_of(&cpus),
-            cpus,
-            exclusive,
-            cgroup: self
-                .workloads
-                .get(key)
-                .and_then(|w| w.cgroup.as_ref())
-                .map(ToString::to_string),
+            placement: workload.map_or_else(
+                || self.engine.placement(&key.0, &key.1),
+                |w| w.desired.clone(),
+            ),
+            cgroup: workload.and_then(|w| match &w.frontend {
+                Frontend::Standalone { cgroup, .. } => Some(cgroup.to_string()),
+                Frontend::Runtime { .. } => None,
+            }),
+            affinity: self.engine.topology_affinity(&key.0, &key.1),
         }
     }
+}
 
-    fn save_if_changed(&mut self, next: &State) -> Result<(), StoreError> {
-        if next == self.engine.state() {
-            return Ok(());
-        }
-        self.save(next)
-    }
+/// "for process 12 with exclusive cpus 1-2" and the like.
+fn describe_holder(frontend: &Frontend, placement: &Placement) -> String {
+    let who = match frontend {
+        Frontend::Standalone { pid: Some(pid), .. } => format!("by `pinion run` process {pid}"),
+        Frontend::Standalone { pid: None, .. } => "by a `pinion run`".to_string(),
+        Frontend::Runtime {
+            container_id: Some(id),
+        } => format!("by runtime container {id}"),
+        Frontend::Runtime { container_id: None } => "by a runtime container".to_string(),
+    };
+    format!("{who} on {} cpus {}", placement.pool, placement.cpus)
+}
 
-    fn save(&mut self, state: &State) -> Result<(), StoreError> {
-        let started = Instant::now();
-        let result = self.store.save(
-            self.engine.policy().name(),
-            &state.default.to_string(),
-            &checkpoint_entries(state),
-        );
-        self.counters
-            .checkpoint_write_seconds
-            .observe(started.elapsed().as_secs_f64());
-        if let Err(err) = &result {
-            tracing::error!("checkpoint write failed: {err}");
+fn describe_request(frontend: &Frontend, pod: &Pod, container: &str) -> String {
+    let cpus = pod
+        .all_containers()
+        .find(|c| c.name == container)
+        .and_then(|c| c.cpu_request.as_ref())
+        .map_or_else(|| "no cpus".to_string(), |q| format!("cpus {q}"));
+    match frontend {
+        Frontend::Standalone { pid: Some(pid), .. } => {
+            format!("process {pid} asked again with {cpus} (use another id)")
         }
-        result
+        Frontend::Standalone { pid: None, .. } => format!("asked again with {cpus}"),
+        Frontend::Runtime { .. } => format!("a runtime container asked with {cpus}"),
     }
 }

@@ -1,16 +1,26 @@
-//! The reconcile pass: release what has ended, repair cpusets changed
-//! behind Pinion's back, remove empty stray cgroups.
+//! The reconcile pass: release what has ended, notice cpusets changed
+//! behind Pinion's back and let the executor repair them (and retry runtime
+//! updates that failed), remove empty stray cgroups.
 
-use super::{Controller, Key, ReconcileReport};
+use super::{Controller, Decision, Frontend, Key, ReconcileReport};
 
 impl Controller {
-    /// Releases containers whose cgroup has no process left, rewrites
-    /// cpusets someone else changed and removes empty stray cgroups.
+    /// Releases standalone runs whose cgroup has no process left, repairs
+    /// cpusets someone else changed, retries what was not applied and
+    /// removes empty stray cgroups.
     pub fn reconcile(&mut self) -> ReconcileReport {
         self.counters.reconcile_runs_total += 1;
         let mut report = ReconcileReport::default();
-        for (pod, container) in self.gone_workloads() {
-            match self.release(&pod, Some(&container)) {
+        let gone = self.gone_workloads();
+        let decisions = gone
+            .iter()
+            .map(|(pod, container)| Decision::Release {
+                pod: pod.clone(),
+                container: Some(container.clone()),
+            })
+            .collect();
+        for ((pod, container), result) in gone.iter().zip(self.run_batch(decisions)) {
+            match result {
                 Ok(_) => {
                     self.counters.released_gone_total += 1;
                     report.released.push(format!("{pod}/{container}"));
@@ -20,50 +30,60 @@ impl Controller {
                 }
             }
         }
-        report.repaired = self.repair_drift();
+        let drifted = self.notice_drift();
+        self.converge();
+        for (key, cgroup) in drifted {
+            let repaired = self
+                .workloads
+                .get(&key)
+                .is_some_and(|w| w.applied.as_ref() == Some(&w.desired));
+            if repaired {
+                self.counters.drift_repairs_total += 1;
+                report.repaired.push(cgroup);
+            }
+        }
         self.remove_strays();
+        self.maybe_compact(false);
         self.publish();
         report
     }
 
     fn gone_workloads(&self) -> Vec<Key> {
-        self.workloads
-            .iter()
-            .filter_map(|(key, w)| Some((key, w.cgroup.as_ref()?)))
-            .filter(|(_, name)| self.host.pids(name).is_ok_and(|p| p.is_empty()))
-            .map(|(key, _)| key.clone())
+        self.managed_cgroups()
+            .into_iter()
+            .filter(|(_, cgroup)| self.host.pids(cgroup).is_ok_and(|p| p.is_empty()))
+            .map(|(key, _)| key)
             .collect()
     }
 
-    fn repair_drift(&mut self) -> Vec<String> {
-        let mut repaired = Vec::new();
-        let managed = self.managed_cgroups();
-        for (key, name) in managed {
-            let want = self.cpus_of(&key);
-            let have = self.host.cpus(&name);
-            if have.as_ref().is_ok_and(|have| *have == want) {
+    /// Standalone cgroups whose cpuset differs from what was applied: marked
+    /// as not applied (the executor rewrites them). Returns them.
+    fn notice_drift(&mut self) -> Vec<(Key, String)> {
+        let mut drifted = Vec::new();
+        for (key, cgroup) in self.managed_cgroups() {
+            let Some(workload) = self.workloads.get_mut(&key) else {
+                continue;
+            };
+            let Some(applied) = &workload.applied else {
+                continue;
+            };
+            let have = self.host.cpus(&cgroup);
+            if have.as_ref().is_ok_and(|have| *have == applied.cpus) {
                 continue;
             }
-            let mems = self.mems_of(&want);
-            match self.host.set(&name, &want, &mems) {
-                Ok(()) => {
-                    tracing::warn!(cgroup = %name, "cpuset changed outside Pinion; rewritten to {want}");
-                    self.counters.drift_repairs_total += 1;
-                    repaired.push(name.to_string());
-                }
-                Err(err) => tracing::error!(cgroup = %name, "repairing cpuset: {err}"),
-            }
+            tracing::warn!(cgroup = %cgroup, have = ?have.ok().map(|c| c.to_string()), want = %applied.cpus, "cpuset changed outside Pinion; rewriting");
+            workload.applied = None;
+            drifted.push((key, cgroup.to_string()));
         }
-        repaired
+        drifted
     }
 
     fn remove_strays(&mut self) {
         let Ok(names) = self.host.list() else { return };
         for name in names {
-            let owned = self
-                .workloads
-                .values()
-                .any(|w| w.cgroup.as_ref() == Some(&name));
+            let owned = self.workloads.values().any(
+                |w| matches!(&w.frontend, Frontend::Standalone { cgroup, .. } if *cgroup == name),
+            );
             if !owned && self.host.pids(&name).is_ok_and(|p| p.is_empty()) {
                 if let Err(err) = self.host.remove(&name) {
                     tracing::warn!("removing stray cgroup {name}: {err}");

@@ -1,22 +1,37 @@
 //! Starting the controller: restore the checkpoint with kubelet's checks,
 //! find the cgroups a previous run left, keep every live assignment and
 //! release the standalone runs whose processes died meanwhile.
+//!
+//! Which front-end an assignment belongs to is read from the node, not from
+//! its name: a standalone run's cgroup exists under Pinion's root from
+//! before its checkpoint entry is written until after its release is saved
+//! (see [`Controller::admit`]), so an assignment with such a cgroup is a
+//! standalone run and one without is a runtime container, kept until the
+//! runtime's next `Synchronize` says whether it still runs. Without a
+//! runtime front-end (NRI off) nothing can own an assignment without a
+//! cgroup (a standalone run whose cgroup is gone, e.g. after a reboot): it
+//! is released, with a warning naming it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use pinion_core::engine::Engine;
+use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
 use pinion_core::restore::restore;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::CpusetHost;
-use pinion_host::store::{CheckpointStore, CPU_MANAGER_STATE};
-use tokio::sync::watch;
+use pinion_host::fileops::FileOps;
+use pinion_host::journal::{JournalError, JournalOptions, StateStore};
+use tokio::sync::{mpsc, watch};
 
-use super::{ControlError, Controller, Key, Snapshot, Workload, RUN_CONTAINER, RUN_PREFIX};
+use super::{
+    ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
+};
 use crate::metrics::Counters;
 
 /// What the controller is built from.
@@ -28,25 +43,50 @@ pub struct StartParts {
     /// The directory of `cpu_manager_state`.
     pub state_dir: PathBuf,
     pub host: Box<dyn CpusetHost>,
+    /// Where runtime updates go (the NRI front-end); `None` without one.
+    pub runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
+    /// The state directory's file operations (`None`: the real file
+    /// system; tests inject faults).
+    pub file_ops: Option<Box<dyn FileOps>>,
 }
 
 impl Controller {
     /// Restores the checkpoint (refusing what kubelet would refuse), sets
     /// up Pinion's cgroup root, recovers the cgroups of live runs, releases
-    /// dead ones, saves and re-applies every cpuset.
+    /// dead ones, saves and re-applies every placement.
     pub fn start(parts: StartParts) -> Result<Controller, ControlError> {
-        let (store, checkpoint) = CheckpointStore::open(&parts.state_dir, CPU_MANAGER_STATE)?;
+        let policy_name = parts.policy.name();
+        let opened = match parts.file_ops {
+            Some(ops) => StateStore::open_with(
+                &parts.state_dir,
+                policy_name,
+                ops,
+                JournalOptions::default(),
+            ),
+            None => StateStore::open(&parts.state_dir, policy_name),
+        }
+        .map_err(|source| match source {
+            JournalError::CorruptCheckpoint { ref path, .. } => ControlError::Unreadable {
+                path: path.display().to_string(),
+                source: Box::new(source),
+            },
+            other => ControlError::Journal(other),
+        })?;
+        for warning in opened.recovery.warnings() {
+            tracing::warn!("{warning}");
+        }
+        let (store, checkpoint, side) = (opened.store, opened.checkpoint, opened.side);
         let state = match checkpoint {
             Some(checkpoint) => {
                 restore(&checkpoint, &parts.policy).map_err(|source| ControlError::Restore {
-                    path: store.path().display().to_string(),
+                    path: store.checkpoint_path().display().to_string(),
                     source: Box::new(source),
                 })?
             }
             None => State::default(),
         };
-        let mut engine =
-            Engine::new(parts.policy, state).with_topology_manager(parts.topology_manager);
+        let mut engine = Engine::new(&parts.topology, parts.policy, state)
+            .with_topology_manager(parts.topology_manager);
         engine
             .start()
             .map_err(|err| ControlError::Start(Box::new(err)))?;
@@ -55,15 +95,17 @@ impl Controller {
         let mut controller = Controller {
             engine,
             store,
+            side,
+            compacted: Instant::now(),
             host: parts.host,
-            topology: parts.topology,
             workloads: BTreeMap::new(),
             counters: Counters::default(),
+            runtime_updates: parts.runtime_updates,
             shared_tx,
             snapshot_tx,
         };
-        let all = controller.topology.all_cpus().clone();
-        let mems = controller.all_mems();
+        let all = controller.engine.machine().all_cpus().clone();
+        let mems = all_memory_nodes(controller.engine.machine());
         controller
             .host
             .ensure_root(&all, &mems)
@@ -81,58 +123,64 @@ impl Controller {
             source,
         })?;
         let mut next = self.engine.clone();
-        for name in names {
-            let key: Key = (name.to_string(), RUN_CONTAINER.to_string());
-            let pids = self.host.pids(&name).unwrap_or_default();
+        for cgroup in names {
+            let key: Key = (cgroup.to_string(), RUN_CONTAINER.to_string());
+            let pids = self.host.pids(&cgroup).unwrap_or_default();
             if let Some(&pid) = pids.first() {
                 tracing::info!(pod = %key.0, pid, "recovered a running workload");
-                let cgroup = Some(name);
-                self.workloads.insert(
-                    key,
-                    Workload {
-                        cgroup,
-                        pid: Some(pid),
-                    },
-                );
+                let frontend = Frontend::Standalone {
+                    cgroup,
+                    pid: Some(pid),
+                };
+                let desired = next.placement(&key.0, &key.1);
+                self.workloads
+                    .insert(key.clone(), Workload::new(frontend, None, desired));
                 continue;
             }
             next.remove(&key.0, &key.1);
             self.counters.released_gone_total += 1;
             tracing::info!(pod = %key.0, "released: its processes ended while the agent was down");
-            if let Err(err) = self.host.remove(&name) {
-                tracing::warn!("removing cgroup {name}: {err}");
+            if let Err(err) = self.host.remove(&cgroup) {
+                tracing::warn!("removing cgroup {cgroup}: {err}");
             }
         }
-        let orphans: Vec<Key> = next
+        let unclaimed: Vec<Key> = next
             .state()
             .assignments
             .iter()
-            .filter(|(pod, _)| pod.starts_with(RUN_PREFIX))
             .flat_map(|(pod, cs)| cs.keys().map(move |c| (pod.clone(), c.clone())))
             .filter(|key| !self.workloads.contains_key(key))
             .collect();
-        for (pod, container) in orphans {
-            tracing::info!(%pod, "released: its cgroup is gone");
-            next.remove(&pod, &container);
-        }
-        let state = next.state().clone();
-        self.save(&state)?;
-        self.engine = next;
-        self.reapply();
-        self.shared_tx.send_replace(self.shared_pool());
-        self.publish();
-        Ok(())
-    }
-
-    /// Writes every managed cgroup's intended cpuset.
-    fn reapply(&mut self) {
-        let managed = self.managed_cgroups();
-        for (key, name) in managed {
-            let cpus = self.cpus_of(&key);
-            let mems = self.mems_of(&cpus);
-            if let Err(err) = self.host.set(&name, &cpus, &mems) {
-                tracing::error!(cgroup = %name, "re-applying cpuset {cpus}: {err}");
+        if self.runtime_updates.is_some() {
+            if !unclaimed.is_empty() {
+                tracing::info!(
+                    containers = unclaimed.len(),
+                    "assignments without a cgroup of Pinion's belong to the container runtime: kept until it synchronizes"
+                );
+            }
+            for key in unclaimed {
+                let desired = next.placement(&key.0, &key.1);
+                self.workloads.insert(
+                    key,
+                    Workload::new(Frontend::Runtime { container_id: None }, None, desired),
+                );
+            }
+        } else {
+            // No runtime front-end: nothing can own them (standalone runs
+            // whose cgroups are gone, e.g. after a reboot).
+            for (pod, container) in unclaimed {
+                tracing::warn!(%pod, %container, "released: no cgroup of Pinion's and no container runtime front-end (NRI is off)");
+                next.remove(&pod, &container);
             }
         }
+        let before = std::mem::replace(&mut self.engine, next);
+        let side_before = self.side.clone();
+        self.restore_allocations();
+        self.record(before.state(), Some(&side_before))?;
+        self.store.flush()?;
+        // A fresh checkpoint of what was recovered, and a fresh journal.
+        self.maybe_compact(true);
+        self.converge();
+        Ok(())
     }
 }

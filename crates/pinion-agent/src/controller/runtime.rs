@@ -2,70 +2,145 @@
 //! own list, sent in `Synchronize`: there is no cgroup of Pinion's to look
 //! at. [`Controller::sync_runtime`] makes the controller agree with it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
-use pinion_core::CpuSet;
+use pinion_core::{CpuSet, Placement};
 
-use super::{ControlError, Controller, Key, Released, Workload, RUN_PREFIX};
+use super::executor::Delivery;
+use super::{ControlError, Controller, Frontend, Key, Released, RuntimeUpdate, Workload};
+
+/// What the runtime says a container currently has (`None` = not set or
+/// unreadable).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Observed {
+    pub cpus: Option<CpuSet>,
+    pub mems: Option<CpuSet>,
+    pub cpu_quota: Option<i64>,
+}
+
+impl Observed {
+    /// True when what the runtime reports already is `placement`.
+    fn matches(&self, placement: &Placement) -> bool {
+        let quota_ok = placement
+            .resources
+            .cpu_quota
+            .is_none_or(|want| self.cpu_quota == Some(want));
+        self.cpus.as_ref() == Some(&placement.cpus)
+            && self.mems.as_ref() == Some(&placement.mems)
+            && quota_ok
+    }
+}
+
+/// One container the runtime runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningContainer {
+    /// (pod UID, container name); for containers of pods outside
+    /// Kubernetes, any key unique to the container (they are not admitted
+    /// and follow the shared pool).
+    pub key: Key,
+    pub container_id: String,
+    pub observed: Observed,
+}
 
 impl Controller {
-    /// Makes the runtime-placed containers match `running` (pod UID,
-    /// container name) as reported by the runtime: every assignment of a
-    /// pod that is not a standalone run and not in `running` is released
-    /// (one checkpoint write), every running one is recorded as a workload
-    /// (in the shared pool unless it holds exclusive CPUs). Nothing running
-    /// moves. Standalone runs are left alone.
-    pub fn sync_runtime(&mut self, running: &BTreeSet<Key>) -> Result<Released, ControlError> {
-        let stale = self.stale_runtime_keys(running);
-        let mut next = self.engine.clone();
-        let mut freed = CpuSet::new();
-        for (pod, container) in &stale {
-            freed.union_with(&next.remove(pod, container));
-        }
-        self.save_if_changed(next.state())?;
-        self.engine = next;
+    /// Makes the runtime-placed containers match `running`: every runtime
+    /// workload (and checkpoint assignment without a cgroup of Pinion's)
+    /// not in it is released (one checkpoint write), every running one is
+    /// recorded with its runtime id and what the runtime reports. Nothing
+    /// running moves: a known container keeps its placement; one Pinion did
+    /// not know runs in the shared pool. Returns the released containers and
+    /// the updates that bring each running container to its placement (the
+    /// caller answers `Synchronize` with them). Standalone runs are left
+    /// alone.
+    pub fn sync_runtime(
+        &mut self,
+        running: &[RunningContainer],
+    ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        let by_key: BTreeMap<&Key, &RunningContainer> =
+            running.iter().map(|c| (&c.key, c)).collect();
+        let stale: Vec<Key> = self
+            .runtime_keys()
+            .into_iter()
+            .filter(|key| !by_key.contains_key(key))
+            .collect();
+        let mut batch = self.begin();
+        let freed = self.decide_release_keys(&stale, &mut batch)?;
+        self.commit(batch)?;
         for key in &stale {
-            self.workloads.remove(key);
             tracing::info!(pod = %key.0, container = %key.1, "released: not running any more");
         }
-        for key in running
-            .iter()
-            .filter(|(pod, _)| !pod.starts_with(RUN_PREFIX))
-        {
-            self.workloads.entry(key.clone()).or_insert(Workload {
-                cgroup: None,
-                pid: None,
-            });
+        for container in running {
+            let desired = self.engine.placement(&container.key.0, &container.key.1);
+            let applied = container
+                .observed
+                .matches(&desired)
+                .then(|| desired.clone());
+            let frontend = Frontend::runtime(&container.container_id);
+            match self.workloads.get_mut(&container.key) {
+                Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
+                    workload.frontend = frontend;
+                    workload.applied = applied;
+                }
+                Some(_) => {
+                    tracing::warn!(pod = %container.key.0, container = %container.key.1, "the runtime runs a container with the key of a standalone run; left alone");
+                }
+                None => {
+                    let mut workload = Workload::new(frontend, None, desired);
+                    workload.applied = applied;
+                    self.workloads.insert(container.key.clone(), workload);
+                }
+            }
         }
-        if !freed.is_empty() {
-            self.shared_pool_changed();
-        }
-        self.publish();
-        Ok(Released {
-            containers: stale.into_iter().map(|(p, c)| format!("{p}/{c}")).collect(),
-            cpus: freed,
-        })
+        let updates = self.execute(Delivery::Return);
+        Ok((
+            Released {
+                containers: stale.into_iter().map(|(p, c)| format!("{p}/{c}")).collect(),
+                cpus: freed,
+            },
+            updates,
+        ))
     }
 
-    /// Runtime-placed containers (assignments and workloads without a
-    /// cgroup, outside standalone runs) that are not in `running`.
-    fn stale_runtime_keys(&self, running: &BTreeSet<Key>) -> Vec<Key> {
-        let assigned = self
-            .engine
-            .state()
-            .assignments
-            .iter()
-            .flat_map(|(pod, cs)| cs.keys().map(move |c| (pod.clone(), c.clone())));
-        let tracked = self
+    /// Records a runtime container that is not admitted (a pod outside
+    /// Kubernetes): it follows the shared pool. Returns its placement.
+    pub fn follow(&mut self, key: Key, container_id: String) -> Placement {
+        let desired = self.engine.placement(&key.0, &key.1);
+        let workload = self.workloads.entry(key).or_insert_with(|| {
+            Workload::new(Frontend::Runtime { container_id: None }, None, desired)
+        });
+        workload.frontend = Frontend::runtime(container_id);
+        workload.applied = Some(workload.desired.clone());
+        let placement = workload.desired.clone();
+        self.publish();
+        placement
+    }
+
+    /// The runtime could not apply updates of these containers: their
+    /// placement is sent again at the next reconcile pass.
+    pub fn runtime_updates_failed(&mut self, container_ids: &[String]) {
+        for id in container_ids {
+            self.forget_applied(id);
+        }
+        self.publish();
+    }
+
+    /// Runtime workloads, and checkpoint assignments no workload claims
+    /// (restored from the checkpoint without a cgroup of Pinion's).
+    fn runtime_keys(&self) -> Vec<Key> {
+        let mut keys: Vec<Key> = self
             .workloads
             .iter()
-            .filter(|(_, w)| w.cgroup.is_none())
-            .map(|(key, _)| key.clone());
-        let keys: BTreeSet<Key> = assigned
-            .chain(tracked)
-            .filter(|(pod, _)| !pod.starts_with(RUN_PREFIX))
-            .filter(|key| !running.contains(key))
+            .filter(|(_, w)| matches!(w.frontend, Frontend::Runtime { .. }))
+            .map(|(key, _)| key.clone())
             .collect();
-        keys.into_iter().collect()
+        for (pod, containers) in &self.engine.state().assignments {
+            for container in containers.keys() {
+                let key = (pod.clone(), container.clone());
+                if !self.workloads.contains_key(&key) && !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys
     }
 }

@@ -1,14 +1,16 @@
 //! Snapshots: what readers (the local API's `ps`, `/metrics`, front-ends
-//! listing assignments) see, published by the controller after each change.
+//! looking up a container's placement) see, published by the controller
+//! after each change.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::state::Assignments;
-use pinion_core::CpuSet;
+use pinion_core::{CpuSet, Placement};
 use serde::{Deserialize, Serialize};
 
-use super::{Controller, Key};
+use super::{Controller, Frontend, Key, Workload};
 use crate::metrics::MetricsSnapshot;
 
 /// The controller's view at one point.
@@ -18,83 +20,102 @@ pub struct Snapshot {
     pub all_cpus: CpuSet,
     pub reserved: CpuSet,
     pub shared_pool: CpuSet,
-    /// Every admitted container, sorted by pod and container.
+    /// The placement of a container in the shared pool.
+    pub shared_placement: Placement,
+    /// Every workload, sorted by pod and container.
     pub workloads: Vec<WorkloadView>,
     /// The exclusive assignments (the checkpoint's entries).
     pub assignments: Assignments,
+    /// Every resource named by resource plugins' allocations.
+    #[serde(default)]
+    pub plugin_resources: BTreeSet<String>,
+    /// Pods whose plugins have not all heard of their removal yet.
+    #[serde(default)]
+    pub pending_plugin_removals: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
 
-/// One admitted container.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+impl Snapshot {
+    /// The placement of `pod`/`container`: its own when it is a workload,
+    /// the shared pool's otherwise.
+    #[must_use]
+    pub fn placement_of(&self, pod: &str, container: &str) -> Placement {
+        self.workload(pod, container)
+            .map_or_else(|| self.shared_placement.clone(), |w| w.placement.clone())
+    }
+
+    /// The workload of `key`, if any.
+    #[must_use]
+    pub fn workload(&self, pod: &str, container: &str) -> Option<&WorkloadView> {
+        self.workloads
+            .iter()
+            .find(|w| w.pod == pod && w.container == container)
+    }
+}
+
+/// One workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadView {
     pub pod: String,
     pub container: String,
-    pub exclusive: bool,
-    pub cpus: CpuSet,
-    pub mems: CpuSet,
+    /// `standalone` or `runtime`.
+    pub frontend: String,
+    /// Where it runs (the desired placement).
+    pub placement: Placement,
+    /// False while the executor has yet to apply the placement (or the
+    /// last attempt failed).
+    pub applied: bool,
     pub cgroup: Option<String>,
     pub pid: Option<u32>,
+    pub container_id: Option<String>,
+    /// What resource plugins allocated to it, by resource.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugins: PluginAllocations,
 }
 
 impl Controller {
     /// Builds and publishes a snapshot.
     pub(super) fn publish(&self) {
         let state = self.engine.state();
-        let mut keys: Vec<Key> = self.workloads.keys().cloned().collect();
-        for (pod, containers) in &state.assignments {
-            for container in containers.keys() {
-                let key = (pod.clone(), container.clone());
-                if !self.workloads.contains_key(&key) {
-                    keys.push(key);
-                }
-            }
-        }
-        keys.sort();
-        let workloads = keys.iter().map(|key| self.view(key)).collect();
-        let shared_pool = self.shared_pool();
+        let workloads: Vec<WorkloadView> =
+            self.workloads.iter().map(|(key, w)| view(key, w)).collect();
+        let shared_pool = self.engine.shared_pool();
         let snapshot = Snapshot {
             policy: self.engine.policy().name().to_string(),
-            all_cpus: self.topology.all_cpus().clone(),
+            all_cpus: self.engine.machine().all_cpus().clone(),
             reserved: self.engine.policy().reserved(),
             metrics: MetricsSnapshot {
                 engine: self.engine.metrics(),
+                gauges: self.engine.cpu_gauges(),
                 counters: self.counters.clone(),
-                shared_pool_cpus: shared_pool.len(),
-                exclusive_cpus: state.exclusive_cpus().len(),
-                exclusive_per_numa: self.exclusive_per_numa(),
-                workloads: keys.len(),
+                workloads: workloads.len(),
             },
+            shared_placement: Placement::shared(self.engine.machine(), shared_pool.clone()),
             shared_pool,
             workloads,
             assignments: state.assignments.clone(),
+            plugin_resources: self.plugin_resources(),
+            pending_plugin_removals: self.pending_removals(),
         };
         self.snapshot_tx.send_replace(Arc::new(snapshot));
     }
+}
 
-    fn view(&self, key: &Key) -> WorkloadView {
-        let cpus = self.cpus_of(key);
-        let workload = self.workloads.get(key);
-        WorkloadView {
-            pod: key.0.clone(),
-            container: key.1.clone(),
-            exclusive: self.engine.state().assignment(&key.0, &key.1).is_some(),
-            mems: self.mems_of(&cpus),
-            cpus,
-            cgroup: workload
-                .and_then(|w| w.cgroup.as_ref())
-                .map(ToString::to_string),
-            pid: workload.and_then(|w| w.pid),
-        }
-    }
-
-    fn exclusive_per_numa(&self) -> BTreeMap<u32, usize> {
-        let exclusive = self.engine.state().exclusive_cpus();
-        self.topology
-            .numa_cpus()
-            .iter()
-            .map(|(node, cpus)| (*node, cpus.intersection_len(&exclusive)))
-            .collect()
+fn view(key: &Key, workload: &Workload) -> WorkloadView {
+    let (cgroup, pid, container_id) = match &workload.frontend {
+        Frontend::Standalone { cgroup, pid } => (Some(cgroup.to_string()), *pid, None),
+        Frontend::Runtime { container_id } => (None, None, container_id.clone()),
+    };
+    WorkloadView {
+        pod: key.0.clone(),
+        container: key.1.clone(),
+        frontend: workload.frontend.kind().to_string(),
+        placement: workload.desired.clone(),
+        applied: workload.applied.as_ref() == Some(&workload.desired),
+        cgroup,
+        pid,
+        container_id,
+        plugins: workload.plugins.clone(),
     }
 }

@@ -4,30 +4,41 @@
 //! file I/O: fsync of the checkpoint, cgroupfs writes), receiving
 //! [`Command`]s from a bounded channel and answering each on its own
 //! one-shot channel. Snapshots and the shared pool are `watch` channels, so
-//! readers never wait for the controller.
+//! readers never wait for the controller. Anything slow or remote — the
+//! topology hints of outside providers — happens in the handle, before a
+//! command is sent.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
-use pinion_core::CpuSet;
+use pinion_core::engine::CpuOwner;
+use pinion_core::plugin_allocation::PluginAllocations;
+use pinion_core::{CpuSet, Placement};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    AdmitRequest, Admitted, ControlError, Controller, Key, ReconcileReport, Released, Snapshot,
+    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
+    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot,
 };
+use crate::hints::{GatheredHints, HintGatherer};
+use crate::qrm::{Poll, Qrm};
 
 /// How many commands may wait for the controller.
 const QUEUE: usize = 1024;
+/// The most decisions one journal flush makes durable.
+const BATCH_MAX: usize = 256;
 
 type Reply<T> = oneshot::Sender<Result<T, ControlError>>;
 
 /// A typed request to the controller.
 #[derive(Debug)]
 pub enum Command {
-    /// Admit one container of a pod.
+    /// Admit one container of a pod, with the outside providers' hints.
     Admit {
-        request: AdmitRequest,
+        request: Box<AdmitRequest>,
+        hints: Box<GatheredHints>,
         reply: Reply<Admitted>,
     },
     /// Release one container (`Some`) or a whole pod (`None`).
@@ -36,11 +47,37 @@ pub enum Command {
         container: Option<String>,
         reply: Reply<Released>,
     },
-    /// Agree with the runtime's list of running containers (NRI Synchronize).
+    /// Agree with the runtime's list of running containers (NRI
+    /// Synchronize); answers the released containers and the updates that
+    /// bring the running ones to their placements.
     SyncRuntime {
-        running: BTreeSet<Key>,
-        reply: Reply<Released>,
+        running: Vec<RunningContainer>,
+        reply: Reply<(Released, Vec<RuntimeUpdate>)>,
     },
+    /// Record a runtime container that follows the shared pool without an
+    /// admission (pods outside Kubernetes).
+    Follow {
+        key: Key,
+        container_id: String,
+        reply: Reply<Placement>,
+    },
+    /// The runtime failed to apply updates of these containers.
+    RuntimeUpdatesFailed { container_ids: Vec<String> },
+    /// Store the resource plugins' allocations of an admitted container.
+    RecordAllocations {
+        key: Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+        reply: Reply<Admitted>,
+    },
+    /// Merge the plugins' reconcile answers.
+    PluginReconcile {
+        polls: Vec<(String, Poll)>,
+        polled_at: Instant,
+        reply: Reply<PluginReconcile>,
+    },
+    /// Every plugin heard of a pod's removal.
+    PluginPodRemoved { uid: String },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
     /// Stop after the commands already queued.
@@ -53,15 +90,38 @@ pub struct ControllerHandle {
     commands: mpsc::Sender<Command>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
     shared_pool: watch::Receiver<CpuSet>,
+    hints: Arc<HintGatherer>,
+    qrm: Option<Arc<Qrm>>,
 }
 
-/// Starts the controller thread.
+/// Starts the controller thread, with no outside hint providers.
 pub fn spawn(controller: Controller) -> std::io::Result<(ControllerHandle, JoinHandle<()>)> {
+    spawn_with_hints(controller, HintGatherer::none())
+}
+
+/// Starts the controller thread; admissions first gather the hints of
+/// `hints`' providers.
+pub fn spawn_with_hints(
+    controller: Controller,
+    hints: HintGatherer,
+) -> std::io::Result<(ControllerHandle, JoinHandle<()>)> {
+    spawn_with(controller, hints, None)
+}
+
+/// Starts the controller thread; admissions first gather the hints of
+/// `hints`' providers, and go through the resource plugins of `qrm`.
+pub fn spawn_with(
+    controller: Controller,
+    hints: HintGatherer,
+    qrm: Option<Arc<Qrm>>,
+) -> std::io::Result<(ControllerHandle, JoinHandle<()>)> {
     let (commands, receiver) = mpsc::channel(QUEUE);
     let handle = ControllerHandle {
         commands,
         snapshots: controller.subscribe_snapshots(),
         shared_pool: controller.subscribe_shared_pool(),
+        hints: Arc::new(hints),
+        qrm,
     };
     let thread = std::thread::Builder::new()
         .name("pinion-controller".to_string())
@@ -70,32 +130,131 @@ pub fn spawn(controller: Controller) -> std::io::Result<(ControllerHandle, JoinH
 }
 
 fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
-    while let Some(command) = receiver.blocking_recv() {
+    let mut next: Option<Command> = None;
+    loop {
+        let command = match next.take() {
+            Some(command) => command,
+            None => match receiver.blocking_recv() {
+                Some(command) => command,
+                None => break,
+            },
+        };
+        let command = match command {
+            first @ (Command::Admit { .. } | Command::Release { .. }) => {
+                let (batch, leftover) = drain_batch(first, &mut receiver);
+                next = leftover;
+                run_batch(&mut controller, batch);
+                continue;
+            }
+            other => other,
+        };
         match command {
-            Command::Admit { request, reply } => {
-                let span = tracing::info_span!("admit", pod = %request.pod.uid, container = %request.container);
-                let _guard = span.enter();
-                let _ = reply.send(controller.admit(&request));
-            }
-            Command::Release {
-                pod,
-                container,
-                reply,
-            } => {
-                let span = tracing::info_span!("release", pod = %pod, container = ?container);
-                let _guard = span.enter();
-                let _ = reply.send(controller.release(&pod, container.as_deref()));
-            }
             Command::SyncRuntime { running, reply } => {
                 let _ = reply.send(controller.sync_runtime(&running));
             }
+            Command::Follow {
+                key,
+                container_id,
+                reply,
+            } => {
+                let _ = reply.send(Ok(controller.follow(key, container_id)));
+            }
+            Command::RuntimeUpdatesFailed { container_ids } => {
+                controller.runtime_updates_failed(&container_ids);
+            }
+            Command::RecordAllocations {
+                key,
+                resources,
+                allocations,
+                reply,
+            } => {
+                let _ = reply.send(controller.record_allocations(&key, resources, allocations));
+            }
+            Command::PluginReconcile {
+                polls,
+                polled_at,
+                reply,
+            } => {
+                let _ = reply.send(controller.plugin_reconcile(&polls, polled_at));
+            }
+            Command::PluginPodRemoved { uid } => controller.plugin_pod_removed(&uid),
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
             }
             Command::Shutdown => break,
+            Command::Admit { .. } | Command::Release { .. } => {}
         }
     }
+    controller.shutdown();
     tracing::debug!("controller stopped");
+}
+
+/// A decision waiting for its batch, with where its answer goes.
+enum Queued {
+    Admit(Reply<Admitted>),
+    Release(Reply<Released>),
+}
+
+/// `first` and every admission or release already queued behind it (group
+/// commit: they are decided one after the other and made durable by one
+/// flush); the first other command, if any, is returned to run next.
+fn drain_batch(
+    first: Command,
+    receiver: &mut mpsc::Receiver<Command>,
+) -> (Vec<(Decision, Queued)>, Option<Command>) {
+    let mut batch = Vec::new();
+    let mut command = first;
+    loop {
+        match command {
+            Command::Admit {
+                request,
+                hints,
+                reply,
+            } => batch.push((Decision::Admit { request, hints }, Queued::Admit(reply))),
+            Command::Release {
+                pod,
+                container,
+                reply,
+            } => batch.push((Decision::Release { pod, container }, Queued::Release(reply))),
+            other => return (batch, Some(other)),
+        }
+        if batch.len() >= BATCH_MAX {
+            return (batch, None);
+        }
+        match receiver.try_recv() {
+            Ok(queued) => command = queued,
+            Err(_) => return (batch, None),
+        }
+    }
+}
+
+fn run_batch(controller: &mut Controller, batch: Vec<(Decision, Queued)>) {
+    let span = tracing::debug_span!("batch", decisions = batch.len());
+    let _guard = span.enter();
+    let (decisions, replies): (Vec<Decision>, Vec<Queued>) = batch.into_iter().unzip();
+    let answers = controller.run_batch(decisions);
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        match (reply, answer) {
+            (Queued::Admit(reply), Ok(Answer::Admitted(admitted))) => {
+                let _ = reply.send(Ok(*admitted));
+            }
+            (Queued::Release(reply), Ok(Answer::Released(released))) => {
+                let _ = reply.send(Ok(released));
+            }
+            (Queued::Admit(reply), Err(err)) => {
+                let _ = reply.send(Err(err));
+            }
+            (Queued::Release(reply), Err(err)) => {
+                let _ = reply.send(Err(err));
+            }
+            (Queued::Admit(reply), Ok(_)) => {
+                let _ = reply.send(Err(ControlError::Stopped));
+            }
+            (Queued::Release(reply), Ok(_)) => {
+                let _ = reply.send(Err(ControlError::Stopped));
+            }
+        }
+    }
 }
 
 impl ControllerHandle {
@@ -108,9 +267,69 @@ impl ControllerHandle {
         answer.await.map_err(|_| ControlError::Stopped)?
     }
 
-    /// Admits a container; answers once the decision is durable and placed.
-    pub async fn admit(&self, request: AdmitRequest) -> Result<Admitted, ControlError> {
-        self.ask(|reply| Command::Admit { request, reply }).await
+    /// Admits a container: gathers the outside providers' hints, asks the
+    /// controller, then the resource plugins (with the merged affinity),
+    /// whose answers the controller stores; answers once everything is
+    /// durable and placed. A plugin failure undoes the admission.
+    pub async fn admit(&self, mut request: AdmitRequest) -> Result<Admitted, ControlError> {
+        let plugin_requests = match &self.qrm {
+            Some(qrm) => qrm
+                .plugin_requests(&request.pod, &request.container)
+                .map_err(|err| ControlError::Plugin {
+                    pod: request.pod.uid.clone(),
+                    container: request.container.clone(),
+                    reason: err.to_string(),
+                })?,
+            None => Vec::new(),
+        };
+        if plugin_requests.iter().any(|r| r.resource == "cpu") {
+            request.cpu_owner = CpuOwner::Plugin;
+        }
+        let (pod, container) = (request.pod.clone(), request.container.clone());
+        let admitted = self.admit_only(request).await?;
+        let Some(qrm) = self.qrm.as_ref().filter(|_| !plugin_requests.is_empty()) else {
+            return Ok(admitted);
+        };
+        let allocated = qrm
+            .allocate(&pod, &container, &plugin_requests, admitted.affinity)
+            .await;
+        let key = (pod.uid.clone(), container.clone());
+        let result = match allocated {
+            Ok(allocations) => {
+                let resources = plugin_requests.iter().map(|r| r.resource.clone()).collect();
+                self.record_allocations(key, resources, allocations).await
+            }
+            Err(err) => Err(ControlError::Plugin {
+                pod: pod.uid.clone(),
+                container: container.clone(),
+                reason: err.to_string(),
+            }),
+        };
+        if result.is_err() {
+            if let Err(undo) = self.release(pod.uid.clone(), Some(container.clone())).await {
+                tracing::error!(pod = %pod.uid, %container, "undoing a failed plugin admission: {undo}");
+            }
+        }
+        result
+    }
+
+    /// The admission by the controller alone (hints gathered first).
+    async fn admit_only(&self, request: AdmitRequest) -> Result<Admitted, ControlError> {
+        let hints = self
+            .hints
+            .gather(&request.pod, &request.container)
+            .await
+            .map_err(|err| ControlError::Hints {
+                pod: request.pod.uid.clone(),
+                container: request.container.clone(),
+                reason: err.to_string(),
+            })?;
+        self.ask(|reply| Command::Admit {
+            request: Box::new(request),
+            hints: Box::new(hints),
+            reply,
+        })
+        .await
     }
 
     /// Releases a container, or every container of the pod with `None`.
@@ -127,11 +346,83 @@ impl ControllerHandle {
         .await
     }
 
-    /// Releases runtime-placed containers not in `running` and records the
-    /// running ones (see [`Controller::sync_runtime`]).
-    pub async fn sync_runtime(&self, running: BTreeSet<Key>) -> Result<Released, ControlError> {
+    /// Agrees with the runtime's running containers (see
+    /// [`Controller::sync_runtime`]).
+    pub async fn sync_runtime(
+        &self,
+        running: Vec<RunningContainer>,
+    ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
         self.ask(|reply| Command::SyncRuntime { running, reply })
             .await
+    }
+
+    /// Records a runtime container outside Kubernetes (shared pool).
+    pub async fn follow(&self, key: Key, container_id: String) -> Result<Placement, ControlError> {
+        self.ask(|reply| Command::Follow {
+            key,
+            container_id,
+            reply,
+        })
+        .await
+    }
+
+    /// Stores the resource plugins' allocations of an admitted container.
+    pub async fn record_allocations(
+        &self,
+        key: Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.ask(|reply| Command::RecordAllocations {
+            key,
+            resources,
+            allocations,
+            reply,
+        })
+        .await
+    }
+
+    /// Hands the plugins' reconcile answers to the controller.
+    pub async fn plugin_reconcile(
+        &self,
+        polls: Vec<(String, Poll)>,
+        polled_at: Instant,
+    ) -> Result<PluginReconcile, ControlError> {
+        self.ask(|reply| Command::PluginReconcile {
+            polls,
+            polled_at,
+            reply,
+        })
+        .await
+    }
+
+    /// Every plugin heard of pod `uid`'s removal.
+    pub async fn plugin_pod_removed(&self, uid: String) {
+        let _ = self.commands.send(Command::PluginPodRemoved { uid }).await;
+    }
+
+    /// The resource plugins Pinion knows (empty without the QoS Resource
+    /// Manager).
+    #[must_use]
+    pub fn plugins(&self) -> Vec<crate::qrm::PluginView> {
+        self.qrm
+            .as_ref()
+            .map(|qrm| qrm.registry().views())
+            .unwrap_or_default()
+    }
+
+    /// A receiver of snapshots.
+    #[must_use]
+    pub fn snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.snapshots.clone()
+    }
+
+    /// Tells the controller the runtime failed to apply these updates.
+    pub async fn runtime_updates_failed(&self, container_ids: Vec<String>) {
+        let _ = self
+            .commands
+            .send(Command::RuntimeUpdatesFailed { container_ids })
+            .await;
     }
 
     /// Runs a reconcile pass.

@@ -1,66 +1,56 @@
 use std::path::Path;
 
-use pinion_core::checkpoint::Checkpoint;
 use pinion_core::policy::PolicyConfig;
 use pinion_core::topology::{synthetic, Shape};
+use pinion_core::Pool;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::store::CPU_MANAGER_STATE;
 
 use super::*;
-use crate::api::{run_pod, RunRequest};
+use crate::hints::GatheredHints;
+use crate::testing::{machine, run_request, runtime_request, SyntheticNode};
 
-fn topology() -> Topology {
-    synthetic(Shape {
-        sockets: 1,
-        numa_per_socket: 1,
-        cores_per_socket: 4,
-        threads_per_core: 2,
-        cores_per_uncore: 0,
-    })
+/// 1 socket × 4 cores × 2 threads: cpus 0-7, one NUMA node.
+fn node(host: &FakeCgroups) -> SyntheticNode {
+    SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    }
 }
 
 fn start(dir: &Path, host: &FakeCgroups) -> Result<Controller, ControlError> {
-    let topology = topology();
-    let policy = PolicyConfig {
-        policy: Some("static".into()),
-        num_reserved: Some(1),
-        ..PolicyConfig::default()
-    }
-    .build(&topology)
-    .expect("policy");
-    Controller::start(StartParts {
-        policy,
-        topology_manager: pinion_core::topomgr::TopologyManager::none(),
-        topology,
-        state_dir: dir.to_path_buf(),
-        host: Box::new(host.clone()),
-    })
+    node(host).start(dir)
 }
 
 fn run(id: &str, cpus: Option<&str>, pid: u32) -> AdmitRequest {
-    let pod = run_pod(&RunRequest {
-        id: id.to_string(),
-        cpus: cpus.map(str::to_string),
-        memory_nodes: "auto".into(),
-    })
-    .expect("pod");
-    AdmitRequest {
-        pod,
-        container: RUN_CONTAINER.into(),
-        numa_affinity: None,
-        placement: Placement::Cgroup { pid: Some(pid) },
-    }
+    run_request(id, cpus, Some(pid))
 }
 
+fn admit(controller: &mut Controller, request: &AdmitRequest) -> Result<Admitted, ControlError> {
+    controller.admit(request, &GatheredHints::default())
+}
+
+/// The state a restart would start from: the checkpoint with the
+/// journal's durable records replayed.
 fn on_disk(dir: &Path) -> State {
-    let bytes = std::fs::read(dir.join(CPU_MANAGER_STATE)).expect("checkpoint file");
-    let checkpoint: Checkpoint =
-        pinion_core::checkpoint::decode_verified(&bytes).expect("valid checkpoint");
+    durable(dir).0
+}
+
+/// The durable state and the journal's last durable sequence number (an
+/// unchanged pair: nothing was written).
+fn durable(dir: &Path) -> (State, u64) {
+    let inspection = pinion_host::journal::inspect(dir).expect("readable");
+    let view = inspection
+        .journal
+        .expect("a journal")
+        .expect("readable journal");
+    let checkpoint = view.effective.expect("replays").expect("a checkpoint");
     let parsed = checkpoint.to_state().expect("parses");
-    State {
+    let state = State {
         default: parsed.default_cpu_set,
         assignments: parsed.assignments,
-    }
+    };
+    (state, view.scan.last_seq())
 }
 
 fn set(text: &str) -> CpuSet {
@@ -76,22 +66,19 @@ fn exclusive_admission_is_durable_before_the_answer_and_placed() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host).expect("start");
-    let admitted = controller
-        .admit(&run("pinion-run-a", Some("2"), 10))
-        .expect("admit");
-    assert!(admitted.exclusive);
-    assert_eq!(admitted.cpus.len(), 2);
-    assert!(!admitted.cpus.contains(0), "reserved cpu 0 stays shared");
+    let admitted = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    let cpus = &admitted.placement.cpus;
+    assert!(admitted.exclusive());
+    assert_eq!(cpus.len(), 2);
+    assert!(!cpus.contains(0), "reserved cpu 0 stays shared");
+    assert_eq!(admitted.placement.resources.cpu_quota, Some(-1));
     // Durable: the file on disk already holds what the caller was told.
     let disk = on_disk(dir.path());
-    assert_eq!(
-        disk.assignment("pinion-run-a", "main"),
-        Some(&admitted.cpus)
-    );
+    assert_eq!(disk.assignment("pinion-run-a", "main"), Some(cpus));
     assert_eq!(&disk, controller.state());
     let tree = host.tree();
     let cgroup = &tree.children[&name("pinion-run-a")];
-    assert_eq!(cgroup.cpus, admitted.cpus);
+    assert_eq!(&cgroup.cpus, cpus);
     assert_eq!(cgroup.mems, set("0"));
     assert_eq!(cgroup.pids, vec![10]);
 }
@@ -102,22 +89,16 @@ fn shared_pool_cgroups_follow_exclusive_allocations() {
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host).expect("start");
     let mut pool = controller.subscribe_shared_pool();
-    let shared = controller
-        .admit(&run("pinion-run-s", None, 11))
-        .expect("shared");
-    assert!(!shared.exclusive);
-    assert_eq!(shared.cpus, set("0-7"));
-    let burstable = controller
-        .admit(&run("pinion-run-b", Some("1.5"), 12))
-        .expect("burstable");
+    let shared = admit(&mut controller, &run("pinion-run-s", None, 11)).expect("shared");
+    assert!(!shared.exclusive());
+    assert_eq!(shared.placement.cpus, set("0-7"));
+    let burstable = admit(&mut controller, &run("pinion-run-b", Some("1.5"), 12)).expect("b");
     assert!(
-        !burstable.exclusive,
+        !burstable.exclusive(),
         "non-integral cpus run in the shared pool"
     );
-    let exclusive = controller
-        .admit(&run("pinion-run-x", Some("2"), 13))
-        .expect("exclusive");
-    let expected_pool = set("0-7").difference(&exclusive.cpus);
+    let exclusive = admit(&mut controller, &run("pinion-run-x", Some("2"), 13)).expect("x");
+    let expected_pool = set("0-7").difference(&exclusive.placement.cpus);
     assert!(pool.has_changed().expect("sender alive"));
     assert_eq!(*pool.borrow_and_update(), expected_pool);
     for id in ["pinion-run-s", "pinion-run-b"] {
@@ -130,7 +111,7 @@ fn shared_pool_cgroups_follow_exclusive_allocations() {
         .pids
         .clear();
     let released = controller.release("pinion-run-x", None).expect("release");
-    assert_eq!(released.cpus, exclusive.cpus);
+    assert_eq!(released.cpus, exclusive.placement.cpus);
     assert_eq!(host.tree().children[&name("pinion-run-s")].cpus, set("0-7"));
     assert!(
         !host.tree().children.contains_key(&name("pinion-run-x")),
@@ -144,25 +125,19 @@ fn invalid_requests_leave_state_and_checkpoint_untouched() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host).expect("start");
-    controller
-        .admit(&run("pinion-run-a", Some("1"), 10))
-        .expect("admit");
+    admit(&mut controller, &run("pinion-run-a", Some("1"), 10)).expect("admit");
     let before = controller.state().clone();
-    let file_before = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read");
+    let durable_before = durable(dir.path());
 
-    let mut bad_name = run("pinion-run-a", Some("1"), 10);
-    bad_name.pod.uid = "../../etc".into();
-    let err = controller.admit(&bad_name).expect_err("bad name");
+    let err = Frontend::standalone("../../etc", Some(10)).expect_err("bad name");
     assert!(matches!(err, ControlError::InvalidName(_)), "{err}");
 
-    let err = controller
-        .admit(&run("pinion-run-big", Some("100"), 11))
-        .expect_err("too big");
+    let err = admit(&mut controller, &run("pinion-run-big", Some("100"), 11)).expect_err("big");
     assert!(matches!(err, ControlError::Admission { .. }), "{err}");
 
     let mut unknown = run("pinion-run-c", Some("1"), 12);
     unknown.container = "nope".into();
-    let err = controller.admit(&unknown).expect_err("unknown container");
+    let err = admit(&mut controller, &unknown).expect_err("unknown container");
     match &err {
         ControlError::Admission { source, .. } => {
             assert!(
@@ -174,9 +149,7 @@ fn invalid_requests_leave_state_and_checkpoint_untouched() {
     }
 
     host.tree().fail_writes = true;
-    let err = controller
-        .admit(&run("pinion-run-d", Some("1"), 13))
-        .expect_err("cgroup fails");
+    let err = admit(&mut controller, &run("pinion-run-d", Some("1"), 13)).expect_err("cgroup");
     assert!(matches!(err, ControlError::Cgroup { .. }), "{err}");
     host.tree().fail_writes = false;
 
@@ -186,10 +159,7 @@ fn invalid_requests_leave_state_and_checkpoint_untouched() {
     assert!(matches!(err, ControlError::NotFound { .. }));
 
     assert_eq!(controller.state(), &before);
-    assert_eq!(
-        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
-        file_before
-    );
+    assert_eq!(durable(dir.path()), durable_before, "nothing was written");
     assert_eq!(
         host.tree().children.keys().cloned().collect::<Vec<_>>(),
         vec![name("pinion-run-a")]
@@ -197,77 +167,146 @@ fn invalid_requests_leave_state_and_checkpoint_untouched() {
 }
 
 #[test]
-fn readmitting_the_same_container_returns_the_same_cpus() {
+fn a_retry_of_the_same_run_gets_the_same_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host).expect("start");
-    let first = controller
-        .admit(&run("pinion-run-a", Some("2"), 10))
-        .expect("admit");
-    let again = controller
-        .admit(&run("pinion-run-a", Some("2"), 10))
-        .expect("again");
+    let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    let again = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("again");
     assert_eq!(first, again);
+}
+
+/// Issue 10: `POST /v1/run` with an id that is already admitted answered 200
+/// "exclusive" to a second caller that was never placed, and a retry with
+/// other cpus got the old answer.
+#[test]
+fn regression_a_second_run_with_an_admitted_id_is_a_conflict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    let other_process = admit(&mut controller, &run("pinion-run-a", Some("2"), 11));
+    let err = other_process.expect_err("another process");
+    assert!(matches!(err, ControlError::Conflict { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("process 10") && text.contains("process 11"),
+        "{text}"
+    );
+    let other_cpus = admit(&mut controller, &run("pinion-run-a", Some("1"), 10));
+    let err = other_cpus.expect_err("other cpus");
+    assert!(matches!(err, ControlError::Conflict { .. }), "{err}");
+    assert!(err.to_string().contains("cpus 1"), "{err}");
+    // The second caller was not placed; the first keeps its cpus.
+    assert_eq!(host.tree().children[&name("pinion-run-a")].pids, vec![10]);
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", "main"),
+        Some(&first.placement.cpus)
+    );
 }
 
 #[test]
 fn restart_keeps_live_assignments_and_releases_dead_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = start(dir.path(), &host).expect("start");
-    let live = controller
-        .admit(&run("pinion-run-live", Some("2"), 10))
-        .expect("live");
-    let dead = controller
-        .admit(&run("pinion-run-dead", Some("1"), 11))
-        .expect("dead");
-    let gone = controller
-        .admit(&run("pinion-run-gone", Some("1"), 12))
-        .expect("gone");
-    let mut nri = AdmitRequest {
-        placement: Placement::Runtime,
-        ..run("pinion-run-x", Some("2"), 0)
-    };
-    nri.pod.uid = "pod-uid-1".into();
-    let nri = controller.admit(&nri).expect("runtime placement");
+    let node = node(&host);
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+    let live = admit(&mut controller, &run("pinion-run-live", Some("2"), 10)).expect("live");
+    let dead = admit(&mut controller, &run("pinion-run-dead", Some("1"), 11)).expect("dead");
+    let nri = admit(
+        &mut controller,
+        &runtime_request("pod-uid-1", Some("2"), "c1"),
+    )
+    .expect("nri");
     drop(controller);
-    // While the agent is down: one run's processes exit, another's cgroup vanishes.
+    // While the agent is down: one run's processes exit, another's cpuset
+    // is changed behind Pinion's back.
     host.tree()
         .children
         .get_mut(&name("pinion-run-dead"))
         .expect("dead")
         .pids
         .clear();
-    host.tree().children.remove(&name("pinion-run-gone"));
     host.tree()
         .children
         .get_mut(&name("pinion-run-live"))
         .expect("live")
         .cpus = set("7");
 
-    let controller = start(dir.path(), &host).expect("restart");
+    let (controller, _updates) = node.start_with_runtime(dir.path()).expect("restart");
     let state = controller.state();
     assert_eq!(
         state.assignment("pinion-run-live", "main"),
-        Some(&live.cpus),
+        Some(&live.placement.cpus),
         "nothing moved"
     );
     assert_eq!(
         state.assignment("pod-uid-1", "main"),
-        Some(&nri.cpus),
-        "runtime pods kept"
+        Some(&nri.placement.cpus),
+        "runtime pods kept until the runtime synchronizes"
     );
     assert_eq!(state.assignment("pinion-run-dead", "main"), None);
-    assert_eq!(state.assignment("pinion-run-gone", "main"), None);
-    assert!(dead.cpus.union(&gone.cpus).is_subset(&state.default));
+    assert!(dead.placement.cpus.is_subset(&state.default));
     assert_eq!(&on_disk(dir.path()), state);
     let tree = host.tree();
     assert_eq!(
         tree.children[&name("pinion-run-live")].cpus,
-        live.cpus,
+        live.placement.cpus,
         "re-applied"
     );
     assert!(!tree.children.contains_key(&name("pinion-run-dead")));
+}
+
+/// Without a runtime front-end nothing can own an assignment whose cgroup
+/// is gone (a standalone run after a reboot): released at start.
+#[test]
+fn restart_without_a_runtime_releases_assignments_without_a_cgroup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let gone = admit(&mut controller, &run("pinion-run-gone", Some("1"), 12)).expect("gone");
+    drop(controller);
+    host.tree().children.remove(&name("pinion-run-gone"));
+    let controller = start(dir.path(), &host).expect("restart");
+    assert_eq!(
+        controller.state().assignment("pinion-run-gone", "main"),
+        None
+    );
+    assert!(gone.placement.cpus.is_subset(&controller.state().default));
+}
+
+/// Issue 10: the front-end of a workload was told by the name prefix
+/// `pinion-run-`, so an NRI pod whose UID starts with it lost its CPUs at a
+/// restart.
+#[test]
+fn regression_a_runtime_pod_named_like_a_run_keeps_its_cpus_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = node(&host);
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+    let request = runtime_request("pinion-run-lookalike", Some("2"), "c1");
+    let admitted = admit(&mut controller, &request).expect("admit");
+    drop(controller);
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("restart");
+    let key = ("pinion-run-lookalike".to_string(), "main".to_string());
+    let running = [RunningContainer {
+        key,
+        container_id: "c1".into(),
+        observed: Observed {
+            cpus: Some(admitted.placement.cpus.clone()),
+            mems: Some(admitted.placement.mems.clone()),
+            cpu_quota: Some(-1),
+        },
+    }];
+    let (released, updates) = controller.sync_runtime(&running).expect("sync");
+    assert!(released.containers.is_empty(), "{released:?}");
+    assert!(updates.is_empty(), "it already runs where it should");
+    assert_eq!(
+        controller
+            .state()
+            .assignment("pinion-run-lookalike", "main"),
+        Some(&admitted.placement.cpus)
+    );
 }
 
 #[test]
@@ -275,12 +314,8 @@ fn reconcile_repairs_drift_and_releases_finished_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host).expect("start");
-    let a = controller
-        .admit(&run("pinion-run-a", Some("1"), 10))
-        .expect("a");
-    controller
-        .admit(&run("pinion-run-b", Some("1"), 11))
-        .expect("b");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("1"), 10)).expect("a");
+    admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
     host.tree()
         .children
         .get_mut(&name("pinion-run-a"))
@@ -295,7 +330,10 @@ fn reconcile_repairs_drift_and_releases_finished_runs() {
     let report = controller.reconcile();
     assert_eq!(report.repaired, vec!["pinion-run-a".to_string()]);
     assert_eq!(report.released, vec!["pinion-run-b/main".to_string()]);
-    assert_eq!(host.tree().children[&name("pinion-run-a")].cpus, a.cpus);
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].cpus,
+        a.placement.cpus
+    );
     assert!(!host.tree().children.contains_key(&name("pinion-run-b")));
     assert_eq!(controller.state().assignment("pinion-run-b", "main"), None);
     let snapshot = controller.subscribe_snapshots().borrow().clone();
@@ -315,12 +353,33 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     let err = start(dir.path(), &host).err().expect("refused");
     assert!(matches!(err, ControlError::Restore { .. }), "{err}");
     assert!(err.to_string().contains("pinion state migrate"), "{err}");
+}
 
+/// Issue 10: a corrupt checkpoint at start-up was reported as "saving the
+/// checkpoint failed, nothing changed: …".
+#[test]
+fn regression_a_corrupt_checkpoint_is_reported_as_unreadable_with_the_way_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
     std::fs::write(dir.path().join(CPU_MANAGER_STATE), b"{garbage").expect("write");
     let err = start(dir.path(), &host).err().expect("corrupt");
     assert!(
-        matches!(err, ControlError::Checkpoint(StoreError::Corrupt { .. })),
+        matches!(
+            err,
+            ControlError::Unreadable { ref source, .. }
+                if matches!(**source, JournalError::CorruptCheckpoint { .. })
+        ),
         "{err}"
+    );
+    let text = err.to_string();
+    assert!(!text.contains("saving"), "{text}");
+    for part in ["cannot be read", "pinion state inspect", "kept as it is"] {
+        assert!(text.contains(part), "{part:?} missing from {text}");
+    }
+    assert_eq!(
+        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
+        b"{garbage",
+        "never overwritten"
     );
 }
 
@@ -335,11 +394,14 @@ async fn the_handle_reaches_the_controller_thread() {
         .admit(run("pinion-run-h", Some("2"), 10))
         .await
         .expect("admit");
-    assert_eq!(handle.snapshot().workloads[0].cpus, admitted.cpus);
+    assert_eq!(
+        handle.snapshot().workloads[0].placement.cpus,
+        admitted.placement.cpus
+    );
     assert!(pool.has_changed().expect("alive"));
     assert_eq!(
         *pool.borrow_and_update(),
-        set("0-7").difference(&admitted.cpus)
+        set("0-7").difference(&admitted.placement.cpus)
     );
     host.tree()
         .children
@@ -362,11 +424,8 @@ async fn the_handle_reaches_the_controller_thread() {
     assert!(matches!(err, ControlError::Stopped));
 }
 
-#[test]
-fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let host = FakeCgroups::default();
-    // 2 NUMA nodes of 4 cores × 2 threads.
+fn two_numa_nodes(host: &FakeCgroups, policy: &str) -> SyntheticNode {
+    // 2 NUMA nodes of 4 cores × 2 threads: node 0 = 0-3,8-11, node 1 = 4-7,12-15.
     let topology = synthetic(Shape {
         sockets: 2,
         numa_per_socket: 1,
@@ -374,35 +433,33 @@ fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state(
         threads_per_core: 2,
         cores_per_uncore: 0,
     });
-    let config = PolicyConfig {
-        policy: Some("static".into()),
-        num_reserved: Some(1),
-        topology_manager_policy: Some("single-numa-node".into()),
-        ..PolicyConfig::default()
-    };
-    let mut controller = Controller::start(StartParts {
-        policy: config.build(&topology).expect("policy"),
-        topology_manager: config
-            .build_topology_manager(&topology)
-            .expect("topology manager"),
-        topology,
-        state_dir: dir.path().to_path_buf(),
-        host: Box::new(host.clone()),
-    })
-    .expect("start");
-    let aligned = controller
-        .admit(&run("pinion-run-a", Some("4"), 10))
-        .expect("fits one node");
-    let cpus = aligned.cpus;
+    SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(topology).with_config(PolicyConfig {
+            policy: Some("static".into()),
+            num_reserved: Some(1),
+            topology_manager_policy: Some(policy.into()),
+            ..PolicyConfig::default()
+        })
+    }
+}
+
+#[test]
+fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = two_numa_nodes(&host, "single-numa-node")
+        .start(dir.path())
+        .expect("start");
+    let aligned = admit(&mut controller, &run("pinion-run-a", Some("4"), 10)).expect("fits");
+    let cpus = &aligned.placement.cpus;
     assert_eq!(cpus.len(), 4);
     assert!(
         cpus.is_subset(&set("0-3,8-11")) || cpus.is_subset(&set("4-7,12-15")),
         "{cpus}"
     );
     let before = on_disk(dir.path());
-    let err = controller
-        .admit(&run("pinion-run-b", Some("10"), 11))
-        .expect_err("spans nodes");
+    let err = admit(&mut controller, &run("pinion-run-b", Some("10"), 11)).expect_err("spans");
     assert!(
         err.to_string()
             .contains("Resources cannot be allocated with Topology locality"),
@@ -415,48 +472,111 @@ fn single_numa_node_topology_manager_rejects_a_spanning_request_and_keeps_state(
     );
 }
 
+/// One memory-node rule for both front-ends: a shared container gets the
+/// memory nodes of the shared pool, exclusive ones those of their cpus.
+#[test]
+fn both_front_ends_get_the_same_placements() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = two_numa_nodes(&host, "none")
+        .start_with_runtime(dir.path())
+        .expect("start");
+    let standalone = admit(&mut controller, &run("pinion-run-s", None, 10)).expect("run");
+    let runtime = admit(&mut controller, &runtime_request("pod-r", None, "c1")).expect("nri");
+    assert_eq!(standalone.placement, runtime.placement);
+    assert_eq!(runtime.placement.mems, set("0-1"));
+    assert_eq!(runtime.placement.pool, Pool::Shared);
+    let standalone = admit(&mut controller, &run("pinion-run-x", Some("2"), 11)).expect("x");
+    let runtime = admit(&mut controller, &runtime_request("pod-x", Some("2"), "c2")).expect("y");
+    for placement in [&standalone.placement, &runtime.placement] {
+        let node = if placement.cpus.is_subset(&set("0-3,8-11")) {
+            set("0")
+        } else {
+            set("1")
+        };
+        assert_eq!(placement.mems, node, "{placement:?}");
+        assert_eq!(placement.resources.cpu_quota, Some(-1));
+    }
+}
+
+#[test]
+fn the_executor_sends_one_batch_of_runtime_updates_when_the_pool_shrinks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    admit(&mut controller, &runtime_request("pod-a", None, "ca")).expect("a");
+    admit(
+        &mut controller,
+        &runtime_request("pod-b", Some("0.5"), "cb"),
+    )
+    .expect("b");
+    assert!(
+        updates.try_recv().is_err(),
+        "shared admissions change nobody"
+    );
+    let x = admit(&mut controller, &runtime_request("pod-x", Some("2"), "cx")).expect("x");
+    let batch = updates.try_recv().expect("one batch");
+    let pool = set("0-7").difference(&x.placement.cpus);
+    let ids: Vec<&str> = batch.iter().map(|u| u.container_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["ca", "cb"],
+        "the new container is answered, not updated"
+    );
+    assert!(batch.iter().all(|u| u.placement.cpus == pool));
+    assert!(updates.try_recv().is_err(), "a single batch");
+    // The runtime failed to apply one: it is sent again at the next pass.
+    controller.runtime_updates_failed(&["cb".to_string()]);
+    controller.reconcile();
+    let retry = updates.try_recv().expect("retry");
+    assert_eq!(retry.len(), 1);
+    assert_eq!(retry[0].container_id, "cb");
+}
+
 #[test]
 fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = start(dir.path(), &host).expect("start");
-    let runtime = |uid: &str| {
-        let mut request = AdmitRequest {
-            placement: Placement::Runtime,
-            ..run("pinion-run-x", Some("2"), 0)
-        };
-        request.pod.uid = uid.into();
-        request
-    };
-    let kept = controller.admit(&runtime("pod-a")).expect("a");
-    let ended = controller.admit(&runtime("pod-b")).expect("b");
-    let standalone = controller
-        .admit(&run("pinion-run-s", Some("1"), 10))
-        .expect("run");
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let kept = admit(&mut controller, &runtime_request("pod-a", Some("2"), "ca")).expect("a");
+    let ended = admit(&mut controller, &runtime_request("pod-b", Some("2"), "cb")).expect("b");
+    let standalone = admit(&mut controller, &run("pinion-run-s", Some("1"), 10)).expect("run");
     let mut pool = controller.subscribe_shared_pool();
-    let running: std::collections::BTreeSet<Key> = [
-        ("pod-a".to_string(), "main".to_string()),
-        ("pod-shared".to_string(), "app".to_string()),
-        ("pinion-run-ignored".to_string(), "main".to_string()),
-    ]
-    .into();
-    let released = controller.sync_runtime(&running).expect("sync");
+    let running = |id: &str, pod: &str, container: &str, cpus: Option<&CpuSet>| RunningContainer {
+        key: (pod.to_string(), container.to_string()),
+        container_id: id.to_string(),
+        observed: Observed {
+            cpus: cpus.cloned(),
+            ..Observed::default()
+        },
+    };
+    let list = vec![
+        running("ca", "pod-a", "main", Some(&kept.placement.cpus)),
+        running("cs", "pod-shared", "app", None),
+    ];
+    let (released, updates) = controller.sync_runtime(&list).expect("sync");
     assert_eq!(released.containers, vec!["pod-b/main".to_string()]);
-    assert_eq!(released.cpus, ended.cpus);
+    assert_eq!(released.cpus, ended.placement.cpus);
+    let ids: Vec<&str> = updates.iter().map(|u| u.container_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["ca", "cs"],
+        "placements differing from what runs are sent"
+    );
+    assert_eq!(updates[0].placement, kept.placement, "nothing moved");
     let state = controller.state();
     assert_eq!(
         state.assignment("pod-a", "main"),
-        Some(&kept.cpus),
-        "nothing moved"
+        Some(&kept.placement.cpus)
     );
     assert_eq!(
         state.assignment("pinion-run-s", "main"),
-        Some(&standalone.cpus)
+        Some(&standalone.placement.cpus)
     );
     assert_eq!(state.assignment("pod-b", "main"), None);
     assert_eq!(&on_disk(dir.path()), state);
     assert!(pool.has_changed().expect("alive"));
-    assert!(ended.cpus.is_subset(&pool.borrow_and_update()));
+    assert!(ended.placement.cpus.is_subset(&pool.borrow_and_update()));
     let snapshot = controller.subscribe_snapshots().borrow().clone();
     let names: Vec<String> = snapshot
         .workloads
@@ -464,12 +584,127 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
         .map(|w| format!("{}/{}", w.pod, w.container))
         .collect();
     assert_eq!(names, ["pinion-run-s/main", "pod-a/main", "pod-shared/app"]);
-    // A second pass with the same list changes nothing and writes nothing.
-    let file = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read");
-    let again = controller.sync_runtime(&running).expect("again");
+    // A second pass with the same list (now as applied) writes nothing.
+    let written = durable(dir.path());
+    let applied: Vec<RunningContainer> = updates
+        .iter()
+        .zip(&list)
+        .map(|(u, r)| RunningContainer {
+            observed: Observed {
+                cpus: Some(u.placement.cpus.clone()),
+                mems: Some(u.placement.mems.clone()),
+                cpu_quota: u.placement.resources.cpu_quota,
+            },
+            ..r.clone()
+        })
+        .collect();
+    let (again, updates) = controller.sync_runtime(&applied).expect("again");
     assert!(again.containers.is_empty());
-    assert_eq!(
-        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
-        file
+    assert!(updates.is_empty(), "{updates:?}");
+    assert_eq!(durable(dir.path()), written);
+}
+
+/// Issue 14: a failed flush fails every decision of its batch and rolls the
+/// state back to the last durable point; nothing of it reaches a cgroup.
+#[test]
+fn a_failed_flush_fails_the_whole_batch_and_applies_nothing() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (faults, plan) = Faults::new();
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.file_ops = Some(Box::new(faults));
+    let mut controller = Controller::start(parts).expect("start");
+    let kept = admit(&mut controller, &run("pinion-run-kept", Some("1"), 9)).expect("kept");
+    let durable_before = durable(dir.path());
+    let state_before = controller.state().clone();
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    let answers = controller.run_batch(vec![
+        Decision::Admit {
+            request: Box::new(run("pinion-run-a", Some("2"), 10)),
+            hints: Box::default(),
+        },
+        Decision::Admit {
+            request: Box::new(run("pinion-run-b", None, 11)),
+            hints: Box::default(),
+        },
+        Decision::Release {
+            pod: "pinion-run-kept".into(),
+            container: None,
+        },
+    ]);
+    assert_eq!(answers.len(), 3);
+    for answer in &answers {
+        let err = answer.as_ref().expect_err("the batch failed");
+        assert!(matches!(err, ControlError::NotDurable { .. }), "{err}");
+        assert!(err.to_string().contains("fdatasync"), "{err}");
+    }
+    assert_eq!(controller.state(), &state_before, "rolled back");
+    assert_eq!(durable(dir.path()), durable_before);
+    let tree = host.tree();
+    assert!(
+        !tree.children.contains_key(&name("pinion-run-a")),
+        "cgroup removed"
     );
+    assert!(!tree.children.contains_key(&name("pinion-run-b")));
+    assert_eq!(
+        tree.children[&name("pinion-run-kept")].pids,
+        vec![9],
+        "kept placed"
+    );
+    assert_eq!(
+        tree.children[&name("pinion-run-kept")].cpus,
+        kept.placement.cpus
+    );
+    drop(tree);
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.workloads.len(), 1);
+    assert_eq!(snapshot.metrics.counters.journal_flush_failures_total, 1);
+    // The next batch works.
+    let again = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("again");
+    assert_eq!(
+        on_disk(dir.path()).assignment("pinion-run-a", "main"),
+        Some(&again.placement.cpus)
+    );
+}
+
+/// Issue 14: a batch of decisions is made durable by one flush.
+#[test]
+fn one_flush_makes_a_whole_batch_durable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let batches = |c: &Controller| {
+        c.subscribe_snapshots()
+            .borrow()
+            .metrics
+            .counters
+            .journal_batches_total
+    };
+    let before = batches(&controller);
+    let decisions = (0..5)
+        .map(|n| Decision::Admit {
+            request: Box::new(run(&format!("pinion-run-{n}"), Some("1"), 20 + n)),
+            hints: Box::default(),
+        })
+        .collect();
+    let answers = controller.run_batch(decisions);
+    let cpus: Vec<CpuSet> = answers
+        .into_iter()
+        .map(|a| match a.expect("admitted") {
+            Answer::Admitted(admitted) => admitted.placement.cpus,
+            Answer::Released(_) => panic!("an admission"),
+        })
+        .collect();
+    assert_eq!(batches(&controller), before + 1, "one flush");
+    let disk = on_disk(dir.path());
+    for (n, cpus) in cpus.iter().enumerate() {
+        assert_eq!(
+            disk.assignment(&format!("pinion-run-{n}"), "main"),
+            Some(cpus)
+        );
+    }
+    // Decisions stay ordered: the five are disjoint, in the order asked.
+    let all = cpus.iter().fold(CpuSet::new(), |acc, c| acc.union(c));
+    assert_eq!(all.len(), 5);
 }

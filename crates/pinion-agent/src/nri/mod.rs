@@ -1,30 +1,32 @@
 //! The NRI front-end: [`NriFrontend`] implements `pinion_nri::NriHandler`
 //! over the [`ControllerHandle`]. The runtime (containerd, CRI-O) applies
-//! the cpusets Pinion answers; Pinion creates no cgroup for these
-//! containers (`Placement::Runtime`). Design: `docs/design.md`, usage:
-//! `docs/nri.md`.
+//! the placements Pinion answers; Pinion creates no cgroup for these
+//! containers (`Frontend::Runtime`). Changes to other containers (the
+//! shared pool shrinking, drift, retries) come from the controller's
+//! executor as batches, which [`NriFrontend::forward_updates`] hands to the
+//! plugin stub: it sends them after the handler that caused them returned.
+//! Design: `docs/design.md`, usage: `docs/nri.md`.
 
 mod state;
 mod sync;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-use pinion_core::CpuSet;
+use pinion_core::{CpuSet, Placement};
 use pinion_nri::kube::milli_cpu_from_shares;
 use pinion_nri::{
-    Container, ContainerUpdate, CpuAssignment, Created, ErrorKind, HandlerError, NriHandler,
-    PodSandbox, Resources, RuntimeInfo, UpdateSender,
+    Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, PodSandbox,
+    Resources, RuntimeInfo, UpdateSender,
 };
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
-use crate::controller::{AdmitRequest, ControlError, ControllerHandle, Placement};
-pub use state::kubelet_admission_text;
-use state::{
-    assignment_of, assignment_of_view, handler_error, identify, updates_to, Entry, Tracked,
+use crate::controller::{
+    AdmitRequest, ControlError, ControllerHandle, Frontend, Key, RunningContainer, RuntimeUpdate,
 };
+pub use state::kubelet_admission_text;
+use state::{follower_key, handler_error, identify, observed, Entry, Tracked};
 
 /// The NRI front-end (one per agent).
 pub struct NriFrontend {
@@ -52,37 +54,42 @@ impl NriFrontend {
         self.tracked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Pushes every shared-pool change to the shared-pool containers with
-    /// queued `UpdateContainers` (sent after the running handler, if any,
-    /// returned) until `stop` turns true.
-    pub async fn push_shared_pool(
+    /// Hands every batch of the executor's runtime updates to the plugin
+    /// stub as one `UpdateContainers` (queued: sent after the running
+    /// handler, if any, returned) until `stop` turns true.
+    pub async fn forward_updates(
         &self,
-        mut pool: watch::Receiver<CpuSet>,
+        mut batches: mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
         mut stop: watch::Receiver<bool>,
     ) {
         loop {
-            tokio::select! {
-                changed = pool.changed() => if changed.is_err() { break },
+            let batch = tokio::select! {
+                batch = batches.recv() => match batch {
+                    Some(batch) => batch,
+                    None => break,
+                },
                 _ = stop.changed() => break,
-            }
-            let cpus = pool.borrow_and_update().clone();
-            let ids = self.tracked().shared_ids();
-            if ids.is_empty() {
-                continue;
-            }
-            tracing::info!(containers = ids.len(), pool = %cpus, "pushing the shared pool");
-            let updates = updates_to(ids, &CpuAssignment::shared(cpus));
-            if let Some(sender) = self.updates.get() {
-                if sender.send(updates).is_err() {
-                    tracing::warn!("nri plugin stopped; shared pool not pushed");
-                }
+            };
+            tracing::info!(containers = batch.len(), "updating containers");
+            let ids: Vec<String> = batch.iter().map(|u| u.container_id.clone()).collect();
+            let sent = self
+                .updates
+                .get()
+                .is_some_and(|sender| sender.send(to_nri(batch)).is_ok());
+            if !sent {
+                tracing::warn!("nri plugin not running; updates are sent again later");
+                self.handle.runtime_updates_failed(ids).await;
             }
         }
     }
 
-    /// Releases the container behind `entry`, if Pinion admitted it.
+    /// Releases the container behind `entry`.
     async fn release(&self, entry: Option<Entry>) -> Result<(), HandlerError> {
-        let Some((pod, container)) = entry.and_then(|e| e.key) else {
+        let Some(Entry {
+            key: (pod, container),
+            ..
+        }) = entry
+        else {
             return Ok(());
         };
         match self.handle.release(pod, Some(container)).await {
@@ -91,21 +98,21 @@ impl NriFrontend {
         }
     }
 
-    fn shared_now(&self) -> CpuAssignment {
-        CpuAssignment::shared(self.handle.snapshot().shared_pool.clone())
+    /// The placement Pinion holds for `key` now (the shared pool for a
+    /// container it does not know).
+    fn current(&self, (pod, container): &Key) -> Placement {
+        self.handle.snapshot().placement_of(pod, container)
     }
+}
 
-    /// The state Pinion knows of `key` now (exclusive CPUs or the pool).
-    fn current(&self, key: Option<&(String, String)>) -> CpuAssignment {
-        let snapshot = self.handle.snapshot();
-        key.and_then(|key| {
-            snapshot
-                .workloads
-                .iter()
-                .find(|w| w.pod == key.0 && w.container == key.1)
+fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {
+    batch
+        .into_iter()
+        .map(|u| ContainerUpdate {
+            container_id: u.container_id,
+            placement: u.placement,
         })
-        .map_or_else(|| self.shared_now(), assignment_of_view)
-    }
+        .collect()
 }
 
 impl NriHandler for NriFrontend {
@@ -129,29 +136,23 @@ impl NriHandler for NriFrontend {
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
         let fresh = sync::track_all(pods, containers);
-        let running: BTreeSet<_> = fresh
+        let running: Vec<RunningContainer> = fresh
             .containers
-            .values()
-            .filter_map(|e| e.key.clone())
+            .iter()
+            .map(|(id, entry)| RunningContainer {
+                key: entry.key.clone(),
+                container_id: id.clone(),
+                observed: observed(&entry.container),
+            })
             .collect();
-        let released = self
+        let (released, updates) = self
             .handle
             .sync_runtime(running)
             .await
             .map_err(handler_error)?;
-        tracing::info!(containers = fresh.containers.len(), released = ?released.containers, "nri synchronized");
-        let mut updates = Vec::new();
-        let mut fresh = fresh;
-        for (id, entry) in &mut fresh.containers {
-            let assignment = self.current(entry.key.as_ref());
-            entry.exclusive = assignment.unlimited_quota;
-            updates.push(ContainerUpdate {
-                container_id: id.clone(),
-                assignment,
-            });
-        }
+        tracing::info!(containers = fresh.containers.len(), released = ?released.containers, updated = updates.len(), "nri synchronized");
         *self.tracked() = fresh;
-        Ok(updates)
+        Ok(to_nri(updates))
     }
 
     async fn create_container(
@@ -161,31 +162,34 @@ impl NriHandler for NriFrontend {
     ) -> Result<Created, HandlerError> {
         let siblings = self.tracked().siblings(&pod.id, &container.id);
         let identity = identify(&pod, &container, &siblings)?;
-        let (key, assignment) = match identity {
-            None => (None, self.shared_now()),
+        let (key, placement) = match identity {
+            None => {
+                let key = follower_key(&pod.id, &container);
+                let placement = self
+                    .handle
+                    .follow(key.clone(), container.id.clone())
+                    .await
+                    .map_err(handler_error)?;
+                (key, placement)
+            }
             Some((key, spec)) => {
                 let request = AdmitRequest {
                     pod: spec,
                     container: key.1.clone(),
-                    numa_affinity: None,
-                    placement: Placement::Runtime,
+                    frontend: Frontend::runtime(&container.id),
+                    cpu_owner: pinion_core::engine::CpuOwner::Policy,
                 };
                 let admitted = self.handle.admit(request).await.map_err(handler_error)?;
-                (Some(key), assignment_of(&admitted))
+                (key, admitted.placement)
             }
         };
         let mut tracked = self.tracked();
         tracked.pods.insert(pod.id.clone(), pod);
-        tracked.containers.insert(
-            container.id.clone(),
-            Entry {
-                exclusive: assignment.unlimited_quota,
-                container,
-                key,
-            },
-        );
+        tracked
+            .containers
+            .insert(container.id.clone(), Entry { container, key });
         Ok(Created {
-            adjust: Some(assignment),
+            adjust: Some(placement),
             updates: Vec::new(),
         })
     }
@@ -206,13 +210,13 @@ impl NriHandler for NriFrontend {
                 ),
             ));
         };
-        let assignment = self.current(entry.key.as_ref());
-        if assignment.unlimited_quota {
-            check_exclusive_resize(&entry, &assignment.cpus, &resources)?;
+        let placement = self.current(&entry.key);
+        if placement.is_exclusive() {
+            check_exclusive_resize(&entry.key, &placement.cpus, &resources)?;
         }
         Ok(vec![ContainerUpdate {
             container_id: container.id,
-            assignment,
+            placement,
         }])
     }
 
@@ -258,8 +262,9 @@ impl NriHandler for NriFrontend {
     async fn updates_failed(&self, container_ids: Vec<String>) {
         tracing::warn!(
             ?container_ids,
-            "the runtime failed to apply shared-pool updates"
+            "the runtime failed to apply container updates; they are sent again at the next reconcile"
         );
+        self.handle.runtime_updates_failed(container_ids).await;
     }
 }
 
@@ -267,7 +272,7 @@ impl NriHandler for NriFrontend {
 /// request stays the same number of whole CPUs (memory, quota and cpuset
 /// changes are answered with its unchanged exclusive placement).
 fn check_exclusive_resize(
-    entry: &Entry,
+    (pod, name): &Key,
     cpus: &CpuSet,
     resources: &Resources,
 ) -> Result<(), HandlerError> {
@@ -278,7 +283,6 @@ fn check_exclusive_resize(
     if milli == have {
         return Ok(());
     }
-    let (pod, name) = entry.key.clone().unwrap_or_default();
     Err(HandlerError::new(
         ErrorKind::Unsupported,
         format!(

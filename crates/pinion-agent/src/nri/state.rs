@@ -1,25 +1,27 @@
 //! What the NRI front-end remembers between events: the pod sandboxes and
-//! containers the runtime has shown, each container with its controller
-//! key (pod UID, container name) when Pinion manages it. Also the pure
-//! helpers: Kubernetes identity from NRI data and kubelet's admission text.
+//! containers the runtime has shown (the runtime's data, needed to build a
+//! pod's spec from its containers and to map a runtime id to a controller
+//! key) — not Pinion's decisions, which the controller alone holds. Also
+//! the pure helpers: Kubernetes identity from NRI data and kubelet's
+//! admission text.
 
 use std::collections::BTreeMap;
 
 use pinion_core::policy::PolicyError;
 use pinion_core::{pod::Pod, CpuSet};
 use pinion_nri::kube::{self, KubeError};
-use pinion_nri::{Container, ContainerUpdate, CpuAssignment, ErrorKind, HandlerError, PodSandbox};
+use pinion_nri::{Container, ErrorKind, HandlerError, PodSandbox};
 
-use crate::controller::{Admitted, ControlError, Key, WorkloadView};
+use crate::controller::{ControlError, Key, Observed};
 
 /// One container the runtime has shown.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub container: Container,
-    /// The controller key; `None` for pods outside kubepods (shared pool,
-    /// not admitted).
-    pub key: Option<Key>,
-    pub exclusive: bool,
+    /// The controller key: (pod UID, container name) for a Kubernetes
+    /// container; (sandbox id, container name) for one of a pod outside
+    /// Kubernetes, which follows the shared pool without an admission.
+    pub key: Key,
 }
 
 /// Pods and containers by runtime id.
@@ -39,16 +41,13 @@ impl Tracked {
             .map(|e| e.container.clone())
             .collect()
     }
+}
 
-    /// Ids of the containers in the shared pool.
-    #[must_use]
-    pub fn shared_ids(&self) -> Vec<String> {
-        self.containers
-            .iter()
-            .filter(|(_, e)| !e.exclusive)
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
+/// The key of a container of a pod outside Kubernetes (never a pod UID:
+/// sandbox ids are the runtime's).
+#[must_use]
+pub fn follower_key(pod_sandbox_id: &str, container: &Container) -> Key {
+    (pod_sandbox_id.to_string(), container.name.clone())
 }
 
 /// The controller key and the pod spec of `container`, or `None` when the
@@ -71,6 +70,21 @@ pub fn identify(
     let spec = kube::kube_pod(pod, &all)?;
     let name = kube::container_name(container)?;
     Ok(Some(((spec.uid.clone(), name), spec)))
+}
+
+/// What the runtime reports a container has now.
+#[must_use]
+pub fn observed(container: &Container) -> Observed {
+    let parse = |text: &str| {
+        (!text.is_empty())
+            .then(|| CpuSet::parse_list(text).ok())
+            .flatten()
+    };
+    Observed {
+        cpus: parse(&container.resources.cpus),
+        mems: parse(&container.resources.mems),
+        cpu_quota: container.resources.cpu_quota,
+    }
 }
 
 /// kubelet's text for an admission failure: `<reason>: <message>`, the
@@ -103,43 +117,9 @@ pub fn handler_error(err: ControlError) -> HandlerError {
             ),
         ),
         ControlError::NotFound { .. } => HandlerError::new(ErrorKind::NotFound, err.to_string()),
+        ControlError::Conflict { .. } => {
+            HandlerError::new(ErrorKind::InvalidInput, err.to_string())
+        }
         other => HandlerError::new(ErrorKind::Internal, format!("pinion: {other}")),
     }
-}
-
-/// The placement sent to the runtime for an admitted container.
-#[must_use]
-pub fn assignment_of(admitted: &Admitted) -> CpuAssignment {
-    placement(admitted.exclusive, &admitted.cpus, &admitted.mems)
-}
-
-/// The placement sent to the runtime for a workload of the snapshot.
-#[must_use]
-pub fn assignment_of_view(view: &WorkloadView) -> CpuAssignment {
-    placement(view.exclusive, &view.cpus, &view.mems)
-}
-
-/// Exclusive CPUs: cpus, their NUMA nodes as mems, no CFS quota; the
-/// shared pool: cpus only.
-fn placement(exclusive: bool, cpus: &CpuSet, mems: &CpuSet) -> CpuAssignment {
-    if exclusive {
-        CpuAssignment {
-            cpus: cpus.clone(),
-            mems: Some(mems.clone()),
-            unlimited_quota: true,
-        }
-    } else {
-        CpuAssignment::shared(cpus.clone())
-    }
-}
-
-/// One update per id, all to `assignment`.
-#[must_use]
-pub fn updates_to(ids: Vec<String>, assignment: &CpuAssignment) -> Vec<ContainerUpdate> {
-    ids.into_iter()
-        .map(|container_id| ContainerUpdate {
-            container_id,
-            assignment: assignment.clone(),
-        })
-        .collect()
 }

@@ -3,10 +3,11 @@
 use pinion_nri::kube::{self, KubeError};
 use pinion_nri::{Container, ContainerState, PodSandbox};
 
-use super::state::{Entry, Tracked};
+use super::state::{follower_key, Entry, Tracked};
+use crate::controller::Key;
 
 /// Every pod, and every container that has not stopped, with its key;
-/// containers whose data cannot be mapped run in the shared pool.
+/// containers whose data cannot be mapped follow the shared pool.
 pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
     let mut tracked = Tracked::default();
     for pod in pods {
@@ -17,33 +18,31 @@ pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
         .filter(|c| c.state != ContainerState::Stopped);
     for container in live {
         let key = key_of(&tracked, &container);
-        tracked.containers.insert(
-            container.id.clone(),
-            Entry {
-                container,
-                key,
-                exclusive: false,
-            },
-        );
+        tracked
+            .containers
+            .insert(container.id.clone(), Entry { container, key });
     }
     tracked
 }
 
-/// (pod UID, container name) of a Kubernetes container; `None` for a
-/// pod outside kubepods or data that names neither (logged).
-fn key_of(tracked: &Tracked, container: &Container) -> Option<(String, String)> {
-    let Some(pod) = tracked.pods.get(&container.pod_sandbox_id) else {
-        tracing::warn!(container = %container.id, pod = %container.pod_sandbox_id, "container of an unknown pod: shared pool");
-        return None;
+/// (pod UID, container name) of a Kubernetes container; the follower key
+/// for a pod outside kubepods or data that names neither (logged).
+fn key_of(tracked: &Tracked, container: &Container) -> Key {
+    let sandbox = &container.pod_sandbox_id;
+    let Some(pod) = tracked.pods.get(sandbox) else {
+        tracing::warn!(container = %container.id, pod = %sandbox, "container of an unknown pod: shared pool");
+        return follower_key(sandbox, container);
     };
     let key = kube::qos_class(pod)
         .and_then(|_| Ok((kube::pod_uid(pod)?, kube::container_name(container)?)));
     match key {
-        Ok(key) => Some(key),
-        Err(KubeError::NotKubernetes { .. } | KubeError::MissingCgroupParent { .. }) => None,
+        Ok(key) => key,
+        Err(KubeError::NotKubernetes { .. } | KubeError::MissingCgroupParent { .. }) => {
+            follower_key(sandbox, container)
+        }
         Err(err) => {
             tracing::warn!(container = %container.id, "{err}; shared pool");
-            None
+            follower_key(sandbox, container)
         }
     }
 }

@@ -5,7 +5,7 @@ use pinion_core::CpuSet;
 use pinion_nri::{Container, ContainerState, ErrorKind, PodSandbox, Resources};
 
 use super::check_exclusive_resize;
-use super::state::{kubelet_admission_text, Entry};
+use super::state::kubelet_admission_text;
 use super::sync::track_all;
 
 fn pod(id: &str, uid: &str, parent: &str) -> PodSandbox {
@@ -42,21 +42,22 @@ fn synchronize_keys_kubernetes_containers_and_shares_the_rest() {
         container("c5", "p3", "no-uid", ContainerState::Created),
     ];
     let tracked = track_all(pods, containers);
-    let keys: BTreeMap<&str, Option<(String, String)>> = tracked
+    let keys: BTreeMap<&str, (String, String)> = tracked
         .containers
         .iter()
         .map(|(id, e)| (id.as_str(), e.key.clone()))
         .collect();
-    let expected: BTreeMap<&str, Option<(String, String)>> = [
-        ("c1", Some(("uid-1".to_string(), "app".to_string()))),
-        ("c3", None),
-        ("c4", None),
-        ("c5", None),
+    let key = |pod: &str, container: &str| (pod.to_string(), container.to_string());
+    let expected: BTreeMap<&str, (String, String)> = [
+        ("c1", key("uid-1", "app")),
+        // Outside Kubernetes: keyed by sandbox id, following the shared pool.
+        ("c3", key("p2", "tool")),
+        ("c4", key("nope", "orphan")),
+        ("c5", key("p3", "no-uid")),
     ]
     .into();
     assert_eq!(keys, expected, "stopped c2 is not tracked");
     assert_eq!(tracked.pods.len(), 3);
-    assert_eq!(tracked.shared_ids(), ["c1", "c3", "c4", "c5"]);
 }
 
 #[test]
@@ -83,11 +84,7 @@ fn kubelet_texts_depend_on_the_reason() {
 
 #[test]
 fn an_exclusive_container_may_change_anything_but_its_cpu_count() {
-    let entry = Entry {
-        container: Container::default(),
-        key: Some(("uid".into(), "app".into())),
-        exclusive: true,
-    };
+    let key = ("uid".to_string(), "app".to_string());
     let cpus = CpuSet::parse_list("2,6").expect("cpus");
     let with_shares = |shares| Resources {
         cpu_shares: shares,
@@ -95,11 +92,11 @@ fn an_exclusive_container_may_change_anything_but_its_cpu_count() {
         ..Resources::default()
     };
     for same in [None, Some(2048)] {
-        check_exclusive_resize(&entry, &cpus, &with_shares(same)).expect("same request");
+        check_exclusive_resize(&key, &cpus, &with_shares(same)).expect("same request");
     }
     for other in [1024, 2560, 4096] {
         let err =
-            check_exclusive_resize(&entry, &cpus, &with_shares(Some(other))).expect_err("resize");
+            check_exclusive_resize(&key, &cpus, &with_shares(Some(other))).expect_err("resize");
         assert_eq!(err.kind, ErrorKind::Unsupported);
         assert!(
             err.message

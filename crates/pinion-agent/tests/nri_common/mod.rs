@@ -6,19 +6,18 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinion_agent::controller::{self, ControllerHandle, StartParts};
+use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::nri::NriFrontend;
-use pinion_core::policy::PolicyConfig;
+use pinion_agent::testing::SyntheticNode;
 use pinion_core::topology::{synthetic, Shape};
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
-use pinion_host::store::CPU_MANAGER_STATE;
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
 use pinion_nri::{Plugin, PluginError, PluginOptions, Resources};
 use tokio::sync::watch;
 
 /// 2 sockets × 1 NUMA node × 2 cores × 2 threads: cpus 0-7, siblings
-/// (0,2), (1,3) on node 0 and (4,6), (5,7) on node 1.
+/// (0,4), (1,5) on node 0 and (2,6), (3,7) on node 1.
 pub fn topology() -> Topology {
     synthetic(Shape {
         sockets: 2,
@@ -41,22 +40,11 @@ pub struct Agent {
 impl Agent {
     /// Starts the agent (static policy, 1 cpu reserved) on `state_dir`.
     pub fn start(state_dir: &Path, host: &FakeCgroups, socket: &Path) -> Self {
-        let topology = topology();
-        let policy = PolicyConfig {
-            policy: Some("static".into()),
-            num_reserved: Some(1),
-            ..PolicyConfig::default()
-        }
-        .build(&topology)
-        .unwrap();
-        let controller = controller::Controller::start(StartParts {
-            policy,
-            topology_manager: pinion_core::topomgr::TopologyManager::none(),
-            topology,
-            state_dir: state_dir.to_path_buf(),
-            host: Box::new(host.clone()),
-        })
-        .unwrap();
+        let node = SyntheticNode {
+            host: host.clone(),
+            ..SyntheticNode::new(topology())
+        };
+        let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
         let (handle, thread) = controller::spawn(controller).unwrap();
         let frontend = Arc::new(NriFrontend::new(handle.clone()));
         let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
@@ -65,9 +53,9 @@ impl Agent {
         let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
         frontend.set_update_sender(sender);
         let (stop, stop_rx) = watch::channel(false);
-        let (pool, pusher_stop) = (handle.shared_pool(), stop_rx.clone());
+        let forwarder_stop = stop_rx.clone();
         let pusher =
-            tokio::spawn(async move { frontend.push_shared_pool(pool, pusher_stop).await });
+            tokio::spawn(async move { frontend.forward_updates(updates, forwarder_stop).await });
         let mut plugin_stop = stop_rx;
         let plugin = tokio::spawn(plugin.run(async move {
             let _ = plugin_stop.wait_for(|s| *s).await;
@@ -132,8 +120,18 @@ impl Node {
     }
 
     /// The checkpoint file's bytes.
+    /// The durable state's bytes, as kubelet's checkpoint: the checkpoint
+    /// file with the journal's records replayed (what a restart starts
+    /// from); empty before the first start.
     pub fn checkpoint(&self) -> Vec<u8> {
-        std::fs::read(self.state.path().join(CPU_MANAGER_STATE)).unwrap_or_default()
+        let inspection = pinion_host::journal::inspect(self.state.path()).unwrap();
+        let effective = match inspection.journal {
+            Some(view) => view.unwrap().effective.unwrap(),
+            None => inspection.checkpoint.map(Result::unwrap),
+        };
+        effective
+            .map(|checkpoint| checkpoint.to_bytes().unwrap())
+            .unwrap_or_default()
     }
 
     /// Waits (up to 10 s) until container `id` has cpuset `want`.

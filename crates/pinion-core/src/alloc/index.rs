@@ -67,7 +67,6 @@ pub struct AllocIndex {
     pub(super) rels: [Relation; 4],
     pub(super) numa_first: bool,
     pub(super) cpus_per_core: usize,
-    pub(super) cpus_per_socket: usize,
     pub(super) cpus_per_uncore: usize,
     /// Smallest real size of an entity, per kind.
     pub(super) min_size: [usize; 4],
@@ -132,7 +131,6 @@ impl AllocIndex {
             rels: Default::default(),
             numa_first: topo.num_sockets() >= topo.num_numa_nodes(),
             cpus_per_core: topo.cpus_per_core(),
-            cpus_per_socket: topo.cpus_per_socket(),
             cpus_per_uncore: topo.cpus_per_uncore(),
             min_size: [0; 4],
             irregular: false,
@@ -274,16 +272,5 @@ impl AllocIndex {
     /// Real number of CPUs of an entity.
     pub(super) fn size(&self, kind: Kind, e: usize) -> usize {
         self.members[kind as usize].get(e).len()
-    }
-
-    /// The size kubelet's fullness test compares with (§2.2): sockets and
-    /// cores use the machine-wide average, NUMA nodes and uncore caches their
-    /// own size.
-    pub(super) fn kubelet_size(&self, kind: Kind, e: usize) -> usize {
-        match kind {
-            Kind::Socket => self.cpus_per_socket,
-            Kind::Core => self.cpus_per_core,
-            Kind::Numa | Kind::Uncore => self.size(kind, e),
-        }
     }
 }

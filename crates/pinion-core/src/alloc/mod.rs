@@ -22,6 +22,7 @@ mod packed;
 mod proptests;
 #[cfg(test)]
 mod reference;
+pub mod resize;
 mod state;
 #[cfg(test)]
 mod tests;

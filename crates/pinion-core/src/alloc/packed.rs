@@ -10,13 +10,12 @@ use super::{AllocError, CpuSortingStrategy};
 use crate::cpuset::CpuSet;
 
 impl State<'_> {
-    /// Whether entity `e` is entirely free (kubelet's fullness test and the
-    /// real size) and fits in what is still needed.
+    /// Whether entity `e` is entirely free (all its CPUs, counted on the
+    /// entity itself: kubelet since PR #140498) and fits in what is still
+    /// needed.
     fn takeable(&self, kind: Kind, e: usize) -> bool {
         let free = self.free_count(kind, e);
-        free == self.ix.kubelet_size(kind, e)
-            && free == self.ix.size(kind, e)
-            && self.needs_at_least(free)
+        free == self.ix.size(kind, e) && self.needs_at_least(free)
     }
 
     /// `takeFull<X>`: walks the free entities in sorted order (frozen) and
@@ -28,10 +27,7 @@ impl State<'_> {
             return;
         }
         if kind == Kind::Core && !self.ix.irregular {
-            let smallest = self
-                .ix
-                .cpus_per_core
-                .max(self.ix.min_size[Kind::Core as usize]);
+            let smallest = self.ix.min_size[Kind::Core as usize];
             self.walk_cores(|state, core| {
                 if state.takeable(Kind::Core, core) {
                     state.take_entity(Kind::Core, core);

@@ -182,6 +182,7 @@ fn irregular() -> impl Strategy<Value = (Topology, CpuSet, usize, u8, bool)> {
                         socket,
                         numa,
                         uncore,
+                        llc: None,
                         die: None,
                         core_type: None,
                     }
@@ -215,6 +216,91 @@ proptest! {
             prop_assert!(cpus.is_subset(&free));
         } else {
             prop_assert!(n > free.len());
+        }
+    }
+}
+
+/// Hybrid machines: per socket P-cores with 2 threads beside single-thread
+/// E-cores (kubelet's `CPUsPerCore()` is then below the P-cores' size), with
+/// random free sets and requests.
+fn hybrid() -> impl Strategy<Value = (Topology, CpuSet, usize, u8, bool)> {
+    (
+        1u32..=2,
+        0u32..=5,
+        0u32..=5,
+        any::<bool>(),
+        prop::collection::vec(any::<bool>(), 48),
+        0usize..40,
+        algorithms(),
+    )
+        .prop_map(|(sockets, p, e, adjacent, mask, request, (pick, align))| {
+            let mut infos = Vec::new();
+            let mut next = 0u32;
+            for socket in 0..sockets {
+                let base = next;
+                for k in 0..p {
+                    let pair = if adjacent {
+                        [base + 2 * k, base + 2 * k + 1]
+                    } else {
+                        [base + k, base + k + p]
+                    };
+                    for id in pair {
+                        infos.push((id, pair[0], socket));
+                    }
+                }
+                for k in 0..e {
+                    let id = base + 2 * p + k;
+                    infos.push((id, id, socket));
+                }
+                next = base + 2 * p + e;
+            }
+            if infos.is_empty() {
+                infos.push((0, 0, 0));
+            }
+            let cpus = infos
+                .iter()
+                .map(|&(id, core, socket)| crate::topology::CpuInfo {
+                    id,
+                    core,
+                    socket,
+                    numa: socket,
+                    uncore: socket,
+                    llc: None,
+                    die: None,
+                    core_type: None,
+                })
+                .collect();
+            let topo = Topology::new(crate::topology::TopologySpec {
+                cpus,
+                ..Default::default()
+            })
+            .unwrap_or_else(|e| panic!("generated hybrid topology invalid: {e}"));
+            let free: CpuSet = topo
+                .all_cpus()
+                .iter()
+                .filter(|&id| mask[id as usize % mask.len()])
+                .collect();
+            let request = request % (free.len() + 2);
+            (topo, free, request, pick, align)
+        })
+}
+
+proptest! {
+
+    /// On hybrid machines the allocator equals the transcription, hands out
+    /// only free CPUs, exactly as many as requested, and never a busy thread
+    /// of a partially used P-core (kubernetes/kubernetes#140495).
+    #[test]
+    fn hybrid_machines_only_get_free_cpus((topo, free, n, pick, align) in hybrid()) {
+        let algo = algorithm(&topo, pick, align);
+        let got = take_by_topology(&topo, &free, n, algo);
+        prop_assert_eq!(&got, &reference::take(&topo, &free, n, algo));
+        match got {
+            Ok(cpus) => {
+                prop_assert_eq!(cpus.len(), n);
+                prop_assert!(cpus.is_subset(&free));
+            }
+            Err(err) => prop_assert_eq!(err, super::AllocError::NotEnoughCpus { requested: n, available: free.len() }),
         }
     }
 }

@@ -2,10 +2,11 @@
 //! every list is rebuilt from set operations, like kubelet does. Kept as the
 //! test oracle of the optimised allocator (`packed.rs`, `index.rs`).
 //!
-//! Guards shared with the optimised version (kubelet is only different where
-//! its result is invalid): an entity counts as free only when its free CPUs
-//! equal both kubelet's size for it and its real size, and every frozen list
-//! keeps only the first occurrence of an entity or CPU.
+//! Fullness follows kubelet since PR #140498: an entity counts as free when
+//! its free CPUs equal its own size (cores and sockets included). Guard
+//! shared with the optimised version (kubelet is only different where its
+//! result is invalid): every frozen list keeps only the first occurrence of
+//! an entity or CPU.
 
 use std::collections::BTreeSet;
 
@@ -154,21 +155,10 @@ impl<'t> Acc<'t> {
         dedup(out)
     }
 
-    fn kubelet_size(&self, kind: Kind, id: u32) -> usize {
-        match kind {
-            Kind::Socket => self.topo.cpus_per_socket(),
-            Kind::Core => self.topo.cpus_per_core(),
-            Kind::Numa | Kind::Uncore => members(self.topo, kind, id).len(),
-        }
-    }
-
     fn free_entities(&self, kind: Kind, sorted: Vec<u32>) -> Vec<u32> {
         dedup(sorted)
             .into_iter()
-            .filter(|&id| {
-                let free = self.free_count(kind, id);
-                free == self.kubelet_size(kind, id) && free == members(self.topo, kind, id).len()
-            })
+            .filter(|&id| self.free_count(kind, id) == members(self.topo, kind, id).len())
             .collect()
     }
 

@@ -249,8 +249,8 @@ impl<'i> State<'i> {
         out
     }
 
-    /// Entities of `kind` whose CPUs are all free (kubelet's fullness test
-    /// and the real size), in sorted order, frozen.
+    /// Entities of `kind` whose CPUs are all free (kubelet's fullness test:
+    /// the free count equals the entity's own size), in sorted order, frozen.
     pub(super) fn free_entities(&self, kind: Kind) -> Vec<u32> {
         let mut list = self.sorted(kind);
         if self.ix.irregular {
@@ -258,8 +258,7 @@ impl<'i> State<'i> {
         }
         list.retain(|&e| {
             let e = e as usize;
-            let free = self.free_count(kind, e);
-            free == self.ix.kubelet_size(kind, e) && free == self.ix.size(kind, e)
+            self.free_count(kind, e) == self.ix.size(kind, e)
         });
         list
     }

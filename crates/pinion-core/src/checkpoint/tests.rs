@@ -23,18 +23,11 @@ fn pods(items: &[(&str, &str, &str)]) -> PodEntries {
     out
 }
 
+#[path = "../../tests/common/shared.rs"]
+mod shared;
+
 fn shared_dir() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-        .join("../shared/conformance/kubelet");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        None
-    }
+    shared::shared("conformance/kubelet")
 }
 
 #[test]

@@ -16,10 +16,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::{container_request, Engine};
+use super::metrics::{AlignBoundary, AlignScope};
+use super::Engine;
 use crate::cpuset::CpuSet;
 use crate::pod::Pod;
-use crate::policy::hints::CpuManagerHints;
+use crate::policy::hints::{CpuManagerHints, Operation};
 use crate::policy::PolicyError;
 use crate::topomgr::provider::HintProvider;
 use crate::topomgr::{
@@ -41,6 +42,15 @@ pub struct TopologyDecision {
     pub reused: bool,
 }
 
+/// Who decides a container's CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuOwner {
+    /// The CPU manager policy (`none` / `static`).
+    Policy,
+    /// A resource plugin (the container's placement carries its answer).
+    Plugin,
+}
+
 /// The result of [`Engine::admit_container_with`]: the admission result and,
 /// when the Topology Manager was consulted (policy other than `none`), its
 /// decision.
@@ -60,7 +70,26 @@ impl Engine {
         name: &str,
         providers: &[&dyn HintProvider],
     ) -> AdmitReport {
-        let request = match container_request(pod, name) {
+        self.admit_container_as(pod, name, providers, CpuOwner::Policy)
+    }
+
+    /// [`Engine::admit_container_with`], with the container's CPUs owned by
+    /// `owner`: with [`CpuOwner::Plugin`] a resource plugin decides them
+    /// (kubewharf's QoS Resource Manager takes `cpu` over from the CPU
+    /// manager): the CPU manager gives no hints and allocates nothing, the
+    /// container runs in the shared pool until the plugin's answer places
+    /// it.
+    pub fn admit_container_as(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+        providers: &[&dyn HintProvider],
+        owner: CpuOwner,
+    ) -> AdmitReport {
+        if owner == CpuOwner::Policy && self.allocates_pod_as_a_whole(&pod.uid, false) {
+            return self.admit_pod_level(pod, name, providers, None);
+        }
+        let request = match self.container_request(pod, name) {
             Ok(request) => request,
             Err(err) => {
                 return AdmitReport {
@@ -72,22 +101,45 @@ impl Engine {
         if !self.affinities.contains_key(&pod.uid) {
             self.metrics.topology.requests_total += 1;
         }
-        let decision = self.decide(pod, name, providers);
+        let decision = self.decide(pod, name, providers, owner, Operation::Add);
         let hint = decision
             .as_ref()
             .map_or(TopologyHint::cannot_satisfy(), |d| d.hint);
+        let guaranteed = self.topology.policy() == TmPolicy::SingleNumaNode;
+        let scope = match self.topology.scope() {
+            Scope::Pod => AlignScope::Pod,
+            Scope::Container | Scope::None => AlignScope::Container,
+        };
         if decision.as_ref().is_some_and(|d| !d.admit) {
             self.metrics.topology.errors_total += 1;
+            if guaranteed {
+                self.metrics
+                    .aligned_failures
+                    .inc(scope, AlignBoundary::NumaNode);
+            }
             return AdmitReport {
                 result: Err(TopologyAffinityError.into()),
                 topology: decision,
             };
         }
         self.store_affinity(pod, name, hint);
+        if owner == CpuOwner::Plugin {
+            return AdmitReport {
+                result: Ok(None),
+                topology: decision,
+            };
+        }
         let affinity = hint.affinity.map(|mask| mask.ids());
         let result = self.admit(&request, affinity.as_deref());
         if result.is_err() {
             self.metrics.topology.errors_total += 1;
+        } else if guaranteed {
+            // kubelet: one per admitted container (container scope), one per
+            // pod once its last container is admitted (pod scope).
+            let last = pod.all_containers().last().map(|c| c.name.as_str());
+            if scope == AlignScope::Container || last == Some(name) {
+                self.metrics.aligned.inc(scope, AlignBoundary::NumaNode);
+            }
         }
         AdmitReport {
             result,
@@ -117,17 +169,20 @@ impl Engine {
     }
 
     /// The merged decision for one container; `None` under policy `none`.
-    fn decide(
+    /// A resize (`operation`) always merges afresh.
+    pub(super) fn decide(
         &self,
         pod: &Pod,
         name: &str,
         providers: &[&dyn HintProvider],
+        owner: CpuOwner,
+        operation: Operation,
     ) -> Option<TopologyDecision> {
         let scope = self.topology.scope();
         if self.topology.policy() == TmPolicy::None {
             return None;
         }
-        if scope == Scope::Pod {
+        if scope == Scope::Pod && operation == Operation::Add {
             if let Some(hint) = self.pod_affinity(&pod.uid) {
                 return Some(TopologyDecision {
                     scope,
@@ -138,11 +193,19 @@ impl Engine {
                 });
             }
         }
+        let managers = match &self.policy {
+            crate::policy::Policy::Static(policy) => policy.features().pod_level_resource_managers,
+            crate::policy::Policy::None => false,
+        };
         let cpu = CpuManagerHints {
             policy: &self.policy,
             state: &self.state,
+            pod_resources: self.pod_resources.get(&pod.uid),
+            pod_level_managers: managers,
+            operation,
         };
-        let all = std::iter::once(&cpu as &dyn HintProvider).chain(providers.iter().copied());
+        let cpu_manager = (owner == CpuOwner::Policy).then_some(&cpu as &dyn HintProvider);
+        let all = cpu_manager.into_iter().chain(providers.iter().copied());
         let answers: Vec<ProviderHints> = match scope {
             Scope::Pod => all.map(|p| p.pod_hints(pod)).collect(),
             Scope::Container | Scope::None => all.map(|p| p.container_hints(pod, name)).collect(),
@@ -160,7 +223,7 @@ impl Engine {
     /// Stores the admitted hint for the container. (kubelet stores the pod
     /// scope's hint for every container at once; Pinion stores it as each
     /// container is admitted, so nothing outlives the pod's containers.)
-    fn store_affinity(&mut self, pod: &Pod, name: &str, hint: TopologyHint) {
+    pub(super) fn store_affinity(&mut self, pod: &Pod, name: &str, hint: TopologyHint) {
         self.affinities
             .entry(pod.uid.clone())
             .or_default()

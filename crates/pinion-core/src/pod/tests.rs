@@ -13,6 +13,7 @@ fn ctr(name: &str, cpu: (&str, &str), memory: (&str, &str)) -> Container {
         memory_request: quantity(memory.0),
         memory_limit: quantity(memory.1),
         restart_policy: None,
+        ..Container::default()
     }
 }
 
@@ -32,6 +33,7 @@ fn pod(init: Vec<Container>, apps: Vec<Container>) -> Pod {
         uid: "pod".to_owned(),
         init_containers: init,
         containers: apps,
+        ..Pod::default()
     }
 }
 

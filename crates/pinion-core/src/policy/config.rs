@@ -44,10 +44,55 @@ pub struct PolicyConfig {
     pub reserved: Option<CpuSet>,
 }
 
+/// The kubelet feature gates Pinion implements behind a switch (off by
+/// default, like the gates) and Pinion's own options. Kept apart from
+/// [`PolicyConfig`] so front-ends opt in explicitly; the simulator reads it
+/// from a scenario's `features` key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Features {
+    /// kubelet gate `InPlacePodVerticalScalingExclusiveCPUs` (KEP-5554):
+    /// in-place resize of containers holding exclusive CPUs
+    /// ([`crate::engine::Engine::resize_container`]).
+    #[serde(default, alias = "InPlacePodVerticalScalingExclusiveCPUs")]
+    pub in_place_resize_exclusive_cpus: bool,
+    /// kubelet gate `PodLevelResourceManagers` (KEP-5526, with
+    /// `PodLevelResources` on): pods with pod-level resources get one CPU
+    /// set for the whole pod, partitioned among their containers.
+    #[serde(default, alias = "PodLevelResourceManagers")]
+    pub pod_level_resource_managers: bool,
+    /// Pinion's own: which cache groups `prefer-align-cpus-by-uncorecache`
+    /// aligns to.
+    #[serde(default)]
+    pub uncore_cache_source: UncoreCacheSource,
+}
+
+/// Which cache groups are the allocator's uncore caches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UncoreCacheSource {
+    /// kubelet's (cAdvisor's): the L3, else the socket.
+    #[default]
+    Kubelet,
+    /// The last-level cache as discovered: the L3, else the L2 (or L1), so
+    /// machines without an L3 align to their shared L2 groups.
+    LastLevelCache,
+}
+
 impl PolicyConfig {
     /// Builds the policy as kubelet's `NewStaticPolicy` does: parse the
-    /// options, validate them against the machine, reserve CPUs.
+    /// options, validate them against the machine, reserve CPUs. Every
+    /// [`Features`] switch is off.
     pub fn build(&self, topology: &Topology) -> Result<Policy, PolicyError> {
+        self.build_with(topology, Features::default())
+    }
+
+    /// [`PolicyConfig::build`] with feature switches.
+    pub fn build_with(
+        &self,
+        topology: &Topology,
+        features: Features,
+    ) -> Result<Policy, PolicyError> {
         match self.policy.as_deref().unwrap_or("static") {
             "none" => return Ok(Policy::None),
             "static" => {}
@@ -66,7 +111,12 @@ impl PolicyConfig {
         options.validate_machine(topology, tm_policy)?;
         let cpus = self.reserved.clone().unwrap_or_default();
         let count = self.num_reserved.unwrap_or(cpus.len());
-        let policy = StaticPolicy::new(topology.clone(), options, &Reservation { count, cpus })?;
+        let topology = match features.uncore_cache_source {
+            UncoreCacheSource::Kubelet => topology.clone(),
+            UncoreCacheSource::LastLevelCache => topology.with_llc_as_uncore(),
+        };
+        let policy = StaticPolicy::new(topology, options, &Reservation { count, cpus })?
+            .with_features(features);
         Ok(Policy::Static(Box::new(policy)))
     }
 

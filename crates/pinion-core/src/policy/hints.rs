@@ -5,21 +5,39 @@
 use std::collections::BTreeMap;
 
 use crate::cpuset::CpuSet;
-use crate::pod::{guaranteed_cpus, pod_guaranteed_cpus, Pod};
+use crate::pod::{guaranteed_cpus_in, pod_guaranteed_cpus_in, Pod, PodLevel, PodResources};
 use crate::policy::{Policy, StaticPolicy};
 use crate::state::State;
-use crate::topomgr::cpu_hints::{container_cpu_hints, pod_cpu_hints, ContainerCpus, HintInputs};
+use crate::topomgr::cpu_hints::{
+    container_cpu_hints, container_cpu_hints_for_resize, pod_cpu_hints, ContainerCpus, HintInputs,
+};
 use crate::topomgr::provider::HintProvider;
 use crate::topomgr::{ProviderHints, TopologyHint};
 
 /// The resource name of the CPU manager's hints.
 pub const CPU_RESOURCE: &str = "cpu";
 
-/// The CPU manager's view for one admission: its policy and the state.
+/// What the hints are for (kubelet's `lifecycle.Operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Operation {
+    /// Admitting a container (`AddOperation`).
+    #[default]
+    Add,
+    /// Resizing a container in place (`ResizeOperation`): the pod carries
+    /// the new requests.
+    Resize,
+}
+
+/// The CPU manager's view for one admission: its policy, the state, and
+/// the admitted pod's pod-level resources (with the
+/// `PodLevelResourceManagers` switch).
 #[derive(Debug, Clone, Copy)]
 pub struct CpuManagerHints<'a> {
     pub policy: &'a Policy,
     pub state: &'a State,
+    pub pod_resources: Option<&'a PodResources>,
+    pub pod_level_managers: bool,
+    pub operation: Operation,
 }
 
 impl CpuManagerHints<'_> {
@@ -52,7 +70,23 @@ impl CpuManagerHints<'_> {
 impl HintProvider for CpuManagerHints<'_> {
     fn container_hints(&self, pod: &Pod, container: &str) -> ProviderHints {
         let spec = pod.container(container)?;
-        let request = guaranteed_cpus(pod, spec);
+        if self.operation == Operation::Resize {
+            // kubelet: pods with pod-level resources get no resize hints.
+            if self.pod_resources.is_some_and(PodResources::is_set) {
+                return None;
+            }
+            let request = guaranteed_cpus_in(pod, None, false, spec);
+            let assigned = self.state.assignment(&pod.uid, container);
+            let reusable = Self::reusable(self.policy, &pod.uid);
+            return self.answer(|inputs| {
+                let inputs = HintInputs {
+                    reusable: &reusable,
+                    ..*inputs
+                };
+                container_cpu_hints_for_resize(&inputs, request, assigned)
+            });
+        }
+        let request = guaranteed_cpus_in(pod, self.pod_resources, self.pod_level_managers, spec);
         let assigned = self.state.assignment(&pod.uid, container);
         let reusable = Self::reusable(self.policy, &pod.uid);
         self.answer(|inputs| {
@@ -65,11 +99,29 @@ impl HintProvider for CpuManagerHints<'_> {
     }
 
     fn pod_hints(&self, pod: &Pod) -> ProviderHints {
-        let request = pod_guaranteed_cpus(pod);
+        if self.operation == Operation::Resize
+            && self.pod_resources.is_some_and(PodResources::is_set)
+        {
+            return None;
+        }
+        let (res, managers) = (self.pod_resources, self.pod_level_managers);
+        let request = pod_guaranteed_cpus_in(pod, res, managers);
+        if let (Policy::Static(policy), PodLevel::Managed, Some(res), true) =
+            (self.policy, PodLevel::of(res, managers), res, request > 0)
+        {
+            // kubelet: no hint can satisfy a pod whose shared containers
+            // would get no CPUs.
+            if policy.validate_pod_scope_resources(pod, res).is_err() {
+                return Some(BTreeMap::from([(
+                    CPU_RESOURCE.to_owned(),
+                    Some(Vec::new()),
+                )]));
+            }
+        }
         let containers: Vec<ContainerCpus> = pod
             .all_containers()
             .map(|c| ContainerCpus {
-                request: guaranteed_cpus(pod, c),
+                request: guaranteed_cpus_in(pod, res, managers, c),
                 assigned: self.state.assignment(&pod.uid, &c.name).cloned(),
             })
             .collect();

@@ -5,6 +5,8 @@
 pub mod config;
 pub mod hints;
 pub mod options;
+pub mod pod_level;
+pub mod resize;
 pub mod static_policy;
 
 use crate::alloc::AllocError;
@@ -13,7 +15,7 @@ use crate::state::State;
 use crate::topology::Topology;
 use crate::topomgr::TopologyAffinityError;
 
-pub use config::PolicyConfig;
+pub use config::{Features, PolicyConfig, UncoreCacheSource};
 pub use options::{FeatureGates, PolicyOptionError, StaticPolicyOptions};
 pub use static_policy::{ContainerKind, ContainerRequest, Reservation, StaticPolicy};
 
@@ -66,6 +68,45 @@ pub enum PolicyError {
     },
     #[error("allocating {requested} cpus would leave the shared pool empty (strict-cpu-reservation keeps reserved cpus out of it)")]
     SharedPoolWouldBeEmpty { requested: usize },
+    /// kubelet's pod-level rejection (`validatePodScopeResources`): the
+    /// message is kubelet's.
+    #[error("{message}")]
+    EmptyPodSharedPool { message: String },
+    /// In-place resize of exclusive CPUs asked for while the switch
+    /// (kubelet gate `InPlacePodVerticalScalingExclusiveCPUs`) is off.
+    #[error("in-place resize of exclusive CPUs is disabled (feature InPlacePodVerticalScalingExclusiveCPUs is off): pod {pod} container {container:?} keeps its CPUs")]
+    ResizeDisabled { pod: String, container: String },
+    /// kubelet `inconsistentCPUAllocationError`: a resize would move a
+    /// container between the shared pool and exclusive CPUs. Quantities in
+    /// Kubernetes' canonical form; the texts (double space included) are
+    /// kubelet's.
+    #[error("{}", inconsistent_text(requested, allocated, *shared_to_exclusive))]
+    InconsistentCpuAllocation {
+        requested: String,
+        allocated: String,
+        shared_to_exclusive: bool,
+    },
+    /// kubelet `prohibitedCPUAllocationError`: a resize below the CPUs the
+    /// container was first given.
+    #[error("prohibitedCPUAllocation Error: Skip resize, Not allowed to reduce container exclusively allocated pool below promised, (requested CPUs = {requested}, allocated CPUs = {allocated}, promised CPUs = {promised}, guaranteed CPUs = {guaranteed})")]
+    ProhibitedCpuAllocation {
+        requested: String,
+        allocated: String,
+        promised: usize,
+        guaranteed: usize,
+    },
+    /// kubelet `getOriginalCPUSetError`: an exclusive resize of a container
+    /// that holds no exclusive CPUs.
+    #[error("getOriginalCPUSet Error: Skip resize, unable to get PromisedCPUSet, nothing to be done, (podUID = {pod}, containerName {container})")]
+    GetOriginalCpuSet { pod: String, container: String },
+    /// kubelet `ResizeAllocateCPUsError`: the resize allocation failed
+    /// (`topology_error` is the allocator's text).
+    #[error("ResizeAllocateCPUs Error: Skip resize, unable to resize container exclusively allocated pool, (podUID = {pod}, containerName = {container}, topologyError = {topology_error})")]
+    ResizeAllocateCpus {
+        pod: String,
+        container: String,
+        topology_error: String,
+    },
     #[error(transparent)]
     Alloc(#[from] AllocError),
     /// The Topology Manager rejected the admission.
@@ -81,8 +122,23 @@ impl PolicyError {
         match self {
             Self::SmtNotMultiple { .. } | Self::SmtNotEnoughPhysical { .. } => "SMTAlignmentError",
             Self::TopologyAffinity(_) => TopologyAffinityError::REASON,
+            Self::InconsistentCpuAllocation { .. } => "inconsistentCPUAllocationError",
+            Self::ProhibitedCpuAllocation { .. } => "prohibitedCPUAllocationError",
+            Self::GetOriginalCpuSet { .. } => "getOriginalCPUSetError",
+            Self::ResizeAllocateCpus { .. } => "ResizeAllocateCPUsError",
             _ => "UnexpectedAdmissionError",
         }
+    }
+}
+
+/// kubelet's three texts of `inconsistentCPUAllocationError`.
+fn inconsistent_text(requested: &str, allocated: &str, shared_to_exclusive: bool) -> String {
+    if requested == allocated {
+        format!("inconsistentCPUAllocation Error: Skip resize, nothing to be done, (requested CPUs = {requested} equal to allocated CPUs = {allocated})")
+    } else if shared_to_exclusive {
+        format!("inconsistentCPUAllocation Error: Not allowed to move a container from shared pool to exclusively allocated pool, (requested CPUs = {requested}, allocated CPUs = {allocated})")
+    } else {
+        format!("inconsistentCPUAllocation Error: Not allowed to move a container from  exclusively allocated pool to shared pool, not allowed (requested CPUs = {requested}, allocated CPUs = {allocated})")
     }
 }
 
@@ -116,9 +172,18 @@ impl Policy {
 
     /// Starts the policy on `state` (validates or initialises it).
     pub fn start(&self, state: &mut State) -> Result<(), PolicyError> {
+        self.start_with(state, &crate::state::PodCpus::new())
+    }
+
+    /// [`Policy::start`] with pod-level CPU sets.
+    pub fn start_with(
+        &self,
+        state: &mut State,
+        pod_cpus: &crate::state::PodCpus,
+    ) -> Result<(), PolicyError> {
         match self {
             Self::None => Ok(()),
-            Self::Static(policy) => policy.start(state),
+            Self::Static(policy) => policy.start_with(state, pod_cpus),
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::alloc::{take_with_index, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
+use crate::policy::config::Features;
 use crate::policy::options::StaticPolicyOptions;
 use crate::policy::PolicyError;
 use crate::state::{Expected, State};
@@ -58,6 +59,8 @@ pub struct StaticPolicy {
     reserved_physical: CpuSet,
     /// Reusable init-container CPUs of at most one pod (kubelet `cpusToReuse`).
     reuse: BTreeMap<String, CpuSet>,
+    /// Feature switches (kubelet gates behind a switch).
+    features: Features,
 }
 
 impl StaticPolicy {
@@ -105,7 +108,21 @@ impl StaticPolicy {
             reserved,
             reserved_physical,
             reuse: BTreeMap::new(),
+            features: Features::default(),
         })
+    }
+
+    /// The same policy with feature switches.
+    #[must_use]
+    pub fn with_features(mut self, features: Features) -> Self {
+        self.features = features;
+        self
+    }
+
+    /// The feature switches.
+    #[must_use]
+    pub fn features(&self) -> Features {
+        self.features
     }
 
     /// The reserved CPUs.
@@ -125,6 +142,12 @@ impl StaticPolicy {
     #[must_use]
     pub fn reusable(&self, pod: &str) -> CpuSet {
         self.reuse.get(pod).cloned().unwrap_or_default()
+    }
+
+    /// The topology the policy allocates on, shared.
+    #[must_use]
+    pub fn shared_topology(&self) -> Arc<Topology> {
+        Arc::clone(&self.topology)
     }
 
     /// The topology the policy allocates on.
@@ -147,17 +170,23 @@ impl StaticPolicy {
     /// What [`State::check_invariants`] needs for this policy.
     #[must_use]
     pub fn expected<'a>(&'a self, all: &'a CpuSet) -> Expected<'a> {
-        Expected {
-            all,
-            reserved: &self.reserved,
-            strict: self.options.strict_cpu_reservation,
-        }
+        Expected::new(all, &self.reserved, self.options.strict_cpu_reservation)
     }
 
     /// kubelet `Start` / `validateState`, with kubelet's checks and texts in
     /// kubelet's order. An empty state is initialised (shared = all CPUs,
     /// minus reserved when strict).
     pub fn start(&self, state: &mut State) -> Result<(), PolicyError> {
+        self.start_with(state, &crate::state::PodCpus::new())
+    }
+
+    /// [`StaticPolicy::start`] with pod-level CPU sets (kubelet counts them
+    /// among the known CPUs when `PodLevelResourceManagers` is on).
+    pub fn start_with(
+        &self,
+        state: &mut State,
+        pod_cpus: &crate::state::PodCpus,
+    ) -> Result<(), PolicyError> {
         let all = self.pool_cpus();
         if state.default.is_empty() {
             if !state.assignments.is_empty() {
@@ -192,7 +221,10 @@ impl StaticPolicy {
                 }
             }
         }
-        let known = state.default.union(&state.exclusive_cpus());
+        let mut known = state.default.union(&state.exclusive_cpus());
+        for cpus in pod_cpus.values() {
+            known.union_with(cpus);
+        }
         if known != all {
             return Err(PolicyError::CpusChanged {
                 online: all.to_string(),
@@ -229,6 +261,14 @@ impl StaticPolicy {
         Ok(Some(cpus))
     }
 
+    /// kubelet `enforceSMTAlignment` (`full-pcpus-only`).
+    pub(super) fn check_smt(&self, state: &State, n: usize) -> Result<(), PolicyError> {
+        if self.options.full_pcpus_only {
+            self.check_smt_alignment(state, n)?;
+        }
+        Ok(())
+    }
+
     fn check_smt_alignment(&self, state: &State, n: usize) -> Result<(), PolicyError> {
         let per_core = self.topology.cpus_per_core();
         if per_core == 0 || !n.is_multiple_of(per_core) {
@@ -237,7 +277,7 @@ impl StaticPolicy {
                 cpus_per_core: per_core,
             });
         }
-        let available = state.default.difference(&self.reserved_physical).len();
+        let available = self.available_physical(state);
         if n > available {
             return Err(PolicyError::SmtNotEnoughPhysical {
                 available,
@@ -246,6 +286,38 @@ impl StaticPolicy {
             });
         }
         Ok(())
+    }
+
+    /// kubelet `GetAvailablePhysicalCPUs` (size): shared CPUs outside the
+    /// cores of the reserved CPUs.
+    pub(super) fn available_physical(&self, state: &State) -> usize {
+        state.default.difference(&self.reserved_physical).len()
+    }
+
+    /// The allocation algorithm the options select.
+    pub(super) fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// [`StaticPolicy::aligned_cpus`] for the resize path.
+    pub(super) fn aligned_cpus_in(&self, nodes: &[u32], allocatable: &CpuSet) -> CpuSet {
+        self.aligned_cpus(nodes, allocatable)
+    }
+
+    /// kubelet `allocateCPUs` (for the pod-level path).
+    pub(super) fn allocate_cpus_for(
+        &self,
+        state: &mut State,
+        n: usize,
+        numa_affinity: Option<&[u32]>,
+        reusable: &CpuSet,
+    ) -> Result<CpuSet, PolicyError> {
+        self.allocate_cpus(state, n, numa_affinity, reusable)
+    }
+
+    /// `takeByTopology` over `available` with the policy's algorithm.
+    pub(super) fn take_from(&self, available: &CpuSet, n: usize) -> Result<CpuSet, PolicyError> {
+        Ok(self.take(available, n)?)
     }
 
     /// kubelet `allocateCPUs`: aligned CPUs first, then the rest.
@@ -302,9 +374,14 @@ impl StaticPolicy {
 
     /// kubelet `updateCPUsToReuse`.
     fn update_reuse(&mut self, request: &ContainerRequest<'_>, cpus: &CpuSet) {
-        self.reuse.retain(|pod, _| pod == request.pod);
-        let entry = self.reuse.entry(request.pod.to_string()).or_default();
-        if request.kind == ContainerKind::Init {
+        self.note_reuse(request.pod, request.kind, cpus);
+    }
+
+    /// kubelet `updateCPUsToReuse` for container `kind` of `pod`.
+    pub(super) fn note_reuse(&mut self, pod: &str, kind: ContainerKind, cpus: &CpuSet) {
+        self.reuse.retain(|p, _| p == pod);
+        let entry = self.reuse.entry(pod.to_string()).or_default();
+        if kind == ContainerKind::Init {
             entry.union_with(cpus);
         } else {
             entry.difference_with(cpus);

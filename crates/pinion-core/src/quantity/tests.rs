@@ -171,3 +171,24 @@ fn exponent_at_the_i64_limits_is_out_of_range_not_an_overflow() {
     let tiny = Quantity::parse("1e-9223372036854775808").expect("rounds up");
     assert_eq!(tiny.milli_value(), 1);
 }
+
+/// kubelet's resize errors print `Quantity.String()`: the decimal-SI
+/// canonical form (values as in upstream's resize test expectations).
+#[test]
+fn canonical_form_is_kubernetes_decimal_si() {
+    for (text, canonical) in [
+        ("2000m", "2"),
+        ("2", "2"),
+        ("1500m", "1500m"),
+        ("1.5", "1500m"),
+        ("2100m", "2100m"),
+        ("100m", "100m"),
+        ("1000", "1k"),
+        ("1500", "1500"),
+        ("0", "0"),
+        ("0.5m", "500u"),
+        ("1e3", "1k"),
+    ] {
+        assert_eq!(q(text).canonical(), canonical, "{text}");
+    }
+}

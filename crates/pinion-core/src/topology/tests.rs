@@ -7,6 +7,7 @@ fn cpu(id: u32, core: u32, socket: u32, numa: u32, uncore: u32) -> CpuInfo {
         socket,
         numa,
         uncore,
+        llc: None,
         die: None,
         core_type: None,
     }

@@ -227,6 +227,44 @@ pub fn container_cpu_hints(
     Some(hints)
 }
 
+/// kubelet `getTopologyHintsForResize` for `cpu` (container scope, in-place
+/// resize of exclusive CPUs): `None` when `request` is 0. A container
+/// growing past its `assigned` CPUs needs hints whose NUMA nodes hold all of
+/// them (they are reusable) plus enough available CPUs; a shrinking one only
+/// hints at the NUMA nodes of its own CPUs; an unchanged one regenerates
+/// the hints of its CPUs. Without an assignment: as an admission.
+#[must_use]
+pub fn container_cpu_hints_for_resize(
+    inputs: &HintInputs<'_>,
+    request: usize,
+    assigned: Option<&CpuSet>,
+) -> Option<Vec<TopologyHint>> {
+    if request == 0 {
+        return None;
+    }
+    let align = inputs.align_by_socket;
+    let topo = inputs.topology;
+    let hints = match assigned {
+        Some(cpus) if cpus.len() < request => generate_cpu_hints(
+            topo,
+            inputs.available,
+            &cpus.union(inputs.reusable),
+            request,
+            align,
+        ),
+        Some(cpus) if cpus.len() > request => generate_cpu_hints(
+            topo,
+            &CpuSet::new(),
+            &cpus.union(inputs.reusable),
+            request,
+            align,
+        ),
+        Some(cpus) => generate_cpu_hints(topo, cpus, &CpuSet::new(), request, align),
+        None => generate_cpu_hints(topo, inputs.available, inputs.reusable, request, align),
+    };
+    Some(hints)
+}
+
 /// One container of a pod-scope request: its own exclusive CPU count and
 /// its current assignment.
 #[derive(Debug, Clone)]

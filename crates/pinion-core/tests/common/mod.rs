@@ -3,27 +3,12 @@
 
 use std::path::PathBuf;
 
-/// `<workspace root>/../shared/conformance/kubelet/<relative>`, or `None`
-/// (after printing the skip notice) when `../shared` is absent.
+pub mod shared;
+
+/// `../shared/conformance/kubelet/<relative>`, or `None` (after the skip
+/// notice) when absent.
 pub fn corpus_file(relative: &str) -> Option<PathBuf> {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let shared = PathBuf::from(root).join("../shared");
-    if !shared.is_dir() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: ../shared not found\n"),
-        );
-        return None;
-    }
-    let path = shared.join("conformance/kubelet").join(relative);
-    if !path.is_file() {
-        let _ = std::io::Write::write_fmt(
-            &mut std::io::stderr(),
-            format_args!("skipped: {} not found\n", path.display()),
-        );
-        return None;
-    }
-    Some(path)
+    shared::shared(&format!("conformance/kubelet/{relative}"))
 }
 
 /// The cases (a JSON array) of a corpus file, or `None` when absent.

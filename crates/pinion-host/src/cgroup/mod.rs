@@ -193,6 +193,31 @@ impl Cgroups {
         fs_ops::remove_dir(&self.root)
     }
 
+    /// Creates the missing directories from the mount down to Pinion's root
+    /// (their cpusets are set by [`CpusetHost::ensure_root`]), so the root
+    /// can be locked before anything else touches it. Returns the ones it
+    /// created, top first, for [`Cgroups::remove_created`].
+    pub fn create_root_dirs(&self) -> Result<Vec<PathBuf>, CgroupError> {
+        let mut created = Vec::new();
+        for dir in self.chain() {
+            if !dir.is_dir() {
+                fs_ops::create_dir(&dir)?;
+                created.push(dir);
+            }
+        }
+        Ok(created)
+    }
+
+    /// Removes directories [`Cgroups::create_root_dirs`] created, innermost
+    /// first, as long as they are empty (a start that failed leaves nothing
+    /// behind; one that got further keeps what now holds workloads).
+    pub fn remove_created(created: &[PathBuf]) -> Result<(), CgroupError> {
+        for dir in created.iter().rev() {
+            fs_ops::remove_dir(dir)?;
+        }
+        Ok(())
+    }
+
     /// Directories from below the mount down to the root, top first.
     fn chain(&self) -> Vec<PathBuf> {
         let relative = self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""));

@@ -3,9 +3,7 @@ use std::path::Path;
 
 use super::*;
 
-fn set(text: &str) -> CpuSet {
-    CpuSet::parse_list(text).expect("cpulist")
-}
+use pinion_core::testing::cpus as set;
 
 fn name(text: &str) -> CgroupName {
     CgroupName::new(text).expect("valid name")

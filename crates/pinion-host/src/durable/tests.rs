@@ -120,3 +120,101 @@ fn keep_copy_never_replaces_an_earlier_copy_and_keeps_the_original() {
         b"two"
     );
 }
+
+/// Issue 10: the checkpoint's temporary file was opened without
+/// `O_NOFOLLOW`/`O_EXCL`, so a symlink planted at `.<name>.pinion-tmp` made
+/// the (root) writer overwrite the symlink's target.
+#[test]
+fn issue_10_planted_temp_symlink_never_redirects_the_write() {
+    let dir = dir();
+    let victim_dir = tempfile::tempdir().expect("tempdir");
+    let victim = victim_dir.path().join("shadow");
+    std::fs::write(&victim, b"precious").expect("victim");
+    let temp = dir.path().join(temp_name("state"));
+    std::os::unix::fs::symlink(&victim, &temp).expect("plant symlink");
+
+    write_atomic(dir.path(), "state", b"checkpoint").expect("write");
+
+    assert_eq!(std::fs::read(&victim).expect("victim"), b"precious");
+    assert_eq!(
+        std::fs::read(dir.path().join("state")).expect("state"),
+        b"checkpoint"
+    );
+    let meta = std::fs::symlink_metadata(dir.path().join("state")).expect("meta");
+    assert!(meta.file_type().is_file(), "a regular file, not the link");
+    assert!(!temp.exists() && std::fs::symlink_metadata(&temp).is_err());
+}
+
+/// Issue 10, same defect: a dangling symlink would have made `O_CREAT`
+/// create the file it points to.
+#[test]
+fn issue_10_dangling_temp_symlink_creates_nothing_outside_the_directory() {
+    let dir = dir();
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let target = elsewhere.path().join("created-by-root");
+    std::os::unix::fs::symlink(&target, dir.path().join(temp_name("state"))).expect("plant");
+    write_atomic(dir.path(), "state", b"x").expect("write");
+    assert!(!target.exists(), "nothing created through the link");
+}
+
+#[test]
+fn create_exclusive_removes_a_leftover_and_is_mode_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = dir();
+    let path = dir.path().join("f");
+    std::fs::write(&path, b"leftover").expect("leftover");
+    let file = create_exclusive(&path).expect("create");
+    assert_eq!(file.metadata().expect("meta").len(), 0, "a new, empty file");
+    let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn a_directory_planted_at_the_temp_name_is_an_error_naming_it() {
+    let dir = dir();
+    let temp = dir.path().join(temp_name("state"));
+    std::fs::create_dir(&temp).expect("plant a directory");
+    std::fs::write(temp.join("inside"), b"x").expect("content");
+    let err = write_atomic(dir.path(), "state", b"x").expect_err("cannot replace a directory");
+    assert!(
+        matches!(err, DurableError::Io { op: Op::Remove, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&temp.display().to_string()),
+        "{err}"
+    );
+    assert!(!dir.path().join("state").exists());
+}
+
+#[test]
+fn failed_steps_leave_the_target_untouched_and_name_the_operation() {
+    use crate::fileops::{Effect, Faults, FileOp};
+    let cases = [
+        (
+            FileOp::Write,
+            Effect::Fail(libc::ENOSPC),
+            "write 10 bytes to",
+        ),
+        (FileOp::Write, Effect::Short(0), "write 10 bytes to"),
+        (FileOp::SyncAll, Effect::Fail(libc::EIO), "fsync file"),
+        (FileOp::Rename, Effect::Fail(libc::EIO), "rename"),
+    ];
+    for (op, effect, text) in cases {
+        let dir = dir();
+        write_atomic(dir.path(), "state", b"old").expect("old");
+        let (mut faults, plan) = Faults::new();
+        plan.inject(op, None, effect);
+        let err = write_atomic_using(&mut faults, dir.path(), "state", b"0123456789", &mut |_| {})
+            .expect_err("fault");
+        assert!(err.to_string().starts_with(text), "{op:?}: {err}");
+        assert_eq!(
+            std::fs::read(dir.path().join("state")).expect("old"),
+            b"old"
+        );
+        assert!(
+            !dir.path().join(temp_name("state")).exists(),
+            "{op:?}: temp removed"
+        );
+    }
+}

@@ -1,12 +1,15 @@
-//! Uncore (last-level cache) groups.
+//! Cache groups: the last-level cache (LLC) and kubelet's uncore cache.
 //!
 //! A CPU's LLC is its highest-level cache of type `Unified`, or, when it
 //! has no unified cache, its highest-level `Data` cache (ppc LPARs expose
-//! only L1, s390 splits L2 into data and instruction halves). The group is
-//! the cache's `shared_cpu_list` (or the hex `shared_cpu_map`) restricted to
-//! online CPUs. Ids: the kernel's cache `id` when every group has one and
-//! they are distinct (as kubelet uses it); otherwise the lowest CPU id of
-//! the group. Without any cache directory every CPU is in group 0.
+//! only L1, s390 splits L2 into data and instruction halves). Its uncore
+//! cache is what cAdvisor reports to kubelet: its first cache above L2
+//! (`level > 2`, not an instruction cache); CPUs without one fall back to
+//! their socket (done by the caller). A group is the cache's
+//! `shared_cpu_list` (or the hex `shared_cpu_map`) restricted to online
+//! CPUs. Ids: the kernel's cache `id` when every group has one and they are
+//! distinct (as kubelet uses it); otherwise the lowest CPU id of the group.
+//! Without any cache directory every CPU is in LLC group 0.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -32,9 +35,47 @@ struct Group {
     has_cache: bool,
 }
 
-/// The uncore id of every online CPU, indexed by CPU id. The cache
+/// Which cache of a CPU defines a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pick {
+    /// The last-level cache (highest unified, else highest data).
+    LastLevel,
+    /// kubelet's uncore cache: the first cache above L2.
+    AboveL2,
+}
+
+/// The LLC group id of every online CPU, indexed by CPU id. The cache
 /// directory is read once per group (sharing is symmetric in the kernel).
-pub(crate) fn read_uncores(cpu_dir: &Path, online: &CpuSet) -> Result<Vec<u32>, DiscoveryError> {
+pub(crate) fn read_llcs(cpu_dir: &Path, online: &CpuSet) -> Result<Vec<u32>, DiscoveryError> {
+    let size = online.last().map_or(0, |id| id as usize + 1);
+    let labels = read_groups(cpu_dir, online, Pick::LastLevel)?;
+    if labels.iter().all(Option::is_none) {
+        return Ok(vec![0; size]);
+    }
+    // A CPU without any cache while others have one is a group of its own.
+    Ok(labels
+        .iter()
+        .enumerate()
+        .map(|(cpu, label)| label.unwrap_or(u32::try_from(cpu).unwrap_or(u32::MAX)))
+        .collect())
+}
+
+/// kubelet's uncore (L3) group id of every online CPU, indexed by CPU id;
+/// `None` for CPUs without a cache above L2 (kubelet then uses the socket).
+pub(crate) fn read_l3s(
+    cpu_dir: &Path,
+    online: &CpuSet,
+) -> Result<Vec<Option<u32>>, DiscoveryError> {
+    read_groups(cpu_dir, online, Pick::AboveL2)
+}
+
+/// The group label of every online CPU for the cache `pick` selects
+/// (`None` for CPUs without such a cache).
+fn read_groups(
+    cpu_dir: &Path,
+    online: &CpuSet,
+    pick: Pick,
+) -> Result<Vec<Option<u32>>, DiscoveryError> {
     let size = online.last().map_or(0, |id| id as usize + 1);
     let mut assigned = CpuSet::new();
     let mut groups: Vec<Group> = Vec::new();
@@ -42,7 +83,7 @@ pub(crate) fn read_uncores(cpu_dir: &Path, online: &CpuSet) -> Result<Vec<u32>, 
         if assigned.contains(cpu) {
             continue;
         }
-        let llc = read_llc(&cpu_dir.join(format!("cpu{cpu}/cache")))?;
+        let llc = read_cache(&cpu_dir.join(format!("cpu{cpu}/cache")), pick)?;
         let mut cpus = llc
             .as_ref()
             .map_or_else(CpuSet::new, |l| l.shared.intersection(online));
@@ -56,34 +97,33 @@ pub(crate) fn read_uncores(cpu_dir: &Path, online: &CpuSet) -> Result<Vec<u32>, 
             has_cache: llc.is_some(),
         });
     }
-    let mut uncores = vec![0; size];
-    if !groups.iter().any(|g| g.has_cache) {
-        return Ok(uncores);
-    }
-    let use_ids = cache_ids_usable(&groups);
-    for group in &groups {
+    let mut labels = vec![None; size];
+    let use_ids = cache_ids_usable(&groups, pick == Pick::LastLevel);
+    for group in groups.iter().filter(|g| g.has_cache) {
         let label = match group.id {
             Some(id) if use_ids => id,
             _ => group.lowest,
         };
         for cpu in &group.cpus {
-            uncores[cpu as usize] = label;
+            labels[cpu as usize] = Some(label);
         }
     }
-    Ok(uncores)
+    Ok(labels)
 }
 
-/// Cache ids label groups only when every group has one and no two share it.
-fn cache_ids_usable(groups: &[Group]) -> bool {
+/// Cache ids label groups only when every group has one (every group with
+/// a cache, unless `all`) and no two share it.
+fn cache_ids_usable(groups: &[Group], all: bool) -> bool {
     let mut seen = BTreeSet::new();
     groups
         .iter()
+        .filter(|g| all || g.has_cache)
         .all(|g| g.has_cache && g.id.is_some_and(|id| seen.insert(id)))
 }
 
-/// The LLC of the CPU whose `cache` directory is `cache_dir`, or `None` when
-/// it has no usable cache entries.
-fn read_llc(cache_dir: &Path) -> Result<Option<Llc>, DiscoveryError> {
+/// The cache `pick` selects for the CPU whose `cache` directory is
+/// `cache_dir`, or `None` when it has no such cache entry.
+fn read_cache(cache_dir: &Path, pick: Pick) -> Result<Option<Llc>, DiscoveryError> {
     let Some(indexes) = read::numbered_entries(cache_dir, "index")? else {
         return Ok(None);
     };
@@ -93,9 +133,13 @@ fn read_llc(cache_dir: &Path) -> Result<Option<Llc>, DiscoveryError> {
         let Some((unified, level)) = read_kind(&dir)? else {
             continue;
         };
-        let better = match best {
-            Some((b_unified, b_level, _)) => (unified, level) > (b_unified, b_level),
-            None => true,
+        let better = match (pick, best) {
+            (Pick::AboveL2, _) if level <= 2 => false,
+            (Pick::AboveL2, Some(_)) => false,
+            (Pick::LastLevel, Some((b_unified, b_level, _))) => {
+                (unified, level) > (b_unified, b_level)
+            }
+            (_, None) => true,
         };
         if better {
             best = Some((unified, level, index));

@@ -6,7 +6,7 @@
 //! [`Topology`]. How every field is derived, and what happens on each quirk
 //! the kernel or a capture can show, is written down in
 //! `docs/topology-discovery.md`. The facets live in `cpu` (online state,
-//! cores, sockets, dies, core types), `cache` (uncore groups) and `node`
+//! cores, sockets, dies, core types), `cache` (LLC and uncore groups) and `node`
 //! (NUMA nodes); `read` holds the file helpers.
 
 mod cache;
@@ -57,7 +57,8 @@ pub fn discover(root: &Path) -> Result<Topology, DiscoveryError> {
     let state = cpu::read_state(&cpu_dir)?;
     let online = &state.online;
     let places = cpu::read_places(&cpu_dir, online)?;
-    let uncores = cache::read_uncores(&cpu_dir, online)?;
+    let llcs = cache::read_llcs(&cpu_dir, online)?;
+    let l3s = cache::read_l3s(&cpu_dir, online)?;
     let mut core_types = core_type::read_core_types(root, &cpu_dir, online)?;
     let numa = node::read_numa(&root.join("sys/devices/system/node"), online)?;
     let mut cpus = Vec::with_capacity(online.len());
@@ -73,7 +74,9 @@ pub fn discover(root: &Path) -> Result<Topology, DiscoveryError> {
             core: place.core,
             socket: place.socket,
             numa: numa.cpu_node.get(index).copied().unwrap_or(0),
-            uncore: uncores.get(index).copied().unwrap_or(0),
+            // kubelet (cAdvisor): the L3 group, else the socket.
+            uncore: l3s.get(index).copied().flatten().unwrap_or(place.socket),
+            llc: Some(llcs.get(index).copied().unwrap_or(0)),
             die: place.die,
             core_type: core_types.remove(&id),
         });

@@ -3,7 +3,9 @@
 
 use prost::Message;
 
-use super::{apply_resources, status_of, ContainerSpec, FakeRuntime, Inner, PodSpec};
+use super::{
+    apply_adjustment, apply_resources, status_of, ContainerSpec, FakeRuntime, Inner, PodSpec,
+};
 use crate::conn::CallError;
 use crate::model::Resources;
 use crate::proto::nri as pb;
@@ -220,8 +222,8 @@ impl FakeRuntime {
             Some(bytes) => decode(method, &bytes)?,
             None => pb::CreateContainerResponse::default(),
         };
-        if let Some(resources) = reply.adjust.and_then(|a| a.linux).and_then(|l| l.resources) {
-            apply_resources(&mut container, &resources);
+        if let Some(adjust) = reply.adjust {
+            apply_adjustment(&mut container, adjust);
         }
         let id = container.id.clone();
         inner.model().containers.insert(id.clone(), container);

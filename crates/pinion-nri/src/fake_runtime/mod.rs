@@ -347,6 +347,28 @@ impl Inner {
 }
 
 /// Merges the set fields of `resources` into the container's resources.
+/// A creation's adjustment as a runtime applies it: annotations set, each
+/// environment variable replacing one of the same name, resources and the
+/// OOM score adjustment.
+fn apply_adjustment(container: &mut pb::Container, adjust: pb::ContainerAdjustment) {
+    container.annotations.extend(adjust.annotations);
+    for pb::KeyValue { key, value } in adjust.env {
+        let prefix = format!("{key}=");
+        container.env.retain(|e| !e.starts_with(&prefix));
+        container.env.push(format!("{key}={value}"));
+    }
+    let Some(linux) = adjust.linux else { return };
+    if let Some(resources) = &linux.resources {
+        apply_resources(container, resources);
+    }
+    if let Some(adj) = linux.oom_score_adj {
+        container
+            .linux
+            .get_or_insert_with(Default::default)
+            .oom_score_adj = Some(pb::OptionalInt64 { value: adj.value });
+    }
+}
+
 fn apply_resources(container: &mut pb::Container, resources: &pb::LinuxResources) {
     let linux = container.linux.get_or_insert_with(Default::default);
     let current = linux.resources.get_or_insert_with(Default::default);
@@ -362,8 +384,10 @@ fn apply_resources(container: &mut pb::Container, resources: &pb::LinuxResources
         cpu.quota = new.quota.or(cpu.quota);
         cpu.period = new.period.or(cpu.period);
     }
-    if let Some(limit) = resources.memory.as_ref().and_then(|m| m.limit) {
-        current.memory.get_or_insert_with(Default::default).limit = Some(limit);
+    if let Some(memory) = &resources.memory {
+        let current = current.memory.get_or_insert_with(Default::default);
+        current.limit = memory.limit.or(current.limit);
+        current.swap = memory.swap.or(current.swap);
     }
 }
 

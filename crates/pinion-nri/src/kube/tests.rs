@@ -272,6 +272,100 @@ fn pod_level_resources_when_sent() {
     assert_eq!(r.memory_limit, Some(Quantity::from_units(1 << 30)));
 }
 
+fn pod_level(parent: &str, flag: Option<&str>) -> PodSandbox {
+    let mut p = pod(parent);
+    if let Some(flag) = flag {
+        p.annotations
+            .insert(POD_LEVEL_RESOURCES_ANNOTATION.to_string(), flag.to_string());
+    }
+    p.pod_resources = Some(Resources {
+        cpu_shares: Some(4096),
+        cpu_quota: Some(400_000),
+        cpu_period: Some(100_000),
+        memory_limit: Some(1 << 30),
+        ..Resources::default()
+    });
+    p
+}
+
+/// NRI sends the pod cgroup's resources for every pod; only the annotation
+/// says the spec sets pod-level resources.
+#[test]
+fn pod_level_resources_need_the_annotation() {
+    let p = pod_level("/kubepods/pod1", None);
+    assert_eq!(kube_pod_resources(&p), Ok(None));
+    assert_eq!(
+        kube_pod_resources(&pod_level("/kubepods/pod1", Some("false"))),
+        Ok(None)
+    );
+    let r = kube_pod_resources(&pod_level("/kubepods/pod1", Some("true")))
+        .unwrap()
+        .expect("declared");
+    assert_eq!(r.cpu_request, Some(Quantity::from_units(4)));
+    assert_eq!(r.cpu_limit, Some(Quantity::from_units(4)));
+    assert_eq!(r.memory_request, Some(Quantity::from_units(1 << 30)));
+    assert_eq!(r.memory_limit, Some(Quantity::from_units(1 << 30)));
+    assert_eq!(r.qos(), QosClass::Guaranteed);
+
+    let err = kube_pod_resources(&pod_level("/kubepods/pod1", Some("yes"))).unwrap_err();
+    assert!(err.to_string().contains("\"yes\""), "{err}");
+    let mut missing = pod_level("/kubepods/pod1", Some("true"));
+    missing.pod_resources = None;
+    let err = kube_pod_resources(&missing).unwrap_err();
+    assert!(err.to_string().contains("no pod-level resources"), "{err}");
+    let mut no_memory = pod_level("/kubepods/pod1", Some("true"));
+    no_memory.pod_resources.as_mut().unwrap().memory_limit = None;
+    assert_eq!(
+        kube_pod_resources(&no_memory),
+        Err(KubeError::IncompletePodLevel {
+            pod: "sandbox-1".to_string(),
+            what: "memory limit"
+        })
+    );
+}
+
+#[test]
+fn burstable_pod_level_resources_keep_request_and_limit_apart() {
+    let mut p = pod_level("/kubepods/burstable/pod1", Some("true"));
+    p.pod_resources.as_mut().unwrap().cpu_shares = Some(2048);
+    let r = kube_pod_resources(&p).unwrap().expect("declared");
+    assert_eq!(r.cpu_request, Some(Quantity::from_units(2)));
+    assert_eq!(r.cpu_limit, Some(Quantity::from_units(4)));
+    assert_eq!(r.qos(), QosClass::Burstable);
+    let p = pod_level("/kubepods/besteffort/pod1", Some("true"));
+    assert_eq!(kube_pod_resources(&p), Ok(None));
+}
+
+/// In a Guaranteed pod with pod-level resources a container may set none of
+/// its own resources (it shares the pod's CPUs); one whose request equals
+/// its limit gets exclusive CPUs out of the pod's.
+#[test]
+fn pod_level_containers_may_leave_out_their_own_resources() {
+    let p = pod_level("/kubepods/pod1", Some("true"));
+    let shared = container("shared", None, None, None);
+    let exclusive = container("exclusive", Some(2048), Some(200_000), Some(1 << 28));
+    let spec = kube_pod(&p, &[&shared, &exclusive]).expect("no IncompleteGuaranteed");
+    let res = kube_pod_resources(&p).unwrap();
+    let by_name = |name: &str| spec.container(name).expect("container");
+    assert_eq!(by_name("shared").cpu_request, None);
+    assert_eq!(
+        pod::guaranteed_cpus_in(&spec, res.as_ref(), true, by_name("exclusive")),
+        2
+    );
+    assert_eq!(
+        pod::guaranteed_cpus_in(&spec, res.as_ref(), true, by_name("shared")),
+        0
+    );
+    assert_eq!(pod::pod_guaranteed_cpus_in(&spec, res.as_ref(), true), 4);
+    // Without the annotation the same containers are an incomplete
+    // Guaranteed pod, as before.
+    let plain = pod_level("/kubepods/pod1", None);
+    assert!(matches!(
+        kube_container(&plain, &shared),
+        Err(KubeError::IncompleteGuaranteed { .. })
+    ));
+}
+
 /// kubelet's Burstable OOM score adjustment, written from its documented rule.
 fn kubelet_oom_score_adj(request: u64, capacity: u64) -> i64 {
     let adj = 1000 - i64::try_from(1000 * u128::from(request) / u128::from(capacity)).unwrap();

@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use pinion_core::placement::{Placement, Pool, ResourceSettings};
 use pinion_core::pod::guaranteed_cpus;
 use pinion_core::CpuSet;
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
 use pinion_nri::kube::{kube_container, kube_pod};
 use pinion_nri::{
-    Container, ContainerUpdate, CpuAssignment, Created, ErrorKind, HandlerError, NriHandler,
-    Plugin, PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
+    Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, Plugin,
+    PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
 };
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -73,11 +74,7 @@ impl State {
             .keys()
             .map(|id| ContainerUpdate {
                 container_id: id.clone(),
-                assignment: CpuAssignment {
-                    cpus: pool.clone(),
-                    mems: None,
-                    unlimited_quota: false,
-                },
+                placement: placement(pool.clone(), CpuSet::new(), false),
             })
             .collect()
     }
@@ -109,11 +106,7 @@ impl TestHandler {
             state.shared.insert(container.id.clone(), pod.id.clone());
             let cpus = state.shared_pool();
             return Ok(Created {
-                adjust: Some(CpuAssignment {
-                    cpus,
-                    mems: None,
-                    unlimited_quota: false,
-                }),
+                adjust: Some(placement(cpus, CpuSet::new(), false)),
                 updates: Vec::new(),
             });
         }
@@ -131,11 +124,7 @@ impl TestHandler {
         state.exclusive.insert(container.id.clone(), cpus.clone());
         let updates = self.publish(&state);
         Ok(Created {
-            adjust: Some(CpuAssignment {
-                mems: Some(mems_of(&cpus)),
-                cpus,
-                unlimited_quota: true,
-            }),
+            adjust: Some(placement(cpus.clone(), mems_of(&cpus), true)),
             updates,
         })
     }
@@ -218,11 +207,7 @@ impl NriHandler for TestHandler {
             }
             return Ok(vec![ContainerUpdate {
                 container_id: container.id.clone(),
-                assignment: CpuAssignment {
-                    cpus: cpus.clone(),
-                    mems: Some(mems_of(cpus)),
-                    unlimited_quota: true,
-                },
+                placement: placement(cpus.clone(), mems_of(cpus), true),
             }]);
         }
         if !state.shared.contains_key(&container.id) {
@@ -360,4 +345,24 @@ pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("never happened: {what}");
+}
+
+/// A placement of `cpus` (memory nodes `mems`, empty = leave them), with
+/// no CFS quota when `exclusive`.
+pub fn placement(cpus: CpuSet, mems: CpuSet, exclusive: bool) -> Placement {
+    Placement {
+        cpus,
+        mems,
+        pool: if exclusive {
+            Pool::Exclusive
+        } else {
+            Pool::Shared
+        },
+        resources: ResourceSettings {
+            cpu_quota: exclusive.then_some(-1),
+            ..ResourceSettings::default()
+        },
+        env: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+    }
 }

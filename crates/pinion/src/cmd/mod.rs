@@ -3,9 +3,13 @@
 pub mod agent;
 pub mod alloc;
 pub mod hints;
+pub mod plugin;
+pub mod plugins;
 pub mod ps;
 pub mod run;
 pub mod simulate;
 pub mod state;
 pub mod state_check;
+pub mod state_import;
+pub mod state_journal;
 pub mod topology;

@@ -3,9 +3,8 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use pinion_agent::client::Client;
-use pinion_agent::controller::Snapshot;
-use pinion_agent::DefaultPaths;
+use pinion_api::local::Snapshot;
+use pinion_api::{Client, DefaultPaths};
 
 /// Arguments of `pinion ps`.
 #[derive(Debug, clap::Args)]
@@ -46,27 +45,38 @@ fn table(snapshot: &Snapshot) -> String {
         snapshot.policy,
         snapshot.all_cpus,
         if snapshot.reserved.is_empty() {
-            "-".to_string()
+            "-"
         } else {
-            snapshot.reserved.to_string()
+            &snapshot.reserved
         },
         snapshot.shared_pool
     );
-    let rows: Vec<[String; 6]> = snapshot
+    let rows: Vec<[String; 7]> = snapshot
         .workloads
         .iter()
         .map(|w| {
+            let applied = if w.applied { "" } else { " (pending)" };
             [
                 w.pod.clone(),
                 w.container.clone(),
-                if w.exclusive { "exclusive" } else { "shared" }.to_string(),
-                w.cpus.to_string(),
-                w.mems.to_string(),
+                w.frontend.clone(),
+                format!("{}{applied}", w.pool),
+                w.cpus.clone(),
+                w.mems.clone(),
                 w.pid.map_or_else(|| "-".to_string(), |p| p.to_string()),
             ]
         })
         .collect();
-    let header = ["POD", "CONTAINER", "KIND", "CPUS", "MEMS", "PID"].map(str::to_string);
+    let header = [
+        "POD",
+        "CONTAINER",
+        "FRONTEND",
+        "POOL",
+        "CPUS",
+        "MEMS",
+        "PID",
+    ]
+    .map(str::to_string);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -80,6 +90,26 @@ fn table(snapshot: &Snapshot) -> String {
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    for w in snapshot.workloads.iter().filter(|w| !w.plugins.is_empty()) {
+        let _ = writeln!(out, "{}/{} resource plugins:", w.pod, w.container);
+        for (resource, allocation) in &w.plugins {
+            let mut parts = Vec::new();
+            if !allocation.oci_property_name.is_empty() {
+                parts.push(format!(
+                    "{}={}",
+                    allocation.oci_property_name, allocation.allocation_result
+                ));
+            }
+            parts.extend(allocation.envs.iter().map(|(k, v)| format!("env {k}={v}")));
+            parts.extend(
+                allocation
+                    .annotations
+                    .iter()
+                    .map(|(k, v)| format!("annotation {k}={v}")),
+            );
+            let _ = writeln!(out, "  {resource}: {}", parts.join(", "));
+        }
     }
     out
 }

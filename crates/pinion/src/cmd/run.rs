@@ -15,10 +15,8 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use pinion_agent::api::RunRequest;
-use pinion_agent::client::Client;
-use pinion_agent::controller::RUN_PREFIX;
-use pinion_agent::DefaultPaths;
+use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
+use pinion_api::{Client, DefaultPaths};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit status when Pinion itself failed before the command ran.
@@ -38,6 +36,24 @@ pub struct Args {
     /// Memory nodes: `auto` = the NUMA nodes of the CPUs.
     #[arg(long, default_value = "auto")]
     memory_nodes: String,
+    /// A request of another resource, served by a resource plugin
+    /// (`NAME=QUANTITY`, e.g. `example.com/nic=1`; repeatable).
+    #[arg(long = "request", value_name = "NAME=QUANTITY", value_parser = key_value)]
+    requests: Vec<(String, String)>,
+    /// A pod annotation resource plugins see (`KEY=VALUE`; repeatable).
+    #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = key_value)]
+    annotations: Vec<(String, String)>,
+    /// A pod label resource plugins see (`KEY=VALUE`; repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
+    labels: Vec<(String, String)>,
+    /// The pod name plugins and podresources consumers see (default: the
+    /// run's id).
+    #[arg(long)]
+    pod_name: Option<String>,
+    /// The namespace plugins and podresources consumers see (default
+    /// `pinion`).
+    #[arg(long)]
+    namespace: Option<String>,
     /// Unix socket of the agent's local API.
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -77,6 +93,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(cpus) = &args.cpus {
         launcher.arg("--cpus").arg(cpus);
     }
+    for (flag, pairs) in [
+        ("--request", &args.requests),
+        ("--annotation", &args.annotations),
+        ("--label", &args.labels),
+    ] {
+        for (key, value) in pairs {
+            launcher.arg(flag).arg(format!("{key}={value}"));
+        }
+    }
+    if let Some(name) = &args.pod_name {
+        launcher.arg("--pod-name").arg(name);
+    }
+    if let Some(namespace) = &args.namespace {
+        launcher.arg("--namespace").arg(namespace);
+    }
     let mut child = launcher
         .arg("--")
         .args(&args.command)
@@ -95,19 +126,36 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 /// The launcher: admit and place this process, then become the command.
 fn launch(args: &Args, id: &str, socket: &Path) -> ! {
     let request = RunRequest {
-        id: id.to_string(),
         cpus: args.cpus.clone(),
         memory_nodes: args.memory_nodes.clone(),
+        requests: args.requests.iter().cloned().collect(),
+        annotations: args.annotations.iter().cloned().collect(),
+        labels: args.labels.iter().cloned().collect(),
+        pod_name: args.pod_name.clone(),
+        namespace: args.namespace.clone(),
+        ..RunRequest::new(id)
     };
-    if let Err(err) = Client::new(socket).run(&request) {
-        eprintln!("pinion run: {err}");
-        std::process::exit(EXIT_PINION_FAILED);
+    let admitted = match Client::new(socket).run(&request) {
+        Ok(admitted) => admitted,
+        Err(err) => {
+            eprintln!("pinion run: {err}");
+            std::process::exit(EXIT_PINION_FAILED);
+        }
+    };
+    if let Some(adj) = admitted.resources.oom_score_adj {
+        // Inherited by the command: the launcher becomes it.
+        if let Err(err) = std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
+            eprintln!("pinion run: cannot set the OOM score adjustment {adj}: {err}");
+            std::process::exit(EXIT_PINION_FAILED);
+        }
     }
     let Some((program, rest)) = args.command.split_first() else {
         eprintln!("pinion run: no command given");
         std::process::exit(EXIT_PINION_FAILED);
     };
-    let err = Command::new(program).args(rest).exec();
+    // The resource plugins' environment variables, as the runtime would set
+    // them for a container.
+    let err = Command::new(program).args(rest).envs(&admitted.env).exec();
     eprintln!("pinion run: cannot execute {program:?}: {err}");
     let code = if err.kind() == std::io::ErrorKind::NotFound {
         EXIT_NOT_FOUND
@@ -117,12 +165,20 @@ fn launch(args: &Args, id: &str, socket: &Path) -> ! {
     std::process::exit(code);
 }
 
+/// `KEY=VALUE` as a pair (the key must not be empty).
+fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
+    }
+}
+
 fn run_id() -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let (secs, nanos) = (now.as_secs(), now.subsec_nanos());
-    format!("{RUN_PREFIX}{}-{secs}-{nanos}", std::process::id())
+    format!("{RUN_ID_PREFIX}{}-{secs}-{nanos}", std::process::id())
 }
 
 fn release(socket: &Path, id: &str) {

@@ -140,6 +140,9 @@ fn to_text(
     if let Some(line) = topology_manager_line(scenario) {
         let _ = writeln!(out, "{line}");
     }
+    if let Some(line) = features_line(scenario) {
+        let _ = writeln!(out, "{line}");
+    }
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(err) => {
@@ -175,7 +178,33 @@ fn to_text(
         }
     }
     out.push_str(&render::cpumap::render(topology, &state, &outcome.reserved));
+    out.push_str(&placements_table(outcome));
     out.push('\n');
+    out
+}
+
+/// Where every admitted container runs: pool, CPUs and memory nodes.
+fn placements_table(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    if outcome.placements.is_empty() {
+        return out;
+    }
+    let width = outcome
+        .placements
+        .keys()
+        .map(String::len)
+        .max()
+        .unwrap_or(0);
+    let _ = writeln!(out, "placements:");
+    for (key, placement) in &outcome.placements {
+        let _ = writeln!(
+            out,
+            "  {key:<width$}  {:<9}  cpus {}  mems {}",
+            placement.pool,
+            show(&placement.cpus.to_string()),
+            show(&placement.mems.to_string()),
+        );
+    }
     out
 }
 
@@ -188,7 +217,9 @@ fn step_line(step: &StepOutcome) -> String {
     let result = match (&step.error, &step.cpus) {
         (Some(err), _) => format!("FAILED: {err}"),
         (None, Some(cpus)) => format!("-> exclusive cpus {cpus} ({})", cpus.len()),
-        (None, None) if step.op == scenario::Op::Add => "-> shared pool".to_string(),
+        (None, None) if matches!(step.op, scenario::Op::Add | scenario::Op::Resize) => {
+            "-> shared pool".to_string()
+        }
         (None, None) => "ok".to_string(),
     };
     format!("{op:<6} {who:<30} {result}")
@@ -211,6 +242,23 @@ fn topology_manager_line(scenario: &Scenario) -> Option<String> {
         let _ = write!(line, ", {name}={value}");
     }
     Some(line)
+}
+
+/// `features: …` (kubelet gate names, Pinion options) when the scenario
+/// switches any on.
+fn features_line(scenario: &Scenario) -> Option<String> {
+    let f = scenario.features;
+    let mut on = Vec::new();
+    if f.in_place_resize_exclusive_cpus {
+        on.push("InPlacePodVerticalScalingExclusiveCPUs");
+    }
+    if f.pod_level_resource_managers {
+        on.push("PodLevelResourceManagers");
+    }
+    if f.uncore_cache_source == pinion_core::policy::UncoreCacheSource::LastLevelCache {
+        on.push("uncoreCacheSource=last-level-cache");
+    }
+    (!on.is_empty()).then(|| format!("features: {}", on.join(", ")))
 }
 
 /// One line per Topology Manager decision: the merged hint and the verdict.

@@ -2,18 +2,29 @@
 //!
 //! `pinion state inspect FILE` prints the format version, the policy, the
 //! default CPU set, every assignment and whether the checksum is valid
-//! (stored vs recomputed). It exits non-zero when the file cannot be read or
-//! decoded, when the checksum does not match, or when a CPU set does not
-//! parse — after printing what it could.
+//! (stored vs recomputed). When FILE is `cpu_manager_state` and Pinion's
+//! journal (`pinion_journal`) lies beside it, the journal follows: its
+//! records, how it relates to the checkpoint, its tail and the state a
+//! restart would start from. FILE may also be a journal itself (e.g. one
+//! kept aside as `pinion_journal.damaged-1`). It exits non-zero when the file
+//! cannot be read or decoded, when the checksum does not match, when a CPU
+//! set does not parse, or when the journal is damaged, unreadable or
+//! superseded — after printing what it could. A torn tail (what a crash
+//! leaves) is shown, not an error.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_core::checkpoint::{self, Checkpoint, CheckpointError, Entries};
 use pinion_core::CpuSet;
+use pinion_host::journal;
+use pinion_host::store::CPU_MANAGER_STATE;
 use serde::Serialize;
+
+use super::state_journal;
 
 /// Arguments of `pinion state`.
 #[derive(Debug, clap::Args)]
@@ -24,7 +35,8 @@ pub struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum StateCommand {
-    /// Show a checkpoint file (kubelet's `cpu_manager_state`) and check its checksum.
+    /// Show a checkpoint file (kubelet's `cpu_manager_state`) and check its
+    /// checksum, with Pinion's journal beside it (or a journal file).
     Inspect(InspectArgs),
     /// Check a checkpoint against this machine and a policy configuration,
     /// as kubelet does when it starts.
@@ -32,11 +44,16 @@ enum StateCommand {
     /// Turn a checkpoint kubelet would refuse into a valid one for a new
     /// configuration, keeping every assignment that is still valid.
     Migrate(super::state_check::MigrateArgs),
+    /// Carry katalyst ORM's resource-plugin allocations
+    /// (`kubelet_qrm_checkpoint`) into Pinion's state directory (dry run
+    /// unless --write).
+    ImportQrm(super::state_import::ImportArgs),
 }
 
 #[derive(Debug, clap::Args)]
 struct InspectArgs {
-    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state.
+    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state, or a
+    /// journal file (pinion_journal).
     file: PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
@@ -47,6 +64,9 @@ struct InspectArgs {
 enum Format {
     Text,
     Json,
+    /// The `cpu_manager_state` a restart would start from: the checkpoint
+    /// with the journal beside it replayed, in kubelet's format.
+    Effective,
 }
 
 /// Runs `pinion state`.
@@ -55,23 +75,67 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         StateCommand::Inspect(inspect) => run_inspect(inspect),
         StateCommand::Verify(verify) => super::state_check::verify(verify),
         StateCommand::Migrate(migrate) => super::state_check::migrate_file(migrate),
+        StateCommand::ImportQrm(import) => super::state_import::import(import),
     }
 }
 
 fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
     let path = args.file.display().to_string();
     let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {path}"))?;
+    let dir = args.file.parent().unwrap_or_else(|| Path::new("."));
+    let is_journal = journal::is_journal(&bytes);
+    if let Format::Effective = args.format {
+        let (checkpoint, journal) = if is_journal {
+            (dir.join(CPU_MANAGER_STATE), args.file.clone())
+        } else {
+            (args.file.clone(), dir.join(journal::JOURNAL))
+        };
+        let effective = state_journal::effective(&checkpoint, &journal)?;
+        let bytes = effective.to_bytes().with_context(|| {
+            format!("cannot encode the state a restart would start from ({path})")
+        })?;
+        println!("{}", String::from_utf8_lossy(&bytes));
+        return Ok(());
+    }
+    if is_journal {
+        let report = state_journal::report(&dir.join(CPU_MANAGER_STATE), &args.file)?;
+        match args.format {
+            Format::Text => print!("{}", report.to_text()),
+            Format::Json | Format::Effective => {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            }
+        }
+        return fail_on(&path, &report.problems);
+    }
     let checkpoint =
         checkpoint::decode(&bytes).with_context(|| format!("cannot decode checkpoint {path}"))?;
-    let report = Report::new(path.clone(), &checkpoint);
-    match args.format {
-        Format::Text => print!("{}", report.to_text()),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    let mut report = Report::new(path.clone(), &checkpoint);
+    let beside = dir.join(journal::JOURNAL);
+    let is_kubelets_file = args.file.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
+    if is_kubelets_file && beside.exists() {
+        let journal = state_journal::report(&args.file, &beside)?;
+        report.problems.extend(journal.problems.iter().cloned());
+        report.journal = Some(journal);
     }
-    if report.problems.is_empty() {
+    match args.format {
+        Format::Text => {
+            print!("{}", report.to_text());
+            if let Some(journal) = &report.journal {
+                print!("{}", journal.to_text());
+            }
+        }
+        Format::Json | Format::Effective => {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+    }
+    fail_on(&path, &report.problems)
+}
+
+fn fail_on(path: &str, problems: &[String]) -> anyhow::Result<()> {
+    if problems.is_empty() {
         Ok(())
     } else {
-        anyhow::bail!("{path}: {}", report.problems.join("; "))
+        anyhow::bail!("{path}: {}", problems.join("; "))
     }
 }
 
@@ -135,8 +199,12 @@ struct Report {
     default: CpuSetView,
     entries: EntriesView,
     checksum: ChecksumView,
-    /// Why the checkpoint would not be accepted (empty when it would).
+    /// Why the checkpoint would not be accepted (empty when it would),
+    /// and the journal's problems.
     problems: Vec<String>,
+    /// Pinion's journal beside the checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    journal: Option<super::state_journal::JournalReport>,
 }
 
 impl Report {
@@ -184,6 +252,7 @@ impl Report {
                 status,
             },
             problems,
+            journal: None,
         }
     }
 

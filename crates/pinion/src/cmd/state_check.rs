@@ -2,9 +2,12 @@
 //! against this machine and a policy configuration the way kubelet would at
 //! start, and — where kubelet would refuse to start — turn it into a valid
 //! state for the new configuration, keeping every assignment that is still
-//! valid and saying which ones cannot be kept.
+//! valid and saying which ones cannot be kept. A `cpu_manager_state` with
+//! Pinion's journal beside it is read with the journal's records replayed
+//! (the state the agent starts from), and says so.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -15,6 +18,8 @@ use pinion_core::restore::{restore, to_checkpoint};
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::durable;
+use pinion_host::journal::{inspect_paths, JOURNAL};
+use pinion_host::store::CPU_MANAGER_STATE;
 
 use crate::render;
 
@@ -201,6 +206,11 @@ pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
         args.file.display(),
         kept.display()
     );
+    if dir.join(JOURNAL).exists() && name == CPU_MANAGER_STATE {
+        println!(
+            "the journal beside it is superseded by this file: the agent keeps it as {JOURNAL}.superseded-N at its next start"
+        );
+    }
     Ok(())
 }
 
@@ -227,8 +237,50 @@ fn print_report(checkpoint: &Checkpoint, policy: &Policy, outcomes: &[Outcome], 
 
 fn read(path: &Path) -> anyhow::Result<Checkpoint> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    checkpoint::decode(&bytes)
-        .with_context(|| format!("cannot decode checkpoint {}", path.display()))
+    let checkpoint = checkpoint::decode(&bytes)
+        .with_context(|| format!("cannot decode checkpoint {}", path.display()))?;
+    with_journal(path, checkpoint)
+}
+
+/// A valid `cpu_manager_state` with the records of Pinion's journal beside
+/// it replayed — the state the agent starts from — with a note saying so;
+/// the checkpoint as read otherwise (no journal, nothing to replay, a
+/// corrupt file: its own checks report it).
+fn with_journal(path: &Path, checkpoint: Checkpoint) -> anyhow::Result<Checkpoint> {
+    let Some(dir) = path.parent() else {
+        return Ok(checkpoint);
+    };
+    let journal_path = dir.join(JOURNAL);
+    let kubelets_file = path.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
+    if !kubelets_file || !journal_path.exists() || checkpoint.verify().is_err() {
+        return Ok(checkpoint);
+    }
+    let inspection = inspect_paths(path, &journal_path)?;
+    let Some(Ok(view)) = inspection.journal else {
+        println!(
+            "journal: {} is unreadable, not used (see `pinion state inspect`)",
+            journal_path.display()
+        );
+        return Ok(checkpoint);
+    };
+    let replayed = view
+        .replay
+        .records
+        .iter()
+        .filter(|r| r.touches_state())
+        .count();
+    if replayed == 0 {
+        return Ok(checkpoint);
+    }
+    let effective = view
+        .effective
+        .with_context(|| format!("{}: cannot replay the journal on it", path.display()))?
+        .unwrap_or(checkpoint);
+    println!(
+        "journal: {replayed} records of {} replayed on the checkpoint (the state the agent starts from)",
+        journal_path.display()
+    );
+    Ok(effective)
 }
 
 fn split_path(path: &Path) -> anyhow::Result<(&Path, &str)> {

@@ -34,7 +34,7 @@ pub fn render(topology: &Topology, state: &State, reserved: &CpuSet) -> String {
                 continue;
             }
             let _ = writeln!(out, "  numa {numa}");
-            for (llc, llc_cpus) in topology.uncores() {
+            for (llc, llc_cpus) in topology.llcs() {
                 let cpus = llc_cpus.intersection(&in_socket);
                 if !cpus.is_empty() {
                     render_llc(&mut out, topology, *llc, &cpus, state, reserved, &holders);
@@ -122,6 +122,7 @@ fn holders(state: &State) -> Vec<(char, String, CpuSet)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pinion_core::testing::cpus;
     use pinion_core::topology::{synthetic, Shape};
 
     #[test]
@@ -134,15 +135,11 @@ mod tests {
             cores_per_uncore: 0,
         });
         let mut state = State {
-            default: CpuSet::parse_list("0,2-4,6-7").expect("cpulist"),
+            default: cpus("0,2-4,6-7"),
             ..State::default()
         };
-        state.assign("pod", "app", CpuSet::parse_list("1,5").expect("cpulist"));
-        let text = render(
-            &topology,
-            &state,
-            &CpuSet::parse_list("0,4").expect("cpulist"),
-        );
+        state.assign("pod", "app", cpus("1,5"));
+        let text = render(&topology, &state, &cpus("0,4"));
         assert!(
             text.contains("llc 0   [0 R 4 R] [1 A 5 A] [2 . 6 .] [3 . 7 .]"),
             "{text}"

@@ -55,7 +55,7 @@ pub fn summary(topology: &Topology) -> String {
         plural(topology.num_sockets(), "socket"),
         plural(topology.num_cores(), "core"),
         threads_per_core(topology),
-        plural(topology.num_uncore_caches(), "LLC group"),
+        plural(topology.llcs().len(), "LLC group"),
         topology.num_cpus(),
         topology.all_cpus(),
         topology.offline().len(),
@@ -65,6 +65,13 @@ pub fn summary(topology: &Topology) -> String {
     );
     if !topology.nohz_full().is_empty() {
         let _ = write!(line, ", nohz_full {}", topology.nohz_full());
+    }
+    if topology.uncores() != topology.llcs() {
+        let _ = write!(
+            line,
+            "\nuncore groups (kubelet: the L3, else the socket): {}",
+            plural(topology.num_uncore_caches(), "group")
+        );
     }
     let types = core_types(topology);
     if !types.is_empty() {
@@ -102,12 +109,12 @@ fn render_node(out: &mut String, topology: &Topology, node: u32, here: &CpuSet, 
         part_of(here, all),
         memory(topology, node)
     );
-    for (uncore, uncore_cpus) in topology.uncores() {
-        let cpus = here.intersection(uncore_cpus);
+    for (llc, llc_cpus) in topology.llcs() {
+        let cpus = here.intersection(llc_cpus);
         if cpus.is_empty() {
             continue;
         }
-        let _ = writeln!(out, "    llc {uncore}: {}", part_of(&cpus, uncore_cpus));
+        let _ = writeln!(out, "    llc {llc}: {}", part_of(&cpus, llc_cpus));
         render_cores(out, topology, &cpus);
     }
 }

@@ -28,8 +28,12 @@ fn engine(policy: &str, scope: &str) -> Engine {
         ..PolicyConfig::default()
     };
     let manager = config.build_topology_manager(&topology).unwrap();
-    let mut engine = Engine::new(config.build(&topology).unwrap(), State::default())
-        .with_topology_manager(manager);
+    let mut engine = Engine::new(
+        &topology,
+        config.build(&topology).unwrap(),
+        State::default(),
+    )
+    .with_topology_manager(manager);
     engine.start().unwrap();
     engine
 }
@@ -44,6 +48,7 @@ fn container(name: &str, cpus: u32) -> Container {
         memory_request: Some(memory.clone()),
         memory_limit: Some(memory),
         restart_policy: None,
+        ..Container::default()
     }
 }
 
@@ -60,9 +65,7 @@ fn pod(uid: &str, cpus: &[u32]) -> Pod {
     }
 }
 
-fn cpus(text: &str) -> CpuSet {
-    CpuSet::parse_list(text).unwrap()
-}
+use crate::testing::cpus;
 
 fn node(id: u32) -> NumaMask {
     NumaMask::single(id).unwrap()
@@ -256,7 +259,7 @@ mod properties {
             ..PolicyConfig::default()
         };
         let manager = config.build_topology_manager(topology).unwrap();
-        let mut engine = Engine::new(config.build(topology).unwrap(), State::default())
+        let mut engine = Engine::new(topology, config.build(topology).unwrap(), State::default())
             .with_topology_manager(manager);
         engine.start().unwrap();
         engine

@@ -11,6 +11,7 @@ fn smt_machine_has_kubelet_core_ids_and_one_l3() {
     );
     assert_eq!(groups(t.sockets()), vec![(0, "0-3".into())]);
     assert_eq!(groups(t.uncores()), vec![(0, "0-3".into())]);
+    assert_eq!(groups(t.llcs()), vec![(0, "0-3".into())]);
     assert_eq!(groups(t.numa_cpus()), vec![(0, "0-3".into())]);
     assert!(t.offline().is_empty() && t.isolated().is_empty() && t.nohz_full().is_empty());
     assert!(t
@@ -75,10 +76,7 @@ fn cache_groups_without_ids_are_labelled_by_their_lowest_cpu() {
             .cache(cpu, 2, 2, "Unified", l2);
     }
     let t = tree.discover();
-    assert_eq!(
-        groups(t.uncores()),
-        vec![(0, "0-1".into()), (2, "2-3".into())]
-    );
+    assert_eq!(groups(t.llcs()), vec![(0, "0-1".into()), (2, "2-3".into())]);
 }
 
 #[test]
@@ -95,10 +93,7 @@ fn hex_shared_cpu_map_is_read_when_the_list_is_missing() {
             );
     }
     let t = tree.discover();
-    assert_eq!(
-        groups(t.uncores()),
-        vec![(0, "0,2".into()), (1, "1,3".into())]
-    );
+    assert_eq!(groups(t.llcs()), vec![(0, "0,2".into()), (1, "1,3".into())]);
 }
 
 #[test]
@@ -111,12 +106,12 @@ fn kernel_cache_ids_label_groups_unless_they_repeat() {
             .file(&format!("{dir}/id"), id);
     }
     assert_eq!(
-        groups(tree.discover().uncores()),
+        groups(tree.discover().llcs()),
         vec![(8, "2-3".into()), (17, "0-1".into())]
     );
     tree.file(&format!("{CPU}/cpu2/cache/index3/id"), "17");
     assert_eq!(
-        groups(tree.discover().uncores()),
+        groups(tree.discover().llcs()),
         vec![(0, "0-1".into()), (2, "2-3".into())],
         "a repeated id falls back to lowest-cpu labels"
     );
@@ -129,10 +124,7 @@ fn data_cache_is_the_llc_when_no_unified_cache_exists() {
         tree.remove(&format!("{CPU}/cpu{cpu}/cache/index3"));
     }
     let t = tree.discover();
-    assert_eq!(
-        groups(t.uncores()),
-        vec![(0, "0,2".into()), (1, "1,3".into())]
-    );
+    assert_eq!(groups(t.llcs()), vec![(0, "0,2".into()), (1, "1,3".into())]);
 }
 
 #[test]
@@ -143,7 +135,56 @@ fn unified_cache_wins_over_a_higher_data_cache() {
             .cache(cpu, 2, 2, "Unified", "0-3")
             .cache(cpu, 3, 3, "Data", &cpu.to_string());
     }
-    assert_eq!(groups(tree.discover().uncores()), vec![(0, "0-3".into())]);
+    assert_eq!(groups(tree.discover().llcs()), vec![(0, "0-3".into())]);
+}
+
+/// kubelet's uncore group is the L3 (cAdvisor's uncore caches are the
+/// caches above L2); without one it is the socket, while the LLC stays
+/// the L2.
+#[test]
+fn uncore_falls_back_to_the_socket_without_an_l3_and_llc_keeps_the_l2() {
+    let tree = smt_machine();
+    for cpu in 0..4 {
+        let l2 = if cpu < 2 { "0-1" } else { "2-3" };
+        tree.remove(&format!("{CPU}/cpu{cpu}/cache/index3"))
+            .cache(cpu, 2, 2, "Unified", l2)
+            .file(
+                &format!("{CPU}/cpu{cpu}/topology/physical_package_id"),
+                "7\n",
+            );
+    }
+    let t = tree.discover();
+    assert_eq!(groups(t.uncores()), vec![(7, "0-3".into())]);
+    assert_eq!(groups(t.llcs()), vec![(0, "0-1".into()), (2, "2-3".into())]);
+    let aligned = t.with_llc_as_uncore();
+    assert_eq!(
+        groups(aligned.uncores()),
+        vec![(0, "0-1".into()), (2, "2-3".into())]
+    );
+}
+
+#[test]
+fn uncore_is_the_first_cache_above_l2_even_below_a_higher_one() {
+    let tree = smt_machine();
+    for cpu in 0..4 {
+        let half = if cpu < 2 { "0-1" } else { "2-3" };
+        tree.file(
+            &format!("{CPU}/cpu{cpu}/cache/index3/shared_cpu_list"),
+            half,
+        )
+        .file(
+            &format!("{CPU}/cpu{cpu}/cache/index3/id"),
+            if cpu < 2 { "4" } else { "5" },
+        )
+        .cache(cpu, 4, 4, "Unified", "0-3")
+        .file(&format!("{CPU}/cpu{cpu}/cache/index4/id"), "9");
+    }
+    let t = tree.discover();
+    assert_eq!(
+        groups(t.uncores()),
+        vec![(4, "0-1".into()), (5, "2-3".into())]
+    );
+    assert_eq!(groups(t.llcs()), vec![(9, "0-3".into())]);
 }
 
 #[test]
@@ -152,7 +193,7 @@ fn no_cache_directories_put_every_cpu_in_group_0() {
     for cpu in 0..4 {
         tree.remove(&format!("{CPU}/cpu{cpu}/cache"));
     }
-    assert_eq!(groups(tree.discover().uncores()), vec![(0, "0-3".into())]);
+    assert_eq!(groups(tree.discover().llcs()), vec![(0, "0-3".into())]);
 }
 
 #[test]

@@ -1,0 +1,334 @@
+//! Batches: group commit of decisions. A batch is a run of decisions made
+//! in memory one after the other (strictly in arrival order), each appending
+//! its records to the journal; then one `fdatasync` makes them all durable
+//! ([`Controller::commit`]). Only after that are their effects applied
+//! (processes moved into cgroups, cgroups removed, cpusets written, runtime
+//! updates sent) and their callers answered. When the flush fails, the
+//! batch is rolled back to the last durable point and every decision in it
+//! fails; nothing of it reaches a cgroup or the runtime.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use pinion_core::engine::Engine;
+use pinion_core::record::{diff, diff_side, Record, Scope, SideData};
+use pinion_core::state::State;
+use pinion_host::cgroup::CgroupName;
+
+use super::{AdmitRequest, Admitted, ControlError, Controller, Key, Released, Workload};
+use crate::hints::GatheredHints;
+
+/// Compact the journal into the checkpoint when it has records this old.
+const COMPACT_AFTER: Duration = Duration::from_secs(60);
+
+/// One decision of a batch.
+#[derive(Debug)]
+pub enum Decision {
+    Admit {
+        request: Box<AdmitRequest>,
+        hints: Box<GatheredHints>,
+    },
+    Release {
+        pod: String,
+        container: Option<String>,
+    },
+}
+
+/// The answer to one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Admitted(Box<Admitted>),
+    Released(Released),
+}
+
+/// What a decision does once its batch is durable.
+#[derive(Debug)]
+pub(super) enum AfterFlush {
+    /// Move the run's process into its cgroup.
+    AddPid {
+        key: Key,
+        cgroup: CgroupName,
+        pid: u32,
+    },
+    /// Remove a released run's cgroup (or keep it while processes remain).
+    Retire {
+        key: Key,
+        cgroup: CgroupName,
+        pid: Option<u32>,
+    },
+}
+
+/// The rollback point and pending effects of the decisions since the last
+/// durable point.
+pub(super) struct Batch {
+    engine: Engine,
+    /// The workloads this batch changed, as they were before it (`None`:
+    /// absent), first change only — the undo log of a rollback (cloning
+    /// every workload for each batch would cost a burst of small batches
+    /// dearly).
+    workloads: Vec<(Key, Option<Workload>)>,
+    side: SideData,
+    /// Cgroups created by this batch's admissions (removed on rollback).
+    pub(super) created: Vec<CgroupName>,
+    pub(super) after: Vec<AfterFlush>,
+    /// Containers admitted by this batch (their callers hand the runtime
+    /// their placement with the answer).
+    pub(super) admitted: Vec<Key>,
+    /// A decision whose records could not be appended: the whole batch is
+    /// rolled back (the journal holds a prefix of it).
+    pub(super) poisoned: Option<String>,
+}
+
+impl Batch {
+    /// Notes workload `key` as it is now, before this batch changes it
+    /// (only the first time).
+    pub(super) fn touch(&mut self, workloads: &BTreeMap<Key, Workload>, key: &Key) {
+        if !self.workloads.iter().any(|(k, _)| k == key) {
+            self.workloads
+                .push((key.clone(), workloads.get(key).cloned()));
+        }
+    }
+}
+
+/// What a decision returns before its batch is durable.
+enum Outcome {
+    Admitted(Key),
+    Released(Released),
+}
+
+impl Controller {
+    /// Starts a batch at the current (durable) state.
+    pub(super) fn begin(&self) -> Batch {
+        Batch {
+            engine: self.engine.clone(),
+            workloads: Vec::new(),
+            side: self.side.clone(),
+            created: Vec::new(),
+            after: Vec::new(),
+            admitted: Vec::new(),
+            poisoned: None,
+        }
+    }
+
+    /// Makes `decisions` (in order) durable with one flush, applies them and
+    /// answers each.
+    pub fn run_batch(&mut self, decisions: Vec<Decision>) -> Vec<Result<Answer, ControlError>> {
+        let mut batch = self.begin();
+        let outcomes: Vec<Result<Outcome, ControlError>> = decisions
+            .into_iter()
+            .map(|decision| match decision {
+                Decision::Admit { request, hints } => self
+                    .decide_admit(&request, &hints, &mut batch)
+                    .map(Outcome::Admitted),
+                Decision::Release { pod, container } => self
+                    .decide_release(&pod, container.as_deref(), &mut batch)
+                    .map(Outcome::Released),
+            })
+            .collect();
+        let admitted = batch.admitted.clone();
+        let committed = self.commit(batch);
+        let failed_pids = match committed {
+            Ok(failed) => failed,
+            Err(err) => {
+                let reason = err.to_string();
+                return outcomes
+                    .into_iter()
+                    .map(|outcome| {
+                        outcome.and_then(|_| {
+                            Err(ControlError::NotDurable {
+                                reason: reason.clone(),
+                            })
+                        })
+                    })
+                    .collect();
+            }
+        };
+        self.converge_admitted(&admitted);
+        outcomes
+            .into_iter()
+            .map(|outcome| match outcome? {
+                Outcome::Admitted(key) => match failed_pids.iter().find(|(k, _)| *k == key) {
+                    Some((_, err)) => Err(ControlError::NotDurable {
+                        reason: format!("placing the process failed, admission undone: {err}"),
+                    }),
+                    None => Ok(Answer::Admitted(Box::new(self.admitted(&key)))),
+                },
+                Outcome::Released(released) => Ok(Answer::Released(released)),
+            })
+            .collect()
+    }
+
+    /// Appends the records that turn `before` into the current state and
+    /// side data to the journal (memory only until the batch's flush).
+    pub(super) fn record(
+        &mut self,
+        before: &State,
+        side_before: Option<&SideData>,
+    ) -> Result<(), ControlError> {
+        let mut records = diff(before, self.engine.state());
+        if let Some(side_before) = side_before {
+            records.extend(diff_side(side_before, &self.side));
+        }
+        for record in &records {
+            self.store.record(record)?;
+        }
+        Ok(())
+    }
+
+    /// Appends the records of a decision that touched only `scope`'s pods
+    /// and the shared pool (admissions and releases): linear in those pods,
+    /// not in the whole state.
+    pub(super) fn record_scope(&mut self, scope: &Scope, batch: &mut Batch) {
+        let records = scope.diff(self.engine.state());
+        self.append(&records, batch);
+    }
+
+    /// Appends `records`; one that cannot be appended poisons the batch.
+    pub(super) fn append(&mut self, records: &[Record], batch: &mut Batch) {
+        for record in records {
+            if let Err(err) = self.store.record(record) {
+                batch.poisoned.get_or_insert_with(|| err.to_string());
+            }
+        }
+    }
+
+    /// Makes the batch durable (one flush, when it has records) and applies
+    /// its effects; on a failed flush rolls it back. Returns the admissions
+    /// whose process could not be placed (undone by a second batch).
+    pub(super) fn commit(
+        &mut self,
+        batch: Batch,
+    ) -> Result<Vec<(Key, ControlError)>, ControlError> {
+        if let Some(reason) = batch.poisoned.clone() {
+            let dropped = self.store.discard_pending();
+            tracing::error!(
+                dropped,
+                "a decision could not be recorded, rolling the batch back: {reason}"
+            );
+            self.rollback(batch);
+            return Err(ControlError::NotDurable { reason });
+        }
+        if self.store.pending() > 0 {
+            let started = Instant::now();
+            let records = self.store.pending();
+            let flushed = self.store.flush();
+            self.counters
+                .journal_flush_seconds
+                .observe(started.elapsed().as_secs_f64());
+            if let Err(err) = flushed {
+                self.counters.journal_flush_failures_total += 1;
+                tracing::error!(
+                    records,
+                    "journal flush failed, rolling the batch back: {err}"
+                );
+                self.rollback(batch);
+                return Err(err.into());
+            }
+            self.counters.journal_batches_total += 1;
+            self.counters.journal_records_total += records as u64;
+        }
+        let mut failed = Vec::new();
+        for effect in batch.after {
+            match effect {
+                AfterFlush::AddPid { key, cgroup, pid } => {
+                    if let Err(source) = self.host.add_pid(&cgroup, pid) {
+                        failed.push((
+                            key,
+                            ControlError::Cgroup {
+                                pod: cgroup.to_string(),
+                                source,
+                            },
+                        ));
+                    }
+                }
+                AfterFlush::Retire { key, cgroup, pid } => self.retire_cgroup(&key, cgroup, pid),
+            }
+        }
+        if !failed.is_empty() {
+            let keys: Vec<Key> = failed.iter().map(|(key, _)| key.clone()).collect();
+            tracing::error!(?keys, "placing processes failed; undoing their admissions");
+            self.undo_admissions(&keys);
+        }
+        self.maybe_compact(false);
+        Ok(failed)
+    }
+
+    /// Back to the batch's starting point: state, workloads, and the
+    /// cgroups its admissions created.
+    fn rollback(&mut self, batch: Batch) {
+        self.engine = batch.engine;
+        for (key, before) in batch.workloads.into_iter().rev() {
+            match before {
+                Some(workload) => {
+                    self.workloads.insert(key, workload);
+                }
+                None => {
+                    self.workloads.remove(&key);
+                }
+            }
+        }
+        self.side = batch.side;
+        for cgroup in batch.created {
+            if let Err(err) = self.host.remove(&cgroup) {
+                tracing::warn!("removing cgroup {cgroup} of a rolled-back admission: {err}");
+            }
+        }
+        self.publish();
+    }
+
+    /// Releases admissions whose process could not be placed, as a batch of
+    /// its own.
+    fn undo_admissions(&mut self, keys: &[Key]) {
+        let mut batch = self.begin();
+        let before = self.engine.state().clone();
+        for (pod, container) in keys {
+            self.engine.remove(pod, container);
+            if let Some(workload) = self.workloads.remove(&(pod.clone(), container.clone())) {
+                if let super::Frontend::Standalone { cgroup, .. } = workload.frontend {
+                    batch.created.push(cgroup);
+                }
+            }
+        }
+        let created = std::mem::take(&mut batch.created);
+        if let Err(err) = self
+            .record(&before, None)
+            .and_then(|()| self.store.flush().map(drop).map_err(ControlError::from))
+        {
+            tracing::error!("undoing admissions: {err}; a restart releases them");
+        }
+        for cgroup in created {
+            if let Err(err) = self.host.remove(&cgroup) {
+                tracing::warn!("removing cgroup {cgroup} of an undone admission: {err}");
+            }
+        }
+    }
+
+    /// At shutdown: the checkpoint catches up with the journal, so tools
+    /// reading `cpu_manager_state` see the final state.
+    pub fn shutdown(&mut self) {
+        self.maybe_compact(true);
+    }
+
+    /// Rewrites the checkpoint from the state and resets the journal, when
+    /// the journal is large or has records older than a minute (or always
+    /// with `force`). Never on the way to an answer: callers run it after
+    /// the batch's effects. A failure loses nothing and is retried later.
+    pub(super) fn maybe_compact(&mut self, force: bool) {
+        let due = self.store.should_compact()
+            || (self.store.records_since_compaction() > 0
+                && self.compacted.elapsed() >= COMPACT_AFTER);
+        if !(force || due) || self.store.pending() > 0 {
+            return;
+        }
+        let started = Instant::now();
+        match self.store.compact(self.engine.state(), &self.side) {
+            Ok(()) => {
+                self.compacted = Instant::now();
+                self.counters
+                    .checkpoint_write_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Err(err) => tracing::error!("compacting the journal into the checkpoint: {err}"),
+        }
+    }
+}

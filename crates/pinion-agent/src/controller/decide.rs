@@ -1,0 +1,256 @@
+//! The decisions of a batch: admissions and releases, made in memory with
+//! their journal records appended; [`super::batch`] makes them durable and
+//! applies their effects.
+
+use std::time::Instant;
+
+use pinion_core::record::Scope;
+use pinion_core::CpuSet;
+use pinion_host::cgroup::CgroupName;
+
+use super::batch::{AfterFlush, Answer, Batch, Decision};
+use super::{
+    describe_holder, describe_request, AdmitRequest, Admitted, ControlError, Controller, Frontend,
+    Key, Released, Workload,
+};
+use crate::hints::GatheredHints;
+
+impl Controller {
+    /// Admits one container (a batch of one): decide, make durable, place,
+    /// then answer.
+    pub fn admit(
+        &mut self,
+        request: &AdmitRequest,
+        hints: &GatheredHints,
+    ) -> Result<Admitted, ControlError> {
+        let decision = Decision::Admit {
+            request: Box::new(request.clone()),
+            hints: Box::new(hints.clone()),
+        };
+        match self.run_batch(vec![decision]).pop() {
+            Some(Ok(Answer::Admitted(admitted))) => Ok(*admitted),
+            Some(Err(err)) => Err(err),
+            _ => Err(ControlError::Stopped),
+        }
+    }
+
+    /// Releases one container (`Some(name)`) or every container of a pod
+    /// (a batch of one).
+    pub fn release(
+        &mut self,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<Released, ControlError> {
+        let decision = Decision::Release {
+            pod: pod.to_string(),
+            container: container.map(str::to_string),
+        };
+        match self.run_batch(vec![decision]).pop() {
+            Some(Ok(Answer::Released(released))) => Ok(released),
+            Some(Err(err)) => Err(err),
+            _ => Err(ControlError::Stopped),
+        }
+    }
+
+    /// An admission, in memory: the engine decides, a standalone run's
+    /// cgroup is created (it exists before its journal record and until
+    /// after its release is durable: at a restart, an assignment with a
+    /// cgroup under Pinion's root is a standalone run, one without is the
+    /// runtime's), the records are appended.
+    pub(super) fn decide_admit(
+        &mut self,
+        request: &AdmitRequest,
+        hints: &GatheredHints,
+        batch: &mut Batch,
+    ) -> Result<Key, ControlError> {
+        let key = (request.pod.uid.clone(), request.container.clone());
+        batch.touch(&self.workloads, &key);
+        if self.workloads.contains_key(&key) {
+            return self.readmit(&key, request).map(|()| key);
+        }
+        let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
+        let started = Instant::now();
+        let report = self.engine.admit_container_as(
+            &request.pod,
+            &request.container,
+            &[hints],
+            request.cpu_owner,
+        );
+        self.engine.record_admission_duration(started.elapsed());
+        if let Err(source) = report.result {
+            return Err(ControlError::Admission {
+                pod: key.0,
+                container: key.1,
+                source: Box::new(source),
+            });
+        }
+        let desired = self.engine.placement(&key.0, &key.1);
+        if let Frontend::Standalone { cgroup, .. } = &request.frontend {
+            if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
+                self.engine.remove(&key.0, &key.1);
+                return Err(ControlError::Cgroup { pod: key.0, source });
+            }
+            batch.created.push(cgroup.clone());
+        }
+        self.record_scope(&scope, batch);
+        if let Frontend::Standalone {
+            cgroup,
+            pid: Some(pid),
+        } = &request.frontend
+        {
+            batch.after.push(AfterFlush::AddPid {
+                key: key.clone(),
+                cgroup: cgroup.clone(),
+                pid: *pid,
+            });
+        }
+        tracing::info!(pod = %key.0, container = %key.1, pool = %desired.pool, cpus = %desired.cpus, "admitted");
+        let mut workload = Workload::new(
+            request.frontend.clone(),
+            Some(request.pod.clone()),
+            desired.clone(),
+        );
+        workload.applied = Some(desired);
+        self.workloads.insert(key.clone(), workload);
+        batch.admitted.push(key.clone());
+        Ok(key)
+    }
+
+    /// A second admission of an admitted container: a retry (the same
+    /// process and request of a standalone run; any runtime container of
+    /// that name, which keeps its CPUs as kubelet does for a restarted
+    /// container) changes nothing; anything else is a conflict.
+    fn readmit(&mut self, key: &Key, request: &AdmitRequest) -> Result<(), ControlError> {
+        let Some(existing) = self.workloads.get(key).cloned() else {
+            return Err(ControlError::NotFound {
+                pod: key.0.clone(),
+                container: Some(key.1.clone()),
+            });
+        };
+        match (&existing.frontend, &request.frontend) {
+            (Frontend::Runtime { container_id }, Frontend::Runtime { container_id: new }) => {
+                if container_id != new {
+                    tracing::info!(pod = %key.0, container = %key.1, id = ?new, "a new runtime container of an admitted container keeps its placement");
+                    if let Some(workload) = self.workloads.get_mut(key) {
+                        workload.frontend = request.frontend.clone();
+                        workload.applied = Some(workload.desired.clone());
+                    }
+                }
+                Ok(())
+            }
+            (Frontend::Standalone { pid: held, .. }, Frontend::Standalone { pid: asked, .. })
+                if held == asked && existing.spec.as_ref().is_none_or(|s| *s == request.pod) =>
+            {
+                Ok(())
+            }
+            (held, asked) => Err(ControlError::Conflict {
+                pod: key.0.clone(),
+                container: key.1.clone(),
+                held: describe_holder(held, &existing.desired),
+                asked: describe_request(asked, &request.pod, &key.1),
+            }),
+        }
+    }
+
+    /// A release, in memory: the engine frees the CPUs, the records are
+    /// appended, the workloads go (their cgroups once the batch is durable).
+    pub(super) fn decide_release(
+        &mut self,
+        pod: &str,
+        container: Option<&str>,
+        batch: &mut Batch,
+    ) -> Result<Released, ControlError> {
+        let keys = self.keys_of(pod, container);
+        if keys.is_empty() {
+            return Err(ControlError::NotFound {
+                pod: pod.to_string(),
+                container: container.map(str::to_string),
+            });
+        }
+        let freed = self.decide_release_keys(&keys, batch)?;
+        Ok(Released {
+            containers: keys.into_iter().map(|(_, c)| c).collect(),
+            cpus: freed,
+        })
+    }
+
+    /// Releases `keys` in memory; returns the CPUs that went back to the
+    /// shared pool.
+    pub(super) fn decide_release_keys(
+        &mut self,
+        keys: &[Key],
+        batch: &mut Batch,
+    ) -> Result<CpuSet, ControlError> {
+        let scope = Scope::of(
+            self.engine.state(),
+            keys.iter().map(|(pod, _)| pod.as_str()),
+        );
+        let mut freed = CpuSet::new();
+        for (pod, container) in keys {
+            freed.union_with(&self.engine.remove(pod, container));
+        }
+        let mut removed = Vec::new();
+        for key in keys {
+            batch.touch(&self.workloads, key);
+            if let Some(workload) = self.workloads.remove(key) {
+                removed.push((key.clone(), workload));
+            }
+        }
+        let side = self.note_pod_removals(keys);
+        self.record_scope(&scope, batch);
+        self.append(&side, batch);
+        for (key, workload) in removed {
+            if let Frontend::Standalone { cgroup, pid } = workload.frontend {
+                batch.after.push(AfterFlush::Retire {
+                    key: key.clone(),
+                    cgroup,
+                    pid,
+                });
+            }
+        }
+        for key in keys {
+            tracing::info!(pod = %key.0, container = %key.1, "released");
+        }
+        Ok(freed)
+    }
+
+    pub(super) fn keys_of(&self, pod: &str, container: Option<&str>) -> Vec<Key> {
+        let matches = |c: &str| container.is_none_or(|want| want == c);
+        let mut keys: Vec<Key> = self
+            .workloads
+            .keys()
+            .filter(|(p, c)| p == pod && matches(c))
+            .cloned()
+            .collect();
+        if let Some(containers) = self.engine.state().assignments.get(pod) {
+            for name in containers.keys().filter(|c| matches(c)) {
+                let key = (pod.to_string(), name.clone());
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+        }
+        keys
+    }
+
+    /// A released container's cgroup goes away when empty; with processes
+    /// left it stays as a shared-pool member until reconcile finds it empty.
+    pub(super) fn retire_cgroup(&mut self, key: &Key, cgroup: CgroupName, pid: Option<u32>) {
+        match self.host.pids(&cgroup) {
+            Ok(pids) if pids.is_empty() => {
+                if let Err(err) = self.host.remove(&cgroup) {
+                    tracing::warn!("cgroup {cgroup} not removed yet: {err}");
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
+                let desired = self.engine.placement(&key.0, &key.1);
+                self.workloads.insert(
+                    key.clone(),
+                    Workload::new(Frontend::Standalone { cgroup, pid }, None, desired),
+                );
+            }
+            Err(err) => tracing::warn!("reading processes of cgroup {cgroup}: {err}"),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The executor: the one place where placements reach the node. After every
+//! change the controller recomputes each workload's *desired* placement from
+//! the engine, and the executor turns each difference from what was last
+//! *applied* into
+//!
+//! * cgroup writes for standalone runs (Pinion's own cgroups), or
+//! * one batch of runtime updates for runtime containers, handed to the NRI
+//!   front-end, which sends them after the handler that caused them returned
+//!   (containerd holds its lock while it waits for a handler's reply).
+//!
+//! Admission, release, shared-pool changes, drift repair and restart
+//! recovery all end here; nothing else writes a cpuset.
+
+use pinion_core::Placement;
+
+use super::{Controller, Frontend, Key};
+
+/// A placement for a runtime container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeUpdate {
+    pub container_id: String,
+    pub placement: Placement,
+}
+
+/// What to do with the runtime updates of a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// Send them to the runtime front-end's channel.
+    Send,
+    /// Return them to the caller, which answers a runtime request with them
+    /// (`Synchronize`).
+    Return,
+}
+
+impl Controller {
+    /// Recomputes every desired placement, applies the differences (runtime
+    /// updates sent to the front-end) and publishes the shared pool and a
+    /// snapshot.
+    pub(super) fn converge(&mut self) {
+        self.execute(Delivery::Send);
+    }
+
+    /// [`Controller::converge`] after a batch: the runtime containers it
+    /// admitted are answered with their placement (the runtime applies it
+    /// as it creates them), so they get no update.
+    pub(super) fn converge_admitted(&mut self, admitted: &[Key]) {
+        self.refresh_desired();
+        for key in admitted {
+            if let Some(workload) = self.workloads.get_mut(key) {
+                if matches!(workload.frontend, Frontend::Runtime { .. }) {
+                    workload.applied = Some(workload.desired.clone());
+                }
+            }
+        }
+        self.execute(Delivery::Send);
+    }
+
+    /// [`Controller::converge`] with a choice of what happens to runtime
+    /// updates; returns those not sent.
+    pub(super) fn execute(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
+        self.refresh_desired();
+        let runtime = self.apply_differences();
+        let runtime = match delivery {
+            Delivery::Return => runtime,
+            Delivery::Send => {
+                self.send_runtime(runtime);
+                Vec::new()
+            }
+        };
+        self.shared_tx.send_if_modified(|pool| {
+            let now = self.engine.shared_pool();
+            let changed = *pool != now;
+            *pool = now;
+            changed
+        });
+        self.publish();
+        runtime
+    }
+
+    fn refresh_desired(&mut self) {
+        let keys: Vec<Key> = self.workloads.keys().cloned().collect();
+        for key in keys {
+            let desired = self.placement_for(&key);
+            if let Some(workload) = self.workloads.get_mut(&key) {
+                if workload.desired != desired {
+                    workload.desired = desired;
+                }
+            }
+        }
+    }
+
+    /// Writes the cgroups whose applied placement differs from the desired
+    /// one; collects the runtime containers' differences.
+    fn apply_differences(&mut self) -> Vec<RuntimeUpdate> {
+        let mut runtime = Vec::new();
+        let stale: Vec<Key> = self
+            .workloads
+            .iter()
+            .filter(|(_, w)| w.applied.as_ref() != Some(&w.desired))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in stale {
+            let Some(workload) = self.workloads.get_mut(&key) else {
+                continue;
+            };
+            let desired = workload.desired.clone();
+            match &workload.frontend {
+                Frontend::Standalone { cgroup, .. } => {
+                    match self.host.set(cgroup, &desired.cpus, &desired.mems) {
+                        Ok(()) => workload.applied = Some(desired),
+                        Err(err) => {
+                            tracing::error!(cgroup = %cgroup, "applying cpus {} mems {}: {err}", desired.cpus, desired.mems);
+                            workload.applied = None;
+                        }
+                    }
+                }
+                Frontend::Runtime {
+                    container_id: Some(id),
+                } => {
+                    runtime.push(RuntimeUpdate {
+                        container_id: id.clone(),
+                        placement: desired.clone(),
+                    });
+                    workload.applied = Some(desired);
+                }
+                // Known from the checkpoint only: the runtime's next
+                // Synchronize tells its id and current placement.
+                Frontend::Runtime { container_id: None } => {}
+            }
+        }
+        runtime
+    }
+
+    fn send_runtime(&mut self, updates: Vec<RuntimeUpdate>) {
+        if updates.is_empty() {
+            return;
+        }
+        let sent = self
+            .runtime_updates
+            .as_ref()
+            .is_some_and(|tx| tx.send(updates.clone()).is_ok());
+        if sent {
+            tracing::debug!(containers = updates.len(), "runtime updates queued");
+            return;
+        }
+        // No front-end to take them: try again at the next pass.
+        for update in updates {
+            self.forget_applied(&update.container_id);
+        }
+    }
+
+    /// Marks a runtime container's placement as not applied (the runtime
+    /// failed to apply it, or it could not be sent): the next pass retries.
+    pub(super) fn forget_applied(&mut self, container_id: &str) {
+        for workload in self.workloads.values_mut() {
+            if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id) } if id == container_id)
+            {
+                workload.applied = None;
+            }
+        }
+    }
+}

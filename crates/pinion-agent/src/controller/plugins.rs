@@ -1,0 +1,367 @@
+//! Resource plugins' allocations in the controller: stored per container
+//! as part of its placement (merged by `pinion_core::plugin_allocation`),
+//! durable as journal side data before anyone hears of them, merged with
+//! each reconcile poll as the spec's §4.9 says (the `Allocate`-time hints
+//! are kept), and pods whose plugins have yet to hear of their removal.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use pinion_core::plugin_allocation::{self, PluginAllocations};
+use pinion_core::pod::Pod;
+use pinion_core::record::{diff_side, Record, SideData};
+use pinion_core::topomgr::TopologyHint;
+use pinion_core::Placement;
+
+use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
+use crate::qrm::Poll;
+
+/// Side-data kind of a container's allocations (key `<pod>/<container>`).
+pub use pinion_core::qrm_checkpoint::ALLOCATIONS;
+/// Side-data kind of a pod whose plugins have not all heard of its removal
+/// (key: the pod UID).
+pub const REMOVALS: &str = "qrm-removal";
+
+/// A container's plugin data as the journal keeps it (shared with
+/// `pinion state import-qrm`).
+pub use pinion_core::qrm_checkpoint::StoredAllocations;
+
+/// A container a plugin forgot, to be allocated again.
+#[derive(Debug, Clone)]
+pub struct Reallocation {
+    pub pod: Pod,
+    pub container: String,
+    pub affinity: Option<TopologyHint>,
+}
+
+/// What a reconcile pass of plugin answers did.
+#[derive(Debug, Clone, Default)]
+pub struct PluginReconcile {
+    /// Resource → containers whose allocation changed.
+    pub changed: BTreeMap<String, u64>,
+    pub reallocate: Vec<Reallocation>,
+}
+
+fn side_key((pod, container): &Key) -> String {
+    pinion_core::qrm_checkpoint::side_key(pod, container)
+}
+
+impl Controller {
+    /// The placement of `key` the engine decides, with its plugins'
+    /// allocations applied. Allocations that cannot be applied were refused
+    /// when they arrived; should one slip through, the engine's placement
+    /// stands (logged).
+    pub(super) fn placement_for(&self, key: &Key) -> Placement {
+        let base = self.engine.placement(&key.0, &key.1);
+        let Some(workload) = self.workloads.get(key).filter(|w| !w.plugins.is_empty()) else {
+            return base;
+        };
+        match plugin_allocation::apply(self.engine.machine(), base.clone(), &workload.plugins) {
+            Ok((placement, _)) => placement,
+            Err(err) => {
+                tracing::error!(pod = %key.0, container = %key.1, "plugin allocation not applied: {err}");
+                base
+            }
+        }
+    }
+
+    /// Stores the plugins' allocations of an admitted container (durable
+    /// before the answer) and answers with its placement.
+    pub fn record_allocations(
+        &mut self,
+        key: &Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        if !self.workloads.contains_key(key) {
+            return Err(ControlError::NotFound {
+                pod: key.0.clone(),
+                container: Some(key.1.clone()),
+            });
+        }
+        let base = self.engine.placement(&key.0, &key.1);
+        let (_, notes) = plugin_allocation::apply(self.engine.machine(), base, &allocations)
+            .map_err(|source| ControlError::Plugin {
+                pod: key.0.clone(),
+                container: key.1.clone(),
+                reason: source.to_string(),
+            })?;
+        for (name, resource) in notes.conflicts {
+            tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
+        }
+        let mut batch = self.begin();
+        let side_before = self.side.clone();
+        self.store_allocations(key, &resources, &allocations);
+        let records = diff_side(&side_before, &self.side);
+        self.append(&records, &mut batch);
+        batch.touch(&self.workloads, key);
+        if let Some(workload) = self.workloads.get_mut(key) {
+            workload.plugins = allocations;
+            workload.plugin_resources = resources;
+        }
+        self.commit(batch)?;
+        self.converge_admitted(std::slice::from_ref(key));
+        Ok(self.admitted(key))
+    }
+
+    fn store_allocations(
+        &mut self,
+        key: &Key,
+        resources: &BTreeSet<String>,
+        allocations: &PluginAllocations,
+    ) {
+        let stored = StoredAllocations {
+            resources: resources.clone(),
+            allocations: allocations.clone(),
+        };
+        let entries = self.side.entry(ALLOCATIONS.to_string()).or_default();
+        match serde_json::to_value(&stored) {
+            Ok(value) if !(resources.is_empty() && allocations.is_empty()) => {
+                entries.insert(side_key(key), value);
+            }
+            Ok(_) => {
+                entries.remove(&side_key(key));
+            }
+            Err(err) => tracing::error!("encoding plugin allocations: {err}"),
+        }
+    }
+
+    /// Merges one reconcile poll per plugin (§4.9) into the allocations of
+    /// every app container requesting that plugin's resource: an answer
+    /// replaces the stored entries by name (keeping the `Allocate`-time
+    /// hints), no answer drops the resource's entry and asks for a
+    /// re-allocation. Makes the changes durable, then the executor sends
+    /// only what changed.
+    pub fn plugin_reconcile(
+        &mut self,
+        polls: &[(String, Poll)],
+        polled_at: Instant,
+    ) -> Result<PluginReconcile, ControlError> {
+        let mut outcome = PluginReconcile::default();
+        let mut updated: BTreeMap<Key, PluginAllocations> = BTreeMap::new();
+        for (resource, poll) in polls {
+            for (key, workload) in &self.workloads {
+                if !workload.plugin_resources.contains(resource) || workload.is_init(&key.1) {
+                    continue;
+                }
+                let current = updated
+                    .get(key)
+                    .cloned()
+                    .unwrap_or_else(|| workload.plugins.clone());
+                let answer = poll
+                    .get(&key.0)
+                    .and_then(|c| c.get(&key.1))
+                    .cloned()
+                    .flatten();
+                let next = match answer {
+                    Some(answer) => merge_answer(&current, answer),
+                    None => {
+                        if let Some(pod) = workload.spec.clone() {
+                            outcome.reallocate.push(Reallocation {
+                                pod,
+                                container: key.1.clone(),
+                                affinity: self.engine.topology_affinity(&key.0, &key.1),
+                            });
+                        }
+                        let mut next = current.clone();
+                        next.remove(resource);
+                        next
+                    }
+                };
+                if next == current {
+                    continue;
+                }
+                let base = self.engine.placement(&key.0, &key.1);
+                if let Err(err) = plugin_allocation::apply(self.engine.machine(), base, &next) {
+                    tracing::error!(pod = %key.0, container = %key.1, %resource, "reconcile answer refused, the previous allocation stays: {err}");
+                    continue;
+                }
+                *outcome.changed.entry(resource.clone()).or_default() += 1;
+                updated.insert(key.clone(), next);
+            }
+        }
+        if updated.is_empty() {
+            return Ok(outcome);
+        }
+        let mut batch = self.begin();
+        let side_before = self.side.clone();
+        for (key, allocations) in &updated {
+            batch.touch(&self.workloads, key);
+            let resources = self.workloads[key].plugin_resources.clone();
+            self.store_allocations(key, &resources, allocations);
+        }
+        let records = diff_side(&side_before, &self.side);
+        self.append(&records, &mut batch);
+        let before: BTreeMap<Key, Placement> = updated
+            .keys()
+            .filter_map(|k| Some((k.clone(), self.workloads.get(k)?.desired.clone())))
+            .collect();
+        for (key, allocations) in updated {
+            if let Some(workload) = self.workloads.get_mut(&key) {
+                workload.plugins = allocations;
+            }
+        }
+        self.commit(batch)?;
+        self.converge();
+        for (key, old) in before {
+            if self.workloads.get(&key).is_some_and(|w| w.desired != old) {
+                self.counters
+                    .plugin_apply_seconds
+                    .observe(polled_at.elapsed().as_secs_f64());
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// After `released` went: drops their stored allocations and notes the
+    /// pods whose containers are now all gone and had plugin data (their
+    /// plugins must hear of it). Returns the side-data records of the
+    /// change.
+    pub(super) fn note_pod_removals(&mut self, released: &[Key]) -> Vec<Record> {
+        let mut records = Vec::new();
+        let pods: BTreeSet<&String> = released.iter().map(|(pod, _)| pod).collect();
+        for pod in pods {
+            let gone = !self.workloads.keys().any(|(p, _)| p == pod);
+            let entries = self.side.entry(ALLOCATIONS.to_string()).or_default();
+            let prefix = format!("{pod}/");
+            let had_plugins = entries.keys().any(|k| k.starts_with(&prefix));
+            for key in released.iter().filter(|(p, _)| p == pod) {
+                if entries.remove(&side_key(key)).is_some() {
+                    records.push(Record::Side {
+                        kind: ALLOCATIONS.to_string(),
+                        key: side_key(key),
+                        value: None,
+                    });
+                }
+            }
+            if gone && had_plugins {
+                let value = serde_json::Value::Bool(true);
+                self.side
+                    .entry(REMOVALS.to_string())
+                    .or_default()
+                    .insert(pod.clone(), value.clone());
+                records.push(Record::Side {
+                    kind: REMOVALS.to_string(),
+                    key: pod.clone(),
+                    value: Some(value),
+                });
+            }
+        }
+        records
+    }
+
+    /// Every plugin heard of pod `uid`'s removal.
+    pub fn plugin_pod_removed(&mut self, uid: &str) {
+        let mut batch = self.begin();
+        let removed = self
+            .side
+            .get_mut(REMOVALS)
+            .is_some_and(|pods| pods.remove(uid).is_some());
+        if !removed {
+            return;
+        }
+        let record = Record::Side {
+            kind: REMOVALS.to_string(),
+            key: uid.to_string(),
+            value: None,
+        };
+        self.append(&[record], &mut batch);
+        if let Err(err) = self.commit(batch) {
+            tracing::error!(pod = %uid, "recording the plugins' removal: {err}");
+        }
+        self.publish();
+    }
+
+    /// The durable plugin data of `key` (restored at start).
+    pub(super) fn stored_allocations(side: &SideData, key: &Key) -> Option<StoredAllocations> {
+        let value = side.get(ALLOCATIONS)?.get(&side_key(key))?;
+        match serde_json::from_value(value.clone()) {
+            Ok(stored) => Some(stored),
+            Err(err) => {
+                tracing::error!(pod = %key.0, container = %key.1, "unreadable plugin allocations in the journal: {err}");
+                None
+            }
+        }
+    }
+
+    /// The keys of every container with durable plugin data.
+    pub(super) fn allocation_keys(side: &SideData) -> Vec<Key> {
+        side.get(ALLOCATIONS)
+            .into_iter()
+            .flat_map(BTreeMap::keys)
+            .filter_map(|k| {
+                let (pod, container) = k.split_once('/')?;
+                Some((pod.to_string(), container.to_string()))
+            })
+            .collect()
+    }
+
+    /// Attaches the durable plugin data to the recovered workloads; data
+    /// of containers without one becomes a runtime workload (kept until the
+    /// runtime synchronizes) when there is a runtime front-end, else it is
+    /// dropped.
+    pub(super) fn restore_allocations(&mut self) {
+        for key in Self::allocation_keys(&self.side) {
+            let Some(stored) = Self::stored_allocations(&self.side, &key) else {
+                continue;
+            };
+            if !self.workloads.contains_key(&key) {
+                if self.runtime_updates.is_none() {
+                    tracing::warn!(pod = %key.0, container = %key.1, "plugin allocations of a container that no longer runs dropped");
+                    if let Some(entries) = self.side.get_mut(ALLOCATIONS) {
+                        entries.remove(&side_key(&key));
+                    }
+                    continue;
+                }
+                let desired = self.engine.placement(&key.0, &key.1);
+                self.workloads.insert(
+                    key.clone(),
+                    Workload::new(Frontend::Runtime { container_id: None }, None, desired),
+                );
+            }
+            if let Some(workload) = self.workloads.get_mut(&key) {
+                workload.plugins = stored.allocations;
+                workload.plugin_resources = stored.resources;
+            }
+        }
+    }
+
+    /// Every plugin resource named by the durable allocations.
+    pub(super) fn plugin_resources(&self) -> BTreeSet<String> {
+        self.workloads
+            .values()
+            .flat_map(|w| w.plugin_resources.iter().chain(w.plugins.keys()))
+            .cloned()
+            .collect()
+    }
+
+    /// The pods waiting for their plugins to hear of their removal.
+    pub(super) fn pending_removals(&self) -> Vec<String> {
+        self.side
+            .get(REMOVALS)
+            .map(|pods| pods.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A plugin's reconcile answer merged into a container's allocations: each
+/// named entry replaced, keeping the hints and topology assignments the
+/// plugin gave at `Allocate` when the answer has none (reconcile answers
+/// omit them); names the answer does not mention stay.
+fn merge_answer(current: &PluginAllocations, answer: PluginAllocations) -> PluginAllocations {
+    let mut next = current.clone();
+    for (name, mut allocation) in answer {
+        if let Some(old) = current.get(&name) {
+            if allocation.resource_hints.is_none() {
+                allocation.resource_hints.clone_from(&old.resource_hints);
+            }
+            if allocation.topology_assignments.is_empty() {
+                allocation
+                    .topology_assignments
+                    .clone_from(&old.topology_assignments);
+            }
+        }
+        next.insert(name, allocation);
+    }
+    next
+}

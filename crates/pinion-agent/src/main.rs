@@ -1,0 +1,99 @@
+//! `pinion-agent`: the node daemon (design: `docs/design.md`). `pinion
+//! agent ARGS…` execs this binary with the same arguments.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr as _;
+
+use anyhow::Context as _;
+use clap::Parser;
+use pinion_agent::{Config, DefaultPaths, Overrides};
+
+/// Pinion's node agent: owns CPU assignments; local API, /metrics, NRI.
+/// Flags override the config file.
+#[derive(Debug, Parser)]
+#[command(name = "pinion-agent", version)]
+struct Args {
+    /// YAML config file (kubelet key names; see docs/design.md). Without
+    /// it: static policy, one CPU reserved.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory of the `cpu_manager_state` checkpoint.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Unix socket of the local API.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Pinion's cgroup directory (default: `<cpuset mount>/pinion`).
+    #[arg(long)]
+    cgroup_root: Option<PathBuf>,
+    /// Root of `sys/` and `proc/` to read (default `/`).
+    #[arg(long)]
+    sysroot: Option<PathBuf>,
+    /// Address of `/metrics`, `/healthz`, `/readyz` (default 127.0.0.1:9590).
+    #[arg(long)]
+    metrics_addr: Option<String>,
+    /// Run as an NRI plugin of containerd / CRI-O (external mode; see
+    /// docs/nri.md). A runtime-launched agent is detected from NRI_PLUGIN_*.
+    #[arg(long)]
+    nri: bool,
+    /// The runtime's NRI socket (default /var/run/nri/nri.sock); implies --nri.
+    #[arg(long)]
+    nri_socket: Option<PathBuf>,
+    /// Log level: error, warn, info, debug or trace.
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("pinion-agent: {}", report(&err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+fn run(args: &Args) -> anyhow::Result<()> {
+    let level = tracing::Level::from_str(&args.log_level)
+        .map_err(|_| anyhow::anyhow!("invalid --log-level {:?}", args.log_level))?;
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let overrides = Overrides {
+        config: args.config.clone(),
+        state_dir: args.state_dir.clone(),
+        socket: args.socket.clone(),
+        cgroup_root: args.cgroup_root.clone(),
+        sysroot: args.sysroot.clone(),
+        metrics_addr: args.metrics_addr.clone(),
+        nri: args.nri,
+        nri_socket: args.nri_socket.clone(),
+    };
+    let config = Config::load(&overrides, &DefaultPaths::current())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(pinion_agent::run(config))?;
+    Ok(())
+}
+
+/// The error and its causes, leaving out a cause whose text the message
+/// already contains (most error types embed their source).
+fn report(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}

@@ -1,0 +1,138 @@
+//! Between the resource-plugin wire types and Pinion's own.
+
+use pinion_api::resourceplugin as rp;
+use pinion_core::plugin_allocation::{PluginAllocation, PluginHint};
+use pinion_core::topomgr::{NumaMask, TopologyHint};
+
+/// A plugin's hint as the Topology Manager's; `None` for node ids it
+/// cannot represent (beyond 63), which no machine Pinion manages has.
+#[must_use]
+pub fn topology_hint(hint: &rp::TopologyHint) -> Option<TopologyHint> {
+    if hint.nodes.is_empty() {
+        return Some(TopologyHint {
+            affinity: None,
+            preferred: hint.preferred,
+        });
+    }
+    let ids: Option<Vec<u32>> = hint.nodes.iter().map(|n| u32::try_from(*n).ok()).collect();
+    let mask = NumaMask::from_ids(ids?).ok()?;
+    Some(TopologyHint::new(mask, hint.preferred))
+}
+
+/// The Topology Manager's affinity as a plugin's hint: set node ids
+/// ascending; "any node" as no ids.
+#[must_use]
+pub fn wire_hint(hint: &TopologyHint) -> rp::TopologyHint {
+    rp::TopologyHint {
+        nodes: hint
+            .affinity
+            .map(|mask| mask.ids().into_iter().map(u64::from).collect())
+            .unwrap_or_default(),
+        preferred: hint.preferred,
+    }
+}
+
+/// A wire allocation as Pinion's.
+#[must_use]
+pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {
+    PluginAllocation {
+        oci_property_name: info.oci_property_name.clone(),
+        is_node_resource: info.is_node_resource,
+        is_scalar_resource: info.is_scalar_resource,
+        allocated_quantity: info.allocated_quantity,
+        allocation_result: info.allocation_result.clone(),
+        envs: info.envs.clone().into_iter().collect(),
+        annotations: info.annotations.clone().into_iter().collect(),
+        resource_hints: info.resource_hints.as_ref().map(|list| {
+            list.hints
+                .iter()
+                .map(|h| PluginHint {
+                    nodes: h.nodes.clone(),
+                    preferred: h.preferred,
+                })
+                .collect()
+        }),
+        topology_assignments: info.topology_assignments.clone().into_iter().collect(),
+    }
+}
+
+/// Pinion's allocation on the wire.
+#[cfg(test)]
+#[must_use]
+pub fn wire_allocation(allocation: &PluginAllocation) -> rp::ResourceAllocationInfo {
+    rp::ResourceAllocationInfo {
+        oci_property_name: allocation.oci_property_name.clone(),
+        is_node_resource: allocation.is_node_resource,
+        is_scalar_resource: allocation.is_scalar_resource,
+        allocated_quantity: allocation.allocated_quantity,
+        allocation_result: allocation.allocation_result.clone(),
+        envs: allocation.envs.clone().into_iter().collect(),
+        annotations: allocation.annotations.clone().into_iter().collect(),
+        resource_hints: allocation
+            .resource_hints
+            .as_ref()
+            .map(|hints| rp::ListOfTopologyHints {
+                hints: hints
+                    .iter()
+                    .map(|h| rp::TopologyHint {
+                        nodes: h.nodes.clone(),
+                        preferred: h.preferred,
+                    })
+                    .collect(),
+            }),
+        topology_assignments: allocation
+            .topology_assignments
+            .clone()
+            .into_iter()
+            .collect(),
+        mounts: Vec::new(),
+        devices: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hints_round_trip_and_any_node_is_no_ids() {
+        let hint = rp::TopologyHint {
+            nodes: vec![0, 2],
+            preferred: true,
+        };
+        let core = topology_hint(&hint).expect("representable");
+        assert_eq!(core.affinity.map(|m| m.ids()), Some(vec![0, 2]));
+        assert_eq!(wire_hint(&core), hint);
+        let any = topology_hint(&rp::TopologyHint::default()).expect("any");
+        assert_eq!(any.affinity, None);
+        assert_eq!(wire_hint(&any).nodes, Vec::<u64>::new());
+        assert_eq!(
+            topology_hint(&rp::TopologyHint {
+                nodes: vec![64],
+                preferred: true
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn allocations_round_trip() {
+        let info = rp::ResourceAllocationInfo {
+            oci_property_name: "CpusetCpus".into(),
+            is_scalar_resource: true,
+            allocated_quantity: 4.0,
+            allocation_result: "2-5".into(),
+            envs: [("A".to_string(), "1".to_string())].into(),
+            annotations: [("k".to_string(), "v".to_string())].into(),
+            resource_hints: Some(rp::ListOfTopologyHints {
+                hints: vec![rp::TopologyHint {
+                    nodes: vec![0],
+                    preferred: true,
+                }],
+            }),
+            topology_assignments: [(0, 4)].into(),
+            ..rp::ResourceAllocationInfo::default()
+        };
+        assert_eq!(wire_allocation(&allocation(&info)), info);
+    }
+}

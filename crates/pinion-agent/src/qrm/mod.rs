@@ -1,0 +1,482 @@
+//! The QoS Resource Manager: Pinion hosts resource plugins (kubewharf's
+//! `resourceplugin.v1alpha1`, wire-compatible with katalyst's) — spec
+//! `../shared/spec/qrm.md`, design `docs/qrm.md`.
+//!
+//! Everything remote happens here, outside the controller thread: the
+//! plugins' topology hints are gathered before an admission reaches the
+//! controller ([`QrmHints`], a [`HintSource`]), their `Allocate` answers
+//! after it ([`Qrm::allocate`]); the controller stores the answers durably
+//! as part of each container's placement. The reconcile loop polls the
+//! plugins and hands their answers to the controller, whose executor sends
+//! only what changed; the removal loop tells plugins of departed pods until
+//! every one of them has heard.
+
+mod convert;
+mod register;
+pub mod registry;
+mod request;
+mod watcher;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pinion_api::entries;
+use pinion_api::resourceplugin as rp;
+use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+use pinion_core::pod::Pod;
+use pinion_core::topomgr::provider::ResourceHints;
+use pinion_core::topomgr::TopologyHint;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::QrmConfig;
+use crate::controller::ControllerHandle;
+use crate::hints::{HintFuture, HintSource};
+pub use registry::{CallError, PluginView, Registry};
+pub use request::{PluginRequest, RequestError};
+
+/// What one reconcile poll of one plugin said: pod UID → container →
+/// `None` (the plugin has no record: re-allocate) or its allocations.
+pub type Poll = BTreeMap<String, BTreeMap<String, Option<PluginAllocations>>>;
+
+/// Why resource plugins could not serve an admission.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QrmError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// The kubelet fork's text for a failed `Allocate` (§4.6).
+    #[error("allocate for resources {resource} for pod: {namespace}/{name}, container: {container} got error: {source}")]
+    Allocate {
+        resource: String,
+        namespace: String,
+        name: String,
+        container: String,
+        source: Box<CallError>,
+    },
+    #[error("cannot start the qos resource manager: {0}")]
+    Start(String),
+}
+
+/// The manager; see the module documentation.
+#[derive(Debug)]
+pub struct Qrm {
+    config: QrmConfig,
+    registry: Arc<Registry>,
+}
+
+impl Qrm {
+    /// A manager with an empty endpoint table.
+    #[must_use]
+    pub fn new(config: QrmConfig) -> Arc<Self> {
+        let registry = Arc::new(Registry::new(config.rpc_timeout));
+        Arc::new(Self { config, registry })
+    }
+
+    /// The endpoint table.
+    #[must_use]
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &QrmConfig {
+        &self.config
+    }
+
+    /// The resources of `container` that plugins serve (§4.1, §4.3).
+    pub fn plugin_requests(
+        &self,
+        pod: &Pod,
+        container: &str,
+    ) -> Result<Vec<PluginRequest>, RequestError> {
+        request::plugin_requests(pod, container, &self.config.resource_names_map, |name| {
+            self.registry.handles(name)
+        })
+    }
+
+    /// The topology hints of every plugin for `container` (§4.4): a plugin
+    /// that is not topology-aligned has no preference; one that is stopped
+    /// or fails cannot satisfy the request.
+    pub async fn hints(&self, pod: &Pod, container: &str) -> Result<ResourceHints, RequestError> {
+        let mut out = ResourceHints::new();
+        for request in self.plugin_requests(pod, container)? {
+            if request.quantity == 0.0 {
+                continue;
+            }
+            let plugin = match self.registry.active(&request.resource) {
+                Ok(plugin) => plugin,
+                Err(err) => {
+                    tracing::warn!(resource = %request.resource, "no hints: {err}");
+                    out.insert(request.resource.clone(), Some(Vec::new()));
+                    continue;
+                }
+            };
+            if !plugin.options.with_topology_alignment {
+                continue;
+            }
+            let wire = request::resource_request(pod, container, &request, None);
+            let answer = self
+                .registry
+                .call(
+                    &plugin,
+                    "GetTopologyHints",
+                    |mut client, timeout| async move {
+                        let mut call = tonic::Request::new(wire);
+                        call.set_timeout(timeout);
+                        client.get_topology_hints(call).await
+                    },
+                )
+                .await;
+            let hints = match answer {
+                Ok(response) => {
+                    let map = entries::hints_map(&response.resource_hints);
+                    match map.get(&request.resource) {
+                        None | Some(None) => None,
+                        Some(Some(list)) => Some(
+                            list.hints
+                                .iter()
+                                .filter_map(convert::topology_hint)
+                                .collect(),
+                        ),
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(resource = %request.resource, "hints: {err}; cannot satisfy");
+                    Some(Vec::new())
+                }
+            };
+            out.insert(request.resource.clone(), hints);
+        }
+        Ok(out)
+    }
+
+    /// Every plugin's `Allocate` for `container` with the merged hint
+    /// (§4.5): the allocations by resource name (several names per plugin
+    /// when it answers "accompanying" ones). A failed call fails the
+    /// admission, except for `shared_cores` pods (and pods without a QoS
+    /// level), whose failed resource is skipped (§4.6).
+    pub async fn allocate(
+        &self,
+        pod: &Pod,
+        container: &str,
+        requests: &[PluginRequest],
+        affinity: Option<TopologyHint>,
+    ) -> Result<PluginAllocations, QrmError> {
+        let mut allocations = PluginAllocations::new();
+        for request in requests {
+            let result = self.allocate_one(pod, container, request, affinity).await;
+            match result {
+                Ok(answer) => allocations.extend(answer),
+                Err(source) if request::allocation_failure_is_tolerated(pod) => {
+                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod: {source}");
+                }
+                Err(source) => {
+                    return Err(QrmError::Allocate {
+                        resource: request.resource.clone(),
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        container: container.to_string(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+        }
+        Ok(allocations)
+    }
+
+    async fn allocate_one(
+        &self,
+        pod: &Pod,
+        container: &str,
+        request: &PluginRequest,
+        affinity: Option<TopologyHint>,
+    ) -> Result<PluginAllocations, CallError> {
+        let plugin = self.registry.active(&request.resource)?;
+        let hint = plugin.options.with_topology_alignment.then(|| {
+            convert::wire_hint(&affinity.unwrap_or(TopologyHint {
+                affinity: None,
+                preferred: true,
+            }))
+        });
+        let wire = request::resource_request(pod, container, request, hint);
+        let response = self
+            .registry
+            .call(&plugin, "Allocate", |mut client, timeout| async move {
+                let mut call = tonic::Request::new(wire);
+                call.set_timeout(timeout);
+                client.allocate(call).await
+            })
+            .await?;
+        Ok(response
+            .allocation_result
+            .map(|result| {
+                entries::allocation_map(&result)
+                    .iter()
+                    .map(|(name, info)| (name.clone(), convert::allocation(info)))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
+    /// answered (a plugin that does not implement it has nothing to drop).
+    pub async fn remove_pod(&self, uid: &str) -> Result<(), Vec<CallError>> {
+        let mut errors = Vec::new();
+        for plugin in self.registry.all_active() {
+            let request = rp::RemovePodRequest {
+                pod_uid: uid.to_string(),
+            };
+            let result = self
+                .registry
+                .call(&plugin, "RemovePod", |mut client, timeout| async move {
+                    let mut call = tonic::Request::new(request);
+                    call.set_timeout(timeout);
+                    client.remove_pod(call).await
+                })
+                .await;
+            match result {
+                Ok(_) | Err(CallError::Unsupported { .. }) => {}
+                Err(err) => errors.push(err),
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// `GetResourcesAllocation` of every active plugin with `need_reconcile`
+    /// (§4.9); a plugin that fails is skipped this round.
+    pub async fn poll(&self) -> Vec<(String, Poll)> {
+        let mut polls = Vec::new();
+        for plugin in self.registry.all_active() {
+            if !plugin.options.need_reconcile {
+                continue;
+            }
+            let result = self
+                .registry
+                .call(
+                    &plugin,
+                    "GetResourcesAllocation",
+                    |mut client, timeout| async move {
+                        let mut call = tonic::Request::new(rp::GetResourcesAllocationRequest {});
+                        call.set_timeout(timeout);
+                        client.get_resources_allocation(call).await
+                    },
+                )
+                .await;
+            match result {
+                Ok(response) => {
+                    let poll = entries::allocations_map(&response)
+                        .into_iter()
+                        .map(|(pod, containers)| {
+                            let containers = containers
+                                .into_iter()
+                                .map(|(name, allocation)| {
+                                    let allocations = allocation.map(|a| {
+                                        entries::allocation_map(&a)
+                                            .iter()
+                                            .map(|(n, info)| (n.clone(), convert::allocation(info)))
+                                            .collect::<BTreeMap<String, PluginAllocation>>()
+                                    });
+                                    (name, allocations)
+                                })
+                                .collect();
+                            (pod, containers)
+                        })
+                        .collect();
+                    polls.push((plugin.resource.clone(), poll));
+                }
+                Err(err) => tracing::warn!(resource = %plugin.resource, "reconcile: {err}"),
+            }
+        }
+        polls
+    }
+
+    /// Starts the watcher of the registration directory, the
+    /// `Registration.Register` server, the reconcile loop and the removal
+    /// loop; each ends when `stop` turns true. Every resource of the durable
+    /// allocations gets a stopped placeholder first (§3.3).
+    pub fn start(
+        self: &Arc<Self>,
+        handle: &ControllerHandle,
+        stop: &watch::Receiver<bool>,
+    ) -> Result<Vec<JoinHandle<()>>, QrmError> {
+        for resource in &handle.snapshot().plugin_resources {
+            self.registry.placeholder(resource);
+        }
+        let dir = self.config.plugin_registration_dir.clone();
+        let dir_watch = watcher::watch_dir(&dir).map_err(|err| QrmError::Start(err.to_string()))?;
+        let incoming =
+            pinion_api::uds::bind(&self.config.registration_socket, 0o600).map_err(|err| {
+                QrmError::Start(format!(
+                    "registration socket {}: {err}",
+                    self.config.registration_socket.display()
+                ))
+            })?;
+        let service = register::RegistrationService {
+            registry: Arc::clone(&self.registry),
+            socket_dir: self
+                .config
+                .registration_socket
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default(),
+        };
+        let mut server_stop = stop.clone();
+        let socket = self.config.registration_socket.clone();
+        let server = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(rp::registration_server::RegistrationServer::new(service))
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = server_stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(err) = result {
+                tracing::error!("registration server: {err}");
+            }
+            let _ = std::fs::remove_file(socket);
+        });
+        tracing::info!(dir = %dir.display(), socket = %self.config.registration_socket.display(), "qos resource manager: watching for resource plugins");
+        Ok(vec![
+            tokio::spawn(watcher::run(
+                dir,
+                dir_watch,
+                Arc::clone(&self.registry),
+                stop.clone(),
+            )),
+            server,
+            tokio::spawn(reconcile_loop(
+                Arc::clone(self),
+                handle.clone(),
+                stop.clone(),
+            )),
+            tokio::spawn(removal_loop(Arc::clone(self), handle.clone(), stop.clone())),
+        ])
+    }
+}
+
+/// The plugins as a hint source of the admission pipeline.
+#[derive(Debug, Clone)]
+pub struct QrmHints(pub Arc<Qrm>);
+
+impl HintSource for QrmHints {
+    fn name(&self) -> String {
+        "qos-resource-manager".to_string()
+    }
+
+    fn hints(&self, pod: Arc<Pod>, container: Option<String>) -> HintFuture {
+        let qrm = Arc::clone(&self.0);
+        Box::pin(async move {
+            // Pod scope: neither upstream manager asks plugins for pod
+            // hints (§4.4); they have no preference.
+            let Some(container) = container else {
+                return Ok(ResourceHints::new());
+            };
+            qrm.hints(&pod, &container)
+                .await
+                .map_err(|err| err.to_string())
+        })
+    }
+}
+
+/// Every reconcile period: poll the plugins, hand the answers to the
+/// controller (which applies only what changed), re-allocate the containers
+/// a plugin forgot.
+async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
+    let mut ticks = tokio::time::interval(qrm.config.reconcile_period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let polled_at = Instant::now();
+        let polls = qrm.poll().await;
+        if polls.is_empty() {
+            continue;
+        }
+        let resources: Vec<String> = polls.iter().map(|(r, _)| r.clone()).collect();
+        match handle.plugin_reconcile(polls, polled_at).await {
+            Ok(outcome) => {
+                for resource in &resources {
+                    let changes = outcome.changed.get(resource).copied().unwrap_or_default();
+                    qrm.registry.note_reconcile(resource, changes);
+                }
+                for again in outcome.reallocate {
+                    reallocate(&qrm, &handle, again).await;
+                }
+            }
+            Err(err) => tracing::error!("plugin reconcile: {err}"),
+        }
+    }
+}
+
+/// Runs `Allocate` again for a container a plugin no longer knows.
+async fn reallocate(qrm: &Qrm, handle: &ControllerHandle, again: crate::controller::Reallocation) {
+    let requests = match qrm.plugin_requests(&again.pod, &again.container) {
+        Ok(requests) => requests,
+        Err(err) => {
+            tracing::warn!(pod = %again.pod.uid, container = %again.container, "re-allocation: {err}");
+            return;
+        }
+    };
+    match qrm
+        .allocate(&again.pod, &again.container, &requests, again.affinity)
+        .await
+    {
+        Ok(allocations) => {
+            let resources = requests.iter().map(|r| r.resource.clone()).collect();
+            let key = (again.pod.uid.clone(), again.container.clone());
+            if let Err(err) = handle.record_allocations(key, resources, allocations).await {
+                tracing::error!(pod = %again.pod.uid, container = %again.container, "re-allocation: {err}");
+            }
+        }
+        Err(err) => tracing::warn!("re-allocation: {err}"),
+    }
+}
+
+/// Tells every plugin of each departed pod, retrying with back-off until
+/// all of them answered (§4.10).
+async fn removal_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
+    let mut snapshots = handle.snapshots();
+    let mut attempts: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
+    let mut retry = tokio::time::interval(Duration::from_secs(1));
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = snapshots.changed() => {}
+            _ = retry.tick() => {}
+            _ = stop.changed() => break,
+        }
+        let pending: Vec<String> = snapshots
+            .borrow_and_update()
+            .pending_plugin_removals
+            .clone();
+        attempts.retain(|uid, _| pending.contains(uid));
+        for uid in pending {
+            let due = attempts
+                .get(&uid)
+                .is_none_or(|(_, next)| Instant::now() >= *next);
+            if !due {
+                continue;
+            }
+            match qrm.remove_pod(&uid).await {
+                Ok(()) => {
+                    attempts.remove(&uid);
+                    handle.plugin_pod_removed(uid).await;
+                }
+                Err(errors) => {
+                    let (failures, _) = attempts.get(&uid).copied().unwrap_or((0, Instant::now()));
+                    let backoff = Duration::from_secs(1 << failures.min(6));
+                    tracing::warn!(pod = %uid, ?errors, retry_in = ?backoff, "RemovePod failed");
+                    attempts.insert(uid, (failures + 1, Instant::now() + backoff));
+                }
+            }
+        }
+    }
+}

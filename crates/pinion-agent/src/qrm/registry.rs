@@ -1,0 +1,469 @@
+//! The endpoint table: one entry per resource name, active (connected) or
+//! stopped (spec `qrm.md` §3.3), with each plugin's options and call
+//! statistics. Registration (plugin watcher or `Registration.Register`)
+//! puts entries in; the newest registration of a resource wins; a removed
+//! socket stops its entry; after a restart every resource of the durable
+//! allocations has a stopped placeholder until its plugin registers again.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use pinion_api::plugin::{API_VERSION, MAX_MESSAGE, RESOURCE_PLUGIN_TYPE};
+use pinion_api::pluginregistration as pr;
+use pinion_api::resourceplugin as rp;
+use pinion_api::resourceplugin::resource_plugin_client::ResourcePluginClient;
+use pinion_api::uds;
+use tonic::transport::Channel;
+
+/// A connected plugin's client.
+pub type Client = ResourcePluginClient<Channel>;
+
+/// Why a plugin call did not give an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("no resource plugin serves {resource}")]
+    Unknown { resource: String },
+    #[error("endpoint {resource} has been stopped")]
+    Stopped { resource: String },
+    #[error("resource plugin {resource} does not implement {method}")]
+    Unsupported { resource: String, method: String },
+    #[error("resource plugin {resource} did not answer {method} within {timeout:?}")]
+    Deadline {
+        resource: String,
+        method: String,
+        timeout: Duration,
+    },
+    #[error("resource plugin {resource} failed {method}: {message}")]
+    Failed {
+        resource: String,
+        method: String,
+        message: String,
+    },
+}
+
+/// Why a plugin could not register.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error("cannot reach the plugin socket {}: {source}", .socket.display())]
+    Connect {
+        socket: PathBuf,
+        source: uds::ConnectError,
+    },
+    #[error("plugin at {} answered {method}: {message}", .socket.display())]
+    Call {
+        socket: PathBuf,
+        method: &'static str,
+        message: String,
+    },
+    /// The plugin is not a resource plugin, or speaks another version
+    /// (kubelet plugin manager's texts).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// One registered (or remembered) plugin.
+#[derive(Debug, Clone)]
+struct Endpoint {
+    socket: PathBuf,
+    /// `None` for a placeholder restored from the durable state.
+    options: Option<rp::ResourcePluginOptions>,
+    /// `None` while stopped.
+    client: Option<Client>,
+    registered: SystemTime,
+    stopped: Option<(SystemTime, String)>,
+    stats: Stats,
+}
+
+pub use pinion_api::local::{
+    MethodStats, Plugin as PluginView, PluginStats as Stats,
+    PLUGIN_LATENCY_BUCKETS as LATENCY_BUCKETS,
+};
+
+/// The table; see the module documentation.
+#[derive(Debug)]
+pub struct Registry {
+    table: Mutex<BTreeMap<String, Endpoint>>,
+    timeout: Duration,
+}
+
+/// An active plugin, ready to be called.
+#[derive(Debug, Clone)]
+pub struct Active {
+    pub resource: String,
+    pub options: rp::ResourcePluginOptions,
+    pub client: Client,
+}
+
+impl Registry {
+    /// An empty table whose calls time out after `timeout`.
+    #[must_use]
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            table: Mutex::new(BTreeMap::new()),
+            timeout,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, BTreeMap<String, Endpoint>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The deadline of every call.
+    #[must_use]
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Registers the plugin listening on `socket` the plugin-watcher way
+    /// (§3.1): `GetInfo`, version check, `GetResourcePluginOptions`, then
+    /// the entry (replacing any other of that resource) and
+    /// `NotifyRegistrationStatus`. A refusal is told to the plugin too.
+    pub async fn register_socket(&self, socket: &Path) -> Result<String, RegisterError> {
+        let channel =
+            uds::connect(socket, self.timeout)
+                .await
+                .map_err(|source| RegisterError::Connect {
+                    socket: socket.to_path_buf(),
+                    source,
+                })?;
+        let mut registration = pr::registration_client::RegistrationClient::new(channel.clone());
+        let mut request = tonic::Request::new(pr::InfoRequest {});
+        request.set_timeout(Duration::from_secs(1).min(self.timeout));
+        let info = registration
+            .get_info(request)
+            .await
+            .map_err(|status| RegisterError::Call {
+                socket: socket.to_path_buf(),
+                method: "GetInfo",
+                message: status.message().to_string(),
+            })?
+            .into_inner();
+        let refusal = if info.r#type != RESOURCE_PLUGIN_TYPE {
+            Some(format!(
+                "RegisterPlugin error -- no handler registered for plugin type: {} at socket {}",
+                info.r#type,
+                socket.display()
+            ))
+        } else if !info.supported_versions.iter().any(|v| v == API_VERSION) {
+            Some(format!(
+                "RegisterPlugin error -- plugin validation failed with err: manager version, {API_VERSION}, is not among plugin supported versions {:?}",
+                info.supported_versions
+            ))
+        } else if info.name.is_empty() {
+            Some("RegisterPlugin error -- the plugin has no name (resource)".to_string())
+        } else {
+            None
+        };
+        if let Some(error) = refusal {
+            notify(&mut registration, false, &error).await;
+            return Err(RegisterError::Refused(error));
+        }
+        let endpoint = if info.endpoint.is_empty() {
+            socket.to_path_buf()
+        } else {
+            socket.parent().map_or_else(
+                || PathBuf::from(&info.endpoint),
+                |dir| dir.join(&info.endpoint),
+            )
+        };
+        let client_channel = if endpoint == socket {
+            channel
+        } else {
+            uds::connect(&endpoint, self.timeout)
+                .await
+                .map_err(|source| RegisterError::Connect {
+                    socket: endpoint.clone(),
+                    source,
+                })?
+        };
+        let result = self
+            .activate(&info.name, &endpoint, client_channel, None)
+            .await;
+        match &result {
+            Ok(()) => notify(&mut registration, true, "").await,
+            Err(err) => notify(&mut registration, false, &err.to_string()).await,
+        }
+        result.map(|()| info.name)
+    }
+
+    /// Registers a plugin the device-plugin way (`Registration.Register`,
+    /// §3.2): `options` come with the request.
+    pub async fn register_endpoint(
+        &self,
+        resource: &str,
+        endpoint: &Path,
+        options: rp::ResourcePluginOptions,
+    ) -> Result<(), RegisterError> {
+        let channel = uds::connect(endpoint, self.timeout)
+            .await
+            .map_err(|source| RegisterError::Connect {
+                socket: endpoint.to_path_buf(),
+                source,
+            })?;
+        self.activate(resource, endpoint, channel, Some(options))
+            .await
+    }
+
+    /// Asks for options unless given, then makes the entry active; an
+    /// existing entry of the resource is replaced (newest wins).
+    async fn activate(
+        &self,
+        resource: &str,
+        socket: &Path,
+        channel: Channel,
+        options: Option<rp::ResourcePluginOptions>,
+    ) -> Result<(), RegisterError> {
+        let mut client = Client::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        let options = match options {
+            Some(options) => options,
+            None => {
+                let mut request = tonic::Request::new(rp::Empty {});
+                request.set_timeout(self.timeout);
+                client
+                    .get_resource_plugin_options(request)
+                    .await
+                    .map_err(|status| RegisterError::Call {
+                        socket: socket.to_path_buf(),
+                        method: "GetResourcePluginOptions",
+                        message: status.message().to_string(),
+                    })?
+                    .into_inner()
+            }
+        };
+        let mut table = self.table();
+        let stats = table
+            .get(resource)
+            .map(|e| e.stats.clone())
+            .unwrap_or_default();
+        if let Some(old) = table.get(resource) {
+            if old.client.is_some() && old.socket != socket {
+                tracing::info!(%resource, old = %old.socket.display(), new = %socket.display(), "a newer registration replaces the plugin");
+            }
+        }
+        table.insert(
+            resource.to_string(),
+            Endpoint {
+                socket: socket.to_path_buf(),
+                options: Some(options.clone()),
+                client: Some(client),
+                registered: SystemTime::now(),
+                stopped: None,
+                stats,
+            },
+        );
+        tracing::info!(%resource, socket = %socket.display(), topology_aligned = options.with_topology_alignment, need_reconcile = options.need_reconcile, "resource plugin registered");
+        Ok(())
+    }
+
+    /// Stops every active entry registered from `socket` (its socket was
+    /// removed: de-registration).
+    pub fn stop_socket(&self, socket: &Path, why: &str) -> Vec<String> {
+        let mut stopped = Vec::new();
+        for (resource, endpoint) in self.table().iter_mut() {
+            if endpoint.socket == socket && endpoint.client.is_some() {
+                endpoint.client = None;
+                endpoint.stopped = Some((SystemTime::now(), why.to_string()));
+                stopped.push(resource.clone());
+            }
+        }
+        for resource in &stopped {
+            tracing::warn!(%resource, socket = %socket.display(), "resource plugin stopped: {why}");
+        }
+        stopped
+    }
+
+    /// A stopped placeholder for `resource` (restored allocations whose
+    /// plugin has not registered yet), unless it has an entry.
+    pub fn placeholder(&self, resource: &str) {
+        self.table()
+            .entry(resource.to_string())
+            .or_insert_with(|| Endpoint {
+                socket: PathBuf::new(),
+                options: None,
+                client: None,
+                registered: SystemTime::now(),
+                stopped: Some((
+                    SystemTime::now(),
+                    "restored from the state; waiting for the plugin to register".to_string(),
+                )),
+                stats: Stats::default(),
+            });
+    }
+
+    /// Whether a plugin (active or stopped) handles `resource`.
+    #[must_use]
+    pub fn handles(&self, resource: &str) -> bool {
+        self.table().contains_key(resource)
+    }
+
+    /// The active plugin of `resource`.
+    pub fn active(&self, resource: &str) -> Result<Active, CallError> {
+        let table = self.table();
+        let endpoint = table.get(resource).ok_or_else(|| CallError::Unknown {
+            resource: resource.to_string(),
+        })?;
+        match (&endpoint.client, &endpoint.options) {
+            (Some(client), Some(options)) => Ok(Active {
+                resource: resource.to_string(),
+                options: options.clone(),
+                client: client.clone(),
+            }),
+            _ => Err(CallError::Stopped {
+                resource: resource.to_string(),
+            }),
+        }
+    }
+
+    /// Every active plugin.
+    #[must_use]
+    pub fn all_active(&self) -> Vec<Active> {
+        let names: Vec<String> = self.table().keys().cloned().collect();
+        names
+            .iter()
+            .filter_map(|resource| self.active(resource).ok())
+            .collect()
+    }
+
+    /// Calls `method` of `plugin` with the deadline, recording its outcome.
+    pub async fn call<T, F, Fut>(
+        &self,
+        plugin: &Active,
+        method: &str,
+        call: F,
+    ) -> Result<T, CallError>
+    where
+        F: FnOnce(Client, Duration) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(
+            self.timeout + Duration::from_millis(100),
+            call(plugin.client.clone(), self.timeout),
+        )
+        .await;
+        let result = match outcome {
+            Err(_) => Err(CallError::Deadline {
+                resource: plugin.resource.clone(),
+                method: method.to_string(),
+                timeout: self.timeout,
+            }),
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(classify(&plugin.resource, method, &status, self.timeout)),
+        };
+        self.note(
+            &plugin.resource,
+            method,
+            started.elapsed(),
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    fn note(&self, resource: &str, method: &str, took: Duration, error: Option<&CallError>) {
+        let mut table = self.table();
+        let Some(endpoint) = table.get_mut(resource) else {
+            return;
+        };
+        let stats = endpoint.stats.calls.entry(method.to_string()).or_default();
+        stats.calls += 1;
+        let seconds = took.as_secs_f64();
+        stats.seconds += seconds;
+        if stats.buckets.len() != LATENCY_BUCKETS.len() {
+            stats.buckets = vec![0; LATENCY_BUCKETS.len()];
+        }
+        if let Some(bucket) = LATENCY_BUCKETS.iter().position(|b| seconds <= *b) {
+            stats.buckets[bucket] += 1;
+        }
+        if let Some(error) = error {
+            stats.errors += 1;
+            endpoint.stats.last_error = Some(error.to_string());
+        }
+    }
+
+    /// Records a reconcile pass of `resource` that changed `changes`
+    /// containers.
+    pub fn note_reconcile(&self, resource: &str, changes: u64) {
+        if let Some(endpoint) = self.table().get_mut(resource) {
+            endpoint.stats.last_reconcile = Some(epoch_seconds(SystemTime::now()));
+            endpoint.stats.reconcile_changes += changes;
+        }
+    }
+
+    /// What `pinion plugins` shows.
+    #[must_use]
+    pub fn views(&self) -> Vec<PluginView> {
+        self.table()
+            .iter()
+            .map(|(resource, e)| PluginView {
+                resource: resource.clone(),
+                socket: e.socket.display().to_string(),
+                state: if e.client.is_some() {
+                    "active"
+                } else {
+                    "stopped"
+                }
+                .to_string(),
+                stop_reason: e.stopped.as_ref().map(|(_, why)| why.clone()),
+                topology_aligned: e.options.as_ref().map(|o| o.with_topology_alignment),
+                need_reconcile: e.options.as_ref().map(|o| o.need_reconcile),
+                pre_start_required: e.options.as_ref().map(|o| o.pre_start_required),
+                registered: epoch_seconds(e.registered),
+                stats: e.stats.clone(),
+            })
+            .collect()
+    }
+}
+
+fn epoch_seconds(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or_default()
+}
+
+/// A failed call: `Unimplemented`, or a plain "not implemented" error as
+/// katalyst's plugins answer optional RPCs, means the plugin does not
+/// support it (never fatal).
+fn classify(resource: &str, method: &str, status: &tonic::Status, timeout: Duration) -> CallError {
+    let message = status.message().to_string();
+    match status.code() {
+        tonic::Code::Unimplemented => CallError::Unsupported {
+            resource: resource.to_string(),
+            method: method.to_string(),
+        },
+        tonic::Code::Unknown if message.to_ascii_lowercase().contains("not implemented") => {
+            CallError::Unsupported {
+                resource: resource.to_string(),
+                method: method.to_string(),
+            }
+        }
+        tonic::Code::DeadlineExceeded => CallError::Deadline {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            timeout,
+        },
+        _ => CallError::Failed {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            message,
+        },
+    }
+}
+
+async fn notify(
+    registration: &mut pr::registration_client::RegistrationClient<Channel>,
+    registered: bool,
+    error: &str,
+) {
+    let mut request = tonic::Request::new(pr::RegistrationStatus {
+        plugin_registered: registered,
+        error: error.to_string(),
+    });
+    request.set_timeout(Duration::from_secs(1));
+    if let Err(status) = registration.notify_registration_status(request).await {
+        tracing::debug!("NotifyRegistrationStatus: {}", status.message());
+    }
+}

@@ -1,0 +1,258 @@
+//! What a container asks of resource plugins (spec `qrm.md` §4.1–4.3): the
+//! resources it requests that a plugin serves, under their mapped names,
+//! and the `ResourceRequest` sent for each.
+
+use std::collections::BTreeMap;
+
+use pinion_api::resourceplugin as rp;
+use pinion_core::pod::Pod;
+use pinion_core::Quantity;
+
+/// Pod label with the pod's role (copied into `pod_role`).
+pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
+/// Pod annotation with the pod's type (copied into `pod_type`).
+pub const POD_TYPE_ANNOTATION: &str = "katalyst.kubewharf.io/pod_type";
+/// Pod annotation naming the main container.
+pub const MAIN_CONTAINER_ANNOTATION: &str = "kubernetes.io/main-container-name";
+/// katalyst's QoS level annotation.
+pub const QOS_LEVEL_ANNOTATION: &str = "katalyst.kubewharf.io/qos_level";
+
+/// One resource of a container served by a plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginRequest {
+    /// The plugin's resource name (after the names map).
+    pub resource: String,
+    /// The name the container requested.
+    pub requested: String,
+    /// The quantity as plugins receive it (the raw value: `2` CPUs, bytes).
+    pub quantity: f64,
+}
+
+/// Why a container's requests cannot go to plugins.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("both {requested} and mapped {mapped} are requested")]
+    BothMapped { requested: String, mapped: String },
+    #[error("pod {pod} has no container {container:?}")]
+    UnknownContainer { pod: String, container: String },
+}
+
+/// The plugin resources `container` of `pod` requests, in name order:
+/// every request whose (mapped) name `served` accepts.
+pub fn plugin_requests(
+    pod: &Pod,
+    container: &str,
+    names_map: &BTreeMap<String, String>,
+    served: impl Fn(&str) -> bool,
+) -> Result<Vec<PluginRequest>, RequestError> {
+    let spec = pod
+        .container(container)
+        .ok_or_else(|| RequestError::UnknownContainer {
+            pod: pod.uid.clone(),
+            container: container.to_string(),
+        })?;
+    let requests = spec.requests();
+    let mut out = Vec::new();
+    for (name, quantity) in &requests {
+        let mapped = names_map.get(name).cloned().unwrap_or_else(|| name.clone());
+        if mapped != *name && requests.contains_key(&mapped) {
+            return Err(RequestError::BothMapped {
+                requested: name.clone(),
+                mapped,
+            });
+        }
+        if served(&mapped) {
+            out.push(PluginRequest {
+                resource: mapped,
+                requested: name.clone(),
+                quantity: as_float(quantity),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// A quantity as the `double` plugins receive.
+#[allow(clippy::cast_precision_loss)]
+fn as_float(quantity: &Quantity) -> f64 {
+    quantity.milli_value() as f64 / 1000.0
+}
+
+/// The container's type and index (§4.1): init containers by their index
+/// among init containers; the main container (annotation, else the first
+/// app container) `MAIN`, other app containers `SIDECAR`.
+#[must_use]
+pub fn container_type(pod: &Pod, container: &str) -> (rp::ContainerType, u64) {
+    if let Some(index) = pod.init_containers.iter().position(|c| c.name == container) {
+        return (rp::ContainerType::Init, index as u64);
+    }
+    let index = pod
+        .containers
+        .iter()
+        .position(|c| c.name == container)
+        .unwrap_or_default();
+    let main = pod
+        .annotations
+        .get(MAIN_CONTAINER_ANNOTATION)
+        .cloned()
+        .or_else(|| pod.containers.first().map(|c| c.name.clone()));
+    let kind = if main.as_deref() == Some(container) {
+        rp::ContainerType::Main
+    } else {
+        rp::ContainerType::Sidecar
+    };
+    (kind, index as u64)
+}
+
+/// The `ResourceRequest` for `request` of `container` (§4.2). `hint` is the
+/// Topology Manager's affinity, sent only to topology-aligned plugins.
+#[must_use]
+pub fn resource_request(
+    pod: &Pod,
+    container: &str,
+    request: &PluginRequest,
+    hint: Option<rp::TopologyHint>,
+) -> rp::ResourceRequest {
+    let (kind, index) = container_type(pod, container);
+    rp::ResourceRequest {
+        pod_uid: pod.uid.clone(),
+        pod_namespace: pod.namespace.clone(),
+        pod_name: pod.name.clone(),
+        container_name: container.to_string(),
+        container_type: kind as i32,
+        container_index: index,
+        pod_role: pod.labels.get(POD_ROLE_LABEL).cloned().unwrap_or_default(),
+        pod_type: pod
+            .annotations
+            .get(POD_TYPE_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        resource_name: request.resource.clone(),
+        hint,
+        resource_requests: [(request.resource.clone(), request.quantity)].into(),
+        labels: pod.labels.clone().into_iter().collect(),
+        annotations: pod.annotations.clone().into_iter().collect(),
+        native_qos_class: pod.qos().to_string(),
+        runtime_class: String::new(),
+    }
+}
+
+/// True when a failed allocation is skipped rather than fatal (kubelet
+/// fork's exception, §4.6): pods whose QoS level is `shared_cores` or not
+/// set.
+#[must_use]
+pub fn allocation_failure_is_tolerated(pod: &Pod) -> bool {
+    pod.annotations
+        .get(QOS_LEVEL_ANNOTATION)
+        .is_none_or(|level| level == "shared_cores")
+}
+
+#[cfg(test)]
+mod tests {
+    use pinion_core::pod::Container;
+
+    use super::*;
+
+    fn quantity(text: &str) -> Quantity {
+        Quantity::parse(text).expect("quantity")
+    }
+
+    fn pod() -> Pod {
+        let app = Container {
+            name: "app".into(),
+            cpu_request: Some(quantity("2")),
+            memory_request: Some(quantity("1Gi")),
+            extended_requests: [
+                ("example.com/nic".to_string(), quantity("1")),
+                (
+                    "resource.katalyst.kubewharf.io/reclaimed_millicpu".to_string(),
+                    quantity("2k"),
+                ),
+            ]
+            .into(),
+            ..Container::default()
+        };
+        Pod {
+            uid: "uid-1".into(),
+            name: "web".into(),
+            namespace: "prod".into(),
+            labels: [(POD_ROLE_LABEL.to_string(), "frontend".to_string())].into(),
+            annotations: [(POD_TYPE_ANNOTATION.to_string(), "online".to_string())].into(),
+            init_containers: vec![Container {
+                name: "setup".into(),
+                ..Container::default()
+            }],
+            containers: vec![
+                app,
+                Container {
+                    name: "log".into(),
+                    ..Container::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn requests_are_mapped_and_filtered_by_the_plugins_that_exist() {
+        let map = BTreeMap::from([(
+            "resource.katalyst.kubewharf.io/reclaimed_millicpu".to_string(),
+            "reclaimed_cpu".to_string(),
+        )]);
+        let served = |name: &str| name != "memory";
+        let requests = plugin_requests(&pod(), "app", &map, served).expect("requests");
+        let names: Vec<(&str, &str, f64)> = requests
+            .iter()
+            .map(|r| (r.resource.as_str(), r.requested.as_str(), r.quantity))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("cpu", "cpu", 2.0),
+                ("example.com/nic", "example.com/nic", 1.0),
+                (
+                    "reclaimed_cpu",
+                    "resource.katalyst.kubewharf.io/reclaimed_millicpu",
+                    2000.0
+                ),
+            ]
+        );
+        let both = BTreeMap::from([("example.com/nic".to_string(), "cpu".to_string())]);
+        let err = plugin_requests(&pod(), "app", &both, |_| true).expect_err("both");
+        assert_eq!(
+            err.to_string(),
+            "both example.com/nic and mapped cpu are requested"
+        );
+    }
+
+    #[test]
+    fn the_request_carries_identity_type_and_metadata() {
+        let pod = pod();
+        let request = PluginRequest {
+            resource: "cpu".into(),
+            requested: "cpu".into(),
+            quantity: 2.0,
+        };
+        let hint = rp::TopologyHint {
+            nodes: vec![1],
+            preferred: true,
+        };
+        let r = resource_request(&pod, "app", &request, Some(hint.clone()));
+        assert_eq!(
+            (
+                r.pod_uid.as_str(),
+                r.pod_name.as_str(),
+                r.pod_namespace.as_str()
+            ),
+            ("uid-1", "web", "prod")
+        );
+        assert_eq!(r.container_type, rp::ContainerType::Main as i32);
+        assert_eq!(r.container_index, 0);
+        assert_eq!(r.pod_role, "frontend");
+        assert_eq!(r.pod_type, "online");
+        assert_eq!(r.resource_requests.get("cpu"), Some(&2.0));
+        assert_eq!(r.hint, Some(hint));
+        assert_eq!(r.native_qos_class, "Burstable");
+        assert_eq!(container_type(&pod, "log"), (rp::ContainerType::Sidecar, 1));
+        assert_eq!(container_type(&pod, "setup"), (rp::ContainerType::Init, 0));
+    }
+}

@@ -1,0 +1,58 @@
+//! gRPC over unix sockets, both ends.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Errors of connecting to a gRPC unix socket.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {}: {source}", .path.display())]
+pub struct ConnectError {
+    pub path: PathBuf,
+    #[source]
+    pub source: tonic::transport::Error,
+}
+
+/// A channel to the gRPC server on the unix socket `path` (the URI is a
+/// placeholder: servers ignore the authority). Fails within `timeout` when
+/// nobody accepts.
+pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, ConnectError> {
+    let socket = path.to_path_buf();
+    let endpoint = Endpoint::from_static("http://pinion.invalid").connect_timeout(timeout);
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let socket = socket.clone();
+            async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+        }))
+        .await
+        .map_err(|source| ConnectError {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Listens on the unix socket `path` with `mode`: creates the parent
+/// directory (0750) when missing and replaces a stale socket file (one
+/// nobody accepts on). A live socket is an error (another server owns it).
+pub fn bind(path: &Path, mode: u32) -> io::Result<UnixListenerStream> {
+    use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, PermissionsExt as _};
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err() {
+            std::fs::remove_file(path)?;
+        }
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(UnixListenerStream::new(listener))
+}

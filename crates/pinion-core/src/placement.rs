@@ -1,0 +1,235 @@
+//! Placements: the one answer both front-ends apply to a workload — its
+//! CPUs, its memory nodes, the pool it runs in, and the resource settings,
+//! environment variables and annotations that go with them. The engine
+//! computes a placement for every workload ([`crate::engine::Engine::placement`]);
+//! the agent's executor turns the difference between a workload's placement
+//! and what was last applied into cgroup writes (standalone) or runtime
+//! updates (NRI). The memory-node rule is written once, here:
+//! [`memory_nodes`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::topology::Topology;
+use crate::topomgr::NumaMask;
+
+/// CFS quota meaning "unlimited" (kubelet's `DisableCPUQuotaWithExclusiveCPUs`
+/// sets it for containers with exclusive CPUs).
+pub const UNLIMITED_QUOTA: i64 = -1;
+
+/// The pool a workload's CPUs come from.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Pool {
+    /// CPUs held by this container alone (static policy).
+    Exclusive,
+    /// The shared pool (kubelet's default cpuset).
+    #[default]
+    Shared,
+    /// CPUs chosen by a resource plugin (QoS Resource Manager).
+    Plugin,
+}
+
+impl Pool {
+    /// The pool's name as shown to operators.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Exclusive => "exclusive",
+            Self::Shared => "shared",
+            Self::Plugin => "plugin",
+        }
+    }
+}
+
+impl std::fmt::Display for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// OCI Linux resource settings beyond the cpuset; `None` leaves a setting
+/// as the runtime (or the cgroup) has it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceSettings {
+    /// CFS quota in microseconds per period; [`UNLIMITED_QUOTA`] = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_quota: Option<i64>,
+    /// CFS period in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_period: Option<u64>,
+    /// CPU shares (cgroup v1 weight; converted for v2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_shares: Option<u64>,
+    /// Memory limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<i64>,
+    /// Memory + swap limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_swap_limit: Option<i64>,
+    /// The OOM score adjustment of the container's processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i64>,
+}
+
+impl ResourceSettings {
+    /// True when no setting is given.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Where and how a workload runs. The default (empty sets, nothing set)
+/// changes nothing: empty `cpus`/`mems` leave the cpuset as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The CPUs it may run on (`cpuset.cpus`).
+    pub cpus: CpuSet,
+    /// The memory nodes it may allocate from (`cpuset.mems`).
+    pub mems: CpuSet,
+    pub pool: Pool,
+    #[serde(default, skip_serializing_if = "ResourceSettings::is_empty")]
+    pub resources: ResourceSettings,
+    /// Environment variables the workload starts with.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Annotations of the container (runtime front-end only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Placement {
+    /// Exclusive CPUs: their memory nodes (see [`memory_nodes`]) and no CFS
+    /// quota (exclusive CPUs are never throttled).
+    #[must_use]
+    pub fn exclusive(topology: &Topology, cpus: CpuSet, affinity: Option<NumaMask>) -> Self {
+        Self {
+            mems: memory_nodes(topology, &cpus, affinity),
+            cpus,
+            pool: Pool::Exclusive,
+            resources: ResourceSettings {
+                cpu_quota: Some(UNLIMITED_QUOTA),
+                ..ResourceSettings::default()
+            },
+            env: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    /// The shared pool `cpus` and their memory nodes; other settings are
+    /// left as they are.
+    #[must_use]
+    pub fn shared(topology: &Topology, cpus: CpuSet) -> Self {
+        Self {
+            mems: memory_nodes(topology, &cpus, None),
+            cpus,
+            pool: Pool::Shared,
+            resources: ResourceSettings::default(),
+            env: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    /// True for exclusive CPUs.
+    #[must_use]
+    pub fn is_exclusive(&self) -> bool {
+        self.pool == Pool::Exclusive
+    }
+}
+
+/// The memory nodes of a workload running on `cpus`: the NUMA nodes of those
+/// CPUs, together with the nodes of the Topology Manager's merged affinity
+/// when the workload has one (memory follows the NUMA alignment its CPUs and
+/// devices were given). When that is empty (CPUs without NUMA information),
+/// every memory node of the machine.
+#[must_use]
+pub fn memory_nodes(topology: &Topology, cpus: &CpuSet, affinity: Option<NumaMask>) -> CpuSet {
+    let mut nodes: CpuSet = topology.numa_nodes_of(cpus).into_iter().collect();
+    if let Some(mask) = affinity {
+        for node in mask.ids() {
+            nodes.insert(node);
+        }
+    }
+    if nodes.is_empty() {
+        all_memory_nodes(topology)
+    } else {
+        nodes
+    }
+}
+
+/// Every memory node of the machine (CPU-less nodes included); node 0 when
+/// the machine reports none.
+#[must_use]
+pub fn all_memory_nodes(topology: &Topology) -> CpuSet {
+    let nodes: CpuSet = topology.numa_nodes().iter().map(|n| n.id).collect();
+    if nodes.is_empty() {
+        CpuSet::from_iter([0])
+    } else {
+        nodes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{synthetic, Shape};
+
+    fn two_nodes() -> Topology {
+        synthetic(Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 2,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn set(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    #[test]
+    fn memory_follows_the_cpus_and_the_merged_affinity() {
+        let topology = two_nodes();
+        let node1 = topology.numa_cpus()[&1].clone();
+        let one_cpu: CpuSet = node1.iter().take(1).collect();
+        assert_eq!(memory_nodes(&topology, &one_cpu, None), set("1"));
+        let both = NumaMask::from_ids([0, 1]).expect("mask");
+        assert_eq!(memory_nodes(&topology, &one_cpu, Some(both)), set("0-1"));
+        assert_eq!(
+            memory_nodes(&topology, topology.all_cpus(), None),
+            set("0-1")
+        );
+        // CPUs the machine does not know have no node: every memory node.
+        assert_eq!(memory_nodes(&topology, &set("100"), None), set("0-1"));
+    }
+
+    #[test]
+    fn exclusive_placements_have_no_quota_and_shared_ones_leave_it() {
+        let topology = two_nodes();
+        let node0 = topology.numa_cpus()[&0].clone();
+        let exclusive = Placement::exclusive(&topology, node0.clone(), None);
+        assert_eq!(exclusive.resources.cpu_quota, Some(UNLIMITED_QUOTA));
+        assert_eq!(exclusive.mems, set("0"));
+        assert!(exclusive.is_exclusive());
+        let shared = Placement::shared(&topology, node0);
+        assert_eq!(shared.resources, ResourceSettings::default());
+        assert_eq!(shared.mems, set("0"));
+        assert_eq!(shared.pool, Pool::Shared);
+    }
+
+    #[test]
+    fn placements_serialize_without_empty_parts() {
+        let topology = two_nodes();
+        let shared = Placement::shared(&topology, set("0-1"));
+        let json = serde_json::to_string(&shared).expect("json");
+        assert_eq!(json, r#"{"cpus":"0-1","mems":"0","pool":"shared"}"#);
+        let back: Placement = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back, shared);
+    }
+}

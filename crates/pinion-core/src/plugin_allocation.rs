@@ -1,0 +1,291 @@
+//! What resource plugins allocate to a container (the manager side of
+//! kubewharf's QoS Resource Manager, spec `qrm.md` §2.3 and §4.7) and how it
+//! becomes part of the container's [`Placement`]: a pure merge, the same
+//! for both front-ends.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::placement::{memory_nodes, Placement, Pool};
+use crate::topology::Topology;
+
+/// A topology hint as plugins send it: NUMA node ids and whether preferred.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginHint {
+    pub nodes: Vec<u64>,
+    pub preferred: bool,
+}
+
+/// One resource's allocation for one container (`ResourceAllocationInfo`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PluginAllocation {
+    /// The CRI `LinuxContainerResources` field it sets (`""`: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub oci_property_name: String,
+    #[serde(default)]
+    pub is_node_resource: bool,
+    #[serde(default)]
+    pub is_scalar_resource: bool,
+    #[serde(default)]
+    pub allocated_quantity: f64,
+    /// The value of the OCI property (a cpulist, a number…).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub allocation_result: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The hints the plugin answered at `Allocate` time (kept across
+    /// reconciles, which do not repeat them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_hints: Option<Vec<PluginHint>>,
+    /// NUMA node → amount.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology_assignments: BTreeMap<u64, u64>,
+}
+
+/// A container's allocations: resource name → allocation.
+pub type PluginAllocations = BTreeMap<String, PluginAllocation>;
+
+/// Why an allocation cannot be applied (kubelet fork's texts, §4.7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OciError {
+    #[error("OCI resource config doesn't support oci property name: {property} for resource: {resource}")]
+    UnknownProperty { property: String, resource: String },
+    #[error("parse: {value} to int failed with error: {reason}")]
+    NotAnInteger { value: String, reason: String },
+    #[error("resource {resource}: {property} {value:?} is not a valid list: {reason}")]
+    BadList {
+        resource: String,
+        property: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// What the merge noticed but did not refuse.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergeNotes {
+    /// Environment variables or annotations set by two resources (the first,
+    /// in resource-name order, wins): (key, resource that lost).
+    pub conflicts: Vec<(String, String)>,
+}
+
+/// `base` (the engine's placement) with the plugins' allocations applied:
+/// OCI properties set the cpuset and resource settings, environment
+/// variables and annotations are merged (first resource in name order wins a
+/// key). CPUs chosen by a plugin run in [`Pool::Plugin`]; their memory nodes
+/// follow them unless a plugin sets `CpusetMems`.
+pub fn apply(
+    topology: &Topology,
+    base: Placement,
+    allocations: &PluginAllocations,
+) -> Result<(Placement, MergeNotes), OciError> {
+    let mut placement = base;
+    let mut notes = MergeNotes::default();
+    let mut cpus_from_plugin = false;
+    let mut mems_from_plugin = false;
+    for (resource, allocation) in allocations {
+        let property = allocation.oci_property_name.as_str();
+        let value = allocation.allocation_result.trim();
+        match property {
+            "" => {}
+            "CpusetCpus" => {
+                placement.cpus = list(resource, property, value)?;
+                cpus_from_plugin = true;
+            }
+            "CpusetMems" => {
+                placement.mems = list(resource, property, value)?;
+                mems_from_plugin = true;
+            }
+            "CpuShares" => placement.resources.cpu_shares = Some(unsigned(value)?),
+            "CpuQuota" => placement.resources.cpu_quota = Some(integer(value)?),
+            "CpuPeriod" => placement.resources.cpu_period = Some(unsigned(value)?),
+            "MemoryLimitInBytes" => placement.resources.memory_limit = Some(integer(value)?),
+            "MemorySwapLimitInBytes" => {
+                placement.resources.memory_swap_limit = Some(integer(value)?);
+            }
+            "OomScoreAdj" => placement.resources.oom_score_adj = Some(integer(value)?),
+            other => {
+                return Err(OciError::UnknownProperty {
+                    property: other.to_string(),
+                    resource: resource.clone(),
+                })
+            }
+        }
+        merge_keys(&mut placement.env, &allocation.envs, resource, &mut notes);
+        merge_keys(
+            &mut placement.annotations,
+            &allocation.annotations,
+            resource,
+            &mut notes,
+        );
+    }
+    if cpus_from_plugin {
+        placement.pool = Pool::Plugin;
+        if placement.resources.cpu_quota == Some(crate::placement::UNLIMITED_QUOTA) {
+            // The quota removal belongs to Pinion's own exclusive CPUs.
+            placement.resources.cpu_quota = None;
+        }
+        if !mems_from_plugin {
+            placement.mems = memory_nodes(topology, &placement.cpus, None);
+        }
+    }
+    Ok((placement, notes))
+}
+
+fn merge_keys(
+    into: &mut BTreeMap<String, String>,
+    from: &BTreeMap<String, String>,
+    resource: &str,
+    notes: &mut MergeNotes,
+) {
+    for (key, value) in from {
+        match into.get(key) {
+            Some(existing) if existing != value => {
+                notes.conflicts.push((key.clone(), resource.to_string()));
+            }
+            Some(_) => {}
+            None => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn list(resource: &str, property: &str, value: &str) -> Result<CpuSet, OciError> {
+    CpuSet::parse_list(value).map_err(|err| OciError::BadList {
+        resource: resource.to_string(),
+        property: property.to_string(),
+        value: value.to_string(),
+        reason: err.to_string(),
+    })
+}
+
+fn integer(value: &str) -> Result<i64, OciError> {
+    value
+        .parse()
+        .map_err(|err: std::num::ParseIntError| OciError::NotAnInteger {
+            value: value.to_string(),
+            reason: err.to_string(),
+        })
+}
+
+fn unsigned(value: &str) -> Result<u64, OciError> {
+    value
+        .parse()
+        .map_err(|err: std::num::ParseIntError| OciError::NotAnInteger {
+            value: value.to_string(),
+            reason: err.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::{synthetic, Shape};
+
+    fn machine() -> Topology {
+        synthetic(Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 2,
+            threads_per_core: 2,
+            cores_per_uncore: 0,
+        })
+    }
+
+    fn set(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    fn oci(property: &str, value: &str) -> PluginAllocation {
+        PluginAllocation {
+            oci_property_name: property.into(),
+            allocation_result: value.into(),
+            ..PluginAllocation::default()
+        }
+    }
+
+    #[test]
+    fn oci_properties_set_the_cpuset_and_every_resource_setting() {
+        let topology = machine();
+        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let allocations = PluginAllocations::from([
+            ("cpu".to_string(), oci("CpusetCpus", "2-3")),
+            ("example.com/quota".to_string(), oci("CpuQuota", "50000")),
+            ("example.com/period".to_string(), oci("CpuPeriod", "100000")),
+            ("example.com/shares".to_string(), oci("CpuShares", "512")),
+            (
+                "memory".to_string(),
+                oci("MemoryLimitInBytes", "1073741824"),
+            ),
+            (
+                "swap".to_string(),
+                oci("MemorySwapLimitInBytes", "2147483648"),
+            ),
+            ("oom".to_string(), oci("OomScoreAdj", "-997")),
+        ]);
+        let (placement, notes) = apply(&topology, base, &allocations).expect("applies");
+        assert_eq!(placement.cpus, set("2-3"));
+        assert_eq!(placement.mems, set("1"), "memory follows the plugin's cpus");
+        assert_eq!(placement.pool, Pool::Plugin);
+        let r = &placement.resources;
+        assert_eq!(r.cpu_quota, Some(50_000));
+        assert_eq!(r.cpu_period, Some(100_000));
+        assert_eq!(r.cpu_shares, Some(512));
+        assert_eq!(r.memory_limit, Some(1 << 30));
+        assert_eq!(r.memory_swap_limit, Some(2 << 30));
+        assert_eq!(r.oom_score_adj, Some(-997));
+        assert!(notes.conflicts.is_empty());
+    }
+
+    #[test]
+    fn mems_from_a_plugin_win_and_envs_merge_first_come() {
+        let topology = machine();
+        let base = Placement::exclusive(&topology, set("1,5"), None);
+        let mut nic = oci("", "");
+        nic.envs.insert("AFFINITY_NIC_NAME".into(), "eth1".into());
+        nic.annotations.insert("k".into(), "nic".into());
+        let mut memory = oci("CpusetMems", "1");
+        memory.annotations.insert("k".into(), "memory".into());
+        let allocations = PluginAllocations::from([
+            ("example.com/nic".to_string(), nic),
+            ("memory".to_string(), memory),
+        ]);
+        let (placement, notes) = apply(&topology, base, &allocations).expect("applies");
+        assert_eq!(placement.cpus, set("1,5"), "cpus stay Pinion's");
+        assert_eq!(placement.pool, Pool::Exclusive);
+        assert_eq!(placement.mems, set("1"));
+        assert_eq!(placement.env["AFFINITY_NIC_NAME"], "eth1");
+        assert_eq!(placement.annotations["k"], "nic");
+        assert_eq!(
+            notes.conflicts,
+            vec![("k".to_string(), "memory".to_string())]
+        );
+    }
+
+    #[test]
+    fn unknown_properties_and_bad_values_are_refused_with_the_forks_texts() {
+        let topology = machine();
+        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let unknown = PluginAllocations::from([("gpu".to_string(), oci("HugepageLimits", "1"))]);
+        let err = apply(&topology, base.clone(), &unknown).expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "OCI resource config doesn't support oci property name: HugepageLimits for resource: gpu"
+        );
+        let bad = PluginAllocations::from([("q".to_string(), oci("CpuQuota", "lots"))]);
+        let err = apply(&topology, base.clone(), &bad).expect_err("bad int");
+        assert!(
+            err.to_string()
+                .starts_with("parse: lots to int failed with error: "),
+            "{err}"
+        );
+        let bad = PluginAllocations::from([("cpu".to_string(), oci("CpusetCpus", "3-1"))]);
+        let err = apply(&topology, base, &bad).expect_err("bad list");
+        assert!(matches!(err, OciError::BadList { .. }), "{err}");
+    }
+}

@@ -1,0 +1,344 @@
+use std::collections::BTreeMap;
+
+use pinion_core::pools::{ChangeReason, PoolLoad, PoolParams, PoolSize};
+use pinion_core::qos::{self, QosError};
+use pinion_core::topology::{synthetic, Shape};
+
+use super::*;
+use crate::api::{ContainerType, Hint};
+use crate::ErrorKind;
+
+/// 2 NUMA nodes × 4 cores × 2 threads: node 0 = 0-3,8-11; node 1 = 4-7,12-15.
+fn machine() -> Topology {
+    synthetic(Shape {
+        sockets: 2,
+        numa_per_socket: 1,
+        cores_per_socket: 4,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+}
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).expect("cpulist")
+}
+
+fn plugin() -> CpuPlugin {
+    CpuPlugin::open(machine(), &CpuPluginConfig::default(), None).expect("plugin")
+}
+
+fn request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> Request {
+    Request {
+        pod_uid: pod.into(),
+        pod_namespace: "ns".into(),
+        pod_name: pod.into(),
+        container_name: "c".into(),
+        container_type: ContainerType::Main,
+        resource_name: RESOURCE.into(),
+        resource_requests: BTreeMap::from([(RESOURCE.to_string(), cpus)]),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        native_qos_class: "Burstable".into(),
+        ..Request::default()
+    }
+}
+
+fn level(value: &'static str) -> (&'static str, &'static str) {
+    (qos::QOS_LEVEL_KEY, value)
+}
+
+fn cpus_of(answer: &Option<Allocation>) -> CpuSet {
+    let info = &answer.as_ref().expect("an allocation")[RESOURCE];
+    set(&info.allocation_result)
+}
+
+#[test]
+fn every_level_lands_in_its_pool() {
+    let mut p = plugin();
+    assert_eq!(p.reserved(), &set("0"));
+    let dedicated = p
+        .allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+        .expect("d");
+    let shared = p.allocate(&request("s", 1.5, &[])).expect("s");
+    let batch = p
+        .allocate(&request(
+            "b",
+            1.0,
+            &[(qos::CPU_ENHANCEMENT_KEY, r#"{"cpuset_pool":"batch"}"#)],
+        ))
+        .expect("b");
+    let reclaimed = p
+        .allocate(&request("r", 1.0, &[level("reclaimed_cores")]))
+        .expect("r");
+    let system = p
+        .allocate(&request("y", 1.0, &[level("system_cores")]))
+        .expect("y");
+    let (d, s, b, r) = (
+        cpus_of(&dedicated),
+        cpus_of(&shared),
+        cpus_of(&batch),
+        cpus_of(&reclaimed),
+    );
+    assert_eq!(d.len(), 2);
+    assert_eq!(s.len(), 3, "2 requested (rounded up) + 1 headroom");
+    assert_eq!(b.len(), 2);
+    assert_eq!(cpus_of(&system), set("0"));
+    let all = [&d, &s, &b, &r];
+    for (i, a) in all.iter().enumerate() {
+        assert!(a.is_disjoint(&set("0")));
+        for other in &all[i + 1..] {
+            assert!(a.is_disjoint(other), "{a} and {other} overlap");
+        }
+    }
+    assert_eq!(d.len() + s.len() + b.len() + r.len(), 15);
+    assert_eq!(
+        p.pool_members().keys().collect::<Vec<_>>(),
+        ["batch", "share"]
+    );
+}
+
+#[test]
+fn invalid_annotations_and_requests_are_refused_with_their_values() {
+    let mut p = plugin();
+    let err = p
+        .allocate(&request("x", 1.0, &[level("gold")]))
+        .expect_err("bad level");
+    assert!(matches!(&err, PluginError::Qos(QosError::InvalidLevel { value }) if value == "gold"));
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let mut two = request("x", 1.0, &[]);
+    two.resource_requests.insert("memory".into(), 1.0);
+    assert!(matches!(
+        p.allocate(&two),
+        Err(PluginError::RequestCount { count: 2, .. })
+    ));
+    let mut wrong = request("x", 1.0, &[]);
+    wrong.resource_name = "memory".into();
+    assert!(matches!(
+        p.topology_hints(&wrong),
+        Err(PluginError::WrongResource { .. })
+    ));
+    assert!(p.allocations().is_empty());
+    let err = p
+        .topology_aware_resources("nobody", "c")
+        .expect_err("unknown");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
+#[test]
+fn init_containers_get_nothing_outside_the_static_path() {
+    let mut p = plugin();
+    let mut init = request("i", 1.0, &[level("dedicated_cores")]);
+    init.container_type = ContainerType::Init;
+    assert_eq!(p.topology_hints(&init).expect("hints"), None);
+    assert_eq!(p.allocate(&init).expect("allocate"), None);
+    assert!(p.allocations().is_empty());
+}
+
+#[test]
+fn dedicated_numa_binding_stays_on_the_hinted_node_and_exclusive_nodes_are_kept() {
+    let mut p = plugin();
+    let bound = [
+        level("dedicated_cores"),
+        (
+            qos::MEMORY_ENHANCEMENT_KEY,
+            r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
+        ),
+    ];
+    let hints = p
+        .topology_hints(&request("a", 4.0, &bound))
+        .expect("hints")
+        .expect("some");
+    assert!(
+        hints.contains(&Hint {
+            nodes: vec![1],
+            preferred: true
+        }),
+        "{hints:?}"
+    );
+    let mut ask = request("a", 4.0, &bound);
+    ask.hint = Some(Hint {
+        nodes: vec![1],
+        preferred: true,
+    });
+    let got = cpus_of(&p.allocate(&ask).expect("a"));
+    assert!(got.is_subset(&set("4-7,12-15")), "{got}");
+    // Nobody else gets node 1: not dedicated pods, not the pools.
+    let other = p
+        .topology_hints(&request("b", 1.0, &[level("dedicated_cores")]))
+        .expect("hints");
+    assert!(other.expect("some").iter().all(|h| h.nodes == vec![0]));
+    let shared = cpus_of(&p.allocate(&request("s", 1.0, &[])).expect("s"));
+    assert!(shared.is_subset(&set("1-3,8-11")), "{shared}");
+    let reclaim = &p.pools().plan().reclaim;
+    assert!(reclaim.is_disjoint(&set("4-7,12-15")));
+    // After the pod goes, node 1 is everyone's again.
+    p.remove_pod("a").expect("remove");
+    p.remove_pod("a").expect("idempotent");
+    assert!(p.state().exclusive_numa.is_empty());
+    assert!(p.pools().plan().reclaim.intersection_len(&set("4-7,12-15")) > 0);
+}
+
+#[test]
+fn numa_bound_shared_pools_are_per_node() {
+    let mut p = plugin();
+    let bound = [(qos::MEMORY_ENHANCEMENT_KEY, r#"{"numa_binding":"true"}"#)];
+    let hints = p
+        .topology_hints(&request("s", 2.0, &bound))
+        .expect("hints")
+        .expect("some");
+    assert_eq!(
+        hints.iter().map(|h| h.nodes.clone()).collect::<Vec<_>>(),
+        [vec![0], vec![1]]
+    );
+    let mut ask = request("s", 2.0, &bound);
+    ask.hint = Some(Hint {
+        nodes: vec![1],
+        preferred: true,
+    });
+    let got = cpus_of(&p.allocate(&ask).expect("s"));
+    assert!(got.is_subset(&set("4-7,12-15")));
+    assert!(p.pools().entries().contains_key("share@1"));
+}
+
+#[test]
+fn the_online_pool_grows_under_pressure_and_gives_cpus_back_when_idle() {
+    let config = CpuPluginConfig {
+        pools: PoolParams {
+            cooldown: 0,
+            step: 2,
+            max_headroom: 6,
+            ..PoolParams::default()
+        },
+        ..CpuPluginConfig::default()
+    };
+    let mut p = CpuPlugin::open(machine(), &config, None).expect("plugin");
+    let dedicated = cpus_of(
+        &p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+            .expect("d"),
+    );
+    p.allocate(&request("web", 2.0, &[])).expect("web");
+    p.allocate(&request("etl", 1.0, &[level("reclaimed_cores")]))
+        .expect("etl");
+    let size = |p: &CpuPlugin| p.cpuset("web", "c").len();
+    assert_eq!(size(&p), 3);
+    let hot = BTreeMap::from([(
+        "share".to_string(),
+        PoolLoad {
+            pressure: 40.0,
+            usage: None,
+        },
+    )]);
+    let report = p.reconcile(&hot).expect("reconcile");
+    assert_eq!(size(&p), 5);
+    assert!(matches!(report.pools[0].reason, ChangeReason::Grow { .. }));
+    let moved: Vec<&str> = report
+        .containers
+        .iter()
+        .map(|c| c.pod_uid.as_str())
+        .collect();
+    assert_eq!(moved, ["etl", "web"], "the pool and reclaim both changed");
+    for _ in 0..5 {
+        p.reconcile(&hot).expect("reconcile");
+    }
+    assert_eq!(size(&p), 8, "requests + max headroom");
+    assert_eq!(p.cpuset("d", "c"), dedicated, "dedicated cpus never move");
+    assert!(
+        p.cpuset("web", "c").is_disjoint(&set("0")),
+        "nor reserved ones"
+    );
+    assert_eq!(p.cpuset("etl", "c").len(), 15 - 2 - 8);
+    let idle = BTreeMap::from([(
+        "share".to_string(),
+        PoolLoad {
+            pressure: 0.0,
+            usage: Some(0.5),
+        },
+    )]);
+    for _ in 0..10 {
+        p.reconcile(&idle).expect("reconcile");
+    }
+    assert_eq!(size(&p), 2);
+    assert_eq!(p.reconcile(&idle).expect("steady").containers, vec![]);
+}
+
+#[test]
+fn pool_loads_take_the_worst_pressure_and_the_total_usage() {
+    let mut p = plugin();
+    p.allocate(&request("a", 1.0, &[])).expect("a");
+    p.allocate(&request("b", 1.0, &[])).expect("b");
+    let per_container = BTreeMap::from([
+        (
+            ("a".to_string(), "c".to_string()),
+            PoolLoad {
+                pressure: 5.0,
+                usage: Some(0.5),
+            },
+        ),
+        (
+            ("b".to_string(), "c".to_string()),
+            PoolLoad {
+                pressure: 30.0,
+                usage: Some(1.0),
+            },
+        ),
+    ]);
+    let loads = p.pool_loads(&per_container);
+    assert_eq!(
+        loads["share"],
+        PoolLoad {
+            pressure: 30.0,
+            usage: Some(1.5)
+        }
+    );
+}
+
+#[test]
+fn state_survives_a_restart_and_must_fit_the_machine() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = CpuPluginConfig::default();
+    let before = {
+        let mut p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("plugin");
+        p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+            .expect("d");
+        p.allocate(&request("s", 1.0, &[])).expect("s");
+        p.set_pool_size("share", PoolSize::Fixed(4)).expect("pin");
+        p.allocations()
+    };
+    let p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("reopen");
+    assert_eq!(p.allocations(), before);
+    assert_eq!(p.pools().pin_of("share"), PoolSize::Fixed(4));
+    // A reservation that an exclusive container now holds (kubelet's
+    // validateState refuses it too).
+    let held = p.cpuset("d", "c").first().expect("a cpu");
+    let other = CpuPluginConfig {
+        reserved_cpu_list: CpuSet::from_iter([held]),
+        ..CpuPluginConfig::default()
+    };
+    let err =
+        CpuPlugin::open(machine(), &other, Some(dir.path())).expect_err("reservation changed");
+    assert!(matches!(err, PluginError::Restore { .. }), "{err}");
+}
+
+#[test]
+fn answers_look_like_katalysts() {
+    let mut p = plugin();
+    let mut ask = request("g", 2.0, &[]);
+    ask.native_qos_class = "Guaranteed".into();
+    let answer = p.allocate(&ask).expect("g").expect("answer");
+    let info = &answer[RESOURCE];
+    assert_eq!(info.oci_property_name, "CpusetCpus");
+    assert!(info.is_scalar_resource && !info.is_node_resource);
+    assert_eq!(info.allocated_quantity, 2.0);
+    assert_eq!(info.topology_assignments.values().sum::<u64>(), 2);
+    let aware = p.topology_aware_resources("g", "c").expect("known");
+    assert_eq!(aware[RESOURCE].aggregated_quantity, 2.0);
+    assert_eq!(aware[RESOURCE].original_aggregated_quantity, 2.0);
+    let allocatable = &p.allocatable_resources()[RESOURCE];
+    assert_eq!(allocatable.aggregated_allocatable_quantity, 15.0);
+    assert_eq!(allocatable.aggregated_capacity_quantity, 16.0);
+    assert!(p.options().with_topology_alignment);
+    // A second Allocate of the same container answers the same.
+    assert_eq!(p.allocate(&ask).expect("again"), Some(answer));
+}

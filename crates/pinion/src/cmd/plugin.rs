@@ -1,0 +1,189 @@
+//! `pinion plugin serve cpu|memory|nic`: one of Pinion's own resource
+//! plugins as a standalone gRPC process, registering through the
+//! plugin-watcher protocol with any katalyst-compatible manager (Pinion's
+//! agent, katalyst-agent's ORM, the kubewharf kubelet fork).
+//!
+//! It listens on `<socket-dir>/pinion-<name>-plugin.sock` (mode 0600) and
+//! serves both the `Registration` service (`GetInfo`,
+//! `NotifyRegistrationStatus`) and `resourceplugin.v1alpha1`; the manager
+//! watching the directory finds it. The socket is removed on SIGTERM or
+//! SIGINT, which the manager takes as de-registration. State lives in the
+//! plugin's own file of `--state-dir` and survives restarts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use pinion_api::plugin::{self, Identity, RegistrationState};
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginConfig};
+use pinion_plugins::grpc::GrpcPlugin;
+use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
+use pinion_plugins::nic::{NicPlugin, NicPluginConfig};
+use pinion_plugins::ResourcePlugin;
+use serde::de::DeserializeOwned;
+
+/// Arguments of `pinion plugin`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: PluginCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PluginCommand {
+    /// Serve one of Pinion's resource plugins over gRPC on a unix socket.
+    Serve(ServeArgs),
+}
+
+/// Which plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Which {
+    /// katalyst's QoS levels over role-based CPU pools (resource `cpu`).
+    Cpu,
+    /// Per-NUMA memory accounting and NUMA binding (resource `memory`).
+    Memory,
+    /// NUMA-affine NICs (resource `resource.katalyst.kubewharf.io/net_bandwidth`
+    /// unless configured).
+    Nic,
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::Cpu => "cpu",
+            Which::Memory => "memory",
+            Which::Nic => "nic",
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// The plugin to serve.
+    #[arg(value_enum)]
+    plugin: Which,
+    /// The manager's plugin-watcher directory (katalyst's `--qrm-socket-dirs`;
+    /// Pinion's `qosResourceManager.pluginRegistrationDir`).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/lib/pinion/plugins_registry"
+    )]
+    socket_dir: PathBuf,
+    /// The plugin's configuration (YAML): the keys of
+    /// `qosResourceManager.plugins.<name>` (docs/qrm.md). Default: one CPU
+    /// reserved, as the agent.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Root of the sysfs tree to read the machine from.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    sysroot: PathBuf,
+    /// Where the plugin keeps its state file.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/pinion")]
+    state_dir: PathBuf,
+}
+
+/// Runs `pinion plugin`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match &args.command {
+        PluginCommand::Serve(serve) => run_serve(serve),
+    }
+}
+
+fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
+    let topology = pinion_host::discover(&args.sysroot).with_context(|| {
+        format!(
+            "cannot read the CPU topology under {}",
+            args.sysroot.display()
+        )
+    })?;
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("cannot create {}", args.state_dir.display()))?;
+    std::fs::create_dir_all(&args.socket_dir)
+        .with_context(|| format!("cannot create {}", args.socket_dir.display()))?;
+    let socket = args
+        .socket_dir
+        .join(format!("pinion-{}-plugin.sock", args.plugin.name()));
+    let state_dir = Some(args.state_dir.as_path());
+    match args.plugin {
+        Which::Cpu => {
+            let config: CpuPluginConfig = read_config(args.config.as_deref())?;
+            let plugin = CpuPlugin::open(topology, &config, state_dir)?;
+            serve(&socket, plugin)
+        }
+        Which::Memory => {
+            let config: MemoryPluginConfig = read_config(args.config.as_deref())?;
+            let nodes = pinion_host::meminfo::read_node_memory(&args.sysroot)?;
+            let plugin = MemoryPlugin::open(topology, nodes, config, state_dir)?;
+            serve(&socket, plugin)
+        }
+        Which::Nic => {
+            let config: NicPluginConfig = read_config(args.config.as_deref())?;
+            let nics = pinion_host::net::discover_nics(
+                &args.sysroot,
+                &config.netns(),
+                &pinion_host::net::SystemAddresses,
+            )?;
+            let plugin = NicPlugin::open(&topology, nics, &config, state_dir)?;
+            serve(&socket, plugin)
+        }
+    }
+}
+
+/// The plugin's configuration from `path` (defaults without one).
+fn read_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> anyhow::Result<T> {
+    let Some(path) = path else {
+        return Ok(T::default());
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if text.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_yaml_ng::from_str(&text)
+        .with_context(|| format!("{}: invalid configuration", path.display()))
+}
+
+fn serve<P: ResourcePlugin + 'static>(socket: &Path, plugin: P) -> anyhow::Result<()> {
+    let resource = plugin.resource_name().to_string();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let identity = Identity::new(&resource);
+        let mut registration = identity.registration();
+        let socket_shown = socket.display().to_string();
+        tokio::spawn(async move {
+            while registration.changed().await.is_ok() {
+                match &*registration.borrow() {
+                    RegistrationState::Registered => {
+                        eprintln!("pinion: the manager registered the {resource} plugin");
+                    }
+                    RegistrationState::Refused(reason) => {
+                        eprintln!("pinion: the manager refused the {resource} plugin: {reason}");
+                    }
+                    RegistrationState::Pending => {}
+                }
+            }
+        });
+        eprintln!("pinion: serving on {socket_shown}");
+        plugin::serve(socket, identity, GrpcPlugin::new(plugin), shutdown()).await
+    })?;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,118 @@
+//! The one harness of the CLI's tests: the runner of the `pinion` binary,
+//! the locator of `../shared` (the workspace's one, shared with the other
+//! crates' tests: `pinion-core/tests/common/shared.rs`) and the
+//! `pinion-agent` binary for tests that start the agent.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The `pinion` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_pinion");
+
+#[path = "../../../pinion-core/tests/common/shared.rs"]
+mod locator;
+
+#[allow(unused_imports)]
+pub use locator::{shared, workspace};
+
+/// Runs `pinion ARGS…` with an empty standard input.
+pub fn pinion(args: &[&str]) -> Output {
+    pinion_with_stdin(args, "")
+}
+
+/// Runs `pinion ARGS…` with `stdin` as its standard input.
+pub fn pinion_with_stdin(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pinion starts");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    // A command that does not read its input may close it early.
+    let _ = input.write_all(stdin.as_bytes());
+    drop(input);
+    child.wait_with_output().expect("pinion finishes")
+}
+
+/// Standard output as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Standard error as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The `pinion-agent` binary beside `pinion` (where `pinion agent` looks
+/// for it). `cargo test --workspace` builds it; a run of this package alone
+/// may not have, so it is built here (once per test binary) when absent or
+/// older than the sources it is built from.
+pub fn agent_bin() -> PathBuf {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT
+        .get_or_init(|| {
+            let dir = Path::new(BIN).parent().expect("the binary's directory");
+            let agent = dir.join("pinion-agent");
+            let built = std::fs::metadata(&agent).and_then(|m| m.modified()).ok();
+            if built.is_none_or(|built| newest_source().is_some_and(|source| source > built)) {
+                build_agent(dir);
+            }
+            assert!(
+                agent.is_file(),
+                "{} is missing after building it",
+                agent.display()
+            );
+            agent
+        })
+        .clone()
+}
+
+/// The newest modification time among the agent's workspace sources.
+fn newest_source() -> Option<std::time::SystemTime> {
+    fn walk(path: &Path, newest: &mut Option<std::time::SystemTime>) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+                walk(&entry.path(), newest);
+            }
+        } else if let Ok(modified) = meta.modified() {
+            *newest = (*newest).max(Some(modified));
+        }
+    }
+    let mut newest = None;
+    for krate in [
+        "pinion-agent",
+        "pinion-api",
+        "pinion-core",
+        "pinion-host",
+        "pinion-nri",
+    ] {
+        let dir = workspace().join("crates").join(krate);
+        for part in ["src", "proto", "build.rs", "Cargo.toml"] {
+            walk(&dir.join(part), &mut newest);
+        }
+    }
+    newest
+}
+
+fn build_agent(dir: &Path) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(&cargo);
+    build.args(["build", "-p", "pinion-agent", "--bin", "pinion-agent"]);
+    if dir.file_name().is_some_and(|name| name == "release") {
+        build.arg("--release");
+    }
+    let status = build
+        .current_dir(workspace())
+        .status()
+        .expect("cargo build -p pinion-agent starts");
+    assert!(status.success(), "cargo build -p pinion-agent: {status}");
+}

@@ -1,0 +1,374 @@
+//! `pinion plugin serve cpu`: Pinion's CPU plugin as a standalone process,
+//! driven over a real unix socket as a katalyst-compatible manager drives
+//! it (plugin-watcher `GetInfo`, `GetResourcePluginOptions`,
+//! `GetTopologyHints`, `Allocate`, `GetResourcesAllocation`, `RemovePod`),
+//! on an 80-CPU machine's sysfs tree. Every answer must be the one the
+//! same plugin gives in-process (the agent's path), and its state must
+//! survive a restart.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pinion_api::pluginregistration as pr;
+use pinion_api::resourceplugin as rp;
+use pinion_core::qos;
+use pinion_core::CpuSet;
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginConfig};
+use pinion_plugins::grpc;
+use pinion_plugins::ResourcePlugin as _;
+
+const MACHINE: &str = "topologies/x86-2s-intel-xeon-gold-6230-ht-snc2";
+
+struct Served {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Served {
+    fn start(sysroot: &Path, sockets: &Path, state: &Path) -> Served {
+        let child = Command::new(common::BIN)
+            .args(["plugin", "serve", "cpu", "--socket-dir"])
+            .arg(sockets)
+            .arg("--sysroot")
+            .arg(sysroot)
+            .arg("--state-dir")
+            .arg(state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pinion plugin serve starts");
+        let socket = sockets.join("pinion-cpu-plugin.sock");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "no socket at {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Served { child, socket }
+    }
+
+    /// SIGTERM, as an operator stops it; the socket must go with it.
+    fn stop(mut self) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        let status = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+        let exit = self.child.wait().expect("wait");
+        assert!(exit.success(), "plugin exited with {exit}");
+        assert!(!self.socket.exists(), "the socket outlived the plugin");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn wire_request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> rp::ResourceRequest {
+    rp::ResourceRequest {
+        pod_uid: pod.into(),
+        pod_namespace: "ns".into(),
+        pod_name: pod.into(),
+        container_name: "app".into(),
+        container_type: rp::ContainerType::Main.into(),
+        resource_name: "cpu".into(),
+        resource_requests: HashMap::from([("cpu".to_string(), cpus)]),
+        annotations: annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        native_qos_class: "Burstable".into(),
+        ..rp::ResourceRequest::default()
+    }
+}
+
+/// The pods of the test: (uid, cpus, annotations).
+/// A test pod: (uid, cpus, annotations).
+type Pod = (&'static str, f64, Vec<(&'static str, &'static str)>);
+
+fn pods() -> Vec<Pod> {
+    vec![
+        (
+            "online-1",
+            4.0,
+            vec![
+                (qos::QOS_LEVEL_KEY, "dedicated_cores"),
+                (qos::MEMORY_ENHANCEMENT_KEY, r#"{"numa_binding":"true"}"#),
+            ],
+        ),
+        ("web-1", 2.5, vec![(qos::QOS_LEVEL_KEY, "shared_cores")]),
+        (
+            "etl-1",
+            3.0,
+            vec![(qos::CPU_ENHANCEMENT_KEY, r#"{"cpuset_pool":"batch"}"#)],
+        ),
+        (
+            "offline-1",
+            2.0,
+            vec![(qos::QOS_LEVEL_KEY, "reclaimed_cores")],
+        ),
+    ]
+}
+
+/// A hints answer as (resource, `None` = no preference, else the hints).
+/// (NUMA nodes, preferred) of each hint.
+type Hints = Vec<(Vec<u64>, bool)>;
+
+fn hints_of(answer: &rp::ResourceHintsResponse) -> Vec<(String, Option<Hints>)> {
+    answer
+        .resource_hints
+        .iter()
+        .map(|e| {
+            let hints = e.value.as_ref().map(|list| {
+                list.hints
+                    .iter()
+                    .map(|h| (h.nodes.clone(), h.preferred))
+                    .collect()
+            });
+            (e.key.clone(), hints)
+        })
+        .collect()
+}
+
+fn alloc_of(
+    answer: &rp::ResourceAllocationResponse,
+) -> BTreeMap<String, rp::ResourceAllocationInfo> {
+    answer
+        .allocation_result
+        .iter()
+        .flat_map(|r| r.resource_allocation.iter())
+        .map(|e| (e.key.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn the_cpu_plugin_answers_over_the_wire_as_it_does_in_process_and_keeps_its_state() {
+    let Some(sysroot) = common::shared(MACHINE) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (sockets, state) = (
+        dir.path().join("plugins_registry"),
+        dir.path().join("state"),
+    );
+    let served = Served::start(&sysroot, &sockets, &state);
+    let topology = pinion_host::discover(&sysroot).expect("topology");
+    let mut local =
+        CpuPlugin::open(topology, &CpuPluginConfig::default(), None).expect("in-process plugin");
+    let rt = runtime();
+    rt.block_on(async {
+        let channel = pinion_api::uds::connect(&served.socket, Duration::from_secs(5))
+            .await
+            .expect("connect");
+        let mut registration = pr::registration_client::RegistrationClient::new(channel.clone());
+        let info = registration
+            .get_info(pr::InfoRequest {})
+            .await
+            .expect("GetInfo")
+            .into_inner();
+        assert_eq!(info.r#type, "ResourcePlugin");
+        assert_eq!(info.name, "cpu");
+        assert_eq!(info.supported_versions, ["v1alpha1"]);
+
+        let mut client = rp::resource_plugin_client::ResourcePluginClient::new(channel);
+        let options = client
+            .get_resource_plugin_options(rp::Empty {})
+            .await
+            .expect("options")
+            .into_inner();
+        let want = local.options();
+        assert_eq!(
+            (
+                options.pre_start_required,
+                options.with_topology_alignment,
+                options.need_reconcile
+            ),
+            (
+                want.pre_start_required,
+                want.with_topology_alignment,
+                want.need_reconcile
+            )
+        );
+
+        let mut held = BTreeMap::new();
+        for (pod, cpus, annotations) in pods() {
+            let wire = wire_request(pod, cpus, &annotations);
+            let hints = client
+                .get_topology_hints(wire.clone())
+                .await
+                .expect("hints")
+                .into_inner();
+            let local_hints = local
+                .topology_hints(&grpc::request(&wire))
+                .expect("local hints");
+            let expected = vec![(
+                "cpu".to_string(),
+                local_hints.map(|hs| hs.into_iter().map(|h| (h.nodes, h.preferred)).collect()),
+            )];
+            assert_eq!(
+                hints_of(&hints),
+                expected,
+                "{pod}: hints differ from in-process"
+            );
+            assert_eq!(hints.pod_uid, pod);
+
+            let answer = client
+                .allocate(wire.clone())
+                .await
+                .expect("allocate")
+                .into_inner();
+            let local_answer = local
+                .allocate(&grpc::request(&wire))
+                .expect("local allocate");
+            let got = alloc_of(&answer);
+            let want: BTreeMap<_, _> = local_answer
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), grpc::wire_info(v)))
+                .collect();
+            assert_eq!(got, want, "{pod}: allocation differs from in-process");
+            let cpus = CpuSet::parse_list(&got["cpu"].allocation_result).expect("cpulist");
+            assert_eq!(got["cpu"].oci_property_name, "CpusetCpus");
+            assert!(
+                !cpus.is_empty() && !cpus.contains(0),
+                "{pod}: {cpus} (cpu 0 is reserved)"
+            );
+            held.insert(pod, cpus);
+        }
+        let dedicated = &held["online-1"];
+        assert_eq!(dedicated.len(), 4);
+        for (pod, cpus) in &held {
+            if *pod != "online-1" {
+                assert!(
+                    cpus.is_disjoint(dedicated),
+                    "{pod} {cpus} overlaps the dedicated {dedicated}"
+                );
+            }
+        }
+
+        let bad = wire_request("bad", 1.0, &[(qos::QOS_LEVEL_KEY, "gold_cores")]);
+        let err = client.allocate(bad).await.expect_err("unknown qos level");
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("gold_cores"), "{}", err.message());
+
+        client
+            .remove_pod(rp::RemovePodRequest {
+                pod_uid: "web-1".into(),
+            })
+            .await
+            .expect("remove");
+        client
+            .remove_pod(rp::RemovePodRequest {
+                pod_uid: "web-1".into(),
+            })
+            .await
+            .expect("remove is idempotent");
+    });
+    let before = rt.block_on(all_allocations(&served.socket));
+    assert!(!before.contains_key("web-1"));
+    assert_eq!(
+        before.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["etl-1", "offline-1", "online-1"]
+    );
+    // Regression (plugin serve hung on SIGTERM): a manager that keeps its
+    // connection open must not hold the plugin's exit; the socket goes at
+    // once and in-flight calls get a bounded drain.
+    let manager_connection = rt
+        .block_on(pinion_api::uds::connect(
+            &served.socket,
+            Duration::from_secs(5),
+        ))
+        .expect("connect");
+    served.stop();
+    drop(manager_connection);
+
+    let again = Served::start(&sysroot, &sockets, &state);
+    let after = rt.block_on(all_allocations(&again.socket));
+    assert_eq!(after, before, "a restart changed the allocations");
+    again.stop();
+}
+
+/// `GetResourcesAllocation`: pod → container → resource → cpulist.
+async fn all_allocations(
+    socket: &Path,
+) -> BTreeMap<String, BTreeMap<String, BTreeMap<String, String>>> {
+    let channel = pinion_api::uds::connect(socket, Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let mut client = rp::resource_plugin_client::ResourcePluginClient::new(channel);
+    let all = client
+        .get_resources_allocation(rp::GetResourcesAllocationRequest {})
+        .await
+        .expect("GetResourcesAllocation")
+        .into_inner();
+    all.pod_resources
+        .into_iter()
+        .map(|pod| {
+            let containers = pod
+                .value
+                .unwrap_or_default()
+                .container_resources
+                .into_iter()
+                .map(|c| {
+                    let resources = c
+                        .value
+                        .unwrap_or_default()
+                        .resource_allocation
+                        .into_iter()
+                        .map(|r| (r.key, r.value.unwrap_or_default().allocation_result))
+                        .collect();
+                    (c.key, resources)
+                })
+                .collect();
+            (pod.key, containers)
+        })
+        .collect()
+}
+
+#[test]
+fn a_bad_configuration_is_named_and_nothing_is_served() {
+    let Some(sysroot) = common::shared(MACHINE) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("cpu.yaml");
+    std::fs::write(&config, "reservedCpus: 1\nreservdCpuList: \"0\"\n").expect("write");
+    let out = common::pinion(&[
+        "plugin",
+        "serve",
+        "cpu",
+        "--socket-dir",
+        dir.path().join("sock").to_str().expect("path"),
+        "--sysroot",
+        sysroot.to_str().expect("path"),
+        "--state-dir",
+        dir.path().join("state").to_str().expect("path"),
+        "--config",
+        config.to_str().expect("path"),
+    ]);
+    assert!(!out.status.success());
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("cpu.yaml: invalid configuration") && err.contains("reservdCpuList"),
+        "{err}"
+    );
+    assert!(!dir.path().join("sock/pinion-cpu-plugin.sock").exists());
+}

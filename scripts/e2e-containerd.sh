@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Pinion as the NRI plugin of a real containerd: Debian trixie's containerd
+# 1.7 (fetched with `apt-get download` into a cache outside the repository,
+# with a private apt configuration; extracted with dpkg-deb, never installed),
+# NRI enabled, the machine's runc, images built from busybox-static as OCI
+# archives, and pinion-cri acting as kubelet over CRI v1. The scenario
+# (scripts/e2e/guest/scenarios/containerd.sh) runs on this host and in a qemu
+# guest with SMT, two NUMA nodes and cgroup v2. Needs root; skips with a
+# notice when it cannot install what it needs. Last line:
+# `N passed, N failed, N skipped`; exits non-zero on a failure.
+#
+# Usage: sudo scripts/e2e-containerd.sh [--host-only | --guest-only] [--interactive]
+# Environment: as scripts/e2e-vm.sh (PINION_E2E_*), and
+# PINION_E2E_DEBIAN_MIRROR (default: this machine's Debian mirror).
+set -uo pipefail
+E2E_NAME=e2e-containerd
+. "$(dirname "$0")/e2e/lib.sh"
+. "$E2E_LIB/vm.sh"
+
+SUITE=trixie
+# The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2.
+GUEST_SHAPE=(2 2 2 2 10+21/21+10 1024)
+
+where=both E2E_INTERACTIVE=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --host-only) where=host; shift ;;
+    --guest-only) where=guest; shift ;;
+    --interactive) where=guest E2E_INTERACTIVE=1; shift ;;
+    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) e2e_die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+export E2E_INTERACTIVE
+
+E2E_WORK=$(mktemp -d /tmp/pinion-e2e-ctrd.XXXXXX)
+[ -n "${PINION_E2E_KEEP:-}" ] || trap 'rm -rf "$E2E_WORK"' EXIT
+packages=(busybox-static runc)
+[ "$where" = host ] || packages+=(qemu-system-x86 linux-image-cloud-amd64 cpio)
+e2e_require "${packages[@]}"
+e2e_build
+[ -x "$E2E_BIN_DIR/pinion-cri" ] || e2e_die "no pinion-cri binary in $E2E_BIN_DIR"
+
+deb=$(e2e_fetch_deb "$SUITE" containerd) && [ -n "$deb" ] ||
+    e2e_skip_all "cannot fetch the containerd package of Debian $SUITE (see above)"
+CTRD=$E2E_CACHE/$(basename "$deb" .deb)
+if [ ! -x "$CTRD/usr/bin/containerd" ]; then
+    rm -rf "$CTRD.tmp" && dpkg-deb -x "$deb" "$CTRD.tmp" && mv "$CTRD.tmp" "$CTRD" ||
+        e2e_die "cannot extract $deb"
+fi
+e2e_log "containerd: $("$CTRD/usr/bin/containerd" --version 2>&1)"
+mkdir -p "$E2E_WORK/images"
+e2e_oci_image "$E2E_WORK/images/pause.tar" pinion.test/pause:1 /bin/sleep 1000000000 &&
+    e2e_oci_image "$E2E_WORK/images/busybox.tar" pinion.test/busybox:1 /bin/sh ||
+    e2e_die "cannot build the OCI images"
+
+if [ "$where" != guest ]; then
+    if [ -d /sys/fs/cgroup/cpuset ]; then cpuset_mount=/sys/fs/cgroup/cpuset; else cpuset_mount=/sys/fs/cgroup; fi
+    e2e_log "host: containerd with pinion agent --nri"
+    start=$(date +%s)
+    mkdir -p "$E2E_WORK/host"
+    env PATH="$CTRD/usr/bin:$PATH" PINION="$E2E_BIN_DIR/pinion" PINION_CRI="$E2E_BIN_DIR/pinion-cri" \
+        E2E_RUNC="${PINION_E2E_RUNC:-$(command -v runc)}" E2E_IMAGES="$E2E_WORK/images" E2E_STATE="$E2E_WORK/host" \
+        E2E_CGROUP_ROOT="$cpuset_mount/pinion-e2e-ctrd-$$" SCENARIO=containerd \
+        timeout 600 sh -c ". '$E2E_GUEST/check.sh'; . '$E2E_GUEST/pinion.sh'; . '$E2E_GUEST/scenarios/containerd.sh'" \
+        >"$E2E_WORK/host.out" 2>"$E2E_WORK/host.err"
+    status=$?
+    e2e_collect "$E2E_WORK/host.out" host
+    if [ "$status" -ne 0 ] || ! grep -q '^RESULT ' "$E2E_WORK/host.out"; then
+        e2e_result FAIL "host containerd: scenario script: exit status $status"
+    fi
+    if [ "$status" -ne 0 ] || grep -q '^RESULT FAIL' "$E2E_WORK/host.out"; then
+        echo "host logs:"
+        tail -n 15 "$E2E_WORK/host.err" | sed 's/^/  | /'
+        tail -n 15 "$E2E_WORK/host/agent.log" 2>/dev/null | sed 's/^/  agent| /'
+        grep -i 'error\|nri' "$E2E_WORK/host/containerd.log" 2>/dev/null | tail -n 15 | sed 's/^/  containerd| /'
+    fi
+    e2e_log "host done in $(($(date +%s) - start)) s"
+fi
+
+if [ "$where" != host ]; then
+    e2e_log "guest: building the image with containerd"
+    e2e_guest_image "$E2E_WORK/initrd" \
+        "$CTRD/usr/bin/containerd:/usr/bin/containerd" \
+        "$CTRD/usr/bin/containerd-shim-runc-v2:/usr/bin/containerd-shim-runc-v2" \
+        "$CTRD/usr/bin/ctr:/usr/bin/ctr" \
+        "$(command -v runc):/usr/sbin/runc" \
+        "$E2E_BIN_DIR/pinion-cri:/usr/local/bin/pinion-cri" \
+        "$E2E_WORK/images:/e2e/images" || e2e_die "cannot build the guest image"
+    e2e_log "accelerator: $(e2e_accel); image $(du -h "$E2E_WORK/initrd" | cut -f1)"
+    start=$(date +%s)
+    mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}")
+    log=$E2E_WORK/guest.console
+    e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
+        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800" \
+        "${shape_args[@]}"
+    status=$?
+    [ "$E2E_INTERACTIVE" = 1 ] && exit 0
+    e2e_collect "$log" guest-smt
+    if ! grep -q '^E2E-END' "$log"; then
+        e2e_result FAIL "guest-smt: the guest did not finish (qemu status $status); console and qemu output end with:"
+        tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'
+    fi
+    e2e_log "guest done in $(($(date +%s) - start)) s"
+fi
+e2e_summary

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Pinion on real kernels: qemu guests with SMT, NUMA and cgroup v2 (and v1),
+# each booted from an initramfs holding busybox-static, Pinion's binaries and
+# the scenario scripts of scripts/e2e/guest/scenarios; the results come back
+# over the serial console. Needs root; installs qemu-system-x86,
+# linux-image-cloud-amd64, busybox-static and cpio when missing (skips with a
+# notice when it cannot). Last line: `N passed, N failed, N skipped`; exits
+# non-zero on a failure.
+#
+# Usage: sudo scripts/e2e-vm.sh [--shape NAME]... [--scenarios a,b] [--interactive] [--list]
+# Environment: PINION_E2E_ACCEL=tcg|kvm, PINION_E2E_PROFILE=release|debug,
+# PINION_E2E_NO_BUILD=1, PINION_E2E_KERNEL=PATH, PINION_E2E_KEEP=1 (keep the
+# work directory with the images and console logs). See docs/testing.md.
+set -uo pipefail
+E2E_NAME=e2e-vm
+. "$(dirname "$0")/e2e/lib.sh"
+. "$E2E_LIB/vm.sh"
+
+# The guest shapes. Columns: name, sockets, cores per socket, threads per
+# core, NUMA nodes, distance matrix (rows '/', values '+'), cgroup version,
+# memory per node (MiB), scenarios (scripts/e2e/guest/scenarios/NAME.sh).
+SHAPES=(
+    "smt-2s-2n  2 2 2 2 10+21/21+10 v2 512 cgroup2,discovery,siblings,exclusive,restart,offline"
+    "smt-1s-v1  1 4 2 1 10 v1 768 discovery,siblings,exclusive,restart,offline"
+    "big-16c-4n 2 4 2 4 10+12+21+21/12+10+21+21/21+21+10+12/21+21+12+10 v2 512 discovery,siblings,exclusive"
+)
+
+only=() scenarios_override="" E2E_INTERACTIVE=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --shape) only+=("$2"); shift 2 ;;
+    --scenarios) scenarios_override=$2; shift 2 ;;
+    --interactive) E2E_INTERACTIVE=1; shift ;;
+    --list) printf '%s\n' "${SHAPES[@]}"; exit 0 ;;
+    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) e2e_die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+export E2E_INTERACTIVE
+
+E2E_WORK=$(mktemp -d /tmp/pinion-e2e-vm.XXXXXX)
+[ -n "${PINION_E2E_KEEP:-}" ] || trap 'rm -rf "$E2E_WORK"' EXIT
+e2e_require qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio
+e2e_build
+e2e_guest_image "$E2E_WORK/initrd" || e2e_die "cannot build the guest image"
+e2e_log "accelerator: $(e2e_accel); kernel: $(e2e_kernel); image $(du -h "$E2E_WORK/initrd" | cut -f1)"
+
+ran=0
+for shape in "${SHAPES[@]}"; do
+    read -r name sockets cores threads nodes distances cgroup mem scenarios <<<"$shape"
+    if [ "${#only[@]}" -gt 0 ] && [[ " ${only[*]} " != *" $name "* ]]; then
+        continue
+    fi
+    ran=1
+    [ -n "$scenarios_override" ] && scenarios=$scenarios_override
+    log=$E2E_WORK/$name.console
+    mapfile -t shape_args < <(e2e_shape_args "$sockets" "$cores" "$threads" "$nodes" "$distances" "$mem")
+    e2e_log "guest $name: ${sockets}s x ${cores}c x ${threads}t, $nodes node(s), cgroup $cgroup: $scenarios"
+    start=$(date +%s)
+    e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
+        "E2E_SHAPE=$name E2E_SOCKETS=$sockets E2E_CORES=$cores E2E_THREADS=$threads E2E_NODES=$nodes E2E_DISTANCES=$distances E2E_CGROUP=$cgroup E2E_SCENARIOS=$scenarios" \
+        "${shape_args[@]}"
+    status=$?
+    [ "$E2E_INTERACTIVE" = 1 ] && continue
+    e2e_collect "$log" "$name"
+    if ! grep -q '^E2E-END' "$log"; then
+        e2e_result FAIL "$name: the guest did not finish (qemu status $status); console and qemu output end with:"
+        tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'
+    fi
+    e2e_log "guest $name done in $(($(date +%s) - start)) s"
+done
+[ "$ran" = 1 ] || e2e_die "no shape named ${only[*]} (see --list)"
+[ "$E2E_INTERACTIVE" = 1 ] && exit 0
+e2e_summary

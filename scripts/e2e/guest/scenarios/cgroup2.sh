@@ -1,0 +1,47 @@
+# cgroup v2 specifics: Pinion enables +cpuset itself where it is not enabled
+# in cgroup.subtree_control (from the mount down to its root, here nested two
+# levels deep), leaves the other controllers alone, and its run cgroups show
+# the placement in cpuset.cpus.effective / cpuset.mems.effective, as plain
+# domain cgroups with the partition file present and untouched.
+
+if [ "$(cgroup_version)" != v2 ]; then
+    skip "cgroup v2" "this guest runs cgroup v1"
+    exit 0
+fi
+mnt=/sys/fs/cgroup
+root=$mnt/e2e/nested/pinion
+# (Run first in a guest: an earlier scenario's agent enables cpuset at the mount.)
+if tr ' ' '\n' <"$mnt/cgroup.subtree_control" | grep -qx cpuset; then
+    note "cpuset was already enabled at the mount (by an earlier scenario)"
+fi
+mkdir -p "$mnt/e2e/nested"
+check_eq "cpuset not enabled in the new subtree before the agent" "" \
+    "$(tr ' ' '\n' <"$mnt/e2e/cgroup.subtree_control" | grep -x cpuset)"
+check_eq "cpuset not enabled in the parent of pinion's root before the agent" "" \
+    "$(tr ' ' '\n' <"$mnt/e2e/nested/cgroup.subtree_control" | grep -x cpuset)"
+
+agent_start --cgroup-root "$root" || fail "agent starts with --cgroup-root $root" "no answer on $SOCK"
+for d in "$mnt" "$mnt/e2e" "$mnt/e2e/nested" "$root"; do
+    check_eq "+cpuset enabled in $d/cgroup.subtree_control" cpuset \
+        "$(tr ' ' '\n' <"$d/cgroup.subtree_control" | grep -x cpuset)"
+done
+check_eq "cpu controller left disabled under pinion's root" "" \
+    "$(tr ' ' '\n' <"$root/cgroup.subtree_control" | grep -x cpu)"
+
+if run_start pinned 2; then
+    pid=$(run_pid pinned)
+    cpus=$(run_cpus pinned)
+    dir=$(cpuset_dir "$pid")
+    case $dir in
+    "$root"/*) pass "the run's cgroup is under pinion's root" ;;
+    *) fail "the run's cgroup is under pinion's root" "$dir" ;;
+    esac
+    check_eq "cpuset.cpus.effective" "$(cpus_expand "$cpus")" "$(cpus_expand "$(cat "$dir/cpuset.cpus.effective")")"
+    check_eq "cpuset.mems.effective" "$(nodes_of_cpus "$cpus")" "$(cpus_expand "$(cat "$dir/cpuset.mems.effective")")"
+    check_eq "cgroup.type" domain "$(cat "$dir/cgroup.type")"
+    check_eq "cpuset.cpus.partition" member "$(cat "$dir/cpuset.cpus.partition" 2>&1)"
+    check_eq "pinion's root is a plain domain" domain "$(cat "$root/cgroup.type")"
+    check_eq "pinion's root holds no process (v2 leaf rule)" "" "$(cat "$root/cgroup.procs")"
+else
+    fail "pinned run starts" "$(cat "$E2E_STATE/pinned.log")"
+fi

@@ -1,0 +1,256 @@
+# Pinion as the NRI plugin of a real containerd (1.7 from Debian), driven over
+# CRI v1 by pinion-cri acting as kubelet. Runs on the host and in a guest
+# (scripts/e2e-containerd.sh); needs containerd, containerd-shim-runc-v2 and
+# ctr on PATH, E2E_RUNC (runc), E2E_IMAGES (pause.tar, busybox.tar: OCI
+# archives) and pinion-cri ($PINION_CRI).
+#
+# With SMT the Guaranteed container asks for 2 CPUs and must get the two
+# threads of one core; without SMT (the 2-CPU host) it asks for 1.
+
+PINION_CRI=${PINION_CRI:-pinion-cri}
+E2E_RUNC=${E2E_RUNC:-$(command -v runc)}
+E2E_IMAGES=${E2E_IMAGES:-/e2e/images}
+S=$E2E_STATE
+CTRD_SOCK=$S/containerd.sock
+NRI_SOCK=$S/nri.sock
+POD_G=11111111-0000-4000-8000-00000000e2e1
+POD_B=11111111-0000-4000-8000-00000000e2e2
+IMAGE=pinion.test/busybox:1
+SLEEP="sleep 1000000"
+
+cri() { "$PINION_CRI" --endpoint "$CTRD_SOCK" "$@"; }
+
+# The root file system of an initramfs cannot be pivot_root'ed away from.
+no_pivot=false
+case $(awk '$2 == "/" { print $3; exit }' /proc/mounts) in
+rootfs | ramfs | tmpfs) no_pivot=true ;;
+esac
+cat >"$S/containerd.toml" <<EOF
+version = 2
+root = "$S/root"
+state = "$S/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.overlayfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CTRD_SOCK"
+
+[ttrpc]
+  address = "$CTRD_SOCK.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$S/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "pinion.test/pause:1"
+  disable_apparmor = true
+  # Keeps oom_score_adj at or above containerd's own: a sandbox without
+  # CAP_SYS_RESOURCE cannot lower it (kubelet asks -997 for Guaranteed).
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$E2E_RUNC"
+        Root = "$S/runc"
+        SystemdCgroup = false
+        NoPivotRoot = $no_pivot
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$S/cni/bin"
+    conf_dir = "$S/cni/conf"
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "$NRI_SOCK"
+  plugin_path = "$S/nri-plugins"
+  plugin_config_path = "$S/nri-conf"
+  plugin_registration_timeout = "10s"
+  plugin_request_timeout = "10s"
+EOF
+mkdir -p "$S/nri-plugins" "$S/nri-conf" "$S/cni/bin" "$S/cni/conf"
+
+containerd_start() {
+    containerd --config "$S/containerd.toml" >>"$S/containerd.log" 2>&1 &
+    CTRD_PID=$!
+    wait_for 120 cri version
+}
+
+containerd_stop() {
+    kill -TERM "$CTRD_PID" 2>/dev/null
+    wait "$CTRD_PID" 2>/dev/null
+    return 0
+}
+
+# How many times the agent has synchronized with the runtime (its log).
+synced() { grep -c 'nri synchronized' "$S/agent.log" 2>/dev/null || true; }
+synced_more_than() { [ "$(synced)" -gt "$1" ]; }
+
+# ctr_pid ID: the host pid of a container's process.
+ctr_pid() { cri status "$1" | sed -n 's/.* pid=\([0-9]*\).*/\1/p'; }
+ctr_state() { cri status "$1" | sed -n 's/^state=\([A-Z_]*\).*/\1/p'; }
+
+# cfs_quota PID: the CFS quota of the process's cgroup (-1 = none).
+cfs_quota() {
+    if [ "$(cgroup_version)" = v2 ]; then
+        q=$(cut -d' ' -f1 "$(cpuset_dir "$1")/cpu.max")
+        [ "$q" = max ] && q=-1
+        echo "$q"
+    else
+        path=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' "/proc/$1/cgroup")
+        mount=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/self/mounts)
+        cat "$mount$path/cpu.cfs_quota_us"
+    fi
+}
+
+# What must not move: both containers' cpus, mems, quota and the checkpoint.
+placements() {
+    for c in "$G" "$B"; do
+        pid=$(ctr_pid "$c")
+        echo "$(proc_field "$pid" Cpus_allowed_list) $(proc_field "$pid" Mems_allowed_list) $(cfs_quota "$pid")"
+    done
+    durable_state
+}
+
+containerd_cleanup() {
+    if [ -n "${CTRD_PID:-}" ] && kill -0 "$CTRD_PID" 2>/dev/null; then
+        cri remove-all >/dev/null 2>&1
+        containerd_stop
+    fi
+    scenario_cleanup
+    # Mounts the runtime may have left (sandbox /dev/shm, task root file systems).
+    awk -v s="$S/" 'index($2, s) == 1 { print $2 }' /proc/self/mounts | sort -r |
+        while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+    # The pod cgroups runc created under kubepods (kubelet's job on a node).
+    for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
+        for uid in "$POD_G" "$POD_B"; do
+            for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
+                [ -d "$d" ] && rmdir "$d" 2>/dev/null
+            done
+        done
+        rmdir "$mnt/kubepods/burstable" "$mnt/kubepods" 2>/dev/null
+    done
+    [ -n "${E2E_CGROUP_ROOT:-}" ] && rmdir "$E2E_CGROUP_ROOT" 2>/dev/null
+    return 0
+}
+trap containerd_cleanup EXIT
+
+# --- the runtime -------------------------------------------------------------
+
+if containerd_start; then
+    version=$(cri version)
+    pass "containerd answers CRI v1 ($version)"
+    check_contains "containerd is 1.7" " 1.7." " $version"
+else
+    fail "containerd starts" "$(tail -5 "$S/containerd.log")"
+    exit 0
+fi
+for image in pause busybox; do
+    out=$(ctr --address "$CTRD_SOCK" -n k8s.io images import --snapshotter native \
+        "$E2E_IMAGES/$image.tar" 2>&1)
+    check_true "image $image imported" test $? -eq 0 || note "$out"
+done
+
+set --
+[ -n "${E2E_CGROUP_ROOT:-}" ] && set -- --cgroup-root "$E2E_CGROUP_ROOT"
+if agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than 0; then
+    pass "nri handshake: the agent registered and synchronized"
+else
+    fail "nri handshake: the agent registered and synchronized" "$(tail -5 "$S/agent.log")"
+fi
+check_contains "containerd names the plugin" '90-pinion' "$(grep -i 'nri\|plugin' "$S/containerd.log" | grep 90-pinion | head -1)"
+
+all=$(cat /sys/devices/system/cpu/online)
+threads=$(set -- $(cpu_siblings 0); echo $#)
+want=$threads
+
+# --- Burstable first: the whole shared pool ---------------------------------
+
+# Later checks need both pods: stop at the first failure to create one.
+BP=$(cri runp --pod-name burstable --pod-uid "$POD_B" --qos burstable 2>"$S/cri.err") &&
+    B=$(cri create --pod-id "$BP" --pod-name burstable --pod-uid "$POD_B" --qos burstable \
+        --name web --image "$IMAGE" --cpu-request 250m -- $SLEEP 2>"$S/cri.err") &&
+    cri start "$B" 2>"$S/cri.err" || {
+    fail "burstable pod and container run" "$(cat "$S/cri.err")"
+    exit 0
+}
+check_eq "burstable container on every cpu" "$(cpus_expand "$all")" \
+    "$(cpus_expand "$(proc_field "$(ctr_pid "$B")" Cpus_allowed_list)")"
+
+# --- Guaranteed: whole core(s), its node's memory, no CFS quota --------------
+
+GP=$(cri runp --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed 2>"$S/cri.err") || {
+    fail "guaranteed pod runs" "$(cat "$S/cri.err")"
+    exit 0
+}
+if G=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed \
+    --name app --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/create-g.err") &&
+    cri start "$G"; then
+    pid=$(ctr_pid "$G")
+    cpus=$(proc_field "$pid" Cpus_allowed_list)
+    check_eq "guaranteed container: $want exclusive cpu(s)" "$want" "$(cpus_count "$cpus")"
+    if [ "$threads" -gt 1 ]; then
+        check_true "guaranteed container on sibling threads of one core ($cpus)" is_sibling_group "$cpus"
+    fi
+    check_eq "guaranteed container off the reserved cpu" "" "$(cpus_intersect "$cpus" "$RESERVED")"
+    check_eq "guaranteed container: cpuset.mems is its node" "$(nodes_of_cpus "$cpus")" \
+        "$(cpus_expand "$(cat "$(cpuset_dir "$pid")/cpuset.mems")")"
+    check_eq "guaranteed container: no cfs quota" -1 "$(cfs_quota "$pid")"
+    check_eq "checkpoint holds the container" "$(cpus_expand "$cpus")" \
+        "$(cpus_expand "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')")"
+    bpid=$(ctr_pid "$B")
+    shrunk() { [ -z "$(cpus_intersect "$(proc_field "$bpid" Cpus_allowed_list)" "$cpus")" ]; }
+    wait_for 60 shrunk || true
+    check_eq "burstable container shrinks to the rest" \
+        "$(cpus_expand "$(for c in $(cpus_expand "$all"); do case " $(cpus_expand "$cpus") " in *" $c "*) ;; *) echo "$c" ;; esac; done | tr '\n' ',')")" \
+        "$(cpus_expand "$(proc_field "$(ctr_pid "$B")" Cpus_allowed_list)")"
+else
+    fail "guaranteed container runs" "$(cat "$S/create-g.err")"
+    exit 0
+fi
+
+# --- Admission failure: kubelet's text through containerd --------------------
+
+free=$(($(cpus_count "$all") - $(cpus_count "$RESERVED") - want))
+err=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed \
+    --name big --image "$IMAGE" --cpu-request "$((free + 1))" --memory-limit 64Mi -- $SLEEP 2>&1)
+check_ne "a container asking for $((free + 1)) cpus is refused" 0 "$?"
+check_contains "the refusal is ResourceExhausted" "code = ResourceExhausted" "$err"
+check_contains "the refusal carries kubelet's text" \
+    "container big: UnexpectedAdmissionError: Allocate failed due to not enough cpus available to satisfy request: requested=$((free + 1)), available=$free, which is unexpected" "$err"
+
+# --- Restarts: nothing moves ---------------------------------------------------
+
+before=$(placements)
+n=$(synced)
+agent_stop KILL
+agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+check_true "the restarted agent synchronized with containerd" synced_more_than "$n"
+check_eq "agent SIGKILL + restart: nothing moved" "$before" "$(placements)"
+
+n=$(synced)
+gpid=$(ctr_pid "$G")
+bpid=$(ctr_pid "$B")
+containerd_stop
+check_true "containers survive a containerd stop" kill -0 "$gpid" "$bpid"
+containerd_start || fail "containerd restarts" "$(tail -5 "$S/containerd.log")"
+wait_for 120 synced_more_than "$n" || true
+check_true "the agent reconnected and synchronized after containerd restarted" synced_more_than "$n"
+check_eq "containerd restart: nothing moved" "$before" "$(placements)"
+check_eq "guaranteed container still running" CONTAINER_RUNNING "$(ctr_state "$G")"
+
+# --- Removal: the shared pool grows back ---------------------------------------
+
+cri stop "$G" && cri rm "$G" || fail "guaranteed container removed" "CRI stop/remove failed"
+grown() { [ "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")" = "$(cpus_expand "$all")" ]; }
+wait_for 60 grown || true
+check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
+    "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
+check_eq "checkpoint released the container" "" \
+    "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
+
+# --- Pending ---------------------------------------------------------------------
+
+skip "a resource plugin sets envs and annotations" "pending: QoS Resource Manager (issue #11)"

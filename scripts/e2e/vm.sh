@@ -1,0 +1,150 @@
+# Host-side helpers for qemu guests (sourced after lib.sh): the guest image
+# (an initramfs: busybox-static, Pinion's binaries and the libraries `ldd`
+# lists, the scenario scripts, /init), the accelerator, and one guest run
+# whose console is captured to a file. See docs/testing.md.
+
+E2E_GUEST=$E2E_LIB/guest
+
+# The newest Debian cloud kernel (or any kernel) in /boot, or PINION_E2E_KERNEL.
+e2e_kernel() {
+    if [ -n "${PINION_E2E_KERNEL:-}" ]; then
+        echo "$PINION_E2E_KERNEL"
+        return
+    fi
+    local k
+    k=$(ls /boot/vmlinuz-*-cloud-amd64 2>/dev/null | sort -V | tail -1)
+    [ -n "$k" ] || k=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
+    [ -n "$k" ] || e2e_die "no kernel in /boot (package linux-image-cloud-amd64)"
+    echo "$k"
+}
+
+# image_add_binary ROOT FILE [DEST]: copies an executable (stripped) and
+# every library `ldd` lists for it, at the same paths.
+image_add_binary() {
+    local root=$1 file=$2 dest=${3:-/usr/local/bin/$(basename "$2")}
+    mkdir -p "$root$(dirname "$dest")" || return 1
+    strip -o "$root$dest" "$file" 2>/dev/null || cp "$file" "$root$dest" || return 1
+    chmod 0755 "$root$dest"
+    local lib
+    for lib in $(ldd "$file" 2>/dev/null | grep -o '/[^ ]*'); do
+        [ -e "$root$lib" ] && continue
+        mkdir -p "$root$(dirname "$lib")" && cp -L "$lib" "$root$lib" || return 1
+    done
+}
+
+# e2e_guest_image OUT [SRC:DEST ...]: the initramfs with Pinion's binaries,
+# the scenario scripts and the extra files given.
+e2e_guest_image() {
+    local out=$1
+    shift
+    local root
+    root=$(mktemp -d "$E2E_WORK/root.XXXXXX")
+    mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,proc,sys,dev,run,tmp,var/tmp,root,etc,e2e}
+    cp /bin/busybox "$root/bin/busybox"
+    echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+    echo 'root:x:0:' >"$root/etc/group"
+    # What a container runtime copies into host-network pods.
+    echo '127.0.0.1 localhost' >"$root/etc/hosts"
+    : >"$root/etc/resolv.conf"
+    echo e2e >"$root/etc/hostname"
+    install -m 0755 "$E2E_GUEST/init" "$root/init"
+    cp "$E2E_GUEST/check.sh" "$E2E_GUEST/pinion.sh" "$E2E_GUEST/run-scenario" "$root/e2e/"
+    cp -r "$E2E_GUEST/scenarios" "$root/e2e/scenarios"
+    local bin
+    for bin in $(e2e_pinion_bins); do
+        image_add_binary "$root" "$bin" || return 1
+    done
+    local pair
+    for pair in "$@"; do
+        local src=${pair%%:*} dest=${pair#*:}
+        if [ -x "$src" ] && [ ! -d "$src" ] && file_is_elf "$src"; then
+            image_add_binary "$root" "$src" "$dest" || return 1
+        else
+            mkdir -p "$root$(dirname "$dest")" && cp -r "$src" "$root$dest" || return 1
+        fi
+    done
+    (cd "$root" && find . | cpio -o -H newc --quiet) >"$out" || return 1
+    rm -rf "$root"
+}
+
+file_is_elf() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
+
+# The accelerator: PINION_E2E_ACCEL (kvm or tcg), else KVM when a probe guest
+# boots with it, else TCG (nested KVM can fail mid-boot with an emulation
+# error, so /dev/kvm existing is not enough).
+e2e_accel() {
+    if [ -n "${E2E_ACCEL:-}" ]; then
+        echo "$E2E_ACCEL"
+        return
+    fi
+    E2E_ACCEL=${PINION_E2E_ACCEL:-}
+    if [ -z "$E2E_ACCEL" ]; then
+        E2E_ACCEL=tcg
+        if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
+            local probe=$E2E_WORK/kvm-probe
+            mkdir -p "$probe/root/bin"
+            cp /bin/busybox "$probe/root/bin/busybox"
+            printf '#!/bin/busybox sh\n/bin/busybox echo E2E-KVM-OK\n/bin/busybox poweroff -f\n' >"$probe/root/init"
+            chmod 0755 "$probe/root/init"
+            (cd "$probe/root" && find . | cpio -o -H newc --quiet) >"$probe/initrd"
+            timeout 60 qemu-system-x86_64 -accel kvm -cpu host -smp 2 -m 256 \
+                -nodefaults -no-user-config -display none -no-reboot \
+                -serial "file:$probe/console" -kernel "$(e2e_kernel)" -initrd "$probe/initrd" \
+                -append "console=ttyS0 panic=-1 quiet" >"$probe/qemu.log" 2>&1 || true
+            grep -q E2E-KVM-OK "$probe/console" 2>/dev/null && E2E_ACCEL=kvm
+        fi
+    fi
+    echo "$E2E_ACCEL"
+}
+
+# The qemu options of a shape: SOCKETS CORES THREADS NODES DISTANCES MEM_MB
+# (memory per node). Cores are spread evenly over the nodes, in order.
+e2e_shape_args() {
+    local sockets=$1 cores=$2 threads=$3 nodes=$4 distances=$5 mem=$6
+    local args=(-smp "$((sockets * cores * threads)),sockets=$sockets,cores=$cores,threads=$threads"
+        -m "$((mem * nodes))M")
+    local n s c
+    for ((n = 0; n < nodes; n++)); do
+        args+=(-object "memory-backend-ram,id=m$n,size=${mem}M" -numa "node,nodeid=$n,memdev=m$n")
+    done
+    for ((s = 0; s < sockets; s++)); do
+        for ((c = 0; c < cores; c++)); do
+            args+=(-numa "cpu,node-id=$(((s * cores + c) * nodes / (sockets * cores))),socket-id=$s,core-id=$c")
+        done
+    done
+    # DISTANCES: rows separated by '/', values by '+' (as on the kernel command line).
+    local i=0 j row
+    IFS=/ read -ra rows <<<"$distances"
+    for row in "${rows[@]}"; do
+        IFS=+ read -ra vals <<<"$row"
+        for ((j = i + 1; j < ${#vals[@]}; j++)); do
+            args+=(-numa "dist,src=$i,dst=$j,val=${vals[$j]}")
+        done
+        i=$((i + 1))
+    done
+    printf '%s\n' "${args[@]}"
+}
+
+# e2e_run_guest LOG IMAGE TIMEOUT APPEND QEMU_ARGS...: boots the image and
+# captures the serial console in LOG; returns when the guest powers off or
+# after TIMEOUT seconds. E2E_INTERACTIVE=1 puts the console on the terminal.
+e2e_run_guest() {
+    local log=$1 image=$2 limit=$3 append=$4
+    shift 4
+    local accel_args
+    if [ "$(e2e_accel)" = kvm ]; then
+        accel_args=(-accel kvm -cpu host)
+    else
+        accel_args=(-accel tcg,thread=multi -cpu Skylake-Server)
+    fi
+    local common=(-nodefaults -no-user-config -display none -no-reboot
+        -kernel "$(e2e_kernel)" -initrd "$image")
+    if [ "${E2E_INTERACTIVE:-0}" = 1 ]; then
+        # On the terminal, without `timeout` (which would keep qemu off the tty).
+        qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" -serial mon:stdio \
+            -append "console=ttyS0 panic=-1 quiet loglevel=3 $append E2E_INTERACTIVE=1"
+        return
+    fi
+    timeout "$limit" qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" \
+        -serial "file:$log" -append "console=ttyS0 panic=-1 quiet loglevel=3 $append" 2>"$log.qemu"
+}
