@@ -17,6 +17,11 @@ pub enum StoreError {
     Corrupt { path: PathBuf, reason: String },
     #[error("cannot encode the state for {}: {reason}", path.display())]
     Encode { path: PathBuf, reason: String },
+    #[error("cannot create the state directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// One plugin's state file, or none (state kept in memory only).
@@ -64,16 +69,40 @@ impl StateFile {
             })
     }
 
-    /// Replaces the file with `state` (no-op without a directory).
+    /// Replaces the file with `state` (no-op without a directory); the
+    /// directory is created on the first save.
     pub fn save<T: Serialize>(&self, state: &T) -> Result<(), StoreError> {
         let Some(dir) = &self.dir else {
             return Ok(());
         };
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
         let bytes = serde_json::to_vec_pretty(state).map_err(|err| StoreError::Encode {
             path: dir.join(self.name),
             reason: err.to_string(),
         })?;
         durable::write_atomic(dir, self.name, &bytes)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: a plugin given a state directory that did not exist yet
+    /// (`MemoryPlugin::open(.., Some(dir))` in the agent) failed its first
+    /// `Allocate` with "create temp file …: No such file or directory".
+    #[test]
+    fn the_first_save_creates_a_missing_state_directory() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("not/yet");
+        let file = StateFile::new(Some(&dir), "state.json");
+        assert_eq!(file.load::<Vec<u32>>().expect("no file yet"), None);
+        file.save(&vec![1_u32, 2])
+            .expect("save creates the directory");
+        assert_eq!(file.load::<Vec<u32>>().expect("load"), Some(vec![1, 2]));
     }
 }

@@ -1,0 +1,531 @@
+//! The QoS Resource Manager end to end over real unix sockets: the agent's
+//! controller with its plugin watcher, registration server, reconcile and
+//! removal loops, and resource plugins served by `pinion_api::plugin::serve`
+//! (the server `pinion plugin serve` runs) in the watched directory — Pinion's
+//! own memory plugin and a scripted plugin whose answers the test changes.
+//! Cgroups are faked (what the executor writes is inspected); everything
+//! between the manager and the plugins is real gRPC.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pinion_agent::config::QrmConfig;
+use pinion_agent::controller::{self, AdmitRequest, ControllerHandle};
+use pinion_agent::hints::{HintGatherer, HintSource};
+use pinion_agent::qrm::{Qrm, QrmHints};
+use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_api::plugin::Identity;
+use pinion_core::testing::cpus as set;
+use pinion_core::topomgr::Scope;
+use pinion_core::{CpuSet, Quantity};
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::cgroup::CgroupName;
+use pinion_host::meminfo::NodeMemory;
+use pinion_plugins::grpc::GrpcPlugin;
+use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
+use pinion_plugins::{
+    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
+    Request, ResourcePlugin, TopologyAwareResource,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Upper bound for waiting on a registration or a reconcile (not a timing
+/// assertion: the loops run every 100 ms).
+const PATIENCE: Duration = Duration::from_secs(20);
+const GIB: u64 = 1 << 30;
+const TAG: &str = "example.com/tag";
+
+/// The agent's parts that matter here, on a 2-socket × 4-core × 2-thread
+/// machine (one NUMA node per socket), static policy, one CPU reserved.
+struct Agent {
+    dir: tempfile::TempDir,
+    host: FakeCgroups,
+    handle: ControllerHandle,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Agent {
+    fn start() -> Agent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = FakeCgroups::default();
+        let node = SyntheticNode {
+            host: host.clone(),
+            ..SyntheticNode::new(machine(2, 4, 2))
+        };
+        let controller = node.start(dir.path()).expect("controller");
+        let config = QrmConfig {
+            enabled: true,
+            plugin_registration_dir: dir.path().join("plugins_registry"),
+            registration_socket: dir.path().join("resource-plugins/kubelet.sock"),
+            reconcile_period: Duration::from_millis(100),
+            rpc_timeout: Duration::from_secs(5),
+            resource_names_map: BTreeMap::new(),
+        };
+        let qrm = Qrm::new(config);
+        let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
+        let hints = HintGatherer::new(sources, Scope::Container, Duration::from_secs(10));
+        let (handle, _thread) =
+            controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = qrm.start(&handle, &stop_rx).expect("qrm starts");
+        Agent {
+            dir,
+            host,
+            handle,
+            stop,
+            tasks,
+        }
+    }
+
+    fn registry_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins_registry")
+    }
+
+    /// Serves `plugin` in the watched directory, as `pinion plugin serve`
+    /// does; the returned sender stops it (and removes its socket).
+    fn serve(&self, plugin: impl ResourcePlugin + 'static) -> Served {
+        let socket = self
+            .registry_dir()
+            .join(format!("{}.sock", plugin.resource_name().replace('/', "_")));
+        let identity = Identity::new(plugin.resource_name());
+        let (stop, mut stopped) = watch::channel(false);
+        let task = tokio::spawn({
+            let socket = socket.clone();
+            async move {
+                pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+                .expect("plugin serves");
+            }
+        });
+        Served { stop, task, socket }
+    }
+
+    /// Waits until the manager lists `resource` in `state`.
+    async fn wait_for_plugin(&self, resource: &str, state: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let views = self.handle.plugins();
+            if views
+                .iter()
+                .any(|v| v.resource == resource && v.state == state)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{resource} never became {state}: {views:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until `check` holds for the fake cgroup tree.
+    async fn wait_for_cgroup(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&CpuSet, &CpuSet) -> bool,
+    ) {
+        let name = CgroupName::new(name).expect("cgroup name");
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let now = self
+                .host
+                .tree()
+                .children
+                .get(&name)
+                .map(|c| (c.cpus.clone(), c.mems.clone()));
+            if let Some((cpus, mems)) = &now {
+                if check(cpus, mems) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name:?}: never {what}; now {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.handle.shutdown().await;
+    }
+}
+
+struct Served {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    socket: PathBuf,
+}
+
+impl Served {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("plugin task");
+        assert!(
+            !self.socket.exists(),
+            "{} outlived its plugin",
+            self.socket.display()
+        );
+    }
+}
+
+/// `pinion run` of `id` with `cpus`, other requests and annotations.
+fn admission(
+    id: &str,
+    cpus: &str,
+    requests: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> AdmitRequest {
+    let mut request = run_request(id, Some(cpus), None);
+    let container = request
+        .pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == request.container)
+        .expect("the run's container");
+    for (name, quantity) in requests {
+        let quantity: Quantity = quantity.parse().expect("quantity");
+        if *name == "memory" {
+            // As the NRI front-end reads it from a Guaranteed container.
+            container.memory_request = Some(quantity.clone());
+            container.memory_limit = Some(quantity);
+        } else {
+            container
+                .extended_requests
+                .insert((*name).to_string(), quantity);
+        }
+    }
+    for (key, value) in annotations {
+        request
+            .pod
+            .annotations
+            .insert((*key).to_string(), (*value).to_string());
+    }
+    request
+}
+
+fn memory_plugin(state: &Path) -> MemoryPlugin {
+    let nodes = (0..2)
+        .map(|node| NodeMemory {
+            node,
+            total: 64 * GIB,
+            free: 60 * GIB,
+            hugepages: Vec::new(),
+        })
+        .collect();
+    MemoryPlugin::open(
+        machine(2, 4, 2),
+        nodes,
+        MemoryPluginConfig::default(),
+        Some(state),
+    )
+    .expect("memory plugin")
+}
+
+/// A plugin for `example.com/tag` whose answers the test scripts: every
+/// container gets `CpusetMems` = the current `mems`, an environment
+/// variable and an annotation; `GetResourcesAllocation` reports `mems` for
+/// every container it allocated (so changing it is a plugin changing its
+/// mind, which the reconcile loop must push).
+#[derive(Clone)]
+struct Scripted {
+    mems: Arc<Mutex<String>>,
+    allocated: Arc<Mutex<BTreeMap<String, Vec<String>>>>,
+    removed: Arc<Mutex<Vec<String>>>,
+}
+
+impl Scripted {
+    fn new(mems: &str) -> Self {
+        Self {
+            mems: Arc::new(Mutex::new(mems.to_string())),
+            allocated: Arc::default(),
+            removed: Arc::default(),
+        }
+    }
+
+    fn info(&self, pod: &str) -> AllocationInfo {
+        AllocationInfo {
+            oci_property_name: "CpusetMems".into(),
+            is_node_resource: true,
+            is_scalar_resource: true,
+            allocated_quantity: 1.0,
+            allocation_result: self.mems.lock().expect("lock").clone(),
+            envs: [("TAG_POD".to_string(), pod.to_string())].into(),
+            annotations: [("example.com/tagged".to_string(), "yes".to_string())].into(),
+            ..AllocationInfo::default()
+        }
+    }
+}
+
+impl ResourcePlugin for Scripted {
+    fn resource_name(&self) -> &str {
+        TAG
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            pre_start_required: false,
+            with_topology_alignment: false,
+            need_reconcile: true,
+        }
+    }
+
+    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
+        Ok(None)
+    }
+
+    fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
+        self.allocated
+            .lock()
+            .expect("lock")
+            .entry(request.pod_uid.clone())
+            .or_default()
+            .push(request.container_name.clone());
+        Ok(Some(
+            [(TAG.to_string(), self.info(&request.pod_uid))].into(),
+        ))
+    }
+
+    fn allocations(&self) -> Allocations {
+        let allocated = self.allocated.lock().expect("lock").clone();
+        allocated
+            .into_iter()
+            .map(|(pod, containers)| {
+                let info = self.info(&pod);
+                let containers = containers
+                    .into_iter()
+                    .map(|c| (c, [(TAG.to_string(), info.clone())].into()))
+                    .collect();
+                (pod, containers)
+            })
+            .collect()
+    }
+
+    fn remove_pod(&mut self, pod_uid: &str) -> Result<(), PluginError> {
+        self.allocated.lock().expect("lock").remove(pod_uid);
+        self.removed.lock().expect("lock").push(pod_uid.to_string());
+        Ok(())
+    }
+
+    fn topology_aware_resources(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
+        Ok(BTreeMap::new())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        BTreeMap::new()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pinions_memory_plugin_binds_a_dedicated_pod_to_its_numa_node_over_the_socket() {
+    let agent = Agent::start();
+    let plugin_state = agent.dir.path().join("memory-plugin");
+    let served = agent.serve(memory_plugin(&plugin_state));
+    agent.wait_for_plugin("memory", "active").await;
+
+    let admitted = agent
+        .handle
+        .admit(admission(
+            "pinion-run-db",
+            "2",
+            &[("memory", "4Gi")],
+            &[
+                ("katalyst.kubewharf.io/qos_level", "dedicated_cores"),
+                (
+                    "katalyst.kubewharf.io/memory_enhancement",
+                    r#"{"numa_binding":"true"}"#,
+                ),
+            ],
+        ))
+        .await
+        .expect("admitted");
+    let node_cpus = |node: u32| -> CpuSet { machine(2, 4, 2).numa_cpus()[&node].clone() };
+    let mems = admitted.placement.mems.clone();
+    assert_eq!(mems.len(), 1, "NUMA binding gives one memory node: {mems}");
+    let node = mems.iter().next().expect("one node");
+    assert!(
+        admitted.placement.cpus.is_subset(&node_cpus(node)),
+        "the memory node {node} is not the node of the CPUs {}",
+        admitted.placement.cpus
+    );
+    let cgroup = admitted
+        .cgroup
+        .clone()
+        .expect("a standalone run has a cgroup");
+    agent
+        .wait_for_cgroup(&cgroup, "bound to the plugin's node", |cpus, written| {
+            *written == mems && *cpus == admitted.placement.cpus
+        })
+        .await;
+
+    // Asking for more memory than any node has left is refused with the
+    // kubelet fork's text, naming the resource and the container, and
+    // leaves nothing behind.
+    let err = agent
+        .handle
+        .admit(admission(
+            "pinion-run-huge",
+            "1",
+            &[("memory", "500Gi")],
+            &[
+                ("katalyst.kubewharf.io/qos_level", "dedicated_cores"),
+                (
+                    "katalyst.kubewharf.io/memory_enhancement",
+                    r#"{"numa_binding":"true"}"#,
+                ),
+            ],
+        ))
+        .await
+        .expect_err("no node has 500Gi");
+    let text = err.to_string();
+    assert!(
+        text.contains("memory") && text.contains("pinion-run-huge"),
+        "{text}"
+    );
+    assert!(
+        !agent
+            .handle
+            .snapshot()
+            .workloads
+            .iter()
+            .any(|w| w.pod == "pinion-run-huge"),
+        "a refused admission left a workload"
+    );
+
+    served.stop().await;
+    agent.wait_for_plugin("memory", "stopped").await;
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_reconcile() {
+    let agent = Agent::start();
+    let script = Scripted::new("0");
+    let served = agent.serve(script.clone());
+    agent.wait_for_plugin(TAG, "active").await;
+
+    let admitted = agent
+        .handle
+        .admit(admission("pinion-run-tagged", "1", &[(TAG, "1")], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(admitted.placement.mems, set("0"));
+    assert_eq!(
+        admitted.placement.env.get("TAG_POD").map(String::as_str),
+        Some("pinion-run-tagged")
+    );
+    assert_eq!(
+        admitted
+            .placement
+            .annotations
+            .get("example.com/tagged")
+            .map(String::as_str),
+        Some("yes")
+    );
+    let cgroup = admitted.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&cgroup, "on node 0", |_, mems| *mems == set("0"))
+        .await;
+
+    // The plugin changes its mind: the next reconcile pushes node 1 to the
+    // running container, and leaves its exclusive CPUs where they are.
+    *script.mems.lock().expect("lock") = "1".into();
+    let cpus = admitted.placement.cpus.clone();
+    agent
+        .wait_for_cgroup(&cgroup, "moved to node 1 by reconcile", |now, mems| {
+            *mems == set("1") && *now == cpus
+        })
+        .await;
+
+    // Releasing the run tells the plugin (RemovePod), once.
+    agent
+        .handle
+        .release("pinion-run-tagged".into(), None)
+        .await
+        .expect("released");
+    let deadline = Instant::now() + PATIENCE;
+    while !script
+        .removed
+        .lock()
+        .expect("lock")
+        .contains(&"pinion-run-tagged".to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the plugin never heard RemovePod"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A plugin that has gone (spec §4.6): a pod with a QoS level other
+    // than shared_cores is refused with the fork's text and nothing stays
+    // placed; a pod without one (or shared_cores) goes on without the
+    // plugin's settings; pods that do not need it are untouched.
+    served.stop().await;
+    agent.wait_for_plugin(TAG, "stopped").await;
+    let err = agent
+        .handle
+        .admit(admission(
+            "pinion-run-orphan",
+            "1",
+            &[(TAG, "1")],
+            &[("katalyst.kubewharf.io/qos_level", "dedicated_cores")],
+        ))
+        .await
+        .expect_err("the tag plugin is stopped");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("allocate for resources {TAG} for pod: pinion/pinion-run-orphan, container: main got error")),
+        "{text}"
+    );
+    assert!(
+        !agent
+            .handle
+            .snapshot()
+            .workloads
+            .iter()
+            .any(|w| w.pod == "pinion-run-orphan"),
+        "a refused admission left a workload"
+    );
+    let tolerated = agent
+        .handle
+        .admit(admission("pinion-run-tolerated", "1", &[(TAG, "1")], &[]))
+        .await
+        .expect("no QoS level: the failure is tolerated");
+    assert!(
+        tolerated.placement.env.is_empty(),
+        "{:?}",
+        tolerated.placement.env
+    );
+    agent
+        .handle
+        .admit(admission("pinion-run-plain", "1", &[], &[]))
+        .await
+        .expect("an admission without plugin resources");
+
+    // It comes back on the same socket: re-registered and serving.
+    let _again = agent.serve(script.clone());
+    agent.wait_for_plugin(TAG, "active").await;
+    agent
+        .handle
+        .admit(admission("pinion-run-back", "1", &[(TAG, "1")], &[]))
+        .await
+        .expect("admitted after the plugin's return");
+    agent.stop().await;
+}
