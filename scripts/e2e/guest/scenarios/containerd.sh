@@ -15,6 +15,7 @@ CTRD_SOCK=$S/containerd.sock
 NRI_SOCK=$S/nri.sock
 POD_G=11111111-0000-4000-8000-00000000e2e1
 POD_B=11111111-0000-4000-8000-00000000e2e2
+POD_N=11111111-0000-4000-8000-00000000e2e3
 IMAGE=pinion.test/busybox:1
 SLEEP="sleep 1000000"
 
@@ -115,6 +116,7 @@ placements() {
 }
 
 containerd_cleanup() {
+    [ -n "${NIC_PID:-}" ] && kill -TERM "$NIC_PID" 2>/dev/null
     if [ -n "${CTRD_PID:-}" ] && kill -0 "$CTRD_PID" 2>/dev/null; then
         cri remove-all >/dev/null 2>&1
         containerd_stop
@@ -125,7 +127,7 @@ containerd_cleanup() {
         while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     # The pod cgroups runc created under kubepods (kubelet's job on a node).
     for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-        for uid in "$POD_G" "$POD_B"; do
+        for uid in "$POD_G" "$POD_B" "$POD_N"; do
             for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
                 [ -d "$d" ] && rmdir "$d" 2>/dev/null
             done
@@ -251,6 +253,55 @@ check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
 check_eq "checkpoint released the container" "" \
     "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
 
-# --- Pending ---------------------------------------------------------------------
+# --- A resource plugin: Pinion's NIC plugin as its own process -----------------
+#
+# The agent restarts with the QoS Resource Manager on; `pinion plugin serve
+# nic` registers through the watched directory; a pod asking for NIC
+# bandwidth (pinion.dev/requests) gets the plugin's environment variables
+# through NRI. Needs a NIC with a device (not virtual): the host has one,
+# the guests have none.
 
-skip "a resource plugin sets envs and annotations" "pending: QoS Resource Manager (issue #11)"
+nic=""
+for dev in /sys/class/net/*; do
+    [ -e "$dev/device" ] && { nic=$(basename "$dev"); break; }
+done
+if [ -z "$nic" ]; then
+    skip "a resource plugin sets envs through NRI" "no NIC with a device on this machine"
+else
+    printf 'qosResourceManager:\n  enabled: true\n  reconcilePeriod: 1s\n' >>"$E2E_STATE/config.yaml"
+    n=$(synced)
+    agent_stop TERM
+    agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+    check_true "the agent restarts with the QoS Resource Manager on" synced_more_than "$n"
+    "$PINION" plugin serve nic --socket-dir "$E2E_STATE/state/plugins_registry" \
+        --state-dir "$S/nic-plugin" >>"$S/nic-plugin.log" 2>&1 &
+    NIC_PID=$!
+    nic_active() { "$PINION" plugins --socket "$SOCK" | grep net_bandwidth | grep -q active; }
+    wait_for 60 nic_active || true
+    check_true "pinion plugin serve nic registered with the agent" nic_active
+    NP=$(cri runp --pod-name nic-user --pod-uid "$POD_N" --qos burstable \
+        --pod-annotation 'pinion.dev/requests={"net":{"resource.katalyst.kubewharf.io/net_bandwidth":"100"}}' \
+        2>"$S/cri.err") &&
+        N=$(cri create --pod-id "$NP" --pod-name nic-user --pod-uid "$POD_N" --qos burstable \
+            --name net --image "$IMAGE" --cpu-request 100m -- $SLEEP 2>"$S/cri.err") &&
+        cri start "$N" 2>"$S/cri.err"
+    if [ $? -eq 0 ]; then
+        env_of() { tr '\0' '\n' <"/proc/$(ctr_pid "$N")/environ" | sed -n "s/^$1=//p"; }
+        check_eq "the plugin's AFFINITY_NIC_NAME reaches the container" "$nic" "$(env_of AFFINITY_NIC_NAME)"
+        v4=$(ip -4 -o addr show dev "$nic" 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
+        if [ -n "$v4" ]; then
+            check_eq "the plugin's AFFINITY_NIC_ADDR_IPV4 is the NIC's address" "$v4" "$(env_of AFFINITY_NIC_ADDR_IPV4)"
+        fi
+        check_contains "the plugin holds the pod" "$POD_N" "$(cat "$S/nic-plugin/"*.json 2>/dev/null)"
+        cri stop "$N" && cri rm "$N" && cri stopp "$NP" && cri rmp "$NP" ||
+            fail "nic pod removed" "CRI stop/remove failed"
+        released() { ! grep -q "$POD_N" "$S/nic-plugin/"*.json; }
+        wait_for 60 released || true
+        check_true "the plugin heard RemovePod when the pod went" released
+    else
+        fail "a pod asking for NIC bandwidth runs" "$(cat "$S/cri.err")"
+    fi
+    kill -TERM "$NIC_PID" 2>/dev/null
+    wait "$NIC_PID" 2>/dev/null
+    check_true "the plugin's socket goes with it" test ! -e "$E2E_STATE/state/plugins_registry/pinion-nic-plugin.sock"
+fi
