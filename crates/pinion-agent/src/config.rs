@@ -23,7 +23,7 @@ mod duration;
 mod qrm;
 
 pub use duration::parse_go_duration;
-pub use qrm::{QrmConfig, QrmFileConfig};
+pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
 
 /// Default `cpuManagerReconcilePeriod` (kubelet's).
 pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
@@ -224,7 +224,7 @@ pub struct Overrides {
 }
 
 /// The validated configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub policy: PolicyConfig,
     pub reconcile_period: Duration,

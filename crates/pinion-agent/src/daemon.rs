@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::controller::{self, ControlError, Controller, ControllerHandle, StartParts};
 use crate::hints::{HintGatherer, HintSource};
 use crate::nri::NriFrontend;
-use crate::qrm::{Qrm, QrmError, QrmHints};
+use crate::qrm::{self, Qrm, QrmError, QrmHints};
 use crate::{api, metrics};
 
 /// Why the agent could not start (or stopped abnormally).
@@ -70,6 +70,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let signals = Signals::install().map_err(|source| AgentError::Signals { source })?;
     let plugin_options = nri_options(&config, |key| std::env::var(key).ok())?;
     let topology = pinion_host::discover(&config.sysroot)?;
+    let machine_topology = topology.clone();
     let policy = config.policy.build(&topology)?;
     let topology_manager = config.policy.build_topology_manager(&topology)?;
     let mountinfo = config.sysroot.join("proc/self/mountinfo");
@@ -143,7 +144,6 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     tracing::info!(socket = %config.socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = vec![
-        tokio::spawn(api::serve(socket, handle.clone(), stop_rx.clone())),
         tokio::spawn(metrics::serve(
             metrics_listener,
             handle.clone(),
@@ -157,7 +157,25 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     ];
     if let Some(qrm) = &qrm {
         tasks.extend(qrm.start(&handle, &stop_rx).map_err(Box::new)?);
+        let reserved = handle.snapshot().reserved.clone();
+        let machine = qrm::builtin::Machine {
+            topology: &machine_topology,
+            reserved: &reserved,
+            sysroot: &config.sysroot,
+            state_dir: &config.state_dir,
+        };
+        tasks.extend(
+            qrm.start_builtin(machine, &stop_rx)
+                .await
+                .map_err(Box::new)?,
+        );
     }
+    // Admissions only once every built-in plugin is there to place them.
+    tasks.push(tokio::spawn(api::serve(
+        socket,
+        handle.clone(),
+        stop_rx.clone(),
+    )));
     let mut plugin = None;
     if let Some(options) = plugin_options {
         let (forwarder, task) = start_nri(options, &handle, runtime_rx, &stop_rx);

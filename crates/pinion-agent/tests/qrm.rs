@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pinion_agent::config::QrmConfig;
+use pinion_agent::config::{BuiltinPlugin, QrmConfig};
 use pinion_agent::controller::{self, AdmitRequest, ControllerHandle};
 use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::qrm::{Qrm, QrmHints};
@@ -44,14 +44,23 @@ struct Agent {
     dir: tempfile::TempDir,
     host: FakeCgroups,
     handle: ControllerHandle,
+    qrm: Arc<Qrm>,
     stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Agent {
     fn start() -> Agent {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let host = FakeCgroups::default();
+        Agent::start_in(
+            tempfile::tempdir().expect("tempdir"),
+            FakeCgroups::default(),
+            Vec::new(),
+        )
+    }
+
+    /// An agent whose state lives in `dir` and cgroups in `host` (both kept
+    /// across restarts), running `builtin` of Pinion's plugins itself.
+    fn start_in(dir: tempfile::TempDir, host: FakeCgroups, builtin: Vec<BuiltinPlugin>) -> Agent {
         let node = SyntheticNode {
             host: host.clone(),
             ..SyntheticNode::new(machine(2, 4, 2))
@@ -64,6 +73,7 @@ impl Agent {
             reconcile_period: Duration::from_millis(100),
             rpc_timeout: Duration::from_secs(5),
             resource_names_map: BTreeMap::new(),
+            builtin,
         };
         let qrm = Qrm::new(config);
         let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
@@ -76,9 +86,30 @@ impl Agent {
             dir,
             host,
             handle,
+            qrm,
             stop,
             tasks,
         }
+    }
+
+    /// Serves the built-in plugins as the daemon does; returns once each is
+    /// registered.
+    async fn start_builtin(&mut self, sysroot: &Path) {
+        let reserved = self.handle.snapshot().reserved.clone();
+        let topology = machine(2, 4, 2);
+        let machine = pinion_agent::qrm::builtin::Machine {
+            topology: &topology,
+            reserved: &reserved,
+            sysroot,
+            state_dir: self.dir.path(),
+        };
+        let stop = self.stop.subscribe();
+        let tasks = self
+            .qrm
+            .start_builtin(machine, &stop)
+            .await
+            .expect("built-in plugins start");
+        self.tasks.extend(tasks);
     }
 
     fn registry_dir(&self) -> PathBuf {
@@ -154,12 +185,15 @@ impl Agent {
         }
     }
 
-    async fn stop(self) {
+    /// Stops everything; the state directory and the cgroups are handed
+    /// back for a restart.
+    async fn stop(self) -> (tempfile::TempDir, FakeCgroups) {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
         }
         self.handle.shutdown().await;
+        (self.dir, self.host)
     }
 }
 
@@ -528,4 +562,198 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
         .await
         .expect("admitted after the plugin's return");
     agent.stop().await;
+}
+
+/// A sysfs root with the two nodes' meminfo (64 GiB each, 60 GiB free).
+fn meminfo_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("tempdir");
+    for node in 0..2 {
+        let dir = root
+            .path()
+            .join(format!("sys/devices/system/node/node{node}"));
+        std::fs::create_dir_all(&dir).expect("node dir");
+        let kib = |gib: u64| gib * GIB / 1024;
+        std::fs::write(
+            dir.join("meminfo"),
+            format!(
+                "Node {node} MemTotal:       {} kB\nNode {node} MemFree:        {} kB\n",
+                kib(64),
+                kib(60)
+            ),
+        )
+        .expect("meminfo");
+    }
+    root
+}
+
+fn builtin(names: &[&str]) -> Vec<BuiltinPlugin> {
+    names
+        .iter()
+        .map(|name| {
+            let kind = pinion_plugins::builtin::Kind::parse(name).expect("plugin name");
+            BuiltinPlugin {
+                config: pinion_plugins::builtin::Config::default_for(kind),
+                reservation_from_agent: kind == pinion_plugins::builtin::Kind::Cpu,
+            }
+        })
+        .collect()
+}
+
+const QOS: &str = "katalyst.kubewharf.io/qos_level";
+const MEMORY_ENHANCEMENT: &str = "katalyst.kubewharf.io/memory_enhancement";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_level() {
+    let sysroot = meminfo_root();
+    let mut agent = Agent::start_in(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        builtin(&["cpu", "memory"]),
+    );
+    agent.start_builtin(sysroot.path()).await;
+    let views = agent.handle.plugins();
+    for (resource, socket) in [
+        ("cpu", "pinion-cpu-plugin.sock"),
+        ("memory", "pinion-memory-plugin.sock"),
+    ] {
+        let view = views
+            .iter()
+            .find(|v| v.resource == resource)
+            .unwrap_or_else(|| panic!("{resource} is not registered: {views:?}"));
+        assert_eq!(view.state, "active");
+        assert_eq!(Path::new(&view.socket), agent.registry_dir().join(socket));
+    }
+
+    // A Guaranteed pod with integer CPUs and no annotation: exactly the
+    // static policy's CPUs (turning the plugins on changes nothing for it).
+    let plain = Agent::start();
+    let reference = plain
+        .handle
+        .admit(run_request("pinion-run-g", Some("2"), None))
+        .await
+        .expect("static policy admits");
+    plain.stop().await;
+    let guaranteed = agent
+        .handle
+        .admit(run_request("pinion-run-g", Some("2"), None))
+        .await
+        .expect("the cpu plugin admits");
+    assert_eq!(guaranteed.placement.cpus, reference.placement.cpus);
+    assert_eq!(guaranteed.placement.mems, reference.placement.mems);
+    assert_eq!(
+        guaranteed.placement.pool.to_string(),
+        "plugin",
+        "the plugin placed it"
+    );
+
+    // A dedicated NUMA-bound pod: CPUs of one node, that node's memory.
+    let db = agent
+        .handle
+        .admit(admission(
+            "pinion-run-db",
+            "4",
+            &[("memory", "8Gi")],
+            &[
+                (QOS, "dedicated_cores"),
+                (MEMORY_ENHANCEMENT, r#"{"numa_binding":"true"}"#),
+            ],
+        ))
+        .await
+        .expect("dedicated admitted");
+    let topology = machine(2, 4, 2);
+    let nodes = topology.numa_nodes_of(&db.placement.cpus);
+    assert_eq!(nodes.len(), 1, "{} spans {nodes:?}", db.placement.cpus);
+    assert_eq!(db.placement.mems, CpuSet::from_iter([nodes[0]]));
+
+    // A shared_cores pod runs in the share pool: none of the exclusive or
+    // reserved CPUs, and its cgroup gets the pool.
+    let web = agent
+        .handle
+        .admit(admission(
+            "pinion-run-web",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("shared admitted");
+    let reserved = agent.handle.snapshot().reserved.clone();
+    assert!(!web.placement.cpus.is_empty());
+    for (what, held) in [
+        ("reserved", &reserved),
+        ("guaranteed", &guaranteed.placement.cpus),
+        ("db", &db.placement.cpus),
+    ] {
+        assert!(
+            web.placement.cpus.is_disjoint(held),
+            "web {} overlaps {what} {held}",
+            web.placement.cpus
+        );
+    }
+    let web_cgroup = web.cgroup.clone().expect("cgroup");
+    let web_cpus = web.placement.cpus.clone();
+    agent
+        .wait_for_cgroup(&web_cgroup, "in the share pool", |cpus, _| {
+            *cpus == web_cpus
+        })
+        .await;
+
+    // Restart: the plugins' state survives in the agent's state directory;
+    // every container keeps its CPUs. (Each run's cgroup gets a process, as
+    // `pinion run` puts its command there, so the restart keeps it.)
+    for view in &agent.handle.snapshot().workloads {
+        let name = CgroupName::new(&view.pod).expect("cgroup name");
+        if let Some(cgroup) = agent.host.tree().children.get_mut(&name) {
+            cgroup.pids.push(std::process::id());
+        }
+    }
+    let before: Vec<_> = agent
+        .handle
+        .snapshot()
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.pod.clone(),
+                w.placement.cpus.clone(),
+                w.placement.mems.clone(),
+            )
+        })
+        .collect();
+    let (dir, host) = agent.stop().await;
+    let mut again = Agent::start_in(dir, host, builtin(&["cpu", "memory"]));
+    again.start_builtin(sysroot.path()).await;
+    let after: Vec<_> = again
+        .handle
+        .snapshot()
+        .workloads
+        .iter()
+        .map(|w| {
+            (
+                w.pod.clone(),
+                w.placement.cpus.clone(),
+                w.placement.mems.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(after, before, "a restart moved a container");
+    // The restarted CPU plugin still holds the dedicated CPUs: a second
+    // dedicated pod gets others.
+    let second = again
+        .handle
+        .admit(admission(
+            "pinion-run-db2",
+            "4",
+            &[("memory", "1Gi")],
+            &[(QOS, "dedicated_cores")],
+        ))
+        .await
+        .expect("second dedicated admitted");
+    assert!(
+        second.placement.cpus.is_disjoint(&db.placement.cpus),
+        "{} reuses {}",
+        second.placement.cpus,
+        db.placement.cpus
+    );
+    again.stop().await;
 }

@@ -181,3 +181,42 @@ pub trait ResourcePlugin: Send {
     /// `GetTopologyAwareAllocatableResources`: resource name → resource.
     fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource>;
 }
+
+/// A plugin chosen at run time ([`crate::builtin::open`]) is a plugin.
+impl ResourcePlugin for Box<dyn ResourcePlugin> {
+    fn resource_name(&self) -> &str {
+        (**self).resource_name()
+    }
+
+    fn options(&self) -> Options {
+        (**self).options()
+    }
+
+    fn topology_hints(&self, request: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
+        (**self).topology_hints(request)
+    }
+
+    fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
+        (**self).allocate(request)
+    }
+
+    fn allocations(&self) -> Allocations {
+        (**self).allocations()
+    }
+
+    fn remove_pod(&mut self, pod_uid: &str) -> Result<(), PluginError> {
+        (**self).remove_pod(pod_uid)
+    }
+
+    fn topology_aware_resources(
+        &self,
+        pod_uid: &str,
+        container: &str,
+    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
+        (**self).topology_aware_resources(pod_uid, container)
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        (**self).allocatable_resources()
+    }
+}

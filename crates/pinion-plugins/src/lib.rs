@@ -10,6 +10,8 @@
 //! * [`nic::NicPlugin`] (`resource.katalyst.kubewharf.io/net_bandwidth` by
 //!   default): NUMA-affine NICs shared by several pods.
 //!
+//! [`builtin::open`] opens one of them by name with its configuration (the
+//! agent's `qosResourceManager.builtinPlugins` and `pinion plugin serve`).
 //! [`grpc::GrpcPlugin`] puts any of them on the wire (`resourceplugin.v1alpha1`,
 //! for `pinion plugin serve`); the rest of the crate knows nothing of it.
 //!
@@ -18,6 +20,7 @@
 //! ([`store::StateFile`], written atomically).
 
 pub mod api;
+pub mod builtin;
 pub mod cpu;
 mod error;
 pub mod grpc;

@@ -11,7 +11,8 @@
 //!   `numa_exclusive` pods hold their nodes alone.
 //! * Other containers get the memory nodes of their CPUs (core's
 //!   `placement::memory_nodes`), looked up through a [`CpuLookup`]; without
-//!   CPUs yet, every node no pod holds exclusively.
+//!   CPUs yet, every node no pod holds exclusively — or no `CpusetMems` at
+//!   all when no pod holds one (the manager's own rule then applies).
 //! * Hugepages per node are reported as `hugepages-<size>` resources and,
 //!   when a request carries `hugepages-<size>` beside `memory`, accounted on
 //!   the bound nodes.
@@ -254,32 +255,41 @@ impl MemoryPlugin {
         Ok(wire::restrict(hints, &qos, &excluded))
     }
 
-    /// The current memory nodes of a member.
-    fn mems(&self, pod: &str, container: &str, member: &MemMember) -> CpuSet {
+    /// The current memory nodes of a member: its bound nodes, else the
+    /// nodes of its CPUs when they are known, else every node no other pod
+    /// holds exclusively — and `None` ("no opinion") when that is every
+    /// node: the manager then applies its own rule (Pinion's: the nodes of
+    /// the CPUs, so a Guaranteed pod gets what the static policy gives it),
+    /// and a manager without one leaves the runtime's default, all nodes.
+    fn mems(&self, pod: &str, container: &str, member: &MemMember) -> Option<CpuSet> {
         if let Some(bound) = &member.bound {
-            return bound.clone();
+            return Some(bound.clone());
         }
         if let Some(cpus) = self.cpus.cpus(pod, container).filter(|c| !c.is_empty()) {
-            return memory_nodes(&self.topology, &cpus, None);
+            return Some(memory_nodes(&self.topology, &cpus, None));
+        }
+        let held = self.held_nodes(pod);
+        if held.is_empty() {
+            return None;
         }
         let all: CpuSet = self.nodes.iter().map(|n| n.node).collect();
-        let free = all.difference(&self.held_nodes(pod));
-        if free.is_empty() {
-            all
-        } else {
-            free
-        }
+        let free = all.difference(&held);
+        Some(if free.is_empty() { all } else { free })
     }
 
     fn info(&self, pod: &str, container: &str) -> Option<AllocationInfo> {
         let member = self.member(pod, container)?;
         let mems = self.mems(pod, container, member);
         Some(AllocationInfo {
-            oci_property_name: "CpusetMems".into(),
+            oci_property_name: if mems.is_some() {
+                "CpusetMems".into()
+            } else {
+                String::new()
+            },
             is_node_resource: false,
             is_scalar_resource: true,
             allocated_quantity: member.request as f64,
-            allocation_result: mems.to_string(),
+            allocation_result: mems.map(|m| m.to_string()).unwrap_or_default(),
             resource_hints: member.hints.clone(),
             topology_assignments: member
                 .per_node

@@ -69,13 +69,37 @@ fn unbound_containers_follow_their_cpus_memory_nodes() {
         .expect("allocate")
         .expect("answer");
     assert_eq!(answer["memory"].allocation_result, "1");
-    // Without known CPUs: every node no pod holds alone.
+    // Without known CPUs and no node held alone: no opinion (no
+    // `CpusetMems`), so the manager's own rule places the memory.
     let other = Pod::new("other");
     let answer = memory
         .allocate(&other.request("memory", 1e9, None))
         .expect("allocate")
         .expect("answer");
-    assert_eq!(answer["memory"].allocation_result, "0-1");
+    assert_eq!(answer["memory"].oci_property_name, "");
+    assert_eq!(answer["memory"].allocation_result, "");
+    // A NUMA-exclusive pod holding node 1: the others are kept off it.
+    let exclusive = Pod::new("exclusive").level("dedicated_cores").annotate(
+        qos::MEMORY_ENHANCEMENT_KEY,
+        r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
+    );
+    let held = memory
+        .allocate(&exclusive.request("memory", 1e9, Some(&[1])))
+        .expect("allocate")
+        .expect("answer");
+    assert_eq!(held["memory"].allocation_result, "1");
+    let third = Pod::new("third");
+    let answer = memory
+        .allocate(&third.request("memory", 1e9, None))
+        .expect("allocate")
+        .expect("answer");
+    assert_eq!(
+        (
+            answer["memory"].oci_property_name.as_str(),
+            answer["memory"].allocation_result.as_str()
+        ),
+        ("CpusetMems", "0")
+    );
 }
 
 #[test]

@@ -553,3 +553,93 @@ fn regression_a_failed_start_leaves_no_cgroup_root_behind() {
     );
     s.stop_agent();
 }
+
+/// `qosResourceManager.builtinPlugins`: the agent serves Pinion's CPU and
+/// memory plugins itself, on sockets in its plugin-watcher directory,
+/// registered like any plugin before it answers admissions; a
+/// `shared_cores` run goes to the CPU plugin (placed in its share pool when
+/// the machine has room for the pools), and a SIGTERM takes the sockets
+/// away. Pool placement itself is covered on a 16-CPU machine by
+/// `crates/pinion-agent/tests/qrm.rs`.
+#[test]
+fn builtin_plugins_serve_from_inside_the_agent() {
+    let Some(mut s) = setup() else { return };
+    let config = s.dir.path().join("config.yaml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("qosResourceManager:\n  builtinPlugins: [cpu, memory]\n");
+    std::fs::write(&config, text).expect("config");
+    s.start_agent();
+
+    let out = s.pinion(&["plugins", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plugins: Value = serde_json::from_slice(&out.stdout).expect("plugins json");
+    let registry = s.dir.path().join("state/plugins_registry");
+    for (resource, socket) in [
+        ("cpu", "pinion-cpu-plugin.sock"),
+        ("memory", "pinion-memory-plugin.sock"),
+    ] {
+        let plugin = plugins
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["resource"] == resource))
+            .unwrap_or_else(|| panic!("{resource} not listed: {plugins}"));
+        assert_eq!(plugin["state"], "active", "{plugin}");
+        assert_eq!(
+            plugin["socket"].as_str().map(PathBuf::from),
+            Some(registry.join(socket)),
+            "{plugin}"
+        );
+    }
+
+    let out = s.pinion(&[
+        "run",
+        "--cpus",
+        "500m",
+        "--annotation",
+        "katalyst.kubewharf.io/qos_level=shared_cores",
+        "--",
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let allowed = CpuSet::parse_list(line.trim().trim_start_matches("Cpus_allowed_list:").trim())
+        .expect("cpulist");
+    if s.all.len() >= 3 {
+        // Room for the share pool and the reclaim pool's one CPU.
+        assert!(
+            !allowed.contains(s.reserved),
+            "share pool {allowed} has the reserved cpu"
+        );
+    } else {
+        // Two CPUs: one reserved, and the share pool and the reclaim pool
+        // cannot both have one. The plugin says so; a shared_cores pod is
+        // then placed without it (kubelet fork's rule, spec §4.6).
+        assert!(
+            s.log().contains("not enough cpus for the pools"),
+            "the plugin's refusal is not logged: {}",
+            s.log()
+        );
+    }
+    assert!(
+        !allowed.is_empty() && allowed.is_subset(&s.all),
+        "{allowed}"
+    );
+
+    s.stop_agent();
+    for socket in ["pinion-cpu-plugin.sock", "pinion-memory-plugin.sock"] {
+        assert!(
+            !registry.join(socket).exists(),
+            "{socket} outlived the agent"
+        );
+    }
+}

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use pinion_plugins::builtin::{self, Kind};
+
 use super::{field_error, parse_go_duration, ConfigError};
 
 /// The file form.
@@ -19,10 +21,24 @@ pub struct QrmFileConfig {
     pub reconcile_period: Option<String>,
     pub rpc_timeout: Option<String>,
     pub resource_names_map: Option<BTreeMap<String, String>>,
+    /// Pinion's plugins the agent runs itself: `cpu`, `memory`, `nic`.
+    pub builtin_plugins: Option<Vec<String>>,
+    /// Their configuration, by plugin name (the keys of `pinion plugin
+    /// serve --config`).
+    pub plugins: Option<BTreeMap<String, serde_yaml_ng::Value>>,
+}
+
+/// One of Pinion's plugins run by the agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuiltinPlugin {
+    pub config: builtin::Config,
+    /// The CPU plugin's configuration names no reserved CPUs: it takes the
+    /// agent's (so both keep the same CPUs for the system).
+    pub reservation_from_agent: bool,
 }
 
 /// The validated section.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QrmConfig {
     pub enabled: bool,
     /// Watched for plugin sockets (katalyst plugins: `--qrm-socket-dirs`).
@@ -37,6 +53,9 @@ pub struct QrmConfig {
     pub rpc_timeout: Duration,
     /// Requested resource name → the plugin resource serving it.
     pub resource_names_map: BTreeMap<String, String>,
+    /// Pinion's plugins the agent serves in its own process, in the
+    /// watched directory, through the same registration as any plugin.
+    pub builtin: Vec<BuiltinPlugin>,
 }
 
 /// Defaults: plugins register in `<stateDir>/plugins_registry`, the
@@ -78,8 +97,16 @@ impl QrmConfig {
                 ));
             }
         }
+        let builtin = builtin_plugins(file.builtin_plugins.as_deref(), file.plugins.as_ref())?;
+        if file.enabled == Some(false) && !builtin.is_empty() {
+            return Err(field_error(
+                "qosResourceManager.enabled",
+                "false",
+                &"builtinPlugins needs the manager: remove enabled: false or the plugins",
+            ));
+        }
         let config = Self {
-            enabled: file.enabled.unwrap_or(false),
+            enabled: file.enabled.unwrap_or(!builtin.is_empty()),
             plugin_registration_dir: file
                 .plugin_registration_dir
                 .unwrap_or_else(|| state_dir.join("plugins_registry")),
@@ -89,6 +116,7 @@ impl QrmConfig {
             reconcile_period,
             rpc_timeout,
             resource_names_map,
+            builtin,
         };
         if config
             .registration_socket
@@ -102,4 +130,75 @@ impl QrmConfig {
         }
         Ok(config)
     }
+}
+
+/// `builtinPlugins` and `plugins`, validated: known names, no duplicate,
+/// no configuration of a plugin that does not run, each configuration of
+/// its plugin's type.
+fn builtin_plugins(
+    names: Option<&[String]>,
+    configs: Option<&BTreeMap<String, serde_yaml_ng::Value>>,
+) -> Result<Vec<BuiltinPlugin>, ConfigError> {
+    const LIST: &str = "qosResourceManager.builtinPlugins";
+    let mut kinds: Vec<Kind> = Vec::new();
+    for name in names.unwrap_or_default() {
+        let kind = Kind::parse(name).map_err(|err| field_error(LIST, name, &err))?;
+        if kinds.contains(&kind) {
+            return Err(field_error(LIST, name, &"listed twice"));
+        }
+        kinds.push(kind);
+    }
+    let empty = BTreeMap::new();
+    let configs = configs.unwrap_or(&empty);
+    for name in configs.keys() {
+        let kind = Kind::parse(name)
+            .map_err(|err| field_error("qosResourceManager.plugins", name, &err))?;
+        if !kinds.contains(&kind) {
+            return Err(field_error(
+                "qosResourceManager.plugins",
+                name,
+                &"configured but not in builtinPlugins",
+            ));
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let value = configs.get(kind.name());
+            let field = match kind {
+                Kind::Cpu => "qosResourceManager.plugins.cpu",
+                Kind::Memory => "qosResourceManager.plugins.memory",
+                Kind::Nic => "qosResourceManager.plugins.nic",
+            };
+            let config = match value {
+                None | Some(serde_yaml_ng::Value::Null) => builtin::Config::default_for(kind),
+                Some(value) => {
+                    let bad = |err: serde_yaml_ng::Error| {
+                        let shown = serde_yaml_ng::to_string(value).unwrap_or_default();
+                        field_error(field, shown.trim(), &err)
+                    };
+                    match kind {
+                        Kind::Cpu => builtin::Config::Cpu(
+                            serde_yaml_ng::from_value(value.clone()).map_err(bad)?,
+                        ),
+                        Kind::Memory => builtin::Config::Memory(
+                            serde_yaml_ng::from_value(value.clone()).map_err(bad)?,
+                        ),
+                        Kind::Nic => builtin::Config::Nic(
+                            serde_yaml_ng::from_value(value.clone()).map_err(bad)?,
+                        ),
+                    }
+                }
+            };
+            let names_reservation = value
+                .and_then(serde_yaml_ng::Value::as_mapping)
+                .is_some_and(|map| {
+                    map.contains_key("reservedCpus") || map.contains_key("reservedCpuList")
+                });
+            Ok(BuiltinPlugin {
+                config,
+                reservation_from_agent: kind == Kind::Cpu && !names_reservation,
+            })
+        })
+        .collect()
 }

@@ -265,3 +265,75 @@ fn yaml_errors_name_the_field_line_and_column() {
         assert!(text.contains(position), "{yaml}: {text}");
     }
 }
+
+#[test]
+fn builtin_plugins_turn_the_manager_on_with_their_configuration() {
+    let config = resolve_yaml(
+        "qosResourceManager:\n  builtinPlugins: [cpu, memory]\n  plugins:\n    cpu:\n      pools:\n        reclaimMin: 2\n",
+    )
+    .expect("valid");
+    assert!(config.qrm.enabled, "builtinPlugins implies the manager");
+    let kinds: Vec<_> = config
+        .qrm
+        .builtin
+        .iter()
+        .map(|b| b.config.kind().name())
+        .collect();
+    assert_eq!(kinds, ["cpu", "memory"]);
+    let pinion_plugins::builtin::Config::Cpu(cpu) = &config.qrm.builtin[0].config else {
+        panic!("the cpu plugin first")
+    };
+    assert_eq!(cpu.pools.reclaim_min, 2);
+    assert!(config.qrm.builtin[0].reservation_from_agent);
+
+    let own = resolve_yaml(
+        "qosResourceManager:\n  builtinPlugins: [cpu]\n  plugins:\n    cpu:\n      reservedCpus: 2\n",
+    )
+    .expect("valid");
+    assert!(
+        !own.qrm.builtin[0].reservation_from_agent,
+        "it names its own reservation"
+    );
+
+    let none = resolve_yaml("qosResourceManager:\n  reconcilePeriod: 2s\n").expect("valid");
+    assert!(!none.qrm.enabled && none.qrm.builtin.is_empty());
+}
+
+#[test]
+fn each_bad_builtin_plugin_setting_is_named() {
+    for (yaml, field, value) in [
+        (
+            "builtinPlugins: [gpu]",
+            "qosResourceManager.builtinPlugins",
+            "gpu",
+        ),
+        (
+            "builtinPlugins: [cpu, cpu]",
+            "qosResourceManager.builtinPlugins",
+            "cpu",
+        ),
+        (
+            "builtinPlugins: [cpu]\n  plugins:\n    nic: {}",
+            "qosResourceManager.plugins",
+            "nic",
+        ),
+        (
+            "builtinPlugins: [cpu]\n  plugins:\n    cpu:\n      reservdCpus: 1",
+            "qosResourceManager.plugins.cpu",
+            "reservdCpus",
+        ),
+        (
+            "enabled: false\n  builtinPlugins: [memory]",
+            "qosResourceManager.enabled",
+            "false",
+        ),
+    ] {
+        let err = resolve_yaml(&format!("qosResourceManager:\n  {yaml}\n"))
+            .expect_err(&format!("{yaml} is refused"));
+        let text = err.to_string();
+        assert!(
+            text.contains(field) && text.contains(value),
+            "{yaml}: {text}"
+        );
+    }
+}

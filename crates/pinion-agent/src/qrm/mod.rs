@@ -11,6 +11,7 @@
 //! only what changed; the removal loop tells plugins of departed pods until
 //! every one of them has heard.
 
+pub mod builtin;
 mod convert;
 mod register;
 pub mod registry;

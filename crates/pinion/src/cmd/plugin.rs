@@ -14,10 +14,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_api::plugin::{self, Identity, RegistrationState};
-use pinion_plugins::cpu::{CpuPlugin, CpuPluginConfig};
+use pinion_plugins::builtin::{self, Config, Kind};
 use pinion_plugins::grpc::GrpcPlugin;
-use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
-use pinion_plugins::nic::{NicPlugin, NicPluginConfig};
 use pinion_plugins::ResourcePlugin;
 use serde::de::DeserializeOwned;
 
@@ -47,11 +45,11 @@ enum Which {
 }
 
 impl Which {
-    fn name(self) -> &'static str {
+    fn kind(self) -> Kind {
         match self {
-            Which::Cpu => "cpu",
-            Which::Memory => "memory",
-            Which::Nic => "nic",
+            Which::Cpu => Kind::Cpu,
+            Which::Memory => Kind::Memory,
+            Which::Nic => Kind::Nic,
         }
     }
 }
@@ -100,33 +98,15 @@ fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", args.state_dir.display()))?;
     std::fs::create_dir_all(&args.socket_dir)
         .with_context(|| format!("cannot create {}", args.socket_dir.display()))?;
-    let socket = args
-        .socket_dir
-        .join(format!("pinion-{}-plugin.sock", args.plugin.name()));
-    let state_dir = Some(args.state_dir.as_path());
-    match args.plugin {
-        Which::Cpu => {
-            let config: CpuPluginConfig = read_config(args.config.as_deref())?;
-            let plugin = CpuPlugin::open(topology, &config, state_dir)?;
-            serve(&socket, plugin)
-        }
-        Which::Memory => {
-            let config: MemoryPluginConfig = read_config(args.config.as_deref())?;
-            let nodes = pinion_host::meminfo::read_node_memory(&args.sysroot)?;
-            let plugin = MemoryPlugin::open(topology, nodes, config, state_dir)?;
-            serve(&socket, plugin)
-        }
-        Which::Nic => {
-            let config: NicPluginConfig = read_config(args.config.as_deref())?;
-            let nics = pinion_host::net::discover_nics(
-                &args.sysroot,
-                &config.netns(),
-                &pinion_host::net::SystemAddresses,
-            )?;
-            let plugin = NicPlugin::open(&topology, nics, &config, state_dir)?;
-            serve(&socket, plugin)
-        }
-    }
+    let socket = args.socket_dir.join(args.plugin.kind().socket_name());
+    let kind = args.plugin.kind();
+    let config = match kind {
+        Kind::Cpu => Config::Cpu(read_config(args.config.as_deref())?),
+        Kind::Memory => Config::Memory(read_config(args.config.as_deref())?),
+        Kind::Nic => Config::Nic(read_config(args.config.as_deref())?),
+    };
+    let plugin = builtin::open(&config, topology, &args.sysroot, Some(&args.state_dir))?;
+    serve(&socket, plugin)
 }
 
 /// The plugin's configuration from `path` (defaults without one).

@@ -1,0 +1,163 @@
+//! Pinion's three plugins by name, as the agent (`qosResourceManager.
+//! builtinPlugins`) and `pinion plugin serve` open them: the plugin's
+//! configuration, the machine facts it reads (per-NUMA memory, NICs) from a
+//! sysfs root, and its state file in a state directory. One place, so both
+//! run the same plugin with the same defaults.
+
+use std::path::Path;
+
+use pinion_core::Topology;
+
+use crate::cpu::{CpuPlugin, CpuPluginConfig};
+use crate::memory::{MemoryPlugin, MemoryPluginConfig};
+use crate::nic::{NicPlugin, NicPluginConfig};
+use crate::{PluginError, ResourcePlugin};
+
+/// Which plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// katalyst's QoS levels over role-based CPU pools (resource `cpu`).
+    Cpu,
+    /// Per-NUMA memory accounting and NUMA binding (resource `memory`).
+    Memory,
+    /// NUMA-affine NICs (resource
+    /// `resource.katalyst.kubewharf.io/net_bandwidth` unless configured).
+    Nic,
+}
+
+impl Kind {
+    /// Every plugin, in the order they are started.
+    pub const ALL: [Kind; 3] = [Kind::Cpu, Kind::Memory, Kind::Nic];
+
+    /// The name in configuration and on the command line.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Cpu => "cpu",
+            Kind::Memory => "memory",
+            Kind::Nic => "nic",
+        }
+    }
+
+    /// The kind named `name` (`cpu`, `memory`, `nic`).
+    pub fn parse(name: &str) -> Result<Kind, UnknownKind> {
+        Kind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| UnknownKind(name.to_string()))
+    }
+
+    /// Its socket's file name in a plugin-watcher directory.
+    #[must_use]
+    pub fn socket_name(self) -> String {
+        format!("pinion-{}-plugin.sock", self.name())
+    }
+}
+
+/// A plugin name that is not one of Pinion's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown plugin {0:?} (Pinion's plugins are cpu, memory and nic)")]
+pub struct UnknownKind(pub String);
+
+/// One plugin's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Config {
+    Cpu(CpuPluginConfig),
+    Memory(MemoryPluginConfig),
+    Nic(NicPluginConfig),
+}
+
+impl Config {
+    /// The defaults of `kind` (the CPU plugin: one CPU reserved, as the
+    /// agent).
+    #[must_use]
+    pub fn default_for(kind: Kind) -> Config {
+        match kind {
+            Kind::Cpu => Config::Cpu(CpuPluginConfig::default()),
+            Kind::Memory => Config::Memory(MemoryPluginConfig::default()),
+            Kind::Nic => Config::Nic(NicPluginConfig::default()),
+        }
+    }
+
+    /// Which plugin it configures.
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        match self {
+            Config::Cpu(_) => Kind::Cpu,
+            Config::Memory(_) => Kind::Memory,
+            Config::Nic(_) => Kind::Nic,
+        }
+    }
+}
+
+/// Why a plugin could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("the {plugin} plugin cannot read per-NUMA memory: {source}")]
+    Memory {
+        plugin: &'static str,
+        #[source]
+        source: pinion_host::meminfo::MemInfoError,
+    },
+    #[error("the {plugin} plugin cannot list the NICs: {source}")]
+    Nics {
+        plugin: &'static str,
+        #[source]
+        source: pinion_host::net::NetError,
+    },
+    #[error("the {plugin} plugin: {source}")]
+    Plugin {
+        plugin: &'static str,
+        #[source]
+        source: PluginError,
+    },
+}
+
+/// Opens the plugin `config` configures on `topology`, reading the
+/// machine's memory and NICs under `sysroot`, with its state file in
+/// `state_dir` (in memory only with `None`).
+pub fn open(
+    config: &Config,
+    topology: Topology,
+    sysroot: &Path,
+    state_dir: Option<&Path>,
+) -> Result<Box<dyn ResourcePlugin>, OpenError> {
+    let plugin = config.kind().name();
+    let failed = |source| OpenError::Plugin { plugin, source };
+    Ok(match config {
+        Config::Cpu(config) => {
+            Box::new(CpuPlugin::open(topology, config, state_dir).map_err(failed)?)
+        }
+        Config::Memory(config) => {
+            let nodes = pinion_host::meminfo::read_node_memory(sysroot)
+                .map_err(|source| OpenError::Memory { plugin, source })?;
+            Box::new(
+                MemoryPlugin::open(topology, nodes, config.clone(), state_dir).map_err(failed)?,
+            )
+        }
+        Config::Nic(config) => {
+            let nics = pinion_host::net::discover_nics(
+                sysroot,
+                &config.netns(),
+                &pinion_host::net::SystemAddresses,
+            )
+            .map_err(|source| OpenError::Nics { plugin, source })?;
+            Box::new(NicPlugin::open(&topology, nics, config, state_dir).map_err(failed)?)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_an_unknown_one_is_named() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::parse(kind.name()), Ok(kind));
+            assert_eq!(Config::default_for(kind).kind(), kind);
+        }
+        let err = Kind::parse("gpu").expect_err("not a plugin");
+        assert!(err.to_string().contains("\"gpu\""), "{err}");
+    }
+}
