@@ -109,16 +109,43 @@ async fn route(
                 Err(answer) => answer,
             }
         }
-        (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH, _) => {
+        (wire::POOLS_PATH, &Method::GET | &Method::HEAD) => match handle.cpu_pools() {
+            Some(pools) => server::json(StatusCode::OK, &pools.view()),
+            None => no_pools(),
+        },
+        (wire::POOLS_SET_PATH, &Method::POST) => {
+            match parse::<wire::SetPool>(request, &limits).await {
+                Ok(set) => match handle.cpu_pools() {
+                    Some(pools) => match pools.set(&set.pool, &set.size) {
+                        Ok(_) => server::json(StatusCode::OK, &pools.view()),
+                        Err(err) => error(StatusCode::BAD_REQUEST, err.to_string(), None),
+                    },
+                    None => no_pools(),
+                },
+                Err(answer) => answer,
+            }
+        }
+        (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH | wire::POOLS_PATH, _) => {
             not_allowed(&method, &path, "GET, HEAD")
         }
-        (wire::RUN_PATH | wire::RELEASE_PATH, _) => not_allowed(&method, &path, "POST"),
+        (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH, _) => {
+            not_allowed(&method, &path, "POST")
+        }
         _ => error(
             StatusCode::NOT_FOUND,
             format!("no such endpoint {path}"),
             None,
         ),
     }
+}
+
+/// `/v1/pools` without the built-in CPU plugin.
+fn no_pools() -> Answer {
+    error(
+        StatusCode::NOT_FOUND,
+        "no cpu pools: the agent does not run Pinion's CPU plugin (qosResourceManager.builtinPlugins: [cpu])".into(),
+        None,
+    )
 }
 
 fn not_allowed(method: &Method, path: &str, allowed: &'static str) -> Answer {

@@ -757,3 +757,183 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
     );
     again.stop().await;
 }
+
+/// Writes `<root>/proc/stat` with every CPU's cumulative time.
+fn write_stat(root: &Path, times: &BTreeMap<u32, (u64, u64)>) {
+    let mut text = String::from("cpu  0 0 0 0 0 0 0 0 0 0\n");
+    for (cpu, (busy, idle)) in times {
+        text.push_str(&format!("cpu{cpu} {busy} 0 0 {idle} 0 0 0 0 0 0\n"));
+    }
+    std::fs::create_dir_all(root.join("proc")).expect("proc");
+    let tmp = root.join("proc/stat.tmp");
+    std::fs::write(&tmp, text).expect("stat");
+    std::fs::rename(tmp, root.join("proc/stat")).expect("stat");
+}
+
+/// A CPU "burner" as `/proc/stat` tells it: every 20 ms the CPUs of `busy()`
+/// gain 2 busy ticks, the others 2 idle ticks.
+fn burn(
+    root: PathBuf,
+    busy: impl Fn() -> CpuSet + Send + 'static,
+    stop: Arc<Mutex<bool>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut times: BTreeMap<u32, (u64, u64)> = (0..16).map(|cpu| (cpu, (0, 0))).collect();
+        while !*stop.lock().expect("lock") {
+            let hot = busy();
+            for (cpu, (b, i)) in &mut times {
+                if hot.contains(*cpu) {
+                    *b += 2;
+                } else {
+                    *i += 2;
+                }
+            }
+            write_stat(&root, &times);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins() {
+    let sysroot = meminfo_root();
+    let mut agent = Agent::start_in(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        builtin(&["cpu"]),
+    );
+    agent.start_builtin(sysroot.path()).await;
+    let pools = agent
+        .handle
+        .cpu_pools()
+        .expect("the built-in cpu plugin's pools");
+    let dedicated = agent
+        .handle
+        .admit(admission(
+            "pinion-run-db",
+            "2",
+            &[],
+            &[(QOS, "dedicated_cores")],
+        ))
+        .await
+        .expect("dedicated");
+    let web = agent
+        .handle
+        .admit(admission(
+            "pinion-run-web",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("online pod");
+    let offline = agent
+        .handle
+        .admit(admission(
+            "pinion-run-batch",
+            "500m",
+            &[],
+            &[(QOS, "reclaimed_cores")],
+        ))
+        .await
+        .expect("offline pod");
+    let reserved = agent.handle.snapshot().reserved.clone();
+    let share = |pools: &pinion_api::local::Pools| {
+        pools
+            .pools
+            .iter()
+            .find(|p| p.name == "share")
+            .cloned()
+            .expect("the share pool")
+    };
+    let start = share(&pools.view());
+    assert_eq!(start.members, ["pinion-run-web/main"]);
+    assert_eq!(
+        CpuSet::parse_list(&start.cpus).expect("cpus"),
+        web.placement.cpus
+    );
+    let initial = start.size;
+
+    // The online pool's CPUs are saturated: it grows, a CPU at a time, and
+    // its member's cgroup follows; nothing comes from the reserved or the
+    // dedicated CPUs.
+    let stop = Arc::new(Mutex::new(false));
+    let burner = burn(
+        sysroot.path().to_path_buf(),
+        {
+            let pools = pools.clone();
+            move || CpuSet::parse_list(&share(&pools.view()).cpus).unwrap_or_default()
+        },
+        Arc::clone(&stop),
+    );
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = share(&pools.view());
+        let cpus = CpuSet::parse_list(&now.cpus).expect("cpus");
+        assert!(
+            cpus.is_disjoint(&reserved) && cpus.is_disjoint(&dedicated.placement.cpus),
+            "{cpus}"
+        );
+        if now.size >= initial + 2 {
+            assert!(now.pressure.is_some_and(|p| p > 50.0), "{now:?}");
+            assert!(
+                now.last_change
+                    .as_deref()
+                    .is_some_and(|c| c.contains("pressure")),
+                "{now:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool never grew: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let grown = CpuSet::parse_list(&share(&pools.view()).cpus).expect("cpus");
+    let cgroup = web.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&cgroup, "on the grown pool", |cpus, _| {
+            cpus.len() > web.placement.cpus.len()
+        })
+        .await;
+    let offline_cgroup = offline.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&offline_cgroup, "off the grown pool", |cpus, _| {
+            cpus.is_disjoint(&grown)
+        })
+        .await;
+
+    // Idle: it gives the CPUs back (down to its requests), reclaim gets them.
+    *stop.lock().expect("lock") = true;
+    burner.join().expect("burner");
+    let stop = Arc::new(Mutex::new(false));
+    let idler = burn(sysroot.path().to_path_buf(), CpuSet::new, Arc::clone(&stop));
+    let deadline = Instant::now() + PATIENCE;
+    while share(&pools.view()).size > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never shrank: {:?}",
+            share(&pools.view())
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        CpuSet::parse_list(&pools.view().reclaim)
+            .expect("reclaim")
+            .len()
+            > 1
+    );
+
+    // An advisor pins it to 4 CPUs: it holds 4 although idle; `auto` hands
+    // it back; a bad size names the value.
+    pools.set("share", "4").expect("pin");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pinned = share(&pools.view());
+    assert_eq!((pinned.size, pinned.pin.as_str()), (4, "4"), "{pinned:?}");
+    assert_eq!(CpuSet::parse_list(&pinned.cpus).expect("cpus").len(), 4);
+    let err = pools.set("share", "0").expect_err("zero CPUs").to_string();
+    assert!(err.contains("share") && err.contains("\"0\""), "{err}");
+    pools.set("share", "auto").expect("auto");
+    assert_eq!(share(&pools.view()).pin, "auto");
+    *stop.lock().expect("lock") = true;
+    idler.join().expect("idler");
+    agent.stop().await;
+}

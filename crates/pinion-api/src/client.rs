@@ -15,8 +15,8 @@ use serde::Serialize;
 use tokio::net::UnixStream;
 
 use crate::local::{
-    Admitted, ErrorBody, Plugin, ReleaseRequest, Released, RunRequest, Snapshot, HEALTH_PATH,
-    PLUGINS_PATH, PS_PATH, RELEASE_PATH, RUN_PATH,
+    Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, RunRequest, SetPool, Snapshot,
+    HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, RELEASE_PATH, RUN_PATH,
 };
 
 /// Default bound on one call (connect, request, answer).
@@ -112,6 +112,21 @@ impl Client {
     /// The resource plugins the agent hosts.
     pub fn plugins(&self) -> Result<Vec<Plugin>, ClientError> {
         self.call_json::<(), _>(Method::GET, PLUGINS_PATH, None)
+    }
+
+    /// The CPU plugin's pools.
+    pub fn pools(&self) -> Result<Pools, ClientError> {
+        self.call_json::<(), _>(Method::GET, POOLS_PATH, None)
+    }
+
+    /// Pins pool `pool` to `size` (`N`, `MIN-MAX`) or gives it back to the
+    /// closed loop (`auto`); the pools after the change.
+    pub fn set_pool(&self, pool: &str, size: &str) -> Result<Pools, ClientError> {
+        let request = SetPool {
+            pool: pool.to_string(),
+            size: size.to_string(),
+        };
+        self.call_json(Method::POST, POOLS_SET_PATH, Some(&request))
     }
 
     fn call_json<B: Serialize, T: DeserializeOwned>(

@@ -16,6 +16,11 @@ pub const PS_PATH: &str = "/v1/ps";
 pub const HEALTH_PATH: &str = "/healthz";
 /// `GET` here returns the resource plugins the agent hosts ([`Plugin`]s).
 pub const PLUGINS_PATH: &str = "/v1/plugins";
+/// `GET`: the CPU plugin's shared pools ([`Pools`]).
+pub const POOLS_PATH: &str = "/v1/pools";
+/// `POST` a [`SetPool`]: pin a pool's size or bounds, or give it back to
+/// the closed loop; answers the new [`Pools`].
+pub const POOLS_SET_PATH: &str = "/v1/pools/set";
 
 /// Every run id (pod UID and cgroup name) starts with this.
 pub const RUN_ID_PREFIX: &str = "pinion-run-";
@@ -313,4 +318,53 @@ mod tests {
         assert_eq!(snapshot.workloads[0].cpus, "1");
         assert_eq!(snapshot.assignments["p"]["c"], "1");
     }
+}
+
+/// The CPU plugin's shared pools and the reclaim pool (`GET /v1/pools`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pools {
+    pub pools: Vec<PoolView>,
+    /// The reclaim pool's CPUs (cpulist).
+    pub reclaim: String,
+    /// Its configured minimum.
+    pub reclaim_min: u32,
+    /// The closed loop's reconcile period count.
+    pub period: u64,
+}
+
+/// One shared pool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub name: String,
+    /// Its CPUs now (cpulist).
+    pub cpus: String,
+    /// The size it should have.
+    pub size: u32,
+    /// The closed loop's bounds `[min, max]` for it now.
+    pub min: u32,
+    pub max: u32,
+    /// `auto`, a fixed size `N`, or pinned bounds `MIN-MAX`.
+    pub pin: String,
+    /// NUMA nodes it is bound to (cpulist), when bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<String>,
+    /// Members as `pod/container`.
+    pub members: Vec<String>,
+    /// Sum of the members' CPU requests in milli-CPUs.
+    pub requests_milli: u64,
+    /// Last measured pressure (percent) and busy CPUs, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<f64>,
+    /// The last size change and why, e.g. `3 -> 4 (pressure 42.0%) in period 17`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<String>,
+}
+
+/// `POST /v1/pools/set`: `size` is `N`, `MIN-MAX` or `auto`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetPool {
+    pub pool: String,
+    pub size: String,
 }

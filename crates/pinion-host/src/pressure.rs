@@ -340,3 +340,72 @@ mod tests {
         }
     }
 }
+
+/// Every CPU's cumulative time from `<root>/proc/stat` (the `cpuN` lines;
+/// busy = user + nice + system + irq + softirq + steal, total = busy +
+/// idle + iowait; guest time is already inside user).
+pub fn read_cpu_times(
+    root: &Path,
+) -> Result<std::collections::BTreeMap<u32, pinion_core::pools::CpuTime>, PressureError> {
+    let path = root.join("proc/stat");
+    let text = read(&path)?;
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(cpu) = fields
+            .next()
+            .and_then(|name| name.strip_prefix("cpu"))
+            .filter(|id| !id.is_empty())
+        else {
+            continue;
+        };
+        let cpu: u32 = cpu
+            .parse()
+            .map_err(|_| malformed(&path, format!("{line:?}: bad cpu id")))?;
+        let values: Vec<u64> = fields
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map_err(|_| malformed(&path, format!("{line:?}: not a number")))?;
+        let [user, nice, system, idle, iowait, irq, softirq, steal] = values[..] else {
+            return Err(malformed(&path, format!("{line:?}: fewer than 8 times")));
+        };
+        let busy = user + nice + system + irq + softirq + steal;
+        out.insert(
+            cpu,
+            pinion_core::pools::CpuTime {
+                busy,
+                total: busy + idle + iowait,
+            },
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod cpu_times_tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_per_cpu_lines_are_read_and_a_bad_one_is_named() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("proc")).expect("proc");
+        std::fs::write(
+            root.path().join("proc/stat"),
+            "cpu  10 0 5 100 1 0 0 0 0 0\ncpu0 4 1 2 50 3 1 1 1 7 0\ncpu3 6 0 3 50 0 0 0 0 0 0\nintr 1 2 3\n",
+        )
+        .expect("stat");
+        let times = read_cpu_times(root.path()).expect("read");
+        assert_eq!(times.keys().copied().collect::<Vec<_>>(), [0, 3]);
+        assert_eq!((times[&0].busy, times[&0].total), (10, 63));
+        assert_eq!((times[&3].busy, times[&3].total), (9, 59));
+        std::fs::write(root.path().join("proc/stat"), "cpu0 1 2 x\n").expect("stat");
+        let err = read_cpu_times(root.path())
+            .expect_err("malformed")
+            .to_string();
+        assert!(
+            err.contains("proc/stat") && err.contains("cpu0 1 2 x"),
+            "{err}"
+        );
+    }
+}

@@ -28,9 +28,13 @@ pub struct GrpcPlugin<P> {
 impl<P> GrpcPlugin<P> {
     /// Serves `plugin`.
     pub fn new(plugin: P) -> Self {
-        Self {
-            plugin: Arc::new(Mutex::new(plugin)),
-        }
+        Self::shared(Arc::new(Mutex::new(plugin)))
+    }
+
+    /// Serves a plugin that others change too (the CPU plugin's closed loop
+    /// and `pinion pools set`: [`crate::cpu::CpuPluginHandle`]).
+    pub fn shared(plugin: Arc<Mutex<P>>) -> Self {
+        Self { plugin }
     }
 }
 

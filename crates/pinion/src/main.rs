@@ -34,6 +34,8 @@ enum Command {
     Ps(cmd::ps::Args),
     /// Show the resource plugins the agent hosts (QoS Resource Manager).
     Plugins(cmd::plugins::Args),
+    /// Show the CPU plugin's pools, or pin one (`pools set NAME=SIZE|MIN-MAX|auto`).
+    Pools(cmd::pools::Args),
     /// Serve one of Pinion's own resource plugins (cpu, memory, nic) over
     /// gRPC, for Pinion's agent or any katalyst-compatible manager.
     Plugin(cmd::plugin::Args),
@@ -51,6 +53,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => cmd::run::run(&args),
         Command::Ps(args) => cmd::ps::run(&args),
         Command::Plugins(args) => cmd::plugins::run(&args),
+        Command::Pools(args) => cmd::pools::run(&args),
         Command::Plugin(args) => cmd::plugin::run(&args),
     };
     match result {

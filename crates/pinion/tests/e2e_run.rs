@@ -635,6 +635,31 @@ fn builtin_plugins_serve_from_inside_the_agent() {
         "{allowed}"
     );
 
+    // `pinion pools`: the reclaim pool (and the share pool where there is
+    // room); a pin is taken (kept for a pool that does not exist yet); a
+    // bad size is refused naming it.
+    let out = s.pinion(&["pools", "--format", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pools: Value = serde_json::from_slice(&out.stdout).expect("pools json");
+    assert_eq!(pools["reclaim_min"], 1, "{pools}");
+    let out = s.pinion(&["pools", "set", "batch=2-3"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = s.pinion(&["pools", "set", "batch=0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("batch") && err.contains("\"0\""), "{err}");
+    let out = s.pinion(&["pools", "set", "batch"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected NAME=SIZE"));
+
     s.stop_agent();
     for socket in ["pinion-cpu-plugin.sock", "pinion-memory-plugin.sock"] {
         assert!(
@@ -642,4 +667,21 @@ fn builtin_plugins_serve_from_inside_the_agent() {
             "{socket} outlived the agent"
         );
     }
+
+    // Without the CPU plugin there are no pools, and the answer says why.
+    let text = std::fs::read_to_string(&config).expect("config");
+    let without: String = text
+        .lines()
+        .take_while(|l| !l.starts_with("qosResourceManager"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&config, without).expect("config");
+    s.start_agent();
+    let out = s.pinion(&["pools"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("builtinPlugins: [cpu]"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

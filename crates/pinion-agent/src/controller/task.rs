@@ -411,6 +411,12 @@ impl ControllerHandle {
             .unwrap_or_default()
     }
 
+    /// The built-in CPU plugin's pools (`None` when it does not run).
+    #[must_use]
+    pub fn cpu_pools(&self) -> Option<pinion_plugins::cpu::CpuPluginHandle> {
+        self.qrm.as_ref().and_then(|qrm| qrm.cpu_pools().cloned())
+    }
+
     /// A receiver of snapshots.
     #[must_use]
     pub fn snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {

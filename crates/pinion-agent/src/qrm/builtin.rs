@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use pinion_api::plugin::Identity;
 use pinion_core::{CpuSet, Topology};
 use pinion_plugins::builtin::{self, Config};
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle};
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::ResourcePlugin as _;
 use tokio::sync::watch;
@@ -62,34 +63,58 @@ impl Qrm {
         stop: &watch::Receiver<bool>,
     ) -> Result<Vec<JoinHandle<()>>, QrmError> {
         let mut started = Vec::new();
+        let mut loops = Vec::new();
         for plugin in &self.config.builtin {
             let config = effective_config(plugin, machine.reserved);
             let name = config.kind().name();
-            let opened = builtin::open(
-                &config,
-                machine.topology.clone(),
-                machine.sysroot,
-                Some(machine.state_dir),
-            )
-            .map_err(|err| QrmError::Start(format!("built-in plugin: {err}")))?;
-            let resource = opened.resource_name().to_string();
             let socket = self
                 .config
                 .plugin_registration_dir
                 .join(config.kind().socket_name());
-            let identity = Identity::new(&resource);
+            let failed =
+                |err: &dyn std::fmt::Display| QrmError::Start(format!("built-in plugin: {err}"));
             let mut stopped = stop.clone();
-            let task = tokio::spawn(async move {
-                let shutdown = async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                };
-                if let Err(err) =
-                    pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(opened), shutdown)
-                        .await
-                {
-                    tracing::error!(plugin = name, "built-in plugin: {err}");
-                }
-            });
+            let shutdown = async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            };
+            let (resource, task) = if let Config::Cpu(cpu) = &config {
+                // The CPU plugin is shared with its closed loop and with
+                // `pinion pools set`.
+                let opened =
+                    CpuPlugin::open(machine.topology.clone(), cpu, Some(machine.state_dir))
+                        .map_err(|err| failed(&format!("the cpu plugin: {err}")))?;
+                let resource = opened.resource_name().to_string();
+                let handle = CpuPluginHandle::new(opened);
+                let mut loop_stop = stop.clone();
+                let closed_loop = handle.clone().run_closed_loop(
+                    machine.sysroot.to_path_buf(),
+                    self.config.reconcile_period,
+                    async move {
+                        let _ = loop_stop.wait_for(|s| *s).await;
+                    },
+                );
+                loops.push(tokio::spawn(closed_loop));
+                let grpc = handle.grpc();
+                let _ = self.cpu_pools.set(handle);
+                (
+                    resource.clone(),
+                    serve(socket, Identity::new(&resource), grpc, shutdown, name),
+                )
+            } else {
+                let opened = builtin::open(
+                    &config,
+                    machine.topology.clone(),
+                    machine.sysroot,
+                    Some(machine.state_dir),
+                )
+                .map_err(|err| failed(&err))?;
+                let resource = opened.resource_name().to_string();
+                let grpc = GrpcPlugin::new(opened);
+                (
+                    resource.clone(),
+                    serve(socket, Identity::new(&resource), grpc, shutdown, name),
+                )
+            };
             tracing::info!(plugin = name, %resource, "built-in resource plugin serving");
             started.push((name, resource, task));
         }
@@ -110,8 +135,27 @@ impl Qrm {
                 tokio::time::sleep(POLL).await;
             }
         }
-        Ok(started.into_iter().map(|(_, _, task)| task).collect())
+        loops.extend(started.into_iter().map(|(_, _, task)| task));
+        Ok(loops)
     }
+}
+
+/// Serves `plugin` on `socket` until `shutdown`.
+fn serve<S>(
+    socket: std::path::PathBuf,
+    identity: Identity,
+    plugin: S,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    name: &'static str,
+) -> JoinHandle<()>
+where
+    S: pinion_api::resourceplugin::resource_plugin_server::ResourcePlugin,
+{
+    tokio::spawn(async move {
+        if let Err(err) = pinion_api::plugin::serve(&socket, identity, plugin, shutdown).await {
+            tracing::error!(plugin = name, "built-in plugin: {err}");
+        }
+    })
 }
 
 #[cfg(test)]

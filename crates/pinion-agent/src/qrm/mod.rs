@@ -64,6 +64,8 @@ pub enum QrmError {
 pub struct Qrm {
     config: QrmConfig,
     registry: Arc<Registry>,
+    /// The built-in CPU plugin, when it runs: its pools for `pinion pools`.
+    cpu_pools: std::sync::OnceLock<pinion_plugins::cpu::CpuPluginHandle>,
 }
 
 impl Qrm {
@@ -71,13 +73,23 @@ impl Qrm {
     #[must_use]
     pub fn new(config: QrmConfig) -> Arc<Self> {
         let registry = Arc::new(Registry::new(config.rpc_timeout));
-        Arc::new(Self { config, registry })
+        Arc::new(Self {
+            config,
+            registry,
+            cpu_pools: std::sync::OnceLock::new(),
+        })
     }
 
     /// The endpoint table.
     #[must_use]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// The built-in CPU plugin's pools, when it runs.
+    #[must_use]
+    pub fn cpu_pools(&self) -> Option<&pinion_plugins::cpu::CpuPluginHandle> {
+        self.cpu_pools.get()
     }
 
     /// The configuration.

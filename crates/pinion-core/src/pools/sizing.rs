@@ -1,9 +1,12 @@
 //! Per-period sizing of one shared pool: its bounds and the closed-loop
 //! step (grow under pressure, shrink when idle, hysteresis and cooldown).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::{request_cpus, PoolParams, PoolSize};
+use crate::cpuset::CpuSet;
 
 /// A pool's measured load over the last period.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -132,4 +135,79 @@ pub fn resize(
         }
     }
     None
+}
+
+/// Cumulative time of one CPU (`/proc/stat`, in clock ticks): busy (user,
+/// nice, system, irq, softirq, steal) and total (busy plus idle and
+/// iowait).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTime {
+    pub busy: u64,
+    pub total: u64,
+}
+
+/// The load of a pool measured on its CPUs between two samples of every
+/// CPU's time: the busy CPUs (the sum over `cpus` of each one's busy
+/// fraction) turned into a pressure by [`PoolLoad::from_usage`]. `None`
+/// when no CPU of the pool was sampled twice or no time passed. Counters
+/// that went backwards (a CPU taken offline and back) count as idle.
+#[must_use]
+pub fn load_from_cpu_times(
+    before: &BTreeMap<u32, CpuTime>,
+    after: &BTreeMap<u32, CpuTime>,
+    cpus: &CpuSet,
+) -> Option<PoolLoad> {
+    let mut busy = 0.0f64;
+    let mut sampled = false;
+    for cpu in cpus.iter() {
+        let (Some(a), Some(b)) = (before.get(&cpu), after.get(&cpu)) else {
+            continue;
+        };
+        let total = b.total.saturating_sub(a.total);
+        if total == 0 {
+            continue;
+        }
+        sampled = true;
+        busy += (b.busy.saturating_sub(a.busy).min(total)) as f64 / total as f64;
+    }
+    let size = u32::try_from(cpus.len()).unwrap_or(u32::MAX);
+    sampled.then(|| PoolLoad::from_usage(busy, size, 0.0))
+}
+
+#[cfg(test)]
+mod measure_tests {
+    use super::*;
+
+    fn times(samples: &[(u32, u64, u64)]) -> BTreeMap<u32, CpuTime> {
+        samples
+            .iter()
+            .map(|&(cpu, busy, total)| (cpu, CpuTime { busy, total }))
+            .collect()
+    }
+
+    #[test]
+    fn a_pool_is_as_loaded_as_its_cpus_were_between_the_samples() {
+        let before = times(&[(0, 0, 0), (1, 100, 1000), (2, 0, 0), (3, 0, 0)]);
+        // CPU 1 fully busy for 100 ticks, CPU 2 half busy, CPU 3 idle; CPU 0
+        // is not in the pool.
+        let after = times(&[(0, 100, 100), (1, 200, 1100), (2, 50, 100), (3, 0, 100)]);
+        let pool = CpuSet::from_iter([1, 2, 3]);
+        let load = load_from_cpu_times(&before, &after, &pool).expect("measured");
+        assert_eq!(load.usage, Some(1.5));
+        assert_eq!(load, PoolLoad::from_usage(1.5, 3, 0.0));
+        // Fully busy: 100 % pressure; a counter going backwards is idle.
+        let full =
+            load_from_cpu_times(&before, &after, &CpuSet::from_iter([0, 1])).expect("measured");
+        assert!((full.pressure - 100.0).abs() < 1e-9, "{full:?}");
+        let back = times(&[(1, 50, 500)]);
+        assert_eq!(
+            load_from_cpu_times(&after, &back, &CpuSet::from_iter([1])),
+            None,
+            "no time passed forward"
+        );
+        assert_eq!(
+            load_from_cpu_times(&before, &after, &CpuSet::from_iter([7])),
+            None
+        );
+    }
 }

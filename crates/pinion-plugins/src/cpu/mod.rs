@@ -14,7 +14,10 @@
 //! one period of the pools' closed loop and reports the containers whose
 //! cpuset changed.
 
+pub use handle::{CpuPluginHandle, SetPoolError};
+
 mod admit;
+mod handle;
 mod hints;
 mod state;
 #[cfg(test)]

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use pinion_api::plugin::{self, Identity, RegistrationState};
 use pinion_plugins::builtin::{self, Config, Kind};
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle};
 use pinion_plugins::grpc::GrpcPlugin;
-use pinion_plugins::ResourcePlugin;
+use pinion_plugins::ResourcePlugin as _;
 use serde::de::DeserializeOwned;
 
 /// Arguments of `pinion plugin`.
@@ -78,6 +79,10 @@ struct ServeArgs {
     /// Where the plugin keeps its state file.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/pinion")]
     state_dir: PathBuf,
+    /// The CPU plugin's closed loop: seconds between two measurements of
+    /// its pools' load (`/proc/stat` under --sysroot).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    reconcile_period: f64,
 }
 
 /// Runs `pinion plugin`.
@@ -105,8 +110,25 @@ fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
         Kind::Memory => Config::Memory(read_config(args.config.as_deref())?),
         Kind::Nic => Config::Nic(read_config(args.config.as_deref())?),
     };
+    if let Config::Cpu(cpu) = &config {
+        // The CPU plugin runs its pools' closed loop beside the server.
+        let plugin = CpuPlugin::open(topology, cpu, Some(&args.state_dir))?;
+        let handle = CpuPluginHandle::new(plugin);
+        let period = std::time::Duration::try_from_secs_f64(args.reconcile_period)
+            .ok()
+            .filter(|p| !p.is_zero())
+            .with_context(|| {
+                format!(
+                    "--reconcile-period {}: expected a number of seconds greater than zero",
+                    args.reconcile_period
+                )
+            })?;
+        let closed_loop = (handle.clone(), args.sysroot.clone(), period);
+        return serve_with(&socket, handle.grpc(), "cpu", Some(closed_loop));
+    }
     let plugin = builtin::open(&config, topology, &args.sysroot, Some(&args.state_dir))?;
-    serve(&socket, plugin)
+    let resource = plugin.resource_name().to_string();
+    serve_with(&socket, GrpcPlugin::new(plugin), &resource, None)
 }
 
 /// The plugin's configuration from `path` (defaults without one).
@@ -123,8 +145,20 @@ fn read_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> anyhow::Re
         .with_context(|| format!("{}: invalid configuration", path.display()))
 }
 
-fn serve<P: ResourcePlugin + 'static>(socket: &Path, plugin: P) -> anyhow::Result<()> {
-    let resource = plugin.resource_name().to_string();
+/// The CPU plugin's closed loop: its handle, the root of `/proc/stat`, the
+/// period.
+type ClosedLoop = (CpuPluginHandle, PathBuf, std::time::Duration);
+
+fn serve_with<S>(
+    socket: &Path,
+    plugin: S,
+    resource: &str,
+    closed_loop: Option<ClosedLoop>,
+) -> anyhow::Result<()>
+where
+    S: pinion_api::resourceplugin::resource_plugin_server::ResourcePlugin,
+{
+    let resource = resource.to_string();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -146,8 +180,11 @@ fn serve<P: ResourcePlugin + 'static>(socket: &Path, plugin: P) -> anyhow::Resul
                 }
             }
         });
+        if let Some((handle, root, period)) = closed_loop {
+            tokio::spawn(handle.run_closed_loop(root, period, std::future::pending()));
+        }
         eprintln!("pinion: serving on {socket_shown}");
-        plugin::serve(socket, identity, GrpcPlugin::new(plugin), shutdown()).await
+        plugin::serve(socket, identity, plugin, shutdown()).await
     })?;
     Ok(())
 }

@@ -1,0 +1,201 @@
+//! A CPU plugin shared by its gRPC server and the two things beside it
+//! that change its pools: the closed loop (measured load every period) and
+//! the operator or advisor (`pinion pools set`). One owner of the state —
+//! the plugin behind one mutex — and these are its three doors.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use pinion_api::local::{PoolView, Pools as PoolsView};
+use pinion_core::pools::{load_from_cpu_times, CpuTime, PoolLoad, PoolSize};
+
+use super::{CpuPlugin, ReconcileReport};
+use crate::grpc::GrpcPlugin;
+use crate::PluginError;
+
+/// Why a pool could not be set.
+#[derive(Debug, thiserror::Error)]
+pub enum SetPoolError {
+    #[error("pool {pool}: {source}")]
+    Size {
+        pool: String,
+        #[source]
+        source: pinion_core::pools::PoolError,
+    },
+    #[error("pool name must be non-empty and at most 253 characters, got {0:?}")]
+    Name(String),
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+}
+
+/// The shared plugin; clones share it.
+#[derive(Clone)]
+pub struct CpuPluginHandle {
+    plugin: Arc<Mutex<CpuPlugin>>,
+    /// The last measured load of each pool (for the view).
+    loads: Arc<Mutex<BTreeMap<String, PoolLoad>>>,
+}
+
+impl std::fmt::Debug for CpuPluginHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuPluginHandle").finish_non_exhaustive()
+    }
+}
+
+impl CpuPluginHandle {
+    /// Shares `plugin`.
+    #[must_use]
+    pub fn new(plugin: CpuPlugin) -> Self {
+        Self {
+            plugin: Arc::new(Mutex::new(plugin)),
+            loads: Arc::default(),
+        }
+    }
+
+    /// Its gRPC server (`resourceplugin.v1alpha1`), on the same plugin.
+    #[must_use]
+    pub fn grpc(&self) -> GrpcPlugin<CpuPlugin> {
+        GrpcPlugin::shared(Arc::clone(&self.plugin))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CpuPlugin> {
+        self.plugin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pools as `pinion pools` shows them.
+    #[must_use]
+    pub fn view(&self) -> PoolsView {
+        let plugin = self.lock();
+        let loads = self.loads.lock().unwrap_or_else(PoisonError::into_inner);
+        let pools = plugin.pools();
+        let members = plugin.pool_members();
+        let views = pools
+            .entries()
+            .iter()
+            .map(|(name, entry)| {
+                let (min, max) = pools.bounds_of(name, entry.requests_milli);
+                let load = loads.get(name);
+                PoolView {
+                    name: name.clone(),
+                    cpus: pools
+                        .plan()
+                        .shared
+                        .get(name)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    size: entry.size,
+                    min,
+                    max,
+                    pin: pools.pin_of(name).to_string(),
+                    numa: entry.numa.as_ref().map(ToString::to_string),
+                    members: members
+                        .get(name)
+                        .into_iter()
+                        .flatten()
+                        .map(|(pod, container)| format!("{pod}/{container}"))
+                        .collect(),
+                    requests_milli: entry.requests_milli,
+                    pressure: load.map(|l| l.pressure),
+                    usage: load.and_then(|l| l.usage),
+                    last_change: entry.last_change.as_ref().map(|c| {
+                        format!(
+                            "{} -> {} ({}) in period {}",
+                            c.from, c.to, c.reason, c.period
+                        )
+                    }),
+                }
+            })
+            .collect();
+        PoolsView {
+            pools: views,
+            reclaim: pools.plan().reclaim.to_string(),
+            reclaim_min: pools.params().reclaim_min,
+            period: pools.period(),
+        }
+    }
+
+    /// Pins pool `name` to `size` (`N`, `MIN-MAX`) or hands it back to the
+    /// closed loop (`auto`). A pin on a pool that does not exist yet is kept
+    /// for when it does.
+    pub fn set(&self, name: &str, size: &str) -> Result<ReconcileReport, SetPoolError> {
+        if name.is_empty() || name.len() > 253 {
+            return Err(SetPoolError::Name(name.to_string()));
+        }
+        let size: PoolSize = size.parse().map_err(|source| SetPoolError::Size {
+            pool: name.to_string(),
+            source,
+        })?;
+        Ok(self.lock().set_pool_size(name, size)?)
+    }
+
+    /// One period of the closed loop with `loads` (pool name → load).
+    pub fn reconcile(
+        &self,
+        loads: BTreeMap<String, PoolLoad>,
+    ) -> Result<ReconcileReport, PluginError> {
+        let report = self.lock().reconcile(&loads)?;
+        *self.loads.lock().unwrap_or_else(PoisonError::into_inner) = loads;
+        Ok(report)
+    }
+
+    /// The closed loop: every `period`, each pool's load measured on its
+    /// CPUs from `<root>/proc/stat` ([`load_from_cpu_times`]) and one
+    /// [`CpuPlugin::reconcile`]; the manager's next `GetResourcesAllocation`
+    /// sees the new cpusets and pushes them. Ends when `stop` resolves.
+    pub async fn run_closed_loop(
+        self,
+        root: PathBuf,
+        period: Duration,
+        stop: impl Future<Output = ()>,
+    ) {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(stop);
+        let mut last: Option<BTreeMap<u32, CpuTime>> = None;
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                () = &mut stop => return,
+            }
+            let handle = self.clone();
+            let root = root.clone();
+            let previous = last.take();
+            let outcome =
+                tokio::task::spawn_blocking(move || handle.measure_and_reconcile(&root, previous))
+                    .await;
+            match outcome {
+                Ok(Ok(sample)) => last = Some(sample),
+                Ok(Err(err)) => tracing::warn!("cpu pools closed loop: {err}"),
+                Err(err) => tracing::error!("cpu pools closed loop: {err}"),
+            }
+        }
+    }
+
+    /// Samples the CPUs' time; with a `previous` sample, measures every
+    /// pool and reconciles. Returns the new sample.
+    fn measure_and_reconcile(
+        &self,
+        root: &std::path::Path,
+        previous: Option<BTreeMap<u32, CpuTime>>,
+    ) -> Result<BTreeMap<u32, CpuTime>, String> {
+        let sample = pinion_host::pressure::read_cpu_times(root).map_err(|err| err.to_string())?;
+        let Some(previous) = previous else {
+            return Ok(sample);
+        };
+        let plan = self.lock().pools().plan().shared.clone();
+        let loads: BTreeMap<String, PoolLoad> = plan
+            .iter()
+            .filter_map(|(name, cpus)| {
+                load_from_cpu_times(&previous, &sample, cpus).map(|load| (name.clone(), load))
+            })
+            .collect();
+        let report = self.reconcile(loads).map_err(|err| err.to_string())?;
+        for change in &report.pools {
+            tracing::info!(pool = %change.pool, from = change.from, to = change.to, reason = %change.reason, "cpu pool resized");
+        }
+        Ok(sample)
+    }
+}
