@@ -8,6 +8,7 @@ pub mod plugins;
 pub mod ps;
 pub mod run;
 pub mod simulate;
+pub mod simulate_qrm;
 pub mod state;
 pub mod state_check;
 pub mod state_import;
