@@ -185,6 +185,7 @@ impl<'a> Manager<'a> {
     fn cpu(&mut self, index: usize) -> Result<&mut crate::cpu::CpuPlugin, ScenarioError> {
         self.plugins.cpu.as_mut().ok_or(ScenarioError::Step {
             index,
+            step: String::new(),
             what: "pools need the cpu plugin (plugins.cpu)".into(),
         })
     }
@@ -248,6 +249,7 @@ impl<'a> Manager<'a> {
         }
         Err(ScenarioError::Step {
             index,
+            step: String::new(),
             what: format!(
                 "pool {pool:?} does not exist (pools now: {})",
                 names(sizes.keys())
@@ -271,6 +273,7 @@ impl<'a> Manager<'a> {
         }
         Err(ScenarioError::Step {
             index,
+            step: String::new(),
             what: format!(
                 "pool {pool:?} does not exist and no pod of the scenario uses it (known pools: {})",
                 names(known.iter())
@@ -295,6 +298,7 @@ impl<'a> Manager<'a> {
         if self.pods.remove(uid).is_none() {
             return Err(ScenarioError::Step {
                 index,
+                step: String::new(),
                 what: format!("pod {uid:?} is not admitted"),
             });
         }
@@ -315,16 +319,19 @@ impl<'a> Manager<'a> {
             .get(uid)
             .ok_or_else(|| ScenarioError::Step {
                 index,
+                step: String::new(),
                 what: format!("pod {uid:?} is not in `pods`"),
             })?;
         if self.pods.contains_key(uid) {
             return Err(ScenarioError::Step {
                 index,
+                step: String::new(),
                 what: format!("pod {uid:?} is already admitted"),
             });
         }
         let pod = spec.to_pod(uid).map_err(|what| ScenarioError::Step {
             index,
+            step: String::new(),
             what: format!("pod {uid}: {what}"),
         })?;
         let mut containers = Vec::new();
@@ -335,6 +342,7 @@ impl<'a> Manager<'a> {
                 Err(Refusal::Input(what)) => {
                     return Err(ScenarioError::Step {
                         index,
+                        step: String::new(),
                         what: format!("pod {uid} container {name}: {what}"),
                     })
                 }
@@ -463,6 +471,7 @@ fn names<'n>(names: impl Iterator<Item = &'n String>) -> String {
 fn step_error(index: usize, err: &PluginError) -> ScenarioError {
     ScenarioError::Step {
         index,
+        step: String::new(),
         what: err.to_string(),
     }
 }

@@ -17,6 +17,8 @@
 mod manager;
 mod snapshot;
 pub mod spec;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
@@ -43,8 +45,16 @@ pub enum ScenarioError {
     Machine { what: String },
     #[error("topology manager: {what}")]
     TopologyManager { what: String },
+    /// A step that cannot be read.
     #[error("step {index}: {what}")]
-    Step { index: usize, what: String },
+    BadStep { index: usize, what: String },
+    /// A step that cannot run (`step` describes it).
+    #[error("step {index} ({step}): {what}")]
+    Step {
+        index: usize,
+        step: String,
+        what: String,
+    },
 }
 
 /// What one `add` did with one container.
@@ -235,7 +245,15 @@ pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, Scena
     for (offset, value) in scenario.steps.iter().enumerate() {
         let index = offset + 1;
         let step = Step::parse(index, value)?;
-        steps.push(sim.step(index, &step)?);
+        let outcome = sim.step(index, &step).map_err(|err| match err {
+            ScenarioError::Step { index, what, .. } => ScenarioError::Step {
+                index,
+                step: step.describe(),
+                what,
+            },
+            other => other,
+        })?;
+        steps.push(outcome);
     }
     Ok(Outcome {
         name: scenario.name.clone(),

@@ -172,11 +172,11 @@ impl Step {
     /// Step `index` (1-based) of a scenario.
     pub fn parse(index: usize, value: &serde_json::Value) -> Result<Self, ScenarioError> {
         let step: Self =
-            serde_json::from_value(value.clone()).map_err(|err| ScenarioError::Step {
+            serde_json::from_value(value.clone()).map_err(|err| ScenarioError::BadStep {
                 index,
                 what: err.to_string(),
             })?;
-        let bad = |what: String| Err(ScenarioError::Step { index, what });
+        let bad = |what: String| Err(ScenarioError::BadStep { index, what });
         match &step {
             Self::Pressure {
                 pressure, usage, ..
