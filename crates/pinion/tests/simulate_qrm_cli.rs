@@ -117,6 +117,24 @@ fn seed_example_one_online_and_offline_pools() {
 fn seed_example_two_numa_exclusive_storage_and_reranker() {
     let path = example("qrm-role-based-pools.yaml");
     let out = run_json(&path);
+    // The memory plugin's machine state of the seed: MemTotal minus 500 MiB.
+    let memory = |snapshot: &Value, field: &str| -> Vec<u64> {
+        snapshot["memory"]
+            .as_array()
+            .expect("memory")
+            .iter()
+            .map(|n| n[field].as_u64().expect("bytes"))
+            .collect()
+    };
+    assert_eq!(
+        memory(&out["initial"], "allocatable"),
+        [237_182_648_320, 237_282_263_040]
+    );
+    assert_eq!(memory(&out["initial"], "bound"), [0, 0]);
+    assert_eq!(
+        memory(&out["steps"][1], "bound"),
+        [40_000_000_000, 20_000_000_000]
+    );
     let storage = placement(&out, 1, "storage", "container0");
     assert_eq!(storage["cpus"], "2-21");
     assert_eq!(storage["mems"], "0");

@@ -33,7 +33,7 @@ use crate::memory::{MemoryPlugin, MemoryPluginConfig};
 use crate::nic::{NicPlugin, NicPluginConfig};
 use crate::Hint;
 
-pub use snapshot::{ContainerPlacement, PoolMap, Snapshot};
+pub use snapshot::{ContainerPlacement, NodeMemoryUse, PoolMap, Snapshot};
 pub use spec::{QrmScenario, Step};
 
 /// Why a scenario could not run (or stopped).

@@ -47,12 +47,27 @@ pub struct PoolMap {
     pub held: CpuSet,
 }
 
+/// One NUMA node's memory as the memory plugin accounts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NodeMemoryUse {
+    pub numa: u64,
+    /// `MemTotal` minus the plugin's reservation, bytes.
+    pub allocatable: u64,
+    /// Bytes of NUMA-bound containers accounted on the node.
+    pub bound: u64,
+}
+
 /// The state after a step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     pub placements: Vec<ContainerPlacement>,
     /// `None` when the CPU plugin does not run.
     pub pools: Option<PoolMap>,
+    /// Per NUMA node (`GetTopologyAwareAllocatableResources` and the
+    /// allocations' per-node bytes); empty when the memory plugin does not
+    /// run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<NodeMemoryUse>,
 }
 
 impl Snapshot {
@@ -117,8 +132,49 @@ impl Snapshot {
         Self {
             placements: placements.into_values().collect(),
             pools: plugins.cpu.as_ref().map(PoolMap::of),
+            memory: plugins
+                .memory
+                .as_ref()
+                .map(|m| memory_use(m))
+                .unwrap_or_default(),
         }
     }
+}
+
+/// Allocatable and bound bytes per node, read through the plugin interface.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn memory_use(plugin: &dyn ResourcePlugin) -> Vec<NodeMemoryUse> {
+    let resource = plugin.resource_name().to_string();
+    let mut nodes: BTreeMap<u64, NodeMemoryUse> = plugin
+        .allocatable_resources()
+        .get(&resource)
+        .map(|r| {
+            r.topology_aware_allocatable_quantity_list
+                .iter()
+                .map(|q| {
+                    let node = NodeMemoryUse {
+                        numa: q.node,
+                        allocatable: q.resource_value as u64,
+                        bound: 0,
+                    };
+                    (q.node, node)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for containers in plugin.allocations().values() {
+        for allocation in containers.values() {
+            let Some(info) = allocation.get(&resource) else {
+                continue;
+            };
+            for (numa, bytes) in &info.topology_assignments {
+                if let Some(node) = nodes.get_mut(numa) {
+                    node.bound = node.bound.saturating_add(*bytes);
+                }
+            }
+        }
+    }
+    nodes.into_values().collect()
 }
 
 impl PoolMap {

@@ -151,6 +151,19 @@ fn snapshot_text(out: &mut String, topology: &Topology, snapshot: &Snapshot) {
             }
         }
     }
+    if !snapshot.memory.is_empty() {
+        let nodes: Vec<String> = snapshot
+            .memory
+            .iter()
+            .map(|n| {
+                format!(
+                    "node {} {} of {} bytes bound",
+                    n.numa, n.bound, n.allocatable
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  memory: {}", nodes.join("; "));
+    }
     if let Some(pools) = &snapshot.pools {
         pool_map_text(out, topology, pools);
     }
