@@ -16,7 +16,7 @@ use super::{
     Snapshot, StepOutcome,
 };
 use crate::api::{ContainerType, Hint, Request, ResourcePlugin};
-use crate::{ErrorKind, PluginError};
+use crate::PluginError;
 
 /// One resource of a container that a plugin serves.
 struct Ask {
@@ -476,10 +476,21 @@ fn step_error(index: usize, err: &PluginError) -> ScenarioError {
     }
 }
 
-/// Errors of the scenario's own making (bad annotations, quantities, NUMA
-/// ids), which stop the simulation instead of rejecting a pod.
+/// Errors of the scenario's own making (bad annotations or quantities) or
+/// of the plugin itself, which stop the simulation; every other error (no
+/// room, NUMA nodes held, SMT alignment, …) rejects the pod.
 fn is_input_error(err: &PluginError) -> bool {
-    matches!(err.kind(), ErrorKind::InvalidArgument | ErrorKind::Internal)
+    matches!(
+        err,
+        PluginError::Qos(_)
+            | PluginError::BadQuantity { .. }
+            | PluginError::RequestCount { .. }
+            | PluginError::RequestMissing { .. }
+            | PluginError::WrongResource { .. }
+            | PluginError::Store(_)
+            | PluginError::Config { .. }
+            | PluginError::Restore { .. }
+    )
 }
 
 /// The manager's exception (spec §4.6): a failed allocation of a pod whose

@@ -126,3 +126,24 @@ fn the_machine_and_plugins_are_checked() {
     let none = scenario(json!({"machine": machine(), "plugins": {}}));
     assert!(matches!(run_it(&none), Err(ScenarioError::Plugins { .. })));
 }
+
+#[test]
+fn an_smt_misaligned_pod_is_rejected_not_an_input_error() {
+    let s = scenario(json!({
+        "machine": {"sockets": 1, "numa_per_socket": 1, "cores_per_socket": 4, "threads_per_core": 2},
+        "plugins": {"cpu": {"staticPolicyOptions": {
+            "full_pcpus_only": true, "distribute_cpus_across_numa": false,
+            "align_by_socket": false, "distribute_cpus_across_cores": false,
+            "strict_cpu_reservation": false, "prefer_align_cpus_by_uncorecache": false}}},
+        "pods": {"odd": {"annotations": {"katalyst.kubewharf.io/qos_level": "dedicated_cores"},
+                          "containers": [{"name": "app", "requests": {"cpu": "3"}}]}},
+        "steps": [{"op": "add", "pod": "odd"}],
+    }));
+    let out = run_it(&s).expect("runs");
+    let odd = out.steps[0].admission.as_ref().expect("admission");
+    assert!(!odd.admitted);
+    assert!(
+        odd.reason.as_deref().is_some_and(|r| r.contains("SMT")),
+        "{odd:?}"
+    );
+}
