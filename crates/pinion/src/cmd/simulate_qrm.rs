@@ -3,6 +3,7 @@
 //! agent's manager drives them; after each step every container's placement
 //! and a per-CPU map of the pools, as text or JSON.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -61,15 +62,55 @@ pub fn to_text(topology: &Topology, outcome: &Outcome) -> String {
         topology.all_cpus().len(),
         topology.numa_cpus().len()
     );
+    let labels = Labels::of(outcome);
     out.push_str("\nbefore the first step\n");
-    snapshot_text(&mut out, topology, &outcome.initial);
+    snapshot_text(&mut out, topology, &labels, &outcome.initial);
     for step in &outcome.steps {
-        step_text(&mut out, topology, step);
+        step_text(&mut out, topology, &labels, step);
     }
     out
 }
 
-fn step_text(out: &mut String, topology: &Topology, step: &StepOutcome) {
+/// Map symbols, fixed for the whole scenario so that a pool or container
+/// keeps its letter from step to step: `A`… shared pools, `a`… dedicated
+/// containers, in order of first appearance.
+struct Labels {
+    shared: BTreeMap<String, char>,
+    dedicated: BTreeMap<String, char>,
+}
+
+impl Labels {
+    fn of(outcome: &Outcome) -> Self {
+        const SHARED: &str = "ABCDEFGHIJKLMNOPQSTUVWXYZ";
+        const DEDICATED: &str = "abcdefghijklmnopqrstuvwyz0123456789";
+        let mut labels = Self {
+            shared: BTreeMap::new(),
+            dedicated: BTreeMap::new(),
+        };
+        let snapshots =
+            std::iter::once(&outcome.initial).chain(outcome.steps.iter().map(|s| &s.snapshot));
+        let (mut shared, mut dedicated) = (SHARED.chars(), DEDICATED.chars());
+        for pools in snapshots.filter_map(|s| s.pools.as_ref()) {
+            for name in pools.shared.keys() {
+                if !labels.shared.contains_key(name) {
+                    labels
+                        .shared
+                        .insert(name.clone(), shared.next().unwrap_or('#'));
+                }
+            }
+            for key in pools.dedicated.keys() {
+                if !labels.dedicated.contains_key(key) {
+                    labels
+                        .dedicated
+                        .insert(key.clone(), dedicated.next().unwrap_or('#'));
+                }
+            }
+        }
+        labels
+    }
+}
+
+fn step_text(out: &mut String, topology: &Topology, labels: &Labels, step: &StepOutcome) {
     let _ = writeln!(out, "\nstep {}: {}", step.index, step.step);
     if let Some(admission) = &step.admission {
         match &admission.reason {
@@ -117,10 +158,10 @@ fn step_text(out: &mut String, topology: &Topology, step: &StepOutcome) {
             show(&change.to)
         );
     }
-    snapshot_text(out, topology, &step.snapshot);
+    snapshot_text(out, topology, labels, &step.snapshot);
 }
 
-fn snapshot_text(out: &mut String, topology: &Topology, snapshot: &Snapshot) {
+fn snapshot_text(out: &mut String, topology: &Topology, labels: &Labels, snapshot: &Snapshot) {
     if snapshot.placements.is_empty() {
         let _ = writeln!(out, "  placements: none");
     } else {
@@ -165,23 +206,21 @@ fn snapshot_text(out: &mut String, topology: &Topology, snapshot: &Snapshot) {
         let _ = writeln!(out, "  memory: {}", nodes.join("; "));
     }
     if let Some(pools) = &snapshot.pools {
-        pool_map_text(out, topology, pools);
+        pool_map_text(out, topology, labels, pools);
     }
 }
 
 /// One symbol per holder: `R` system, `.` reclaim, `A`… shared pools,
 /// `a`… dedicated containers, `x` held for a `numa_exclusive` pod, `-` none.
-fn pool_map_text(out: &mut String, topology: &Topology, pools: &PoolMap) {
-    const SHARED: &str = "ABCDEFGHIJKLMNOPQSTUVWXYZ";
-    const DEDICATED: &str = "abcdefghijklmnopqrstuvwyz0123456789";
+fn pool_map_text(out: &mut String, topology: &Topology, labels: &Labels, pools: &PoolMap) {
     let mut holders: Vec<(char, String, &CpuSet)> = Vec::new();
-    let mut letters = SHARED.chars();
     for (name, cpus) in &pools.shared {
-        holders.push((letters.next().unwrap_or('#'), format!("pool {name}"), cpus));
+        let label = labels.shared.get(name).copied().unwrap_or('#');
+        holders.push((label, format!("pool {name}"), cpus));
     }
-    let mut letters = DEDICATED.chars();
     for (key, cpus) in &pools.dedicated {
-        holders.push((letters.next().unwrap_or('#'), key.clone(), cpus));
+        let label = labels.dedicated.get(key).copied().unwrap_or('#');
+        holders.push((label, key.clone(), cpus));
     }
     let mark = |id: u32| -> String {
         let held: String = holders
