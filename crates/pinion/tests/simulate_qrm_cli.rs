@@ -289,3 +289,43 @@ pods:
     let out = pinion(&["simulate", "-"], &no_memory);
     assert!(common::stderr(&out).contains("needs `memory`"));
 }
+
+/// A real machine from `../shared` (`sysroot`, read in place): a
+/// NUMA-bound dedicated pod under `single-numa-node` gets CPUs of one node
+/// of the SNC2 Xeon (node of CPU n = n mod 4) and that node's memory.
+#[test]
+fn a_real_machine_from_shared() {
+    let Some(root) = common::shared("topologies/x86-2s-intel-xeon-gold-6230-ht-snc2") else {
+        return;
+    };
+    let scenario = format!(
+        r#"
+sysroot: {root}
+topologyManagerPolicy: single-numa-node
+plugins: {{ cpu: {{ reservedCpus: 2 }} }}
+pods:
+  db:
+    annotations:
+      katalyst.kubewharf.io/qos_level: dedicated_cores
+      katalyst.kubewharf.io/memory_enhancement: '{{"numa_binding":"true"}}'
+    containers: [ {{ name: app, requests: {{ cpu: "8" }} }} ]
+  web:
+    containers: [ {{ name: app, requests: {{ cpu: "3" }} }} ]
+steps:
+  - {{ op: add, pod: db }}
+  - {{ op: add, pod: web }}
+"#,
+        root = root.display()
+    );
+    let out = json(&pinion(&["simulate", "--format", "json", "-"], &scenario));
+    let db = placement(&out, 2, "db", "app");
+    let db_cpus = cpus(&db["cpus"]);
+    assert_eq!(db_cpus.len(), 8);
+    let node = db_cpus.iter().next().expect("a cpu") % 4;
+    assert!(db_cpus.iter().all(|cpu| cpu % 4 == node), "{db_cpus}");
+    assert_eq!(db["mems"], node.to_string());
+    let web = placement(&out, 2, "web", "app");
+    assert_eq!(web["pool"], "share");
+    assert_eq!(cpus(&web["cpus"]).len(), 4, "3 requested + 1 headroom");
+    assert!(cpus(&web["cpus"]).is_disjoint(&db_cpus));
+}
