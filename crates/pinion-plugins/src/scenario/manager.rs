@@ -403,8 +403,9 @@ impl<'a> Manager<'a> {
         })
     }
 
-    /// The requested resources a plugin serves, in name order, with the
-    /// quantity as plugins receive it (CPUs, bytes, Mb/s).
+    /// The requested resources a plugin serves (after the names map), in
+    /// name order, with the quantity as plugins receive it (the raw value:
+    /// CPUs, bytes, Mb/s, milli-CPUs of `reclaimed_millicpu`).
     fn asks(&mut self, pod: &Pod, name: &str) -> Result<Vec<Ask>, Refusal> {
         let container = pod
             .container(name)
@@ -414,16 +415,29 @@ impl<'a> Manager<'a> {
             .into_iter()
             .map(|p| p.resource_name().to_string())
             .collect();
-        Ok(container
-            .requests()
-            .into_iter()
-            .filter(|(resource, _)| served.contains(resource))
-            .map(|(resource, quantity)| Ask {
-                resource,
-                #[allow(clippy::cast_precision_loss)]
-                quantity: quantity.milli_value() as f64 / 1000.0,
-            })
-            .collect())
+        let requests = container.requests();
+        let mut asks = Vec::new();
+        for (requested, quantity) in &requests {
+            let resource = self
+                .scenario
+                .resource_names_map
+                .get(requested)
+                .unwrap_or(requested);
+            if resource != requested && requests.contains_key(resource) {
+                return Err(Refusal::Input(format!(
+                    "both {requested} and mapped {resource} are requested"
+                )));
+            }
+            if served.contains(resource) {
+                asks.push(Ask {
+                    resource: resource.clone(),
+                    #[allow(clippy::cast_precision_loss)]
+                    quantity: quantity.milli_value() as f64 / 1000.0,
+                });
+            }
+        }
+        asks.sort_by(|a, b| a.resource.cmp(&b.resource));
+        Ok(asks)
     }
 
     /// Every topology-aligned plugin's hints for the container, merged by

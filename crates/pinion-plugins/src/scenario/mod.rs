@@ -238,6 +238,13 @@ pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, Scena
     .map_err(|err| ScenarioError::TopologyManager {
         what: err.to_string(),
     })?;
+    for (from, to) in &scenario.resource_names_map {
+        if from.is_empty() || to.is_empty() || from == to {
+            return Err(ScenarioError::Plugins {
+                what: format!("resourceNamesMap {from}={to}: names must be non-empty and differ"),
+            });
+        }
+    }
     let plugins = Plugins::open(scenario, topology)?;
     let mut sim = manager::Manager::new(scenario, topology, manager, plugins);
     let initial = sim.snapshot();

@@ -39,6 +39,11 @@ pub struct QrmScenario {
     /// Plugin name (`cpu`, `memory`, `nic`) → its configuration (the keys of
     /// `pinion plugin serve --config`; `{}` or null for the defaults).
     pub plugins: BTreeMap<String, serde_json::Value>,
+    /// Requested name → plugin resource name (the agent's
+    /// `qosResourceManager.resourceNamesMap`, e.g.
+    /// `resource.katalyst.kubewharf.io/reclaimed_millicpu: cpu`).
+    #[serde(default, rename = "resourceNamesMap")]
+    pub resource_names_map: BTreeMap<String, String>,
     /// Memory per NUMA node (the memory plugin's `MemTotal`s).
     #[serde(default)]
     pub memory: Vec<NodeMemorySpec>,

@@ -147,3 +147,33 @@ fn an_smt_misaligned_pod_is_rejected_not_an_input_error() {
         "{odd:?}"
     );
 }
+
+#[test]
+fn the_names_map_sends_reclaimed_millicpu_to_the_cpu_plugin() {
+    const RECLAIMED: &str = "resource.katalyst.kubewharf.io/reclaimed_millicpu";
+    let pod = |requests: serde_json::Value| {
+        json!({"annotations": {"katalyst.kubewharf.io/qos_level": "reclaimed_cores"},
+               "containers": [{"name": "job", "requests": requests}]})
+    };
+    let s = scenario(json!({
+        "machine": machine(),
+        "resourceNamesMap": {RECLAIMED: "cpu"},
+        "plugins": {"cpu": {}},
+        "pods": {"etl": pod(json!({RECLAIMED: "2k"})),
+                 "both": pod(json!({RECLAIMED: "2k", "cpu": "1"}))},
+        "steps": [{"op": "add", "pod": "etl"}, {"op": "add", "pod": "both"}],
+    }));
+    let err = run_it(&s).expect_err("both names");
+    assert!(
+        matches!(&err, ScenarioError::Step { index: 2, what, .. } if what.contains("both")),
+        "{err}"
+    );
+    let mut first = s.clone();
+    first.steps.truncate(1);
+    let out = run_it(&first).expect("runs");
+    let etl = &out.steps[0].snapshot.placements[0];
+    assert_eq!(etl.pool.as_deref(), Some("reclaim"));
+    let bad = scenario(json!({"machine": machine(), "plugins": {"cpu": {}},
+                              "resourceNamesMap": {"cpu": "cpu"}}));
+    assert!(matches!(run_it(&bad), Err(ScenarioError::Plugins { .. })));
+}
