@@ -78,9 +78,7 @@ impl<'a> Manager<'a> {
     /// The plugins, in call order (cpu, memory, nic), with the memory
     /// plugin's view of containers' CPUs brought up to date.
     fn each(&mut self) -> Vec<&mut dyn ResourcePlugin> {
-        if let (Some(cpu), Some(memory)) = (&self.plugins.cpu, &mut self.plugins.memory) {
-            memory.set_cpu_lookup(Box::new(cpu.cpusets()));
-        }
+        self.sync_memory_lookup();
         let mut out: Vec<&mut dyn ResourcePlugin> = Vec::new();
         if let Some(cpu) = &mut self.plugins.cpu {
             out.push(cpu);
@@ -100,8 +98,16 @@ impl<'a> Manager<'a> {
             .find(|p| p.resource_name() == resource)
     }
 
+    /// Gives the memory plugin the CPU plugin's current cpusets (unbound
+    /// containers get the memory nodes of their CPUs), as the agent does.
+    fn sync_memory_lookup(&mut self) {
+        if let (Some(cpu), Some(memory)) = (&self.plugins.cpu, &mut self.plugins.memory) {
+            memory.set_cpu_lookup(Box::new(cpu.cpusets()));
+        }
+    }
+
     pub(super) fn snapshot(&mut self) -> Snapshot {
-        self.each();
+        self.sync_memory_lookup();
         Snapshot::take(self.topology, &self.plugins, &self.pods)
     }
 
