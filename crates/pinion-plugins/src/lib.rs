@@ -28,6 +28,7 @@ pub mod hints;
 pub mod memory;
 pub mod nic;
 pub mod request;
+pub mod scenario;
 pub mod store;
 
 pub use api::{

@@ -9,6 +9,7 @@ pub mod pools;
 pub mod ps;
 pub mod run;
 pub mod simulate;
+pub mod simulate_qrm;
 pub mod state;
 pub mod state_check;
 pub mod state_import;

@@ -3,6 +3,9 @@
 //! same engine the agent uses, and print each step's outcome and the final
 //! state — as JSON, or as text with a per-CPU map.
 //!
+//! A scenario with a `plugins` key is a QoS Resource Manager scenario,
+//! run by [`simulate_qrm`] (`docs/simulate.md`).
+//!
 //! Exit status: 0 when every scenario could be read and run (a policy that
 //! cannot be constructed is an outcome, printed as `{"error": …}`); non-zero
 //! when the file cannot be read or parsed, or a topology cannot be found.
@@ -15,6 +18,7 @@ use pinion_core::scenario::{self, Outcome, Scenario, ScenarioError, StepOutcome,
 use pinion_core::state::State;
 use pinion_core::Topology;
 
+use super::simulate_qrm;
 use crate::input;
 use crate::render;
 
@@ -49,6 +53,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     for (index, item) in items.into_iter().enumerate() {
+        if simulate_qrm::is_qrm(&item) {
+            simulate_qrm::run(item, &args.scenario, index, &base, args.format)?;
+            continue;
+        }
         let scenario: Scenario = serde_json::from_value(item).with_context(|| {
             format!(
                 "scenario {index} of {} is malformed",

@@ -26,6 +26,22 @@ pub fn render(topology: &Topology, state: &State, reserved: &CpuSet) -> String {
     let mut out = String::from(
         "cpu map ([threads of one core]; . shared, R reserved, letters exclusive, - in no pool):\n",
     );
+    out.push_str(&grid(topology, &|id| mark(id, state, reserved, &holders)));
+    out.push_str("legend:\n  .  shared pool\n");
+    if !reserved.is_empty() {
+        let _ = writeln!(out, "  R  reserved ({reserved})");
+    }
+    for (label, key, cpus) in &holders {
+        let _ = writeln!(out, "  {label}  {key} ({cpus}, {} cpus)", cpus.len());
+    }
+    out
+}
+
+/// The machine's CPUs grouped socket → NUMA node → LLC group → cores, each
+/// CPU followed by its `mark`.
+#[must_use]
+pub fn grid(topology: &Topology, mark: &dyn Fn(u32) -> String) -> String {
+    let mut out = String::new();
     for (socket, socket_cpus) in topology.sockets() {
         let _ = writeln!(out, "socket {socket}");
         for (numa, numa_cpus) in topology.numa_cpus() {
@@ -37,17 +53,10 @@ pub fn render(topology: &Topology, state: &State, reserved: &CpuSet) -> String {
             for (llc, llc_cpus) in topology.llcs() {
                 let cpus = llc_cpus.intersection(&in_socket);
                 if !cpus.is_empty() {
-                    render_llc(&mut out, topology, *llc, &cpus, state, reserved, &holders);
+                    render_llc(&mut out, topology, *llc, &cpus, mark);
                 }
             }
         }
-    }
-    out.push_str("legend:\n  .  shared pool\n");
-    if !reserved.is_empty() {
-        let _ = writeln!(out, "  R  reserved ({reserved})");
-    }
-    for (label, key, cpus) in &holders {
-        let _ = writeln!(out, "  {label}  {key} ({cpus}, {} cpus)", cpus.len());
     }
     out
 }
@@ -57,9 +66,7 @@ fn render_llc(
     topology: &Topology,
     llc: u32,
     cpus: &CpuSet,
-    state: &State,
-    reserved: &CpuSet,
-    holders: &[(char, String, CpuSet)],
+    mark: &dyn Fn(u32) -> String,
 ) {
     let mut cores: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for id in cpus {
@@ -72,7 +79,7 @@ fn render_llc(
         .map(|threads| {
             let parts: Vec<String> = threads
                 .iter()
-                .map(|&id| format!("{id} {}", mark(id, state, reserved, holders)))
+                .map(|&id| format!("{id} {}", mark(id)))
                 .collect();
             format!("[{}]", parts.join(" "))
         })

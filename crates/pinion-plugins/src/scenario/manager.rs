@@ -1,0 +1,598 @@
+//! The simulated manager: what the agent's QoS Resource Manager does with
+//! its plugins (spec `qrm.md` §4), one step at a time, without sockets.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use pinion_core::cpuset::CpuSet;
+use pinion_core::pod::Pod;
+use pinion_core::pools::{Change, PoolLoad};
+use pinion_core::qos::{self, QosLevel};
+use pinion_core::topomgr::{NumaMask, Policy, TopologyHint, TopologyManager};
+use pinion_core::Topology;
+
+use super::spec::{QrmScenario, Step};
+use super::{
+    pool_size, Admission, ContainerAdmission, CpuChange, Loads, Plugins, PoolChange, ScenarioError,
+    Snapshot, StepOutcome,
+};
+use crate::api::{ContainerType, Hint, Request, ResourcePlugin};
+use crate::PluginError;
+
+/// One resource of a container that a plugin serves.
+struct Ask {
+    resource: String,
+    quantity: f64,
+}
+
+/// Why an admission stopped.
+enum Refusal {
+    /// The pod is rejected (the machine cannot take it).
+    Rejected(String),
+    /// The scenario is wrong.
+    Input(String),
+}
+
+pub(super) struct Manager<'a> {
+    scenario: &'a QrmScenario,
+    topology: &'a Topology,
+    topology_manager: TopologyManager,
+    plugins: Plugins,
+    /// Admitted pods, in admission order of their UIDs.
+    pods: BTreeMap<String, Pod>,
+    loads: Loads,
+}
+
+impl<'a> Manager<'a> {
+    pub(super) fn new(
+        scenario: &'a QrmScenario,
+        topology: &'a Topology,
+        topology_manager: TopologyManager,
+        plugins: Plugins,
+    ) -> Self {
+        Self {
+            scenario,
+            topology,
+            topology_manager,
+            plugins,
+            pods: BTreeMap::new(),
+            loads: Loads::new(),
+        }
+    }
+
+    /// The plugins that run, in call order (the NIC plugin with its
+    /// resource name).
+    pub(super) fn plugin_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        if self.plugins.cpu.is_some() {
+            names.push("cpu".to_string());
+        }
+        if self.plugins.memory.is_some() {
+            names.push("memory".to_string());
+        }
+        if let Some(nic) = &self.plugins.nic {
+            names.push(format!("nic ({})", nic.resource_name()));
+        }
+        names
+    }
+
+    /// The plugins, in call order (cpu, memory, nic), with the memory
+    /// plugin's view of containers' CPUs brought up to date.
+    fn each(&mut self) -> Vec<&mut dyn ResourcePlugin> {
+        self.sync_memory_lookup();
+        let mut out: Vec<&mut dyn ResourcePlugin> = Vec::new();
+        if let Some(cpu) = &mut self.plugins.cpu {
+            out.push(cpu);
+        }
+        if let Some(memory) = &mut self.plugins.memory {
+            out.push(memory);
+        }
+        if let Some(nic) = &mut self.plugins.nic {
+            out.push(nic);
+        }
+        out
+    }
+
+    fn plugin(&mut self, resource: &str) -> Option<&mut dyn ResourcePlugin> {
+        self.each()
+            .into_iter()
+            .find(|p| p.resource_name() == resource)
+    }
+
+    /// Gives the memory plugin the CPU plugin's current cpusets (unbound
+    /// containers get the memory nodes of their CPUs), as the agent does.
+    fn sync_memory_lookup(&mut self) {
+        if let (Some(cpu), Some(memory)) = (&self.plugins.cpu, &mut self.plugins.memory) {
+            memory.set_cpu_lookup(Box::new(cpu.cpusets()));
+        }
+    }
+
+    pub(super) fn snapshot(&mut self) -> Snapshot {
+        self.sync_memory_lookup();
+        Snapshot::take(self.topology, &self.plugins, &self.pods)
+    }
+
+    pub(super) fn step(&mut self, index: usize, step: &Step) -> Result<StepOutcome, ScenarioError> {
+        let before = self.cpusets();
+        let sizes_before = self.pool_sizes();
+        let mut admission = None;
+        let mut changes: Option<Vec<Change>> = None;
+        let mut untouched = None;
+        match step {
+            Step::Add { pod } => {
+                untouched = Some(pod.clone());
+                admission = Some(self.add(index, pod)?);
+            }
+            Step::Remove { pod } => {
+                untouched = Some(pod.clone());
+                self.remove(index, pod)?;
+            }
+            Step::Pressure {
+                pool,
+                pressure,
+                usage,
+                periods,
+            } => {
+                self.check_existing_pool(index, pool)?;
+                self.loads.insert(
+                    pool.clone(),
+                    PoolLoad {
+                        pressure: *pressure,
+                        usage: *usage,
+                    },
+                );
+                changes = Some(self.reconcile(index, *periods)?);
+            }
+            Step::Reconcile { periods } => changes = Some(self.reconcile(index, *periods)?),
+            Step::Advisor { pool, size } => {
+                self.check_known_pool(index, pool)?;
+                let cpu = self.cpu(index)?;
+                let report = cpu
+                    .set_pool_size(pool, pool_size(size))
+                    .map_err(|err| step_error(index, &err))?;
+                changes = Some(report.pools);
+            }
+        }
+        let pool_changes = match changes {
+            Some(changes) => changes
+                .into_iter()
+                .map(|c| PoolChange {
+                    pool: c.pool,
+                    from: c.from,
+                    to: c.to,
+                    reason: c.reason.to_string(),
+                })
+                .collect(),
+            None => self.size_changes(&sizes_before),
+        };
+        let after = self.cpusets();
+        let cpu_changes = after
+            .iter()
+            .filter(|((pod, _), _)| Some(pod) != untouched.as_ref())
+            .filter_map(|(key, to)| {
+                let from = before.get(key)?;
+                (from != to).then(|| CpuChange {
+                    pod: key.0.clone(),
+                    container: key.1.clone(),
+                    from: from.clone(),
+                    to: to.clone(),
+                })
+            })
+            .collect();
+        Ok(StepOutcome {
+            index,
+            step: step.describe(),
+            admission,
+            pool_changes,
+            cpu_changes,
+            snapshot: self.snapshot(),
+        })
+    }
+
+    fn cpu(&mut self, index: usize) -> Result<&mut crate::cpu::CpuPlugin, ScenarioError> {
+        self.plugins.cpu.as_mut().ok_or(ScenarioError::Step {
+            index,
+            step: String::new(),
+            what: "pools need the cpu plugin (plugins.cpu)".into(),
+        })
+    }
+
+    fn cpusets(&self) -> BTreeMap<(String, String), CpuSet> {
+        self.plugins
+            .cpu
+            .as_ref()
+            .map(crate::cpu::CpuPlugin::cpusets)
+            .unwrap_or_default()
+    }
+
+    fn pool_sizes(&self) -> BTreeMap<String, u32> {
+        self.plugins
+            .cpu
+            .as_ref()
+            .map(|cpu| {
+                cpu.pools()
+                    .entries()
+                    .iter()
+                    .map(|(name, entry)| (name.clone(), entry.size))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Pools whose size changed since `before`, with the reason of their
+    /// last change.
+    fn size_changes(&self, before: &BTreeMap<String, u32>) -> Vec<PoolChange> {
+        let Some(cpu) = &self.plugins.cpu else {
+            return Vec::new();
+        };
+        let entries = cpu.pools().entries();
+        let names: BTreeSet<&String> = before.keys().chain(entries.keys()).collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let from = before.get(name).copied().unwrap_or(0);
+                let entry = entries.get(name);
+                let to = entry.map_or(0, |e| e.size);
+                let reason = match entry.and_then(|e| e.last_change.as_ref()) {
+                    None if entry.is_none() => "removed".to_string(),
+                    None => "requests changed".to_string(),
+                    Some(change) => change.reason.to_string(),
+                };
+                (from != to).then(|| PoolChange {
+                    pool: name.clone(),
+                    from,
+                    to,
+                    reason,
+                })
+            })
+            .collect()
+    }
+
+    /// A pool that exists now (a pressure needs members to measure).
+    fn check_existing_pool(&self, index: usize, pool: &str) -> Result<(), ScenarioError> {
+        let sizes = self.pool_sizes();
+        if sizes.contains_key(pool) {
+            return Ok(());
+        }
+        Err(ScenarioError::Step {
+            index,
+            step: String::new(),
+            what: format!(
+                "pool {pool:?} does not exist (pools now: {})",
+                names(sizes.keys())
+            ),
+        })
+    }
+
+    /// A pool that exists now or that a pod of the scenario would create
+    /// (an advisor may size a pool before its first member arrives).
+    fn check_known_pool(&self, index: usize, pool: &str) -> Result<(), ScenarioError> {
+        let mut known: BTreeSet<String> = self.pool_sizes().into_keys().collect();
+        for spec in self.scenario.pods.values() {
+            if let Ok(request) = qos::parse(&spec.annotations) {
+                if request.level == QosLevel::SharedCores {
+                    known.insert(request.cpuset_pool.clone());
+                }
+            }
+        }
+        if known.contains(pool) {
+            return Ok(());
+        }
+        Err(ScenarioError::Step {
+            index,
+            step: String::new(),
+            what: format!(
+                "pool {pool:?} does not exist and no pod of the scenario uses it (known pools: {})",
+                names(known.iter())
+            ),
+        })
+    }
+
+    fn reconcile(&mut self, index: usize, periods: u32) -> Result<Vec<Change>, ScenarioError> {
+        let loads = self.loads.clone();
+        let cpu = self.cpu(index)?;
+        let mut changes = Vec::new();
+        for _ in 0..periods {
+            let report = cpu
+                .reconcile(&loads)
+                .map_err(|err| step_error(index, &err))?;
+            changes.extend(report.pools);
+        }
+        Ok(changes)
+    }
+
+    fn remove(&mut self, index: usize, uid: &str) -> Result<(), ScenarioError> {
+        if self.pods.remove(uid).is_none() {
+            return Err(ScenarioError::Step {
+                index,
+                step: String::new(),
+                what: format!("pod {uid:?} is not admitted"),
+            });
+        }
+        for plugin in self.each() {
+            plugin
+                .remove_pod(uid)
+                .map_err(|err| step_error(index, &err))?;
+        }
+        let pools = self.pool_sizes();
+        self.loads.retain(|pool, _| pools.contains_key(pool));
+        Ok(())
+    }
+
+    fn add(&mut self, index: usize, uid: &str) -> Result<Admission, ScenarioError> {
+        let spec = self
+            .scenario
+            .pods
+            .get(uid)
+            .ok_or_else(|| ScenarioError::Step {
+                index,
+                step: String::new(),
+                what: format!("pod {uid:?} is not in `pods`"),
+            })?;
+        if self.pods.contains_key(uid) {
+            return Err(ScenarioError::Step {
+                index,
+                step: String::new(),
+                what: format!("pod {uid:?} is already admitted"),
+            });
+        }
+        let pod = spec.to_pod(uid).map_err(|what| ScenarioError::Step {
+            index,
+            step: String::new(),
+            what: format!("pod {uid}: {what}"),
+        })?;
+        let mut containers = Vec::new();
+        let names: Vec<String> = pod.all_containers().map(|c| c.name.clone()).collect();
+        for name in &names {
+            match self.admit_container(&pod, name) {
+                Ok(admitted) => containers.push(admitted),
+                Err(Refusal::Input(what)) => {
+                    return Err(ScenarioError::Step {
+                        index,
+                        step: String::new(),
+                        what: format!("pod {uid} container {name}: {what}"),
+                    })
+                }
+                Err(Refusal::Rejected(reason)) => {
+                    for plugin in self.each() {
+                        plugin
+                            .remove_pod(uid)
+                            .map_err(|err| step_error(index, &err))?;
+                    }
+                    return Ok(Admission {
+                        pod: uid.to_string(),
+                        admitted: false,
+                        reason: Some(format!("container {name}: {reason}")),
+                        containers,
+                    });
+                }
+            }
+        }
+        self.pods.insert(uid.to_string(), pod);
+        Ok(Admission {
+            pod: uid.to_string(),
+            admitted: true,
+            reason: None,
+            containers,
+        })
+    }
+
+    /// Hints, merge, `Allocate` for one container (spec §4.4, §4.5).
+    fn admit_container(&mut self, pod: &Pod, name: &str) -> Result<ContainerAdmission, Refusal> {
+        let asks = self.asks(pod, name)?;
+        let affinity = if self.topology_manager.policy() == Policy::None {
+            None
+        } else {
+            Some(self.merged_hint(pod, name, &asks)?)
+        };
+        let hint = wire_hint(&affinity.unwrap_or_else(TopologyHint::dont_care));
+        let mut skipped = Vec::new();
+        for ask in &asks {
+            let request = build_request(pod, name, ask, Some(hint.clone()));
+            let Some(plugin) = self.plugin(&ask.resource) else {
+                continue;
+            };
+            match plugin.allocate(&request) {
+                Ok(_) => {}
+                Err(err) if is_input_error(&err) => {
+                    return Err(Refusal::Input(format!("{}: {err}", ask.resource)))
+                }
+                Err(err) if failure_is_tolerated(pod) => {
+                    skipped.push(format!("{}: {err}", ask.resource));
+                }
+                Err(err) => return Err(Refusal::Rejected(format!("{}: {err}", ask.resource))),
+            }
+        }
+        Ok(ContainerAdmission {
+            container: name.to_string(),
+            hint: affinity.map(|a| wire_hint(&a)),
+            skipped,
+        })
+    }
+
+    /// The requested resources a plugin serves (after the names map), in
+    /// name order, with the quantity as plugins receive it (the raw value:
+    /// CPUs, bytes, Mb/s, milli-CPUs of `reclaimed_millicpu`).
+    fn asks(&mut self, pod: &Pod, name: &str) -> Result<Vec<Ask>, Refusal> {
+        let container = pod
+            .container(name)
+            .ok_or_else(|| Refusal::Input(format!("no container {name:?}")))?;
+        let served: BTreeSet<String> = self
+            .each()
+            .into_iter()
+            .map(|p| p.resource_name().to_string())
+            .collect();
+        let requests = container.requests();
+        let mut asks = Vec::new();
+        for (requested, quantity) in &requests {
+            let resource = self
+                .scenario
+                .resource_names_map
+                .get(requested)
+                .unwrap_or(requested);
+            if resource != requested && requests.contains_key(resource) {
+                return Err(Refusal::Input(format!(
+                    "both {requested} and mapped {resource} are requested"
+                )));
+            }
+            if served.contains(resource) {
+                asks.push(Ask {
+                    resource: resource.clone(),
+                    #[allow(clippy::cast_precision_loss)]
+                    quantity: quantity.milli_value() as f64 / 1000.0,
+                });
+            }
+        }
+        asks.sort_by(|a, b| a.resource.cmp(&b.resource));
+        Ok(asks)
+    }
+
+    /// Every topology-aligned plugin's hints for the container, merged by
+    /// the Topology Manager; a rejection when the policy refuses.
+    fn merged_hint(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+        asks: &[Ask],
+    ) -> Result<TopologyHint, Refusal> {
+        let mut hints = BTreeMap::new();
+        for ask in asks.iter().filter(|a| a.quantity != 0.0) {
+            let request = build_request(pod, name, ask, None);
+            let Some(plugin) = self.plugin(&ask.resource) else {
+                continue;
+            };
+            if !plugin.options().with_topology_alignment {
+                continue;
+            }
+            let list = match plugin.topology_hints(&request) {
+                Ok(list) => list.map(|l| l.iter().filter_map(core_hint).collect()),
+                Err(err) if is_input_error(&err) => {
+                    return Err(Refusal::Input(format!("{}: {err}", ask.resource)))
+                }
+                Err(_) => Some(Vec::new()),
+            };
+            hints.insert(ask.resource.clone(), list);
+        }
+        let admission = self.topology_manager.merge(&[Some(hints)]);
+        admission
+            .result()
+            .map_err(|err| Refusal::Rejected(format!("{err} (TopologyAffinityError)")))
+    }
+}
+
+fn names<'n>(names: impl Iterator<Item = &'n String>) -> String {
+    let list: Vec<&str> = names.map(String::as_str).collect();
+    if list.is_empty() {
+        "none".to_string()
+    } else {
+        list.join(", ")
+    }
+}
+
+fn step_error(index: usize, err: &PluginError) -> ScenarioError {
+    ScenarioError::Step {
+        index,
+        step: String::new(),
+        what: err.to_string(),
+    }
+}
+
+/// Errors of the scenario's own making (bad annotations or quantities) or
+/// of the plugin itself, which stop the simulation; every other error (no
+/// room, NUMA nodes held, SMT alignment, …) rejects the pod.
+fn is_input_error(err: &PluginError) -> bool {
+    matches!(
+        err,
+        PluginError::Qos(_)
+            | PluginError::BadQuantity { .. }
+            | PluginError::RequestCount { .. }
+            | PluginError::RequestMissing { .. }
+            | PluginError::WrongResource { .. }
+            | PluginError::Store(_)
+            | PluginError::Config { .. }
+            | PluginError::Restore { .. }
+    )
+}
+
+/// The manager's exception (spec §4.6): a failed allocation of a pod whose
+/// QoS level is `shared_cores` or not set is skipped.
+fn failure_is_tolerated(pod: &Pod) -> bool {
+    pod.annotations
+        .get(qos::QOS_LEVEL_KEY)
+        .is_none_or(|level| level == "shared_cores")
+}
+
+/// A plugin's hint as the Topology Manager's (no nodes = any node).
+fn core_hint(hint: &Hint) -> Option<TopologyHint> {
+    if hint.nodes.is_empty() {
+        return Some(TopologyHint {
+            affinity: None,
+            preferred: hint.preferred,
+        });
+    }
+    let ids: Option<Vec<u32>> = hint.nodes.iter().map(|n| u32::try_from(*n).ok()).collect();
+    let mask = NumaMask::from_ids(ids?).ok()?;
+    Some(TopologyHint::new(mask, hint.preferred))
+}
+
+/// The Topology Manager's affinity as a plugin's hint.
+fn wire_hint(hint: &TopologyHint) -> Hint {
+    Hint {
+        nodes: hint
+            .affinity
+            .map(|mask| mask.ids().into_iter().map(u64::from).collect())
+            .unwrap_or_default(),
+        preferred: hint.preferred,
+    }
+}
+
+/// The container's type and index (spec §4.1).
+fn container_type(pod: &Pod, container: &str) -> (ContainerType, u64) {
+    if let Some(index) = pod.init_containers.iter().position(|c| c.name == container) {
+        return (ContainerType::Init, index as u64);
+    }
+    let index = pod
+        .containers
+        .iter()
+        .position(|c| c.name == container)
+        .unwrap_or_default();
+    let main = pod
+        .annotations
+        .get(qos::MAIN_CONTAINER_KEY)
+        .cloned()
+        .or_else(|| pod.containers.first().map(|c| c.name.clone()));
+    let kind = if main.as_deref() == Some(container) {
+        ContainerType::Main
+    } else {
+        ContainerType::Sidecar
+    };
+    (kind, index as u64)
+}
+
+/// The `ResourceRequest` of one resource of one container (spec §4.2).
+fn build_request(pod: &Pod, container: &str, ask: &Ask, hint: Option<Hint>) -> Request {
+    let (container_type, container_index) = container_type(pod, container);
+    Request {
+        pod_uid: pod.uid.clone(),
+        pod_namespace: pod.namespace.clone(),
+        pod_name: pod.name.clone(),
+        container_name: container.to_string(),
+        container_type,
+        container_index,
+        pod_role: pod
+            .labels
+            .get(qos::POD_ROLE_LABEL)
+            .cloned()
+            .unwrap_or_default(),
+        pod_type: pod
+            .annotations
+            .get(qos::POD_TYPE_KEY)
+            .cloned()
+            .unwrap_or_default(),
+        resource_name: ask.resource.clone(),
+        hint,
+        resource_requests: BTreeMap::from([(ask.resource.clone(), ask.quantity)]),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
+        native_qos_class: pod.qos().to_string(),
+    }
+}
