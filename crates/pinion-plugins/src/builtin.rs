@@ -161,3 +161,25 @@ mod tests {
         assert!(err.to_string().contains("\"gpu\""), "{err}");
     }
 }
+
+#[cfg(test)]
+mod config_tests {
+    use crate::cpu::CpuPluginConfig;
+
+    /// Regression: a partial `staticPolicyOptions` was refused with
+    /// "missing field `distribute_cpus_across_numa`"; the options not named
+    /// are false, and an unknown one is still named.
+    #[test]
+    fn a_partial_static_policy_options_block_is_accepted() {
+        let config: CpuPluginConfig =
+            serde_yaml_ng::from_str("staticPolicyOptions:\n  full_pcpus_only: true\n")
+                .expect("valid");
+        assert!(config.static_policy_options.full_pcpus_only);
+        assert!(!config.static_policy_options.align_by_socket);
+        let err = serde_yaml_ng::from_str::<CpuPluginConfig>(
+            "staticPolicyOptions:\n  full_pcpu_only: true\n",
+        )
+        .expect_err("unknown option");
+        assert!(err.to_string().contains("full_pcpu_only"), "{err}");
+    }
+}

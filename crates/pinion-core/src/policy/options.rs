@@ -80,8 +80,11 @@ impl FeatureGates {
     }
 }
 
-/// The parsed static policy options; all false by default.
+/// The parsed static policy options; all false by default (also each one
+/// missing from a serialized form, e.g. the CPU plugin's
+/// `staticPolicyOptions: {full_pcpus_only: true}`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct StaticPolicyOptions {
     pub full_pcpus_only: bool,
     pub distribute_cpus_across_numa: bool,
