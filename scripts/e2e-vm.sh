@@ -20,7 +20,7 @@ E2E_NAME=e2e-vm
 # core, NUMA nodes, distance matrix (rows '/', values '+'), cgroup version,
 # memory per node (MiB), scenarios (scripts/e2e/guest/scenarios/NAME.sh).
 SHAPES=(
-    "smt-2s-2n  2 2 2 2 10+21/21+10 v2 512 cgroup2,discovery,siblings,exclusive,restart,offline"
+    "smt-2s-2n  2 2 2 2 10+21/21+10 v2 512 cgroup2,discovery,siblings,exclusive,restart,offline,pools"
     "smt-1s-v1  1 4 2 1 10 v1 768 discovery,siblings,exclusive,restart,offline"
     "big-16c-4n 2 4 2 4 10+12+21+21/12+10+21+21/21+21+10+12/21+21+12+10 v2 512 discovery,siblings,exclusive"
 )
