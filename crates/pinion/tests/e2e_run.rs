@@ -139,11 +139,16 @@ impl Setup {
     }
 
     fn spawn_run(&mut self, cpus: Option<&str>, command: &[&str]) {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("run").arg("--socket").arg(self.socket());
-        if let Some(cpus) = cpus {
-            cmd.args(["--cpus", cpus]);
+        match cpus {
+            Some(cpus) => self.spawn_run_with(&["--cpus", cpus], command),
+            None => self.spawn_run_with(&[], command),
         }
+    }
+
+    /// `pinion run ARGS -- COMMAND` in the background.
+    fn spawn_run_with(&mut self, args: &[&str], command: &[&str]) {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run").arg("--socket").arg(self.socket()).args(args);
         let child = cmd
             .arg("--")
             .args(command)
@@ -684,4 +689,158 @@ fn builtin_plugins_serve_from_inside_the_agent() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The example plugin (`crates/pinion-plugins/examples/widget_plugin.rs`),
+/// built beside the test binaries by `cargo test --all-targets`.
+fn widget_plugin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let debug = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let plugin = debug.join("examples/widget_plugin");
+    assert!(
+        plugin.exists(),
+        "{} is missing: build it with `cargo build -p pinion-plugins --example widget_plugin`",
+        plugin.display()
+    );
+    plugin
+}
+
+/// The walk-through with the real agent and the example plugin over
+/// the plugin-watcher directory: `pinion run --request example.com/widget=1
+/// --annotation team=a -- env` sees the plugin's variables and runs on its
+/// cpuset; a running container follows the plugin's changed answer within
+/// two reconcile periods; the plugin killed and back, and the agent killed
+/// and restarted, lose nothing.
+#[test]
+fn the_example_plugin_places_runs_through_the_agent() {
+    let Some(mut s) = setup() else { return };
+    let config = s.dir.path().join("config.yaml");
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("qosResourceManager:\n  enabled: true\n  reconcilePeriod: 1s\n");
+    std::fs::write(&config, text).expect("config");
+    s.start_agent();
+    let registry = s.dir.path().join("state/plugins_registry");
+    let cpus_file = s.dir.path().join("widget-cpus");
+    let free = s.all.difference(&CpuSet::from_iter([s.reserved]));
+    std::fs::write(&cpus_file, free.to_string()).expect("cpus file");
+    let start_plugin = |s: &Setup| -> PluginProcess {
+        let child = PluginProcess(
+            Command::new(widget_plugin())
+                .arg("--socket-dir")
+                .arg(&registry)
+                .arg("--cpus-file")
+                .arg(&cpus_file)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("widget plugin starts"),
+        );
+        let started = Instant::now();
+        loop {
+            let out = s.pinion(&["plugins"]);
+            let table = String::from_utf8_lossy(&out.stdout).to_string();
+            if table
+                .lines()
+                .any(|l| l.starts_with("example.com/widget  active"))
+            {
+                return child;
+            }
+            assert!(
+                started.elapsed() < PATIENCE,
+                "the widget plugin never registered: {table}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut plugin = start_plugin(&s);
+
+    let out = s.pinion(&[
+        "run",
+        "--request",
+        "example.com/widget=1",
+        "--annotation",
+        "team=a",
+        "--",
+        "env",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.log()
+    );
+    let env = String::from_utf8_lossy(&out.stdout);
+    assert!(env.lines().any(|l| l == "WIDGET_TEAM=a"), "{env}");
+    assert!(
+        env.lines()
+            .any(|l| l.starts_with("WIDGET_ID=pinion-run-") && l.ends_with("/main")),
+        "{env}"
+    );
+    let out = s.pinion(&[
+        "run",
+        "--request",
+        "example.com/widget=1",
+        "--",
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    let allowed = CpuSet::parse_list(line.trim().trim_start_matches("Cpus_allowed_list:").trim())
+        .expect("cpulist");
+    assert_eq!(allowed, free, "the run is not on the plugin's cpuset");
+
+    // A long run; the plugin changes its answer to every CPU.
+    s.spawn_run_with(&["--request", "example.com/widget=1"], &["sleep", "1000"]);
+    let workloads = s.wait_for_workloads(1);
+    let pid = workloads[0]["pid"].as_u64().expect("pid");
+    assert_eq!(allowed_cpus(pid), free);
+    std::fs::write(&cpus_file, s.all.to_string()).expect("cpus file");
+    let started = Instant::now();
+    while allowed_cpus(pid) != s.all {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "reconcile never pushed the plugin's change: {}",
+            allowed_cpus(pid)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The plugin dies and comes back; the agent dies and comes back: the
+    // run stays where the plugin last put it.
+    signal("KILL", plugin.0.id());
+    plugin.0.wait().expect("reap plugin");
+    s.kill_agent();
+    plugin = start_plugin_after_agent(&mut s, start_plugin);
+    assert_eq!(allowed_cpus(pid), s.all, "a restart moved the run");
+    let out = s.pinion(&["ps", "--format", "json"]);
+    assert!(out.status.success());
+    signal("TERM", plugin.0.id());
+    plugin.0.wait().expect("reap plugin");
+}
+
+/// A plugin process, killed and reaped when the test ends however it ends.
+struct PluginProcess(Child);
+
+impl Drop for PluginProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Restarts the agent, then the plugin (registering with the new agent).
+fn start_plugin_after_agent(
+    s: &mut Setup,
+    start: impl Fn(&Setup) -> PluginProcess,
+) -> PluginProcess {
+    s.start_agent();
+    start(s)
 }
