@@ -12,7 +12,7 @@ pub const DEFAULT_QPS: u32 = 100;
 /// kubelet's `DefaultBurstTokens`.
 pub const DEFAULT_BURST: u32 = 10;
 /// The socket's path under the state directory.
-pub const DEFAULT_SOCKET: &str = "pod-resources/pinion.sock";
+pub const DEFAULT_SOCKET: &str = pinion_api::paths::PODRESOURCES_SOCKET;
 
 /// The file form.
 #[derive(Debug, Clone, Default, Deserialize)]
