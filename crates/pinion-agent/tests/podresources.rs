@@ -497,3 +497,85 @@ async fn nri_pods_show_with_their_name_namespace_cpus_and_memory_and_disappear()
         "removed pods disappear: {pods:?}"
     );
 }
+
+/// The controller in this process (fake cgroups) with the podresources
+/// server on a real socket: a resource plugin's allocation (as the QoS
+/// Resource Manager records it) shows as a kubewharf `resources` entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_allocations_show_as_topology_aware_resources() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use pinion_agent::config::PodResourcesConfig;
+    use pinion_agent::podresources::{self, PodResourcesService};
+    use pinion_agent::testing::{machine, run_request, SyntheticNode};
+    use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topology = machine(2, 4, 1);
+    let node = SyntheticNode::new(topology.clone());
+    let controller = node.start(dir.path()).expect("start");
+    let (handle, _thread) = pinion_agent::controller::spawn(controller).expect("spawn");
+    let request = run_request("pinion-run-nic", Some("1"), None);
+    handle.admit(request).await.expect("admit");
+    let nic = "resource.katalyst.kubewharf.io/net_bandwidth".to_string();
+    let allocations: PluginAllocations = BTreeMap::from([(
+        nic.clone(),
+        PluginAllocation {
+            is_node_resource: true,
+            is_scalar_resource: true,
+            allocated_quantity: 100.0,
+            topology_assignments: BTreeMap::from([(1, 100)]),
+            ..PluginAllocation::default()
+        },
+    )]);
+    handle
+        .record_allocations(
+            ("pinion-run-nic".into(), "main".into()),
+            [nic.clone()].into(),
+            allocations,
+        )
+        .await
+        .expect("record");
+
+    let config = PodResourcesConfig {
+        socket: dir.path().join("pr/pinion.sock"),
+        qps: 100,
+        burst: 10,
+    };
+    let listener = podresources::bind(&config).expect("bind");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let service = PodResourcesService::new(handle.snapshots(), Arc::new(topology), 100, 10);
+    let server = tokio::spawn(podresources::serve(
+        listener,
+        config.socket.clone(),
+        service,
+        stop_rx,
+    ));
+    let channel = pinion_api::uds::connect(&config.socket, PATIENCE)
+        .await
+        .expect("connect");
+    let pods = V1Client::new(channel)
+        .list(v1::ListPodResourcesRequest {})
+        .await
+        .expect("list")
+        .into_inner()
+        .pod_resources;
+    let container = &pods[0].containers[0];
+    assert_eq!(container.cpu_ids.len(), 1, "{container:?}");
+    let resources: Vec<(&str, f64)> = container
+        .resources
+        .iter()
+        .map(|r| (r.resource_name.as_str(), r.aggregated_quantity))
+        .collect();
+    assert_eq!(resources, [(nic.as_str(), 100.0)]);
+    let per_numa: Vec<(u64, f64)> = container.resources[0]
+        .topology_aware_quantity_list
+        .iter()
+        .map(|q| (q.node, q.resource_value))
+        .collect();
+    assert_eq!(per_numa, [(1, 100.0)]);
+    let _ = stop.send(true);
+    server.await.expect("server");
+    assert!(!config.socket.exists(), "the socket is removed at stop");
+}
