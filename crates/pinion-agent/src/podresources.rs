@@ -216,7 +216,6 @@ pub async fn serve(
         .max_connection_age(MAX_CONNECTION_AGE)
         .http2_keepalive_interval(Some(Duration::from_secs(60)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .http2_max_header_list_size(u32::try_from(MAX_REQUEST).unwrap_or(u32::MAX))
         .add_service(v1)
         .add_service(v1alpha1)
         .serve_with_incoming_shutdown(UnboundedReceiverStream::new(conn_rx), async move {

@@ -124,19 +124,14 @@ pub fn list<P: AsRef<Pod>>(
     pods: &BTreeMap<String, P>,
     holdings: &[Holding<'_>],
 ) -> Vec<PodResources> {
-    let by_pod = group(holdings);
-    let empty = BTreeMap::new();
+    let by_pod = ByPod::new(holdings);
     let mut out: Vec<PodResources> = pods
         .iter()
-        .map(|(uid, pod)| {
-            pod_resources(
-                uid,
-                pod.as_ref(),
-                by_pod.get(uid.as_str()).unwrap_or(&empty),
-            )
-        })
+        .map(|(uid, pod)| pod_resources(uid, pod.as_ref(), by_pod.of(uid)))
         .collect();
-    out.sort_by(|a, b| (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid)));
+    out.sort_unstable_by(|a, b| {
+        (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid))
+    });
     out
 }
 
@@ -151,13 +146,10 @@ pub fn get<P: AsRef<Pod>>(
     let (uid, pod) = pods
         .iter()
         .find(|(_, p)| p.as_ref().namespace == namespace && p.as_ref().name == name)?;
-    let holdings: Vec<Holding<'_>> = holdings.iter().filter(|h| h.pod == uid).copied().collect();
-    let by_pod = group(&holdings);
-    let empty = BTreeMap::new();
     Some(pod_resources(
         uid,
         pod.as_ref(),
-        by_pod.get(uid.as_str()).unwrap_or(&empty),
+        ByPod::new(holdings).of(uid),
     ))
 }
 
@@ -225,20 +217,28 @@ pub fn allocatable(topology: &Topology, exclusive_cpus: bool, reserved: &CpuSet)
     out
 }
 
-type ByContainer<'h, 'a> = BTreeMap<&'a str, &'h Holding<'a>>;
-
-fn group<'h, 'a>(holdings: &'h [Holding<'a>]) -> BTreeMap<&'a str, ByContainer<'h, 'a>> {
-    let mut by_pod: BTreeMap<&str, ByContainer<'h, 'a>> = BTreeMap::new();
-    for holding in holdings {
-        by_pod
-            .entry(holding.pod)
-            .or_default()
-            .insert(holding.container, holding);
-    }
-    by_pod
+/// Holdings sorted by pod UID (the snapshot's order already: sorting it
+/// again is linear), so that a pod's containers are one range.
+struct ByPod<'h, 'a> {
+    sorted: Vec<&'h Holding<'a>>,
 }
 
-fn pod_resources(uid: &str, pod: &Pod, held: &ByContainer<'_, '_>) -> PodResources {
+impl<'h, 'a> ByPod<'h, 'a> {
+    fn new(holdings: &'h [Holding<'a>]) -> Self {
+        let mut sorted: Vec<&Holding<'a>> = holdings.iter().collect();
+        sorted.sort_by(|a, b| a.pod.cmp(b.pod));
+        Self { sorted }
+    }
+
+    /// The holdings of pod `uid`.
+    fn of(&self, uid: &str) -> &[&'h Holding<'a>] {
+        let start = self.sorted.partition_point(|h| h.pod < uid);
+        let len = self.sorted[start..].partition_point(|h| h.pod == uid);
+        &self.sorted[start..start + len]
+    }
+}
+
+fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
     let listed = pod
         .init_containers
         .iter()
@@ -251,7 +251,7 @@ fn pod_resources(uid: &str, pod: &Pod, held: &ByContainer<'_, '_>) -> PodResourc
                 .as_ref()
                 .or(spec.memory_limit.as_ref())
                 .map_or(0, crate::quantity::Quantity::value);
-            match held.get(spec.name.as_str()) {
+            match held.iter().find(|h| h.container == spec.name) {
                 Some(holding) => container_resources(holding, memory_request),
                 None => ContainerResources {
                     name: spec.name.clone(),
