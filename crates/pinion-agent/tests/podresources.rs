@@ -1,8 +1,10 @@
 //! kubelet's podresources API as the real `pinion-agent` binary serves it,
 //! queried over its unix socket with tonic: standalone runs and NRI pods
-//! (through the fake runtime) as pods, exclusive vs shared `cpu_ids`,
-//! allocatable CPUs against `ps`, `Get` of an unknown pod, the legacy
-//! `v1alpha1`, the rate limit, and clients that send garbage or nothing.
+//! (through the fake runtime, with a sidecar and a finished init container)
+//! as pods, exclusive vs shared `cpu_ids`, allocatable CPUs against `ps`,
+//! `Get` of an unknown pod, the legacy `v1alpha1`, the rate limit, clients
+//! that send garbage, oversized requests or nothing, resource plugins'
+//! allocations, and a Python `grpcio` client built from our `.proto`.
 //!
 //! The machine is a real 80-CPU, 4-NUMA-node server's sysfs tree from
 //! `../shared/topologies`, read in place through a sysroot of symlinks;
@@ -438,10 +440,23 @@ async fn nri_pods_show_with_their_name_namespace_cpus_and_memory_and_disappear()
     let runtime = FakeRuntime::start(&nri, FakeOptions::default()).expect("fake runtime");
     node.start(&["--nri-socket", nri.to_str().expect("utf-8")]);
     runtime.wait_synced(1).await;
-    let pod = runtime
-        .run_pod(kube_pod("uid-1", "web"))
+    let mut spec = kube_pod("uid-1", "web");
+    spec.annotations.insert(
+        "pinion.dev/init-containers".into(),
+        "setup,proxy=sidecar".into(),
+    );
+    let pod = runtime.run_pod(spec).await.expect("pod");
+    let setup = runtime
+        .create_container(&pod, kube_container("setup", 500))
         .await
-        .expect("pod");
+        .expect("create");
+    runtime.start_container(&setup).await.expect("start");
+    runtime.stop_container(&setup).await.expect("init done");
+    let proxy = runtime
+        .create_container(&pod, kube_container("proxy", 500))
+        .await
+        .expect("create");
+    runtime.start_container(&proxy).await.expect("start");
     let app = runtime
         .create_container(&pod, kube_container("app", 2000))
         .await
@@ -467,24 +482,27 @@ async fn nri_pods_show_with_their_name_namespace_cpus_and_memory_and_disappear()
         .pod_resources
         .expect("pod");
     let containers: Vec<&str> = got.containers.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(containers, ["app", "log"]);
-    assert_eq!(ids(&got.containers[0].cpu_ids), app_cpus);
-    let app_nodes: BTreeSet<i64> = numa_nodes(&got.containers[0].memory).into_iter().collect();
-    assert!(!app_nodes.is_empty(), "NUMA memory of exclusive cpus");
     assert_eq!(
-        got.containers[0].memory[0].size,
-        1 << 30,
-        "the memory request"
+        containers,
+        ["proxy", "app", "log"],
+        "the sidecar first, the finished init container not at all"
     );
+    let app_resources = &got.containers[1];
+    assert_eq!(ids(&app_resources.cpu_ids), app_cpus);
+    let app_nodes: BTreeSet<i64> = numa_nodes(&app_resources.memory).into_iter().collect();
+    assert!(!app_nodes.is_empty(), "NUMA memory of exclusive cpus");
+    assert_eq!(app_resources.memory[0].size, 1 << 30, "the memory request");
     assert!(
-        got.containers[1].cpu_ids.is_empty(),
+        got.containers[2].cpu_ids.is_empty(),
         "burstable: shared pool"
     );
 
-    runtime.stop_container(&app).await.expect("stop");
-    runtime.stop_container(&sidecar).await.expect("stop");
-    runtime.remove_container(&app).await.expect("remove");
-    runtime.remove_container(&sidecar).await.expect("remove");
+    for id in [&app, &sidecar, &proxy] {
+        runtime.stop_container(id).await.expect("stop");
+    }
+    for id in [&app, &sidecar, &proxy, &setup] {
+        runtime.remove_container(id).await.expect("remove");
+    }
     runtime.stop_pod(&pod).await.expect("stop pod");
     runtime.remove_pod(&pod).await.expect("remove pod");
     let pods = client
