@@ -20,9 +20,11 @@ use serde::Deserialize;
 pub use pinion_api::paths::DefaultPaths;
 
 mod duration;
+mod podresources;
 mod qrm;
 
 pub use duration::parse_go_duration;
+pub use podresources::{PodResourcesConfig, PodResourcesFileConfig};
 pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
 
 /// Default `cpuManagerReconcilePeriod` (kubelet's).
@@ -111,6 +113,7 @@ pub struct FileConfig {
     pub metrics_addr: Option<String>,
     pub nri: Option<NriFileConfig>,
     pub qos_resource_manager: Option<QrmFileConfig>,
+    pub pod_resources: Option<PodResourcesFileConfig>,
 }
 
 /// The `nri` section of the file.
@@ -221,6 +224,8 @@ pub struct Overrides {
     pub nri: bool,
     /// `--nri-socket`: the runtime's NRI socket (implies `--nri`).
     pub nri_socket: Option<PathBuf>,
+    /// `--podresources-socket`: where the podresources API is served.
+    pub podresources_socket: Option<PathBuf>,
 }
 
 /// The validated configuration.
@@ -236,6 +241,7 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     pub nri: NriConfig,
     pub qrm: QrmConfig,
+    pub pod_resources: PodResourcesConfig,
 }
 
 impl Config {
@@ -276,6 +282,11 @@ impl Config {
         let state_dir = pick(&overrides.state_dir, file.state_dir)
             .unwrap_or_else(|| defaults.state_dir.clone());
         let qrm = QrmConfig::resolve(file.qos_resource_manager, &state_dir)?;
+        let pod_resources = PodResourcesConfig::resolve(
+            file.pod_resources,
+            overrides.podresources_socket.as_deref(),
+            &state_dir,
+        )?;
         let config = Self {
             policy,
             reconcile_period,
@@ -286,6 +297,7 @@ impl Config {
             metrics_addr,
             nri,
             qrm,
+            pod_resources,
         };
         config.check_paths()?;
         Ok(config)

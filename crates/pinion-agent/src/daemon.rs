@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::controller::{self, ControlError, Controller, ControllerHandle, StartParts};
 use crate::hints::{HintGatherer, HintSource};
 use crate::nri::NriFrontend;
+use crate::podresources::{self, PodResourcesService};
 use crate::qrm::{self, Qrm, QrmError, QrmHints};
 use crate::{api, metrics};
 
@@ -101,6 +102,19 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         "the local api socket",
         config.socket.display().to_string(),
     ))?;
+    let podresources_socket = &config.pod_resources.socket;
+    let podresources_listener = match podresources::bind(&config.pod_resources) {
+        Ok(listener) => listener,
+        Err(source) => {
+            let _ = std::fs::remove_file(&config.socket);
+            return Err(AgentError::Listen {
+                what: "the podresources socket",
+                address: podresources_socket.display().to_string(),
+                source,
+            });
+        }
+    };
+    let topology_for_readers = Arc::new(topology.clone());
     let cgroup_root = cgroups.root().display().to_string();
     let version = cgroups.version();
     let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -129,6 +143,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         Ok((controller, claim)) => (controller, claim.lock),
         Err(err) => {
             let _ = std::fs::remove_file(&config.socket);
+            let _ = std::fs::remove_file(podresources_socket);
             return Err(err);
         }
     };
@@ -141,12 +156,23 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 source,
             }
         })?;
-    tracing::info!(socket = %config.socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
+    tracing::info!(socket = %config.socket.display(), podresources = %podresources_socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = vec![
         tokio::spawn(metrics::serve(
             metrics_listener,
             handle.clone(),
+            stop_rx.clone(),
+        )),
+        tokio::spawn(podresources::serve(
+            podresources_listener,
+            podresources_socket.clone(),
+            PodResourcesService::new(
+                handle.snapshots(),
+                topology_for_readers,
+                config.pod_resources.qps,
+                config.pod_resources.burst,
+            ),
             stop_rx.clone(),
         )),
         tokio::spawn(reconcile_timer(

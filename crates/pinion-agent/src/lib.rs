@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod hints;
 pub mod metrics;
 pub mod nri;
+pub mod podresources;
 pub mod qrm;
 pub mod server;
 #[cfg(any(test, feature = "test-support"))]

@@ -40,6 +40,10 @@ struct Args {
     /// The runtime's NRI socket (default /var/run/nri/nri.sock); implies --nri.
     #[arg(long)]
     nri_socket: Option<PathBuf>,
+    /// Unix socket of kubelet's podresources API as Pinion serves it
+    /// (default <state-dir>/pod-resources/pinion.sock).
+    #[arg(long)]
+    podresources_socket: Option<PathBuf>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -74,6 +78,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         metrics_addr: args.metrics_addr.clone(),
         nri: args.nri,
         nri_socket: args.nri_socket.clone(),
+        podresources_socket: args.podresources_socket.clone(),
     };
     let config = Config::load(&overrides, &DefaultPaths::current())?;
     let runtime = tokio::runtime::Builder::new_current_thread()

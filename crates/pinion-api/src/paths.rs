@@ -4,6 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+/// The podresources socket's path under the agent's state directory.
+pub const PODRESOURCES_SOCKET: &str = "pod-resources/pinion.sock";
+
 /// Where state and the socket go by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DefaultPaths {
@@ -27,6 +30,13 @@ impl DefaultPaths {
             socket: base.join("pinion.sock"),
             state_dir: base,
         }
+    }
+
+    /// The podresources socket of an agent with the default state
+    /// directory (`/var/lib/pinion/pod-resources/pinion.sock` for root).
+    #[must_use]
+    pub fn podresources_socket(&self) -> PathBuf {
+        self.state_dir.join(PODRESOURCES_SOCKET)
     }
 
     /// The defaults for the user running this process.

@@ -18,12 +18,21 @@ pub struct ConnectError {
     pub source: tonic::transport::Error,
 }
 
+/// HTTP/2 receive windows of a client: large answers (a podresources
+/// `List` of a dense node is hundreds of KiB) arrive without waiting for
+/// window updates every 64 KiB.
+pub const CLIENT_STREAM_WINDOW: u32 = 4 << 20;
+pub const CLIENT_CONNECTION_WINDOW: u32 = 8 << 20;
+
 /// A channel to the gRPC server on the unix socket `path` (the URI is a
 /// placeholder: servers ignore the authority). Fails within `timeout` when
 /// nobody accepts.
 pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, ConnectError> {
     let socket = path.to_path_buf();
-    let endpoint = Endpoint::from_static("http://pinion.invalid").connect_timeout(timeout);
+    let endpoint = Endpoint::from_static("http://pinion.invalid")
+        .connect_timeout(timeout)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
+        .initial_connection_window_size(CLIENT_CONNECTION_WINDOW);
     endpoint
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let socket = socket.clone();

@@ -10,6 +10,7 @@ pub mod migrate;
 pub mod placement;
 pub mod plugin_allocation;
 pub mod pod;
+pub mod podresources;
 pub mod policy;
 pub mod pools;
 pub mod qos;

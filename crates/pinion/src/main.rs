@@ -32,6 +32,9 @@ enum Command {
     Run(cmd::run::Args),
     /// Show who holds which CPUs, as the agent sees it.
     Ps(cmd::ps::Args),
+    /// Show what kubelet's podresources API on Pinion's socket reports
+    /// (list, get POD, allocatable).
+    Podresources(cmd::podresources::Args),
     /// Show the resource plugins the agent hosts (QoS Resource Manager).
     Plugins(cmd::plugins::Args),
     /// Show the CPU plugin's pools, or pin one (`pools set NAME=SIZE|MIN-MAX|auto`).
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Run(args) => cmd::run::run(&args),
         Command::Ps(args) => cmd::ps::run(&args),
+        Command::Podresources(args) => cmd::podresources::run(&args),
         Command::Plugins(args) => cmd::plugins::run(&args),
         Command::Pools(args) => cmd::pools::run(&args),
         Command::Plugin(args) => cmd::plugin::run(&args),

@@ -67,9 +67,15 @@ fn flags_override_the_file() {
         config: None,
         nri: false,
         nri_socket: None,
+        podresources_socket: None,
     };
     let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
     assert_eq!(config.state_dir, PathBuf::from("/from/flag"));
+    assert_eq!(
+        config.pod_resources.socket,
+        PathBuf::from("/from/flag/pod-resources/pinion.sock"),
+        "the podresources socket follows the state directory"
+    );
     assert_eq!(config.socket, PathBuf::from("/flag.sock"));
     assert_eq!(config.sysroot, PathBuf::from("/host"));
     assert_eq!(config.cgroup_root, Some("/sys/fs/cgroup/cpuset/x".into()));
@@ -336,4 +342,34 @@ fn each_bad_builtin_plugin_setting_is_named() {
             "{yaml}: {text}"
         );
     }
+}
+
+#[test]
+fn pod_resources_default_under_the_state_dir_with_kubelets_rate_limit() {
+    let config = resolve_yaml("").expect("valid");
+    assert_eq!(
+        config.pod_resources.socket,
+        PathBuf::from("/var/lib/pinion/pod-resources/pinion.sock")
+    );
+    assert_eq!(
+        (config.pod_resources.qps, config.pod_resources.burst),
+        (100, 10)
+    );
+    let config = resolve_yaml("podResources:\n  socket: /run/pr.sock\n  qps: 5\n  burst: 2\n")
+        .expect("valid");
+    assert_eq!(config.pod_resources.socket, PathBuf::from("/run/pr.sock"));
+    assert_eq!(
+        (config.pod_resources.qps, config.pod_resources.burst),
+        (5, 2)
+    );
+    let flag = Overrides {
+        podresources_socket: Some("/tmp/flag.sock".into()),
+        ..Overrides::default()
+    };
+    let file = FileConfig::parse("podResources:\n  socket: /run/pr.sock\n", Path::new("t"))
+        .expect("parse");
+    let config = Config::resolve(file, &flag, &defaults()).expect("valid");
+    assert_eq!(config.pod_resources.socket, PathBuf::from("/tmp/flag.sock"));
+    let err = resolve_yaml("podResources:\n  qps: 0\n").expect_err("zero qps");
+    assert_eq!(err.field(), Some("podResources.qps"));
 }

@@ -8,9 +8,11 @@
 //! fails; nothing of it reaches a cgroup or the runtime.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pinion_core::engine::Engine;
+use pinion_core::pod::Pod;
 use pinion_core::record::{diff, diff_side, Record, Scope, SideData};
 use pinion_core::state::State;
 use pinion_host::cgroup::CgroupName;
@@ -55,6 +57,9 @@ pub(super) enum AfterFlush {
         key: Key,
         cgroup: CgroupName,
         pid: Option<u32>,
+        /// The pod it was admitted with (it stays known by name while its
+        /// processes run on in the shared pool).
+        spec: Option<Arc<Pod>>,
     },
 }
 
@@ -241,7 +246,12 @@ impl Controller {
                         ));
                     }
                 }
-                AfterFlush::Retire { key, cgroup, pid } => self.retire_cgroup(&key, cgroup, pid),
+                AfterFlush::Retire {
+                    key,
+                    cgroup,
+                    pid,
+                    spec,
+                } => self.retire_cgroup(&key, cgroup, pid, spec),
             }
         }
         if !failed.is_empty() {

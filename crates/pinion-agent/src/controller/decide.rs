@@ -2,8 +2,10 @@
 //! their journal records appended; [`super::batch`] makes them durable and
 //! applies their effects.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use pinion_core::pod::Pod;
 use pinion_core::record::Scope;
 use pinion_core::CpuSet;
 use pinion_host::cgroup::CgroupName;
@@ -107,7 +109,7 @@ impl Controller {
         tracing::info!(pod = %key.0, container = %key.1, pool = %desired.pool, cpus = %desired.cpus, "admitted");
         let mut workload = Workload::new(
             request.frontend.clone(),
-            Some(request.pod.clone()),
+            Some(Arc::new(request.pod.clone())),
             desired.clone(),
         );
         workload.applied = Some(desired);
@@ -136,10 +138,14 @@ impl Controller {
                         workload.applied = Some(workload.desired.clone());
                     }
                 }
+                // The runtime's latest view of the pod (names, siblings).
+                if let Some(workload) = self.workloads.get_mut(key) {
+                    workload.spec = Some(Arc::new(request.pod.clone()));
+                }
                 Ok(())
             }
             (Frontend::Standalone { pid: held, .. }, Frontend::Standalone { pid: asked, .. })
-                if held == asked && existing.spec.as_ref().is_none_or(|s| *s == request.pod) =>
+                if held == asked && existing.spec.as_ref().is_none_or(|s| **s == request.pod) =>
             {
                 Ok(())
             }
@@ -205,6 +211,7 @@ impl Controller {
                     key: key.clone(),
                     cgroup,
                     pid,
+                    spec: workload.spec,
                 });
             }
         }
@@ -235,7 +242,13 @@ impl Controller {
 
     /// A released container's cgroup goes away when empty; with processes
     /// left it stays as a shared-pool member until reconcile finds it empty.
-    pub(super) fn retire_cgroup(&mut self, key: &Key, cgroup: CgroupName, pid: Option<u32>) {
+    pub(super) fn retire_cgroup(
+        &mut self,
+        key: &Key,
+        cgroup: CgroupName,
+        pid: Option<u32>,
+        spec: Option<Arc<Pod>>,
+    ) {
         match self.host.pids(&cgroup) {
             Ok(pids) if pids.is_empty() => {
                 if let Err(err) = self.host.remove(&cgroup) {
@@ -247,7 +260,7 @@ impl Controller {
                 let desired = self.engine.placement(&key.0, &key.1);
                 self.workloads.insert(
                     key.clone(),
-                    Workload::new(Frontend::Standalone { cgroup, pid }, None, desired),
+                    Workload::new(Frontend::Standalone { cgroup, pid }, spec, desired),
                 );
             }
             Err(err) => tracing::warn!("reading processes of cgroup {cgroup}: {err}"),

@@ -226,8 +226,9 @@ pub type Key = (String, String);
 struct Workload {
     frontend: Frontend,
     /// The pod spec it was admitted with (`None` when recovered at start or
-    /// following the shared pool without an admission).
-    spec: Option<Pod>,
+    /// following the shared pool without an admission; runtime containers
+    /// get theirs again at the runtime's `Synchronize`).
+    spec: Option<Arc<Pod>>,
     /// What the engine wants for it.
     desired: Placement,
     /// What its cgroup or the runtime last accepted (`None`: unknown, to be
@@ -240,7 +241,7 @@ struct Workload {
 
 impl Workload {
     /// A workload not yet applied, without plugin data.
-    fn new(frontend: Frontend, spec: Option<Pod>, desired: Placement) -> Self {
+    fn new(frontend: Frontend, spec: Option<Arc<Pod>>, desired: Placement) -> Self {
         Self {
             frontend,
             spec,

@@ -156,7 +156,7 @@ impl Controller {
                 let next = match answer {
                     Some(answer) => merge_answer(&current, answer),
                     None => {
-                        if let Some(pod) = workload.spec.clone() {
+                        if let Some(pod) = workload.spec.as_deref().cloned() {
                             outcome.reallocate.push(Reallocation {
                                 pod,
                                 container: key.1.clone(),

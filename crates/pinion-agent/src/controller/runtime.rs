@@ -3,7 +3,9 @@
 //! at. [`Controller::sync_runtime`] makes the controller agree with it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement};
 
 use super::executor::Delivery;
@@ -40,6 +42,9 @@ pub struct RunningContainer {
     pub key: Key,
     pub container_id: String,
     pub observed: Observed,
+    /// The pod as the runtime describes it (Kubernetes pods), so that a
+    /// container recovered after a restart is known by name again.
+    pub pod: Option<Arc<Pod>>,
 }
 
 impl Controller {
@@ -80,12 +85,15 @@ impl Controller {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
                     workload.applied = applied;
+                    if container.pod.is_some() {
+                        workload.spec.clone_from(&container.pod);
+                    }
                 }
                 Some(_) => {
                     tracing::warn!(pod = %container.key.0, container = %container.key.1, "the runtime runs a container with the key of a standalone run; left alone");
                 }
                 None => {
-                    let mut workload = Workload::new(frontend, None, desired);
+                    let mut workload = Workload::new(frontend, container.pod.clone(), desired);
                     workload.applied = applied;
                     self.workloads.insert(container.key.clone(), workload);
                 }

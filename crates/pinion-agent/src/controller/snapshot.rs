@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use pinion_core::plugin_allocation::PluginAllocations;
+use pinion_core::pod::Pod;
 use pinion_core::state::Assignments;
 use pinion_core::{CpuSet, Placement};
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,12 @@ pub struct Snapshot {
     /// Pods whose plugins have not all heard of their removal yet.
     #[serde(default)]
     pub pending_plugin_removals: Vec<String>,
+    /// The pods whose identity is known (podresources), by UID: the spec a
+    /// workload was admitted with (the one naming the most containers), or
+    /// for a standalone run recovered at start, its id in namespace
+    /// `pinion`. Containers of pods outside Kubernetes are not pods.
+    #[serde(skip)]
+    pub pods: BTreeMap<String, Arc<Pod>>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -97,8 +104,50 @@ impl Controller {
             assignments: state.assignments.clone(),
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals: self.pending_removals(),
+            pods: self.known_pods(),
         };
         self.snapshot_tx.send_replace(Arc::new(snapshot));
+    }
+}
+
+impl Controller {
+    /// See [`Snapshot::pods`].
+    fn known_pods(&self) -> BTreeMap<String, Arc<Pod>> {
+        let mut pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
+        for ((uid, container), workload) in &self.workloads {
+            let spec = match (&workload.spec, &workload.frontend) {
+                (Some(spec), _) => Arc::clone(spec),
+                (None, Frontend::Standalone { .. }) => {
+                    if pods.contains_key(uid) {
+                        continue;
+                    }
+                    Arc::new(recovered_run(uid, container))
+                }
+                (None, Frontend::Runtime { .. }) => continue,
+            };
+            let size = |p: &Pod| p.init_containers.len() + p.containers.len();
+            match pods.get(uid) {
+                Some(known) if size(known) >= size(&spec) => {}
+                _ => {
+                    pods.insert(uid.clone(), spec);
+                }
+            }
+        }
+        pods
+    }
+}
+
+/// A standalone run known only by its id (recovered from the checkpoint).
+fn recovered_run(uid: &str, container: &str) -> Pod {
+    Pod {
+        uid: uid.to_string(),
+        name: uid.to_string(),
+        namespace: pinion_api::local::RUN_NAMESPACE.to_string(),
+        containers: vec![pinion_core::pod::Container {
+            name: container.to_string(),
+            ..pinion_core::pod::Container::default()
+        }],
+        ..Pod::default()
     }
 }
 

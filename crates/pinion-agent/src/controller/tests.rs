@@ -297,6 +297,7 @@ fn regression_a_runtime_pod_named_like_a_run_keeps_its_cpus_across_a_restart() {
             mems: Some(admitted.placement.mems.clone()),
             cpu_quota: Some(-1),
         },
+        pod: None,
     }];
     let (released, updates) = controller.sync_runtime(&running).expect("sync");
     assert!(released.containers.is_empty(), "{released:?}");
@@ -549,6 +550,7 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
             cpus: cpus.cloned(),
             ..Observed::default()
         },
+        pod: None,
     };
     let list = vec![
         running("ca", "pod-a", "main", Some(&kept.placement.cpus)),

@@ -136,6 +136,7 @@ impl NriHandler for NriFrontend {
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
         let fresh = sync::track_all(pods, containers);
+        let specs = sync::pod_specs(&fresh);
         let running: Vec<RunningContainer> = fresh
             .containers
             .iter()
@@ -143,6 +144,10 @@ impl NriHandler for NriFrontend {
                 key: entry.key.clone(),
                 container_id: id.clone(),
                 observed: observed(&entry.container),
+                pod: specs
+                    .get(&entry.container.pod_sandbox_id)
+                    .filter(|spec| spec.uid == entry.key.0)
+                    .cloned(),
             })
             .collect();
         let (released, updates) = self

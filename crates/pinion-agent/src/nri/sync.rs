@@ -1,5 +1,9 @@
 //! Building the front-end's memory from a `Synchronize`.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pinion_core::pod::Pod;
 use pinion_nri::kube::{self, KubeError};
 use pinion_nri::{Container, ContainerState, PodSandbox};
 
@@ -45,4 +49,30 @@ fn key_of(tracked: &Tracked, container: &Container) -> Key {
             follower_key(sandbox, container)
         }
     }
+}
+
+/// The spec of every Kubernetes pod of `tracked` (by sandbox id), built from
+/// its live containers: what the controller needs to know a recovered
+/// container's pod by name again. Pods whose data does not map are left out.
+#[must_use]
+pub fn pod_specs(tracked: &Tracked) -> BTreeMap<String, Arc<Pod>> {
+    let mut specs = BTreeMap::new();
+    for (id, pod) in &tracked.pods {
+        if kube::qos_class(pod).is_err() {
+            continue;
+        }
+        let containers: Vec<&Container> = tracked
+            .containers
+            .values()
+            .map(|e| &e.container)
+            .filter(|c| c.pod_sandbox_id == *id)
+            .collect();
+        match kube::kube_pod(pod, &containers) {
+            Ok(spec) => {
+                specs.insert(id.clone(), Arc::new(spec));
+            }
+            Err(err) => tracing::debug!(pod = %id, "no pod spec: {err}"),
+        }
+    }
+    specs
 }

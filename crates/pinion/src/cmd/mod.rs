@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod hints;
 pub mod plugin;
 pub mod plugins;
+pub mod podresources;
 pub mod pools;
 pub mod ps;
 pub mod run;

@@ -1,0 +1,334 @@
+//! What kubelet's podresources API (v1 with kubewharf's extensions, spec
+//! `qrm.md` §6) reports, decided from Pinion's placements: a pure mapping,
+//! the wire conversion lives at the edge (the agent).
+//!
+//! kubelet's rules (§6.4) kept here:
+//!
+//! * only the pods Pinion holds (active ones: released pods are gone);
+//! * per pod, first the restartable init containers, then the app
+//!   containers, in spec order; other init containers are not listed;
+//! * `cpu_ids` are the exclusively assigned CPUs only (empty for a
+//!   container in the shared pool or placed by a resource plugin);
+//! * `memory` is reported for containers whose memory is bound to NUMA
+//!   nodes (exclusive CPUs, or a plugin's cpuset): one block of type
+//!   `memory`, the container's memory request, on those nodes;
+//! * allocatable CPUs are every CPU minus the reserved ones when the policy
+//!   hands out exclusive CPUs (`static`), none otherwise.
+//!
+//! The resource plugins' allocations become kubewharf's
+//! `TopologyAwareResource`s (one per resource, per-NUMA amounts from the
+//! allocation's topology assignments).
+
+use std::collections::BTreeMap;
+
+use crate::cpuset::CpuSet;
+use crate::placement::{Placement, Pool};
+use crate::plugin_allocation::PluginAllocations;
+use crate::pod::Pod;
+use crate::topology::Topology;
+
+/// The label kubewharf's kubelet copies into `pod_role`.
+pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
+/// The annotation kubewharf's kubelet copies into `pod_type`.
+pub const POD_TYPE_ANNOTATION: &str = "katalyst.kubewharf.io/pod_type";
+/// The memory type of a NUMA-bound memory block.
+pub const MEMORY: &str = "memory";
+
+/// One container Pinion places, as the mapping needs it.
+#[derive(Debug, Clone, Copy)]
+pub struct Holding<'a> {
+    /// The pod's UID.
+    pub pod: &'a str,
+    pub container: &'a str,
+    pub placement: &'a Placement,
+    pub plugins: &'a PluginAllocations,
+}
+
+/// One pod as reported.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodResources {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    pub pod_role: String,
+    pub pod_type: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub containers: Vec<ContainerResources>,
+}
+
+/// One container as reported.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerResources {
+    pub name: String,
+    /// Exclusively assigned CPUs (ascending).
+    pub cpu_ids: Vec<u32>,
+    pub memory: Vec<MemoryBlock>,
+    /// The resource plugins' allocations (resource-name order).
+    pub resources: Vec<TopologyAwareResource>,
+}
+
+/// Memory of one type on a set of NUMA nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryBlock {
+    pub memory_type: String,
+    /// Bytes (0 when the container's request is unknown).
+    pub size: u64,
+    pub numa_nodes: Vec<u32>,
+}
+
+/// An amount on one NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NumaQuantity {
+    pub node: u64,
+    pub value: f64,
+}
+
+/// A resource plugin's allocation to a container.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopologyAwareResource {
+    pub resource_name: String,
+    pub is_node_resource: bool,
+    pub is_scalar_resource: bool,
+    pub aggregated_quantity: f64,
+    pub per_numa: Vec<NumaQuantity>,
+}
+
+/// What the node can hand out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Allocatable {
+    pub cpu_ids: Vec<u32>,
+    /// One `memory` block per NUMA node whose size is known.
+    pub memory: Vec<MemoryBlock>,
+    pub resources: Vec<AllocatableResource>,
+}
+
+/// A resource's allocatable and capacity amounts, total and per NUMA node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllocatableResource {
+    pub resource_name: String,
+    pub is_node_resource: bool,
+    pub is_scalar_resource: bool,
+    pub allocatable: f64,
+    pub allocatable_per_numa: Vec<NumaQuantity>,
+    pub capacity: f64,
+    pub capacity_per_numa: Vec<NumaQuantity>,
+}
+
+/// Every pod of `pods` (by UID) with its containers' resources, sorted by
+/// namespace and name. A pod's containers come from its spec (restartable
+/// init containers, then app containers); a spec container Pinion does not
+/// hold is listed without resources, as kubelet lists every container.
+#[must_use]
+pub fn list<P: AsRef<Pod>>(
+    pods: &BTreeMap<String, P>,
+    holdings: &[Holding<'_>],
+) -> Vec<PodResources> {
+    let by_pod = ByPod::new(holdings);
+    let mut out: Vec<PodResources> = pods
+        .iter()
+        .map(|(uid, pod)| pod_resources(uid, pod.as_ref(), by_pod.of(uid)))
+        .collect();
+    out.sort_unstable_by(|a, b| {
+        (&a.namespace, &a.name, &a.uid).cmp(&(&b.namespace, &b.name, &b.uid))
+    });
+    out
+}
+
+/// The pod `namespace`/`name`, if Pinion holds it.
+#[must_use]
+pub fn get<P: AsRef<Pod>>(
+    pods: &BTreeMap<String, P>,
+    holdings: &[Holding<'_>],
+    namespace: &str,
+    name: &str,
+) -> Option<PodResources> {
+    let (uid, pod) = pods
+        .iter()
+        .find(|(_, p)| p.as_ref().namespace == namespace && p.as_ref().name == name)?;
+    Some(pod_resources(
+        uid,
+        pod.as_ref(),
+        ByPod::new(holdings).of(uid),
+    ))
+}
+
+/// What the node can hand out: with a policy that assigns exclusive CPUs,
+/// every CPU but the reserved ones (kubelet's rule), per NUMA node also as
+/// a `cpu` resource; the memory of each NUMA node whose size is known, also
+/// as a `memory` resource.
+#[must_use]
+pub fn allocatable(topology: &Topology, exclusive_cpus: bool, reserved: &CpuSet) -> Allocatable {
+    let mut out = Allocatable::default();
+    if exclusive_cpus {
+        out.cpu_ids = topology.all_cpus().difference(reserved).iter().collect();
+    }
+    let mut cpu = AllocatableResource {
+        resource_name: "cpu".to_string(),
+        is_node_resource: true,
+        is_scalar_resource: true,
+        ..AllocatableResource::default()
+    };
+    for (&node, cpus) in topology.numa_cpus() {
+        let free = if exclusive_cpus {
+            cpus.difference(reserved).len()
+        } else {
+            cpus.len()
+        };
+        cpu.allocatable_per_numa.push(NumaQuantity {
+            node: u64::from(node),
+            value: count(free),
+        });
+        cpu.capacity_per_numa.push(NumaQuantity {
+            node: u64::from(node),
+            value: count(cpus.len()),
+        });
+    }
+    cpu.allocatable = cpu.allocatable_per_numa.iter().map(|q| q.value).sum();
+    cpu.capacity = cpu.capacity_per_numa.iter().map(|q| q.value).sum();
+    out.resources.push(cpu);
+    let mut memory = AllocatableResource {
+        resource_name: MEMORY.to_string(),
+        is_node_resource: true,
+        is_scalar_resource: true,
+        ..AllocatableResource::default()
+    };
+    for node in topology.numa_nodes() {
+        let Some(bytes) = node.memory_bytes else {
+            continue;
+        };
+        out.memory.push(MemoryBlock {
+            memory_type: MEMORY.to_string(),
+            size: bytes,
+            numa_nodes: vec![node.id],
+        });
+        let quantity = NumaQuantity {
+            node: u64::from(node.id),
+            value: bytes_f64(bytes),
+        };
+        memory.allocatable_per_numa.push(quantity);
+        memory.capacity_per_numa.push(quantity);
+    }
+    if !memory.capacity_per_numa.is_empty() {
+        memory.allocatable = memory.allocatable_per_numa.iter().map(|q| q.value).sum();
+        memory.capacity = memory.allocatable;
+        out.resources.push(memory);
+    }
+    out
+}
+
+/// Holdings sorted by pod UID (the snapshot's order already: sorting it
+/// again is linear), so that a pod's containers are one range.
+struct ByPod<'h, 'a> {
+    sorted: Vec<&'h Holding<'a>>,
+}
+
+impl<'h, 'a> ByPod<'h, 'a> {
+    fn new(holdings: &'h [Holding<'a>]) -> Self {
+        let mut sorted: Vec<&Holding<'a>> = holdings.iter().collect();
+        sorted.sort_by(|a, b| a.pod.cmp(b.pod));
+        Self { sorted }
+    }
+
+    /// The holdings of pod `uid`.
+    fn of(&self, uid: &str) -> &[&'h Holding<'a>] {
+        let start = self.sorted.partition_point(|h| h.pod < uid);
+        let len = self.sorted[start..].partition_point(|h| h.pod == uid);
+        &self.sorted[start..start + len]
+    }
+}
+
+fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
+    let listed = pod
+        .init_containers
+        .iter()
+        .filter(|c| c.is_restartable())
+        .chain(&pod.containers);
+    let containers = listed
+        .map(|spec| {
+            let memory_request = spec
+                .memory_request
+                .as_ref()
+                .or(spec.memory_limit.as_ref())
+                .map_or(0, crate::quantity::Quantity::value);
+            match held.iter().find(|h| h.container == spec.name) {
+                Some(holding) => container_resources(holding, memory_request),
+                None => ContainerResources {
+                    name: spec.name.clone(),
+                    ..ContainerResources::default()
+                },
+            }
+        })
+        .collect();
+    PodResources {
+        uid: uid.to_string(),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        pod_role: pod.labels.get(POD_ROLE_LABEL).cloned().unwrap_or_default(),
+        pod_type: pod
+            .annotations
+            .get(POD_TYPE_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
+        containers,
+    }
+}
+
+fn container_resources(holding: &Holding<'_>, memory_request: u64) -> ContainerResources {
+    let placement = holding.placement;
+    let cpu_ids = if placement.pool == Pool::Exclusive {
+        placement.cpus.iter().collect()
+    } else {
+        Vec::new()
+    };
+    let numa_bound = matches!(placement.pool, Pool::Exclusive | Pool::Plugin);
+    let memory = if numa_bound && !placement.mems.is_empty() {
+        vec![MemoryBlock {
+            memory_type: MEMORY.to_string(),
+            size: memory_request,
+            numa_nodes: placement.mems.iter().collect(),
+        }]
+    } else {
+        Vec::new()
+    };
+    let resources = holding
+        .plugins
+        .iter()
+        .map(|(name, allocation)| TopologyAwareResource {
+            resource_name: name.clone(),
+            is_node_resource: allocation.is_node_resource,
+            is_scalar_resource: allocation.is_scalar_resource,
+            aggregated_quantity: allocation.allocated_quantity,
+            per_numa: allocation
+                .topology_assignments
+                .iter()
+                .map(|(&node, &amount)| NumaQuantity {
+                    node,
+                    value: bytes_f64(amount),
+                })
+                .collect(),
+        })
+        .collect();
+    ContainerResources {
+        name: holding.container.to_string(),
+        cpu_ids,
+        memory,
+        resources,
+    }
+}
+
+/// A count as the wire's double (exact below 2^53).
+fn count(n: usize) -> f64 {
+    bytes_f64(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// An amount as the wire's double (exact below 2^53).
+#[allow(clippy::cast_precision_loss)]
+fn bytes_f64(n: u64) -> f64 {
+    n as f64
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::*;
+use crate::plugin_allocation::PluginAllocation;
+use crate::pod::{Container, RestartPolicy};
+use crate::quantity::Quantity;
+use crate::topology::{synthetic, Shape};
+
+/// 2 NUMA nodes of 4 CPUs each (0-3 on node 0, 4-7 on node 1), 1 GiB each.
+fn machine() -> Topology {
+    let mut spec = synthetic(Shape {
+        sockets: 1,
+        numa_per_socket: 2,
+        cores_per_socket: 8,
+        threads_per_core: 1,
+        cores_per_uncore: 0,
+    })
+    .spec()
+    .clone();
+    for node in &mut spec.numa_nodes {
+        node.memory_bytes = Some(1 << 30);
+    }
+    Topology::new(spec).expect("topology")
+}
+
+fn list_of(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).expect("cpulist")
+}
+
+fn container(name: &str, memory: Option<&str>) -> Container {
+    Container {
+        name: name.to_string(),
+        memory_request: memory.map(|m| Quantity::parse(m).expect("quantity")),
+        ..Container::default()
+    }
+}
+
+fn pod(uid: &str, name: &str, namespace: &str) -> Pod {
+    Pod {
+        uid: uid.to_string(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+        ..Pod::default()
+    }
+}
+
+fn exclusive(cpus: &str, mems: &str) -> Placement {
+    Placement {
+        cpus: list_of(cpus),
+        mems: list_of(mems),
+        pool: Pool::Exclusive,
+        ..Placement::default()
+    }
+}
+
+fn shared() -> Placement {
+    Placement {
+        cpus: list_of("2-7"),
+        mems: list_of("0-1"),
+        pool: Pool::Shared,
+        ..Placement::default()
+    }
+}
+
+fn pods(list: Vec<Pod>) -> BTreeMap<String, Arc<Pod>> {
+    list.into_iter()
+        .map(|p| (p.uid.clone(), Arc::new(p)))
+        .collect()
+}
+
+#[test]
+fn exclusive_containers_report_their_cpus_and_numa_memory_shared_ones_nothing() {
+    let mut p = pod("u1", "web", "prod");
+    p.containers = vec![container("app", Some("256Mi")), container("log", None)];
+    let pods = pods(vec![p]);
+    let app = exclusive("0-1", "0");
+    let log = shared();
+    let none = PluginAllocations::new();
+    let holdings = [
+        Holding {
+            pod: "u1",
+            container: "app",
+            placement: &app,
+            plugins: &none,
+        },
+        Holding {
+            pod: "u1",
+            container: "log",
+            placement: &log,
+            plugins: &none,
+        },
+    ];
+    let listed = list(&pods, &holdings);
+    assert_eq!(listed.len(), 1);
+    let pod = &listed[0];
+    assert_eq!(
+        (pod.name.as_str(), pod.namespace.as_str(), pod.uid.as_str()),
+        ("web", "prod", "u1")
+    );
+    assert_eq!(pod.containers[0].name, "app");
+    assert_eq!(pod.containers[0].cpu_ids, vec![0, 1]);
+    assert_eq!(
+        pod.containers[0].memory,
+        vec![MemoryBlock {
+            memory_type: "memory".into(),
+            size: 256 << 20,
+            numa_nodes: vec![0]
+        }]
+    );
+    assert_eq!(pod.containers[1].name, "log");
+    assert!(pod.containers[1].cpu_ids.is_empty());
+    assert!(pod.containers[1].memory.is_empty());
+}
+
+#[test]
+fn restartable_init_containers_come_first_and_other_init_containers_are_left_out() {
+    let mut p = pod("u1", "job", "ns");
+    let mut sidecar = container("sidecar", None);
+    sidecar.restart_policy = Some(RestartPolicy::Always);
+    p.init_containers = vec![container("setup", None), sidecar];
+    p.containers = vec![container("main", None), container("helper", None)];
+    let pods = pods(vec![p]);
+    let listed = list(&pods, &[]);
+    let names: Vec<&str> = listed[0]
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["sidecar", "main", "helper"]);
+}
+
+#[test]
+fn pods_are_sorted_by_namespace_and_name_and_get_finds_one_by_both() {
+    let pods = pods(vec![
+        pod("u1", "b", "ns2"),
+        pod("u2", "a", "ns2"),
+        pod("u3", "z", "ns1"),
+    ]);
+    let listed = list(&pods, &[]);
+    let order: Vec<(&str, &str)> = listed
+        .iter()
+        .map(|p| (p.namespace.as_str(), p.name.as_str()))
+        .collect();
+    assert_eq!(order, [("ns1", "z"), ("ns2", "a"), ("ns2", "b")]);
+    assert_eq!(
+        get(&pods, &[], "ns2", "b").map(|p| p.uid),
+        Some("u1".to_string())
+    );
+    assert_eq!(get(&pods, &[], "ns1", "b"), None);
+}
+
+#[test]
+fn plugin_allocations_become_topology_aware_resources() {
+    let mut p = pod("u1", "gpu", "ns");
+    p.labels.insert(POD_ROLE_LABEL.into(), "worker".into());
+    p.annotations
+        .insert(POD_TYPE_ANNOTATION.into(), "batch".into());
+    p.containers = vec![container("c", None)];
+    let pods = pods(vec![p]);
+    let placement = Placement {
+        pool: Pool::Plugin,
+        ..exclusive("4-5", "1")
+    };
+    let mut plugins = PluginAllocations::new();
+    plugins.insert(
+        "example.com/nic".into(),
+        PluginAllocation {
+            is_scalar_resource: true,
+            allocated_quantity: 2.0,
+            topology_assignments: BTreeMap::from([(1, 2)]),
+            ..PluginAllocation::default()
+        },
+    );
+    let holdings = [Holding {
+        pod: "u1",
+        container: "c",
+        placement: &placement,
+        plugins: &plugins,
+    }];
+    let listed = list(&pods, &holdings);
+    let pod = &listed[0];
+    assert_eq!(
+        (pod.pod_role.as_str(), pod.pod_type.as_str()),
+        ("worker", "batch")
+    );
+    let c = &pod.containers[0];
+    assert!(c.cpu_ids.is_empty(), "plugin cpus are not exclusive: {c:?}");
+    assert_eq!(c.memory[0].numa_nodes, vec![1]);
+    assert_eq!(
+        c.resources,
+        vec![TopologyAwareResource {
+            resource_name: "example.com/nic".into(),
+            is_node_resource: false,
+            is_scalar_resource: true,
+            aggregated_quantity: 2.0,
+            per_numa: vec![NumaQuantity {
+                node: 1,
+                value: 2.0
+            }],
+        }]
+    );
+}
+
+#[test]
+fn allocatable_cpus_are_all_but_reserved_only_with_exclusive_cpus() {
+    let topology = machine();
+    let reserved = list_of("0,4");
+    let static_policy = allocatable(&topology, true, &reserved);
+    assert_eq!(static_policy.cpu_ids, vec![1, 2, 3, 5, 6, 7]);
+    let cpu = &static_policy.resources[0];
+    assert_eq!((cpu.allocatable, cpu.capacity), (6.0, 8.0));
+    assert_eq!(
+        cpu.allocatable_per_numa,
+        vec![
+            NumaQuantity {
+                node: 0,
+                value: 3.0
+            },
+            NumaQuantity {
+                node: 1,
+                value: 3.0
+            }
+        ]
+    );
+    assert_eq!(static_policy.memory.len(), 2);
+    assert_eq!(static_policy.memory[1].numa_nodes, vec![1]);
+    assert_eq!(static_policy.resources[1].capacity, f64::from(2u32 << 30));
+    let none_policy = allocatable(&topology, false, &CpuSet::new());
+    assert!(none_policy.cpu_ids.is_empty());
+}
