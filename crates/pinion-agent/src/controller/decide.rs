@@ -91,6 +91,14 @@ impl Controller {
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
             batch.created.push(cgroup.clone());
+            let exclusive = if desired.is_exclusive() {
+                desired.cpus.len()
+            } else {
+                0
+            };
+            if let Err(err) = self.runs.write(cgroup, exclusive) {
+                tracing::warn!(pod = %key.0, "{err} (only a rebuild from the node needs it)");
+            }
         }
         self.record_scope(&scope, batch);
         if let Frontend::Standalone {
@@ -238,7 +246,7 @@ impl Controller {
     pub(super) fn retire_cgroup(&mut self, key: &Key, cgroup: CgroupName, pid: Option<u32>) {
         match self.host.pids(&cgroup) {
             Ok(pids) if pids.is_empty() => {
-                if let Err(err) = self.host.remove(&cgroup) {
+                if let Err(err) = self.remove_cgroup(&cgroup) {
                     tracing::warn!("cgroup {cgroup} not removed yet: {err}");
                 }
             }

@@ -26,9 +26,12 @@ use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::CpusetHost;
 use pinion_host::fileops::FileOps;
-use pinion_host::journal::{JournalError, JournalOptions, StateStore};
+use pinion_host::journal::{set_aside_unreadable, JournalError, JournalOptions, StateStore};
+use pinion_host::runs::RunRecords;
+use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
+use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
 };
@@ -56,6 +59,17 @@ impl Controller {
     /// dead ones, saves and re-applies every placement.
     pub fn start(parts: StartParts) -> Result<Controller, ControlError> {
         let policy_name = parts.policy.name();
+        let set_aside =
+            set_aside_unreadable(&parts.state_dir, &rebuild::stamp()).map_err(|source| {
+                ControlError::Unreadable {
+                    path: parts
+                        .state_dir
+                        .join(CPU_MANAGER_STATE)
+                        .display()
+                        .to_string(),
+                    source: Box::new(source),
+                }
+            })?;
         let opened = match parts.file_ops {
             Some(ops) => StateStore::open_with(
                 &parts.state_dir,
@@ -76,6 +90,8 @@ impl Controller {
             tracing::warn!("{warning}");
         }
         let (store, checkpoint, side) = (opened.store, opened.checkpoint, opened.side);
+        let runs = RunRecords::new(&parts.state_dir);
+        let mut report = StartReport::default();
         let state = match checkpoint {
             Some(checkpoint) => {
                 restore(&checkpoint, &parts.policy).map_err(|source| ControlError::Restore {
@@ -83,7 +99,23 @@ impl Controller {
                     source: Box::new(source),
                 })?
             }
-            None => State::default(),
+            None => {
+                let claims = rebuild::claims(parts.host.as_ref(), &runs).map_err(|source| {
+                    ControlError::Cgroup {
+                        pod: "(pinion root)".to_string(),
+                        source,
+                    }
+                })?;
+                if claims.is_empty() && set_aside.is_none() {
+                    State::default()
+                } else {
+                    let why = rebuild::reason(
+                        set_aside.as_ref(),
+                        &store.checkpoint_path().display().to_string(),
+                    );
+                    rebuild::rebuild_logged(&claims, &parts.policy, &why, &mut report).state
+                }
+            }
         };
         let mut engine = Engine::new(&parts.topology, parts.policy, state)
             .with_topology_manager(parts.topology_manager);
@@ -92,14 +124,22 @@ impl Controller {
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let (shared_tx, _) = watch::channel(CpuSet::new());
         let (snapshot_tx, _) = watch::channel(Arc::new(Snapshot::default()));
+        let mut counters = Counters::default();
+        if report.rebuilt {
+            counters.state_rebuilds_total += 1;
+            counters.state_rebuild_conflicts_total += report.conflicts;
+        }
+        let rebuilt = report.rebuilt;
         let mut controller = Controller {
             engine,
             store,
             side,
             compacted: Instant::now(),
             host: parts.host,
+            runs,
+            start_report: report,
             workloads: BTreeMap::new(),
-            counters: Counters::default(),
+            counters,
             runtime_updates: parts.runtime_updates,
             shared_tx,
             snapshot_tx,
@@ -113,11 +153,13 @@ impl Controller {
                 pod: "(pinion root)".to_string(),
                 source,
             })?;
-        controller.recover()?;
+        controller.recover(rebuilt)?;
         Ok(controller)
     }
 
-    fn recover(&mut self) -> Result<(), ControlError> {
+    /// `rebuilt`: the state was rebuilt from the node, so every assignment
+    /// is journaled anew (nothing of it is on disk yet).
+    fn recover(&mut self, rebuilt: bool) -> Result<(), ControlError> {
         let names = self.host.list().map_err(|source| ControlError::Cgroup {
             pod: "(pinion root)".to_string(),
             source,
@@ -140,7 +182,7 @@ impl Controller {
             next.remove(&key.0, &key.1);
             self.counters.released_gone_total += 1;
             tracing::info!(pod = %key.0, "released: its processes ended while the agent was down");
-            if let Err(err) = self.host.remove(&cgroup) {
+            if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup}: {err}");
             }
         }
@@ -176,7 +218,12 @@ impl Controller {
         let before = std::mem::replace(&mut self.engine, next);
         let side_before = self.side.clone();
         self.restore_allocations();
-        self.record(before.state(), Some(&side_before))?;
+        let base = if rebuilt {
+            State::default()
+        } else {
+            before.state().clone()
+        };
+        self.record(&base, Some(&side_before))?;
         self.store.flush()?;
         // A fresh checkpoint of what was recovered, and a fresh journal.
         self.maybe_compact(true);

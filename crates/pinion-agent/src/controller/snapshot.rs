@@ -32,6 +32,10 @@ pub struct Snapshot {
     /// Pods whose plugins have not all heard of their removal yet.
     #[serde(default)]
     pub pending_plugin_removals: Vec<String>,
+    /// What the start repaired (rebuild from the node, migration), one
+    /// line per event and conflict.
+    #[serde(default)]
+    pub recovery: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -97,6 +101,7 @@ impl Controller {
             assignments: state.assignments.clone(),
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals: self.pending_removals(),
+            recovery: self.start_report.lines.clone(),
         };
         self.snapshot_tx.send_replace(Arc::new(snapshot));
     }

@@ -355,32 +355,69 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     assert!(err.to_string().contains("pinion state migrate"), "{err}");
 }
 
-/// Issue 10: a corrupt checkpoint at start-up was reported as "saving the
-/// checkpoint failed, nothing changed: …".
+/// Issue 10 reported a corrupt checkpoint as "saving the checkpoint
+/// failed"; issue 13: it then kept the agent down. Now it is kept aside and
+/// the state is rebuilt from the running workloads, which keep their CPUs.
 #[test]
-fn regression_a_corrupt_checkpoint_is_reported_as_unreadable_with_the_way_out() {
+fn regression_a_corrupt_checkpoint_is_kept_aside_and_the_runs_keep_their_cpus() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let pinned = admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    admit(&mut controller, &run("pinion-run-b", None, 42)).expect("shared run");
+    drop(controller);
     std::fs::write(dir.path().join(CPU_MANAGER_STATE), b"{garbage").expect("write");
-    let err = start(dir.path(), &host).err().expect("corrupt");
-    assert!(
-        matches!(
-            err,
-            ControlError::Unreadable { ref source, .. }
-                if matches!(**source, JournalError::CorruptCheckpoint { .. })
-        ),
-        "{err}"
-    );
-    let text = err.to_string();
-    assert!(!text.contains("saving"), "{text}");
-    for part in ["cannot be read", "pinion state inspect", "kept as it is"] {
-        assert!(text.contains(part), "{part:?} missing from {text}");
-    }
+    let controller = start(dir.path(), &host).expect("starts anyway");
     assert_eq!(
-        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
-        b"{garbage",
-        "never overwritten"
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&pinned.placement.cpus)
     );
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].cpus,
+        pinned.placement.cpus
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+    assert_eq!(controller.counters.state_rebuild_conflicts_total, 0);
+    assert_eq!(on_disk(dir.path()), controller.state().clone());
+    let kept: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cpu_manager_state.unreadable-")
+        })
+        .map(|e| std::fs::read(e.path()).expect("read"))
+        .collect();
+    assert_eq!(kept, vec![b"{garbage".to_vec()], "kept, never overwritten");
+    assert!(
+        controller.start_report.lines[0].contains("unreadable"),
+        "{:?}",
+        controller.start_report
+    );
+}
+
+/// A run admitted before run records existed has none: it is rebuilt as a
+/// member of the shared pool (the documented fallback), with a warning.
+#[test]
+fn a_run_without_a_record_is_rebuilt_in_the_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    drop(controller);
+    std::fs::remove_file(dir.path().join(CPU_MANAGER_STATE)).expect("delete");
+    std::fs::remove_file(dir.path().join("runs/pinion-run-a")).expect("no record");
+    let controller = start(dir.path(), &host).expect("start");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
 }
 
 #[tokio::test]
