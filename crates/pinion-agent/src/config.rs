@@ -111,6 +111,9 @@ pub struct FileConfig {
     pub metrics_addr: Option<String>,
     pub nri: Option<NriFileConfig>,
     pub qos_resource_manager: Option<QrmFileConfig>,
+    /// Migrate a checkpoint that does not fit the configuration at start
+    /// (default true; `docs/state-recovery.md`).
+    pub migrate_on_start: Option<bool>,
 }
 
 /// The `nri` section of the file.
@@ -236,6 +239,8 @@ pub struct Config {
     pub metrics_addr: SocketAddr,
     pub nri: NriConfig,
     pub qrm: QrmConfig,
+    /// `migrateOnStart`.
+    pub migrate_on_start: bool,
 }
 
 impl Config {
@@ -286,6 +291,7 @@ impl Config {
             metrics_addr,
             nri,
             qrm,
+            migrate_on_start: file.migrate_on_start.unwrap_or(true),
         };
         config.check_paths()?;
         Ok(config)

@@ -321,3 +321,74 @@ fn a_checkpoint_failing_its_checksum_is_kept_and_rebuilt_from_the_node() {
         node.ps_table()
     );
 }
+
+/// Issue 13: adding the CPU of a running exclusive workload to
+/// `reservedSystemCPUs` kept the agent down until someone ran `pinion state
+/// migrate` by hand. Now it migrates at start: only that workload moves.
+#[test]
+fn regression_reserving_a_held_cpu_migrates_at_start_and_moves_only_that_workload() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    let held = before["pinion-run-b"].clone();
+    node.configure(&format!(
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,{held}\"\n"
+    ));
+    node.start();
+    let after = node.placements();
+    assert_eq!(after["pinion-run-a"], before["pinion-run-a"]);
+    assert_eq!(after["pinion-run-c"], before["pinion-run-c"]);
+    let snapshot = Client::new(&node.socket()).ps().expect("ps");
+    let b = snapshot
+        .workloads
+        .iter()
+        .find(|w| w.pod == "pinion-run-b")
+        .expect("b still runs");
+    assert!(!b.exclusive, "{b:?}");
+    assert_eq!(b.cpus, snapshot.shared_pool);
+    assert_eq!(node.metric("pinion_state_migrations_total"), 1);
+    assert_eq!(node.metric("pinion_state_migration_dropped_total"), 1);
+    let table = node.ps_table();
+    assert!(
+        table.contains(&format!("moved: pinion-run-b/main from cpus {held}")),
+        "{table}"
+    );
+    assert_eq!(node.kept("cpu_manager_state.pre-migrate-").len(), 1);
+}
+
+/// With `migrateOnStart: false` the agent refuses, says so and names the
+/// command that repairs it; nothing is changed.
+#[test]
+fn without_migrate_on_start_the_refusal_names_the_command() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    let bytes = std::fs::read(node.checkpoint()).expect("checkpoint");
+    node.configure(&format!(
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,{}\"\nmigrateOnStart: false\n",
+        before["pinion-run-b"]
+    ));
+    let status = Command::new(BIN)
+        .arg("agent")
+        .arg("--config")
+        .arg(node.config())
+        .arg("--state-dir")
+        .arg(node.state_dir())
+        .arg("--socket")
+        .arg(node.socket())
+        .arg("--sysroot")
+        .arg(node.dir.path().join("sysroot"))
+        .arg("--cgroup-root")
+        .arg(node.cgroup_root())
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .output()
+        .expect("agent runs");
+    assert!(!status.status.success());
+    let text = String::from_utf8_lossy(&status.stderr);
+    assert!(text.contains("pinion state migrate"), "{text}");
+    assert!(text.contains("migrateOnStart"), "{text}");
+    assert_eq!(std::fs::read(node.checkpoint()).expect("untouched"), bytes);
+    node.agent = None;
+}

@@ -85,6 +85,16 @@ impl Controller {
             });
         }
         let desired = self.engine.placement(&key.0, &key.1);
+        if let Some(reason) = self.start_report.degraded.as_ref() {
+            if desired.is_exclusive() {
+                self.engine.remove(&key.0, &key.1);
+                return Err(ControlError::Degraded {
+                    pod: key.0,
+                    container: key.1,
+                    reason: reason.clone(),
+                });
+            }
+        }
         if let Frontend::Standalone { cgroup, .. } = &request.frontend {
             if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
                 self.engine.remove(&key.0, &key.1);

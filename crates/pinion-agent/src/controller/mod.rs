@@ -19,6 +19,7 @@
 mod batch;
 mod decide;
 mod executor;
+mod migrate_start;
 mod plugins;
 mod rebuild;
 mod reconcile;
@@ -100,6 +101,15 @@ pub enum ControlError {
         path: String,
         source: Box<JournalError>,
     },
+    /// Degraded mode: the start could not make the checkpoint fit the
+    /// configuration; running workloads are kept, exclusive CPUs are not
+    /// handed out.
+    #[error("pod {pod} container {container}: exclusive cpus are not handed out: the agent runs degraded: {reason}")]
+    Degraded {
+        pod: String,
+        container: String,
+        reason: String,
+    },
     #[error("pod {pod} container {container}: {reason}")]
     Plugin {
         pod: String,
@@ -112,7 +122,7 @@ pub enum ControlError {
         container: String,
         reason: String,
     },
-    #[error("checkpoint {path} cannot be restored with this configuration: {source}; run `pinion state migrate {path} …` to convert it (or move it aside to start empty)")]
+    #[error("checkpoint {path} cannot be restored with this configuration: {source}; `migrateOnStart` is false, so nothing was changed: run `pinion state migrate {path} --config <the agent's config file>` to convert it (workloads that still fit keep their cpus), or set `migrateOnStart: true`")]
     Restore {
         path: String,
         source: Box<RestoreError>,

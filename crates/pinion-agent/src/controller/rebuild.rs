@@ -23,6 +23,11 @@ pub struct StartReport {
     /// Conflicts the rebuild resolved (workloads that did not keep exactly
     /// their CPUs).
     pub conflicts: u64,
+    /// The checkpoint was migrated to the configuration; this many
+    /// assignments could not be kept.
+    pub migrated_dropped: Option<u64>,
+    /// Why new exclusive admissions are refused (degraded mode), if they are.
+    pub degraded: Option<String>,
 }
 
 /// The claims of the live standalone runs: their cgroup's CPUs and their

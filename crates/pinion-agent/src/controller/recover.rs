@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use pinion_core::checkpoint::Checkpoint;
 use pinion_core::engine::Engine;
 use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
@@ -25,12 +26,16 @@ use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::CpusetHost;
+use pinion_host::durable;
 use pinion_host::fileops::FileOps;
-use pinion_host::journal::{set_aside_unreadable, JournalError, JournalOptions, StateStore};
+use pinion_host::journal::{
+    set_aside_unreadable, JournalError, JournalOptions, SetAside, StateStore,
+};
 use pinion_host::runs::RunRecords;
 use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
+use super::migrate_start::migrate_at_start;
 use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
@@ -51,13 +56,16 @@ pub struct StartParts {
     /// The state directory's file operations (`None`: the real file
     /// system; tests inject faults).
     pub file_ops: Option<Box<dyn FileOps>>,
+    /// Migrate a checkpoint that does not fit the configuration instead of
+    /// refusing to start (config `migrateOnStart`).
+    pub migrate_on_start: bool,
 }
 
 impl Controller {
     /// Restores the checkpoint (refusing what kubelet would refuse), sets
     /// up Pinion's cgroup root, recovers the cgroups of live runs, releases
     /// dead ones, saves and re-applies every placement.
-    pub fn start(parts: StartParts) -> Result<Controller, ControlError> {
+    pub fn start(mut parts: StartParts) -> Result<Controller, ControlError> {
         let policy_name = parts.policy.name();
         let set_aside =
             set_aside_unreadable(&parts.state_dir, &rebuild::stamp()).map_err(|source| {
@@ -70,7 +78,7 @@ impl Controller {
                     source: Box::new(source),
                 }
             })?;
-        let opened = match parts.file_ops {
+        let opened = match parts.file_ops.take() {
             Some(ops) => StateStore::open_with(
                 &parts.state_dir,
                 policy_name,
@@ -92,31 +100,14 @@ impl Controller {
         let (store, checkpoint, side) = (opened.store, opened.checkpoint, opened.side);
         let runs = RunRecords::new(&parts.state_dir);
         let mut report = StartReport::default();
-        let state = match checkpoint {
-            Some(checkpoint) => {
-                restore(&checkpoint, &parts.policy).map_err(|source| ControlError::Restore {
-                    path: store.checkpoint_path().display().to_string(),
-                    source: Box::new(source),
-                })?
-            }
-            None => {
-                let claims = rebuild::claims(parts.host.as_ref(), &runs).map_err(|source| {
-                    ControlError::Cgroup {
-                        pod: "(pinion root)".to_string(),
-                        source,
-                    }
-                })?;
-                if claims.is_empty() && set_aside.is_none() {
-                    State::default()
-                } else {
-                    let why = rebuild::reason(
-                        set_aside.as_ref(),
-                        &store.checkpoint_path().display().to_string(),
-                    );
-                    rebuild::rebuild_logged(&claims, &parts.policy, &why, &mut report).state
-                }
-            }
-        };
+        let (state, base) = initial_state(
+            &parts,
+            &store,
+            checkpoint,
+            set_aside.as_ref(),
+            &runs,
+            &mut report,
+        )?;
         let mut engine = Engine::new(&parts.topology, parts.policy, state)
             .with_topology_manager(parts.topology_manager);
         engine
@@ -129,7 +120,10 @@ impl Controller {
             counters.state_rebuilds_total += 1;
             counters.state_rebuild_conflicts_total += report.conflicts;
         }
-        let rebuilt = report.rebuilt;
+        if let Some(dropped) = report.migrated_dropped {
+            counters.state_migrations_total += 1;
+            counters.state_migration_dropped_total += dropped;
+        }
         let mut controller = Controller {
             engine,
             store,
@@ -153,13 +147,14 @@ impl Controller {
                 pod: "(pinion root)".to_string(),
                 source,
             })?;
-        controller.recover(rebuilt)?;
+        controller.recover(base)?;
         Ok(controller)
     }
 
-    /// `rebuilt`: the state was rebuilt from the node, so every assignment
-    /// is journaled anew (nothing of it is on disk yet).
-    fn recover(&mut self, rebuilt: bool) -> Result<(), ControlError> {
+    /// `base`: what is on disk when the start did not take the state from it
+    /// as it is (rebuilt from the node: nothing; migrated: the old
+    /// checkpoint), so that the journal records every difference.
+    fn recover(&mut self, base: Option<State>) -> Result<(), ControlError> {
         let names = self.host.list().map_err(|source| ControlError::Cgroup {
             pod: "(pinion root)".to_string(),
             source,
@@ -218,11 +213,7 @@ impl Controller {
         let before = std::mem::replace(&mut self.engine, next);
         let side_before = self.side.clone();
         self.restore_allocations();
-        let base = if rebuilt {
-            State::default()
-        } else {
-            before.state().clone()
-        };
+        let base = base.unwrap_or_else(|| before.state().clone());
         self.record(&base, Some(&side_before))?;
         self.store.flush()?;
         // A fresh checkpoint of what was recovered, and a fresh journal.
@@ -230,4 +221,82 @@ impl Controller {
         self.converge();
         Ok(())
     }
+}
+
+/// The state to start from and, when it is not the one on disk, what is on
+/// disk (see [`Controller::recover`]): the checkpoint restored as kubelet
+/// does; migrated to the configuration when it does not fit it
+/// (`migrateOnStart`); rebuilt from the node when it is missing or
+/// unreadable, or cannot be migrated (then new exclusive admissions are
+/// refused: degraded).
+fn initial_state(
+    parts: &StartParts,
+    store: &StateStore,
+    checkpoint: Option<Checkpoint>,
+    set_aside: Option<&SetAside>,
+    runs: &RunRecords,
+    report: &mut StartReport,
+) -> Result<(State, Option<State>), ControlError> {
+    let path = store.checkpoint_path().display().to_string();
+    let why = match checkpoint {
+        Some(checkpoint) => {
+            let source = match restore(&checkpoint, &parts.policy) {
+                Ok(state) => return Ok((state, None)),
+                Err(source) => source,
+            };
+            if !parts.migrate_on_start {
+                return Err(ControlError::Restore {
+                    path,
+                    source: Box::new(source),
+                });
+            }
+            match migrate_at_start(
+                &checkpoint,
+                &parts.policy,
+                &path,
+                &source.to_string(),
+                report,
+            ) {
+                Ok((new, old)) => {
+                    match durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "pre-migrate") {
+                        Ok(kept) => report.lines.push(format!(
+                            "the checkpoint before the migration is kept as {}",
+                            kept.display()
+                        )),
+                        Err(err) => {
+                            tracing::warn!("keeping the checkpoint before the migration: {err}");
+                        }
+                    }
+                    return Ok((new, Some(old)));
+                }
+                Err(reason) => {
+                    let why = format!("checkpoint {path} does not fit the configuration ({source}) and cannot be migrated: {reason}");
+                    report.degraded = Some(format!(
+                        "{why}; running workloads are kept where they run, new exclusive admissions are refused until `pinion state rebuild --write` or `pinion state migrate` repairs the checkpoint and the agent restarts"
+                    ));
+                    why
+                }
+            }
+        }
+        None => {
+            let claims_empty = rebuild::claims(parts.host.as_ref(), runs)
+                .map(|c| c.is_empty())
+                .unwrap_or(false);
+            if claims_empty && set_aside.is_none() {
+                return Ok((State::default(), None));
+            }
+            rebuild::reason(set_aside, &path)
+        }
+    };
+    let claims =
+        rebuild::claims(parts.host.as_ref(), runs).map_err(|source| ControlError::Cgroup {
+            pod: "(pinion root)".to_string(),
+            source,
+        })?;
+    let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+    if let Some(degraded) = &report.degraded {
+        tracing::error!("{degraded}");
+        report.lines.push(format!("degraded: {degraded}"));
+    }
+    Ok((rebuilt.state, Some(State::default())))
 }

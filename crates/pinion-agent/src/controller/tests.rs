@@ -350,9 +350,82 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     let host = FakeCgroups::default();
     let bytes = pinion_core::checkpoint::encode("none", "", &Default::default());
     std::fs::write(dir.path().join(CPU_MANAGER_STATE), bytes).expect("write");
-    let err = start(dir.path(), &host).err().expect("refused");
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = false;
+    let err = Controller::start(parts).err().expect("refused");
     assert!(matches!(err, ControlError::Restore { .. }), "{err}");
-    assert!(err.to_string().contains("pinion state migrate"), "{err}");
+    for part in ["pinion state migrate", "--config", "migrateOnStart"] {
+        assert!(
+            err.to_string().contains(part),
+            "{part:?} missing from {err}"
+        );
+    }
+}
+
+/// Issue 13: a config change that reserves the CPU of a running exclusive
+/// workload kept the agent down. Now the checkpoint is migrated at start:
+/// that workload goes to the shared pool, the others keep their CPUs.
+#[test]
+fn regression_reserving_a_held_cpu_migrates_at_start_instead_of_exiting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("1"), 41)).expect("a");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 42)).expect("b");
+    drop(controller);
+    let reserved = b.placement.cpus.clone();
+    let changed = node(&host).with_config(PolicyConfig {
+        policy: Some("static".into()),
+        num_reserved: Some(reserved.len()),
+        reserved: Some(reserved.clone()),
+        ..PolicyConfig::default()
+    });
+    let controller = changed.start(dir.path()).expect("migrated, not refused");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&a.placement.cpus),
+        "the workload that still fits keeps its cpus"
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(
+        host.tree().children[&name("pinion-run-b")].cpus,
+        controller.engine.shared_pool()
+    );
+    assert_eq!(controller.counters.state_migrations_total, 1);
+    assert_eq!(controller.counters.state_migration_dropped_total, 1);
+    assert!(dir.path().join("cpu_manager_state.pre-migrate-1").exists());
+    assert_eq!(on_disk(dir.path()), controller.state().clone());
+    let moved = &controller.start_report.lines;
+    assert!(
+        moved
+            .iter()
+            .any(|l| l.starts_with("moved: pinion-run-b/main")),
+        "{moved:?}"
+    );
+}
+
+/// A checkpoint that fits nothing and cannot be migrated (v1 entries: the
+/// container ids are the runtime's) no longer keeps the agent down: it
+/// starts degraded, keeps the running workloads and refuses exclusive cpus.
+#[test]
+fn a_checkpoint_that_cannot_be_migrated_starts_degraded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let v1 = br#"{"policyName":"static","defaultCpuSet":"0,2-7","entries":{"0123abcd":"1"},"checksum":0}"#;
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), v1).expect("write");
+    let mut controller = start(dir.path(), &host).expect("starts degraded");
+    let err = admit(&mut controller, &run("pinion-run-x", Some("1"), 43)).expect_err("refused");
+    assert!(matches!(err, ControlError::Degraded { .. }), "{err}");
+    assert!(
+        err.to_string().contains("pinion state rebuild --write"),
+        "{err}"
+    );
+    assert!(controller.state().assignments.is_empty());
+    let shared = admit(&mut controller, &run("pinion-run-y", None, 44)).expect("shared");
+    assert!(!shared.exclusive());
 }
 
 /// Issue 10 reported a corrupt checkpoint as "saving the checkpoint
