@@ -13,7 +13,9 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::cgroup::CgroupName;
+use pinion_core::rebuild::Claim;
+
+use crate::cgroup::{CgroupError, CgroupName, CpusetHost};
 
 /// The directory of the records inside the state directory.
 pub const RUNS_DIR: &str = "runs";
@@ -111,6 +113,48 @@ impl RunRecords {
             }),
         }
     }
+}
+
+/// What the node says about the live standalone runs: for each child of
+/// Pinion's cgroup root with processes, its `cpuset.cpus` and its run
+/// record, as a [`Claim`] of container `container`. A run without a record,
+/// or with an unreadable one, claims the shared pool; each such case is in
+/// the returned warnings.
+pub fn claims(
+    host: &dyn CpusetHost,
+    runs: &RunRecords,
+    container: &str,
+) -> Result<(Vec<Claim>, Vec<String>), CgroupError> {
+    let mut claims = Vec::new();
+    let mut warnings = Vec::new();
+    for cgroup in host.list()? {
+        if host.pids(&cgroup).unwrap_or_default().is_empty() {
+            continue;
+        }
+        let cpus = host.cpus(&cgroup)?;
+        let exclusive = match runs.read(&cgroup) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                warnings.push(format!(
+                    "{cgroup} (cpus {cpus}) has no run record: it is taken as a member of the shared pool"
+                ));
+                0
+            }
+            Err(err) => {
+                warnings.push(format!(
+                    "{err}: {cgroup} (cpus {cpus}) is taken as a member of the shared pool"
+                ));
+                0
+            }
+        };
+        claims.push(Claim {
+            pod: cgroup.to_string(),
+            container: container.to_string(),
+            cpus,
+            exclusive,
+        });
+    }
+    Ok((claims, warnings))
 }
 
 #[cfg(test)]

@@ -392,3 +392,138 @@ fn without_migrate_on_start_the_refusal_names_the_command() {
     assert_eq!(std::fs::read(node.checkpoint()).expect("untouched"), bytes);
     node.agent = None;
 }
+
+fn pinion_out(args: &[&str]) -> (bool, String) {
+    let out = common::pinion(args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Issue 13: `pinion state verify` failed on the agent's own state with
+/// "static policy needs --num-reserved"; it now reads the agent's config
+/// (`--config`) and defaults to the agent's defaults.
+#[test]
+fn regression_state_verify_accepts_the_agents_own_state_with_its_config() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (node, _) = three_pinned_runs(&machine);
+    let (file, config) = (node.checkpoint(), node.config());
+    let sysroot = node.dir.path().join("sysroot");
+    let (file, config, sysroot) = (
+        file.to_str().expect("utf8"),
+        config.to_str().expect("utf8"),
+        sysroot.to_str().expect("utf8"),
+    );
+    let (ok, text) = pinion_out(&[
+        "state",
+        "verify",
+        file,
+        "--config",
+        config,
+        "--sysroot",
+        sysroot,
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("3 exclusive assignments"), "{text}");
+    // Without --config: the agent's defaults (static, one cpu reserved).
+    let (ok, text) = pinion_out(&["state", "verify", file, "--sysroot", sysroot]);
+    assert!(ok, "{text}");
+    // `migrate --config` sees the configuration change the agent would.
+    let held = Client::new(&node.socket()).ps().err();
+    assert!(held.is_some(), "the agent is down");
+    let (ok, text) = pinion_out(&[
+        "state",
+        "migrate",
+        file,
+        "--config",
+        config,
+        "--sysroot",
+        sysroot,
+        "--dry-run",
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("3 kept, 0 dropped"), "{text}");
+}
+
+/// `pinion state rebuild`: a dry run by default that names what each
+/// workload keeps; `--write` writes the checkpoint the agent would, keeping
+/// the unreadable one; decode errors name the repair command.
+#[test]
+fn state_rebuild_is_a_dry_run_until_write_and_keeps_the_damaged_file() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (node, before) = three_pinned_runs(&machine);
+    std::fs::write(node.checkpoint(), b"{\"policyName\":\"sta").expect("truncate");
+    let paths = [
+        node.checkpoint(),
+        node.config(),
+        node.dir.path().join("sysroot"),
+        node.state_dir(),
+        node.cgroup_root(),
+    ];
+    let [file, config, sysroot, state, cgroups] =
+        paths.each_ref().map(|p| p.to_str().expect("utf8"));
+
+    let (ok, text) = pinion_out(&[
+        "state",
+        "verify",
+        file,
+        "--config",
+        config,
+        "--sysroot",
+        sysroot,
+    ]);
+    assert!(!ok);
+    assert!(text.contains("pinion state rebuild --state-dir"), "{text}");
+    let (ok, text) = pinion_out(&["state", "inspect", file]);
+    assert!(!ok);
+    assert!(text.contains("pinion state rebuild"), "{text}");
+
+    let common_args = [
+        "state",
+        "rebuild",
+        "--config",
+        config,
+        "--sysroot",
+        sysroot,
+        "--state-dir",
+        state,
+        "--cgroup-root",
+        cgroups,
+    ];
+    let (ok, text) = pinion_out(&common_args);
+    assert!(ok, "{text}");
+    for (pod, cpus) in &before {
+        assert!(text.contains(&format!("kept     {pod}/main")), "{text}");
+        assert!(text.contains(cpus.as_str()), "{text}");
+    }
+    assert!(text.contains("dry run: nothing written"), "{text}");
+    assert_eq!(
+        std::fs::read(node.checkpoint()).expect("untouched"),
+        b"{\"policyName\":\"sta"
+    );
+
+    let mut write = common_args.to_vec();
+    write.push("--write");
+    let (ok, text) = pinion_out(&write);
+    assert!(ok, "{text}");
+    let kept = node.kept("cpu_manager_state.unreadable-");
+    assert_eq!(kept.len(), 1, "{text}");
+    let (ok, text) = pinion_out(&[
+        "state",
+        "verify",
+        file,
+        "--config",
+        config,
+        "--sysroot",
+        sysroot,
+    ]);
+    assert!(ok, "{text}");
+    assert!(text.contains("3 exclusive assignments"), "{text}");
+}

@@ -30,33 +30,12 @@ pub struct StartReport {
     pub degraded: Option<String>,
 }
 
-/// The claims of the live standalone runs: their cgroup's CPUs and their
-/// run record (no record, or an unreadable one: the shared pool, with a
-/// warning).
+/// The claims of the live standalone runs (see `pinion_host::runs::claims`),
+/// its warnings logged.
 pub(super) fn claims(host: &dyn CpusetHost, runs: &RunRecords) -> Result<Vec<Claim>, CgroupError> {
-    let mut claims = Vec::new();
-    for cgroup in host.list()? {
-        if host.pids(&cgroup).unwrap_or_default().is_empty() {
-            continue;
-        }
-        let cpus = host.cpus(&cgroup)?;
-        let exclusive = match runs.read(&cgroup) {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                tracing::warn!(pod = %cgroup, cpus = %cpus, "no run record: rebuilt as a member of the shared pool");
-                0
-            }
-            Err(err) => {
-                tracing::warn!(pod = %cgroup, "{err}: rebuilt as a member of the shared pool");
-                0
-            }
-        };
-        claims.push(Claim {
-            pod: cgroup.to_string(),
-            container: RUN_CONTAINER.to_string(),
-            cpus,
-            exclusive,
-        });
+    let (claims, warnings) = pinion_host::runs::claims(host, runs, RUN_CONTAINER)?;
+    for warning in warnings {
+        tracing::warn!("rebuilding: {warning}");
     }
     Ok(claims)
 }

@@ -21,6 +21,7 @@ use pinion_core::checkpoint::Checkpoint;
 use pinion_core::engine::Engine;
 use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
+use pinion_core::rebuild::Claim;
 use pinion_core::restore::restore;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
@@ -238,7 +239,7 @@ fn initial_state(
     report: &mut StartReport,
 ) -> Result<(State, Option<State>), ControlError> {
     let path = store.checkpoint_path().display().to_string();
-    let why = match checkpoint {
+    let (why, claims) = match checkpoint {
         Some(checkpoint) => {
             let source = match restore(&checkpoint, &parts.policy) {
                 Ok(state) => return Ok((state, None)),
@@ -271,32 +272,39 @@ fn initial_state(
                 }
                 Err(reason) => {
                     let why = format!("checkpoint {path} does not fit the configuration ({source}) and cannot be migrated: {reason}");
+                    let claims = node_claims(parts, runs)?;
+                    let kept =
+                        durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "unmigratable")
+                            .map_or_else(
+                                |err| format!("it could not be kept: {err}"),
+                                |p| format!("it is kept as {}", p.display()),
+                            );
                     report.degraded = Some(format!(
-                        "{why}; running workloads are kept where they run, new exclusive admissions are refused until `pinion state rebuild --write` or `pinion state migrate` repairs the checkpoint and the agent restarts"
+                        "{why} ({kept}); the state is rebuilt from the running workloads, which stay where they run; new exclusive admissions are refused until the agent restarts on the rebuilt checkpoint (check it first with `pinion state verify --config <the agent's config file>`; `pinion state rebuild --write` redoes the rebuild offline)"
                     ));
-                    why
+                    (why, claims)
                 }
             }
         }
         None => {
-            let claims_empty = rebuild::claims(parts.host.as_ref(), runs)
-                .map(|c| c.is_empty())
-                .unwrap_or(false);
-            if claims_empty && set_aside.is_none() {
+            let claims = node_claims(parts, runs)?;
+            if claims.is_empty() && set_aside.is_none() {
                 return Ok((State::default(), None));
             }
-            rebuild::reason(set_aside, &path)
+            (rebuild::reason(set_aside, &path), claims)
         }
     };
-    let claims =
-        rebuild::claims(parts.host.as_ref(), runs).map_err(|source| ControlError::Cgroup {
-            pod: "(pinion root)".to_string(),
-            source,
-        })?;
     let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
     if let Some(degraded) = &report.degraded {
         tracing::error!("{degraded}");
         report.lines.push(format!("degraded: {degraded}"));
     }
     Ok((rebuilt.state, Some(State::default())))
+}
+
+fn node_claims(parts: &StartParts, runs: &RunRecords) -> Result<Vec<Claim>, ControlError> {
+    rebuild::claims(parts.host.as_ref(), runs).map_err(|source| ControlError::Cgroup {
+        pod: "(pinion root)".to_string(),
+        source,
+    })
 }
