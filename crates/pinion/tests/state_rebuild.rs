@@ -527,3 +527,32 @@ fn state_rebuild_is_a_dry_run_until_write_and_keeps_the_damaged_file() {
     assert!(ok, "{text}");
     assert!(text.contains("3 exclusive assignments"), "{text}");
 }
+
+/// Switching `full-pcpus-only` on under running single-CPU workloads: the
+/// checkpoint still passes kubelet's start checks, so the agent starts as
+/// it is and nothing moves (the option applies to new admissions).
+#[test]
+fn switching_full_pcpus_only_on_moves_nothing() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    node.configure(&format!(
+        "{STATIC}cpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n"
+    ));
+    node.start();
+    assert_eq!(node.placements(), before);
+    assert_eq!(node.cgroups(), before);
+    assert_eq!(node.metric("pinion_state_migrations_total"), 0);
+    assert_eq!(node.metric("pinion_state_rebuilds_total"), 0);
+    // New admissions follow the option: whole cores.
+    node.run("pinion-run-d", "2");
+    let d = &node.placements()["pinion-run-d"];
+    let cpus = pinion_core::CpuSet::parse_list(d).expect("cpulist");
+    let topology = pinion_host::discover(&machine).expect("topology");
+    let cores: std::collections::BTreeSet<_> = cpus
+        .iter()
+        .map(|cpu| topology.cpu(cpu).map(|c| c.core))
+        .collect();
+    assert_eq!(cores.len(), 1, "one whole core: {d}");
+}

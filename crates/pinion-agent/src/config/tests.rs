@@ -265,3 +265,17 @@ fn yaml_errors_name_the_field_line_and_column() {
         assert!(text.contains(position), "{yaml}: {text}");
     }
 }
+
+#[test]
+fn migrate_on_start_defaults_to_true_and_is_read() {
+    assert!(
+        resolve_yaml("cpuManagerPolicy: none\n")
+            .expect("ok")
+            .migrate_on_start
+    );
+    let off = resolve_yaml("cpuManagerPolicy: none\nmigrateOnStart: false\n").expect("ok");
+    assert!(!off.migrate_on_start);
+    let err = resolve_yaml("migrateOnStart: sometimes\n").expect_err("not a bool");
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+    assert!(err.to_string().contains("migrateOnStart"), "{err}");
+}
