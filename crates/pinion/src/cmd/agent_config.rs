@@ -162,3 +162,56 @@ fn millicores(
     let quantity = Quantity::parse(&text).with_context(|| format!("invalid {field} {text:?}"))?;
     Ok(quantity.milli_value())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> anyhow::Result<AgentConfig> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, yaml).expect("write");
+        AgentConfig::load(Some(&path))
+    }
+
+    #[test]
+    fn the_agents_keys_are_read_with_its_rules() {
+        let config = load(
+            "cpuManagerPolicy: static\nkubeReserved:\n  cpu: 500m\nsystemReserved:\n  cpu: \"1\"\n\
+             cpuManagerPolicyOptions:\n  full-pcpus-only: true\nstateDir: /srv/pinion\n\
+             metricsAddr: 0.0.0.0:9590\nnri:\n  enabled: true\n",
+        )
+        .expect("reads");
+        assert_eq!(config.policy.num_reserved, Some(2), "ceil(1.5)");
+        assert_eq!(config.policy.options["full-pcpus-only"], "true");
+        assert_eq!(
+            config.checkpoint(),
+            Path::new("/srv/pinion/cpu_manager_state")
+        );
+        let explicit =
+            load("cpuManagerPolicy: static\nreservedSystemCPUs: \"0,4\"\n").expect("reads");
+        assert_eq!(explicit.policy.num_reserved, Some(2));
+        assert_eq!(
+            explicit.policy.reserved,
+            Some(CpuSet::parse_list("0,4").expect("cpus"))
+        );
+    }
+
+    #[test]
+    fn a_file_gets_kubelets_defaults_and_no_file_the_agents() {
+        assert_eq!(
+            load("").expect("empty").policy.policy.as_deref(),
+            Some("none")
+        );
+        let defaults = AgentConfig::load(None).expect("defaults");
+        assert_eq!(defaults.policy.policy.as_deref(), Some("static"));
+        assert_eq!(defaults.policy.num_reserved, Some(1));
+        let err = load("cpuManagerPolicy: static\n").expect_err("no reservation");
+        assert!(
+            format!("{err:#}").contains("unable to determine reserved CPU resources"),
+            "{err:#}"
+        );
+        let err = load("reservedSystemCPUs: \"x\"\n").expect_err("bad cpus");
+        assert!(format!("{err:#}").contains("\"x\""), "{err:#}");
+    }
+}
