@@ -1,6 +1,8 @@
-//! Starting the controller: restore the checkpoint with kubelet's checks,
-//! find the cgroups a previous run left, keep every live assignment and
-//! release the standalone runs whose processes died meanwhile.
+//! Starting the controller: restore the checkpoint with kubelet's checks
+//! (or rebuild the state from the node, or migrate it to the configuration:
+//! `docs/state-recovery.md`), find the cgroups a previous run left, keep
+//! every live assignment and release the standalone runs whose processes
+//! died meanwhile.
 //!
 //! Which front-end an assignment belongs to is read from the node, not from
 //! its name: a standalone run's cgroup exists under Pinion's root from
@@ -63,9 +65,11 @@ pub struct StartParts {
 }
 
 impl Controller {
-    /// Restores the checkpoint (refusing what kubelet would refuse), sets
-    /// up Pinion's cgroup root, recovers the cgroups of live runs, releases
-    /// dead ones, saves and re-applies every placement.
+    /// Restores the checkpoint — set aside and rebuilt from the node when it
+    /// is unreadable or missing, migrated when it does not fit the
+    /// configuration (see [`initial_state`]) —, sets up Pinion's cgroup
+    /// root, recovers the cgroups of live runs, releases dead ones, saves
+    /// and re-applies every placement.
     pub fn start(mut parts: StartParts) -> Result<Controller, ControlError> {
         let policy_name = parts.policy.name();
         let set_aside =
