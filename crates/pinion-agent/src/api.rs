@@ -355,6 +355,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
             })
             .collect(),
         pending_plugin_removals: snapshot.pending_plugin_removals.clone(),
+        recovery: snapshot.recovery.clone(),
     }
 }
 
@@ -375,7 +376,7 @@ fn control_error(err: &ControlError) -> Answer {
         ControlError::Admission { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
         ControlError::Conflict { .. } | ControlError::Plugin { .. } => (StatusCode::CONFLICT, None),
         ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),
-        ControlError::Stopped | ControlError::Hints { .. } => {
+        ControlError::Stopped | ControlError::Hints { .. } | ControlError::Degraded { .. } => {
             (StatusCode::SERVICE_UNAVAILABLE, None)
         }
         ControlError::Checkpoint(_)

@@ -114,6 +114,9 @@ pub struct FileConfig {
     pub nri: Option<NriFileConfig>,
     pub qos_resource_manager: Option<QrmFileConfig>,
     pub pod_resources: Option<PodResourcesFileConfig>,
+    /// Migrate a checkpoint that does not fit the configuration at start
+    /// (default true; `docs/state-recovery.md`).
+    pub migrate_on_start: Option<bool>,
 }
 
 /// The `nri` section of the file.
@@ -242,6 +245,8 @@ pub struct Config {
     pub nri: NriConfig,
     pub qrm: QrmConfig,
     pub pod_resources: PodResourcesConfig,
+    /// `migrateOnStart`.
+    pub migrate_on_start: bool,
 }
 
 impl Config {
@@ -298,6 +303,7 @@ impl Config {
             nri,
             qrm,
             pod_resources,
+            migrate_on_start: file.migrate_on_start.unwrap_or(true),
         };
         config.check_paths()?;
         Ok(config)

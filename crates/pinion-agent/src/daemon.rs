@@ -127,6 +127,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             host: Box::new(cgroups),
             runtime_updates: plugin_options.is_some().then_some(runtime_tx),
             file_ops: None,
+            migrate_on_start: config.migrate_on_start,
         };
         match Controller::start(parts) {
             Ok(controller) => Ok((controller, claim)),

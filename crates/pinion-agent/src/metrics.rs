@@ -54,6 +54,15 @@ impl Histogram {
 pub struct Counters {
     pub drift_repairs_total: u64,
     pub released_gone_total: u64,
+    /// Starts that rebuilt the state from the node (checkpoint missing or
+    /// unreadable), and the workloads those rebuilds could not leave as
+    /// they were.
+    pub state_rebuilds_total: u64,
+    pub state_rebuild_conflicts_total: u64,
+    /// Starts that migrated the checkpoint to a changed configuration, and
+    /// the workloads that lost their exclusive CPUs doing so.
+    pub state_migrations_total: u64,
+    pub state_migration_dropped_total: u64,
     pub reconcile_runs_total: u64,
     /// Compactions of the journal into the checkpoint.
     pub checkpoint_write_seconds: Histogram,
@@ -170,6 +179,30 @@ impl Collector for SnapshotCollector {
             "pinion_released_gone",
             "Containers released because their processes had ended.",
             c.released_gone_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_state_rebuilds",
+            "Starts that rebuilt the state from the running workloads (checkpoint missing or unreadable).",
+            c.state_rebuilds_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_state_rebuild_conflicts",
+            "Workloads a rebuild could not leave on exactly the cpus they had.",
+            c.state_rebuild_conflicts_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_state_migrations",
+            "Starts that migrated the checkpoint to a changed configuration.",
+            c.state_migrations_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_state_migration_dropped",
+            "Exclusive assignments a migration at start could not keep (moved to the shared pool).",
+            c.state_migration_dropped_total,
         )?;
         gauge(
             &mut out,

@@ -79,6 +79,7 @@ impl SyntheticNode {
             host,
             runtime_updates: None,
             file_ops: None,
+            migrate_on_start: true,
         }
     }
 

@@ -194,6 +194,10 @@ pub struct Snapshot {
     /// Pods whose resource plugins have not all heard of their removal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_plugin_removals: Vec<String>,
+    /// What the agent's start repaired (state rebuilt from the running
+    /// workloads, checkpoint migrated), one line per event and conflict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recovery: Vec<String>,
 }
 
 /// One admitted container of a [`Snapshot`].

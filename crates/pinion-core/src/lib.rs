@@ -16,6 +16,7 @@ pub mod pools;
 pub mod qos;
 pub mod qrm_checkpoint;
 pub mod quantity;
+pub mod rebuild;
 pub mod record;
 pub mod restore;
 pub mod scenario;

@@ -11,6 +11,7 @@ pub mod lock;
 pub mod meminfo;
 pub mod net;
 pub mod pressure;
+pub mod runs;
 pub mod store;
 pub mod sysfs;
 

@@ -373,3 +373,17 @@ fn pod_resources_default_under_the_state_dir_with_kubelets_rate_limit() {
     let err = resolve_yaml("podResources:\n  qps: 0\n").expect_err("zero qps");
     assert_eq!(err.field(), Some("podResources.qps"));
 }
+
+#[test]
+fn migrate_on_start_defaults_to_true_and_is_read() {
+    assert!(
+        resolve_yaml("cpuManagerPolicy: none\n")
+            .expect("ok")
+            .migrate_on_start
+    );
+    let off = resolve_yaml("cpuManagerPolicy: none\nmigrateOnStart: false\n").expect("ok");
+    assert!(!off.migrate_on_start);
+    let err = resolve_yaml("migrateOnStart: sometimes\n").expect_err("not a bool");
+    assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
+    assert!(err.to_string().contains("migrateOnStart"), "{err}");
+}

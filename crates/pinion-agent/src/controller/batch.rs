@@ -279,7 +279,7 @@ impl Controller {
         }
         self.side = batch.side;
         for cgroup in batch.created {
-            if let Err(err) = self.host.remove(&cgroup) {
+            if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of a rolled-back admission: {err}");
             }
         }
@@ -307,7 +307,7 @@ impl Controller {
             tracing::error!("undoing admissions: {err}; a restart releases them");
         }
         for cgroup in created {
-            if let Err(err) = self.host.remove(&cgroup) {
+            if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of an undone admission: {err}");
             }
         }

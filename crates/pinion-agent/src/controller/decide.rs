@@ -87,12 +87,30 @@ impl Controller {
             });
         }
         let desired = self.engine.placement(&key.0, &key.1);
+        if let Some(reason) = self.start_report.degraded.as_ref() {
+            if desired.is_exclusive() {
+                self.engine.remove(&key.0, &key.1);
+                return Err(ControlError::Degraded {
+                    pod: key.0,
+                    container: key.1,
+                    reason: reason.clone(),
+                });
+            }
+        }
         if let Frontend::Standalone { cgroup, .. } = &request.frontend {
             if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
                 self.engine.remove(&key.0, &key.1);
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
             batch.created.push(cgroup.clone());
+            let exclusive = if desired.is_exclusive() {
+                desired.cpus.len()
+            } else {
+                0
+            };
+            if let Err(err) = self.runs.write(cgroup, exclusive) {
+                tracing::warn!(pod = %key.0, "{err} (only a rebuild from the node needs it)");
+            }
         }
         self.record_scope(&scope, batch);
         if let Frontend::Standalone {
@@ -251,7 +269,7 @@ impl Controller {
     ) {
         match self.host.pids(&cgroup) {
             Ok(pids) if pids.is_empty() => {
-                if let Err(err) = self.host.remove(&cgroup) {
+                if let Err(err) = self.remove_cgroup(&cgroup) {
                     tracing::warn!("cgroup {cgroup} not removed yet: {err}");
                 }
             }

@@ -19,7 +19,9 @@
 mod batch;
 mod decide;
 mod executor;
+mod migrate_start;
 mod plugins;
+mod rebuild;
 mod reconcile;
 mod recover;
 mod runtime;
@@ -46,6 +48,7 @@ use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement};
 use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
 use pinion_host::journal::{JournalError, StateStore};
+use pinion_host::runs::RunRecords;
 use pinion_host::store::StoreError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
@@ -53,6 +56,7 @@ use tokio::sync::{mpsc, watch};
 use crate::metrics::Counters;
 
 pub use executor::RuntimeUpdate;
+pub use rebuild::StartReport;
 pub use recover::StartParts;
 pub use runtime::{Observed, RunningContainer};
 pub use snapshot::{Snapshot, WorkloadView};
@@ -92,10 +96,19 @@ pub enum ControlError {
     Journal(#[from] JournalError),
     #[error("the decision could not be made durable, nothing changed: {reason}")]
     NotDurable { reason: String },
-    #[error("checkpoint {path} cannot be read: {source}. The file is kept as it is. Look at it with `pinion state inspect {path}`; to start from what is running instead, move it aside (Pinion then starts empty and workloads it had placed run in the shared pool until they are placed again); `pinion state migrate` converts a readable file to a new configuration")]
+    #[error("checkpoint {path} cannot be read and could not be set aside to rebuild the state from the node: {source}. Look at it with `pinion state inspect {path}`; `pinion state rebuild` rebuilds it offline")]
     Unreadable {
         path: String,
         source: Box<JournalError>,
+    },
+    /// Degraded mode: the start could not make the checkpoint fit the
+    /// configuration; running workloads are kept, exclusive CPUs are not
+    /// handed out.
+    #[error("pod {pod} container {container}: exclusive cpus are not handed out: the agent runs degraded: {reason}")]
+    Degraded {
+        pod: String,
+        container: String,
+        reason: String,
     },
     #[error("pod {pod} container {container}: {reason}")]
     Plugin {
@@ -109,7 +122,7 @@ pub enum ControlError {
         container: String,
         reason: String,
     },
-    #[error("checkpoint {path} cannot be restored with this configuration: {source}; run `pinion state migrate {path} …` to convert it (or move it aside to start empty)")]
+    #[error("checkpoint {path} cannot be restored with this configuration: {source}; `migrateOnStart` is false, so nothing was changed: run `pinion state migrate {path} --config <the agent's config file>` to convert it (workloads that still fit keep their cpus), or set `migrateOnStart: true`")]
     Restore {
         path: String,
         source: Box<RestoreError>,
@@ -271,6 +284,10 @@ pub struct Controller {
     /// When the checkpoint was last rewritten from the state.
     compacted: Instant,
     host: Box<dyn CpusetHost>,
+    /// What each standalone run asked for (to rebuild from the node).
+    runs: RunRecords,
+    /// What the start repaired (shown by `pinion ps`).
+    start_report: StartReport,
     workloads: BTreeMap<Key, Workload>,
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.
@@ -307,6 +324,15 @@ impl Controller {
                 Frontend::Runtime { .. } => None,
             })
             .collect()
+    }
+
+    /// Removes a standalone run's cgroup and then its run record.
+    fn remove_cgroup(&mut self, cgroup: &CgroupName) -> Result<(), CgroupError> {
+        self.host.remove(cgroup)?;
+        if let Err(err) = self.runs.remove(cgroup) {
+            tracing::warn!("{err}");
+        }
+        Ok(())
     }
 
     fn admitted(&self, key: &Key) -> Admitted {

@@ -85,7 +85,7 @@ impl Controller {
                 |w| matches!(&w.frontend, Frontend::Standalone { cgroup, .. } if *cgroup == name),
             );
             if !owned && self.host.pids(&name).is_ok_and(|p| p.is_empty()) {
-                if let Err(err) = self.host.remove(&name) {
+                if let Err(err) = self.remove_cgroup(&name) {
                     tracing::warn!("removing stray cgroup {name}: {err}");
                 }
             }

@@ -1,6 +1,8 @@
-//! Starting the controller: restore the checkpoint with kubelet's checks,
-//! find the cgroups a previous run left, keep every live assignment and
-//! release the standalone runs whose processes died meanwhile.
+//! Starting the controller: restore the checkpoint with kubelet's checks
+//! (or rebuild the state from the node, or migrate it to the configuration:
+//! `docs/state-recovery.md`), find the cgroups a previous run left, keep
+//! every live assignment and release the standalone runs whose processes
+//! died meanwhile.
 //!
 //! Which front-end an assignment belongs to is read from the node, not from
 //! its name: a standalone run's cgroup exists under Pinion's root from
@@ -17,18 +19,27 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use pinion_core::checkpoint::Checkpoint;
 use pinion_core::engine::Engine;
 use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
+use pinion_core::rebuild::Claim;
 use pinion_core::restore::restore;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::CpusetHost;
+use pinion_host::durable;
 use pinion_host::fileops::FileOps;
-use pinion_host::journal::{JournalError, JournalOptions, StateStore};
+use pinion_host::journal::{
+    set_aside_unreadable, JournalError, JournalOptions, SetAside, StateStore,
+};
+use pinion_host::runs::RunRecords;
+use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
+use super::migrate_start::migrate_at_start;
+use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
 };
@@ -48,15 +59,31 @@ pub struct StartParts {
     /// The state directory's file operations (`None`: the real file
     /// system; tests inject faults).
     pub file_ops: Option<Box<dyn FileOps>>,
+    /// Migrate a checkpoint that does not fit the configuration instead of
+    /// refusing to start (config `migrateOnStart`).
+    pub migrate_on_start: bool,
 }
 
 impl Controller {
-    /// Restores the checkpoint (refusing what kubelet would refuse), sets
-    /// up Pinion's cgroup root, recovers the cgroups of live runs, releases
-    /// dead ones, saves and re-applies every placement.
-    pub fn start(parts: StartParts) -> Result<Controller, ControlError> {
+    /// Restores the checkpoint — set aside and rebuilt from the node when it
+    /// is unreadable or missing, migrated when it does not fit the
+    /// configuration (see [`initial_state`]) —, sets up Pinion's cgroup
+    /// root, recovers the cgroups of live runs, releases dead ones, saves
+    /// and re-applies every placement.
+    pub fn start(mut parts: StartParts) -> Result<Controller, ControlError> {
         let policy_name = parts.policy.name();
-        let opened = match parts.file_ops {
+        let set_aside =
+            set_aside_unreadable(&parts.state_dir, &rebuild::stamp()).map_err(|source| {
+                ControlError::Unreadable {
+                    path: parts
+                        .state_dir
+                        .join(CPU_MANAGER_STATE)
+                        .display()
+                        .to_string(),
+                    source: Box::new(source),
+                }
+            })?;
+        let opened = match parts.file_ops.take() {
             Some(ops) => StateStore::open_with(
                 &parts.state_dir,
                 policy_name,
@@ -76,15 +103,16 @@ impl Controller {
             tracing::warn!("{warning}");
         }
         let (store, checkpoint, side) = (opened.store, opened.checkpoint, opened.side);
-        let state = match checkpoint {
-            Some(checkpoint) => {
-                restore(&checkpoint, &parts.policy).map_err(|source| ControlError::Restore {
-                    path: store.checkpoint_path().display().to_string(),
-                    source: Box::new(source),
-                })?
-            }
-            None => State::default(),
-        };
+        let runs = RunRecords::new(&parts.state_dir);
+        let mut report = StartReport::default();
+        let (state, base) = initial_state(
+            &parts,
+            &store,
+            checkpoint,
+            set_aside.as_ref(),
+            &runs,
+            &mut report,
+        )?;
         let mut engine = Engine::new(&parts.topology, parts.policy, state)
             .with_topology_manager(parts.topology_manager);
         engine
@@ -92,14 +120,25 @@ impl Controller {
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let (shared_tx, _) = watch::channel(CpuSet::new());
         let (snapshot_tx, _) = watch::channel(Arc::new(Snapshot::default()));
+        let mut counters = Counters::default();
+        if report.rebuilt {
+            counters.state_rebuilds_total += 1;
+            counters.state_rebuild_conflicts_total += report.conflicts;
+        }
+        if let Some(dropped) = report.migrated_dropped {
+            counters.state_migrations_total += 1;
+            counters.state_migration_dropped_total += dropped;
+        }
         let mut controller = Controller {
             engine,
             store,
             side,
             compacted: Instant::now(),
             host: parts.host,
+            runs,
+            start_report: report,
             workloads: BTreeMap::new(),
-            counters: Counters::default(),
+            counters,
             runtime_updates: parts.runtime_updates,
             shared_tx,
             snapshot_tx,
@@ -113,11 +152,14 @@ impl Controller {
                 pod: "(pinion root)".to_string(),
                 source,
             })?;
-        controller.recover()?;
+        controller.recover(base)?;
         Ok(controller)
     }
 
-    fn recover(&mut self) -> Result<(), ControlError> {
+    /// `base`: what is on disk when the start did not take the state from it
+    /// as it is (rebuilt from the node: nothing; migrated: the old
+    /// checkpoint), so that the journal records every difference.
+    fn recover(&mut self, base: Option<State>) -> Result<(), ControlError> {
         let names = self.host.list().map_err(|source| ControlError::Cgroup {
             pod: "(pinion root)".to_string(),
             source,
@@ -140,7 +182,7 @@ impl Controller {
             next.remove(&key.0, &key.1);
             self.counters.released_gone_total += 1;
             tracing::info!(pod = %key.0, "released: its processes ended while the agent was down");
-            if let Err(err) = self.host.remove(&cgroup) {
+            if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup}: {err}");
             }
         }
@@ -176,11 +218,97 @@ impl Controller {
         let before = std::mem::replace(&mut self.engine, next);
         let side_before = self.side.clone();
         self.restore_allocations();
-        self.record(before.state(), Some(&side_before))?;
+        let base = base.unwrap_or_else(|| before.state().clone());
+        self.record(&base, Some(&side_before))?;
         self.store.flush()?;
         // A fresh checkpoint of what was recovered, and a fresh journal.
         self.maybe_compact(true);
         self.converge();
         Ok(())
     }
+}
+
+/// The state to start from and, when it is not the one on disk, what is on
+/// disk (see [`Controller::recover`]): the checkpoint restored as kubelet
+/// does; migrated to the configuration when it does not fit it
+/// (`migrateOnStart`); rebuilt from the node when it is missing or
+/// unreadable, or cannot be migrated (then new exclusive admissions are
+/// refused: degraded).
+fn initial_state(
+    parts: &StartParts,
+    store: &StateStore,
+    checkpoint: Option<Checkpoint>,
+    set_aside: Option<&SetAside>,
+    runs: &RunRecords,
+    report: &mut StartReport,
+) -> Result<(State, Option<State>), ControlError> {
+    let path = store.checkpoint_path().display().to_string();
+    let (why, claims) = match checkpoint {
+        Some(checkpoint) => {
+            let source = match restore(&checkpoint, &parts.policy) {
+                Ok(state) => return Ok((state, None)),
+                Err(source) => source,
+            };
+            if !parts.migrate_on_start {
+                return Err(ControlError::Restore {
+                    path,
+                    source: Box::new(source),
+                });
+            }
+            match migrate_at_start(
+                &checkpoint,
+                &parts.policy,
+                &path,
+                &source.to_string(),
+                report,
+            ) {
+                Ok((new, old)) => {
+                    match durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "pre-migrate") {
+                        Ok(kept) => report.lines.push(format!(
+                            "the checkpoint before the migration is kept as {}",
+                            kept.display()
+                        )),
+                        Err(err) => {
+                            tracing::warn!("keeping the checkpoint before the migration: {err}");
+                        }
+                    }
+                    return Ok((new, Some(old)));
+                }
+                Err(reason) => {
+                    let why = format!("checkpoint {path} does not fit the configuration ({source}) and cannot be migrated: {reason}");
+                    let claims = node_claims(parts, runs)?;
+                    let kept =
+                        durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "unmigratable")
+                            .map_or_else(
+                                |err| format!("it could not be kept: {err}"),
+                                |p| format!("it is kept as {}", p.display()),
+                            );
+                    report.degraded = Some(format!(
+                        "{why} ({kept}); the state is rebuilt from the running workloads, which stay where they run; new exclusive admissions are refused until the agent restarts on the rebuilt checkpoint (check it first with `pinion state verify --config <the agent's config file>`; `pinion state rebuild --write` redoes the rebuild offline)"
+                    ));
+                    (why, claims)
+                }
+            }
+        }
+        None => {
+            let claims = node_claims(parts, runs)?;
+            if claims.is_empty() && set_aside.is_none() {
+                return Ok((State::default(), None));
+            }
+            (rebuild::reason(set_aside, &path), claims)
+        }
+    };
+    let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+    if let Some(degraded) = &report.degraded {
+        tracing::error!("{degraded}");
+        report.lines.push(format!("degraded: {degraded}"));
+    }
+    Ok((rebuilt.state, Some(State::default())))
+}
+
+fn node_claims(parts: &StartParts, runs: &RunRecords) -> Result<Vec<Claim>, ControlError> {
+    rebuild::claims(parts.host.as_ref(), runs).map_err(|source| ControlError::Cgroup {
+        pod: "(pinion root)".to_string(),
+        source,
+    })
 }

@@ -39,6 +39,10 @@ pub struct Snapshot {
     /// `pinion`. Containers of pods outside Kubernetes are not pods.
     #[serde(skip)]
     pub pods: BTreeMap<String, Arc<Pod>>,
+    /// What the start repaired (rebuild from the node, migration), one
+    /// line per event and conflict.
+    #[serde(default)]
+    pub recovery: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -105,6 +109,7 @@ impl Controller {
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals: self.pending_removals(),
             pods: self.known_pods(),
+            recovery: self.start_report.lines.clone(),
         };
         self.snapshot_tx.send_replace(Arc::new(snapshot));
     }

@@ -351,37 +351,147 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     let host = FakeCgroups::default();
     let bytes = pinion_core::checkpoint::encode("none", "", &Default::default());
     std::fs::write(dir.path().join(CPU_MANAGER_STATE), bytes).expect("write");
-    let err = start(dir.path(), &host).err().expect("refused");
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = false;
+    let err = Controller::start(parts).err().expect("refused");
     assert!(matches!(err, ControlError::Restore { .. }), "{err}");
-    assert!(err.to_string().contains("pinion state migrate"), "{err}");
+    for part in ["pinion state migrate", "--config", "migrateOnStart"] {
+        assert!(
+            err.to_string().contains(part),
+            "{part:?} missing from {err}"
+        );
+    }
 }
 
-/// Issue 10: a corrupt checkpoint at start-up was reported as "saving the
-/// checkpoint failed, nothing changed: …".
+/// Issue 13: a config change that reserves the CPU of a running exclusive
+/// workload kept the agent down. Now the checkpoint is migrated at start:
+/// that workload goes to the shared pool, the others keep their CPUs.
 #[test]
-fn regression_a_corrupt_checkpoint_is_reported_as_unreadable_with_the_way_out() {
+fn regression_reserving_a_held_cpu_migrates_at_start_instead_of_exiting() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    std::fs::write(dir.path().join(CPU_MANAGER_STATE), b"{garbage").expect("write");
-    let err = start(dir.path(), &host).err().expect("corrupt");
+    let mut controller = start(dir.path(), &host).expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("1"), 41)).expect("a");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 42)).expect("b");
+    drop(controller);
+    let reserved = b.placement.cpus.clone();
+    let changed = node(&host).with_config(PolicyConfig {
+        policy: Some("static".into()),
+        num_reserved: Some(reserved.len()),
+        reserved: Some(reserved.clone()),
+        ..PolicyConfig::default()
+    });
+    let controller = changed.start(dir.path()).expect("migrated, not refused");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&a.placement.cpus),
+        "the workload that still fits keeps its cpus"
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(
+        host.tree().children[&name("pinion-run-b")].cpus,
+        controller.engine.shared_pool()
+    );
+    assert_eq!(controller.counters.state_migrations_total, 1);
+    assert_eq!(controller.counters.state_migration_dropped_total, 1);
+    assert!(dir.path().join("cpu_manager_state.pre-migrate-1").exists());
+    assert_eq!(on_disk(dir.path()), controller.state().clone());
+    let moved = &controller.start_report.lines;
     assert!(
-        matches!(
-            err,
-            ControlError::Unreadable { ref source, .. }
-                if matches!(**source, JournalError::CorruptCheckpoint { .. })
-        ),
+        moved
+            .iter()
+            .any(|l| l.starts_with("moved: pinion-run-b/main")),
+        "{moved:?}"
+    );
+}
+
+/// A checkpoint that fits nothing and cannot be migrated (v1 entries: the
+/// container ids are the runtime's) no longer keeps the agent down: it
+/// starts degraded, keeps the running workloads and refuses exclusive cpus.
+#[test]
+fn a_checkpoint_that_cannot_be_migrated_starts_degraded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let v1 = br#"{"policyName":"static","defaultCpuSet":"0,2-7","entries":{"0123abcd":"1"},"checksum":0}"#;
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), v1).expect("write");
+    let mut controller = start(dir.path(), &host).expect("starts degraded");
+    let err = admit(&mut controller, &run("pinion-run-x", Some("1"), 43)).expect_err("refused");
+    assert!(matches!(err, ControlError::Degraded { .. }), "{err}");
+    assert!(
+        err.to_string().contains("pinion state rebuild --write"),
         "{err}"
     );
-    let text = err.to_string();
-    assert!(!text.contains("saving"), "{text}");
-    for part in ["cannot be read", "pinion state inspect", "kept as it is"] {
-        assert!(text.contains(part), "{part:?} missing from {text}");
-    }
+    assert!(controller.state().assignments.is_empty());
+    let shared = admit(&mut controller, &run("pinion-run-y", None, 44)).expect("shared");
+    assert!(!shared.exclusive());
+}
+
+/// Issue 10 reported a corrupt checkpoint as "saving the checkpoint
+/// failed"; issue 13: it then kept the agent down. Now it is kept aside and
+/// the state is rebuilt from the running workloads, which keep their CPUs.
+#[test]
+fn regression_a_corrupt_checkpoint_is_kept_aside_and_the_runs_keep_their_cpus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let pinned = admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    admit(&mut controller, &run("pinion-run-b", None, 42)).expect("shared run");
+    drop(controller);
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), b"{garbage").expect("write");
+    let controller = start(dir.path(), &host).expect("starts anyway");
     assert_eq!(
-        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("read"),
-        b"{garbage",
-        "never overwritten"
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&pinned.placement.cpus)
     );
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].cpus,
+        pinned.placement.cpus
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+    assert_eq!(controller.counters.state_rebuild_conflicts_total, 0);
+    assert_eq!(on_disk(dir.path()), controller.state().clone());
+    let kept: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cpu_manager_state.unreadable-")
+        })
+        .map(|e| std::fs::read(e.path()).expect("read"))
+        .collect();
+    assert_eq!(kept, vec![b"{garbage".to_vec()], "kept, never overwritten");
+    assert!(
+        controller.start_report.lines[0].contains("unreadable"),
+        "{:?}",
+        controller.start_report
+    );
+}
+
+/// A run admitted before run records existed has none: it is rebuilt as a
+/// member of the shared pool (the documented fallback), with a warning.
+#[test]
+fn a_run_without_a_record_is_rebuilt_in_the_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    drop(controller);
+    std::fs::remove_file(dir.path().join(CPU_MANAGER_STATE)).expect("delete");
+    std::fs::remove_file(dir.path().join("runs/pinion-run-a")).expect("no record");
+    let controller = start(dir.path(), &host).expect("start");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
 }
 
 #[tokio::test]

@@ -20,6 +20,7 @@ pub mod format;
 mod inspect;
 mod recovery;
 pub mod scan;
+mod unreadable;
 mod writer;
 
 #[cfg(test)]
@@ -39,6 +40,7 @@ use scan::{plan_replay, Basis, Scan, Tail};
 
 pub use inspect::{inspect, inspect_paths, is_journal, Inspection, JournalView};
 pub use recovery::{Damage, Recovery, Superseded, TornTail};
+pub use unreadable::{set_aside_unreadable, SetAside};
 pub use writer::Flushed;
 
 /// The journal's file name in the state directory.

@@ -1,6 +1,7 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(&Args)`.
 
 pub mod agent;
+pub mod agent_config;
 pub mod alloc;
 pub mod hints;
 pub mod plugin;
@@ -15,4 +16,5 @@ pub mod state;
 pub mod state_check;
 pub mod state_import;
 pub mod state_journal;
+pub mod state_rebuild;
 pub mod topology;

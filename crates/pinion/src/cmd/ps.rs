@@ -51,6 +51,9 @@ fn table(snapshot: &Snapshot) -> String {
         },
         snapshot.shared_pool
     );
+    for line in &snapshot.recovery {
+        let _ = writeln!(out, "at start: {line}");
+    }
     let rows: Vec<[String; 7]> = snapshot
         .workloads
         .iter()

@@ -24,6 +24,7 @@ use pinion_host::journal;
 use pinion_host::store::CPU_MANAGER_STATE;
 use serde::Serialize;
 
+use super::agent_config::AgentConfig;
 use super::state_journal;
 
 /// Arguments of `pinion state`.
@@ -44,6 +45,10 @@ enum StateCommand {
     /// Turn a checkpoint kubelet would refuse into a valid one for a new
     /// configuration, keeping every assignment that is still valid.
     Migrate(super::state_check::MigrateArgs),
+    /// Rebuild the state from the running workloads (each cgroup's cpus
+    /// and run record), as the agent does when its checkpoint is missing
+    /// or unreadable (dry run unless --write).
+    Rebuild(super::state_rebuild::RebuildArgs),
     /// Carry katalyst ORM's resource-plugin allocations
     /// (`kubelet_qrm_checkpoint`) into Pinion's state directory (dry run
     /// unless --write).
@@ -53,8 +58,12 @@ enum StateCommand {
 #[derive(Debug, clap::Args)]
 struct InspectArgs {
     /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state, or a
-    /// journal file (pinion_journal).
-    file: PathBuf,
+    /// journal file (pinion_journal); default: the agent's checkpoint.
+    file: Option<PathBuf>,
+    /// The agent's config file (its `stateDir` says where the default
+    /// checkpoint is).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -76,19 +85,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         StateCommand::Verify(verify) => super::state_check::verify(verify),
         StateCommand::Migrate(migrate) => super::state_check::migrate_file(migrate),
         StateCommand::ImportQrm(import) => super::state_import::import(import),
+        StateCommand::Rebuild(rebuild) => super::state_rebuild::run(rebuild),
     }
 }
 
 fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
-    let path = args.file.display().to_string();
-    let bytes = std::fs::read(&args.file).with_context(|| format!("cannot read {path}"))?;
-    let dir = args.file.parent().unwrap_or_else(|| Path::new("."));
+    let file = match &args.file {
+        Some(file) => file.clone(),
+        None => AgentConfig::load(args.config.as_deref())?.checkpoint(),
+    };
+    let path = file.display().to_string();
+    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {path}"))?;
+    let dir = file.parent().unwrap_or_else(|| Path::new("."));
     let is_journal = journal::is_journal(&bytes);
     if let Format::Effective = args.format {
         let (checkpoint, journal) = if is_journal {
-            (dir.join(CPU_MANAGER_STATE), args.file.clone())
+            (dir.join(CPU_MANAGER_STATE), file.clone())
         } else {
-            (args.file.clone(), dir.join(journal::JOURNAL))
+            (file.clone(), dir.join(journal::JOURNAL))
         };
         let effective = state_journal::effective(&checkpoint, &journal)?;
         let bytes = effective.to_bytes().with_context(|| {
@@ -98,7 +112,7 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     if is_journal {
-        let report = state_journal::report(&dir.join(CPU_MANAGER_STATE), &args.file)?;
+        let report = state_journal::report(&dir.join(CPU_MANAGER_STATE), &file)?;
         match args.format {
             Format::Text => print!("{}", report.to_text()),
             Format::Json | Format::Effective => {
@@ -107,13 +121,17 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         }
         return fail_on(&path, &report.problems);
     }
-    let checkpoint =
-        checkpoint::decode(&bytes).with_context(|| format!("cannot decode checkpoint {path}"))?;
+    let checkpoint = checkpoint::decode(&bytes).with_context(|| {
+        format!(
+            "cannot decode checkpoint {path}; {}",
+            super::state_check::repair_hint(&file)
+        )
+    })?;
     let mut report = Report::new(path.clone(), &checkpoint);
     let beside = dir.join(journal::JOURNAL);
-    let is_kubelets_file = args.file.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
+    let is_kubelets_file = file.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
     if is_kubelets_file && beside.exists() {
-        let journal = state_journal::report(&args.file, &beside)?;
+        let journal = state_journal::report(&file, &beside)?;
         report.problems.extend(journal.problems.iter().cloned());
         report.journal = Some(journal);
     }

@@ -6,14 +6,13 @@
 //! Pinion's journal beside it is read with the journal's records replayed
 //! (the state the agent starts from), and says so.
 
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_core::checkpoint::{self, Checkpoint};
 use pinion_core::migrate::{migrate, Outcome};
-use pinion_core::policy::{FeatureGates, Policy, PolicyConfig};
+use pinion_core::policy::{FeatureGates, Policy};
 use pinion_core::restore::{restore, to_checkpoint};
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
@@ -21,17 +20,25 @@ use pinion_host::durable;
 use pinion_host::journal::{inspect_paths, JOURNAL};
 use pinion_host::store::CPU_MANAGER_STATE;
 
+use super::agent_config::AgentConfig;
 use crate::render;
 
-/// The machine and the policy configuration to check against.
+/// The machine and the policy configuration to check against: the agent's
+/// config file (or the agent's defaults), then the flags on top.
 #[derive(Debug, clap::Args)]
 pub struct PolicyArgs {
-    /// Root holding `sys/devices/system/{cpu,node}` (`/` for this machine).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    pub sysroot: PathBuf,
+    /// The agent's config file: its policy, reserved CPUs, options, state
+    /// directory and sysroot apply (without it: the agent's defaults —
+    /// static policy, one CPU reserved, /var/lib/pinion). Flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Root holding `sys/devices/system/{cpu,node}` (default: the config's
+    /// `sysroot`, else `/`).
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
     /// CPU manager policy (`static` or `none`).
-    #[arg(long, alias = "to-policy", default_value = "static")]
-    pub policy: String,
+    #[arg(long, alias = "to-policy")]
+    pub policy: Option<String>,
     /// Explicit reserved CPUs (kubelet `reservedSystemCPUs`), e.g. `0,48`.
     #[arg(long, value_name = "LIST")]
     pub reserved_cpus: Option<String>,
@@ -50,51 +57,68 @@ pub struct PolicyArgs {
 }
 
 impl PolicyArgs {
-    fn config(&self) -> anyhow::Result<PolicyConfig> {
-        let mut options = BTreeMap::new();
+    /// The agent's configuration with the flags applied.
+    pub fn agent(&self) -> anyhow::Result<AgentConfig> {
+        let mut agent = AgentConfig::load(self.config.as_deref())?;
+        if let Some(sysroot) = &self.sysroot {
+            agent.sysroot.clone_from(sysroot);
+        }
+        let config = &mut agent.policy;
+        if let Some(policy) = &self.policy {
+            config.policy = Some(policy.clone());
+        }
         for option in &self.options {
             let (name, value) = option
                 .split_once('=')
                 .with_context(|| format!("--option {option:?} must be NAME=VALUE"))?;
-            options.insert(name.to_string(), value.to_string());
+            config.options.insert(name.to_string(), value.to_string());
         }
-        let reserved = match &self.reserved_cpus {
-            Some(text) => Some(
-                CpuSet::parse_list(text).with_context(|| format!("--reserved-cpus {text:?}"))?,
-            ),
-            None => None,
-        };
-        let num_reserved = match (&reserved, self.num_reserved) {
-            (_, Some(n)) => Some(n),
-            (Some(cpus), None) => Some(cpus.len()),
-            (None, None) if self.policy == "static" => {
-                anyhow::bail!("the static policy needs --num-reserved N or --reserved-cpus LIST")
+        if let Some(text) = &self.reserved_cpus {
+            let cpus =
+                CpuSet::parse_list(text).with_context(|| format!("--reserved-cpus {text:?}"))?;
+            config.num_reserved = Some(cpus.len());
+            config.reserved = Some(cpus);
+        }
+        if let Some(n) = self.num_reserved {
+            config.num_reserved = Some(n);
+            if self.reserved_cpus.is_none() {
+                config.reserved = None;
             }
-            (None, None) => None,
-        };
-        Ok(PolicyConfig {
-            policy: Some(self.policy.clone()),
-            options,
-            feature_gates: Some(FeatureGates {
-                alpha: self.alpha_options,
-                beta: true,
-            }),
-            topology_manager_policy: self.topology_manager_policy.clone(),
-            num_reserved,
-            reserved,
-            ..PolicyConfig::default()
-        })
+        }
+        if self.alpha_options {
+            let gates = config
+                .feature_gates
+                .get_or_insert_with(FeatureGates::default);
+            gates.alpha = true;
+        }
+        if let Some(tmp) = &self.topology_manager_policy {
+            config.topology_manager_policy = Some(tmp.clone());
+        }
+        let is_static = config.policy.as_deref().unwrap_or("static") == "static";
+        if is_static && config.num_reserved.unwrap_or(0) == 0 {
+            anyhow::bail!("the static policy needs reserved cpus: --num-reserved N, --reserved-cpus LIST, or the agent's --config FILE");
+        }
+        Ok(agent)
     }
 
-    fn build(&self) -> anyhow::Result<(Topology, Policy)> {
-        let topology = pinion_host::discover(&self.sysroot).with_context(|| {
+    /// The checkpoint to work on: `file`, else the agent's.
+    pub fn checkpoint(&self, file: Option<&Path>) -> anyhow::Result<PathBuf> {
+        match file {
+            Some(file) => Ok(file.to_path_buf()),
+            None => Ok(self.agent()?.checkpoint()),
+        }
+    }
+
+    pub fn build(&self) -> anyhow::Result<(Topology, Policy)> {
+        let agent = self.agent()?;
+        let topology = pinion_host::discover(&agent.sysroot).with_context(|| {
             format!(
                 "cannot discover the cpu topology under {}",
-                self.sysroot.display()
+                agent.sysroot.display()
             )
         })?;
-        let policy = self
-            .config()?
+        let policy = agent
+            .policy
             .build(&topology)
             .context("cannot build the policy")?;
         Ok((topology, policy))
@@ -104,8 +128,9 @@ impl PolicyArgs {
 /// Arguments of `pinion state verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
-    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state.
-    pub file: PathBuf,
+    /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state
+    /// (default: the agent's, in its state directory).
+    pub file: Option<PathBuf>,
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -113,8 +138,9 @@ pub struct VerifyArgs {
 /// Arguments of `pinion state migrate`.
 #[derive(Debug, clap::Args)]
 pub struct MigrateArgs {
-    /// The checkpoint file to migrate in place (a copy of the old one is kept).
-    pub file: PathBuf,
+    /// The checkpoint file to migrate in place (a copy of the old one is
+    /// kept; default: the agent's, in its state directory).
+    pub file: Option<PathBuf>,
     #[command(flatten)]
     pub policy: PolicyArgs,
     /// Show what would happen; write nothing.
@@ -126,10 +152,11 @@ pub struct MigrateArgs {
 /// validateState and Pinion's invariants, each reported; non-zero exit on
 /// the first failure.
 pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
-    let checkpoint = read(&args.file)?;
+    let file = args.policy.checkpoint(args.file.as_deref())?;
+    let checkpoint = read(&file)?;
     checkpoint
         .verify()
-        .with_context(|| format!("{}: checksum", args.file.display()))?;
+        .with_context(|| format!("{}: checksum; {}", file.display(), repair_hint(&file)))?;
     println!("checksum: valid ({})", checkpoint.stored_checksum());
     let (topology, policy) = args.policy.build()?;
     println!(
@@ -141,7 +168,7 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
         format!(
             "{}: kubelet would refuse to start with this state \
              (see `pinion state migrate` to recover without draining)",
-            args.file.display()
+            file.display()
         )
     })?;
     println!("policy: {} (matches)", policy.name());
@@ -162,17 +189,19 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
 
 /// `pinion state migrate`: see the module documentation.
 pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
-    let checkpoint = read(&args.file)?;
+    let file = args.policy.checkpoint(args.file.as_deref())?;
+    let checkpoint = read(&file)?;
     checkpoint.verify().with_context(|| {
         format!(
-            "{}: refusing to migrate a corrupted checkpoint",
-            args.file.display()
+            "{}: refusing to migrate a corrupted checkpoint; {}",
+            file.display(),
+            repair_hint(&file)
         )
     })?;
     let parsed = checkpoint
         .migrate_v1(|_| None)
         .and_then(|c| c.to_state())
-        .with_context(|| format!("{}: cannot read the assignments", args.file.display()))?;
+        .with_context(|| format!("{}: cannot read the assignments", file.display()))?;
     let old = State {
         default: parsed.default_cpu_set,
         assignments: parsed.assignments,
@@ -195,15 +224,15 @@ pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
         println!("dry run: nothing written");
         return Ok(());
     }
-    let (dir, name) = split_path(&args.file)?;
+    let (dir, name) = split_path(&file)?;
     let kept = durable::keep_copy(dir, name, "pre-migrate")
-        .with_context(|| format!("cannot keep a copy of {}", args.file.display()))?;
+        .with_context(|| format!("cannot keep a copy of {}", file.display()))?;
     let bytes = to_checkpoint(&new, &policy).to_bytes()?;
     durable::write_atomic(dir, name, &bytes)
-        .with_context(|| format!("cannot write {}", args.file.display()))?;
+        .with_context(|| format!("cannot write {}", file.display()))?;
     println!(
         "wrote {} (the old file is kept as {})",
-        args.file.display(),
+        file.display(),
         kept.display()
     );
     if dir.join(JOURNAL).exists() && name == CPU_MANAGER_STATE {
@@ -237,9 +266,26 @@ fn print_report(checkpoint: &Checkpoint, policy: &Policy, outcomes: &[Outcome], 
 
 fn read(path: &Path) -> anyhow::Result<Checkpoint> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let checkpoint = checkpoint::decode(&bytes)
-        .with_context(|| format!("cannot decode checkpoint {}", path.display()))?;
+    let checkpoint = checkpoint::decode(&bytes).with_context(|| {
+        format!(
+            "cannot decode checkpoint {}; {}",
+            path.display(),
+            repair_hint(path)
+        )
+    })?;
     with_journal(path, checkpoint)
+}
+
+/// What to do about a checkpoint that cannot be read.
+pub fn repair_hint(path: &Path) -> String {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    format!(
+        "to repair it from the running workloads, run `pinion state rebuild --state-dir {} --config <the agent's config file>` (a dry run; add --write to apply) — the agent does the same by itself at its next start, keeping this file beside the new one",
+        dir.display()
+    )
 }
 
 /// A valid `cpu_manager_state` with the records of Pinion's journal beside

@@ -1,0 +1,63 @@
+//! A checkpoint that no longer fits the configuration (reserved CPUs,
+//! policy, options, CPUs gone offline) is migrated at start with the plan
+//! `pinion state migrate` prints (`pinion_core::migrate`): workloads that
+//! still fit keep their CPUs, only the conflicting ones go to the shared
+//! pool, each one logged with before and after. Config key
+//! `migrateOnStart` (default true); with it off the start is refused with
+//! the command to run.
+
+use pinion_core::checkpoint::Checkpoint;
+use pinion_core::migrate::migrate;
+use pinion_core::policy::Policy;
+use pinion_core::state::State;
+
+use super::rebuild::StartReport;
+
+/// The migrated state and the one the checkpoint held, or why there is no
+/// migration (the checkpoint's entries cannot be read, or the migrated
+/// state is refused: then the caller starts degraded).
+pub(super) fn migrate_at_start(
+    checkpoint: &Checkpoint,
+    policy: &Policy,
+    path: &str,
+    why: &str,
+    report: &mut StartReport,
+) -> Result<(State, State), String> {
+    let parsed = checkpoint
+        .migrate_v1(|_| None)
+        .and_then(|c| c.to_state())
+        .map_err(|err| format!("its entries cannot be read: {err}"))?;
+    let old = State {
+        default: parsed.default_cpu_set,
+        assignments: parsed.assignments,
+    };
+    let (new, outcomes) = migrate(&old, policy);
+    let mut started = new.clone();
+    policy
+        .start(&mut started)
+        .map_err(|err| format!("the migrated state is refused by the policy: {err}"))?;
+    let dropped = outcomes.iter().filter(|o| o.dropped.is_some()).count();
+    let line = format!(
+        "checkpoint {path} migrated to the configuration ({why}): {} kept, {dropped} moved to the shared pool",
+        outcomes.len() - dropped
+    );
+    tracing::warn!("{line}");
+    report.lines.push(line);
+    report.migrated_dropped = Some(dropped as u64);
+    for outcome in &outcomes {
+        match &outcome.dropped {
+            None => {
+                tracing::info!(pod = %outcome.pod, container = %outcome.container, cpus = %outcome.cpus, "migrated: keeps its cpus");
+            }
+            Some(reason) => {
+                let line = format!(
+                    "moved: {}/{} from cpus {} to the shared pool {}: {reason}",
+                    outcome.pod, outcome.container, outcome.cpus, new.default
+                );
+                tracing::warn!("{line}");
+                report.lines.push(line);
+            }
+        }
+    }
+    Ok((new, old))
+}

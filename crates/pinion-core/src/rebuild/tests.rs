@@ -1,0 +1,234 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::policy::{Reservation, StaticPolicy, StaticPolicyOptions};
+use crate::testing::cpus;
+use crate::topology::{synthetic, Shape, Topology};
+
+/// 8 cores × 2 threads: core n = CPUs n and n+8.
+fn machine() -> Topology {
+    synthetic(Shape {
+        sockets: 1,
+        numa_per_socket: 1,
+        cores_per_socket: 8,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+}
+
+fn policy_on(topology: Topology, reserved: &str) -> Policy {
+    let cpus = cpus(reserved);
+    let reservation = Reservation {
+        count: cpus.len(),
+        cpus,
+    };
+    Policy::Static(Box::new(
+        StaticPolicy::new(topology, StaticPolicyOptions::default(), &reservation).expect("policy"),
+    ))
+}
+
+fn policy(reserved: &str) -> Policy {
+    policy_on(machine(), reserved)
+}
+
+fn claim(pod: &str, list: &str, exclusive: usize) -> Claim {
+    Claim {
+        pod: pod.to_string(),
+        container: "main".to_string(),
+        cpus: cpus(list),
+        exclusive,
+    }
+}
+
+fn started(rebuilt: &Rebuilt, policy: &Policy) {
+    let mut state = rebuilt.state.clone();
+    assert_eq!(policy.start(&mut state), Ok(()), "{rebuilt:?}");
+    assert_eq!(state, rebuilt.state, "the policy changed nothing");
+}
+
+#[test]
+fn workloads_without_conflict_keep_exactly_their_cpus() {
+    let policy = policy("0");
+    let claims = [
+        claim("pod-b", "2,10", 2),
+        claim("pod-a", "1", 1),
+        claim("pod-c", "1-7,9-15", 0),
+    ];
+    let rebuilt = rebuild(&claims, &policy);
+    assert!(rebuilt.outcomes.iter().all(Outcome::unmoved), "{rebuilt:?}");
+    assert_eq!(rebuilt.state.assignment("pod-a", "main"), Some(&cpus("1")));
+    assert_eq!(
+        rebuilt.state.assignment("pod-b", "main"),
+        Some(&cpus("2,10"))
+    );
+    assert_eq!(rebuilt.state.assignment("pod-c", "main"), None);
+    assert_eq!(rebuilt.state.default, cpus("0,3-9,11-15"));
+    started(&rebuilt, &policy);
+}
+
+#[test]
+fn the_earlier_pod_keeps_a_doubly_claimed_cpu_and_the_later_one_is_topped_up() {
+    let policy = policy("0");
+    let rebuilt = rebuild(
+        &[claim("pod-b", "2-3", 2), claim("pod-a", "1-2", 2)],
+        &policy,
+    );
+    assert_eq!(
+        rebuilt.state.assignment("pod-a", "main"),
+        Some(&cpus("1-2"))
+    );
+    let b = &rebuilt.outcomes[1];
+    assert_eq!(
+        b.conflicts[0],
+        Conflict::CpusTaken {
+            cpus: cpus("2"),
+            by_pod: "pod-a".into(),
+            by_container: "main".into()
+        }
+    );
+    assert!(b.cpus.contains(3), "pod-b keeps its uncontested cpu: {b:?}");
+    assert_eq!(b.cpus.len(), 2);
+    assert!(matches!(b.conflicts[1], Conflict::Replaced { .. }), "{b:?}");
+    started(&rebuilt, &policy);
+}
+
+#[test]
+fn containers_of_one_pod_may_share() {
+    let policy = policy("0");
+    let claims = [
+        Claim {
+            container: "init".into(),
+            ..claim("pod-a", "1-2", 2)
+        },
+        claim("pod-a", "1-2", 2),
+    ];
+    let rebuilt = rebuild(&claims, &policy);
+    assert!(rebuilt.outcomes.iter().all(Outcome::unmoved), "{rebuilt:?}");
+}
+
+#[test]
+fn offline_and_reserved_cpus_are_taken_away_and_replaced() {
+    // The machine lost cores 6 and 7 (CPUs 6-7, 14-15).
+    let mut spec = machine().spec().clone();
+    spec.cpus.retain(|c| c.core < 6);
+    let policy = policy_on(Topology::new(spec).expect("valid"), "0,8");
+    let rebuilt = rebuild(
+        &[claim("pod-a", "6,14", 2), claim("pod-b", "8-9", 2)],
+        &policy,
+    );
+    let a = &rebuilt.outcomes[0];
+    assert_eq!(a.conflicts[0], Conflict::CpusGone { cpus: cpus("6,14") });
+    assert_eq!(a.cpus.len(), 2);
+    let b = &rebuilt.outcomes[1];
+    assert_eq!(b.conflicts[0], Conflict::CpusReserved { cpus: cpus("8") });
+    assert!(b.cpus.contains(9) && b.cpus.len() == 2, "{b:?}");
+    started(&rebuilt, &policy);
+}
+
+#[test]
+fn more_cpus_than_asked_are_trimmed_by_the_policy() {
+    let policy = policy("0");
+    let rebuilt = rebuild(&[claim("pod-a", "1-7,9-15", 1)], &policy);
+    let a = &rebuilt.outcomes[0];
+    assert_eq!(a.cpus.len(), 1);
+    assert!(matches!(a.conflicts[0], Conflict::Trimmed { .. }), "{a:?}");
+    started(&rebuilt, &policy);
+}
+
+#[test]
+fn the_shared_pool_is_never_emptied_and_a_short_workload_keeps_what_it_has() {
+    let policy = policy("0");
+    let rebuilt = rebuild(
+        &[claim("pod-a", "1-15", 15), claim("pod-b", "3", 1)],
+        &policy,
+    );
+    let a = &rebuilt.outcomes[0];
+    assert_eq!(a.cpus, cpus("1-14"), "{a:?}");
+    assert!(a
+        .conflicts
+        .contains(&Conflict::SharedPoolWouldBeEmpty { cpus: cpus("15") }));
+    let b = &rebuilt.outcomes[1];
+    assert!(b.cpus.is_empty(), "{b:?}");
+    assert!(b.conflicts.contains(&Conflict::Short { asked: 1, kept: 0 }));
+    assert!(a.conflicts.contains(&Conflict::Short {
+        asked: 15,
+        kept: 14
+    }));
+    started(&rebuilt, &policy);
+}
+
+#[test]
+fn under_policy_none_everything_is_shared() {
+    let rebuilt = rebuild(&[claim("pod-a", "1", 1)], &Policy::None);
+    assert_eq!(rebuilt.state, State::default());
+    assert!(!rebuilt.outcomes[0].exclusive);
+}
+
+fn arb_claims() -> impl Strategy<Value = Vec<Claim>> {
+    let one = (
+        0u8..6,
+        0u8..2,
+        proptest::collection::vec(0u32..20, 0..6),
+        0usize..4,
+    );
+    proptest::collection::vec(one, 0..8).prop_map(|items| {
+        items
+            .into_iter()
+            .map(|(pod, container, ids, exclusive)| Claim {
+                pod: format!("pod-{pod}"),
+                container: format!("c{container}"),
+                cpus: ids.into_iter().collect(),
+                exclusive,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// The result always starts under the policy (kubelet's checks and
+    /// the state invariants), whatever the claims.
+    #[test]
+    fn the_rebuilt_state_is_always_valid(claims in arb_claims(), reserved in 0u32..16) {
+        let policy = policy(&reserved.to_string());
+        let rebuilt = rebuild(&claims, &policy);
+        let mut state = rebuilt.state.clone();
+        prop_assert_eq!(policy.start(&mut state), Ok(()));
+        if let Policy::Static(p) = &policy {
+            prop_assert!(rebuilt.state.check_invariants(p.expected(p.topology().all_cpus())).is_ok());
+        }
+    }
+
+    /// The order the node lists workloads in does not matter.
+    #[test]
+    fn the_rule_is_deterministic(claims in arb_claims()) {
+        let policy = policy("0");
+        let mut reversed = claims.clone();
+        reversed.reverse();
+        prop_assert_eq!(rebuild(&claims, &policy), rebuild(&reversed, &policy));
+    }
+
+    /// Nothing moves without a reported conflict, and a workload in
+    /// conflict keeps every CPU no conflict names.
+    #[test]
+    fn only_what_a_conflict_names_moves(claims in arb_claims()) {
+        let policy = policy("0");
+        let rebuilt = rebuild(&claims, &policy);
+        for outcome in rebuilt.outcomes.iter().filter(|o| o.exclusive) {
+            let mut named = CpuSet::new();
+            for conflict in &outcome.conflicts {
+                match conflict {
+                    Conflict::CpusGone { cpus }
+                    | Conflict::CpusReserved { cpus }
+                    | Conflict::CpusTaken { cpus, .. }
+                    | Conflict::Trimmed { cpus }
+                    | Conflict::SharedPoolWouldBeEmpty { cpus } => named.union_with(cpus),
+                    Conflict::Replaced { .. } | Conflict::Short { .. } => {}
+                }
+            }
+            prop_assert!(outcome.observed.difference(&named).is_subset(&outcome.cpus), "{:?}", outcome);
+            if outcome.conflicts.is_empty() {
+                prop_assert_eq!(&outcome.cpus, &outcome.observed);
+            }
+        }
+    }
+}
