@@ -698,18 +698,13 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     );
 }
 
-/// The example plugin (`crates/pinion-plugins/examples/widget_plugin.rs`),
-/// built beside the test binaries by `cargo test --all-targets`.
+/// The example plugin (`crates/pinion-e2e/src/widget_plugin.rs`, binary
+/// `widget-plugin`), built beside `pinion` by `cargo test --workspace`.
 fn widget_plugin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary");
-    let debug = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let plugin = debug.join("examples/widget_plugin");
+    let plugin = Path::new(BIN).with_file_name("widget-plugin");
     assert!(
         plugin.exists(),
-        "{} is missing: build it with `cargo build -p pinion-plugins --example widget_plugin`",
+        "{} is missing: build it with `cargo build -p pinion-e2e --bin widget-plugin`",
         plugin.display()
     );
     plugin

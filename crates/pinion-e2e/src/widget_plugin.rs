@@ -14,7 +14,7 @@
 //! Run it beside an agent that has `qosResourceManager.enabled: true`:
 //!
 //! ```text
-//! cargo run -p pinion-plugins --example widget_plugin -- --socket-dir /var/lib/pinion/plugins_registry
+//! cargo run -p pinion-e2e --bin widget-plugin -- --socket-dir /var/lib/pinion/plugins_registry
 //! pinion run --request example.com/widget=1 --annotation team=a -- env
 //! ```
 //!
@@ -196,6 +196,6 @@ fn main() {
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("widget plugin: {problem}\nusage: widget_plugin --socket-dir DIR [--cpus LIST] [--cpus-file FILE]");
+    eprintln!("widget plugin: {problem}\nusage: widget-plugin --socket-dir DIR [--cpus LIST] [--cpus-file FILE]");
     std::process::exit(2);
 }
