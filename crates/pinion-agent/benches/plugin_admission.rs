@@ -73,6 +73,7 @@ fn node(runtime: &Runtime, base: &Path, with_plugin: bool) -> Node {
             reserved: &reserved,
             sysroot: dir.path(),
             state_dir: dir.path(),
+            cgroups: None,
         };
         let _plugins = qrm
             .start_builtin(machine, &stop_rx)

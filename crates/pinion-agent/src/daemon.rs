@@ -116,6 +116,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     };
     let topology_for_readers = Arc::new(topology.clone());
     let cgroup_root = cgroups.root().display().to_string();
+    let cgroup_places = (cgroups.mount().to_path_buf(), cgroups.root().to_path_buf());
     let version = cgroups.version();
     let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
     let started = claim_cgroup_root(&cgroups, &config.sysroot).and_then(|claim| {
@@ -190,6 +191,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             reserved: &reserved,
             sysroot: &config.sysroot,
             state_dir: &config.state_dir,
+            cgroups: Some((&cgroup_places.0, &cgroup_places.1)),
         };
         tasks.extend(
             qrm.start_builtin(machine, &stop_rx)

@@ -95,6 +95,12 @@ impl Agent {
     /// Serves the built-in plugins as the daemon does; returns once each is
     /// registered.
     async fn start_builtin(&mut self, sysroot: &Path) {
+        self.start_builtin_with(sysroot, None).await;
+    }
+
+    /// [`Agent::start_builtin`] with the cgroup mount and Pinion's cgroup
+    /// root where the CPU plugin reads its pods' CPU pressure.
+    async fn start_builtin_with(&mut self, sysroot: &Path, cgroups: Option<(&Path, &Path)>) {
         let reserved = self.handle.snapshot().reserved.clone();
         let topology = machine(2, 4, 2);
         let machine = pinion_agent::qrm::builtin::Machine {
@@ -102,6 +108,7 @@ impl Agent {
             reserved: &reserved,
             sysroot,
             state_dir: self.dir.path(),
+            cgroups,
         };
         let stop = self.stop.subscribe();
         let tasks = self
@@ -933,6 +940,108 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
     assert!(err.contains("share") && err.contains("\"0\""), "{err}");
     pools.set("share", "auto").expect("auto");
     assert_eq!(share(&pools.view()).pin, "auto");
+    *stop.lock().expect("lock") = true;
+    idler.join().expect("idler");
+    agent.stop().await;
+}
+
+/// Writes `<dir>/cpu.pressure` with "some avg10" = `avg10`.
+fn write_pressure(dir: &Path, avg10: f64) {
+    std::fs::create_dir_all(dir).expect("pod cgroup");
+    let text = format!(
+        "some avg10={avg10:.2} avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    );
+    let tmp = dir.join("cpu.pressure.tmp");
+    std::fs::write(&tmp, text).expect("cpu.pressure");
+    std::fs::rename(tmp, dir.join("cpu.pressure")).expect("cpu.pressure");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_not_all_busy() {
+    let sysroot = meminfo_root();
+    let cgroups = tempfile::tempdir().expect("cgroup mount");
+    let own = cgroups.path().join("pinion");
+    let mut agent = Agent::start_in(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        builtin(&["cpu"]),
+    );
+    agent
+        .start_builtin_with(sysroot.path(), Some((cgroups.path(), &own)))
+        .await;
+    let pools = agent.handle.cpu_pools().expect("the cpu plugin's pools");
+    // One pod of Pinion's own (`pinion run`: its cgroup is named by its
+    // UID) and one as kubelet's systemd driver names it.
+    let web = agent
+        .handle
+        .admit(admission(
+            "pinion-run-web",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("online pod");
+    agent
+        .handle
+        .admit(admission(
+            "kube-pod-1",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("second online pod");
+    let kube_pod = cgroups
+        .path()
+        .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podkube_pod_1.slice");
+    write_pressure(&own.join("pinion-run-web"), 0.0);
+    write_pressure(&kube_pod, 0.0);
+    let share = || {
+        pools
+            .view()
+            .pools
+            .into_iter()
+            .find(|p| p.name == "share")
+            .expect("the share pool")
+    };
+    let initial = share().size;
+
+    // Every CPU is idle by /proc/stat, but the kubelet pod's tasks wait for
+    // a CPU 40 % of the time: the pool grows on that alone.
+    let stop = Arc::new(Mutex::new(false));
+    let idler = burn(sysroot.path().to_path_buf(), CpuSet::new, Arc::clone(&stop));
+    write_pressure(&kube_pod, 40.0);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = share();
+        if now.size > initial {
+            assert_eq!(now.psi, Some(40.0), "{now:?}");
+            assert_eq!(now.pressure, Some(40.0), "{now:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool never grew: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cgroup = web.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&cgroup, "on the grown pool", |cpus, _| {
+            cpus.len() > web.placement.cpus.len()
+        })
+        .await;
+
+    // The pressure is gone: the idle pool gives its CPUs back.
+    write_pressure(&kube_pod, 0.0);
+    let deadline = Instant::now() + PATIENCE;
+    while share().size > initial {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never shrank: {:?}",
+            share()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(share().psi, Some(0.0));
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
     agent.stop().await;

@@ -361,6 +361,11 @@ pub struct PoolView {
     pub pressure: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<f64>,
+    /// The members' CPU pressure (cgroup v2 `cpu.pressure` "some avg10",
+    /// the highest among them) when measured; `pressure` is the higher of
+    /// this and the estimate from the pool's busy CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<f64>,
     /// The last size change and why, e.g. `3 -> 4 (pressure 42.0%) in period 17`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_change: Option<String>,

@@ -10,6 +10,7 @@ pub mod journal;
 pub mod lock;
 pub mod meminfo;
 pub mod net;
+pub mod pod_cgroups;
 pub mod pressure;
 pub mod runs;
 pub mod store;

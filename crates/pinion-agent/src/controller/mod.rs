@@ -250,6 +250,9 @@ struct Workload {
     /// The plugin resources it requested, and what the plugins allocated.
     plugin_resources: BTreeSet<String>,
     plugins: PluginAllocations,
+    /// When the plugins' `Allocate` answers were stored: a reconcile poll
+    /// sent before that knows nothing of them and is not merged into them.
+    plugins_recorded: Option<std::time::Instant>,
 }
 
 impl Workload {
@@ -262,6 +265,7 @@ impl Workload {
             applied: None,
             plugin_resources: BTreeSet::new(),
             plugins: PluginAllocations::new(),
+            plugins_recorded: None,
         }
     }
 

@@ -98,6 +98,7 @@ impl Controller {
         if let Some(workload) = self.workloads.get_mut(key) {
             workload.plugins = allocations;
             workload.plugin_resources = resources;
+            workload.plugins_recorded = Some(Instant::now());
         }
         self.commit(batch)?;
         self.converge_admitted(std::slice::from_ref(key));
@@ -126,8 +127,9 @@ impl Controller {
         }
     }
 
-    /// Merges one reconcile poll per plugin (§4.9) into the allocations of
-    /// every app container requesting that plugin's resource: an answer
+    /// Merges one reconcile poll per plugin (§4.9), sent at `polled_at`,
+    /// into the allocations of every app container requesting that
+    /// plugin's resource whose allocations were stored before: an answer
     /// replaces the stored entries by name (keeping the `Allocate`-time
     /// hints), no answer drops the resource's entry and asks for a
     /// re-allocation. Makes the changes durable, then the executor sends
@@ -142,6 +144,12 @@ impl Controller {
         for (resource, poll) in polls {
             for (key, workload) in &self.workloads {
                 if !workload.plugin_resources.contains(resource) || workload.is_init(&key.1) {
+                    continue;
+                }
+                // A poll sent before the container's `Allocate` was stored
+                // has not seen that allocation: merging it would drop the
+                // allocation as forgotten (or bring back an older answer).
+                if workload.plugins_recorded.is_some_and(|at| at > polled_at) {
                     continue;
                 }
                 let current = updated

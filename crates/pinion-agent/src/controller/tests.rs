@@ -820,3 +820,61 @@ fn one_flush_makes_a_whole_batch_durable() {
     let all = cpus.iter().fold(CpuSet::new(), |acc, c| acc.union(c));
     assert_eq!(all.len(), 5);
 }
+
+/// The widget plugin's end-to-end test (`crates/pinion/tests/e2e_run.rs`)
+/// once saw its run on the shared pool instead of the plugin's cpuset: a
+/// reconcile poll sent before the run's `Allocate` was stored came back
+/// after it, did not name the new container, and its merge dropped the
+/// allocation as "forgotten" (the cgroup went back to the shared pool until
+/// the re-allocation). A poll older than a container's allocation must
+/// leave that allocation alone; a newer one is merged as before.
+#[test]
+fn regression_a_reconcile_poll_older_than_an_allocation_does_not_drop_it() {
+    use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let widget = "example.com/widget".to_string();
+    let cpuset = |cpus: &str| -> PluginAllocations {
+        PluginAllocations::from([(
+            widget.clone(),
+            PluginAllocation {
+                oci_property_name: "CpusetCpus".into(),
+                allocation_result: cpus.into(),
+                ..PluginAllocation::default()
+            },
+        )])
+    };
+    let key: Key = ("pinion-run-w".into(), "main".into());
+    admit(&mut controller, &run("pinion-run-w", None, 10)).expect("admit");
+    let polled_before = std::time::Instant::now();
+    controller
+        .record_allocations(&key, [widget.clone()].into(), cpuset("3"))
+        .expect("record");
+    assert_eq!(host.tree().children[&name("pinion-run-w")].cpus, set("3"));
+
+    // The stale poll: the plugin did not know the container yet.
+    let stale: crate::qrm::Poll = BTreeMap::new();
+    let outcome = controller
+        .plugin_reconcile(&[(widget.clone(), stale)], polled_before)
+        .expect("reconcile");
+    assert!(outcome.reallocate.is_empty(), "{:?}", outcome.reallocate);
+    assert!(outcome.changed.is_empty(), "{:?}", outcome.changed);
+    assert_eq!(host.tree().children[&name("pinion-run-w")].cpus, set("3"));
+
+    // A poll sent after the allocation is merged: its new answer applies.
+    let fresh: crate::qrm::Poll = BTreeMap::from([(
+        key.0.clone(),
+        BTreeMap::from([(key.1.clone(), Some(cpuset("2-3")))]),
+    )]);
+    let outcome = controller
+        .plugin_reconcile(&[(widget.clone(), fresh)], std::time::Instant::now())
+        .expect("reconcile");
+    assert_eq!(outcome.changed.get(&widget), Some(&1));
+    assert_eq!(host.tree().children[&name("pinion-run-w")].cpus, set("2-3"));
+    // …and a fresh poll without it asks for a re-allocation.
+    let outcome = controller
+        .plugin_reconcile(&[(widget, BTreeMap::new())], std::time::Instant::now())
+        .expect("reconcile");
+    assert_eq!(outcome.reallocate.len(), 1);
+}

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use pinion_api::plugin::Identity;
 use pinion_core::{CpuSet, Topology};
+use pinion_host::pod_cgroups::PodCgroups;
 use pinion_plugins::builtin::{self, Config};
-use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle};
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle, LoadSources};
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::ResourcePlugin as _;
 use tokio::sync::watch;
@@ -34,6 +35,10 @@ pub struct Machine<'a> {
     pub reserved: &'a CpuSet,
     pub sysroot: &'a Path,
     pub state_dir: &'a Path,
+    /// Where the CPU plugin's closed loop finds its pods' cgroups to read
+    /// their CPU pressure: the cgroup mount (kubelet's pods) and Pinion's
+    /// own cgroup root (`pinion run`). `None`: `/proc/stat` only.
+    pub cgroups: Option<(&'a Path, &'a Path)>,
 }
 
 /// The configuration the plugin runs with: the CPU plugin takes the agent's
@@ -86,8 +91,14 @@ impl Qrm {
                 let resource = opened.resource_name().to_string();
                 let handle = CpuPluginHandle::new(opened);
                 let mut loop_stop = stop.clone();
+                let sources = LoadSources {
+                    sysroot: machine.sysroot.to_path_buf(),
+                    pods: machine.cgroups.map(|(mount, own)| {
+                        PodCgroups::new(mount.to_path_buf(), Some(own.to_path_buf()))
+                    }),
+                };
                 let closed_loop = handle.clone().run_closed_loop(
-                    machine.sysroot.to_path_buf(),
+                    sources,
                     self.config.reconcile_period,
                     async move {
                         let _ = loop_stop.wait_for(|s| *s).await;

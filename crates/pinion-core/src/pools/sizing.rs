@@ -55,6 +55,24 @@ impl PoolLoad {
     }
 }
 
+/// A pool's load from its two measures: `on_cpus`, the load on the pool's
+/// CPUs (from `/proc/stat`, [`load_from_cpu_times`]), and `psi`, its
+/// members' CPU pressure (cgroup v2 `cpu.pressure` "some avg10", the
+/// highest among them). The pressure is the higher of the two — PSI sees
+/// tasks waiting for a CPU, the estimate sees CPUs that are all busy —
+/// and the busy CPUs are the measured ones. `None` when neither measured.
+#[must_use]
+pub fn combine_loads(on_cpus: Option<PoolLoad>, psi: Option<PoolLoad>) -> Option<PoolLoad> {
+    match (on_cpus, psi) {
+        (None, None) => None,
+        (Some(load), None) | (None, Some(load)) => Some(load),
+        (Some(on_cpus), Some(psi)) => Some(PoolLoad {
+            pressure: on_cpus.pressure.max(psi.pressure),
+            usage: on_cpus.usage.or(psi.usage),
+        }),
+    }
+}
+
 /// `[min, max]` CPUs of a pool whose members request `requests_milli`:
 /// `auto` = `[requests, requests + max_headroom]`; a fixed size or pinned
 /// bounds never go below the requests.
@@ -177,6 +195,31 @@ pub fn load_from_cpu_times(
 #[cfg(test)]
 mod measure_tests {
     use super::*;
+
+    #[test]
+    fn psi_and_the_load_on_the_cpus_combine_to_the_higher_pressure() {
+        let on_cpus = PoolLoad::from_usage(1.0, 4, 0.0);
+        let psi = PoolLoad {
+            pressure: 35.0,
+            usage: None,
+        };
+        let both = combine_loads(Some(on_cpus), Some(psi)).expect("measured");
+        assert_eq!(both.pressure, 35.0);
+        assert_eq!(both.usage, Some(1.0));
+        // Saturated CPUs with no waiting task: the estimate wins.
+        let saturated = PoolLoad::from_usage(4.0, 4, 0.0);
+        let calm = PoolLoad {
+            pressure: 0.5,
+            usage: None,
+        };
+        assert_eq!(
+            combine_loads(Some(saturated), Some(calm)).map(|l| l.pressure),
+            Some(100.0)
+        );
+        assert_eq!(combine_loads(None, Some(psi)), Some(psi));
+        assert_eq!(combine_loads(Some(on_cpus), None), Some(on_cpus));
+        assert_eq!(combine_loads(None, None), None);
+    }
 
     fn times(samples: &[(u32, u64, u64)]) -> BTreeMap<u32, CpuTime> {
         samples

@@ -176,6 +176,12 @@ impl Cgroups {
         self.version
     }
 
+    /// The hierarchy's mount point.
+    #[must_use]
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
     /// Pinion's root directory.
     #[must_use]
     pub fn root(&self) -> &Path {

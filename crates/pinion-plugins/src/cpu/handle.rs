@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use pinion_api::local::{PoolView, Pools as PoolsView};
-use pinion_core::pools::{load_from_cpu_times, CpuTime, PoolLoad, PoolSize};
+use pinion_core::pools::{combine_loads, load_from_cpu_times, CpuTime, PoolLoad, PoolSize};
+use pinion_host::pod_cgroups::PodCgroups;
 
 use super::{CpuPlugin, ReconcileReport};
 use crate::grpc::GrpcPlugin;
@@ -37,6 +38,16 @@ pub struct CpuPluginHandle {
     plugin: Arc<Mutex<CpuPlugin>>,
     /// The last measured load of each pool (for the view).
     loads: Arc<Mutex<BTreeMap<String, PoolLoad>>>,
+    /// The last PSI of each pool's members (for the view).
+    psi: Arc<Mutex<BTreeMap<String, f64>>>,
+}
+
+/// Where the closed loop measures: every CPU's time in `<sysroot>/proc/stat`
+/// and, when `pods` is given, the members' pods' `cpu.pressure` (cgroup v2).
+#[derive(Debug, Clone)]
+pub struct LoadSources {
+    pub sysroot: PathBuf,
+    pub pods: Option<PodCgroups>,
 }
 
 impl std::fmt::Debug for CpuPluginHandle {
@@ -52,6 +63,7 @@ impl CpuPluginHandle {
         Self {
             plugin: Arc::new(Mutex::new(plugin)),
             loads: Arc::default(),
+            psi: Arc::default(),
         }
     }
 
@@ -70,6 +82,7 @@ impl CpuPluginHandle {
     pub fn view(&self) -> PoolsView {
         let plugin = self.lock();
         let loads = self.loads.lock().unwrap_or_else(PoisonError::into_inner);
+        let psi = self.psi.lock().unwrap_or_else(PoisonError::into_inner);
         let pools = plugin.pools();
         let members = plugin.pool_members();
         let views = pools
@@ -100,6 +113,7 @@ impl CpuPluginHandle {
                     requests_milli: entry.requests_milli,
                     pressure: load.map(|l| l.pressure),
                     usage: load.and_then(|l| l.usage),
+                    psi: psi.get(name).copied(),
                     last_change: entry.last_change.as_ref().map(|c| {
                         format!(
                             "{} -> {} ({}) in period {}",
@@ -141,19 +155,20 @@ impl CpuPluginHandle {
         Ok(report)
     }
 
-    /// The closed loop: every `period`, each pool's load measured on its
-    /// CPUs from `<root>/proc/stat` ([`load_from_cpu_times`]) and one
+    /// The closed loop: every `period`, each pool's load measured from
+    /// `sources` ([`CpuPluginHandle::measure`]) and one
     /// [`CpuPlugin::reconcile`]; the manager's next `GetResourcesAllocation`
     /// sees the new cpusets and pushes them. Ends when `stop` resolves.
     pub async fn run_closed_loop(
         self,
-        root: PathBuf,
+        sources: LoadSources,
         period: Duration,
         stop: impl Future<Output = ()>,
     ) {
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
+        let mut sources = Some(sources);
         let mut last: Option<BTreeMap<u32, CpuTime>> = None;
         loop {
             tokio::select! {
@@ -161,15 +176,27 @@ impl CpuPluginHandle {
                 () = &mut stop => return,
             }
             let handle = self.clone();
-            let root = root.clone();
+            let Some(mut taken) = sources.take() else {
+                return;
+            };
             let previous = last.take();
-            let outcome =
-                tokio::task::spawn_blocking(move || handle.measure_and_reconcile(&root, previous))
-                    .await;
+            let outcome = tokio::task::spawn_blocking(move || {
+                let result = handle.measure_and_reconcile(&mut taken, previous);
+                (taken, result)
+            })
+            .await;
             match outcome {
-                Ok(Ok(sample)) => last = Some(sample),
-                Ok(Err(err)) => tracing::warn!("cpu pools closed loop: {err}"),
-                Err(err) => tracing::error!("cpu pools closed loop: {err}"),
+                Ok((back, result)) => {
+                    sources = Some(back);
+                    match result {
+                        Ok(sample) => last = Some(sample),
+                        Err(err) => tracing::warn!("cpu pools closed loop: {err}"),
+                    }
+                }
+                Err(err) => {
+                    tracing::error!("cpu pools closed loop stopped: {err}");
+                    return;
+                }
             }
         }
     }
@@ -178,24 +205,91 @@ impl CpuPluginHandle {
     /// pool and reconciles. Returns the new sample.
     fn measure_and_reconcile(
         &self,
-        root: &std::path::Path,
+        sources: &mut LoadSources,
         previous: Option<BTreeMap<u32, CpuTime>>,
     ) -> Result<BTreeMap<u32, CpuTime>, String> {
-        let sample = pinion_host::pressure::read_cpu_times(root).map_err(|err| err.to_string())?;
+        let sample = pinion_host::pressure::read_cpu_times(&sources.sysroot)
+            .map_err(|err| err.to_string())?;
         let Some(previous) = previous else {
             return Ok(sample);
         };
-        let plan = self.lock().pools().plan().shared.clone();
-        let loads: BTreeMap<String, PoolLoad> = plan
-            .iter()
-            .filter_map(|(name, cpus)| {
-                load_from_cpu_times(&previous, &sample, cpus).map(|load| (name.clone(), load))
-            })
-            .collect();
+        let loads = self.measure(&previous, &sample, sources.pods.as_mut());
         let report = self.reconcile(loads).map_err(|err| err.to_string())?;
         for change in &report.pools {
             tracing::info!(pool = %change.pool, from = change.from, to = change.to, reason = %change.reason, "cpu pool resized");
         }
         Ok(sample)
     }
+
+    /// Every pool's load: the load on its CPUs between the two samples,
+    /// combined with its members' PSI when `pods` can find their cgroups
+    /// ([`combine_loads`]). Remembers the PSI for the view.
+    pub fn measure(
+        &self,
+        before: &BTreeMap<u32, CpuTime>,
+        after: &BTreeMap<u32, CpuTime>,
+        pods: Option<&mut PodCgroups>,
+    ) -> BTreeMap<String, PoolLoad> {
+        let (plan, members) = {
+            let plugin = self.lock();
+            (plugin.pools().plan().shared.clone(), plugin.pool_members())
+        };
+        let psi = pods
+            .map(|pods| members_psi(pods, &members))
+            .unwrap_or_default();
+        let loads = plan
+            .iter()
+            .filter_map(|(name, cpus)| {
+                let on_cpus = load_from_cpu_times(before, after, cpus);
+                let from_psi = psi.get(name).copied();
+                combine_loads(on_cpus, from_psi).map(|load| (name.clone(), load))
+            })
+            .collect();
+        *self.psi.lock().unwrap_or_else(PoisonError::into_inner) = psi
+            .into_iter()
+            .map(|(name, load)| (name, load.pressure))
+            .collect();
+        loads
+    }
+}
+
+/// Each pool's PSI: the highest "some avg10" of its members' pods (a pod's
+/// cgroup holds all its containers). Pods whose cgroup or `cpu.pressure`
+/// cannot be read (cgroup v1, not created yet) are left out; a pool none of
+/// whose pods could be read has no PSI.
+fn members_psi(
+    pods: &mut PodCgroups,
+    members: &BTreeMap<String, Vec<(String, String)>>,
+) -> BTreeMap<String, PoolLoad> {
+    pods.refresh(members.values().flatten().map(|(pod, _)| pod.as_str()));
+    let mut per_pod: BTreeMap<&str, Option<f64>> = BTreeMap::new();
+    let mut pools = BTreeMap::new();
+    for (pool, keys) in members {
+        let mut highest: Option<f64> = None;
+        for (pod, _) in keys {
+            let avg10 = *per_pod.entry(pod.as_str()).or_insert_with(|| {
+                let dir = pods.get(pod)?;
+                match pinion_host::pressure::read_cpu_pressure(dir) {
+                    Ok(psi) => Some(psi.some.avg10),
+                    Err(err) => {
+                        tracing::debug!(pod = %pod, "no cpu pressure: {err}");
+                        None
+                    }
+                }
+            });
+            if let Some(avg10) = avg10 {
+                highest = Some(highest.map_or(avg10, |h: f64| h.max(avg10)));
+            }
+        }
+        if let Some(pressure) = highest {
+            pools.insert(
+                pool.clone(),
+                PoolLoad {
+                    pressure,
+                    usage: None,
+                },
+            );
+        }
+    }
+    pools
 }

@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_api::plugin::{self, Identity, RegistrationState};
+use pinion_host::pod_cgroups::PodCgroups;
 use pinion_plugins::builtin::{self, Config, Kind};
-use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle};
+use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle, LoadSources};
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::ResourcePlugin as _;
 use serde::de::DeserializeOwned;
@@ -80,9 +81,15 @@ struct ServeArgs {
     #[arg(long, value_name = "DIR", default_value = "/var/lib/pinion")]
     state_dir: PathBuf,
     /// The CPU plugin's closed loop: seconds between two measurements of
-    /// its pools' load (`/proc/stat` under --sysroot).
+    /// its pools' load (`/proc/stat` under --sysroot, and the members' pods'
+    /// `cpu.pressure` under --cgroup-root).
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     reconcile_period: f64,
+    /// The cgroup v2 mount where the CPU plugin finds its pods' cgroups
+    /// (kubelet's `kubepods` tree, either cgroup driver) to read their CPU
+    /// pressure. Default: `sys/fs/cgroup` under --sysroot.
+    #[arg(long, value_name = "DIR")]
+    cgroup_root: Option<PathBuf>,
 }
 
 /// Runs `pinion plugin`.
@@ -123,7 +130,18 @@ fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
                     args.reconcile_period
                 )
             })?;
-        let closed_loop = (handle.clone(), args.sysroot.clone(), period);
+        let cgroup_root = args
+            .cgroup_root
+            .clone()
+            .unwrap_or_else(|| args.sysroot.join("sys/fs/cgroup"));
+        let closed_loop = (
+            handle.clone(),
+            LoadSources {
+                sysroot: args.sysroot.clone(),
+                pods: Some(PodCgroups::new(cgroup_root, None)),
+            },
+            period,
+        );
         return serve_with(&socket, handle.grpc(), "cpu", Some(closed_loop));
     }
     let plugin = builtin::open(&config, topology, &args.sysroot, Some(&args.state_dir))?;
@@ -145,9 +163,8 @@ fn read_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> anyhow::Re
         .with_context(|| format!("{}: invalid configuration", path.display()))
 }
 
-/// The CPU plugin's closed loop: its handle, the root of `/proc/stat`, the
-/// period.
-type ClosedLoop = (CpuPluginHandle, PathBuf, std::time::Duration);
+/// The CPU plugin's closed loop: its handle, where it measures, the period.
+type ClosedLoop = (CpuPluginHandle, LoadSources, std::time::Duration);
 
 fn serve_with<S>(
     socket: &Path,
@@ -180,8 +197,8 @@ where
                 }
             }
         });
-        if let Some((handle, root, period)) = closed_loop {
-            tokio::spawn(handle.run_closed_loop(root, period, std::future::pending()));
+        if let Some((handle, sources, period)) = closed_loop {
+            tokio::spawn(handle.run_closed_loop(sources, period, std::future::pending()));
         }
         eprintln!("pinion: serving on {socket_shown}");
         plugin::serve(socket, identity, plugin, shutdown()).await

@@ -71,13 +71,13 @@ fn table(pools: &Pools) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9}  LAST CHANGE",
-        "POOL", "CPUS", "SIZE", "BOUNDS", "PIN", "MEMBERS", "PRESSURE"
+        "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7}  LAST CHANGE",
+        "POOL", "CPUS", "SIZE", "BOUNDS", "PIN", "MEMBERS", "PRESSURE", "PSI"
     );
     for p in &pools.pools {
         let _ = writeln!(
             out,
-            "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9}  {}",
+            "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7}  {}",
             p.name,
             if p.cpus.is_empty() { "-" } else { &p.cpus },
             p.size,
@@ -85,6 +85,8 @@ fn table(pools: &Pools) -> String {
             p.pin,
             p.members.len(),
             p.pressure
+                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}%")),
+            p.psi
                 .map_or_else(|| "-".to_string(), |v| format!("{v:.1}%")),
             p.last_change.as_deref().unwrap_or("-"),
         );

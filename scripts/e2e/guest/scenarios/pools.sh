@@ -51,6 +51,13 @@ wait_for 120 grown || true
 note "pools under load:"
 pools | sed 's/^/  /'
 check_true "the online pool grows under load (from $initial cpus)" grown
+# The loop reads the members' cpu.pressure (PSI) besides the load on the
+# pool's cpus; column 8 of `pinion pools` is the PSI part ("-": not read).
+if [ -r /proc/pressure/cpu ]; then
+    check_ne "the online pod's cpu pressure (PSI) is read" "-" "$(pools | awk '$1 == "share" { print $8 }')"
+else
+    skip "PSI of the online pod" "the guest kernel has no /proc/pressure/cpu"
+fi
 # The run follows at the manager's next reconcile (the pool may grow again
 # meanwhile): wait until both agree, then compare them.
 follows() { [ "$(cpus_expand "$(share_cpus)")" = "$(cpus_expand "$(run_cpus online)")" ]; }
