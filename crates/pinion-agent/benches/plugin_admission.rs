@@ -1,12 +1,22 @@
-//! Admission through Pinion's built-in CPU plugin against admission by the
-//! static policy alone, both through the controller handle as the local API
-//! and NRI call it (hints gathered, decision, durable record, placement on
-//! fake cgroups), then release. The plugin path adds the QoS Resource
-//! Manager's calls over the plugin's unix socket (`GetTopologyHints`,
-//! `Allocate`), the plugin's own state file and the allocation record.
+//! Admission through resource plugins against admission by the static
+//! policy alone, all through the controller handle as the local API and NRI
+//! call it (hints gathered, decision, durable record, placement on fake
+//! cgroups), then release:
+//!
+//! * `builtin_cpu_plugin`: Pinion's CPU plugin in the agent (its calls over
+//!   its unix socket, its own state file, the allocation record);
+//! * `one_plugin` against `static_policy_widget`: the same pod asking one
+//!   more resource (`example.com/widget=1`) of a minimal plugin in the
+//!   watched directory that keeps no state (hints with a preference,
+//!   `Allocate` answering an environment variable and an annotation) — the
+//!   manager's own cost: `GetTopologyHints`, the merge, `Allocate` and the
+//!   durable allocation record. Without the manager the extra request is
+//!   ignored, so the pods are the same.
+//!
 //! Each case runs with the state on the disk (a temp dir) and on tmpfs
 //! (`/dev/shm`), to tell the protocol's share from the flushes'. Besides
-//! criterion's estimate, each prints p50/p99 of single admissions.
+//! criterion's estimate, each prints p50/p99 of single admissions and, for
+//! the external plugin, the mean of each RPC as the manager timed it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,10 +29,87 @@ use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::qrm::{builtin, Qrm, QrmHints};
 use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_api::plugin::Identity;
 use pinion_core::topomgr::Scope;
+use pinion_core::Quantity;
 use pinion_plugins::builtin::{Config, Kind};
+use pinion_plugins::grpc::GrpcPlugin;
+use pinion_plugins::{
+    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
+    Request, ResourcePlugin, TopologyAwareResource,
+};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
+
+const WIDGET: &str = "example.com/widget";
+
+/// How a node admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    StaticPolicy,
+    BuiltinCpuPlugin,
+    OnePlugin,
+}
+
+/// A plugin with no state of its own: hints for either NUMA node, an
+/// environment variable and an annotation per container.
+struct Stamp;
+
+impl ResourcePlugin for Stamp {
+    fn resource_name(&self) -> &str {
+        WIDGET
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            pre_start_required: false,
+            with_topology_alignment: true,
+            need_reconcile: false,
+        }
+    }
+
+    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
+        Ok(Some(
+            (0..2)
+                .map(|node| Hint {
+                    nodes: vec![node],
+                    preferred: true,
+                })
+                .collect(),
+        ))
+    }
+
+    fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
+        let info = AllocationInfo {
+            is_scalar_resource: true,
+            allocated_quantity: 1.0,
+            envs: [("WIDGET_ID".to_string(), request.pod_uid.clone())].into(),
+            annotations: [(WIDGET.to_string(), "1".to_string())].into(),
+            ..AllocationInfo::default()
+        };
+        Ok(Some([(WIDGET.to_string(), info)].into()))
+    }
+
+    fn allocations(&self) -> Allocations {
+        Allocations::new()
+    }
+
+    fn remove_pod(&mut self, _: &str) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    fn topology_aware_resources(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
+        Ok(BTreeMap::new())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        BTreeMap::new()
+    }
+}
 
 struct Node {
     _dir: tempfile::TempDir,
@@ -31,15 +118,15 @@ struct Node {
 }
 
 /// A controller on a 64-CPU synthetic machine with its state under `base`,
-/// with or without the built-in CPU plugin.
-fn node(runtime: &Runtime, base: &Path, with_plugin: bool) -> Node {
+/// admitting as `mode` says.
+fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
     let dir = tempfile::tempdir_in(base).expect("tempdir");
     let topology = machine(2, 16, 2);
     let controller = SyntheticNode::new(topology.clone())
         .start(dir.path())
         .expect("controller");
     let (stop, stop_rx) = watch::channel(false);
-    if !with_plugin {
+    if mode == Mode::StaticPolicy {
         let (handle, _) = runtime.block_on(async {
             controller::spawn_with(controller, HintGatherer::none(), None).expect("spawn")
         });
@@ -56,10 +143,14 @@ fn node(runtime: &Runtime, base: &Path, with_plugin: bool) -> Node {
         reconcile_period: Duration::from_secs(3600),
         rpc_timeout: Duration::from_secs(10),
         resource_names_map: BTreeMap::new(),
-        builtin: vec![BuiltinPlugin {
-            config: Config::default_for(Kind::Cpu),
-            reservation_from_agent: true,
-        }],
+        builtin: if mode == Mode::BuiltinCpuPlugin {
+            vec![BuiltinPlugin {
+                config: Config::default_for(Kind::Cpu),
+                reservation_from_agent: true,
+            }]
+        } else {
+            Vec::new()
+        },
     });
     let handle = runtime.block_on(async {
         let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
@@ -79,6 +170,30 @@ fn node(runtime: &Runtime, base: &Path, with_plugin: bool) -> Node {
             .start_builtin(machine, &stop_rx)
             .await
             .expect("cpu plugin");
+        if mode == Mode::OnePlugin {
+            let socket = dir.path().join("plugins_registry/widget.sock");
+            let mut stopped = stop_rx.clone();
+            tokio::spawn(async move {
+                let shutdown = async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                };
+                pinion_api::plugin::serve(
+                    &socket,
+                    Identity::new(WIDGET),
+                    GrpcPlugin::new(Stamp),
+                    shutdown,
+                )
+                .await
+                .expect("plugin serves");
+            });
+            while !handle
+                .plugins()
+                .iter()
+                .any(|p| p.resource == WIDGET && p.state == "active")
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
         handle
     });
     Node {
@@ -100,8 +215,15 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     );
 }
 
-fn bench_case(c: &mut Criterion, runtime: &Runtime, name: &str, base: &Path, with_plugin: bool) {
-    let node = node(runtime, base, with_plugin);
+fn bench_case(
+    c: &mut Criterion,
+    runtime: &Runtime,
+    name: &str,
+    base: &Path,
+    mode: Mode,
+    widget: bool,
+) {
+    let node = node(runtime, base, mode);
     let mut admissions = Vec::new();
     let mut n = 0u64;
     c.bench_function(name, |b| {
@@ -109,7 +231,14 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, name: &str, base: &Path, wit
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 n += 1;
-                let request = run_request(&format!("pinion-run-bench-{n}"), Some("2"), None);
+                let mut request = run_request(&format!("pinion-run-bench-{n}"), Some("2"), None);
+                if widget {
+                    for container in &mut request.pod.containers {
+                        container
+                            .extended_requests
+                            .insert(WIDGET.to_string(), Quantity::parse("1").expect("1"));
+                    }
+                }
                 let uid = request.pod.uid.clone();
                 let started = Instant::now();
                 runtime.block_on(node.handle.admit(request)).expect("admit");
@@ -123,6 +252,23 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, name: &str, base: &Path, wit
         });
     });
     percentiles(name, &mut admissions);
+    if mode == Mode::OnePlugin {
+        for view in node.handle.plugins() {
+            for (method, stats) in &view.stats.calls {
+                let mean = if stats.calls == 0 {
+                    0.0
+                } else {
+                    stats.seconds / stats.calls as f64
+                };
+                eprintln!(
+                    "{name}: {} {method}: calls={} mean={:.1}µs",
+                    view.resource,
+                    stats.calls,
+                    mean * 1e6
+                );
+            }
+        }
+    }
 }
 
 fn plugin_admission(c: &mut Criterion) {
@@ -138,20 +284,22 @@ fn plugin_admission(c: &mut Criterion) {
         cases.push(("tmpfs", shm));
     }
     for (medium, base) in cases {
-        bench_case(
-            c,
-            &runtime,
-            &format!("admit_release_2cpus/{medium}/static_policy"),
-            base,
-            false,
-        );
-        bench_case(
-            c,
-            &runtime,
-            &format!("admit_release_2cpus/{medium}/builtin_cpu_plugin"),
-            base,
-            true,
-        );
+        let runs = [
+            ("static_policy", Mode::StaticPolicy, false),
+            ("builtin_cpu_plugin", Mode::BuiltinCpuPlugin, false),
+            ("static_policy_widget", Mode::StaticPolicy, true),
+            ("one_plugin", Mode::OnePlugin, true),
+        ];
+        for (case, mode, widget) in runs {
+            bench_case(
+                c,
+                &runtime,
+                &format!("admit_release_2cpus/{medium}/{case}"),
+                base,
+                mode,
+                widget,
+            );
+        }
     }
 }
 
