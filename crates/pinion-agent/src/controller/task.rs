@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
-use pinion_core::{CpuSet, Placement};
+use pinion_core::{CpuSet, Placement, Quantity};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
@@ -78,6 +78,12 @@ pub enum Command {
     },
     /// Every plugin heard of a pod's removal.
     PluginPodRemoved { uid: String },
+    /// Resize a placed container's CPU request in place.
+    Resize {
+        key: Key,
+        cpus: Quantity,
+        reply: Reply<Admitted>,
+    },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
     /// Stop after the commands already queued.
@@ -178,6 +184,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 let _ = reply.send(controller.plugin_reconcile(&polls, polled_at));
             }
             Command::PluginPodRemoved { uid } => controller.plugin_pod_removed(&uid),
+            Command::Resize { key, cpus, reply } => {
+                let _ = reply.send(controller.resize(&key, &cpus));
+            }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
             }
@@ -429,6 +438,12 @@ impl ControllerHandle {
             .commands
             .send(Command::RuntimeUpdatesFailed { container_ids })
             .await;
+    }
+
+    /// Resizes container `key`'s CPU request in place to `cpus` (see
+    /// [`Controller::resize`]).
+    pub async fn resize(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
+        self.ask(|reply| Command::Resize { key, cpus, reply }).await
     }
 
     /// Runs a reconcile pass.

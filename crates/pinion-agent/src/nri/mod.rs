@@ -216,9 +216,13 @@ impl NriHandler for NriFrontend {
             ));
         };
         let placement = self.current(&entry.key);
-        if placement.is_exclusive() {
-            check_exclusive_resize(&entry.key, &placement.cpus, &resources)?;
-        }
+        let placement = match resize_request(&placement, &resources) {
+            Some(milli) => {
+                self.resize(&entry.key, placement, milli, &resources)
+                    .await?
+            }
+            None => placement,
+        };
         Ok(vec![ContainerUpdate {
             container_id: container.id,
             placement,
@@ -270,6 +274,64 @@ impl NriHandler for NriFrontend {
             "the runtime failed to apply container updates; they are sent again at the next reconcile"
         );
         self.handle.runtime_updates_failed(container_ids).await;
+    }
+}
+
+/// The CPU request (millicores, from cpu.shares) an update asks the policy
+/// to resize to: a change of an exclusive container's whole CPUs, or a
+/// whole-CPU request of a shared one (the policy refuses moving a
+/// Guaranteed container between the shared pool and exclusive CPUs, and
+/// leaves the others where they are). `None`: answer the current placement.
+fn resize_request(placement: &Placement, resources: &Resources) -> Option<u64> {
+    let milli = resources.cpu_shares.and_then(milli_cpu_from_shares)?;
+    let held = u64::try_from(placement.cpus.len()).unwrap_or(u64::MAX) * 1000;
+    let wanted = if placement.is_exclusive() {
+        milli != held
+    } else {
+        milli % 1000 == 0
+    };
+    wanted.then_some(milli)
+}
+
+impl NriFrontend {
+    /// Resizes `key` in place (`featureGates:
+    /// InPlacePodVerticalScalingExclusiveCPUs`): the controller decides and
+    /// makes it durable, the answer is the container's new placement (the
+    /// shared-pool containers follow through the executor). A refusal fails
+    /// the update with the policy's text (kubelet marks the resize
+    /// infeasible). With the switch off an exclusive container's CPU count
+    /// is refused as before and a shared container keeps its placement.
+    async fn resize(
+        &self,
+        key: &Key,
+        current: Placement,
+        milli: u64,
+        resources: &Resources,
+    ) -> Result<Placement, HandlerError> {
+        let cpus = pinion_core::Quantity::parse(&format!("{milli}m")).map_err(|err| {
+            HandlerError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "cpu request {milli}m of pod {} container {}: {err}",
+                    key.0, key.1
+                ),
+            )
+        })?;
+        match self.handle.resize(key.clone(), cpus).await {
+            Ok(resized) => Ok(resized.placement),
+            Err(ControlError::Resize { source, .. })
+                if matches!(
+                    *source,
+                    pinion_core::policy::PolicyError::ResizeDisabled { .. }
+                ) =>
+            {
+                if current.is_exclusive() {
+                    check_exclusive_resize(key, &current.cpus, resources)?;
+                }
+                Ok(current)
+            }
+            Err(err) => Err(handler_error(err)),
+        }
     }
 }
 
