@@ -21,6 +21,7 @@ mod decide;
 mod executor;
 mod migrate_start;
 mod plugins;
+mod pod_level;
 mod rebuild;
 mod reconcile;
 mod recover;

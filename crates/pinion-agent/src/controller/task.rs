@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
+use pinion_core::pod::PodResources;
 use pinion_core::{CpuSet, Placement, Quantity};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -83,6 +84,12 @@ pub enum Command {
         key: Key,
         cpus: Quantity,
         reply: Reply<Admitted>,
+    },
+    /// Register (`Some`) or forget (`None`) a pod's pod-level resources
+    /// (before its containers are admitted).
+    SetPodResources {
+        uid: String,
+        resources: Option<PodResources>,
     },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
@@ -186,6 +193,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             Command::PluginPodRemoved { uid } => controller.plugin_pod_removed(&uid),
             Command::Resize { key, cpus, reply } => {
                 let _ = reply.send(controller.resize(&key, &cpus));
+            }
+            Command::SetPodResources { uid, resources } => {
+                controller.set_pod_resources(&uid, resources);
             }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
@@ -444,6 +454,16 @@ impl ControllerHandle {
     /// [`Controller::resize`]).
     pub async fn resize(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
         self.ask(|reply| Command::Resize { key, cpus, reply }).await
+    }
+
+    /// Registers (`Some`) or forgets (`None`) pod `uid`'s pod-level
+    /// resources; commands are handled in order, so an admission sent
+    /// after this sees them.
+    pub async fn set_pod_resources(&self, uid: String, resources: Option<PodResources>) {
+        let _ = self
+            .commands
+            .send(Command::SetPodResources { uid, resources })
+            .await;
     }
 
     /// Runs a reconcile pass.

@@ -135,6 +135,13 @@ impl NriHandler for NriFrontend {
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
+        for pod in &pods {
+            if let Ok(uid) = pinion_nri::kube::pod_uid(pod) {
+                if let Err(err) = self.register_pod_resources(pod, &uid).await {
+                    tracing::warn!(pod = %uid, "{err}");
+                }
+            }
+        }
         let fresh = sync::track_all(pods, containers);
         let specs = sync::pod_specs(&fresh);
         let running: Vec<RunningContainer> = fresh
@@ -178,6 +185,7 @@ impl NriHandler for NriFrontend {
                 (key, placement)
             }
             Some((key, spec)) => {
+                self.register_pod_resources(&pod, &key.0).await?;
                 let request = AdmitRequest {
                     pod: spec,
                     container: key.1.clone(),
@@ -265,6 +273,9 @@ impl NriHandler for NriFrontend {
         for entry in entries {
             self.release(Some(entry)).await?;
         }
+        if let Ok(uid) = pinion_nri::kube::pod_uid(&pod) {
+            self.handle.set_pod_resources(uid, None).await;
+        }
         Ok(())
     }
 
@@ -274,6 +285,26 @@ impl NriHandler for NriFrontend {
             "the runtime failed to apply container updates; they are sent again at the next reconcile"
         );
         self.handle.runtime_updates_failed(container_ids).await;
+    }
+}
+
+impl NriFrontend {
+    /// Registers the pod-level resources of Kubernetes pod `uid` with the
+    /// controller when the pod declares them (annotation
+    /// `pinion.dev/pod-level-resources: "true"`); a malformed declaration
+    /// fails the container.
+    async fn register_pod_resources(
+        &self,
+        pod: &PodSandbox,
+        uid: &str,
+    ) -> Result<(), HandlerError> {
+        let resources = pinion_nri::kube::kube_pod_resources(pod)?;
+        if resources.is_some() {
+            self.handle
+                .set_pod_resources(uid.to_string(), resources)
+                .await;
+        }
+        Ok(())
     }
 }
 

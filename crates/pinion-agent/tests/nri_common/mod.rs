@@ -9,7 +9,7 @@ use std::time::Duration;
 use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::nri::NriFrontend;
 use pinion_agent::testing::SyntheticNode;
-use pinion_core::policy::Features;
+use pinion_core::policy::{Features, PolicyConfig};
 use pinion_core::topology::{synthetic, Shape};
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -55,6 +55,11 @@ impl Agent {
             host: host.clone(),
             ..SyntheticNode::new(topology()).with_features(features)
         };
+        Self::start_on(&node, state_dir, socket)
+    }
+
+    /// The agent on `node` (its policy, switches and cgroups).
+    pub fn start_on(node: &SyntheticNode, state_dir: &Path, socket: &Path) -> Self {
         let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
         let (handle, thread) = controller::spawn(controller).unwrap();
         let frontend = Arc::new(NriFrontend::new(handle.clone()));
@@ -126,6 +131,25 @@ impl Node {
     /// Starts an agent and waits for its `sessions`-th synchronization.
     pub async fn agent(&self, sessions: u64) -> Agent {
         self.agent_with(sessions, Features::default()).await
+    }
+
+    /// [`Node::agent`] with feature switches and policy `config` (the
+    /// Topology Manager's settings, options).
+    pub async fn agent_with_config(
+        &self,
+        sessions: u64,
+        features: Features,
+        config: PolicyConfig,
+    ) -> Agent {
+        let node = SyntheticNode {
+            host: self.host.clone(),
+            ..SyntheticNode::new(topology())
+                .with_features(features)
+                .with_config(config)
+        };
+        let agent = Agent::start_on(&node, self.state.path(), &self.socket());
+        self.runtime.wait_synced(sessions).await;
+        agent
     }
 
     /// [`Node::agent`] with feature switches.
