@@ -122,3 +122,42 @@ async fn with_the_switch_off_a_pod_with_pod_level_resources_stays_in_the_shared_
     assert!(agent.handle.snapshot().assignments.is_empty());
     agent.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_restart_keeps_the_pods_cpu_set() {
+    let node = Node::new();
+    let agent = node.agent_with_config(1, pod_level_on(), pod_scope()).await;
+    let (pod_id, app) = node
+        .pod_with(pod_level_pod("db", 4000), container("app", 2000))
+        .await;
+    let side = node
+        .runtime
+        .create_container(&pod_id, bare("side"))
+        .await
+        .unwrap();
+    node.runtime.start_container(&side).await.unwrap();
+    let (app_cpus, side_cpus) = (node.runtime.cpus(&app), node.runtime.cpus(&side));
+    agent.stop().await;
+
+    let agent = node.agent_with_config(2, pod_level_on(), pod_scope()).await;
+    assert_eq!(node.runtime.cpus(&app), app_cpus, "nothing moved");
+    assert_eq!(node.runtime.cpus(&side), side_cpus);
+    // A container created now still gets the pod's shared cpus: the pod's
+    // cpu set was restored and its resources registered again.
+    let late = node
+        .runtime
+        .create_container(&pod_id, bare("late"))
+        .await
+        .unwrap();
+    assert_eq!(node.runtime.cpus(&late), side_cpus);
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let pod_cpus = set(&app_cpus).union(&set(&side_cpus));
+    assert_eq!(
+        set(&node.runtime.cpus(&web)),
+        set("0-7").difference(&pod_cpus),
+        "the node's shared pool still excludes the pod's cpus"
+    );
+    agent.stop().await;
+}

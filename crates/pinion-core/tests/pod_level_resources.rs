@@ -607,3 +607,44 @@ fn a_late_exclusive_container_that_would_leave_the_shared_ones_nothing_is_refuse
     );
     assert_eq!(engine.state(), &before);
 }
+
+/// After an agent restart NRI shows a container whose CFS quota Pinion
+/// removed as having no CPU limit; a container holding exactly its
+/// whole-CPU request still counts as an exclusive part, so a late
+/// container gets the pod's shared CPUs, not those.
+#[test]
+fn a_late_container_after_a_restart_does_not_share_an_exclusive_part() {
+    let t = dual_socket_ht();
+    let mut engine =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    engine.set_pod_resources("late", Some(resources("4", "4")));
+    let first = pod(
+        "late",
+        &[],
+        &[Spec("gu", "2", "2", A), Spec("shared", "", "", A)],
+    );
+    for name in ["gu", "shared"] {
+        engine
+            .admit_container_with(&first, name, &[])
+            .result
+            .expect("admitted");
+    }
+    let gu = engine.state().assignments["late"]["gu"].clone();
+    let shared = engine.state().assignments["late"]["shared"].clone();
+    let seen_after_restart = pod(
+        "late",
+        &[],
+        &[
+            Spec("gu", "2", "", A),
+            Spec("shared", "", "", A),
+            Spec("late", "", "", A),
+        ],
+    );
+    let late = engine
+        .admit_container_with(&seen_after_restart, "late", &[])
+        .result
+        .expect("late");
+    assert_eq!(late, Some(shared.clone()));
+    assert!(late.is_some_and(|cpus| cpus.intersection(&gu).is_empty()));
+    engine.check_invariants().expect("invariants");
+}

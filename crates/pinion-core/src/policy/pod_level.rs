@@ -214,7 +214,7 @@ impl StaticPolicy {
             let Some(assigned) = held.and_then(|h| h.get(&c.name)) else {
                 continue;
             };
-            if cpus(c) > 0 {
+            if cpus(c) > 0 || holds_its_request(c, assigned) {
                 exclusive.union_with(assigned);
             } else if !regular_init(&c.name) {
                 on_shared.push(c.name.clone());
@@ -250,4 +250,15 @@ impl StaticPolicy {
         *state = next;
         Ok(mine)
     }
+}
+
+/// Whether container `c` holds exactly its whole-CPU request without a CPU
+/// limit: an exclusive part whose limit the front-end cannot see (through
+/// NRI, a container whose CFS quota Pinion removed for its exclusive CPUs
+/// reads as having no limit after a restart).
+fn holds_its_request(c: &crate::pod::Container, assigned: &CpuSet) -> bool {
+    c.cpu_limit.is_none()
+        && c.cpu_request.as_ref().is_some_and(|q| {
+            q.is_integral() && usize::try_from(q.value()).ok() == Some(assigned.len())
+        })
 }
