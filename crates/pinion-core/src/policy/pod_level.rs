@@ -226,7 +226,7 @@ impl StaticPolicy {
                 "pod rejected, container {who:?} would have no cpus in the pod's cpu set {pod_cpus}"
             ),
         };
-        let n = pod.container(name).map_or(0, |c| cpus(c));
+        let n = pod.container(name).map_or(0, cpus);
         let mut next = state.clone();
         let mine = if n == 0 {
             if shared.is_empty() {
