@@ -95,6 +95,21 @@ async fn a_pod_with_pod_level_resources_gets_one_cpu_set_and_its_containers_thei
     // The pod's cpus left the node's shared pool.
     let pool = set("0-7").difference(&pod_cpus);
     node.wait_cpus(&web, &pool.to_string()).await;
+    // podresources reports them as the pod's own cpu_ids.
+    let listed = pinion_agent::podresources::list(&agent.handle.snapshot());
+    let db = listed
+        .pod_resources
+        .iter()
+        .find(|p| p.name == "db-pod")
+        .expect("the pod is listed");
+    let want: Vec<i64> = pod_cpus.iter().map(i64::from).collect();
+    assert_eq!(db.cpu_ids, want, "pod-level cpu_ids");
+    let web_pod = listed
+        .pod_resources
+        .iter()
+        .find(|p| p.name == "web-pod")
+        .expect("web is listed");
+    assert!(web_pod.cpu_ids.is_empty(), "no pod-level cpus for web");
 
     // The pod's containers go, its cpus come back.
     node.runtime.stop_container(&app).await.unwrap();
