@@ -214,3 +214,121 @@ fn resized_pod(pod: &Pod, name: &str, cpus: &Quantity) -> Pod {
     }
     resized
 }
+
+#[cfg(test)]
+mod tests {
+    use pinion_core::policy::Features;
+    use pinion_core::CpuSet;
+    use pinion_host::cgroup::fake::FakeCgroups;
+    use pinion_host::cgroup::CgroupName;
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+
+    use super::super::{ControlError, Controller, Key, RUN_CONTAINER};
+    use crate::hints::GatheredHints;
+    use crate::testing::{machine, run_request, SyntheticNode};
+    use pinion_core::Quantity;
+
+    const RUN: &str = "pinion-run-r";
+
+    fn node(host: &FakeCgroups) -> SyntheticNode {
+        SyntheticNode {
+            host: host.clone(),
+            ..SyntheticNode::new(machine(1, 4, 2)).with_features(Features {
+                in_place_resize_exclusive_cpus: true,
+                ..Features::default()
+            })
+        }
+    }
+
+    fn key() -> Key {
+        (RUN.to_string(), RUN_CONTAINER.to_string())
+    }
+
+    fn cpus(n: &str) -> Quantity {
+        Quantity::parse(n).expect("quantity")
+    }
+
+    fn cgroup_cpus(host: &FakeCgroups) -> CpuSet {
+        host.tree().children[&CgroupName::new(RUN).expect("name")]
+            .cpus
+            .clone()
+    }
+
+    fn admitted(controller: &mut Controller) -> CpuSet {
+        controller
+            .admit(
+                &run_request(RUN, Some("2"), None),
+                &GatheredHints::default(),
+            )
+            .expect("admitted")
+            .placement
+            .cpus
+    }
+
+    /// Issue 15: a resize whose flush fails changes nothing — state,
+    /// promised CPUs, side data, the run's cgroup — and the next one works.
+    #[test]
+    fn a_resize_that_cannot_be_made_durable_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = FakeCgroups::default();
+        let (faults, plan) = Faults::new();
+        let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+        parts.file_ops = Some(Box::new(faults));
+        let mut controller = Controller::start(parts).expect("start");
+        let first = admitted(&mut controller);
+        let state = controller.state().clone();
+
+        plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+        let err = controller
+            .resize(&key(), &cpus("4"))
+            .expect_err("not durable");
+        assert!(matches!(err, ControlError::Journal(_)), "{err}");
+        assert_eq!(controller.state(), &state, "rolled back");
+        assert!(controller.engine.promised_cpus().is_empty());
+        assert!(!controller.side.contains_key(super::PROMISED));
+        assert_eq!(cgroup_cpus(&host), first);
+
+        let grown = controller.resize(&key(), &cpus("4")).expect("resized");
+        assert_eq!(grown.placement.cpus.len(), 4);
+        assert_eq!(cgroup_cpus(&host), grown.placement.cpus);
+    }
+
+    /// Issue 15: the promised CPUs are side data of the journal, restored
+    /// by the next start; released with the container.
+    #[test]
+    fn promised_cpus_survive_a_restart_and_go_with_the_container() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = FakeCgroups::default();
+        let first = {
+            let mut controller = node(&host).start(dir.path()).expect("start");
+            let first = admitted(&mut controller);
+            controller.resize(&key(), &cpus("4")).expect("resized");
+            assert_eq!(controller.engine.promised_cpus()[RUN][RUN_CONTAINER], first);
+            first
+        };
+        host.tree()
+            .children
+            .get_mut(&CgroupName::new(RUN).expect("name"))
+            .expect("cgroup")
+            .pids
+            .push(std::process::id());
+        let mut controller = node(&host).start(dir.path()).expect("restart");
+        assert_eq!(
+            controller.engine.promised_cpus()[RUN][RUN_CONTAINER],
+            first,
+            "restored from the journal"
+        );
+        host.tree()
+            .children
+            .get_mut(&CgroupName::new(RUN).expect("name"))
+            .expect("cgroup")
+            .pids
+            .clear();
+        controller.release(RUN, None).expect("released");
+        assert!(controller.engine.promised_cpus().is_empty());
+        assert!(!controller.side.contains_key(super::PROMISED));
+        drop(controller);
+        let controller = node(&host).start(dir.path()).expect("restart");
+        assert!(controller.engine.promised_cpus().is_empty());
+    }
+}
