@@ -1,7 +1,7 @@
 //! In-place resize of exclusive CPUs through NRI `UpdateContainer` (issue
 //! #15, `featureGates: InPlacePodVerticalScalingExclusiveCPUs`), end to end
-//! through the fake runtime and the real controller. The switch-off refusal
-//! is `nri.rs`'s `update_keeps_exclusive_cpus_and_refuses_a_resize`.
+//! through the fake runtime and the real controller, and the refusal of
+//! before with the switch off.
 #![allow(clippy::unwrap_used)]
 
 mod nri_common;
@@ -191,5 +191,40 @@ async fn an_agent_restart_keeps_the_promised_cpus() {
         .await
         .unwrap();
     assert_eq!(set(&node.runtime.cpus(&db)), first);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_switch_off_a_resize_is_refused_as_before() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let cpus = node.runtime.cpus(&db);
+    let before = node.checkpoint();
+    let err = node
+        .runtime
+        .update_container(&db, &resources(4000))
+        .await
+        .expect_err("switch off");
+    let (code, message) = rejected(err);
+    assert_eq!(code, Code::FailedPrecondition, "{message}");
+    assert!(
+        message.contains("resizing its cpu request in place to 4000m is not supported"),
+        "{message}"
+    );
+    assert_eq!(node.runtime.cpus(&db), cpus);
+    assert_eq!(node.checkpoint(), before);
+    // A shared Guaranteed container asked for whole cpus keeps the pool.
+    let (_, app) = node
+        .pod_with(guaranteed_pod("app"), container("app", 1500))
+        .await;
+    let pool = node.runtime.cpus(&app);
+    node.runtime
+        .update_container(&app, &resources(2000))
+        .await
+        .unwrap();
+    assert_eq!(node.runtime.cpus(&app), pool);
     agent.stop().await;
 }
