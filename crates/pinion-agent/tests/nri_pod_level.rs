@@ -151,12 +151,24 @@ async fn an_agent_restart_keeps_the_pods_cpu_set() {
         .await
         .unwrap();
     node.runtime.start_container(&side).await.unwrap();
+    // Two containers on the pod's shared cpus: the checkpoint holds the same
+    // cpus for both.
+    let side2 = node
+        .runtime
+        .create_container(&pod_id, bare("side2"))
+        .await
+        .unwrap();
+    node.runtime.start_container(&side2).await.unwrap();
     let (app_cpus, side_cpus) = (node.runtime.cpus(&app), node.runtime.cpus(&side));
+    assert_eq!(node.runtime.cpus(&side2), side_cpus);
     agent.stop().await;
 
     let agent = node.agent_with_config(2, pod_level_on(), pod_scope()).await;
     assert_eq!(node.runtime.cpus(&app), app_cpus, "nothing moved");
     assert_eq!(node.runtime.cpus(&side), side_cpus);
+    assert_eq!(node.runtime.cpus(&side2), side_cpus);
+    let recovery = agent.handle.snapshot().recovery.clone();
+    assert!(recovery.is_empty(), "restored as it was: {recovery:?}");
     // A container created now still gets the pod's shared cpus: the pod's
     // cpu set was restored and its resources registered again.
     let late = node
