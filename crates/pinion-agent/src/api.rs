@@ -125,10 +125,16 @@ async fn route(
                 Err(answer) => answer,
             }
         }
+        (wire::RESIZE_PATH, &Method::POST) => {
+            match parse::<wire::ResizeRequest>(request, &limits).await {
+                Ok(resize) => resize_request(resize, &handle).await,
+                Err(answer) => answer,
+            }
+        }
         (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH | wire::POOLS_PATH, _) => {
             not_allowed(&method, &path, "GET, HEAD")
         }
-        (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH, _) => {
+        (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH | wire::RESIZE_PATH, _) => {
             not_allowed(&method, &path, "POST")
         }
         _ => error(
@@ -200,6 +206,35 @@ async fn run_request(run: &RunRequest, peer: Option<u32>, handle: &ControllerHan
         cpu_owner: pinion_core::engine::CpuOwner::Policy,
     };
     match handle.admit(request).await {
+        Ok(done) => server::json(StatusCode::OK, &admitted(&done)),
+        Err(err) => control_error(&err),
+    }
+}
+
+/// `POST /v1/resize`: the controller resizes in place (the executor
+/// rewrites a run's cgroup); the answer is the container's new placement.
+async fn resize_request(resize: wire::ResizeRequest, handle: &ControllerHandle) -> Answer {
+    let cpus = match Quantity::parse(&resize.cpus) {
+        Ok(cpus) if !cpus.is_zero() => cpus,
+        Ok(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid cpus {:?}: must be greater than zero", resize.cpus),
+                None,
+            )
+        }
+        Err(err) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("invalid cpus {:?}: {err}", resize.cpus),
+                None,
+            )
+        }
+    };
+    let container = resize
+        .container
+        .unwrap_or_else(|| RUN_CONTAINER.to_string());
+    match handle.resize((resize.pod, container), cpus).await {
         Ok(done) => server::json(StatusCode::OK, &admitted(&done)),
         Err(err) => control_error(&err),
     }
@@ -374,7 +409,10 @@ fn control_error(err: &ControlError) -> Answer {
     let (status, reason) = match err {
         ControlError::InvalidName(_) => (StatusCode::BAD_REQUEST, None),
         ControlError::Admission { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
-        ControlError::Conflict { .. } | ControlError::Plugin { .. } => (StatusCode::CONFLICT, None),
+        ControlError::Resize { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
+        ControlError::Conflict { .. }
+        | ControlError::Plugin { .. }
+        | ControlError::ResizeUnknownSpec { .. } => (StatusCode::CONFLICT, None),
         ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),
         ControlError::Stopped | ControlError::Hints { .. } | ControlError::Degraded { .. } => {
             (StatusCode::SERVICE_UNAVAILABLE, None)

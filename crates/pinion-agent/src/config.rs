@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pinion_core::policy::{FeatureGates, PolicyConfig, StaticPolicyOptions};
+use pinion_core::policy::{FeatureGates, Features, PolicyConfig, StaticPolicyOptions};
 use pinion_core::{CpuSet, Quantity};
 use serde::Deserialize;
 
@@ -35,6 +35,10 @@ pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9590";
 /// kubelet's feature gate names for the policy option maturity levels.
 const ALPHA_GATE: &str = "CPUManagerPolicyAlphaOptions";
 const BETA_GATE: &str = "CPUManagerPolicyBetaOptions";
+/// kubelet's gate for in-place resize of exclusive CPUs (KEP-5554).
+const RESIZE_GATE: &str = "InPlacePodVerticalScalingExclusiveCPUs";
+/// kubelet's gate for pod-level CPU sets (KEP-5526).
+const POD_LEVEL_GATE: &str = "PodLevelResourceManagers";
 
 /// An invalid configuration; every variant names the field.
 #[derive(Debug, thiserror::Error)]
@@ -235,6 +239,9 @@ pub struct Overrides {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub policy: PolicyConfig,
+    /// The newest kubelet features, from `featureGates` (off by default):
+    /// pass to `PolicyConfig::build_with`.
+    pub features: Features,
     pub reconcile_period: Duration,
     pub state_dir: PathBuf,
     pub sysroot: PathBuf,
@@ -272,7 +279,7 @@ impl Config {
         overrides: &Overrides,
         defaults: &DefaultPaths,
     ) -> Result<Self, ConfigError> {
-        let policy = policy_config(&file)?;
+        let (policy, features) = policy_config(&file)?;
         let reconcile_period = reconcile_period(file.cpu_manager_reconcile_period.as_deref())?;
         let metrics_text = overrides
             .metrics_addr
@@ -294,6 +301,7 @@ impl Config {
         )?;
         let config = Self {
             policy,
+            features,
             reconcile_period,
             state_dir,
             sysroot: pick(&overrides.sysroot, file.sysroot).unwrap_or_else(|| "/".into()),
@@ -333,7 +341,7 @@ impl Config {
     }
 }
 
-fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
+fn policy_config(file: &FileConfig) -> Result<(PolicyConfig, Features), ConfigError> {
     let name = file
         .cpu_manager_policy
         .clone()
@@ -345,7 +353,7 @@ fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
             &"expected \"none\" or \"static\"",
         ));
     }
-    let gates = feature_gates(file.feature_gates.as_ref())?;
+    let (gates, features) = feature_gates(file.feature_gates.as_ref())?;
     let options = policy_options(file.cpu_manager_policy_options.as_ref())?;
     StaticPolicyOptions::parse(&options, gates)
         .map_err(|err| field_error("cpuManagerPolicyOptions", &format!("{options:?}"), &err))?;
@@ -365,7 +373,7 @@ fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
     if name == "static" && num_reserved == 0 {
         return Err(ConfigError::NoReservation);
     }
-    Ok(PolicyConfig {
+    let config = PolicyConfig {
         policy: Some(name),
         options,
         feature_gates: Some(gates),
@@ -377,25 +385,34 @@ fn policy_config(file: &FileConfig) -> Result<PolicyConfig, ConfigError> {
             .unwrap_or_default(),
         num_reserved: Some(num_reserved),
         reserved,
-    })
+    };
+    Ok((config, features))
 }
 
-fn feature_gates(gates: Option<&BTreeMap<String, bool>>) -> Result<FeatureGates, ConfigError> {
+/// The policy option gates and the feature switches of `featureGates`.
+fn feature_gates(
+    gates: Option<&BTreeMap<String, bool>>,
+) -> Result<(FeatureGates, Features), ConfigError> {
     let mut out = FeatureGates::default();
+    let mut features = Features::default();
     for (name, enabled) in gates.into_iter().flatten() {
         match name.as_str() {
             ALPHA_GATE => out.alpha = *enabled,
             BETA_GATE => out.beta = *enabled,
+            RESIZE_GATE => features.in_place_resize_exclusive_cpus = *enabled,
+            POD_LEVEL_GATE => features.pod_level_resource_managers = *enabled,
             _ => {
                 return Err(field_error(
                     "featureGates",
                     name,
-                    &format!("unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE})"),
+                    &format!(
+                        "unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE}, {RESIZE_GATE}, {POD_LEVEL_GATE})"
+                    ),
                 ))
             }
         }
     }
-    Ok(out)
+    Ok((out, features))
 }
 
 /// Option values as text: YAML `true` and `"true"` both become `"true"`.

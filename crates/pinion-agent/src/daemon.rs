@@ -72,7 +72,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let plugin_options = nri_options(&config, |key| std::env::var(key).ok())?;
     let topology = pinion_host::discover(&config.sysroot)?;
     let machine_topology = topology.clone();
-    let policy = config.policy.build(&topology)?;
+    let policy = config.policy.build_with(&topology, config.features)?;
     let topology_manager = config.policy.build_topology_manager(&topology)?;
     let mountinfo = config.sysroot.join("proc/self/mountinfo");
     let cgroups = Cgroups::detect(&mountinfo, &config.sysroot, config.cgroup_root.as_deref())?;

@@ -103,7 +103,10 @@ pub fn holdings(snapshot: &Snapshot) -> Vec<Holding<'_>> {
 pub fn list(snapshot: &Snapshot) -> v1::ListPodResourcesResponse {
     let pods = model::list(&snapshot.pods, &holdings(snapshot));
     v1::ListPodResourcesResponse {
-        pod_resources: pods.into_iter().map(wire::pod).collect(),
+        pod_resources: pods
+            .into_iter()
+            .map(|pod| wire::pod(model::with_pod_cpus(pod, &snapshot.pod_cpus)))
+            .collect(),
     }
 }
 
@@ -149,7 +152,7 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         );
         match found {
             Some(pod) => Ok(Response::new(v1::GetPodResourcesResponse {
-                pod_resources: Some(wire::pod(pod)),
+                pod_resources: Some(wire::pod(model::with_pod_cpus(pod, &snapshot.pod_cpus))),
             })),
             None => Err(Status::not_found(not_found_text(&pod_name, &pod_namespace))),
         }

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use pinion_core::policy::PolicyConfig;
+use pinion_core::policy::{Features, PolicyConfig};
 use pinion_core::topology::{synthetic, Shape};
 use pinion_core::Topology;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -36,6 +36,8 @@ pub fn machine(sockets: u32, cores: u32, threads: u32) -> Topology {
 pub struct SyntheticNode {
     pub topology: Topology,
     pub config: PolicyConfig,
+    /// The feature switches (`featureGates`), off by default.
+    pub features: Features,
     pub host: FakeCgroups,
 }
 
@@ -50,6 +52,7 @@ impl SyntheticNode {
                 num_reserved: Some(1),
                 ..PolicyConfig::default()
             },
+            features: Features::default(),
             host: FakeCgroups::default(),
         }
     }
@@ -61,6 +64,13 @@ impl SyntheticNode {
         self
     }
 
+    /// The same node with feature switches `features`.
+    #[must_use]
+    pub fn with_features(mut self, features: Features) -> Self {
+        self.features = features;
+        self
+    }
+
     /// The controller's parts, with its checkpoint in `state_dir` and
     /// `host` as cgroups.
     ///
@@ -69,7 +79,10 @@ impl SyntheticNode {
     #[must_use]
     pub fn parts_on(&self, state_dir: &Path, host: Box<dyn CpusetHost>) -> StartParts {
         StartParts {
-            policy: self.config.build(&self.topology).expect("policy"),
+            policy: self
+                .config
+                .build_with(&self.topology, self.features)
+                .expect("policy"),
             topology_manager: self
                 .config
                 .build_topology_manager(&self.topology)

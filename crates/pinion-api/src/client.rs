@@ -15,8 +15,9 @@ use serde::Serialize;
 use tokio::net::UnixStream;
 
 use crate::local::{
-    Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, RunRequest, SetPool, Snapshot,
-    HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, RELEASE_PATH, RUN_PATH,
+    Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, ResizeRequest, RunRequest,
+    SetPool, Snapshot, HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH,
+    RELEASE_PATH, RESIZE_PATH, RUN_PATH,
 };
 
 /// Default bound on one call (connect, request, answer).
@@ -127,6 +128,12 @@ impl Client {
             size: size.to_string(),
         };
         self.call_json(Method::POST, POOLS_SET_PATH, Some(&request))
+    }
+
+    /// Resizes a placed container's CPU request in place; its placement
+    /// after the resize.
+    pub fn resize(&self, request: &ResizeRequest) -> Result<Admitted, ClientError> {
+        self.call_json(Method::POST, RESIZE_PATH, Some(request))
     }
 
     fn call_json<B: Serialize, T: DeserializeOwned>(

@@ -21,6 +21,10 @@ pub const POOLS_PATH: &str = "/v1/pools";
 /// `POST` a [`SetPool`]: pin a pool's size or bounds, or give it back to
 /// the closed loop; answers the new [`Pools`].
 pub const POOLS_SET_PATH: &str = "/v1/pools/set";
+/// `POST` a [`ResizeRequest`]: resize a placed container's CPU request in
+/// place (agent switch `InPlacePodVerticalScalingExclusiveCPUs`); answers
+/// its new placement as an [`Admitted`].
+pub const RESIZE_PATH: &str = "/v1/resize";
 
 /// Every run id (pod UID and cgroup name) starts with this.
 pub const RUN_ID_PREFIX: &str = "pinion-run-";
@@ -376,4 +380,16 @@ pub struct PoolView {
 pub struct SetPool {
     pub pool: String,
     pub size: String,
+}
+
+/// `POST /v1/resize`: container `container` (default [`RUN_CONTAINER`]) of
+/// pod `pod` (a run's id) to `cpus` CPUs (a Kubernetes quantity: its new
+/// CPU request, and limit when it has one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeRequest {
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    pub cpus: String,
 }

@@ -55,6 +55,9 @@ pub struct PodResources {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub containers: Vec<ContainerResources>,
+    /// The pod's own CPUs (pod-level resources, kubelet's `podEntries`),
+    /// ascending; empty for other pods. [`with_pod_cpus`] fills it.
+    pub cpu_ids: Vec<u32>,
 }
 
 /// One container as reported.
@@ -273,7 +276,19 @@ fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
         labels: pod.labels.clone(),
         annotations: pod.annotations.clone(),
         containers,
+        cpu_ids: Vec::new(),
     }
+}
+
+/// `pod` with its pod-level CPUs (`pod_cpus`: pod UID → the pod's CPU set,
+/// `Engine::pod_cpus`) as its `cpu_ids`.
+#[must_use]
+pub fn with_pod_cpus(mut pod: PodResources, pod_cpus: &crate::state::PodCpus) -> PodResources {
+    pod.cpu_ids = pod_cpus
+        .get(&pod.uid)
+        .map(|cpus| cpus.iter().collect())
+        .unwrap_or_default();
+    pod
 }
 
 fn container_resources(holding: &Holding<'_>, memory_request: u64) -> ContainerResources {

@@ -526,3 +526,125 @@ fn scenarios_carry_features_and_pod_level_resources() {
         "switch off: kubelet skips the pod"
     );
 }
+
+/// The NRI front-end knows only the containers created so far, so a pod's
+/// first container allocates the pod with a partial spec and the others
+/// arrive later (issue #15). Arriving in spec order, they get exactly the
+/// parts kubelet's partition of the whole spec gives them: a late
+/// exclusive container takes its CPUs from the pod's shared CPUs, whose
+/// containers keep the rest.
+#[test]
+fn containers_arriving_one_by_one_get_the_parts_of_the_whole_pods_partition() {
+    let t = dual_socket_ht();
+    let specs = [
+        Spec("gu", "2", "2", A),
+        Spec("shared", "", "", A),
+        Spec("gu2", "1", "1", A),
+    ];
+    let whole = pod("late", &[], &specs);
+    let mut kubelet =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    kubelet.set_pod_resources("late", Some(resources("4", "4")));
+    for c in &specs {
+        kubelet
+            .admit_container_with(&whole, c.0, &[])
+            .result
+            .expect("whole pod");
+    }
+
+    let mut nri =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    nri.set_pod_resources("late", Some(resources("4", "4")));
+    for known in 1..=specs.len() {
+        let partial = pod("late", &[], &specs[..known]);
+        nri.admit_container_with(&partial, specs[known - 1].0, &[])
+            .result
+            .expect("partial pod");
+        nri.check_invariants().expect("invariants");
+    }
+    assert_eq!(nri.state(), kubelet.state());
+    assert_eq!(nri.pod_cpus(), kubelet.pod_cpus());
+    let held = &nri.state().assignments["late"];
+    assert_eq!(held["gu"].len(), 2);
+    assert_eq!(held["gu2"].len(), 1);
+    assert_eq!(
+        held["shared"].len(),
+        1,
+        "the shared containers keep the rest"
+    );
+}
+
+/// A late exclusive container that would leave the pod's shared containers
+/// no CPU is refused (kubelet refuses such a pod up front), and nothing
+/// changes.
+#[test]
+fn a_late_exclusive_container_that_would_leave_the_shared_ones_nothing_is_refused() {
+    let t = dual_socket_ht();
+    let specs = [
+        Spec("gu", "2", "2", A),
+        Spec("shared", "", "", A),
+        Spec("gu2", "2", "2", A),
+    ];
+    let mut engine =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    engine.set_pod_resources("late", Some(resources("4", "4")));
+    for known in 1..=2 {
+        let partial = pod("late", &[], &specs[..known]);
+        engine
+            .admit_container_with(&partial, specs[known - 1].0, &[])
+            .result
+            .expect("admitted");
+    }
+    let before = engine.state().clone();
+    let whole = pod("late", &[], &specs);
+    let err = engine
+        .admit_container_with(&whole, "gu2", &[])
+        .result
+        .expect_err("nothing left for shared");
+    assert!(
+        matches!(&err, PolicyError::EmptyPodSharedPool { message } if message.contains("\"shared\"")),
+        "{err}"
+    );
+    assert_eq!(engine.state(), &before);
+}
+
+/// After an agent restart NRI shows a container whose CFS quota Pinion
+/// removed as having no CPU limit; a container holding exactly its
+/// whole-CPU request still counts as an exclusive part, so a late
+/// container gets the pod's shared CPUs, not those.
+#[test]
+fn a_late_container_after_a_restart_does_not_share_an_exclusive_part() {
+    let t = dual_socket_ht();
+    let mut engine =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    engine.set_pod_resources("late", Some(resources("4", "4")));
+    let first = pod(
+        "late",
+        &[],
+        &[Spec("gu", "2", "2", A), Spec("shared", "", "", A)],
+    );
+    for name in ["gu", "shared"] {
+        engine
+            .admit_container_with(&first, name, &[])
+            .result
+            .expect("admitted");
+    }
+    let gu = engine.state().assignments["late"]["gu"].clone();
+    let shared = engine.state().assignments["late"]["shared"].clone();
+    let seen_after_restart = pod(
+        "late",
+        &[],
+        &[
+            Spec("gu", "2", "", A),
+            Spec("shared", "", "", A),
+            Spec("late", "", "", A),
+        ],
+    );
+    let late = engine
+        .admit_container_with(&seen_after_restart, "late", &[])
+        .result
+        .expect("late");
+    assert_eq!(late, Some(shared.clone()));
+    assert!(late.is_some_and(|cpus| cpus.intersection(&gu).is_empty()));
+    engine.check_invariants().expect("invariants");
+}

@@ -32,6 +32,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Show who holds which CPUs, as the agent sees it.
     Ps(cmd::ps::Args),
+    /// Resize a running workload's CPUs in place (`pinion resize ID --cpus N`).
+    Resize(cmd::resize::Args),
     /// Show what kubelet's podresources API on Pinion's socket reports
     /// (list, get POD, allocatable).
     Podresources(cmd::podresources::Args),
@@ -55,6 +57,7 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Run(args) => cmd::run::run(&args),
         Command::Ps(args) => cmd::ps::run(&args),
+        Command::Resize(args) => cmd::resize::run(&args),
         Command::Podresources(args) => cmd::podresources::run(&args),
         Command::Plugins(args) => cmd::plugins::run(&args),
         Command::Pools(args) => cmd::pools::run(&args),

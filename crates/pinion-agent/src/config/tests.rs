@@ -387,3 +387,28 @@ fn migrate_on_start_defaults_to_true_and_is_read() {
     assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
     assert!(err.to_string().contains("migrateOnStart"), "{err}");
 }
+
+#[test]
+fn the_newest_kubelet_feature_gates_are_off_by_default_and_read() {
+    let off = resolve_yaml("cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n").expect("valid");
+    assert_eq!(off.features, Features::default());
+    assert!(!off.features.in_place_resize_exclusive_cpus);
+    assert!(!off.features.pod_level_resource_managers);
+    let on = resolve_yaml(
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\nfeatureGates:\n  \
+         InPlacePodVerticalScalingExclusiveCPUs: true\n  PodLevelResourceManagers: true\n  \
+         CPUManagerPolicyAlphaOptions: false\n",
+    )
+    .expect("valid");
+    assert!(on.features.in_place_resize_exclusive_cpus);
+    assert!(on.features.pod_level_resource_managers);
+    assert_eq!(on.policy.feature_gates.map(|g| g.alpha), Some(false));
+    let err = resolve_yaml("featureGates:\n  InPlacePodVerticalScaling: true\n")
+        .expect_err("unknown gate");
+    assert_eq!(err.field(), Some("featureGates"));
+    assert!(
+        err.to_string()
+            .contains("InPlacePodVerticalScalingExclusiveCPUs"),
+        "the known gates are listed: {err}"
+    );
+}

@@ -171,8 +171,10 @@ impl Controller {
         side_before: Option<&SideData>,
     ) -> Result<(), ControlError> {
         let mut records = diff(before, self.engine.state());
-        if let Some(side_before) = side_before {
-            records.extend(diff_side(side_before, &self.side));
+        let engine_side = self.engine_side_records();
+        match side_before {
+            Some(side_before) => records.extend(diff_side(side_before, &self.side)),
+            None => records.extend(engine_side),
         }
         for record in &records {
             self.store.record(record)?;
@@ -184,7 +186,8 @@ impl Controller {
     /// and the shared pool (admissions and releases): linear in those pods,
     /// not in the whole state.
     pub(super) fn record_scope(&mut self, scope: &Scope, batch: &mut Batch) {
-        let records = scope.diff(self.engine.state());
+        let mut records = scope.diff(self.engine.state());
+        records.extend(self.engine_side_records());
         self.append(&records, batch);
     }
 

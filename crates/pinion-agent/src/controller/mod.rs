@@ -21,9 +21,11 @@ mod decide;
 mod executor;
 mod migrate_start;
 mod plugins;
+mod pod_level;
 mod rebuild;
 mod reconcile;
 mod recover;
+mod resize;
 mod runtime;
 mod snapshot;
 pub mod task;
@@ -129,6 +131,15 @@ pub enum ControlError {
     },
     #[error("the policy refused the restored state: {0}")]
     Start(Box<PolicyError>),
+    /// The policy refused an in-place resize; nothing changed.
+    #[error("pod {pod} container {container}: {source}")]
+    Resize {
+        pod: String,
+        container: String,
+        source: Box<PolicyError>,
+    },
+    #[error("pod {pod} container {container} cannot be resized yet: its pod spec is not known (restored from the checkpoint; the runtime's next synchronization brings it)")]
+    ResizeUnknownSpec { pod: String, container: String },
     #[error("cgroup of pod {pod}: {source}")]
     Cgroup { pod: String, source: CgroupError },
     #[error("the controller has stopped")]

@@ -113,10 +113,9 @@ impl Controller {
             &runs,
             &mut report,
         )?;
-        let mut engine = Engine::new(&parts.topology, parts.policy, state)
+        let engine = Engine::new(&parts.topology, parts.policy, state)
             .with_topology_manager(parts.topology_manager);
-        engine
-            .start()
+        let engine = super::resize::start_with_side(engine, &side)
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let (shared_tx, _) = watch::channel(CpuSet::new());
         let (snapshot_tx, _) = watch::channel(Arc::new(Snapshot::default()));

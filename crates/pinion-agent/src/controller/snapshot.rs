@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
-use pinion_core::state::Assignments;
+use pinion_core::state::{Assignments, PodCpus};
 use pinion_core::{CpuSet, Placement};
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,9 @@ pub struct Snapshot {
     pub workloads: Vec<WorkloadView>,
     /// The exclusive assignments (the checkpoint's entries).
     pub assignments: Assignments,
+    /// The pods' own CPU sets (pod-level resources), by pod UID.
+    #[serde(default)]
+    pub pod_cpus: PodCpus,
     /// Every resource named by resource plugins' allocations.
     #[serde(default)]
     pub plugin_resources: BTreeSet<String>,
@@ -106,6 +109,7 @@ impl Controller {
             shared_pool,
             workloads,
             assignments: state.assignments.clone(),
+            pod_cpus: self.engine.pod_cpus().clone(),
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals: self.pending_removals(),
             pods: self.known_pods(),

@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
-use pinion_core::{CpuSet, Placement};
+use pinion_core::pod::PodResources;
+use pinion_core::{CpuSet, Placement, Quantity};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
@@ -78,6 +79,18 @@ pub enum Command {
     },
     /// Every plugin heard of a pod's removal.
     PluginPodRemoved { uid: String },
+    /// Resize a placed container's CPU request in place.
+    Resize {
+        key: Key,
+        cpus: Quantity,
+        reply: Reply<Admitted>,
+    },
+    /// Register (`Some`) or forget (`None`) a pod's pod-level resources
+    /// (before its containers are admitted).
+    SetPodResources {
+        uid: String,
+        resources: Option<PodResources>,
+    },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
     /// Stop after the commands already queued.
@@ -178,6 +191,12 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 let _ = reply.send(controller.plugin_reconcile(&polls, polled_at));
             }
             Command::PluginPodRemoved { uid } => controller.plugin_pod_removed(&uid),
+            Command::Resize { key, cpus, reply } => {
+                let _ = reply.send(controller.resize(&key, &cpus));
+            }
+            Command::SetPodResources { uid, resources } => {
+                controller.set_pod_resources(&uid, resources);
+            }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
             }
@@ -428,6 +447,22 @@ impl ControllerHandle {
         let _ = self
             .commands
             .send(Command::RuntimeUpdatesFailed { container_ids })
+            .await;
+    }
+
+    /// Resizes container `key`'s CPU request in place to `cpus` (see
+    /// [`Controller::resize`]).
+    pub async fn resize(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
+        self.ask(|reply| Command::Resize { key, cpus, reply }).await
+    }
+
+    /// Registers (`Some`) or forgets (`None`) pod `uid`'s pod-level
+    /// resources; commands are handled in order, so an admission sent
+    /// after this sees them.
+    pub async fn set_pod_resources(&self, uid: String, resources: Option<PodResources>) {
+        let _ = self
+            .commands
+            .send(Command::SetPodResources { uid, resources })
             .await;
     }
 

@@ -135,6 +135,13 @@ impl NriHandler for NriFrontend {
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
+        for pod in &pods {
+            if let Ok(uid) = pinion_nri::kube::pod_uid(pod) {
+                if let Err(err) = self.register_pod_resources(pod, &uid).await {
+                    tracing::warn!(pod = %uid, "{err}");
+                }
+            }
+        }
         let fresh = sync::track_all(pods, containers);
         let specs = sync::pod_specs(&fresh);
         let running: Vec<RunningContainer> = fresh
@@ -178,6 +185,7 @@ impl NriHandler for NriFrontend {
                 (key, placement)
             }
             Some((key, spec)) => {
+                self.register_pod_resources(&pod, &key.0).await?;
                 let request = AdmitRequest {
                     pod: spec,
                     container: key.1.clone(),
@@ -216,9 +224,13 @@ impl NriHandler for NriFrontend {
             ));
         };
         let placement = self.current(&entry.key);
-        if placement.is_exclusive() {
-            check_exclusive_resize(&entry.key, &placement.cpus, &resources)?;
-        }
+        let placement = match resize_request(&placement, &resources) {
+            Some(milli) => {
+                self.resize(&entry.key, placement, milli, &resources)
+                    .await?
+            }
+            None => placement,
+        };
         Ok(vec![ContainerUpdate {
             container_id: container.id,
             placement,
@@ -261,6 +273,9 @@ impl NriHandler for NriFrontend {
         for entry in entries {
             self.release(Some(entry)).await?;
         }
+        if let Ok(uid) = pinion_nri::kube::pod_uid(&pod) {
+            self.handle.set_pod_resources(uid, None).await;
+        }
         Ok(())
     }
 
@@ -270,6 +285,84 @@ impl NriHandler for NriFrontend {
             "the runtime failed to apply container updates; they are sent again at the next reconcile"
         );
         self.handle.runtime_updates_failed(container_ids).await;
+    }
+}
+
+impl NriFrontend {
+    /// Registers the pod-level resources of Kubernetes pod `uid` with the
+    /// controller when the pod declares them (annotation
+    /// `pinion.dev/pod-level-resources: "true"`); a malformed declaration
+    /// fails the container.
+    async fn register_pod_resources(
+        &self,
+        pod: &PodSandbox,
+        uid: &str,
+    ) -> Result<(), HandlerError> {
+        let resources = pinion_nri::kube::kube_pod_resources(pod)?;
+        if resources.is_some() {
+            self.handle
+                .set_pod_resources(uid.to_string(), resources)
+                .await;
+        }
+        Ok(())
+    }
+}
+
+/// The CPU request (millicores, from cpu.shares) an update asks the policy
+/// to resize to: a change of an exclusive container's whole CPUs, or a
+/// whole-CPU request of a shared one (the policy refuses moving a
+/// Guaranteed container between the shared pool and exclusive CPUs, and
+/// leaves the others where they are). `None`: answer the current placement.
+fn resize_request(placement: &Placement, resources: &Resources) -> Option<u64> {
+    let milli = resources.cpu_shares.and_then(milli_cpu_from_shares)?;
+    let held = u64::try_from(placement.cpus.len()).unwrap_or(u64::MAX) * 1000;
+    let wanted = if placement.is_exclusive() {
+        milli != held
+    } else {
+        milli % 1000 == 0
+    };
+    wanted.then_some(milli)
+}
+
+impl NriFrontend {
+    /// Resizes `key` in place (`featureGates:
+    /// InPlacePodVerticalScalingExclusiveCPUs`): the controller decides and
+    /// makes it durable, the answer is the container's new placement (the
+    /// shared-pool containers follow through the executor). A refusal fails
+    /// the update with the policy's text (kubelet marks the resize
+    /// infeasible). With the switch off an exclusive container's CPU count
+    /// is refused as before and a shared container keeps its placement.
+    async fn resize(
+        &self,
+        key: &Key,
+        current: Placement,
+        milli: u64,
+        resources: &Resources,
+    ) -> Result<Placement, HandlerError> {
+        let cpus = pinion_core::Quantity::parse(&format!("{milli}m")).map_err(|err| {
+            HandlerError::new(
+                ErrorKind::InvalidInput,
+                format!(
+                    "cpu request {milli}m of pod {} container {}: {err}",
+                    key.0, key.1
+                ),
+            )
+        })?;
+        match self.handle.resize(key.clone(), cpus).await {
+            Ok(resized) => Ok(resized.placement),
+            Err(ControlError::Resize { source, .. })
+                if matches!(
+                    *source,
+                    pinion_core::policy::PolicyError::ResizeDisabled { .. }
+                ) =>
+            {
+                if current.is_exclusive() {
+                    check_exclusive_resize(key, &current.cpus, resources)?;
+                }
+                Ok(current)
+            }
+            Err(err) => Err(handler_error(err)),
+        }
     }
 }
 

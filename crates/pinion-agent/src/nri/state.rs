@@ -116,6 +116,10 @@ pub fn handler_error(err: ControlError) -> HandlerError {
                 kubelet_admission_text(&source)
             ),
         ),
+        // An infeasible in-place resize: the policy's (kubelet's) text.
+        ControlError::Resize { .. } => {
+            HandlerError::new(ErrorKind::ResourceExhausted, err.to_string())
+        }
         ControlError::NotFound { .. } => HandlerError::new(ErrorKind::NotFound, err.to_string()),
         ControlError::Conflict { .. } => {
             HandlerError::new(ErrorKind::InvalidInput, err.to_string())

@@ -14,7 +14,7 @@ pub fn pod(pod: PodResources) -> v1::PodResources {
         name: pod.name,
         namespace: pod.namespace,
         containers: pod.containers.into_iter().map(container).collect(),
-        cpu_ids: Vec::new(),
+        cpu_ids: pod.cpu_ids.into_iter().map(i64::from).collect(),
         memory: Vec::new(),
         pod_role: pod.pod_role,
         pod_type: pod.pod_type,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::nri::NriFrontend;
 use pinion_agent::testing::SyntheticNode;
+use pinion_core::policy::{Features, PolicyConfig};
 use pinion_core::topology::{synthetic, Shape};
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -40,10 +41,25 @@ pub struct Agent {
 impl Agent {
     /// Starts the agent (static policy, 1 cpu reserved) on `state_dir`.
     pub fn start(state_dir: &Path, host: &FakeCgroups, socket: &Path) -> Self {
+        Self::start_with(state_dir, host, socket, Features::default())
+    }
+
+    /// [`Agent::start`] with feature switches (`featureGates`).
+    pub fn start_with(
+        state_dir: &Path,
+        host: &FakeCgroups,
+        socket: &Path,
+        features: Features,
+    ) -> Self {
         let node = SyntheticNode {
             host: host.clone(),
-            ..SyntheticNode::new(topology())
+            ..SyntheticNode::new(topology()).with_features(features)
         };
+        Self::start_on(&node, state_dir, socket)
+    }
+
+    /// The agent on `node` (its policy, switches and cgroups).
+    pub fn start_on(node: &SyntheticNode, state_dir: &Path, socket: &Path) -> Self {
         let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
         let (handle, thread) = controller::spawn(controller).unwrap();
         let frontend = Arc::new(NriFrontend::new(handle.clone()));
@@ -114,7 +130,31 @@ impl Node {
 
     /// Starts an agent and waits for its `sessions`-th synchronization.
     pub async fn agent(&self, sessions: u64) -> Agent {
-        let agent = Agent::start(self.state.path(), &self.host, &self.socket());
+        self.agent_with(sessions, Features::default()).await
+    }
+
+    /// [`Node::agent`] with feature switches and policy `config` (the
+    /// Topology Manager's settings, options).
+    pub async fn agent_with_config(
+        &self,
+        sessions: u64,
+        features: Features,
+        config: PolicyConfig,
+    ) -> Agent {
+        let node = SyntheticNode {
+            host: self.host.clone(),
+            ..SyntheticNode::new(topology())
+                .with_features(features)
+                .with_config(config)
+        };
+        let agent = Agent::start_on(&node, self.state.path(), &self.socket());
+        self.runtime.wait_synced(sessions).await;
+        agent
+    }
+
+    /// [`Node::agent`] with feature switches.
+    pub async fn agent_with(&self, sessions: u64, features: Features) -> Agent {
+        let agent = Agent::start_with(self.state.path(), &self.host, &self.socket(), features);
         self.runtime.wait_synced(sessions).await;
         agent
     }

@@ -83,9 +83,13 @@ impl Engine {
             };
         }
         if self.pod_cpus.contains_key(&pod.uid) || self.pod_admitted_shared(pod) {
-            let cpus = self.state.assignment(&pod.uid, name).cloned();
+            let result = match self.state.assignment(&pod.uid, name) {
+                Some(cpus) => Ok(Some(cpus.clone())),
+                None => self.admit_late_container(pod, name),
+            };
+            self.debug_check();
             return AdmitReport {
-                result: Ok(cpus),
+                result,
                 topology: None,
             };
         }
@@ -132,6 +136,33 @@ impl Engine {
             result: result.map(|()| self.state.assignment(&pod.uid, name).cloned()),
             topology: decision,
         }
+    }
+
+    /// A container of a pod holding its CPU set that was not part of the
+    /// pod's partition (it arrived later, see
+    /// [`StaticPolicy::admit_late_container`](crate::policy::StaticPolicy::admit_late_container));
+    /// `Ok(None)` for a pod without CPUs of its own.
+    fn admit_late_container(
+        &mut self,
+        pod: &Pod,
+        name: &str,
+    ) -> Result<Option<CpuSet>, PolicyError> {
+        let (Policy::Static(policy), Some(pod_cpus), Some(resources)) = (
+            &self.policy,
+            self.pod_cpus.get(&pod.uid),
+            self.pod_resources.get(&pod.uid),
+        ) else {
+            return Ok(None);
+        };
+        let cpus = policy.admit_late_container(&mut self.state, pod, resources, pod_cpus, name)?;
+        if let Some(hint) = self
+            .affinities
+            .get(&pod.uid)
+            .and_then(|containers| containers.values().next().copied())
+        {
+            self.store_affinity(pod, name, hint);
+        }
+        Ok(Some(cpus))
     }
 
     /// Whether `pod` went through `AllocatePod` and got no CPUs of its own

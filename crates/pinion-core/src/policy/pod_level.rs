@@ -182,4 +182,83 @@ impl StaticPolicy {
         }
         Ok((containers, requests))
     }
+
+    /// A container of a pod that already holds its CPU set but was not
+    /// part of the pod's partition: it arrived after the pod's first
+    /// container (the NRI front-end knows only the containers created so
+    /// far; kubelet partitions the whole spec at once). Pinion's
+    /// continuation of the partition, equal to kubelet's when containers
+    /// arrive in spec order: a container with exclusive CPUs takes them
+    /// from the pod's shared CPUs (the containers on those keep the rest),
+    /// any other gets the pod's shared CPUs. `EmptyPodSharedPool` when
+    /// nothing would be left for it or for them; `state` is changed only on
+    /// success. Returns the container's CPUs.
+    pub fn admit_late_container(
+        &self,
+        state: &mut State,
+        pod: &Pod,
+        resources: &PodResources,
+        pod_cpus: &CpuSet,
+        name: &str,
+    ) -> Result<CpuSet, PolicyError> {
+        let cpus = |c| guaranteed_cpus_in(pod, Some(resources), true, c);
+        let held = state.assignments.get(&pod.uid);
+        let mut exclusive = CpuSet::new();
+        let mut on_shared = Vec::new();
+        let regular_init = |c: &str| {
+            pod.init_containers
+                .iter()
+                .any(|i| i.name == c && !i.is_restartable())
+        };
+        for c in pod.all_containers().filter(|c| c.name != name) {
+            let Some(assigned) = held.and_then(|h| h.get(&c.name)) else {
+                continue;
+            };
+            if cpus(c) > 0 || holds_its_request(c, assigned) {
+                exclusive.union_with(assigned);
+            } else if !regular_init(&c.name) {
+                on_shared.push(c.name.clone());
+            }
+        }
+        let shared = pod_cpus.difference(&exclusive);
+        let empty = |who: &str| PolicyError::EmptyPodSharedPool {
+            message: format!(
+                "pod rejected, container {who:?} would have no cpus in the pod's cpu set {pod_cpus}"
+            ),
+        };
+        let n = pod.container(name).map_or(0, cpus);
+        let mut next = state.clone();
+        let mine = if n == 0 {
+            if shared.is_empty() {
+                return Err(empty(name));
+            }
+            shared
+        } else {
+            let taken = self.take_from(&shared, n)?;
+            let rest = shared.difference(&taken);
+            if let Some(first) = on_shared.first() {
+                if rest.is_empty() {
+                    return Err(empty(first));
+                }
+            }
+            for other in &on_shared {
+                next.assign(&pod.uid, other, rest.clone());
+            }
+            taken
+        };
+        next.assign(&pod.uid, name, mine.clone());
+        *state = next;
+        Ok(mine)
+    }
+}
+
+/// Whether container `c` holds exactly its whole-CPU request without a CPU
+/// limit: an exclusive part whose limit the front-end cannot see (through
+/// NRI, a container whose CFS quota Pinion removed for its exclusive CPUs
+/// reads as having no limit after a restart).
+fn holds_its_request(c: &crate::pod::Container, assigned: &CpuSet) -> bool {
+    c.cpu_limit.is_none()
+        && c.cpu_request.as_ref().is_some_and(|q| {
+            q.is_integral() && usize::try_from(q.value()).ok() == Some(assigned.len())
+        })
 }

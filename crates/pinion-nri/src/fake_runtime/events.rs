@@ -165,6 +165,7 @@ impl FakeRuntime {
                 annotations: spec.annotations.into_iter().collect(),
                 linux: Some(pb::LinuxPodSandbox {
                     cgroup_parent: spec.cgroup_parent,
+                    pod_resources: spec.pod_resources.as_ref().map(Into::into),
                     ..pb::LinuxPodSandbox::default()
                 }),
                 ..pb::PodSandbox::default()

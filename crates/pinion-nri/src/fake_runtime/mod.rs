@@ -63,6 +63,8 @@ pub struct PodSpec {
     pub namespace: String,
     pub cgroup_parent: String,
     pub annotations: BTreeMap<String, String>,
+    /// The pod cgroup's resources (kubelet's pod-level resources).
+    pub pod_resources: Option<Resources>,
 }
 
 /// What a test gives to create a container.

@@ -311,6 +311,7 @@ pub fn burstable_pod(name: &str) -> PodSpec {
         namespace: "default".to_string(),
         cgroup_parent: format!("/kubepods/burstable/pod-uid-{name}"),
         annotations: BTreeMap::new(),
+        pod_resources: None,
     }
 }
 

@@ -99,6 +99,9 @@ fn policy_config(keys: &FileKeys) -> anyhow::Result<PolicyConfig> {
         match gate.as_str() {
             "CPUManagerPolicyAlphaOptions" => gates.alpha = *on,
             "CPUManagerPolicyBetaOptions" => gates.beta = *on,
+            // The agent's feature switches do not change how a checkpoint
+            // is restored or rebuilt.
+            "InPlacePodVerticalScalingExclusiveCPUs" | "PodLevelResourceManagers" => {}
             _ => anyhow::bail!("invalid featureGates {gate:?}: unknown feature gate"),
         }
     }

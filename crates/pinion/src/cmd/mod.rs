@@ -9,6 +9,7 @@ pub mod plugins;
 pub mod podresources;
 pub mod pools;
 pub mod ps;
+pub mod resize;
 pub mod run;
 pub mod simulate;
 pub mod simulate_qrm;

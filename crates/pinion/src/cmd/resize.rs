@@ -1,0 +1,66 @@
+//! `pinion resize ID --cpus N`: resizes a running workload's CPU request in
+//! place (the agent's switch `InPlacePodVerticalScalingExclusiveCPUs`, issue
+//! #15). `ID` is the pod column of `pinion ps` (a `pinion run`'s id); growing
+//! keeps every CPU the run has and adds aligned ones, shrinking releases
+//! CPUs without moving the rest, never below the CPUs it was first given.
+//! The agent rewrites the run's cgroup before it answers.
+
+use std::path::PathBuf;
+
+use pinion_api::local::{ResizeRequest, RUN_CONTAINER};
+use pinion_api::{Client, DefaultPaths};
+
+/// Arguments of `pinion resize`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The workload: its pod id as `pinion ps` shows it (a run's id).
+    id: String,
+    /// The new CPU request (a whole number for exclusive CPUs).
+    #[arg(long)]
+    cpus: String,
+    /// The container of the pod (a `pinion run` has one, `main`).
+    #[arg(long, default_value = RUN_CONTAINER)]
+    container: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Unix socket of the agent's local API.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+/// Runs `pinion resize`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let request = ResizeRequest {
+        pod: args.id.clone(),
+        container: Some(args.container.clone()),
+        cpus: args.cpus.clone(),
+    };
+    let done = Client::new(&socket).resize(&request)?;
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&done)?),
+        Format::Table => println!(
+            "{} {}: {} cpus {} (mems {})",
+            done.pod,
+            done.container,
+            if done.pool.is_empty() {
+                "shared"
+            } else {
+                &done.pool
+            },
+            done.cpus,
+            done.mems
+        ),
+    }
+    Ok(())
+}
