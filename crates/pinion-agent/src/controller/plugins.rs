@@ -66,12 +66,35 @@ impl Controller {
     }
 
     /// Stores the plugins' allocations of an admitted container (durable
-    /// before the answer) and answers with its placement.
+    /// before the answer) and answers with its placement, which a runtime
+    /// container being created applies itself.
     pub fn record_allocations(
         &mut self,
         key: &Key,
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.store_and_place(key, resources, allocations, false)
+    }
+
+    /// Stores the allocations of a running container a plugin had forgotten
+    /// (its re-allocation, §4.9): unlike at admission, nobody applies the
+    /// answer, so a runtime container gets it as an update like any change.
+    pub fn record_reallocation(
+        &mut self,
+        key: &Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.store_and_place(key, resources, allocations, true)
+    }
+
+    fn store_and_place(
+        &mut self,
+        key: &Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+        running: bool,
     ) -> Result<Admitted, ControlError> {
         if !self.workloads.contains_key(key) {
             return Err(ControlError::NotFound {
@@ -100,7 +123,11 @@ impl Controller {
             workload.plugin_resources = resources;
         }
         self.commit(batch)?;
-        self.converge_admitted(std::slice::from_ref(key));
+        if running {
+            self.converge();
+        } else {
+            self.converge_admitted(std::slice::from_ref(key));
+        }
         Ok(self.admitted(key))
     }
 

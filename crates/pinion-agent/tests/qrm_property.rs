@@ -1,0 +1,541 @@
+//! Property tests of the QoS Resource Manager's reconcile (issue #11, item
+//! 8): random sequences of admissions, removals, plugin answer changes,
+//! forgotten containers, garbage answers and plugins that miss a round keep
+//! what the node applied equal to what the plugins last said (spec `qrm.md`
+//! §4.9: an answer replaces the stored entry, no answer re-allocates, a
+//! plugin that does not answer leaves its entries alone), and only changes
+//! are sent.
+//!
+//! Two levels:
+//!
+//! * the controller itself (merge, durable record, desired/applied diff,
+//!   executor) fed the answers of [`TablePlugin`]s directly, many cases: the
+//!   fake cgroups and a fake runtime (the executor's update batches) must hold
+//!   exactly the placement the plugins' last valid answers make, and every
+//!   batch must name exactly the containers whose placement changed;
+//! * the whole manager, few cases: the same plugins served over real unix
+//!   sockets, registered through the watcher, polled by the real reconcile
+//!   loop (which also re-allocates), stopped and served again; after the
+//!   passes that follow each step, the fake cgroups hold the plugins' last
+//!   answers and removed pods are gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use pinion_agent::controller::{AdmitRequest, Controller, Frontend, Key, RuntimeUpdate};
+use pinion_agent::hints::GatheredHints;
+use pinion_agent::qrm::Poll;
+use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions, ServedPlugin};
+use pinion_agent::testing::table_plugin::TablePlugin;
+use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+use pinion_core::{CpuSet, Placement, Quantity, Topology};
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::cgroup::CgroupName;
+use pinion_plugins::{AllocationInfo, Request, ResourcePlugin};
+use proptest::prelude::*;
+use tokio::sync::mpsc;
+
+/// The three plugins: a cpuset, memory nodes, and a tag (environment
+/// variable and annotation only).
+const RESOURCES: [(&str, &str); 3] = [
+    ("example.com/cpuset", "CpusetCpus"),
+    ("example.com/mems", "CpusetMems"),
+    ("example.com/tag", ""),
+];
+const CPUSET: usize = 0;
+const MEMS: usize = 1;
+/// Pod slots: a slot is empty or holds one live pod.
+const SLOTS: usize = 5;
+/// What the cpuset plugin says when it answers garbage.
+const GARBAGE: &str = "7-2";
+
+fn topology() -> Topology {
+    machine(2, 4, 2)
+}
+
+/// Plugin `plugin`'s answer number `value`: any non-empty set of the 16
+/// CPUs, one or both memory nodes, a tag.
+fn answer(plugin: usize, value: u32) -> String {
+    match plugin {
+        CPUSET => {
+            let mask = (value & 0xffff).max(1);
+            let cpus: CpuSet = (0..16).filter(|cpu| mask & (1 << cpu) != 0).collect();
+            cpus.to_string()
+        }
+        MEMS => ["0", "1", "0-1"][(value % 3) as usize].to_string(),
+        _ => format!("v{}", value % 7),
+    }
+}
+
+fn plugins() -> [TablePlugin; 3] {
+    RESOURCES.map(|(resource, property)| TablePlugin::new(resource, property, ""))
+}
+
+/// An allocation as the manager stores it (what `GetResourcesAllocation`
+/// carries: no hints).
+fn stored(info: &AllocationInfo) -> PluginAllocation {
+    PluginAllocation {
+        oci_property_name: info.oci_property_name.clone(),
+        is_node_resource: info.is_node_resource,
+        is_scalar_resource: info.is_scalar_resource,
+        allocated_quantity: info.allocated_quantity,
+        allocation_result: info.allocation_result.clone(),
+        envs: info.envs.clone(),
+        annotations: info.annotations.clone(),
+        resource_hints: None,
+        topology_assignments: info.topology_assignments.clone(),
+    }
+}
+
+/// A valid answer of `plugin`: one the merge accepts.
+fn valid(plugin: usize, value: &str) -> bool {
+    plugin != CPUSET || CpuSet::parse_list(value).is_ok()
+}
+
+/// `pinion run` of pod `uid` with one exclusive CPU and one of each wanted
+/// plugin resource; a runtime container `c-<uid>` when `runtime`.
+fn admission(uid: &str, wants: [bool; 3], runtime: bool) -> AdmitRequest {
+    let mut request = run_request(uid, Some("1"), None);
+    let name = request.container.clone();
+    let container = request
+        .pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == name)
+        .expect("the run's container");
+    for (plugin, (resource, _)) in RESOURCES.iter().enumerate() {
+        if wants[plugin] {
+            container
+                .extended_requests
+                .insert((*resource).to_string(), Quantity::parse("1").expect("1"));
+        }
+    }
+    if runtime {
+        request.frontend = Frontend::runtime(format!("c-{uid}"));
+    }
+    request
+}
+
+/// What a container's placement must be: its placement without plugins
+/// (`base`) with the last valid answer of every plugin it asked (`said`):
+/// the cpuset plugin's CPUs (memory nodes following them), the memory
+/// plugin's nodes, each plugin's environment variable and annotation.
+fn expected(
+    topology: &Topology,
+    plugins: &[TablePlugin; 3],
+    base: &Placement,
+    said: &BTreeMap<usize, String>,
+) -> Placement {
+    let mut placement = base.clone();
+    if let Some(cpus) = said.get(&CPUSET) {
+        placement.cpus = CpuSet::parse_list(cpus).expect("said is valid");
+        placement.mems = topology
+            .numa_cpus()
+            .iter()
+            .filter(|(_, node)| !node.intersection(&placement.cpus).is_empty())
+            .map(|(id, _)| *id)
+            .collect();
+    }
+    if let Some(mems) = said.get(&MEMS) {
+        placement.mems = CpuSet::parse_list(mems).expect("said is valid");
+    }
+    for (plugin, value) in said {
+        placement
+            .env
+            .insert(plugins[*plugin].env_name().to_string(), value.clone());
+        placement
+            .annotations
+            .insert(RESOURCES[*plugin].0.to_string(), value.clone());
+    }
+    placement
+}
+
+/// The parts of a placement plugins decide.
+fn plugin_view(p: &Placement) -> (CpuSet, CpuSet, &BTreeMap<String, String>, &BTreeMap<String, String>) {
+    (p.cpus.clone(), p.mems.clone(), &p.env, &p.annotations)
+}
+
+fn cgroup_of(host: &FakeCgroups, name: &str) -> Option<(CpuSet, CpuSet)> {
+    let name = CgroupName::new(name).expect("cgroup name");
+    host.tree()
+        .children
+        .get(&name)
+        .map(|c| (c.cpus.clone(), c.mems.clone()))
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Admit a pod into an empty slot; the plugins allocate `values`.
+    Admit {
+        slot: usize,
+        wants: [bool; 3],
+        runtime: bool,
+        values: [u32; 3],
+    },
+    Release {
+        slot: usize,
+    },
+    /// A plugin changes its answer for a container.
+    Change {
+        slot: usize,
+        plugin: usize,
+        value: u32,
+    },
+    /// The cpuset plugin answers something that is not a CPU list.
+    Garbage {
+        slot: usize,
+    },
+    /// A plugin loses its record of a container.
+    Forget {
+        slot: usize,
+        plugin: usize,
+    },
+    /// A reconcile pass in which the plugins of `answering` answer (the
+    /// others failed or are gone).
+    Reconcile {
+        answering: [bool; 3],
+    },
+    /// The removal loop reached every plugin for every pending pod.
+    RemovePods,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let slot = 0..SLOTS;
+    prop_oneof![
+        3 => (slot.clone(), any::<[bool; 3]>(), any::<bool>(), any::<[u32; 3]>())
+            .prop_map(|(slot, wants, runtime, values)| Op::Admit { slot, wants, runtime, values }),
+        1 => slot.clone().prop_map(|slot| Op::Release { slot }),
+        4 => (slot.clone(), 0..3usize, any::<u32>())
+            .prop_map(|(slot, plugin, value)| Op::Change { slot, plugin, value }),
+        1 => slot.clone().prop_map(|slot| Op::Garbage { slot }),
+        1 => (slot, 0..3usize).prop_map(|(slot, plugin)| Op::Forget { slot, plugin }),
+        4 => any::<[bool; 3]>().prop_map(|answering| Op::Reconcile { answering }),
+        1 => Just(Op::RemovePods),
+    ]
+}
+
+/// A live pod of the controller-level model.
+struct Live {
+    key: Key,
+    wants: [bool; 3],
+    cgroup: Option<String>,
+    container_id: Option<String>,
+    /// Its placement without plugins.
+    base: Placement,
+    /// Plugin → its last valid answer the controller heard.
+    said: BTreeMap<usize, String>,
+}
+
+/// The controller with a fake runtime, the plugins, and the model.
+struct Model {
+    _dir: tempfile::TempDir,
+    topology: Topology,
+    host: FakeCgroups,
+    controller: Controller,
+    updates: mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
+    plugins: [TablePlugin; 3],
+    live: BTreeMap<usize, Live>,
+    admissions: u32,
+    /// What the fake runtime holds for each container.
+    runtime: BTreeMap<String, Placement>,
+    /// Released pods whose plugins may not have heard yet.
+    released: BTreeSet<String>,
+}
+
+impl Model {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = SyntheticNode::new(topology());
+        let (controller, updates) = node.start_with_runtime(dir.path()).expect("controller");
+        Self {
+            _dir: dir,
+            topology: node.topology.clone(),
+            host: node.host.clone(),
+            controller,
+            updates,
+            plugins: plugins(),
+            live: BTreeMap::new(),
+            admissions: 0,
+            runtime: BTreeMap::new(),
+            released: BTreeSet::new(),
+        }
+    }
+
+    /// Every wanted plugin's `Allocate` for `key`, and whether all answers
+    /// are valid.
+    fn allocate(&mut self, key: &Key, wants: [bool; 3]) -> (PluginAllocations, BTreeMap<usize, String>) {
+        let mut allocations = PluginAllocations::new();
+        let mut answers = BTreeMap::new();
+        for (plugin, table) in self.plugins.iter_mut().enumerate() {
+            if !wants[plugin] {
+                continue;
+            }
+            let request = Request {
+                pod_uid: key.0.clone(),
+                container_name: key.1.clone(),
+                resource_name: RESOURCES[plugin].0.to_string(),
+                ..Request::default()
+            };
+            let answer = table.allocate(&request).expect("allocates").expect("answer");
+            for (name, info) in &answer {
+                allocations.insert(name.clone(), stored(info));
+            }
+            answers.insert(plugin, table.value(&key.0, &key.1).expect("recorded"));
+        }
+        (allocations, answers)
+    }
+
+    /// Stores `allocations` for `key` as the manager does after `Allocate`
+    /// at admission or, when `running`, at a re-allocation; the model
+    /// follows when the controller accepts them.
+    fn record(
+        &mut self,
+        slot: usize,
+        allocations: PluginAllocations,
+        answers: BTreeMap<usize, String>,
+        running: bool,
+    ) {
+        let live = self.live.get(&slot).expect("live");
+        let resources: BTreeSet<String> = (0..3)
+            .filter(|p| live.wants[*p])
+            .map(|p| RESOURCES[p].0.to_string())
+            .collect();
+        let all_valid = answers.iter().all(|(p, v)| valid(*p, v));
+        let key = live.key.clone();
+        let result = if running {
+            self.controller
+                .record_reallocation(&key, resources, allocations)
+        } else {
+            self.controller
+                .record_allocations(&key, resources, allocations)
+        };
+        assert_eq!(result.is_ok(), all_valid, "{result:?} for answers {answers:?}");
+        if let Ok(admitted) = result {
+            let live = self.live.get_mut(&slot).expect("live");
+            live.said = answers;
+            match &live.container_id {
+                // The runtime applies the answer of an admission itself.
+                Some(id) if !running => {
+                    self.runtime.insert(id.clone(), admitted.placement);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn slot_of(&self, key: &Key) -> Option<usize> {
+        self.live
+            .iter()
+            .find(|(_, l)| &l.key == key)
+            .map(|(slot, _)| *slot)
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Admit { slot, wants, runtime, values } => {
+                if self.live.contains_key(slot) {
+                    return;
+                }
+                self.admissions += 1;
+                let uid = format!("pinion-run-p{}", self.admissions);
+                let request = admission(&uid, *wants, *runtime);
+                let key = (uid.clone(), request.container.clone());
+                let admitted = self
+                    .controller
+                    .admit(&request, &GatheredHints::default())
+                    .expect("admitted");
+                let container_id = runtime.then(|| format!("c-{uid}"));
+                if let Some(id) = &container_id {
+                    self.runtime.insert(id.clone(), admitted.placement.clone());
+                }
+                self.live.insert(
+                    *slot,
+                    Live {
+                        key: key.clone(),
+                        wants: *wants,
+                        cgroup: admitted.cgroup.clone(),
+                        container_id,
+                        base: admitted.placement,
+                        said: BTreeMap::new(),
+                    },
+                );
+                if wants.iter().any(|w| *w) {
+                    for (plugin, table) in self.plugins.iter().enumerate() {
+                        table.set_default(&answer(plugin, values[plugin]));
+                    }
+                    let (allocations, answers) = self.allocate(&key, *wants);
+                    self.record(*slot, allocations, answers, false);
+                }
+            }
+            Op::Release { slot } => {
+                let Some(live) = self.live.remove(slot) else {
+                    return;
+                };
+                self.controller
+                    .release(&live.key.0, None)
+                    .expect("released");
+                if let Some(id) = &live.container_id {
+                    self.runtime.remove(id);
+                }
+                if live.wants.iter().any(|w| *w) {
+                    self.released.insert(live.key.0.clone());
+                }
+            }
+            Op::Change { slot, plugin, value } => {
+                if let Some(live) = self.live.get(slot) {
+                    self.plugins[*plugin].set(&live.key.0, &live.key.1, &answer(*plugin, *value));
+                }
+            }
+            Op::Garbage { slot } => {
+                if let Some(live) = self.live.get(slot) {
+                    self.plugins[CPUSET].set(&live.key.0, &live.key.1, GARBAGE);
+                }
+            }
+            Op::Forget { slot, plugin } => {
+                if let Some(live) = self.live.get(slot) {
+                    self.plugins[*plugin].forget(&live.key.0, &live.key.1);
+                }
+            }
+            Op::Reconcile { answering } => self.reconcile(*answering),
+            Op::RemovePods => {
+                let pending = self.controller.subscribe_snapshots().borrow().pending_plugin_removals.clone();
+                let expected: Vec<String> = self.released.iter().cloned().collect();
+                assert_eq!(pending, expected, "pods waiting for RemovePod");
+                for uid in pending {
+                    for table in &mut self.plugins {
+                        table.remove_pod(&uid).expect("removed");
+                    }
+                    self.controller.plugin_pod_removed(&uid);
+                }
+                self.released.clear();
+            }
+        }
+    }
+
+    /// One pass: the answering plugins' `GetResourcesAllocation` merged by
+    /// the controller, then the re-allocations it asks for, as the reconcile
+    /// loop does.
+    fn reconcile(&mut self, answering: [bool; 3]) {
+        let polls: Vec<(String, Poll)> = (0..3)
+            .filter(|p| answering[*p])
+            .map(|p| {
+                let poll: Poll = self.plugins[p]
+                    .allocations()
+                    .into_iter()
+                    .map(|(pod, containers)| {
+                        let containers = containers
+                            .into_iter()
+                            .map(|(name, allocation)| {
+                                let stored = allocation.iter().map(|(n, i)| (n.clone(), stored(i))).collect();
+                                (name, Some(stored))
+                            })
+                            .collect();
+                        (pod, containers)
+                    })
+                    .collect();
+                (RESOURCES[p].0.to_string(), poll)
+            })
+            .collect();
+        // The model's §4.9: an answer replaces (when valid), no answer
+        // drops the entry and asks for a re-allocation.
+        let mut forgotten = BTreeSet::new();
+        for live in self.live.values_mut() {
+            for plugin in (0..3).filter(|p| answering[*p] && live.wants[*p]) {
+                match self.plugins[plugin].value(&live.key.0, &live.key.1) {
+                    Some(value) if valid(plugin, &value) => {
+                        live.said.insert(plugin, value);
+                    }
+                    Some(_) => {}
+                    None => {
+                        live.said.remove(&plugin);
+                        forgotten.insert(live.key.clone());
+                    }
+                }
+            }
+        }
+        let outcome = self
+            .controller
+            .plugin_reconcile(&polls, Instant::now())
+            .expect("reconciled");
+        let asked: BTreeSet<Key> = outcome
+            .reallocate
+            .iter()
+            .map(|r| (r.pod.uid.clone(), r.container.clone()))
+            .collect();
+        assert_eq!(asked, forgotten, "containers to allocate again");
+        for key in asked {
+            let slot = self.slot_of(&key).expect("a live container");
+            let wants = self.live[&slot].wants;
+            let (allocations, answers) = self.allocate(&key, wants);
+            self.record(slot, allocations, answers, true);
+        }
+    }
+
+    /// Delivers the executor's batches to the fake runtime, then checks the
+    /// property: no update repeats what the runtime holds (only changes are
+    /// sent), and the runtime and the cgroups hold what the plugins last
+    /// said. Returns how many updates arrived.
+    fn deliver_and_check(&mut self) -> usize {
+        let mut sent = 0;
+        while let Ok(batch) = self.updates.try_recv() {
+            for update in batch {
+                let held = self.runtime.get(&update.container_id);
+                assert!(held.is_some(), "an update for {}, which is not running", update.container_id);
+                assert_ne!(held, Some(&update.placement), "{}: an update that changes nothing", update.container_id);
+                self.runtime.insert(update.container_id, update.placement);
+                sent += 1;
+            }
+        }
+        self.check();
+        sent
+    }
+
+    fn check(&self) {
+        let snapshot = self.controller.subscribe_snapshots().borrow().clone();
+        let keys: BTreeSet<Key> = snapshot
+            .workloads
+            .iter()
+            .map(|w| (w.pod.clone(), w.container.clone()))
+            .collect();
+        let live: BTreeSet<Key> = self.live.values().map(|l| l.key.clone()).collect();
+        assert_eq!(keys, live, "the controller's workloads");
+        for live in self.live.values() {
+            let want = expected(&self.topology, &self.plugins, &live.base, &live.said);
+            let desired = &snapshot.workload(&live.key.0, &live.key.1).expect("workload").placement;
+            assert_eq!(plugin_view(desired), plugin_view(&want), "{:?} desired", live.key);
+            if let Some(id) = &live.container_id {
+                assert_eq!(&self.runtime[id], desired, "{id}: the runtime holds another placement");
+            }
+            if let Some(cgroup) = &live.cgroup {
+                assert_eq!(
+                    cgroup_of(&self.host, cgroup),
+                    Some((want.cpus.clone(), want.mems.clone())),
+                    "{cgroup}: cpus and mems written"
+                );
+            }
+        }
+        let cgroups = self.host.tree().children.len();
+        let standalone = self.live.values().filter(|l| l.cgroup.is_some()).count();
+        assert_eq!(cgroups, standalone, "cgroups of released runs must be gone");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, max_shrink_iters: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn reconcile_keeps_applied_state_equal_to_the_plugins_last_answers(ops in prop::collection::vec(op(), 1..40)) {
+        let mut model = Model::new();
+        for op in &ops {
+            model.apply(op);
+            model.deliver_and_check();
+        }
+        // A pass of every plugin makes the state what they all say now; a
+        // second one, with nothing changed in between, sends nothing.
+        model.apply(&Op::Reconcile { answering: [true; 3] });
+        model.deliver_and_check();
+        model.apply(&Op::Reconcile { answering: [true; 3] });
+        prop_assert_eq!(model.deliver_and_check(), 0, "a pass without changes sent updates");
+    }
+}
