@@ -152,7 +152,14 @@ fn expected(
 }
 
 /// The parts of a placement plugins decide.
-fn plugin_view(p: &Placement) -> (CpuSet, CpuSet, &BTreeMap<String, String>, &BTreeMap<String, String>) {
+fn plugin_view(
+    p: &Placement,
+) -> (
+    CpuSet,
+    CpuSet,
+    &BTreeMap<String, String>,
+    &BTreeMap<String, String>,
+) {
     (p.cpus.clone(), p.mems.clone(), &p.env, &p.annotations)
 }
 
@@ -264,7 +271,11 @@ impl Model {
 
     /// Every wanted plugin's `Allocate` for `key`, and whether all answers
     /// are valid.
-    fn allocate(&mut self, key: &Key, wants: [bool; 3]) -> (PluginAllocations, BTreeMap<usize, String>) {
+    fn allocate(
+        &mut self,
+        key: &Key,
+        wants: [bool; 3],
+    ) -> (PluginAllocations, BTreeMap<usize, String>) {
         let mut allocations = PluginAllocations::new();
         let mut answers = BTreeMap::new();
         for (plugin, table) in self.plugins.iter_mut().enumerate() {
@@ -277,7 +288,10 @@ impl Model {
                 resource_name: RESOURCES[plugin].0.to_string(),
                 ..Request::default()
             };
-            let answer = table.allocate(&request).expect("allocates").expect("answer");
+            let answer = table
+                .allocate(&request)
+                .expect("allocates")
+                .expect("answer");
             for (name, info) in &answer {
                 allocations.insert(name.clone(), stored(info));
             }
@@ -310,7 +324,11 @@ impl Model {
             self.controller
                 .record_allocations(&key, resources, allocations)
         };
-        assert_eq!(result.is_ok(), all_valid, "{result:?} for answers {answers:?}");
+        assert_eq!(
+            result.is_ok(),
+            all_valid,
+            "{result:?} for answers {answers:?}"
+        );
         if let Ok(admitted) = result {
             let live = self.live.get_mut(&slot).expect("live");
             live.said = answers;
@@ -333,7 +351,12 @@ impl Model {
 
     fn apply(&mut self, op: &Op) {
         match op {
-            Op::Admit { slot, wants, runtime, values } => {
+            Op::Admit {
+                slot,
+                wants,
+                runtime,
+                values,
+            } => {
                 if self.live.contains_key(slot) {
                     return;
                 }
@@ -382,7 +405,11 @@ impl Model {
                     self.released.insert(live.key.0.clone());
                 }
             }
-            Op::Change { slot, plugin, value } => {
+            Op::Change {
+                slot,
+                plugin,
+                value,
+            } => {
                 if let Some(live) = self.live.get(slot) {
                     self.plugins[*plugin].set(&live.key.0, &live.key.1, &answer(*plugin, *value));
                 }
@@ -399,7 +426,12 @@ impl Model {
             }
             Op::Reconcile { answering } => self.reconcile(*answering),
             Op::RemovePods => {
-                let pending = self.controller.subscribe_snapshots().borrow().pending_plugin_removals.clone();
+                let pending = self
+                    .controller
+                    .subscribe_snapshots()
+                    .borrow()
+                    .pending_plugin_removals
+                    .clone();
                 let expected: Vec<String> = self.released.iter().cloned().collect();
                 assert_eq!(pending, expected, "pods waiting for RemovePod");
                 for uid in pending {
@@ -427,7 +459,10 @@ impl Model {
                         let containers = containers
                             .into_iter()
                             .map(|(name, allocation)| {
-                                let stored = allocation.iter().map(|(n, i)| (n.clone(), stored(i))).collect();
+                                let stored = allocation
+                                    .iter()
+                                    .map(|(n, i)| (n.clone(), stored(i)))
+                                    .collect();
                                 (name, Some(stored))
                             })
                             .collect();
@@ -481,8 +516,17 @@ impl Model {
         while let Ok(batch) = self.updates.try_recv() {
             for update in batch {
                 let held = self.runtime.get(&update.container_id);
-                assert!(held.is_some(), "an update for {}, which is not running", update.container_id);
-                assert_ne!(held, Some(&update.placement), "{}: an update that changes nothing", update.container_id);
+                assert!(
+                    held.is_some(),
+                    "an update for {}, which is not running",
+                    update.container_id
+                );
+                assert_ne!(
+                    held,
+                    Some(&update.placement),
+                    "{}: an update that changes nothing",
+                    update.container_id
+                );
                 self.runtime.insert(update.container_id, update.placement);
                 sent += 1;
             }
@@ -502,10 +546,21 @@ impl Model {
         assert_eq!(keys, live, "the controller's workloads");
         for live in self.live.values() {
             let want = expected(&self.topology, &self.plugins, &live.base, &live.said);
-            let desired = &snapshot.workload(&live.key.0, &live.key.1).expect("workload").placement;
-            assert_eq!(plugin_view(desired), plugin_view(&want), "{:?} desired", live.key);
+            let desired = &snapshot
+                .workload(&live.key.0, &live.key.1)
+                .expect("workload")
+                .placement;
+            assert_eq!(
+                plugin_view(desired),
+                plugin_view(&want),
+                "{:?} desired",
+                live.key
+            );
             if let Some(id) = &live.container_id {
-                assert_eq!(&self.runtime[id], desired, "{id}: the runtime holds another placement");
+                assert_eq!(
+                    &self.runtime[id], desired,
+                    "{id}: the runtime holds another placement"
+                );
             }
             if let Some(cgroup) = &live.cgroup {
                 assert_eq!(
@@ -538,4 +593,402 @@ proptest! {
         model.apply(&Op::Reconcile { answering: [true; 3] });
         prop_assert_eq!(model.deliver_and_check(), 0, "a pass without changes sent updates");
     }
+}
+
+/// Upper bound for a registration or the passes after a step (not a timing
+/// assertion: the loop runs every [`PERIOD`]).
+const PATIENCE: Duration = Duration::from_secs(20);
+const PERIOD: Duration = Duration::from_millis(20);
+
+/// A step of the manager-level sequences.
+#[derive(Debug, Clone)]
+enum Step {
+    Admit {
+        slot: usize,
+        wants: [bool; 3],
+        values: [u32; 3],
+    },
+    Release {
+        slot: usize,
+    },
+    Change {
+        slot: usize,
+        plugin: usize,
+        value: u32,
+    },
+    Forget {
+        slot: usize,
+        plugin: usize,
+    },
+    /// A plugin goes away, changes its answers to `value` while nobody
+    /// listens (and loses its state when `lose_state`), and comes back.
+    Bounce {
+        plugin: usize,
+        value: u32,
+        lose_state: bool,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let slot = 0..SLOTS;
+    prop_oneof![
+        3 => (slot.clone(), any::<[bool; 3]>(), any::<[u32; 3]>())
+            .prop_map(|(slot, wants, values)| Step::Admit { slot, wants, values }),
+        1 => slot.clone().prop_map(|slot| Step::Release { slot }),
+        4 => (slot.clone(), 0..3usize, any::<u32>())
+            .prop_map(|(slot, plugin, value)| Step::Change { slot, plugin, value }),
+        1 => (slot, 0..3usize).prop_map(|(slot, plugin)| Step::Forget { slot, plugin }),
+        1 => (0..3usize, any::<u32>(), any::<bool>())
+            .prop_map(|(plugin, value, lose_state)| Step::Bounce { plugin, value, lose_state }),
+    ]
+}
+
+/// A live run of the manager-level sequences.
+struct Run {
+    key: Key,
+    wants: [bool; 3],
+    cgroup: String,
+    /// Its placement at admission (the CPUs and memory nodes that stay when
+    /// no plugin sets them).
+    admitted: Placement,
+}
+
+/// The manager with three plugins on their sockets, and the runs.
+struct Wire {
+    _dir: tempfile::TempDir,
+    topology: Topology,
+    node: QrmNode,
+    plugins: [TablePlugin; 3],
+    served: Vec<Option<ServedPlugin>>,
+    runs: BTreeMap<usize, Run>,
+    released: Vec<(Key, String)>,
+    admissions: u32,
+}
+
+impl Wire {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = SyntheticNode::new(topology());
+        let options = QrmNodeOptions {
+            reconcile_period: PERIOD,
+            runtime: false,
+        };
+        let qrm = QrmNode::start(&node, dir.path(), &options);
+        let plugins = plugins();
+        let mut served = Vec::new();
+        for plugin in &plugins {
+            served.push(Some(qrm.serve(plugin.clone())));
+        }
+        for (resource, _) in RESOURCES {
+            qrm.wait_for_plugin(resource, "active", PATIENCE).await;
+        }
+        Self {
+            _dir: dir,
+            topology: node.topology,
+            node: qrm,
+            plugins,
+            served,
+            runs: BTreeMap::new(),
+            released: Vec::new(),
+            admissions: 0,
+        }
+    }
+
+    /// Waits until every plugin on its socket has answered two more
+    /// `GetResourcesAllocation`: the pass that heard its current answers
+    /// (and the re-allocations it asked for) is complete.
+    async fn settle(&self) {
+        let serving: Vec<(&TablePlugin, u64)> = self
+            .plugins
+            .iter()
+            .zip(&self.served)
+            .filter(|(_, served)| served.is_some())
+            .map(|(plugin, _)| (plugin, plugin.polls()))
+            .collect();
+        let deadline = Instant::now() + PATIENCE;
+        while serving.iter().any(|(plugin, at)| plugin.polls() < at + 2) {
+            assert!(
+                Instant::now() < deadline,
+                "the reconcile loop stopped polling"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What plugin `plugin` last said about `run`: its current answer, or
+    /// `frozen` while it is away.
+    fn said(
+        &self,
+        run: &Run,
+        frozen: Option<(usize, &BTreeMap<Key, String>)>,
+    ) -> BTreeMap<usize, String> {
+        (0..3)
+            .filter(|p| run.wants[*p])
+            .map(|p| {
+                let value = match frozen {
+                    Some((away, values)) if away == p => values.get(&run.key).cloned(),
+                    _ => self.plugins[p].value(&run.key.0, &run.key.1),
+                };
+                let value = value.unwrap_or_else(|| {
+                    panic!("{:?}: plugin {p} has no answer after a pass", run.key)
+                });
+                (p, value)
+            })
+            .collect()
+    }
+
+    /// The property after the passes of a step.
+    fn check(&self, frozen: Option<(usize, &BTreeMap<Key, String>)>) {
+        let snapshot = self.node.handle.snapshot();
+        for run in self.runs.values() {
+            let said = self.said(run, frozen);
+            let want = expected(&self.topology, &self.plugins, &run.admitted, &said);
+            let want = Placement {
+                cpus: if run.wants[CPUSET] {
+                    want.cpus
+                } else {
+                    run.admitted.cpus.clone()
+                },
+                mems: if run.wants[CPUSET] || run.wants[MEMS] {
+                    want.mems
+                } else {
+                    run.admitted.mems.clone()
+                },
+                env: want
+                    .env
+                    .into_iter()
+                    .filter(|(k, _)| self.plugins.iter().any(|p| p.env_name() == k))
+                    .collect(),
+                annotations: want
+                    .annotations
+                    .into_iter()
+                    .filter(|(k, _)| RESOURCES.iter().any(|(r, _)| r == k))
+                    .collect(),
+                ..want
+            };
+            assert_eq!(
+                cgroup_of(&self.node.host, &run.cgroup),
+                Some((want.cpus.clone(), want.mems.clone())),
+                "{:?}: cpus and mems written, plugins said {said:?}",
+                run.key
+            );
+            let placement = &snapshot
+                .workload(&run.key.0, &run.key.1)
+                .expect("workload")
+                .placement;
+            assert_eq!(
+                (&placement.env, &placement.annotations),
+                (&want.env, &want.annotations),
+                "{:?}",
+                run.key
+            );
+        }
+        for ((pod, container), cgroup) in &self.released {
+            assert!(
+                snapshot.workload(pod, container).is_none(),
+                "{pod} was released"
+            );
+            assert_eq!(
+                cgroup_of(&self.node.host, cgroup),
+                None,
+                "{cgroup} was released"
+            );
+        }
+    }
+
+    async fn apply(&mut self, step: &Step) {
+        match step {
+            Step::Admit {
+                slot,
+                wants,
+                values,
+            } => {
+                if self.runs.contains_key(slot) {
+                    return;
+                }
+                self.admissions += 1;
+                let uid = format!("pinion-run-w{}", self.admissions);
+                for (plugin, table) in self.plugins.iter().enumerate() {
+                    table.set_default(&answer(plugin, values[plugin]));
+                }
+                let request = admission(&uid, *wants, false);
+                let key = (uid, request.container.clone());
+                let admitted = self.node.handle.admit(request).await.expect("admitted");
+                let cgroup = admitted.cgroup.clone().expect("a run has a cgroup");
+                // Without plugins the CPUs and memory nodes are the
+                // engine's: the exclusive CPU and its node.
+                let mut base = admitted.placement.clone();
+                if wants[CPUSET] {
+                    base.cpus = CpuSet::default();
+                }
+                self.runs.insert(
+                    *slot,
+                    Run {
+                        key,
+                        wants: *wants,
+                        cgroup,
+                        admitted: base,
+                    },
+                );
+            }
+            Step::Release { slot } => {
+                if let Some(run) = self.runs.remove(slot) {
+                    self.node
+                        .handle
+                        .release(run.key.0.clone(), None)
+                        .await
+                        .expect("released");
+                    self.released.push((run.key, run.cgroup));
+                }
+            }
+            Step::Change {
+                slot,
+                plugin,
+                value,
+            } => {
+                if let Some(run) = self.runs.get(slot) {
+                    self.plugins[*plugin].set(&run.key.0, &run.key.1, &answer(*plugin, *value));
+                }
+            }
+            Step::Forget { slot, plugin } => {
+                if let Some(run) = self.runs.get(slot) {
+                    self.plugins[*plugin].forget(&run.key.0, &run.key.1);
+                }
+            }
+            Step::Bounce {
+                plugin,
+                value,
+                lose_state,
+            } => {
+                let resource = RESOURCES[*plugin].0;
+                let served = self.served[*plugin].take().expect("served");
+                served.stop().await;
+                self.node
+                    .wait_for_plugin(resource, "stopped", PATIENCE)
+                    .await;
+                // What it said stays applied while it is away, whatever it
+                // thinks meanwhile.
+                let table = &self.plugins[*plugin];
+                let frozen: BTreeMap<Key, String> = self
+                    .runs
+                    .values()
+                    .filter_map(|run| Some((run.key.clone(), table.value(&run.key.0, &run.key.1)?)))
+                    .collect();
+                for run in self.runs.values() {
+                    table.set(&run.key.0, &run.key.1, &answer(*plugin, *value));
+                    if *lose_state {
+                        table.forget(&run.key.0, &run.key.1);
+                    }
+                }
+                self.settle().await;
+                self.check(Some((*plugin, &frozen)));
+                self.served[*plugin] = Some(self.node.serve(table.clone()));
+                self.node
+                    .wait_for_plugin(resource, "active", PATIENCE)
+                    .await;
+            }
+        }
+    }
+
+    /// Stops everything; every released pod's plugins heard of it.
+    async fn stop(mut self) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self
+            .node
+            .handle
+            .snapshot()
+            .pending_plugin_removals
+            .is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "RemovePod never reached every plugin"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for ((pod, _), _) in &self.released {
+            for plugin in &self.plugins {
+                assert_eq!(
+                    plugin.value(pod, "main"),
+                    None,
+                    "{} still holds {pod}",
+                    RESOURCES
+                        .iter()
+                        .find(|(r, _)| *r == plugin.resource_name())
+                        .map_or("", |r| r.0)
+                );
+            }
+        }
+        for served in self.served.iter_mut().filter_map(Option::take) {
+            served.stop().await;
+        }
+        self.node.stop().await;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, max_shrink_iters: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn over_the_sockets_the_cgroups_follow_the_plugins_last_answers(steps in prop::collection::vec(step(), 1..10)) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let mut wire = Wire::start().await;
+            for step in &steps {
+                wire.apply(step).await;
+                wire.settle().await;
+                wire.check(None);
+            }
+            wire.stop().await;
+        });
+    }
+}
+
+/// Regression: the reconcile loop re-allocated a running runtime container
+/// a plugin had forgotten through the admission path, which takes the answer
+/// as applied by the runtime creating the container; the running container
+/// never got its new cpuset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_running_container_a_plugin_forgot_gets_its_reallocated_cpuset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = QrmNodeOptions {
+        reconcile_period: PERIOD,
+        runtime: true,
+    };
+    let mut node = QrmNode::start(&SyntheticNode::new(topology()), dir.path(), &options);
+    let (resource, property) = RESOURCES[CPUSET];
+    let cpuset = TablePlugin::new(resource, property, "2-3");
+    let served = node.serve(cpuset.clone());
+    node.wait_for_plugin(resource, "active", PATIENCE).await;
+    let admitted = node
+        .handle
+        .admit(admission("pinion-run-r", [true, false, false], true))
+        .await
+        .expect("admitted");
+    assert_eq!(admitted.placement.cpus, pinion_core::testing::cpus("2-3"));
+
+    // The plugin restarts without its state and would now give 5-6: the
+    // manager drops its entry, allocates again, and the runtime must hear.
+    cpuset.set_default("5-6");
+    cpuset.forget("pinion-run-r", "main");
+    let mut updates = node.runtime_updates.take().expect("a runtime front-end");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let batch = tokio::time::timeout_at(deadline.into(), updates.recv())
+            .await
+            .expect("the re-allocated cpuset never reached the runtime")
+            .expect("updates");
+        if batch.iter().any(|u| {
+            u.container_id == "c-pinion-run-r"
+                && u.placement.cpus == pinion_core::testing::cpus("5-6")
+        }) {
+            break;
+        }
+    }
+    served.stop().await;
+    node.stop().await;
 }

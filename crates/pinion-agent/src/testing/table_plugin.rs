@@ -59,7 +59,9 @@ impl TablePlugin {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The environment variable its answers set (the resource name in
@@ -179,7 +181,9 @@ impl ResourcePlugin for TablePlugin {
             .map(|(pod, containers)| {
                 let containers = containers
                     .into_iter()
-                    .map(|(name, value)| (name, [(self.resource.clone(), self.info(&value))].into()))
+                    .map(|(name, value)| {
+                        (name, [(self.resource.clone(), self.info(&value))].into())
+                    })
                     .collect();
                 (pod, containers)
             })
