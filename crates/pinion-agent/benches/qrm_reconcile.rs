@@ -21,7 +21,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use pinion_agent::controller::RuntimeUpdate;
+use pinion_agent::controller::{RuntimeUpdate, Snapshot};
 use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions, ServedPlugin};
 use pinion_agent::testing::table_plugin::TablePlugin;
 use pinion_agent::testing::{machine, runtime_request, SyntheticNode};
@@ -74,9 +74,9 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
     let dir = tempfile::tempdir_in(base).expect("tempdir");
     runtime.block_on(async {
         let options = QrmNodeOptions {
-            // The bench drives the passes itself.
-            reconcile_period: Duration::from_secs(3600),
             runtime: true,
+            // The bench drives the passes itself.
+            ..QrmNodeOptions::new(Duration::from_secs(3600))
         };
         let node = QrmNode::start(&SyntheticNode::new(machine(2, 32, 2)), dir.path(), &options);
         let plugins: Vec<TablePlugin> = PLUGINS
@@ -119,7 +119,8 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
             versions: vec![[0; 3]; CONTAINERS],
             passes: 0,
         };
-        bench.drain();
+        let snapshot = bench.node.handle.snapshot();
+        bench.drain(&snapshot);
         bench
     })
 }
@@ -128,10 +129,14 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
 struct Sent {
     containers: usize,
     bytes: usize,
+    /// Updates whose NRI form equals the container's previous one (a
+    /// change of environment or annotations only, which a running container
+    /// cannot take).
+    same_on_wire: usize,
 }
 
 impl Bench {
-    fn drain(&mut self) -> Sent {
+    fn drain(&mut self, before: &Snapshot) -> Sent {
         let updates = self.node.runtime_updates.as_mut().expect("runtime");
         let mut batch: Vec<RuntimeUpdate> = Vec::new();
         while let Ok(more) = updates.try_recv() {
@@ -144,6 +149,18 @@ impl Bench {
                 placement: u.placement,
             })
             .collect();
+        let same_on_wire = nri
+            .iter()
+            .filter(|u| {
+                let n: usize = u.container_id["container-".len()..].parse().expect("n");
+                let old = before.placement_of(&uid(n), "main");
+                let old = pb::ContainerUpdate::from(&ContainerUpdate {
+                    container_id: u.container_id.clone(),
+                    placement: old,
+                });
+                old == pb::ContainerUpdate::from(*u)
+            })
+            .count();
         let request = pb::UpdateContainersRequest {
             update: pinion_nri::model::updates_to_proto(&nri),
             evict: Vec::new(),
@@ -151,6 +168,7 @@ impl Bench {
         Sent {
             containers: nri.len(),
             bytes: request.encoded_len(),
+            same_on_wire,
         }
     }
 
@@ -171,6 +189,7 @@ impl Bench {
 
     /// One pass as the reconcile loop runs it: (whole pass, the polls).
     fn pass(&mut self, runtime: &Runtime) -> (Duration, Duration, Sent) {
+        let before = self.node.handle.snapshot();
         let started = Instant::now();
         let (polled, outcome) = runtime.block_on(async {
             let polls = self.node.qrm.poll().await;
@@ -183,8 +202,8 @@ impl Bench {
                 .expect("reconcile");
             (polled, outcome)
         });
-        let sent = self.drain();
         let took = started.elapsed();
+        let sent = self.drain(&before);
         assert!(outcome.reallocate.is_empty(), "no plugin forgot anything");
         (took, polled, sent)
     }
@@ -198,7 +217,7 @@ fn percentile(samples: &mut [Duration], percent: usize) -> Duration {
 fn bench_case(c: &mut Criterion, runtime: &Runtime, bench: &mut Bench, name: &str, count: usize) {
     let mut passes = Vec::new();
     let mut polls = Vec::new();
-    let mut sent = (0, 0, 0);
+    let mut sent = (0, 0, 0, 0);
     c.bench_function(name, |b| {
         b.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
@@ -215,6 +234,7 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, bench: &mut Bench, name: &st
                 sent.0 += 1;
                 sent.1 += batch.containers;
                 sent.2 += batch.bytes;
+                sent.3 += batch.same_on_wire;
                 total += took;
             }
             total
@@ -224,10 +244,11 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, bench: &mut Bench, name: &st
     let p99 = percentile(&mut passes, 99);
     let poll50 = percentile(&mut polls, 50);
     eprintln!(
-        "{name}: passes={} p50={p50:?} p99={p99:?} polls p50={poll50:?} ({:.0} % of p50); per pass: {:.1} containers updated, {:.0} bytes of UpdateContainersRequest",
+        "{name}: passes={} p50={p50:?} p99={p99:?} polls p50={poll50:?} ({:.0} % of p50); per pass: {:.1} containers updated ({:.1} of them the same on the wire), {:.0} bytes of UpdateContainersRequest",
         passes.len(),
         poll50.as_secs_f64() * 100.0 / p50.as_secs_f64(),
         sent.1 as f64 / sent.0 as f64,
+        sent.3 as f64 / sent.0 as f64,
         sent.2 as f64 / sent.0 as f64,
     );
 }

@@ -669,10 +669,7 @@ impl Wire {
     async fn start() -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let node = SyntheticNode::new(topology());
-        let options = QrmNodeOptions {
-            reconcile_period: PERIOD,
-            runtime: false,
-        };
+        let options = QrmNodeOptions::new(PERIOD);
         let qrm = QrmNode::start(&node, dir.path(), &options);
         let plugins = plugins();
         let mut served = Vec::new();
@@ -956,8 +953,8 @@ proptest! {
 async fn regression_a_running_container_a_plugin_forgot_gets_its_reallocated_cpuset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let options = QrmNodeOptions {
-        reconcile_period: PERIOD,
         runtime: true,
+        ..QrmNodeOptions::new(PERIOD)
     };
     let mut node = QrmNode::start(&SyntheticNode::new(topology()), dir.path(), &options);
     let (resource, property) = RESOURCES[CPUSET];

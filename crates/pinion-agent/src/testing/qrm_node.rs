@@ -18,18 +18,37 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::SyntheticNode;
-use crate::config::QrmConfig;
+use crate::config::{BuiltinPlugin, QrmConfig};
 use crate::controller::{self, ControllerHandle, RuntimeUpdate};
 use crate::hints::{HintGatherer, HintSource};
+use crate::qrm::builtin::Machine;
 use crate::qrm::{Qrm, QrmHints};
 
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct QrmNodeOptions {
     pub reconcile_period: Duration,
+    pub rpc_timeout: Duration,
     /// With a runtime front-end: its update batches arrive on
     /// [`QrmNode::runtime_updates`].
     pub runtime: bool,
+    /// Pinion's plugins the manager serves itself
+    /// ([`QrmNode::start_builtin`]).
+    pub builtin: Vec<BuiltinPlugin>,
+}
+
+impl QrmNodeOptions {
+    /// Reconcile every `reconcile_period`, 10 s RPC deadline, no runtime
+    /// front-end, no built-in plugins.
+    #[must_use]
+    pub fn new(reconcile_period: Duration) -> Self {
+        Self {
+            reconcile_period,
+            rpc_timeout: Duration::from_secs(10),
+            runtime: false,
+            builtin: Vec::new(),
+        }
+    }
 }
 
 /// See the module documentation.
@@ -63,9 +82,9 @@ impl QrmNode {
             plugin_registration_dir: registry_dir.clone(),
             registration_socket: state_dir.join("resource-plugins/kubelet.sock"),
             reconcile_period: options.reconcile_period,
-            rpc_timeout: Duration::from_secs(10),
+            rpc_timeout: options.rpc_timeout,
             resource_names_map: BTreeMap::new(),
-            builtin: Vec::new(),
+            builtin: options.builtin.clone(),
         });
         let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
         let hints = HintGatherer::new(sources, Scope::Container, Duration::from_secs(10));
@@ -82,6 +101,27 @@ impl QrmNode {
             stop,
             tasks,
         }
+    }
+
+    /// The manager's plugin-watcher directory.
+    #[must_use]
+    pub fn registry_dir(&self) -> &Path {
+        &self.registry_dir
+    }
+
+    /// Serves the built-in plugins of the options as the daemon does;
+    /// returns once each is registered.
+    ///
+    /// # Panics
+    /// When one does not start.
+    pub async fn start_builtin(&mut self, machine: Machine<'_>) {
+        let stop = self.stop.subscribe();
+        let tasks = self
+            .qrm
+            .start_builtin(machine, &stop)
+            .await
+            .expect("built-in plugins start");
+        self.tasks.extend(tasks);
     }
 
     /// Serves `plugin` in the watched directory; [`ServedPlugin::stop`]
