@@ -205,6 +205,12 @@ enum Op {
     },
     /// The removal loop reached every plugin for every pending pod.
     RemovePods,
+    /// A pass whose polls were taken before an admission (the reconcile
+    /// loop polls while a pod is admitted) and merged after it.
+    AdmitDuringPass {
+        answering: [bool; 3],
+        admit: Box<Op>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -219,6 +225,11 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (slot, 0..3usize).prop_map(|(slot, plugin)| Op::Forget { slot, plugin }),
         4 => any::<[bool; 3]>().prop_map(|answering| Op::Reconcile { answering }),
         1 => Just(Op::RemovePods),
+        2 => (any::<[bool; 3]>(), 0..SLOTS, any::<[bool; 3]>(), any::<bool>(), any::<[u32; 3]>())
+            .prop_map(|(answering, slot, wants, runtime, values)| Op::AdmitDuringPass {
+                answering,
+                admit: Box::new(Op::Admit { slot, wants, runtime, values }),
+            }),
     ]
 }
 
@@ -232,6 +243,14 @@ struct Live {
     base: Placement,
     /// Plugin → its last valid answer the controller heard.
     said: BTreeMap<usize, String>,
+}
+
+/// A poll of the plugins: when it began, what the controller gets, what
+/// the plugins said of each (container, plugin) that was live.
+struct Polled {
+    at: Instant,
+    polls: Vec<(String, Poll)>,
+    answers: BTreeMap<(Key, usize), Option<String>>,
 }
 
 /// The controller with a fake runtime, the plugins, and the model.
@@ -425,6 +444,11 @@ impl Model {
                 }
             }
             Op::Reconcile { answering } => self.reconcile(*answering),
+            Op::AdmitDuringPass { answering, admit } => {
+                let polled = self.poll(*answering);
+                self.apply(admit);
+                self.merge(polled);
+            }
             Op::RemovePods => {
                 let pending = self
                     .controller
@@ -449,6 +473,14 @@ impl Model {
     /// the controller, then the re-allocations it asks for, as the reconcile
     /// loop does.
     fn reconcile(&mut self, answering: [bool; 3]) {
+        let poll = self.poll(answering);
+        self.merge(poll);
+    }
+
+    /// The answering plugins' `GetResourcesAllocation`, and what they said
+    /// of each live container.
+    fn poll(&self, answering: [bool; 3]) -> Polled {
+        let at = Instant::now();
         let polls: Vec<(String, Poll)> = (0..3)
             .filter(|p| answering[*p])
             .map(|p| {
@@ -472,17 +504,33 @@ impl Model {
                 (RESOURCES[p].0.to_string(), poll)
             })
             .collect();
+        let mut answers = BTreeMap::new();
+        for live in self.live.values() {
+            for plugin in (0..3).filter(|p| answering[*p] && live.wants[*p]) {
+                let value = self.plugins[plugin].value(&live.key.0, &live.key.1);
+                answers.insert((live.key.clone(), plugin), value);
+            }
+        }
+        Polled { at, polls, answers }
+    }
+
+    /// The controller merges `polled`, then re-allocates what it asks for.
+    /// Containers admitted after the poll began are not in it and must be
+    /// left alone.
+    fn merge(&mut self, polled: Polled) {
+        let Polled { at, polls, answers } = polled;
         // The model's §4.9: an answer replaces (when valid), no answer
         // drops the entry and asks for a re-allocation.
         let mut forgotten = BTreeSet::new();
         for live in self.live.values_mut() {
-            for plugin in (0..3).filter(|p| answering[*p] && live.wants[*p]) {
-                match self.plugins[plugin].value(&live.key.0, &live.key.1) {
-                    Some(value) if valid(plugin, &value) => {
-                        live.said.insert(plugin, value);
+            for plugin in 0..3 {
+                match answers.get(&(live.key.clone(), plugin)) {
+                    None => {}
+                    Some(Some(value)) if valid(plugin, value) => {
+                        live.said.insert(plugin, value.clone());
                     }
-                    Some(_) => {}
-                    None => {
+                    Some(Some(_)) => {}
+                    Some(None) => {
                         live.said.remove(&plugin);
                         forgotten.insert(live.key.clone());
                     }
@@ -491,7 +539,7 @@ impl Model {
         }
         let outcome = self
             .controller
-            .plugin_reconcile(&polls, Instant::now())
+            .plugin_reconcile(&polls, at)
             .expect("reconciled");
         let asked: BTreeSet<Key> = outcome
             .reallocate
@@ -499,6 +547,11 @@ impl Model {
             .map(|r| (r.pod.uid.clone(), r.container.clone()))
             .collect();
         assert_eq!(asked, forgotten, "containers to allocate again");
+        assert_eq!(
+            asked.len(),
+            outcome.reallocate.len(),
+            "a container listed twice"
+        );
         for key in asked {
             let slot = self.slot_of(&key).expect("a live container");
             let wants = self.live[&slot].wants;
@@ -593,6 +646,64 @@ proptest! {
         model.apply(&Op::Reconcile { answering: [true; 3] });
         prop_assert_eq!(model.deliver_and_check(), 0, "a pass without changes sent updates");
     }
+}
+
+/// Regression: a reconcile poll taken before an admission's `Allocate` and
+/// merged after its allocations were recorded looked as if every plugin had
+/// forgotten the new container: its allocations were dropped (its cpuset
+/// sent back to the engine's) and allocated again.
+#[test]
+fn regression_a_poll_older_than_an_admission_leaves_the_new_container_alone() {
+    let mut model = Model::new();
+    let polled = model.poll([true; 3]);
+    model.apply(&Op::Admit {
+        slot: 0,
+        wants: [true; 3],
+        runtime: true,
+        values: [0xf0, 1, 2],
+    });
+    model.deliver_and_check();
+    let outcome = model
+        .controller
+        .plugin_reconcile(&polled.polls, polled.at)
+        .expect("reconciled");
+    assert!(
+        outcome.reallocate.is_empty(),
+        "re-allocations asked: {:?}",
+        outcome
+            .reallocate
+            .iter()
+            .map(|r| (&r.pod.uid, &r.container))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        model.deliver_and_check(),
+        0,
+        "the old poll changed the new container"
+    );
+}
+
+/// Regression: a container every plugin forgot was listed for
+/// re-allocation once per plugin, and the loop allocated it (through every
+/// plugin) as many times.
+#[test]
+fn regression_a_container_every_plugin_forgot_is_allocated_again_once() {
+    let mut model = Model::new();
+    model.apply(&Op::Admit {
+        slot: 0,
+        wants: [true; 3],
+        runtime: false,
+        values: [0xf0, 1, 2],
+    });
+    for plugin in 0..3 {
+        model.apply(&Op::Forget { slot: 0, plugin });
+    }
+    let polled = model.poll([true; 3]);
+    let outcome = model
+        .controller
+        .plugin_reconcile(&polled.polls, polled.at)
+        .expect("reconciled");
+    assert_eq!(outcome.reallocate.len(), 1);
 }
 
 /// Upper bound for a registration or the passes after a step (not a timing

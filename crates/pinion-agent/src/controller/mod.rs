@@ -250,6 +250,9 @@ struct Workload {
     /// The plugin resources it requested, and what the plugins allocated.
     plugin_resources: BTreeSet<String>,
     plugins: PluginAllocations,
+    /// When `Allocate` answers were last recorded (reconcile polls older
+    /// than that do not know of them).
+    plugins_recorded: Option<Instant>,
 }
 
 impl Workload {
@@ -262,6 +265,7 @@ impl Workload {
             applied: None,
             plugin_resources: BTreeSet::new(),
             plugins: PluginAllocations::new(),
+            plugins_recorded: None,
         }
     }
 

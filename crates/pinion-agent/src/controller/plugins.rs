@@ -121,6 +121,7 @@ impl Controller {
         if let Some(workload) = self.workloads.get_mut(key) {
             workload.plugins = allocations;
             workload.plugin_resources = resources;
+            workload.plugins_recorded = Some(Instant::now());
         }
         self.commit(batch)?;
         if running {
@@ -157,8 +158,10 @@ impl Controller {
     /// every app container requesting that plugin's resource: an answer
     /// replaces the stored entries by name (keeping the `Allocate`-time
     /// hints), no answer drops the resource's entry and asks for a
-    /// re-allocation. Makes the changes durable, then the executor sends
-    /// only what changed.
+    /// re-allocation. A container whose allocations were recorded after the
+    /// poll began is left alone: the answers predate its `Allocate` (the
+    /// loop polls while pods are admitted). Makes the changes durable, then
+    /// the executor sends only what changed.
     pub fn plugin_reconcile(
         &mut self,
         polls: &[(String, Poll)],
@@ -168,7 +171,10 @@ impl Controller {
         let mut updated: BTreeMap<Key, PluginAllocations> = BTreeMap::new();
         for (resource, poll) in polls {
             for (key, workload) in &self.workloads {
-                if !workload.plugin_resources.contains(resource) || workload.is_init(&key.1) {
+                if !workload.plugin_resources.contains(resource)
+                    || workload.is_init(&key.1)
+                    || workload.plugins_recorded.is_some_and(|at| at > polled_at)
+                {
                     continue;
                 }
                 let current = updated
@@ -183,7 +189,11 @@ impl Controller {
                 let next = match answer {
                     Some(answer) => merge_answer(&current, answer),
                     None => {
-                        if let Some(pod) = workload.spec.as_deref().cloned() {
+                        let listed = outcome
+                            .reallocate
+                            .iter()
+                            .any(|r| r.pod.uid == key.0 && r.container == key.1);
+                        if let Some(pod) = workload.spec.as_deref().cloned().filter(|_| !listed) {
                             outcome.reallocate.push(Reallocation {
                                 pod,
                                 container: key.1.clone(),
