@@ -759,8 +759,9 @@ struct Run {
     key: Key,
     wants: [bool; 3],
     cgroup: String,
-    /// Its placement at admission (the CPUs and memory nodes that stay when
-    /// no plugin sets them).
+    /// Its placement at admission (the engine's CPUs and memory nodes stay
+    /// where no plugin sets them; the plugins' settings in it are replaced
+    /// by their last answers).
     admitted: Placement,
 }
 
@@ -851,29 +852,6 @@ impl Wire {
         for run in self.runs.values() {
             let said = self.said(run, frozen);
             let want = expected(&self.topology, &self.plugins, &run.admitted, &said);
-            let want = Placement {
-                cpus: if run.wants[CPUSET] {
-                    want.cpus
-                } else {
-                    run.admitted.cpus.clone()
-                },
-                mems: if run.wants[CPUSET] || run.wants[MEMS] {
-                    want.mems
-                } else {
-                    run.admitted.mems.clone()
-                },
-                env: want
-                    .env
-                    .into_iter()
-                    .filter(|(k, _)| self.plugins.iter().any(|p| p.env_name() == k))
-                    .collect(),
-                annotations: want
-                    .annotations
-                    .into_iter()
-                    .filter(|(k, _)| RESOURCES.iter().any(|(r, _)| r == k))
-                    .collect(),
-                ..want
-            };
             assert_eq!(
                 cgroup_of(&self.node.host, &run.cgroup),
                 Some((want.cpus.clone(), want.mems.clone())),
@@ -923,19 +901,13 @@ impl Wire {
                 let key = (uid, request.container.clone());
                 let admitted = self.node.handle.admit(request).await.expect("admitted");
                 let cgroup = admitted.cgroup.clone().expect("a run has a cgroup");
-                // Without plugins the CPUs and memory nodes are the
-                // engine's: the exclusive CPU and its node.
-                let mut base = admitted.placement.clone();
-                if wants[CPUSET] {
-                    base.cpus = CpuSet::default();
-                }
                 self.runs.insert(
                     *slot,
                     Run {
                         key,
                         wants: *wants,
                         cgroup,
-                        admitted: base,
+                        admitted: admitted.placement,
                     },
                 );
             }
@@ -1020,10 +992,7 @@ impl Wire {
                     plugin.value(pod, "main"),
                     None,
                     "{} still holds {pod}",
-                    RESOURCES
-                        .iter()
-                        .find(|(r, _)| *r == plugin.resource_name())
-                        .map_or("", |r| r.0)
+                    plugin.resource_name()
                 );
             }
         }
