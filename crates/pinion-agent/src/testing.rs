@@ -3,6 +3,9 @@
 //! the controller's unit tests, the local API and NRI integration tests and
 //! the admission benchmarks share.
 
+pub mod qrm_node;
+pub mod table_plugin;
+
 use std::path::Path;
 
 use pinion_core::policy::{Features, PolicyConfig};

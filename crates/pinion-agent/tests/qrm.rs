@@ -11,26 +11,20 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use pinion_agent::config::{BuiltinPlugin, QrmConfig};
-use pinion_agent::controller::{self, AdmitRequest, ControllerHandle};
-use pinion_agent::hints::{HintGatherer, HintSource};
-use pinion_agent::qrm::{Qrm, QrmHints};
+use pinion_agent::config::BuiltinPlugin;
+use pinion_agent::controller::AdmitRequest;
+use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions};
 use pinion_agent::testing::{machine, run_request, SyntheticNode};
-use pinion_api::plugin::Identity;
 use pinion_core::testing::cpus as set;
-use pinion_core::topomgr::Scope;
 use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;
 use pinion_host::meminfo::NodeMemory;
-use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
 use pinion_plugins::{
     AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
     Request, ResourcePlugin, TopologyAwareResource,
 };
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 /// Upper bound for waiting on a registration or a reconcile (not a timing
 /// assertion: the loops run every 100 ms).
@@ -39,14 +33,19 @@ const GIB: u64 = 1 << 30;
 const TAG: &str = "example.com/tag";
 
 /// The agent's parts that matter here, on a 2-socket × 4-core × 2-thread
-/// machine (one NUMA node per socket), static policy, one CPU reserved.
+/// machine (one NUMA node per socket), static policy, one CPU reserved: the
+/// shared [`QrmNode`] harness with its state in `dir`.
 struct Agent {
     dir: tempfile::TempDir,
-    host: FakeCgroups,
-    handle: ControllerHandle,
-    qrm: Arc<Qrm>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    node: QrmNode,
+}
+
+impl std::ops::Deref for Agent {
+    type Target = QrmNode;
+
+    fn deref(&self) -> &QrmNode {
+        &self.node
+    }
 }
 
 impl Agent {
@@ -62,34 +61,16 @@ impl Agent {
     /// across restarts), running `builtin` of Pinion's plugins itself.
     fn start_in(dir: tempfile::TempDir, host: FakeCgroups, builtin: Vec<BuiltinPlugin>) -> Agent {
         let node = SyntheticNode {
-            host: host.clone(),
+            host,
             ..SyntheticNode::new(machine(2, 4, 2))
         };
-        let controller = node.start(dir.path()).expect("controller");
-        let config = QrmConfig {
-            enabled: true,
-            plugin_registration_dir: dir.path().join("plugins_registry"),
-            registration_socket: dir.path().join("resource-plugins/kubelet.sock"),
-            reconcile_period: Duration::from_millis(100),
+        let options = QrmNodeOptions {
             rpc_timeout: Duration::from_secs(5),
-            resource_names_map: BTreeMap::new(),
             builtin,
+            ..QrmNodeOptions::new(Duration::from_millis(100))
         };
-        let qrm = Qrm::new(config);
-        let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
-        let hints = HintGatherer::new(sources, Scope::Container, Duration::from_secs(10));
-        let (handle, _thread) =
-            controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
-        let (stop, stop_rx) = watch::channel(false);
-        let tasks = qrm.start(&handle, &stop_rx).expect("qrm starts");
-        Agent {
-            dir,
-            host,
-            handle,
-            qrm,
-            stop,
-            tasks,
-        }
+        let node = QrmNode::start(&node, dir.path(), &options);
+        Agent { dir, node }
     }
 
     /// Serves the built-in plugins as the daemon does; returns once each is
@@ -110,57 +91,12 @@ impl Agent {
             state_dir: self.dir.path(),
             cgroups,
         };
-        let stop = self.stop.subscribe();
-        let tasks = self
-            .qrm
-            .start_builtin(machine, &stop)
-            .await
-            .expect("built-in plugins start");
-        self.tasks.extend(tasks);
-    }
-
-    fn registry_dir(&self) -> PathBuf {
-        self.dir.path().join("plugins_registry")
-    }
-
-    /// Serves `plugin` in the watched directory, as `pinion plugin serve`
-    /// does; the returned sender stops it (and removes its socket).
-    fn serve(&self, plugin: impl ResourcePlugin + 'static) -> Served {
-        let socket = self
-            .registry_dir()
-            .join(format!("{}.sock", plugin.resource_name().replace('/', "_")));
-        let identity = Identity::new(plugin.resource_name());
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn({
-            let socket = socket.clone();
-            async move {
-                pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-                .expect("plugin serves");
-            }
-        });
-        Served { stop, task, socket }
+        self.node.start_builtin(machine).await;
     }
 
     /// Waits until the manager lists `resource` in `state`.
     async fn wait_for_plugin(&self, resource: &str, state: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let views = self.handle.plugins();
-            if views
-                .iter()
-                .any(|v| v.resource == resource && v.state == state)
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{resource} never became {state}: {views:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.node.wait_for_plugin(resource, state, PATIENCE).await;
     }
 
     /// Waits until `check` holds for the fake cgroup tree.
@@ -195,30 +131,9 @@ impl Agent {
     /// Stops everything; the state directory and the cgroups are handed
     /// back for a restart.
     async fn stop(self) -> (tempfile::TempDir, FakeCgroups) {
-        let _ = self.stop.send(true);
-        for task in self.tasks {
-            let _ = task.await;
-        }
-        self.handle.shutdown().await;
-        (self.dir, self.host)
-    }
-}
-
-struct Served {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-    socket: PathBuf,
-}
-
-impl Served {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.task.await.expect("plugin task");
-        assert!(
-            !self.socket.exists(),
-            "{} outlived its plugin",
-            self.socket.display()
-        );
+        let host = self.node.host.clone();
+        self.node.stop().await;
+        (self.dir, host)
     }
 }
 

@@ -261,9 +261,9 @@ struct Workload {
     /// The plugin resources it requested, and what the plugins allocated.
     plugin_resources: BTreeSet<String>,
     plugins: PluginAllocations,
-    /// When the plugins' `Allocate` answers were stored: a reconcile poll
-    /// sent before that knows nothing of them and is not merged into them.
-    plugins_recorded: Option<std::time::Instant>,
+    /// When `Allocate` answers were last recorded (reconcile polls older
+    /// than that do not know of them).
+    plugins_recorded: Option<Instant>,
 }
 
 impl Workload {

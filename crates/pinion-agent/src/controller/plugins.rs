@@ -66,12 +66,35 @@ impl Controller {
     }
 
     /// Stores the plugins' allocations of an admitted container (durable
-    /// before the answer) and answers with its placement.
+    /// before the answer) and answers with its placement, which a runtime
+    /// container being created applies itself.
     pub fn record_allocations(
         &mut self,
         key: &Key,
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.store_and_place(key, resources, allocations, false)
+    }
+
+    /// Stores the allocations of a running container a plugin had forgotten
+    /// (its re-allocation, §4.9): unlike at admission, nobody applies the
+    /// answer, so a runtime container gets it as an update like any change.
+    pub fn record_reallocation(
+        &mut self,
+        key: &Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.store_and_place(key, resources, allocations, true)
+    }
+
+    fn store_and_place(
+        &mut self,
+        key: &Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+        running: bool,
     ) -> Result<Admitted, ControlError> {
         if !self.workloads.contains_key(key) {
             return Err(ControlError::NotFound {
@@ -101,7 +124,11 @@ impl Controller {
             workload.plugins_recorded = Some(Instant::now());
         }
         self.commit(batch)?;
-        self.converge_admitted(std::slice::from_ref(key));
+        if running {
+            self.converge();
+        } else {
+            self.converge_admitted(std::slice::from_ref(key));
+        }
         Ok(self.admitted(key))
     }
 
@@ -129,11 +156,13 @@ impl Controller {
 
     /// Merges one reconcile poll per plugin (§4.9), sent at `polled_at`,
     /// into the allocations of every app container requesting that
-    /// plugin's resource whose allocations were stored before: an answer
+    /// plugin's resource: an answer
     /// replaces the stored entries by name (keeping the `Allocate`-time
     /// hints), no answer drops the resource's entry and asks for a
-    /// re-allocation. Makes the changes durable, then the executor sends
-    /// only what changed.
+    /// re-allocation. A container whose allocations were recorded after the
+    /// poll began is left alone: the answers predate its `Allocate` (the
+    /// loop polls while pods are admitted). Makes the changes durable, then
+    /// the executor sends only what changed.
     pub fn plugin_reconcile(
         &mut self,
         polls: &[(String, Poll)],
@@ -143,13 +172,10 @@ impl Controller {
         let mut updated: BTreeMap<Key, PluginAllocations> = BTreeMap::new();
         for (resource, poll) in polls {
             for (key, workload) in &self.workloads {
-                if !workload.plugin_resources.contains(resource) || workload.is_init(&key.1) {
-                    continue;
-                }
-                // A poll sent before the container's `Allocate` was stored
-                // has not seen that allocation: merging it would drop the
-                // allocation as forgotten (or bring back an older answer).
-                if workload.plugins_recorded.is_some_and(|at| at > polled_at) {
+                if !workload.plugin_resources.contains(resource)
+                    || workload.is_init(&key.1)
+                    || workload.plugins_recorded.is_some_and(|at| at > polled_at)
+                {
                     continue;
                 }
                 let current = updated
@@ -164,7 +190,11 @@ impl Controller {
                 let next = match answer {
                     Some(answer) => merge_answer(&current, answer),
                     None => {
-                        if let Some(pod) = workload.spec.as_deref().cloned() {
+                        let listed = outcome
+                            .reallocate
+                            .iter()
+                            .any(|r| r.pod.uid == key.0 && r.container == key.1);
+                        if let Some(pod) = workload.spec.as_deref().cloned().filter(|_| !listed) {
                             outcome.reallocate.push(Reallocation {
                                 pod,
                                 container: key.1.clone(),

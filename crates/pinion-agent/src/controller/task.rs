@@ -64,11 +64,13 @@ pub enum Command {
     },
     /// The runtime failed to apply updates of these containers.
     RuntimeUpdatesFailed { container_ids: Vec<String> },
-    /// Store the resource plugins' allocations of an admitted container.
+    /// Store the resource plugins' allocations of an admitted container
+    /// (`running`: its re-allocation, which the runtime hears as an update).
     RecordAllocations {
         key: Key,
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
+        running: bool,
         reply: Reply<Admitted>,
     },
     /// Merge the plugins' reconcile answers.
@@ -179,9 +181,15 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 key,
                 resources,
                 allocations,
+                running,
                 reply,
             } => {
-                let _ = reply.send(controller.record_allocations(&key, resources, allocations));
+                let result = if running {
+                    controller.record_reallocation(&key, resources, allocations)
+                } else {
+                    controller.record_allocations(&key, resources, allocations)
+                };
+                let _ = reply.send(result);
             }
             Command::PluginReconcile {
                 polls,
@@ -396,6 +404,25 @@ impl ControllerHandle {
             key,
             resources,
             allocations,
+            running: false,
+            reply,
+        })
+        .await
+    }
+
+    /// Stores the re-allocation of a running container a plugin forgot
+    /// ([`Controller::record_reallocation`]).
+    pub async fn record_reallocation(
+        &self,
+        key: Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<Admitted, ControlError> {
+        self.ask(|reply| Command::RecordAllocations {
+            key,
+            resources,
+            allocations,
+            running: true,
             reply,
         })
         .await

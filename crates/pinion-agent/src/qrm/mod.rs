@@ -445,7 +445,10 @@ async fn reallocate(qrm: &Qrm, handle: &ControllerHandle, again: crate::controll
         Ok(allocations) => {
             let resources = requests.iter().map(|r| r.resource.clone()).collect();
             let key = (again.pod.uid.clone(), again.container.clone());
-            if let Err(err) = handle.record_allocations(key, resources, allocations).await {
+            if let Err(err) = handle
+                .record_reallocation(key, resources, allocations)
+                .await
+            {
                 tracing::error!(pod = %again.pod.uid, container = %again.container, "re-allocation: {err}");
             }
         }
