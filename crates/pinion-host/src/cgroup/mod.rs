@@ -19,18 +19,22 @@ pub mod fake;
 mod fs_ops;
 pub mod mountinfo;
 mod name;
+pub mod resources;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
 pub use name::{CgroupName, MAX_NAME_LEN};
+use resources::Controller;
 
 /// The closed set of cgroup versions Pinion writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CgroupVersion {
     V1,
+    #[default]
     V2,
 }
 
@@ -88,6 +92,12 @@ pub enum CgroupError {
     NoCpusetHierarchy { mountinfo: PathBuf },
     #[error("cgroup root {} is not inside a cpuset hierarchy listed in {}", .root.display(), .mountinfo.display())]
     RootOutsideHierarchy { root: PathBuf, mountinfo: PathBuf },
+    #[error("cannot set {file} of {}: {reason}", .path.display())]
+    Setting {
+        path: PathBuf,
+        file: &'static str,
+        reason: String,
+    },
     #[error("{}: unexpected content {text:?} ({reason})", .path.display())]
     Malformed {
         path: PathBuf,
@@ -114,6 +124,15 @@ pub trait CpusetHost: Send {
     ) -> Result<(), CgroupError>;
     /// Sets the cpus and mems of an existing child.
     fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// Writes the resource settings `desired` gives that differ from
+    /// `applied` (what was written last; `None`: unknown) into child `name`
+    /// ([`resources::plan`]).
+    fn set_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError>;
     /// The cpus a child is configured with (`cpuset.cpus`).
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError>;
     /// Moves process `pid` into child `name`.
@@ -133,6 +152,11 @@ pub struct Cgroups {
     version: CgroupVersion,
     mount: PathBuf,
     root: PathBuf,
+    /// v1: the mount points of the `cpu` and `memory` hierarchies when they
+    /// are not the cpuset one; Pinion's root and children are mirrored
+    /// there (same relative path) for the resource settings.
+    v1_cpu: Option<PathBuf>,
+    v1_memory: Option<PathBuf>,
 }
 
 impl Cgroups {
@@ -157,7 +181,23 @@ impl Cgroups {
                 mountinfo: mountinfo.to_path_buf(),
             })?;
         let root = root.map_or_else(|| mount.path.join("pinion"), Path::to_path_buf);
-        Ok(Self::new(mount.version, mount.path, root))
+        let mut cgroups = Self::new(mount.version, mount.path, root);
+        if cgroups.version == CgroupVersion::V1 {
+            let cpu = mountinfo::v1_controller_mount(mountinfo, prefix, "cpu")?;
+            let memory = mountinfo::v1_controller_mount(mountinfo, prefix, "memory")?;
+            cgroups = cgroups.with_v1_hierarchies(cpu, memory);
+        }
+        Ok(cgroups)
+    }
+
+    /// v1: the mount points of the `cpu` and `memory` hierarchies (a
+    /// hierarchy mounted together with cpuset is the cpuset one).
+    #[must_use]
+    pub fn with_v1_hierarchies(mut self, cpu: Option<PathBuf>, memory: Option<PathBuf>) -> Self {
+        let separate = |mount: Option<PathBuf>| mount.filter(|m| *m != self.mount);
+        self.v1_cpu = separate(cpu);
+        self.v1_memory = separate(memory);
+        self
     }
 
     /// A writer for a known layout (`root` must be below `mount`).
@@ -167,6 +207,8 @@ impl Cgroups {
             version,
             mount,
             root,
+            v1_cpu: None,
+            v1_memory: None,
         }
     }
 
@@ -190,6 +232,9 @@ impl Cgroups {
 
     /// Removes Pinion's root itself (it must have no children left).
     pub fn remove_root(&self) -> Result<(), CgroupError> {
+        for mount in self.v1_extra() {
+            fs_ops::remove_dir(&mount.join(self.relative_root()))?;
+        }
         fs_ops::remove_dir(&self.root)
     }
 
@@ -220,14 +265,29 @@ impl Cgroups {
 
     /// Directories from below the mount down to the root, top first.
     fn chain(&self) -> Vec<PathBuf> {
-        let relative = self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""));
-        let mut dir = self.mount.clone();
-        let mut chain = Vec::new();
-        for part in relative.components() {
-            dir.push(part);
-            chain.push(dir.clone());
+        chain_below(&self.mount, self.relative_root())
+    }
+
+    fn relative_root(&self) -> &Path {
+        self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""))
+    }
+
+    /// v1: the separate `cpu` and `memory` hierarchies' mount points.
+    fn v1_extra(&self) -> impl Iterator<Item = &PathBuf> {
+        self.v1_cpu.iter().chain(&self.v1_memory)
+    }
+
+    /// Child `name`'s directory in the hierarchy of `controller` (v2 and
+    /// co-mounted v1 controllers: the cpuset directory).
+    fn controller_dir(&self, controller: Controller, name: &CgroupName) -> PathBuf {
+        let mount = match controller {
+            Controller::Cpu => self.v1_cpu.as_ref(),
+            Controller::Memory => self.v1_memory.as_ref(),
+        };
+        match mount {
+            Some(mount) => mount.join(self.relative_root()).join(name.as_str()),
+            None => self.path_of(name),
         }
-        chain
     }
 
     fn write_cpuset(&self, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
@@ -253,7 +313,7 @@ impl CpusetHost for Cgroups {
     fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
         let chain = self.chain();
         if self.version == CgroupVersion::V2 {
-            fs_ops::enable_cpuset(&self.mount)?;
+            fs_ops::enable_controllers(&self.mount)?;
         }
         for (index, dir) in chain.iter().enumerate() {
             fs_ops::create_dir(dir)?;
@@ -262,14 +322,19 @@ impl CpusetHost for Cgroups {
             }
             match self.version {
                 CgroupVersion::V1 => fs_ops::inherit_cpuset(dir)?,
-                CgroupVersion::V2 => fs_ops::enable_cpuset(dir)?,
+                CgroupVersion::V2 => fs_ops::enable_controllers(dir)?,
+            }
+        }
+        for mount in self.v1_extra() {
+            for dir in chain_below(mount, self.relative_root()) {
+                fs_ops::create_dir(&dir)?;
             }
         }
         // Bottom-up when the root shrinks: children first.
         self.shrink_children(cpus)?;
         self.write_cpuset(&self.root, cpus, mems)?;
         if self.version == CgroupVersion::V2 {
-            fs_ops::enable_cpuset(&self.root)?;
+            fs_ops::enable_controllers(&self.root)?;
         }
         Ok(())
     }
@@ -282,6 +347,9 @@ impl CpusetHost for Cgroups {
     ) -> Result<(), CgroupError> {
         let dir = self.path_of(name);
         fs_ops::create_dir(&dir)?;
+        for mount in self.v1_extra() {
+            fs_ops::create_dir(&mount.join(self.relative_root()).join(name.as_str()))?;
+        }
         self.write_cpuset(&dir, cpus, mems)
     }
 
@@ -289,12 +357,37 @@ impl CpusetHost for Cgroups {
         self.write_cpuset(&self.path_of(name), cpus, mems)
     }
 
+    fn set_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError> {
+        let writes = resources::plan(
+            self.version,
+            &self.path_of(name),
+            desired,
+            applied,
+            &mut |controller, file| fs_ops::read(&self.controller_dir(controller, name).join(file)),
+        )?;
+        for write in writes {
+            let path = self.controller_dir(write.controller, name).join(write.file);
+            fs_ops::write(&path, &write.value)?;
+        }
+        Ok(())
+    }
+
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError> {
         fs_ops::read_cpuset(&self.path_of(name).join("cpuset.cpus"))
     }
 
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
-        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())
+        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())?;
+        for mount in self.v1_extra() {
+            let dir = mount.join(self.relative_root()).join(name.as_str());
+            fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
     }
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
@@ -302,12 +395,27 @@ impl CpusetHost for Cgroups {
     }
 
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        // The mirrors first: the cpuset directory is what lists a child.
+        for mount in self.v1_extra() {
+            fs_ops::remove_dir(&mount.join(self.relative_root()).join(name.as_str()))?;
+        }
         fs_ops::remove_dir(&self.path_of(name))
     }
 
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
         fs_ops::list_children(&self.root)
     }
+}
+
+/// Directories from below `mount` down to `mount/relative`, top first.
+fn chain_below(mount: &Path, relative: &Path) -> Vec<PathBuf> {
+    let mut dir = mount.to_path_buf();
+    let mut chain = Vec::new();
+    for part in relative.components() {
+        dir.push(part);
+        chain.push(dir.clone());
+    }
+    chain
 }
 
 #[cfg(test)]
