@@ -840,9 +840,11 @@ async fn a_plugins_oci_settings_become_cgroup_files_and_follow_reconcile() {
             .await
             .expect("admitted");
         let shared_cgroup = shared.cgroup.clone().expect("cgroup");
-        assert!(agent.host.tree().children[&CgroupName::new(&shared_cgroup).expect("name")]
-            .files
-            .is_empty());
+        assert!(
+            agent.host.tree().children[&CgroupName::new(&shared_cgroup).expect("name")]
+                .files
+                .is_empty()
+        );
         agent.stop().await;
     }
 }

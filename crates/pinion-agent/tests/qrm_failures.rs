@@ -71,10 +71,18 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     let handle = agent.handle.clone();
     let hung = tokio::spawn(async move {
         handle
-            .admit(admission("pinion-run-hung", "1", &[(SLOW, "1")], &[DEDICATED]))
+            .admit(admission(
+                "pinion-run-hung",
+                "1",
+                &[(SLOW, "1")],
+                &[DEDICATED],
+            ))
             .await
     });
-    wait_until("the slow plugin is inside Allocate", || slow.state().in_allocate).await;
+    wait_until("the slow plugin is inside Allocate", || {
+        slow.state().in_allocate
+    })
+    .await;
 
     // Other pods, with another plugin's resource or none, are admitted
     // while the slow plugin still holds its call.
@@ -83,13 +91,19 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
         .admit(admission("pinion-run-other", "1", &[(FAST, "1")], &[]))
         .await
         .expect("a pod of another plugin");
-    assert_eq!(other.placement.env.get("KNOB").map(String::as_str), Some("fast"));
+    assert_eq!(
+        other.placement.env.get("KNOB").map(String::as_str),
+        Some("fast")
+    );
     agent
         .handle
         .admit(admission("pinion-run-plain", "500m", &[], &[]))
         .await
         .expect("a pod without plugin resources");
-    assert!(slow.state().in_allocate, "the slow call ended before the others were admitted");
+    assert!(
+        slow.state().in_allocate,
+        "the slow call ended before the others were admitted"
+    );
 
     // The pod that needs it fails closed, naming the plugin and deadline.
     let err = hung
@@ -103,14 +117,18 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
         )),
         "{text}"
     );
-    assert!(!placed(&agent, "pinion-run-hung"), "a refused pod stayed placed");
+    assert!(
+        !placed(&agent, "pinion-run-hung"),
+        "a refused pod stayed placed"
+    );
     slow.state().hang_allocate = false;
 
     // Counted, and shown by `pinion plugins` and /metrics.
     assert_eq!(errors(&agent, SLOW, "Allocate"), 1);
     let last = view(&agent, SLOW).stats.last_error.unwrap_or_default();
     assert!(last.contains("did not answer Allocate"), "{last}");
-    let metrics = pinion_agent::metrics::render(&agent.handle.snapshot().metrics, &agent.handle.plugins());
+    let metrics =
+        pinion_agent::metrics::render(&agent.handle.snapshot().metrics, &agent.handle.plugins());
     assert!(
         metrics.contains(&format!(
             "pinion_qrm_plugin_call_errors_total{{method=\"Allocate\",resource=\"{SLOW}\"}} 1"
@@ -156,7 +174,10 @@ async fn malformed_answers_and_unknown_oci_properties_fail_the_admission_naming_
         let text = err.to_string();
         assert!(text.contains(message), "{case}: {text}");
         assert!(text.contains(&pod), "{case}: {text}");
-        assert!(!placed(&agent, &pod), "{case}: the refused pod stayed placed");
+        assert!(
+            !placed(&agent, &pod),
+            "{case}: the refused pod stayed placed"
+        );
         assert_eq!(
             errors(&agent, BAD, "Allocate"),
             u64::try_from(index + 1).expect("count"),
@@ -201,23 +222,41 @@ async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
         .admit(admission("pinion-run-twice", "500m", &[(TWICE, "1")], &[]))
         .await
         .expect("admitted");
-    assert_eq!(admitted.placement.env.get("KNOB").map(String::as_str), Some("second"));
+    assert_eq!(
+        admitted.placement.env.get("KNOB").map(String::as_str),
+        Some("second")
+    );
     assert_eq!(admitted.placement.resources.cpu_shares, Some(200));
     // Reconcile polls the newest only.
     let polled = second.state().calls;
-    wait_until("two more reconcile polls", || second.state().calls >= polled + 2).await;
-    assert_eq!(first.state().calls, first_calls, "the replaced plugin was still called");
+    wait_until("two more reconcile polls", || {
+        second.state().calls >= polled + 2
+    })
+    .await;
+    assert_eq!(
+        first.state().calls,
+        first_calls,
+        "the replaced plugin was still called"
+    );
 
     // The replaced plugin goes away: its socket's removal stops nothing.
     first_served.stop().await;
     let polled = second.state().calls;
-    wait_until("two more reconcile polls", || second.state().calls >= polled + 2).await;
+    wait_until("two more reconcile polls", || {
+        second.state().calls >= polled + 2
+    })
+    .await;
     let now = view(&agent, TWICE);
     assert_eq!(now.state, "active", "{now:?}");
     assert!(now.socket.ends_with("second.sock"), "{now:?}");
     agent
         .handle
-        .admit(admission("pinion-run-twice-2", "500m", &[(TWICE, "1")], &[]))
+        .admit(admission(
+            "pinion-run-twice-2",
+            "500m",
+            &[(TWICE, "1")],
+            &[],
+        ))
         .await
         .expect("still served");
     agent.stop().await;
@@ -278,9 +317,14 @@ impl Crashable {
         let socket = socket.to_path_buf();
         runtime.spawn(async move {
             let identity = pinion_api::plugin::Identity::new(&knob.resource.clone());
-            pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(knob), std::future::pending())
-                .await
-                .expect("plugin serves");
+            pinion_api::plugin::serve(
+                &socket,
+                identity,
+                GrpcPlugin::new(knob),
+                std::future::pending(),
+            )
+            .await
+            .expect("plugin serves");
         });
         Self { runtime }
     }

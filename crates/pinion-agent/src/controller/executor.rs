@@ -123,7 +123,12 @@ impl Controller {
             let desired = workload.desired.clone();
             match &workload.frontend {
                 Frontend::Standalone { cgroup, .. } => {
-                    match write_cgroup(self.host.as_mut(), cgroup, &desired, workload.applied.as_ref()) {
+                    match write_cgroup(
+                        self.host.as_mut(),
+                        cgroup,
+                        &desired,
+                        workload.applied.as_ref(),
+                    ) {
                         Ok(()) => workload.applied = Some(desired),
                         Err(err) => {
                             tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err}", desired.cpus, desired.mems, desired.resources);

@@ -528,14 +528,26 @@ mod tests {
             late.to_string(),
             "resource plugin r did not answer Allocate within 1s"
         );
-        let early = classify("r", "Allocate", &cancelled, timeout, Duration::from_millis(10));
+        let early = classify(
+            "r",
+            "Allocate",
+            &cancelled,
+            timeout,
+            Duration::from_millis(10),
+        );
         assert!(matches!(early, CallError::Failed { .. }), "{early}");
         let go = tonic::Status::deadline_exceeded("context deadline exceeded");
         let go = classify("r", "Allocate", &go, timeout, Duration::ZERO);
         assert!(matches!(go, CallError::Deadline { .. }), "{go}");
         let katalyst = tonic::Status::unknown("not implemented");
         assert!(matches!(
-            classify("r", "GetPodTopologyHints", &katalyst, timeout, Duration::ZERO),
+            classify(
+                "r",
+                "GetPodTopologyHints",
+                &katalyst,
+                timeout,
+                Duration::ZERO
+            ),
             CallError::Unsupported { .. }
         ));
     }

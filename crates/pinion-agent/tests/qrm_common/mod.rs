@@ -53,7 +53,11 @@ impl Agent {
 
     /// An agent whose state lives in `dir` and cgroups in `host` (both kept
     /// across restarts), running `builtin` of Pinion's plugins itself.
-    pub fn start_in(dir: tempfile::TempDir, host: FakeCgroups, builtin: Vec<BuiltinPlugin>) -> Agent {
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        host: FakeCgroups,
+        builtin: Vec<BuiltinPlugin>,
+    ) -> Agent {
         Agent::start_with(dir, host, builtin, Duration::from_secs(5))
     }
 
@@ -194,7 +198,12 @@ impl Agent {
 
     /// Waits until `check` holds for the fake cgroup `name` (its cpuset,
     /// resource files and writes).
-    pub async fn wait_for_files(&self, name: &str, what: &str, check: impl Fn(&FakeCgroup) -> bool) {
+    pub async fn wait_for_files(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&FakeCgroup) -> bool,
+    ) {
         let name = CgroupName::new(name).expect("cgroup name");
         wait_until(what, || {
             self.host.tree().children.get(&name).is_some_and(&check)
@@ -268,7 +277,6 @@ pub fn admission(
     request
 }
 
-
 /// Waits until `done` holds (bounded by [`PATIENCE`]; not a timing
 /// assertion).
 pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -325,7 +333,10 @@ impl Knob {
     /// One entry for the plugin's own resource: `property` = `value`, an
     /// environment variable `KNOB` = `env`.
     pub fn one(resource: &str, property: &str, value: &str, env: &str) -> Self {
-        Self::new(resource, [(resource.to_string(), info(property, value, env))].into())
+        Self::new(
+            resource,
+            [(resource.to_string(), info(property, value, env))].into(),
+        )
     }
 
     pub fn state(&self) -> MutexGuard<'_, KnobState> {

@@ -126,7 +126,9 @@ impl CpusetHost for FakeCgroups {
             &mut |_, file| Ok(files.get(file).cloned().unwrap_or_default()),
         )?;
         for write in writes {
-            entry.files.insert(write.file.to_string(), write.value.clone());
+            entry
+                .files
+                .insert(write.file.to_string(), write.value.clone());
             entry.writes.push((write.file.to_string(), write.value));
         }
         Ok(())

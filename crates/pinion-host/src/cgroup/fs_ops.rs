@@ -108,7 +108,11 @@ pub(super) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     if missing.is_empty() {
         return Ok(());
     }
-    let all = missing.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
+    let all = missing
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     if write(&path, &all).is_ok() {
         return Ok(());
     }

@@ -60,10 +60,13 @@ pub fn v1_controller_mount(
         data: None,
         source,
     })?;
-    Ok(text.lines().filter_map(parse_line).find_map(|(fstype, mount_point, opts)| {
-        (fstype == "cgroup" && opts.split(',').any(|opt| opt == controller))
-            .then(|| prefix.join(mount_point.trim_start_matches('/')))
-    }))
+    Ok(text
+        .lines()
+        .filter_map(parse_line)
+        .find_map(|(fstype, mount_point, opts)| {
+            (fstype == "cgroup" && opts.split(',').any(|opt| opt == controller))
+                .then(|| prefix.join(mount_point.trim_start_matches('/')))
+        }))
 }
 
 /// (filesystem type, unescaped mount point, super options) of one line.
@@ -170,7 +173,10 @@ mod tests {
         let text = format!(
             "{SAMPLE}35 31 0:32 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
         )
-        .replace("/sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n", "/sys/fs/cgroup/net rw - cgroup cgroup rw,net_cls\n");
+        .replace(
+            "/sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n",
+            "/sys/fs/cgroup/net rw - cgroup cgroup rw,net_cls\n",
+        );
         fs::write(&info, text).expect("write");
         assert_eq!(
             v1_controller_mount(&info, dir.path(), "cpu").expect("parse"),

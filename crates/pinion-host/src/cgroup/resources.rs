@@ -49,11 +49,11 @@ pub struct SettingWrite {
 }
 
 impl SettingWrite {
-    fn new(controller: Controller, file: &'static str, value: impl ToString) -> Self {
+    fn new(controller: Controller, file: &'static str, value: String) -> Self {
         Self {
             controller,
             file,
-            value: value.to_string(),
+            value,
         }
     }
 }
@@ -147,7 +147,7 @@ fn plan_v2(
         writes.push(SettingWrite::new(
             Controller::Cpu,
             "cpu.weight",
-            cpu_weight(shares),
+            cpu_weight(shares).to_string(),
         ));
     }
     if let Some(limit) = change.memory_limit {
@@ -203,7 +203,7 @@ fn plan_v1(
         writes.push(SettingWrite::new(
             Controller::Cpu,
             "cpu.cfs_period_us",
-            period,
+            period.to_string(),
         ));
     }
     if let Some(quota) = change.cpu_quota {
@@ -214,7 +214,11 @@ fn plan_v1(
         ));
     }
     if let Some(shares) = change.cpu_shares {
-        writes.push(SettingWrite::new(Controller::Cpu, "cpu.shares", shares));
+        writes.push(SettingWrite::new(
+            Controller::Cpu,
+            "cpu.shares",
+            shares.to_string(),
+        ));
     }
     let memory = change.memory_limit.map(|limit| {
         SettingWrite::new(
@@ -434,8 +438,20 @@ mod tests {
             )
             .expect_err("refused");
             let text = err.to_string();
-            assert!(matches!(err, CgroupError::Setting { file: "memory.swap.max", .. }), "{text}");
-            assert!(text.contains(reason) && text.contains("/cg/run") && text.contains("300"), "{text}");
+            assert!(
+                matches!(
+                    err,
+                    CgroupError::Setting {
+                        file: "memory.swap.max",
+                        ..
+                    }
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(reason) && text.contains("/cg/run") && text.contains("300"),
+                "{text}"
+            );
         }
         let unlimited = ResourceSettings {
             memory_swap_limit: Some(-1),
@@ -463,8 +479,14 @@ mod tests {
         };
         // Raising (present limit 100 < new memory+swap 400): swap first.
         let mut low = |_: Controller, _: &'static str| Ok("100\n".to_string());
-        let writes = plan(CgroupVersion::V1, Path::new("/cg"), &desired, None, &mut low)
-            .expect("plan");
+        let writes = plan(
+            CgroupVersion::V1,
+            Path::new("/cg"),
+            &desired,
+            None,
+            &mut low,
+        )
+        .expect("plan");
         assert_eq!(
             files(&writes),
             vec![
@@ -476,8 +498,14 @@ mod tests {
         );
         // Lowering (present limit 1000): memory first.
         let mut high = |_: Controller, _: &'static str| Ok("1000\n".to_string());
-        let writes = plan(CgroupVersion::V1, Path::new("/cg"), &desired, None, &mut high)
-            .expect("plan");
+        let writes = plan(
+            CgroupVersion::V1,
+            Path::new("/cg"),
+            &desired,
+            None,
+            &mut high,
+        )
+        .expect("plan");
         assert_eq!(
             files(&writes)[2..],
             [
@@ -486,6 +514,8 @@ mod tests {
             ]
         );
         assert!(writes[..2].iter().all(|w| w.controller == Controller::Cpu));
-        assert!(writes[2..].iter().all(|w| w.controller == Controller::Memory));
+        assert!(writes[2..]
+            .iter()
+            .all(|w| w.controller == Controller::Memory));
     }
 }

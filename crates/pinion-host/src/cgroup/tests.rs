@@ -248,7 +248,8 @@ fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
     cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
     let run = name("run-1");
     cg.create(&run, &set("2-3"), &set("0")).expect("create");
-    cg.set_resources(&run, &oci_settings(), None).expect("settings");
+    cg.set_resources(&run, &oci_settings(), None)
+        .expect("settings");
     let cpu_dir = cpu.join("outer/pinion/run-1");
     let memory_dir = memory.join("outer/pinion/run-1");
     assert_eq!(read(&cpu_dir.join("cpu.cfs_quota_us")), "50000");
@@ -268,7 +269,8 @@ fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
         cpu_quota: Some(pinion_core::placement::UNLIMITED_QUOTA),
         ..applied.clone()
     };
-    cg.set_resources(&run, &desired, Some(&applied)).expect("update");
+    cg.set_resources(&run, &desired, Some(&applied))
+        .expect("update");
     assert_eq!(read(&cpu_dir.join("cpu.cfs_quota_us")), "-1");
     assert_eq!(read(&cpu_dir.join("cpu.shares")), "untouched");
 
@@ -279,7 +281,11 @@ fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
     for f in ["cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"] {
         fs::remove_file(cpu_dir.join(f)).expect("rm");
     }
-    for f in ["cgroup.procs", "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"] {
+    for f in [
+        "cgroup.procs",
+        "memory.limit_in_bytes",
+        "memory.memsw.limit_in_bytes",
+    ] {
         fs::remove_file(memory_dir.join(f)).expect("rm");
     }
     fs::remove_file(mount.join("outer/pinion/run-1/cgroup.procs")).expect("rm");
@@ -306,7 +312,8 @@ fn v2_resource_settings_are_written_in_the_runs_directory() {
     );
     let run = name("run-2");
     cg.create(&run, &set("1"), &set("0")).expect("create");
-    cg.set_resources(&run, &oci_settings(), None).expect("settings");
+    cg.set_resources(&run, &oci_settings(), None)
+        .expect("settings");
     let run_dir = root.join("run-2");
     assert_eq!(read(&run_dir.join("cpu.max")), "50000 100000");
     assert_eq!(read(&run_dir.join("cpu.weight")), "20");
@@ -357,7 +364,8 @@ fn real_cgroup_takes_the_resource_settings() {
     let result = cg.set_resources(&run, &settings, None);
     let (quota, memory) = match cg.version() {
         CgroupVersion::V1 => (
-            cg.controller_dir(Controller::Cpu, &run).join("cpu.cfs_quota_us"),
+            cg.controller_dir(Controller::Cpu, &run)
+                .join("cpu.cfs_quota_us"),
             cg.controller_dir(Controller::Memory, &run)
                 .join("memory.limit_in_bytes"),
         ),
