@@ -7,9 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_agent::controller::{self, ControllerHandle};
+use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::nri::NriFrontend;
+use pinion_agent::qrm::{Qrm, QrmHints};
 use pinion_agent::testing::SyntheticNode;
 use pinion_core::topology::{synthetic, Shape};
+use pinion_core::topomgr::Scope;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
@@ -40,12 +43,32 @@ pub struct Agent {
 impl Agent {
     /// Starts the agent (static policy, 1 cpu reserved) on `state_dir`.
     pub fn start(state_dir: &Path, host: &FakeCgroups, socket: &Path) -> Self {
+        Self::start_with(state_dir, host, socket, None)
+    }
+
+    /// [`Agent::start`] with the QoS Resource Manager `qrm` (its hints
+    /// gathered before admissions, its plugins allocating after); the
+    /// caller starts `qrm`'s watcher and loops.
+    pub fn start_with(
+        state_dir: &Path,
+        host: &FakeCgroups,
+        socket: &Path,
+        qrm: Option<Arc<Qrm>>,
+    ) -> Self {
         let node = SyntheticNode {
             host: host.clone(),
             ..SyntheticNode::new(topology())
         };
         let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
-        let (handle, thread) = controller::spawn(controller).unwrap();
+        let hints = match &qrm {
+            Some(qrm) => HintGatherer::new(
+                vec![Arc::new(QrmHints(Arc::clone(qrm))) as Arc<dyn HintSource>],
+                Scope::Container,
+                Duration::from_secs(10),
+            ),
+            None => HintGatherer::none(),
+        };
+        let (handle, thread) = controller::spawn_with(controller, hints, qrm).unwrap();
         let frontend = Arc::new(NriFrontend::new(handle.clone()));
         let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
         options.backoff_initial = Duration::from_millis(10);

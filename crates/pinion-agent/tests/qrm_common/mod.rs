@@ -74,13 +74,8 @@ impl Agent {
         };
         let controller = node.start(dir.path()).expect("controller");
         let config = QrmConfig {
-            enabled: true,
-            plugin_registration_dir: dir.path().join("plugins_registry"),
-            registration_socket: dir.path().join("resource-plugins/kubelet.sock"),
-            reconcile_period: Duration::from_millis(100),
-            rpc_timeout,
-            resource_names_map: BTreeMap::new(),
             builtin,
+            ..qrm_config(dir.path(), rpc_timeout)
         };
         let qrm = Qrm::new(config);
         let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
@@ -132,20 +127,7 @@ impl Agent {
 
     /// [`Agent::serve`] on socket `file` of the watched directory.
     pub fn serve_as(&self, plugin: impl ResourcePlugin + 'static, file: &str) -> Served {
-        let socket = self.registry_dir().join(file);
-        let identity = Identity::new(plugin.resource_name());
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn({
-            let socket = socket.clone();
-            async move {
-                pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-                .expect("plugin serves");
-            }
-        });
-        Served { stop, task, socket }
+        serve_in(&self.registry_dir(), plugin, file)
     }
 
     /// Waits until the manager lists `resource` in `state`.
@@ -222,6 +204,40 @@ impl Agent {
         self.handle.shutdown().await;
         (self.dir, self.host)
     }
+}
+
+/// The manager's configuration for tests: watched directory
+/// `<dir>/plugins_registry`, reconcile every 100 ms, calls' deadline
+/// `rpc_timeout`.
+pub fn qrm_config(dir: &Path, rpc_timeout: Duration) -> QrmConfig {
+    QrmConfig {
+        enabled: true,
+        plugin_registration_dir: dir.join("plugins_registry"),
+        registration_socket: dir.join("resource-plugins/kubelet.sock"),
+        reconcile_period: Duration::from_millis(100),
+        rpc_timeout,
+        resource_names_map: BTreeMap::new(),
+        builtin: Vec::new(),
+    }
+}
+
+/// Serves `plugin` on socket `file` of directory `dir`, as `pinion plugin
+/// serve` does; [`Served::stop`] stops it (and removes its socket).
+pub fn serve_in(dir: &Path, plugin: impl ResourcePlugin + 'static, file: &str) -> Served {
+    let socket = dir.join(file);
+    let identity = Identity::new(plugin.resource_name());
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn({
+        let socket = socket.clone();
+        async move {
+            pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .expect("plugin serves");
+        }
+    });
+    Served { stop, task, socket }
 }
 
 pub struct Served {
