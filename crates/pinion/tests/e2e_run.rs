@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::BIN;
 use pinion_core::CpuSet;
-use pinion_host::cgroup::Cgroups;
+use pinion_host::cgroup::{Cgroups, CpusetHost};
 use serde_json::Value;
 /// Upper bound for waiting on the agent or a process (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -201,6 +201,16 @@ impl Drop for Setup {
             let _ = run.wait();
         }
         self.kill_agent();
+        // The runs' cgroups with their mirrors in v1's cpu and memory
+        // hierarchies, then whatever is left in the cpuset one.
+        let mountinfo = Path::new("/proc/self/mountinfo");
+        if let Ok(mut cgroups) = Cgroups::detect(mountinfo, Path::new("/"), Some(&self.cgroup_root))
+        {
+            for name in cgroups.list().unwrap_or_default() {
+                let _ = cgroups.remove(&name);
+            }
+            let _ = cgroups.remove_root();
+        }
         if let Ok(entries) = std::fs::read_dir(&self.cgroup_root) {
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {

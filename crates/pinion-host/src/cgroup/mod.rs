@@ -152,11 +152,22 @@ pub struct Cgroups {
     version: CgroupVersion,
     mount: PathBuf,
     root: PathBuf,
-    /// v1: the mount points of the `cpu` and `memory` hierarchies when they
-    /// are not the cpuset one; Pinion's root and children are mirrored
-    /// there (same relative path) for the resource settings.
-    v1_cpu: Option<PathBuf>,
-    v1_memory: Option<PathBuf>,
+    /// v1: where the `cpu` and `memory` hierarchies are; in separate
+    /// ones, Pinion's root and children are mirrored (same relative path)
+    /// for the resource settings.
+    v1_cpu: Hierarchy,
+    v1_memory: Hierarchy,
+}
+
+/// Where a v1 controller's hierarchy is, seen from the cpuset one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Hierarchy {
+    /// Not mounted (or not known: [`Cgroups::new`]).
+    Absent,
+    /// Mounted together with cpuset: the same directories.
+    WithCpuset,
+    /// Its own mount point.
+    Separate(PathBuf),
 }
 
 impl Cgroups {
@@ -194,9 +205,13 @@ impl Cgroups {
     /// hierarchy mounted together with cpuset is the cpuset one).
     #[must_use]
     pub fn with_v1_hierarchies(mut self, cpu: Option<PathBuf>, memory: Option<PathBuf>) -> Self {
-        let separate = |mount: Option<PathBuf>| mount.filter(|m| *m != self.mount);
-        self.v1_cpu = separate(cpu);
-        self.v1_memory = separate(memory);
+        let hierarchy = |mount: Option<PathBuf>| match mount {
+            None => Hierarchy::Absent,
+            Some(m) if m == self.mount => Hierarchy::WithCpuset,
+            Some(m) => Hierarchy::Separate(m),
+        };
+        self.v1_cpu = hierarchy(cpu);
+        self.v1_memory = hierarchy(memory);
         self
     }
 
@@ -207,8 +222,8 @@ impl Cgroups {
             version,
             mount,
             root,
-            v1_cpu: None,
-            v1_memory: None,
+            v1_cpu: Hierarchy::Absent,
+            v1_memory: Hierarchy::Absent,
         }
     }
 
@@ -274,19 +289,69 @@ impl Cgroups {
 
     /// v1: the separate `cpu` and `memory` hierarchies' mount points.
     fn v1_extra(&self) -> impl Iterator<Item = &PathBuf> {
-        self.v1_cpu.iter().chain(&self.v1_memory)
+        [&self.v1_cpu, &self.v1_memory]
+            .into_iter()
+            .filter_map(|h| match h {
+                Hierarchy::Separate(mount) => Some(mount),
+                _ => None,
+            })
+    }
+
+    /// v1: the separate hierarchies where Pinion's root is mirrored.
+    fn v1_mirrors(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        self.v1_extra()
+            .map(|mount| mount.join(self.relative_root()))
+            .filter(|root| root.is_dir())
+    }
+
+    /// Whether Pinion's children have `controller`: v2, enabled in the
+    /// root's `cgroup.subtree_control`; v1, its hierarchy mounted (with
+    /// Pinion's root mirrored there when separate).
+    fn has_controller(&self, controller: Controller) -> Result<bool, CgroupError> {
+        let hierarchy = match (self.version, controller) {
+            (CgroupVersion::V2, _) => {
+                let enabled = fs_ops::read(&self.root.join("cgroup.subtree_control"))?;
+                let name = controller.to_string();
+                return Ok(enabled
+                    .split_whitespace()
+                    .any(|c| c.trim_start_matches('+') == name));
+            }
+            (CgroupVersion::V1, Controller::Cpu) => &self.v1_cpu,
+            (CgroupVersion::V1, Controller::Memory) => &self.v1_memory,
+        };
+        Ok(match hierarchy {
+            Hierarchy::Absent => false,
+            Hierarchy::WithCpuset => true,
+            Hierarchy::Separate(mount) => mount.join(self.relative_root()).is_dir(),
+        })
+    }
+
+    /// v1: a run created before its directory was mirrored in the `cpu` or
+    /// `memory` hierarchy (by an older agent) gets it now, with the run's
+    /// processes, so its settings take effect.
+    fn ensure_mirror(&self, dir: &Path, name: &CgroupName) -> Result<(), CgroupError> {
+        if *dir == self.path_of(name) || dir.is_dir() {
+            return Ok(());
+        }
+        fs_ops::create_dir(dir)?;
+        for pid in self.pids(name)? {
+            fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
     }
 
     /// Child `name`'s directory in the hierarchy of `controller` (v2 and
     /// co-mounted v1 controllers: the cpuset directory).
     fn controller_dir(&self, controller: Controller, name: &CgroupName) -> PathBuf {
-        let mount = match controller {
-            Controller::Cpu => self.v1_cpu.as_ref(),
-            Controller::Memory => self.v1_memory.as_ref(),
+        let hierarchy = match controller {
+            Controller::Cpu => &self.v1_cpu,
+            Controller::Memory => &self.v1_memory,
         };
-        match mount {
-            Some(mount) => mount.join(self.relative_root()).join(name.as_str()),
-            None => self.path_of(name),
+        match hierarchy {
+            Hierarchy::Separate(mount) if self.version == CgroupVersion::V1 => {
+                mount.join(self.relative_root()).join(name.as_str())
+            }
+            _ => self.path_of(name),
         }
     }
 
@@ -326,8 +391,13 @@ impl CpusetHost for Cgroups {
             }
         }
         for mount in self.v1_extra() {
+            // Best effort (a user may own a cpuset directory only): without
+            // the mirror, unlimited settings need nothing and limits fail
+            // naming the controller.
             for dir in chain_below(mount, self.relative_root()) {
-                fs_ops::create_dir(&dir)?;
+                if fs_ops::create_dir(&dir).is_err() {
+                    break;
+                }
             }
         }
         // Bottom-up when the root shrinks: children first.
@@ -347,8 +417,8 @@ impl CpusetHost for Cgroups {
     ) -> Result<(), CgroupError> {
         let dir = self.path_of(name);
         fs_ops::create_dir(&dir)?;
-        for mount in self.v1_extra() {
-            fs_ops::create_dir(&mount.join(self.relative_root()).join(name.as_str()))?;
+        for mirror in self.v1_mirrors() {
+            fs_ops::create_dir(&mirror.join(name.as_str()))?;
         }
         self.write_cpuset(&dir, cpus, mems)
     }
@@ -370,9 +440,36 @@ impl CpusetHost for Cgroups {
             applied,
             &mut |controller, file| fs_ops::read(&self.controller_dir(controller, name).join(file)),
         )?;
+        let mut mirrored = Vec::new();
         for write in writes {
-            let path = self.controller_dir(write.controller, name).join(write.file);
-            fs_ops::write(&path, &write.value)?;
+            let dir = self.controller_dir(write.controller, name);
+            if !self.has_controller(write.controller)? {
+                // Without the controller nothing is limited: an unlimited
+                // setting holds already; a limit cannot.
+                if write.value == "max" || write.value == "-1" {
+                    continue;
+                }
+                return Err(CgroupError::Setting {
+                    path: dir,
+                    file: write.file,
+                    reason: format!(
+                        "{} {:?}: the {} controller is not available to Pinion's cgroups ({})",
+                        write.file,
+                        write.value,
+                        write.controller,
+                        match self.version {
+                            CgroupVersion::V2 =>
+                                "not enabled in cgroup.subtree_control of the root",
+                            CgroupVersion::V1 => "no writable cgroup v1 hierarchy of it",
+                        }
+                    ),
+                });
+            }
+            if !mirrored.contains(&write.controller) {
+                self.ensure_mirror(&dir, name)?;
+                mirrored.push(write.controller);
+            }
+            fs_ops::write(&dir.join(write.file), &write.value)?;
         }
         Ok(())
     }
@@ -383,9 +480,11 @@ impl CpusetHost for Cgroups {
 
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
         fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())?;
-        for mount in self.v1_extra() {
-            let dir = mount.join(self.relative_root()).join(name.as_str());
-            fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        for mirror in self.v1_mirrors() {
+            let dir = mirror.join(name.as_str());
+            if dir.is_dir() {
+                fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+            }
         }
         Ok(())
     }

@@ -296,6 +296,75 @@ fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
     assert!(!cpu_dir.exists() && !memory_dir.exists());
 }
 
+/// A run an older agent created (no mirror in the cpu hierarchy) gets its
+/// mirror, with its processes, when a setting first needs it.
+#[test]
+fn v1_a_run_without_a_mirror_gets_one_with_its_processes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let cpu = dir.path().join("cpu");
+    fs::create_dir_all(&cpu).expect("mkdir");
+    let mut old = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    old.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    let run = name("old-run");
+    old.create(&run, &set("1"), &set("0")).expect("create");
+    old.add_pid(&run, 4242).expect("pid");
+    // The new agent starts: Pinion's root is mirrored, the run is not yet.
+    let mut cg = old.with_v1_hierarchies(Some(cpu.clone()), None);
+    cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    assert!(!cpu.join("pinion/old-run").exists());
+    let quota = ResourceSettings {
+        cpu_quota: Some(-1),
+        ..ResourceSettings::default()
+    };
+    cg.set_resources(&run, &quota, None).expect("settings");
+    assert_eq!(read(&cpu.join("pinion/old-run/cpu.cfs_quota_us")), "-1");
+    assert_eq!(read(&cpu.join("pinion/old-run/cgroup.procs")), "4242");
+}
+
+/// Without the controller (v2: not enabled for Pinion's children; v1: no
+/// hierarchy), nothing is limited: an unlimited setting holds already and
+/// is not written, a limit is refused naming the file, the value and the
+/// controller.
+#[test]
+fn settings_without_their_controller_are_skipped_when_unlimited_and_refused_otherwise() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unified = dir.path().join("unified");
+    fs::create_dir_all(&unified).expect("mkdir");
+    let v2 = Cgroups::new(CgroupVersion::V2, unified.clone(), unified.join("pinion"));
+    let v1_mount = v1_tree(dir.path());
+    let v1 = Cgroups::new(CgroupVersion::V1, v1_mount.clone(), v1_mount.join("pinion"));
+    for (mut cg, quota_file) in [(v2, "cpu.max"), (v1, "cpu.cfs_quota_us")] {
+        cg.ensure_root(&set("0-3"), &set("0")).expect("root");
+        let run = name("run");
+        cg.create(&run, &set("1"), &set("0")).expect("create");
+        let unlimited = ResourceSettings {
+            cpu_quota: Some(pinion_core::placement::UNLIMITED_QUOTA),
+            memory_limit: Some(-1),
+            ..ResourceSettings::default()
+        };
+        cg.set_resources(&run, &unlimited, None)
+            .expect("unlimited needs no controller");
+        assert!(!cg.path_of(&run).join(quota_file).exists());
+        let limited = ResourceSettings {
+            cpu_quota: Some(50_000),
+            ..ResourceSettings::default()
+        };
+        let err = cg
+            .set_resources(&run, &limited, None)
+            .expect_err("a limit needs the controller");
+        let text = err.to_string();
+        assert!(
+            matches!(err, CgroupError::Setting { file, .. } if file == quota_file),
+            "{text}"
+        );
+        assert!(
+            text.contains("50000") && text.contains("the cpu controller is not available"),
+            "{text}"
+        );
+    }
+}
+
 #[test]
 fn v2_resource_settings_are_written_in_the_runs_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -303,6 +372,9 @@ fn v2_resource_settings_are_written_in_the_runs_directory() {
     fs::create_dir_all(&mount).expect("mkdir");
     fs::write(mount.join("cgroup.controllers"), "cpuset cpu io memory\n").expect("write");
     let root = mount.join("pinion");
+    // What the kernel shows below a parent that enabled them.
+    fs::create_dir_all(&root).expect("mkdir");
+    fs::write(root.join("cgroup.controllers"), "cpuset cpu memory\n").expect("write");
     let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), root.clone());
     cg.ensure_root(&set("0-3"), &set("0")).expect("root");
     // The cpu and memory controllers are offered: enabled with cpuset.
