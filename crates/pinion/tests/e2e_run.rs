@@ -813,7 +813,17 @@ fn the_example_plugin_places_runs_through_the_agent() {
     s.spawn_run_with(&["--request", "example.com/widget=1"], &["sleep", "1000"]);
     let workloads = s.wait_for_workloads(1);
     let pid = workloads[0]["pid"].as_u64().expect("pid");
-    assert_eq!(allowed_cpus(pid), free);
+    // The workload is listed once admitted, before the plugin's answer is
+    // applied (the launcher execs only after both): wait for the cpuset.
+    let started = Instant::now();
+    while allowed_cpus(pid) != free {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the run never got the plugin's cpuset: {}",
+            allowed_cpus(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::write(&cpus_file, s.all.to_string()).expect("cpus file");
     let started = Instant::now();
     while allowed_cpus(pid) != s.all {
