@@ -207,7 +207,19 @@ impl Drop for Setup {
         if let Ok(mut cgroups) = Cgroups::detect(mountinfo, Path::new("/"), Some(&self.cgroup_root))
         {
             for name in cgroups.list().unwrap_or_default() {
-                let _ = cgroups.remove(&name);
+                // Commands their killed launchers left running.
+                for pid in cgroups.pids(&name).unwrap_or_default() {
+                    let _ = Command::new("kill")
+                        .arg("-KILL")
+                        .arg(pid.to_string())
+                        .status();
+                }
+                for _ in 0..100 {
+                    if cgroups.remove(&name).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
             }
             let _ = cgroups.remove_root();
         }
