@@ -326,9 +326,10 @@ impl Cgroups {
         })
     }
 
-    /// v1: a run created before its directory was mirrored in the `cpu` or
-    /// `memory` hierarchy (by an older agent) gets it now, with the run's
-    /// processes, so its settings take effect.
+    /// v1: a run gets its directory in the `cpu` or `memory` hierarchy
+    /// with the first setting there, and its processes are moved in (a run
+    /// admitted earlier, or by an older agent), so the setting takes
+    /// effect; processes added later join the mirrors that exist.
     fn ensure_mirror(&self, dir: &Path, name: &CgroupName) -> Result<(), CgroupError> {
         if *dir == self.path_of(name) || dir.is_dir() {
             return Ok(());
@@ -415,11 +416,11 @@ impl CpusetHost for Cgroups {
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), CgroupError> {
+        // v1 mirrors come with the first setting of their controller
+        // ([`Cgroups::ensure_mirror`]): a memory cgroup costs milliseconds
+        // to create and remove, and most runs set nothing there.
         let dir = self.path_of(name);
         fs_ops::create_dir(&dir)?;
-        for mirror in self.v1_mirrors() {
-            fs_ops::create_dir(&mirror.join(name.as_str()))?;
-        }
         self.write_cpuset(&dir, cpus, mems)
     }
 

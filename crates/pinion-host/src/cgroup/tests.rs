@@ -248,10 +248,17 @@ fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
     cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
     let run = name("run-1");
     cg.create(&run, &set("2-3"), &set("0")).expect("create");
-    cg.set_resources(&run, &oci_settings(), None)
-        .expect("settings");
     let cpu_dir = cpu.join("outer/pinion/run-1");
     let memory_dir = memory.join("outer/pinion/run-1");
+    // Mirrors come with the first setting of their controller.
+    let cpu_only = ResourceSettings {
+        cpu_shares: Some(512),
+        ..ResourceSettings::default()
+    };
+    cg.set_resources(&run, &cpu_only, None).expect("cpu only");
+    assert!(cpu_dir.is_dir() && !memory_dir.exists());
+    cg.set_resources(&run, &oci_settings(), Some(&cpu_only))
+        .expect("settings");
     assert_eq!(read(&cpu_dir.join("cpu.cfs_quota_us")), "50000");
     assert_eq!(read(&cpu_dir.join("cpu.cfs_period_us")), "100000");
     assert_eq!(read(&cpu_dir.join("cpu.shares")), "512");
