@@ -93,7 +93,14 @@ fn real_cgroups() -> Option<Cgroups> {
     let root = mount.join(format!("pinion-bench-{}", std::process::id()));
     std::fs::create_dir(&root).ok()?;
     std::fs::remove_dir(&root).ok()?;
-    Some(Cgroups::new(probe.version(), mount, root))
+    // As the daemon finds it (on v1, with the cpu and memory hierarchies
+    // its runs are mirrored in).
+    Cgroups::detect(
+        Path::new("/proc/self/mountinfo"),
+        Path::new("/"),
+        Some(&root),
+    )
+    .ok()
 }
 
 criterion_group!(benches, admission);

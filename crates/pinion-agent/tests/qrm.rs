@@ -6,17 +6,19 @@
 //! Cgroups are faked (what the executor writes is inspected); everything
 //! between the manager and the plugins is real gRPC.
 
+mod qrm_common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use qrm_common::{admission, Agent, PATIENCE};
+
 use pinion_agent::config::BuiltinPlugin;
-use pinion_agent::controller::AdmitRequest;
-use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions};
-use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_agent::testing::{machine, run_request};
 use pinion_core::testing::cpus as set;
-use pinion_core::{CpuSet, Quantity};
+use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;
 use pinion_host::meminfo::NodeMemory;
@@ -26,151 +28,8 @@ use pinion_plugins::{
     Request, ResourcePlugin, TopologyAwareResource,
 };
 
-/// Upper bound for waiting on a registration or a reconcile (not a timing
-/// assertion: the loops run every 100 ms).
-const PATIENCE: Duration = Duration::from_secs(20);
 const GIB: u64 = 1 << 30;
 const TAG: &str = "example.com/tag";
-
-/// The agent's parts that matter here, on a 2-socket × 4-core × 2-thread
-/// machine (one NUMA node per socket), static policy, one CPU reserved: the
-/// shared [`QrmNode`] harness with its state in `dir`.
-struct Agent {
-    dir: tempfile::TempDir,
-    node: QrmNode,
-}
-
-impl std::ops::Deref for Agent {
-    type Target = QrmNode;
-
-    fn deref(&self) -> &QrmNode {
-        &self.node
-    }
-}
-
-impl Agent {
-    fn start() -> Agent {
-        Agent::start_in(
-            tempfile::tempdir().expect("tempdir"),
-            FakeCgroups::default(),
-            Vec::new(),
-        )
-    }
-
-    /// An agent whose state lives in `dir` and cgroups in `host` (both kept
-    /// across restarts), running `builtin` of Pinion's plugins itself.
-    fn start_in(dir: tempfile::TempDir, host: FakeCgroups, builtin: Vec<BuiltinPlugin>) -> Agent {
-        let node = SyntheticNode {
-            host,
-            ..SyntheticNode::new(machine(2, 4, 2))
-        };
-        let options = QrmNodeOptions {
-            rpc_timeout: Duration::from_secs(5),
-            builtin,
-            ..QrmNodeOptions::new(Duration::from_millis(100))
-        };
-        let node = QrmNode::start(&node, dir.path(), &options);
-        Agent { dir, node }
-    }
-
-    /// Serves the built-in plugins as the daemon does; returns once each is
-    /// registered.
-    async fn start_builtin(&mut self, sysroot: &Path) {
-        self.start_builtin_with(sysroot, None).await;
-    }
-
-    /// [`Agent::start_builtin`] with the cgroup mount and Pinion's cgroup
-    /// root where the CPU plugin reads its pods' CPU pressure.
-    async fn start_builtin_with(&mut self, sysroot: &Path, cgroups: Option<(&Path, &Path)>) {
-        let reserved = self.handle.snapshot().reserved.clone();
-        let topology = machine(2, 4, 2);
-        let machine = pinion_agent::qrm::builtin::Machine {
-            topology: &topology,
-            reserved: &reserved,
-            sysroot,
-            state_dir: self.dir.path(),
-            cgroups,
-        };
-        self.node.start_builtin(machine).await;
-    }
-
-    /// Waits until the manager lists `resource` in `state`.
-    async fn wait_for_plugin(&self, resource: &str, state: &str) {
-        self.node.wait_for_plugin(resource, state, PATIENCE).await;
-    }
-
-    /// Waits until `check` holds for the fake cgroup tree.
-    async fn wait_for_cgroup(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&CpuSet, &CpuSet) -> bool,
-    ) {
-        let name = CgroupName::new(name).expect("cgroup name");
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let now = self
-                .host
-                .tree()
-                .children
-                .get(&name)
-                .map(|c| (c.cpus.clone(), c.mems.clone()));
-            if let Some((cpus, mems)) = &now {
-                if check(cpus, mems) {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name:?}: never {what}; now {now:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Stops everything; the state directory and the cgroups are handed
-    /// back for a restart.
-    async fn stop(self) -> (tempfile::TempDir, FakeCgroups) {
-        let host = self.node.host.clone();
-        self.node.stop().await;
-        (self.dir, host)
-    }
-}
-
-/// `pinion run` of `id` with `cpus`, other requests and annotations.
-fn admission(
-    id: &str,
-    cpus: &str,
-    requests: &[(&str, &str)],
-    annotations: &[(&str, &str)],
-) -> AdmitRequest {
-    let mut request = run_request(id, Some(cpus), None);
-    let container = request
-        .pod
-        .containers
-        .iter_mut()
-        .find(|c| c.name == request.container)
-        .expect("the run's container");
-    for (name, quantity) in requests {
-        let quantity: Quantity = quantity.parse().expect("quantity");
-        if *name == "memory" {
-            // As the NRI front-end reads it from a Guaranteed container.
-            container.memory_request = Some(quantity.clone());
-            container.memory_limit = Some(quantity);
-        } else {
-            container
-                .extended_requests
-                .insert((*name).to_string(), quantity);
-        }
-    }
-    for (key, value) in annotations {
-        request
-            .pod
-            .annotations
-            .insert((*key).to_string(), (*value).to_string());
-    }
-    request
-}
 
 fn memory_plugin(state: &Path) -> MemoryPlugin {
     let nodes = (0..2)
@@ -858,6 +717,136 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
     agent.stop().await;
+}
+
+/// #11 (standalone OCI settings): what a plugin answers for `CpuQuota`,
+/// `CpuPeriod`, `CpuShares`, `MemoryLimitInBytes` and
+/// `MemorySwapLimitInBytes` becomes the run's cgroup files (v2 and v1
+/// layouts), a reconcile change rewrites only the file that changed, and a
+/// run on exclusive CPUs without a plugin gets the static policy's
+/// unlimited quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_oci_settings_become_cgroup_files_and_follow_reconcile() {
+    use pinion_host::cgroup::CgroupVersion;
+    use qrm_common::{info, Knob};
+
+    const WIDGET: &str = "example.com/widget";
+    let cases = [
+        (
+            CgroupVersion::V2,
+            vec![
+                ("cpu.max", "50000 100000"),
+                ("cpu.weight", "20"),
+                ("memory.max", "268435456"),
+                ("memory.swap.max", "268435456"),
+            ],
+            ("cpu.max", "80000 100000"),
+            ("cpu.max", "max"),
+        ),
+        (
+            CgroupVersion::V1,
+            vec![
+                ("cpu.cfs_period_us", "100000"),
+                ("cpu.cfs_quota_us", "50000"),
+                ("cpu.shares", "512"),
+                ("memory.limit_in_bytes", "268435456"),
+                ("memory.memsw.limit_in_bytes", "536870912"),
+            ],
+            ("cpu.cfs_quota_us", "80000"),
+            ("cpu.cfs_quota_us", "-1"),
+        ),
+    ];
+    for (version, files, changed, unlimited) in cases {
+        let agent = Agent::start();
+        agent.host.tree().version = version;
+        let knob = Knob::new(
+            WIDGET,
+            [
+                (WIDGET.to_string(), info("CpuQuota", "50000", "a")),
+                (format!("{WIDGET}-period"), info("CpuPeriod", "100000", "a")),
+                (format!("{WIDGET}-shares"), info("CpuShares", "512", "a")),
+                (
+                    format!("{WIDGET}-memory"),
+                    info("MemoryLimitInBytes", "268435456", "a"),
+                ),
+                (
+                    format!("{WIDGET}-swap"),
+                    info("MemorySwapLimitInBytes", "536870912", "a"),
+                ),
+                (format!("{WIDGET}-oom"), info("OomScoreAdj", "500", "a")),
+            ]
+            .into(),
+        );
+        let _served = agent.serve(knob.clone());
+        agent.wait_for_plugin(WIDGET, "active").await;
+
+        let admitted = agent
+            .handle
+            .admit(admission("pinion-run-oci", "1", &[(WIDGET, "1")], &[]))
+            .await
+            .expect("admitted");
+        // The OOM score adjustment is the launcher's (on itself, before
+        // exec): in the placement, not a cgroup file.
+        assert_eq!(admitted.placement.resources.oom_score_adj, Some(500));
+        let cgroup = admitted.cgroup.clone().expect("cgroup");
+        let want: BTreeMap<String, String> = files
+            .iter()
+            .map(|(f, v)| ((*f).to_string(), (*v).to_string()))
+            .collect();
+        agent
+            .wait_for_files(&cgroup, "the plugin's settings", |c| c.files == want)
+            .await;
+        let writes_before = agent.host.tree().children[&CgroupName::new(&cgroup).expect("name")]
+            .writes
+            .clone();
+
+        // The plugin changes its quota: only that file is written again.
+        knob.state()
+            .answer
+            .insert(WIDGET.to_string(), info("CpuQuota", "80000", "a"));
+        agent
+            .wait_for_files(&cgroup, "the new quota", |c| {
+                c.files.get(changed.0).map(String::as_str) == Some(changed.1)
+            })
+            .await;
+        let writes = agent.host.tree().children[&CgroupName::new(&cgroup).expect("name")]
+            .writes
+            .clone();
+        assert_eq!(
+            writes[writes_before.len()..],
+            [(changed.0.to_string(), changed.1.to_string())],
+            "{version}: {writes:?}"
+        );
+
+        // Exclusive CPUs without a plugin: the quota is lifted.
+        let plain = agent
+            .handle
+            .admit(admission("pinion-run-exclusive", "1", &[], &[]))
+            .await
+            .expect("admitted");
+        let plain_cgroup = plain.cgroup.clone().expect("cgroup");
+        let files = agent.host.tree().children[&CgroupName::new(&plain_cgroup).expect("name")]
+            .files
+            .clone();
+        assert_eq!(
+            files,
+            [(unlimited.0.to_string(), unlimited.1.to_string())].into(),
+            "{version}"
+        );
+        // A shared-pool run sets nothing.
+        let shared = agent
+            .handle
+            .admit(admission("pinion-run-shared", "500m", &[], &[]))
+            .await
+            .expect("admitted");
+        let shared_cgroup = shared.cgroup.clone().expect("cgroup");
+        assert!(
+            agent.host.tree().children[&CgroupName::new(&shared_cgroup).expect("name")]
+                .files
+                .is_empty()
+        );
+        agent.stop().await;
+    }
 }
 
 /// Writes `<dir>/cpu.pressure` with "some avg10" = `avg10`.

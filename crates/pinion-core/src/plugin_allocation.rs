@@ -88,32 +88,22 @@ pub fn apply(
     let mut cpus_from_plugin = false;
     let mut mems_from_plugin = false;
     for (resource, allocation) in allocations {
-        let property = allocation.oci_property_name.as_str();
-        let value = allocation.allocation_result.trim();
-        match property {
-            "" => {}
-            "CpusetCpus" => {
-                placement.cpus = list(resource, property, value)?;
+        match setting(resource, allocation)? {
+            Setting::None => {}
+            Setting::Cpus(cpus) => {
+                placement.cpus = cpus;
                 cpus_from_plugin = true;
             }
-            "CpusetMems" => {
-                placement.mems = list(resource, property, value)?;
+            Setting::Mems(mems) => {
+                placement.mems = mems;
                 mems_from_plugin = true;
             }
-            "CpuShares" => placement.resources.cpu_shares = Some(unsigned(value)?),
-            "CpuQuota" => placement.resources.cpu_quota = Some(integer(value)?),
-            "CpuPeriod" => placement.resources.cpu_period = Some(unsigned(value)?),
-            "MemoryLimitInBytes" => placement.resources.memory_limit = Some(integer(value)?),
-            "MemorySwapLimitInBytes" => {
-                placement.resources.memory_swap_limit = Some(integer(value)?);
-            }
-            "OomScoreAdj" => placement.resources.oom_score_adj = Some(integer(value)?),
-            other => {
-                return Err(OciError::UnknownProperty {
-                    property: other.to_string(),
-                    resource: resource.clone(),
-                })
-            }
+            Setting::Shares(v) => placement.resources.cpu_shares = Some(v),
+            Setting::Quota(v) => placement.resources.cpu_quota = Some(v),
+            Setting::Period(v) => placement.resources.cpu_period = Some(v),
+            Setting::Memory(v) => placement.resources.memory_limit = Some(v),
+            Setting::Swap(v) => placement.resources.memory_swap_limit = Some(v),
+            Setting::Oom(v) => placement.resources.oom_score_adj = Some(v),
         }
         merge_keys(&mut placement.env, &allocation.envs, resource, &mut notes);
         merge_keys(
@@ -134,6 +124,51 @@ pub fn apply(
         }
     }
     Ok((placement, notes))
+}
+
+/// Whether every allocation can be applied (known OCI property, a value
+/// it can take), with the error [`apply`] would give: the manager checks a
+/// plugin's answer as it arrives, to count and show it as the plugin's.
+pub fn check(allocations: &PluginAllocations) -> Result<(), OciError> {
+    for (resource, allocation) in allocations {
+        setting(resource, allocation)?;
+    }
+    Ok(())
+}
+
+/// One allocation's OCI property, parsed (§4.7's table).
+enum Setting {
+    None,
+    Cpus(CpuSet),
+    Mems(CpuSet),
+    Shares(u64),
+    Quota(i64),
+    Period(u64),
+    Memory(i64),
+    Swap(i64),
+    Oom(i64),
+}
+
+fn setting(resource: &str, allocation: &PluginAllocation) -> Result<Setting, OciError> {
+    let property = allocation.oci_property_name.as_str();
+    let value = allocation.allocation_result.trim();
+    Ok(match property {
+        "" => Setting::None,
+        "CpusetCpus" => Setting::Cpus(list(resource, property, value)?),
+        "CpusetMems" => Setting::Mems(list(resource, property, value)?),
+        "CpuShares" => Setting::Shares(unsigned(value)?),
+        "CpuQuota" => Setting::Quota(integer(value)?),
+        "CpuPeriod" => Setting::Period(unsigned(value)?),
+        "MemoryLimitInBytes" => Setting::Memory(integer(value)?),
+        "MemorySwapLimitInBytes" => Setting::Swap(integer(value)?),
+        "OomScoreAdj" => Setting::Oom(integer(value)?),
+        other => {
+            return Err(OciError::UnknownProperty {
+                property: other.to_string(),
+                resource: resource.to_string(),
+            })
+        }
+    })
 }
 
 fn merge_keys(
@@ -287,5 +322,29 @@ mod tests {
         let bad = PluginAllocations::from([("cpu".to_string(), oci("CpusetCpus", "3-1"))]);
         let err = apply(&topology, base, &bad).expect_err("bad list");
         assert!(matches!(err, OciError::BadList { .. }), "{err}");
+    }
+
+    #[test]
+    fn check_refuses_exactly_what_apply_refuses() {
+        let topology = machine();
+        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let cases = [
+            ("", "anything"),
+            ("CpusetCpus", "0-1"),
+            ("CpusetCpus", "3-1"),
+            ("CpusetMems", "x"),
+            ("CpuShares", "-2"),
+            ("CpuQuota", "-1"),
+            ("CpuPeriod", "100000"),
+            ("MemoryLimitInBytes", "1e9"),
+            ("MemorySwapLimitInBytes", "1024"),
+            ("OomScoreAdj", "-999"),
+            ("Unified", "{}"),
+        ];
+        for (property, value) in cases {
+            let allocations = PluginAllocations::from([("r".to_string(), oci(property, value))]);
+            let applied = apply(&topology, base.clone(), &allocations).err();
+            assert_eq!(check(&allocations).err(), applied, "{property}={value}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::BIN;
 use pinion_core::CpuSet;
-use pinion_host::cgroup::Cgroups;
+use pinion_host::cgroup::{Cgroups, CpusetHost};
 use serde_json::Value;
 /// Upper bound for waiting on the agent or a process (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -201,6 +201,28 @@ impl Drop for Setup {
             let _ = run.wait();
         }
         self.kill_agent();
+        // The runs' cgroups with their mirrors in v1's cpu and memory
+        // hierarchies, then whatever is left in the cpuset one.
+        let mountinfo = Path::new("/proc/self/mountinfo");
+        if let Ok(mut cgroups) = Cgroups::detect(mountinfo, Path::new("/"), Some(&self.cgroup_root))
+        {
+            for name in cgroups.list().unwrap_or_default() {
+                // Commands their killed launchers left running.
+                for pid in cgroups.pids(&name).unwrap_or_default() {
+                    let _ = Command::new("kill")
+                        .arg("-KILL")
+                        .arg(pid.to_string())
+                        .status();
+                }
+                for _ in 0..100 {
+                    if cgroups.remove(&name).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            let _ = cgroups.remove_root();
+        }
         if let Ok(entries) = std::fs::read_dir(&self.cgroup_root) {
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -803,7 +825,17 @@ fn the_example_plugin_places_runs_through_the_agent() {
     s.spawn_run_with(&["--request", "example.com/widget=1"], &["sleep", "1000"]);
     let workloads = s.wait_for_workloads(1);
     let pid = workloads[0]["pid"].as_u64().expect("pid");
-    assert_eq!(allowed_cpus(pid), free);
+    // The workload is listed once admitted, before the plugin's answer is
+    // applied (the launcher execs only after both): wait for the cpuset.
+    let started = Instant::now();
+    while allowed_cpus(pid) != free {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the run never got the plugin's cpuset: {}",
+            allowed_cpus(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::fs::write(&cpus_file, s.all.to_string()).expect("cpus file");
     let started = Instant::now();
     while allowed_cpus(pid) != s.all {

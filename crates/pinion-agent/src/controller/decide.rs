@@ -102,6 +102,14 @@ impl Controller {
                 self.engine.remove(&key.0, &key.1);
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
+            // The OCI settings before any process joins.
+            if let Err(source) = self.host.set_resources(cgroup, &desired.resources, None) {
+                self.engine.remove(&key.0, &key.1);
+                if let Err(err) = self.host.remove(cgroup) {
+                    tracing::warn!(pod = %key.0, "removing the refused run's cgroup: {err}");
+                }
+                return Err(ControlError::Cgroup { pod: key.0, source });
+            }
             batch.created.push(cgroup.clone());
             let exclusive = if desired.is_exclusive() {
                 desired.cpus.len()

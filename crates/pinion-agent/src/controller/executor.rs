@@ -12,8 +12,25 @@
 //! recovery all end here; nothing else writes a cpuset.
 
 use pinion_core::Placement;
+use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
 
 use super::{Controller, Frontend, Key};
+
+/// Brings a standalone run's cgroup from `applied` (`None`: unknown) to
+/// `desired`: the cpuset when it moved, then the resource settings that
+/// changed (CFS quota and period, shares, memory and swap limits; the OOM
+/// score adjustment is the launcher's, set on itself before exec).
+pub(super) fn write_cgroup(
+    host: &mut dyn CpusetHost,
+    cgroup: &CgroupName,
+    desired: &Placement,
+    applied: Option<&Placement>,
+) -> Result<(), CgroupError> {
+    if applied.is_none_or(|a| a.cpus != desired.cpus || a.mems != desired.mems) {
+        host.set(cgroup, &desired.cpus, &desired.mems)?;
+    }
+    host.set_resources(cgroup, &desired.resources, applied.map(|a| &a.resources))
+}
 
 /// A placement for a runtime container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,10 +123,15 @@ impl Controller {
             let desired = workload.desired.clone();
             match &workload.frontend {
                 Frontend::Standalone { cgroup, .. } => {
-                    match self.host.set(cgroup, &desired.cpus, &desired.mems) {
+                    match write_cgroup(
+                        self.host.as_mut(),
+                        cgroup,
+                        &desired,
+                        workload.applied.as_ref(),
+                    ) {
                         Ok(()) => workload.applied = Some(desired),
                         Err(err) => {
-                            tracing::error!(cgroup = %cgroup, "applying cpus {} mems {}: {err}", desired.cpus, desired.mems);
+                            tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err}", desired.cpus, desired.mems, desired.resources);
                             workload.applied = None;
                         }
                     }

@@ -182,7 +182,10 @@ impl Qrm {
             let result = self.allocate_one(pod, container, request, affinity).await;
             match result {
                 Ok(answer) => allocations.extend(answer),
-                Err(source) if request::allocation_failure_is_tolerated(pod) => {
+                Err(source)
+                    if request::allocation_failure_is_tolerated(pod)
+                        && !matches!(source, CallError::Malformed { .. }) =>
+                {
                     tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod: {source}");
                 }
                 Err(source) => {
@@ -222,7 +225,7 @@ impl Qrm {
                 client.allocate(call).await
             })
             .await?;
-        Ok(response
+        let allocations: PluginAllocations = response
             .allocation_result
             .map(|result| {
                 entries::allocation_map(&result)
@@ -230,7 +233,29 @@ impl Qrm {
                     .map(|(name, info)| (name.clone(), convert::allocation(info)))
                     .collect()
             })
-            .unwrap_or_default())
+            .unwrap_or_default();
+        // An answer that cannot be applied fails the container as in the
+        // fork (whatever its QoS level), counted as the plugin's error.
+        self.check_answer(&plugin.resource, "Allocate", &allocations)?;
+        Ok(allocations)
+    }
+
+    fn check_answer(
+        &self,
+        resource: &str,
+        method: &str,
+        allocations: &PluginAllocations,
+    ) -> Result<(), CallError> {
+        pinion_core::plugin_allocation::check(allocations).map_err(|err| {
+            let error = CallError::Malformed {
+                resource: resource.to_string(),
+                method: method.to_string(),
+                reason: err.to_string(),
+            };
+            tracing::warn!(%resource, "{error}");
+            self.registry.note_error(resource, method, &error);
+            error
+        })
     }
 
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
@@ -295,6 +320,15 @@ impl Qrm {
                                             .map(|(n, info)| (n.clone(), convert::allocation(info)))
                                             .collect::<BTreeMap<String, PluginAllocation>>()
                                     });
+                                    // Kept: the controller refuses it and
+                                    // keeps the previous allocation.
+                                    if let Some(allocations) = &allocations {
+                                        let _ = self.check_answer(
+                                            &plugin.resource,
+                                            "GetResourcesAllocation",
+                                            allocations,
+                                        );
+                                    }
                                     (name, allocations)
                                 })
                                 .collect();

@@ -35,6 +35,14 @@ pub enum CallError {
         method: String,
         timeout: Duration,
     },
+    /// An answer that cannot be applied (an unknown OCI property, a value
+    /// that does not parse): the kubelet fork's texts (§4.7).
+    #[error("resource plugin {resource} answered {method} with an allocation that cannot be applied: {reason}")]
+    Malformed {
+        resource: String,
+        method: String,
+        reason: String,
+    },
     #[error("resource plugin {resource} failed {method}: {message}")]
     Failed {
         resource: String,
@@ -352,7 +360,13 @@ impl Registry {
                 timeout: self.timeout,
             }),
             Ok(Ok(response)) => Ok(response.into_inner()),
-            Ok(Err(status)) => Err(classify(&plugin.resource, method, &status, self.timeout)),
+            Ok(Err(status)) => Err(classify(
+                &plugin.resource,
+                method,
+                &status,
+                self.timeout,
+                started.elapsed(),
+            )),
         };
         self.note(
             &plugin.resource,
@@ -361,6 +375,22 @@ impl Registry {
             result.as_ref().err(),
         );
         result
+    }
+
+    /// Counts `error` against a call of `method` that already returned (an
+    /// answer found malformed after it arrived).
+    pub fn note_error(&self, resource: &str, method: &str, error: &CallError) {
+        let mut table = self.table();
+        let Some(endpoint) = table.get_mut(resource) else {
+            return;
+        };
+        endpoint
+            .stats
+            .calls
+            .entry(method.to_string())
+            .or_default()
+            .errors += 1;
+        endpoint.stats.last_error = Some(error.to_string());
     }
 
     fn note(&self, resource: &str, method: &str, took: Duration, error: Option<&CallError>) {
@@ -426,10 +456,23 @@ fn epoch_seconds(time: SystemTime) -> u64 {
 
 /// A failed call: `Unimplemented`, or a plain "not implemented" error as
 /// katalyst's plugins answer optional RPCs, means the plugin does not
-/// support it (never fatal).
-fn classify(resource: &str, method: &str, status: &tonic::Status, timeout: Duration) -> CallError {
+/// support it (never fatal). A call cancelled once its deadline passed
+/// (tonic's answer, `Cancelled` "Timeout expired", where Go's is
+/// `DeadlineExceeded`) missed the deadline.
+fn classify(
+    resource: &str,
+    method: &str,
+    status: &tonic::Status,
+    timeout: Duration,
+    took: Duration,
+) -> CallError {
     let message = status.message().to_string();
     match status.code() {
+        tonic::Code::Cancelled if took >= timeout => CallError::Deadline {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            timeout,
+        },
         tonic::Code::Unimplemented => CallError::Unsupported {
             resource: resource.to_string(),
             method: method.to_string(),
@@ -465,5 +508,47 @@ async fn notify(
     request.set_timeout(Duration::from_secs(1));
     if let Err(status) = registration.notify_registration_status(request).await {
         tracing::debug!("NotifyRegistrationStatus: {}", status.message());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression (#11, found by `tests/qrm_failures.rs`): a plugin past
+    /// its deadline was reported as `failed Allocate: Timeout expired`
+    /// (tonic cancels the call) instead of the deadline it missed.
+    #[test]
+    fn a_call_cancelled_at_its_deadline_missed_the_deadline() {
+        let timeout = Duration::from_secs(1);
+        let cancelled = tonic::Status::cancelled("Timeout expired");
+        let late = classify("r", "Allocate", &cancelled, timeout, timeout);
+        assert!(matches!(late, CallError::Deadline { .. }), "{late}");
+        assert_eq!(
+            late.to_string(),
+            "resource plugin r did not answer Allocate within 1s"
+        );
+        let early = classify(
+            "r",
+            "Allocate",
+            &cancelled,
+            timeout,
+            Duration::from_millis(10),
+        );
+        assert!(matches!(early, CallError::Failed { .. }), "{early}");
+        let go = tonic::Status::deadline_exceeded("context deadline exceeded");
+        let go = classify("r", "Allocate", &go, timeout, Duration::ZERO);
+        assert!(matches!(go, CallError::Deadline { .. }), "{go}");
+        let katalyst = tonic::Status::unknown("not implemented");
+        assert!(matches!(
+            classify(
+                "r",
+                "GetPodTopologyHints",
+                &katalyst,
+                timeout,
+                Duration::ZERO
+            ),
+            CallError::Unsupported { .. }
+        ));
     }
 }

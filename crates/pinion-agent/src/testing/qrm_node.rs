@@ -124,29 +124,15 @@ impl QrmNode {
         self.tasks.extend(tasks);
     }
 
-    /// Serves `plugin` in the watched directory; [`ServedPlugin::stop`]
-    /// stops it and removes its socket.
+    /// Serves `plugin` in the watched directory, on a socket named after
+    /// its resource; [`ServedPlugin::stop`] stops it and removes its socket.
     ///
     /// # Panics
     /// (In the serving task) when the socket cannot be bound.
     #[must_use]
     pub fn serve(&self, plugin: impl ResourcePlugin + 'static) -> ServedPlugin {
-        let socket = self
-            .registry_dir
-            .join(format!("{}.sock", plugin.resource_name().replace('/', "_")));
-        let identity = Identity::new(plugin.resource_name());
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn({
-            let socket = socket.clone();
-            async move {
-                pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-                .expect("plugin serves");
-            }
-        });
-        ServedPlugin { stop, task, socket }
+        let file = format!("{}.sock", plugin.resource_name().replace('/', "_"));
+        serve_in(&self.registry_dir, plugin, &file)
     }
 
     /// Waits until the manager lists `resource` in `state` (`active`,
@@ -180,6 +166,29 @@ impl QrmNode {
         }
         self.handle.shutdown().await;
     }
+}
+
+/// Serves `plugin` on socket `file` of directory `dir`, as `pinion plugin
+/// serve` does; [`ServedPlugin::stop`] stops it and removes its socket.
+///
+/// # Panics
+/// (In the serving task) when the socket cannot be bound.
+#[must_use]
+pub fn serve_in(dir: &Path, plugin: impl ResourcePlugin + 'static, file: &str) -> ServedPlugin {
+    let socket = dir.join(file);
+    let identity = Identity::new(plugin.resource_name());
+    let (stop, mut stopped) = watch::channel(false);
+    let task = tokio::spawn({
+        let socket = socket.clone();
+        async move {
+            pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await
+            .expect("plugin serves");
+        }
+    });
+    ServedPlugin { stop, task, socket }
 }
 
 /// A plugin being served; see [`QrmNode::serve`].

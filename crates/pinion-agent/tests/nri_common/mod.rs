@@ -7,10 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_agent::controller::{self, ControllerHandle};
+use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::nri::NriFrontend;
+use pinion_agent::qrm::{Qrm, QrmHints};
 use pinion_agent::testing::SyntheticNode;
 use pinion_core::policy::{Features, PolicyConfig};
 use pinion_core::topology::{synthetic, Shape};
+use pinion_core::topomgr::Scope;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
@@ -55,13 +58,43 @@ impl Agent {
             host: host.clone(),
             ..SyntheticNode::new(topology()).with_features(features)
         };
-        Self::start_on(&node, state_dir, socket)
+        Self::start_on(&node, state_dir, socket, None)
     }
 
-    /// The agent on `node` (its policy, switches and cgroups).
-    pub fn start_on(node: &SyntheticNode, state_dir: &Path, socket: &Path) -> Self {
+    /// [`Agent::start`] with the QoS Resource Manager `qrm` (its hints
+    /// gathered before admissions, its plugins allocating after); the
+    /// caller starts `qrm`'s watcher and loops.
+    pub fn start_with_qrm(
+        state_dir: &Path,
+        host: &FakeCgroups,
+        socket: &Path,
+        qrm: Arc<Qrm>,
+    ) -> Self {
+        let node = SyntheticNode {
+            host: host.clone(),
+            ..SyntheticNode::new(topology())
+        };
+        Self::start_on(&node, state_dir, socket, Some(qrm))
+    }
+
+    /// The agent on `node` (its policy, switches and cgroups), with the
+    /// QoS Resource Manager when `qrm` is given.
+    pub fn start_on(
+        node: &SyntheticNode,
+        state_dir: &Path,
+        socket: &Path,
+        qrm: Option<Arc<Qrm>>,
+    ) -> Self {
         let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
-        let (handle, thread) = controller::spawn(controller).unwrap();
+        let hints = match &qrm {
+            Some(qrm) => HintGatherer::new(
+                vec![Arc::new(QrmHints(Arc::clone(qrm))) as Arc<dyn HintSource>],
+                Scope::Container,
+                Duration::from_secs(10),
+            ),
+            None => HintGatherer::none(),
+        };
+        let (handle, thread) = controller::spawn_with(controller, hints, qrm).unwrap();
         let frontend = Arc::new(NriFrontend::new(handle.clone()));
         let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
         options.backoff_initial = Duration::from_millis(10);
@@ -147,7 +180,7 @@ impl Node {
                 .with_features(features)
                 .with_config(config)
         };
-        let agent = Agent::start_on(&node, self.state.path(), &self.socket());
+        let agent = Agent::start_on(&node, self.state.path(), &self.socket(), None);
         self.runtime.wait_synced(sessions).await;
         agent
     }

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
-use super::{CgroupError, CgroupName, CgroupOp, CpusetHost};
+use super::{resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, CpusetHost};
 
 /// One fake cgroup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,6 +17,11 @@ pub struct FakeCgroup {
     pub cpus: CpuSet,
     pub mems: CpuSet,
     pub pids: Vec<u32>,
+    /// Resource files as written (`cpu.max` → `max 100000`), by the
+    /// tree's [`FakeTree::version`] layout.
+    pub files: BTreeMap<String, String>,
+    /// Every resource file write, in order: (file, data).
+    pub writes: Vec<(String, String)>,
 }
 
 /// Shared fake cgroup tree.
@@ -31,6 +37,8 @@ pub struct FakeTree {
     pub children: BTreeMap<CgroupName, FakeCgroup>,
     /// When set, every write fails (to test error paths).
     pub fail_writes: bool,
+    /// The layout of resource files (v2 unless a test says otherwise).
+    pub version: CgroupVersion,
 }
 
 impl FakeCgroups {
@@ -93,6 +101,36 @@ impl CpusetHost for FakeCgroups {
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.cpus = cpus.clone();
         entry.mems = mems.clone();
+        Ok(())
+    }
+
+    fn set_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        check_writable(&tree, name)?;
+        let version = tree.version;
+        let entry = tree
+            .children
+            .get_mut(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Write))?;
+        let files = entry.files.clone();
+        let writes = resources::plan(
+            version,
+            std::path::Path::new(name.as_str()),
+            desired,
+            applied,
+            &mut |_, file| Ok(files.get(file).cloned().unwrap_or_default()),
+        )?;
+        for write in writes {
+            entry
+                .files
+                .insert(write.file.to_string(), write.value.clone());
+            entry.writes.push((write.file.to_string(), write.value));
+        }
         Ok(())
     }
 

@@ -87,13 +87,37 @@ pub(super) fn inherit_cpuset(dir: &Path) -> Result<(), CgroupError> {
     Ok(())
 }
 
-/// v2: enables the cpuset controller for the children of `dir`.
-pub(super) fn enable_cpuset(dir: &Path) -> Result<(), CgroupError> {
+/// v2: enables the cpuset controller for the children of `dir`, and the
+/// cpu and memory controllers where `dir` offers them (its
+/// `cgroup.controllers`), for the resource settings of standalone runs. A
+/// kernel that refuses the optional ones still gets cpuset (resource writes
+/// then fail naming their file).
+pub(super) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     let path = dir.join("cgroup.subtree_control");
-    let enabled = read(&path)?
+    let enabled = read(&path)?;
+    let enabled: Vec<&str> = enabled
         .split_whitespace()
-        .any(|c| c.trim_start_matches('+') == "cpuset");
-    if enabled {
+        .map(|c| c.trim_start_matches('+'))
+        .collect();
+    let offered = read(&dir.join("cgroup.controllers"))?;
+    let mut missing: Vec<&str> = ["cpuset", "cpu", "memory"]
+        .into_iter()
+        .filter(|c| !enabled.contains(c))
+        .filter(|c| *c == "cpuset" || offered.split_whitespace().any(|o| o == *c))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let all = missing
+        .iter()
+        .map(|c| format!("+{c}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if write(&path, &all).is_ok() {
+        return Ok(());
+    }
+    missing.retain(|c| *c == "cpuset");
+    if missing.is_empty() {
         Ok(())
     } else {
         write(&path, "+cpuset")

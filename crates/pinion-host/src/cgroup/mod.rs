@@ -19,18 +19,22 @@ pub mod fake;
 mod fs_ops;
 pub mod mountinfo;
 mod name;
+pub mod resources;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
 pub use name::{CgroupName, MAX_NAME_LEN};
+use resources::Controller;
 
 /// The closed set of cgroup versions Pinion writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CgroupVersion {
     V1,
+    #[default]
     V2,
 }
 
@@ -88,6 +92,12 @@ pub enum CgroupError {
     NoCpusetHierarchy { mountinfo: PathBuf },
     #[error("cgroup root {} is not inside a cpuset hierarchy listed in {}", .root.display(), .mountinfo.display())]
     RootOutsideHierarchy { root: PathBuf, mountinfo: PathBuf },
+    #[error("cannot set {file} of {}: {reason}", .path.display())]
+    Setting {
+        path: PathBuf,
+        file: &'static str,
+        reason: String,
+    },
     #[error("{}: unexpected content {text:?} ({reason})", .path.display())]
     Malformed {
         path: PathBuf,
@@ -114,6 +124,15 @@ pub trait CpusetHost: Send {
     ) -> Result<(), CgroupError>;
     /// Sets the cpus and mems of an existing child.
     fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// Writes the resource settings `desired` gives that differ from
+    /// `applied` (what was written last; `None`: unknown) into child `name`
+    /// ([`resources::plan`]).
+    fn set_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError>;
     /// The cpus a child is configured with (`cpuset.cpus`).
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError>;
     /// Moves process `pid` into child `name`.
@@ -133,6 +152,22 @@ pub struct Cgroups {
     version: CgroupVersion,
     mount: PathBuf,
     root: PathBuf,
+    /// v1: where the `cpu` and `memory` hierarchies are; in separate
+    /// ones, Pinion's root and children are mirrored (same relative path)
+    /// for the resource settings.
+    v1_cpu: Hierarchy,
+    v1_memory: Hierarchy,
+}
+
+/// Where a v1 controller's hierarchy is, seen from the cpuset one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Hierarchy {
+    /// Not mounted (or not known: [`Cgroups::new`]).
+    Absent,
+    /// Mounted together with cpuset: the same directories.
+    WithCpuset,
+    /// Its own mount point.
+    Separate(PathBuf),
 }
 
 impl Cgroups {
@@ -157,7 +192,27 @@ impl Cgroups {
                 mountinfo: mountinfo.to_path_buf(),
             })?;
         let root = root.map_or_else(|| mount.path.join("pinion"), Path::to_path_buf);
-        Ok(Self::new(mount.version, mount.path, root))
+        let mut cgroups = Self::new(mount.version, mount.path, root);
+        if cgroups.version == CgroupVersion::V1 {
+            let cpu = mountinfo::v1_controller_mount(mountinfo, prefix, "cpu")?;
+            let memory = mountinfo::v1_controller_mount(mountinfo, prefix, "memory")?;
+            cgroups = cgroups.with_v1_hierarchies(cpu, memory);
+        }
+        Ok(cgroups)
+    }
+
+    /// v1: the mount points of the `cpu` and `memory` hierarchies (a
+    /// hierarchy mounted together with cpuset is the cpuset one).
+    #[must_use]
+    pub fn with_v1_hierarchies(mut self, cpu: Option<PathBuf>, memory: Option<PathBuf>) -> Self {
+        let hierarchy = |mount: Option<PathBuf>| match mount {
+            None => Hierarchy::Absent,
+            Some(m) if m == self.mount => Hierarchy::WithCpuset,
+            Some(m) => Hierarchy::Separate(m),
+        };
+        self.v1_cpu = hierarchy(cpu);
+        self.v1_memory = hierarchy(memory);
+        self
     }
 
     /// A writer for a known layout (`root` must be below `mount`).
@@ -167,6 +222,8 @@ impl Cgroups {
             version,
             mount,
             root,
+            v1_cpu: Hierarchy::Absent,
+            v1_memory: Hierarchy::Absent,
         }
     }
 
@@ -196,6 +253,9 @@ impl Cgroups {
 
     /// Removes Pinion's root itself (it must have no children left).
     pub fn remove_root(&self) -> Result<(), CgroupError> {
+        for mount in self.v1_extra() {
+            fs_ops::remove_dir(&mount.join(self.relative_root()))?;
+        }
         fs_ops::remove_dir(&self.root)
     }
 
@@ -226,14 +286,80 @@ impl Cgroups {
 
     /// Directories from below the mount down to the root, top first.
     fn chain(&self) -> Vec<PathBuf> {
-        let relative = self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""));
-        let mut dir = self.mount.clone();
-        let mut chain = Vec::new();
-        for part in relative.components() {
-            dir.push(part);
-            chain.push(dir.clone());
+        chain_below(&self.mount, self.relative_root())
+    }
+
+    fn relative_root(&self) -> &Path {
+        self.root.strip_prefix(&self.mount).unwrap_or(Path::new(""))
+    }
+
+    /// v1: the separate `cpu` and `memory` hierarchies' mount points.
+    fn v1_extra(&self) -> impl Iterator<Item = &PathBuf> {
+        [&self.v1_cpu, &self.v1_memory]
+            .into_iter()
+            .filter_map(|h| match h {
+                Hierarchy::Separate(mount) => Some(mount),
+                _ => None,
+            })
+    }
+
+    /// v1: the separate hierarchies where Pinion's root is mirrored.
+    fn v1_mirrors(&self) -> impl Iterator<Item = PathBuf> + '_ {
+        self.v1_extra()
+            .map(|mount| mount.join(self.relative_root()))
+            .filter(|root| root.is_dir())
+    }
+
+    /// Whether Pinion's children have `controller`: v2, enabled in the
+    /// root's `cgroup.subtree_control`; v1, its hierarchy mounted (with
+    /// Pinion's root mirrored there when separate).
+    fn has_controller(&self, controller: Controller) -> Result<bool, CgroupError> {
+        let hierarchy = match (self.version, controller) {
+            (CgroupVersion::V2, _) => {
+                let enabled = fs_ops::read(&self.root.join("cgroup.subtree_control"))?;
+                let name = controller.to_string();
+                return Ok(enabled
+                    .split_whitespace()
+                    .any(|c| c.trim_start_matches('+') == name));
+            }
+            (CgroupVersion::V1, Controller::Cpu) => &self.v1_cpu,
+            (CgroupVersion::V1, Controller::Memory) => &self.v1_memory,
+        };
+        Ok(match hierarchy {
+            Hierarchy::Absent => false,
+            Hierarchy::WithCpuset => true,
+            Hierarchy::Separate(mount) => mount.join(self.relative_root()).is_dir(),
+        })
+    }
+
+    /// v1: a run gets its directory in the `cpu` or `memory` hierarchy
+    /// with the first setting there, and its processes are moved in (a run
+    /// admitted earlier, or by an older agent), so the setting takes
+    /// effect; processes added later join the mirrors that exist.
+    fn ensure_mirror(&self, dir: &Path, name: &CgroupName) -> Result<(), CgroupError> {
+        if *dir == self.path_of(name) || dir.is_dir() {
+            return Ok(());
         }
-        chain
+        fs_ops::create_dir(dir)?;
+        for pid in self.pids(name)? {
+            fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Child `name`'s directory in the hierarchy of `controller` (v2 and
+    /// co-mounted v1 controllers: the cpuset directory).
+    fn controller_dir(&self, controller: Controller, name: &CgroupName) -> PathBuf {
+        let hierarchy = match controller {
+            Controller::Cpu => &self.v1_cpu,
+            Controller::Memory => &self.v1_memory,
+        };
+        match hierarchy {
+            Hierarchy::Separate(mount) if self.version == CgroupVersion::V1 => {
+                mount.join(self.relative_root()).join(name.as_str())
+            }
+            _ => self.path_of(name),
+        }
     }
 
     fn write_cpuset(&self, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
@@ -259,7 +385,7 @@ impl CpusetHost for Cgroups {
     fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
         let chain = self.chain();
         if self.version == CgroupVersion::V2 {
-            fs_ops::enable_cpuset(&self.mount)?;
+            fs_ops::enable_controllers(&self.mount)?;
         }
         for (index, dir) in chain.iter().enumerate() {
             fs_ops::create_dir(dir)?;
@@ -268,14 +394,24 @@ impl CpusetHost for Cgroups {
             }
             match self.version {
                 CgroupVersion::V1 => fs_ops::inherit_cpuset(dir)?,
-                CgroupVersion::V2 => fs_ops::enable_cpuset(dir)?,
+                CgroupVersion::V2 => fs_ops::enable_controllers(dir)?,
+            }
+        }
+        for mount in self.v1_extra() {
+            // Best effort (a user may own a cpuset directory only): without
+            // the mirror, unlimited settings need nothing and limits fail
+            // naming the controller.
+            for dir in chain_below(mount, self.relative_root()) {
+                if fs_ops::create_dir(&dir).is_err() {
+                    break;
+                }
             }
         }
         // Bottom-up when the root shrinks: children first.
         self.shrink_children(cpus)?;
         self.write_cpuset(&self.root, cpus, mems)?;
         if self.version == CgroupVersion::V2 {
-            fs_ops::enable_cpuset(&self.root)?;
+            fs_ops::enable_controllers(&self.root)?;
         }
         Ok(())
     }
@@ -286,6 +422,9 @@ impl CpusetHost for Cgroups {
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), CgroupError> {
+        // v1 mirrors come with the first setting of their controller
+        // ([`Cgroups::ensure_mirror`]): a memory cgroup costs milliseconds
+        // to create and remove, and most runs set nothing there.
         let dir = self.path_of(name);
         fs_ops::create_dir(&dir)?;
         self.write_cpuset(&dir, cpus, mems)
@@ -295,12 +434,66 @@ impl CpusetHost for Cgroups {
         self.write_cpuset(&self.path_of(name), cpus, mems)
     }
 
+    fn set_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError> {
+        let writes = resources::plan(
+            self.version,
+            &self.path_of(name),
+            desired,
+            applied,
+            &mut |controller, file| fs_ops::read(&self.controller_dir(controller, name).join(file)),
+        )?;
+        let mut mirrored = Vec::new();
+        for write in writes {
+            let dir = self.controller_dir(write.controller, name);
+            if !self.has_controller(write.controller)? {
+                // Without the controller nothing is limited: an unlimited
+                // setting holds already; a limit cannot.
+                if write.value == "max" || write.value == "-1" {
+                    continue;
+                }
+                return Err(CgroupError::Setting {
+                    path: dir,
+                    file: write.file,
+                    reason: format!(
+                        "{} {:?}: the {} controller is not available to Pinion's cgroups ({})",
+                        write.file,
+                        write.value,
+                        write.controller,
+                        match self.version {
+                            CgroupVersion::V2 =>
+                                "not enabled in cgroup.subtree_control of the root",
+                            CgroupVersion::V1 => "no writable cgroup v1 hierarchy of it",
+                        }
+                    ),
+                });
+            }
+            if !mirrored.contains(&write.controller) {
+                self.ensure_mirror(&dir, name)?;
+                mirrored.push(write.controller);
+            }
+            fs_ops::write(&dir.join(write.file), &write.value)?;
+        }
+        Ok(())
+    }
+
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError> {
         fs_ops::read_cpuset(&self.path_of(name).join("cpuset.cpus"))
     }
 
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
-        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())
+        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())?;
+        for mirror in self.v1_mirrors() {
+            let dir = mirror.join(name.as_str());
+            if dir.is_dir() {
+                fs_ops::write(&dir.join("cgroup.procs"), &pid.to_string())?;
+            }
+        }
+        Ok(())
     }
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
@@ -308,12 +501,27 @@ impl CpusetHost for Cgroups {
     }
 
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        // The mirrors first: the cpuset directory is what lists a child.
+        for mount in self.v1_extra() {
+            fs_ops::remove_dir(&mount.join(self.relative_root()).join(name.as_str()))?;
+        }
         fs_ops::remove_dir(&self.path_of(name))
     }
 
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
         fs_ops::list_children(&self.root)
     }
+}
+
+/// Directories from below `mount` down to `mount/relative`, top first.
+fn chain_below(mount: &Path, relative: &Path) -> Vec<PathBuf> {
+    let mut dir = mount.to_path_buf();
+    let mut chain = Vec::new();
+    for part in relative.components() {
+        dir.push(part);
+        chain.push(dir.clone());
+    }
+    chain
 }
 
 #[cfg(test)]

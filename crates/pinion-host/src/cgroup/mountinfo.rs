@@ -47,6 +47,28 @@ pub fn cpuset_mounts(mountinfo: &Path, prefix: &Path) -> Result<Vec<CpusetMount>
     Ok(mounts)
 }
 
+/// The mount point (joined under `prefix`) of the cgroup v1 hierarchy
+/// with `controller` (`cpu`, `memory`) among its super options, if any.
+pub fn v1_controller_mount(
+    mountinfo: &Path,
+    prefix: &Path,
+    controller: &str,
+) -> Result<Option<PathBuf>, CgroupError> {
+    let text = fs::read_to_string(mountinfo).map_err(|source| CgroupError::Io {
+        op: CgroupOp::Read,
+        path: mountinfo.to_path_buf(),
+        data: None,
+        source,
+    })?;
+    Ok(text
+        .lines()
+        .filter_map(parse_line)
+        .find_map(|(fstype, mount_point, opts)| {
+            (fstype == "cgroup" && opts.split(',').any(|opt| opt == controller))
+                .then(|| prefix.join(mount_point.trim_start_matches('/')))
+        }))
+}
+
 /// (filesystem type, unescaped mount point, super options) of one line.
 fn parse_line(line: &str) -> Option<(&str, String, &str)> {
     let (before, after) = line.split_once(" - ")?;
@@ -142,6 +164,28 @@ mod tests {
             "the mount itself is no root"
         );
         assert!(choose(&mounts, Some(Path::new("/elsewhere"))).is_none());
+    }
+
+    #[test]
+    fn finds_the_v1_cpu_and_memory_hierarchies() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let info = dir.path().join("mountinfo");
+        let text = format!(
+            "{SAMPLE}35 31 0:32 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+        )
+        .replace(
+            "/sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n",
+            "/sys/fs/cgroup/net rw - cgroup cgroup rw,net_cls\n",
+        );
+        fs::write(&info, text).expect("write");
+        assert_eq!(
+            v1_controller_mount(&info, dir.path(), "cpu").expect("parse"),
+            Some(dir.path().join("sys/fs/cgroup/cpu,cpuacct"))
+        );
+        assert_eq!(
+            v1_controller_mount(&info, dir.path(), "memory").expect("parse"),
+            None
+        );
     }
 
     #[test]

@@ -3,6 +3,8 @@ use std::path::Path;
 
 use super::*;
 
+use pinion_core::placement::ResourceSettings;
+
 use pinion_core::testing::cpus as set;
 
 fn name(text: &str) -> CgroupName {
@@ -216,4 +218,246 @@ fn real_cgroups(label: &str) -> Option<Cgroups> {
     }
     let _ = fs::remove_dir(&root);
     Some(Cgroups::new(probe.version(), base, root))
+}
+
+fn oci_settings() -> ResourceSettings {
+    ResourceSettings {
+        cpu_quota: Some(50_000),
+        cpu_period: Some(100_000),
+        cpu_shares: Some(512),
+        memory_limit: Some(256 << 20),
+        memory_swap_limit: Some(512 << 20),
+        oom_score_adj: Some(100),
+    }
+}
+
+/// v1 with cpuset, cpu and memory in separate hierarchies (the usual
+/// layout): the run's directory is mirrored in each, its settings go to
+/// the hierarchy of their controller, in the kernel's order.
+#[test]
+fn v1_resource_settings_go_to_the_cpu_and_memory_hierarchies() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let cpu = dir.path().join("cpu,cpuacct");
+    let memory = dir.path().join("memory");
+    for m in [&cpu, &memory] {
+        fs::create_dir_all(m).expect("mkdir");
+    }
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("outer/pinion"))
+        .with_v1_hierarchies(Some(cpu.clone()), Some(memory.clone()));
+    cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    let run = name("run-1");
+    cg.create(&run, &set("2-3"), &set("0")).expect("create");
+    let cpu_dir = cpu.join("outer/pinion/run-1");
+    let memory_dir = memory.join("outer/pinion/run-1");
+    // Mirrors come with the first setting of their controller.
+    let cpu_only = ResourceSettings {
+        cpu_shares: Some(512),
+        ..ResourceSettings::default()
+    };
+    cg.set_resources(&run, &cpu_only, None).expect("cpu only");
+    assert!(cpu_dir.is_dir() && !memory_dir.exists());
+    cg.set_resources(&run, &oci_settings(), Some(&cpu_only))
+        .expect("settings");
+    assert_eq!(read(&cpu_dir.join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(&cpu_dir.join("cpu.cfs_period_us")), "100000");
+    assert_eq!(read(&cpu_dir.join("cpu.shares")), "512");
+    assert_eq!(read(&memory_dir.join("memory.limit_in_bytes")), "268435456");
+    assert_eq!(
+        read(&memory_dir.join("memory.memsw.limit_in_bytes")),
+        "536870912"
+    );
+    assert!(!mount.join("outer/pinion/run-1/cpu.shares").exists());
+
+    // Only what changed is written: exclusive CPUs lift the quota.
+    fs::write(cpu_dir.join("cpu.shares"), "untouched").expect("write");
+    let applied = oci_settings();
+    let desired = ResourceSettings {
+        cpu_quota: Some(pinion_core::placement::UNLIMITED_QUOTA),
+        ..applied.clone()
+    };
+    cg.set_resources(&run, &desired, Some(&applied))
+        .expect("update");
+    assert_eq!(read(&cpu_dir.join("cpu.cfs_quota_us")), "-1");
+    assert_eq!(read(&cpu_dir.join("cpu.shares")), "untouched");
+
+    cg.add_pid(&run, 77).expect("pid");
+    assert_eq!(read(&cpu_dir.join("cgroup.procs")), "77");
+    assert_eq!(read(&memory_dir.join("cgroup.procs")), "77");
+    fs::remove_file(cpu_dir.join("cgroup.procs")).expect("rm");
+    for f in ["cpu.cfs_quota_us", "cpu.cfs_period_us", "cpu.shares"] {
+        fs::remove_file(cpu_dir.join(f)).expect("rm");
+    }
+    for f in [
+        "cgroup.procs",
+        "memory.limit_in_bytes",
+        "memory.memsw.limit_in_bytes",
+    ] {
+        fs::remove_file(memory_dir.join(f)).expect("rm");
+    }
+    fs::remove_file(mount.join("outer/pinion/run-1/cgroup.procs")).expect("rm");
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        fs::remove_file(mount.join("outer/pinion/run-1").join(f)).expect("rm");
+    }
+    cg.remove(&run).expect("remove");
+    assert!(!cpu_dir.exists() && !memory_dir.exists());
+}
+
+/// A run an older agent created (no mirror in the cpu hierarchy) gets its
+/// mirror, with its processes, when a setting first needs it.
+#[test]
+fn v1_a_run_without_a_mirror_gets_one_with_its_processes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let cpu = dir.path().join("cpu");
+    fs::create_dir_all(&cpu).expect("mkdir");
+    let mut old = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    old.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    let run = name("old-run");
+    old.create(&run, &set("1"), &set("0")).expect("create");
+    old.add_pid(&run, 4242).expect("pid");
+    // The new agent starts: Pinion's root is mirrored, the run is not yet.
+    let mut cg = old.with_v1_hierarchies(Some(cpu.clone()), None);
+    cg.ensure_root(&set("0-7"), &set("0-1")).expect("root");
+    assert!(!cpu.join("pinion/old-run").exists());
+    let quota = ResourceSettings {
+        cpu_quota: Some(-1),
+        ..ResourceSettings::default()
+    };
+    cg.set_resources(&run, &quota, None).expect("settings");
+    assert_eq!(read(&cpu.join("pinion/old-run/cpu.cfs_quota_us")), "-1");
+    assert_eq!(read(&cpu.join("pinion/old-run/cgroup.procs")), "4242");
+}
+
+/// Without the controller (v2: not enabled for Pinion's children; v1: no
+/// hierarchy), nothing is limited: an unlimited setting holds already and
+/// is not written, a limit is refused naming the file, the value and the
+/// controller.
+#[test]
+fn settings_without_their_controller_are_skipped_when_unlimited_and_refused_otherwise() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unified = dir.path().join("unified");
+    fs::create_dir_all(&unified).expect("mkdir");
+    let v2 = Cgroups::new(CgroupVersion::V2, unified.clone(), unified.join("pinion"));
+    let v1_mount = v1_tree(dir.path());
+    let v1 = Cgroups::new(CgroupVersion::V1, v1_mount.clone(), v1_mount.join("pinion"));
+    for (mut cg, quota_file) in [(v2, "cpu.max"), (v1, "cpu.cfs_quota_us")] {
+        cg.ensure_root(&set("0-3"), &set("0")).expect("root");
+        let run = name("run");
+        cg.create(&run, &set("1"), &set("0")).expect("create");
+        let unlimited = ResourceSettings {
+            cpu_quota: Some(pinion_core::placement::UNLIMITED_QUOTA),
+            memory_limit: Some(-1),
+            ..ResourceSettings::default()
+        };
+        cg.set_resources(&run, &unlimited, None)
+            .expect("unlimited needs no controller");
+        assert!(!cg.path_of(&run).join(quota_file).exists());
+        let limited = ResourceSettings {
+            cpu_quota: Some(50_000),
+            ..ResourceSettings::default()
+        };
+        let err = cg
+            .set_resources(&run, &limited, None)
+            .expect_err("a limit needs the controller");
+        let text = err.to_string();
+        assert!(
+            matches!(err, CgroupError::Setting { file, .. } if file == quota_file),
+            "{text}"
+        );
+        assert!(
+            text.contains("50000") && text.contains("the cpu controller is not available"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn v2_resource_settings_are_written_in_the_runs_directory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("unified");
+    fs::create_dir_all(&mount).expect("mkdir");
+    fs::write(mount.join("cgroup.controllers"), "cpuset cpu io memory\n").expect("write");
+    let root = mount.join("pinion");
+    // What the kernel shows below a parent that enabled them.
+    fs::create_dir_all(&root).expect("mkdir");
+    fs::write(root.join("cgroup.controllers"), "cpuset cpu memory\n").expect("write");
+    let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), root.clone());
+    cg.ensure_root(&set("0-3"), &set("0")).expect("root");
+    // The cpu and memory controllers are offered: enabled with cpuset.
+    assert_eq!(
+        read(&mount.join("cgroup.subtree_control")),
+        "+cpuset +cpu +memory"
+    );
+    let run = name("run-2");
+    cg.create(&run, &set("1"), &set("0")).expect("create");
+    cg.set_resources(&run, &oci_settings(), None)
+        .expect("settings");
+    let run_dir = root.join("run-2");
+    assert_eq!(read(&run_dir.join("cpu.max")), "50000 100000");
+    assert_eq!(read(&run_dir.join("cpu.weight")), "20");
+    assert_eq!(read(&run_dir.join("memory.max")), "268435456");
+    // memory.swap.max is the swap alone: memory+swap − memory.
+    assert_eq!(read(&run_dir.join("memory.swap.max")), "268435456");
+
+    // A write that fails names the file, the operation and the data.
+    fs::remove_file(run_dir.join("cpu.weight")).expect("rm");
+    fs::create_dir(run_dir.join("cpu.weight")).expect("a directory in its way");
+    let desired = ResourceSettings {
+        cpu_shares: Some(1024),
+        ..oci_settings()
+    };
+    let err = cg
+        .set_resources(&run, &desired, Some(&oci_settings()))
+        .expect_err("cannot write");
+    match &err {
+        CgroupError::Io { op, path, data, .. } => {
+            assert_eq!(*op, CgroupOp::Write);
+            assert_eq!(path, &run_dir.join("cpu.weight"));
+            assert_eq!(data.as_deref(), Some("39"));
+        }
+        other => panic!("expected Io, got {other:?}"),
+    }
+}
+
+/// Real cgroupfs: the kernel takes what the writer writes (v1 cpu and
+/// memory hierarchies, or v2's cpu.max and memory.max).
+#[test]
+fn real_cgroup_takes_the_resource_settings() {
+    let Some(probe) = real_cgroups("pinion-host-oci") else {
+        return;
+    };
+    let info = Path::new("/proc/self/mountinfo");
+    let mut cg = Cgroups::detect(info, Path::new("/"), Some(probe.root())).expect("detect");
+    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    let all = CpuSet::parse_list(&parent).expect("parent cpus");
+    cg.ensure_root(&all, &set("0")).expect("root");
+    let run = name("oci");
+    cg.create(&run, &all, &set("0")).expect("create");
+    let settings = ResourceSettings {
+        memory_swap_limit: None,
+        ..oci_settings()
+    };
+    let result = cg.set_resources(&run, &settings, None);
+    let (quota, memory) = match cg.version() {
+        CgroupVersion::V1 => (
+            cg.controller_dir(Controller::Cpu, &run)
+                .join("cpu.cfs_quota_us"),
+            cg.controller_dir(Controller::Memory, &run)
+                .join("memory.limit_in_bytes"),
+        ),
+        CgroupVersion::V2 => (
+            cg.path_of(&run).join("cpu.max"),
+            cg.path_of(&run).join("memory.max"),
+        ),
+    };
+    let quota = fs::read_to_string(quota).unwrap_or_default();
+    let memory = fs::read_to_string(memory).unwrap_or_default();
+    cg.remove(&run).expect("remove child");
+    cg.remove_root().expect("remove root");
+    result.expect("the kernel takes the settings");
+    assert!(quota.starts_with("50000"), "{quota}");
+    assert_eq!(memory.trim(), "268435456");
 }

@@ -1,0 +1,357 @@
+//! The QoS Resource Manager's test harness: the agent's controller with its
+//! plugin watcher, registration server, reconcile and removal loops on a
+//! temporary state directory and fake cgroups, and resource plugins served
+//! by `pinion_api::plugin::serve` (the server `pinion plugin serve` runs) in
+//! the watched directory — real gRPC over real unix sockets.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pinion_agent::config::{BuiltinPlugin, QrmConfig};
+use pinion_agent::controller::AdmitRequest;
+pub use pinion_agent::testing::qrm_node::{serve_in, ServedPlugin};
+use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions};
+use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_core::{CpuSet, Quantity};
+use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
+use pinion_host::cgroup::CgroupName;
+use pinion_plugins::{
+    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
+    Request, ResourcePlugin, TopologyAwareResource,
+};
+
+/// Upper bound for waiting on a registration or a reconcile (not a timing
+/// assertion: the loops run every 100 ms).
+pub const PATIENCE: Duration = Duration::from_secs(20);
+/// The agent's parts that matter here, on a 2-socket × 4-core × 2-thread
+/// machine (one NUMA node per socket), static policy, one CPU reserved: the
+/// shared [`QrmNode`] harness (reconcile every 100 ms) with its state in
+/// `dir`.
+pub struct Agent {
+    pub dir: tempfile::TempDir,
+    node: QrmNode,
+}
+
+impl std::ops::Deref for Agent {
+    type Target = QrmNode;
+
+    fn deref(&self) -> &QrmNode {
+        &self.node
+    }
+}
+
+impl Agent {
+    pub fn start() -> Agent {
+        Agent::start_in(
+            tempfile::tempdir().expect("tempdir"),
+            FakeCgroups::default(),
+            Vec::new(),
+        )
+    }
+
+    /// An agent whose state lives in `dir` and cgroups in `host` (both kept
+    /// across restarts), running `builtin` of Pinion's plugins itself.
+    pub fn start_in(
+        dir: tempfile::TempDir,
+        host: FakeCgroups,
+        builtin: Vec<BuiltinPlugin>,
+    ) -> Agent {
+        Agent::start_with(dir, host, builtin, Duration::from_secs(5))
+    }
+
+    /// [`Agent::start_in`] with plugin calls' deadline `rpc_timeout`.
+    pub fn start_with(
+        dir: tempfile::TempDir,
+        host: FakeCgroups,
+        builtin: Vec<BuiltinPlugin>,
+        rpc_timeout: Duration,
+    ) -> Agent {
+        let node = SyntheticNode {
+            host,
+            ..SyntheticNode::new(machine(2, 4, 2))
+        };
+        let options = QrmNodeOptions {
+            rpc_timeout,
+            builtin,
+            ..QrmNodeOptions::new(Duration::from_millis(100))
+        };
+        let node = QrmNode::start(&node, dir.path(), &options);
+        Agent { dir, node }
+    }
+
+    /// Serves the built-in plugins as the daemon does; returns once each is
+    /// registered.
+    pub async fn start_builtin(&mut self, sysroot: &Path) {
+        self.start_builtin_with(sysroot, None).await;
+    }
+
+    /// [`Agent::start_builtin`] with the cgroup mount and Pinion's cgroup
+    /// root where the CPU plugin reads its pods' CPU pressure.
+    pub async fn start_builtin_with(&mut self, sysroot: &Path, cgroups: Option<(&Path, &Path)>) {
+        let reserved = self.handle.snapshot().reserved.clone();
+        let topology = machine(2, 4, 2);
+        let machine = pinion_agent::qrm::builtin::Machine {
+            topology: &topology,
+            reserved: &reserved,
+            sysroot,
+            state_dir: self.dir.path(),
+            cgroups,
+        };
+        self.node.start_builtin(machine).await;
+    }
+
+    /// [`QrmNode::serve`] on socket `file` of the watched directory.
+    pub fn serve_as(&self, plugin: impl ResourcePlugin + 'static, file: &str) -> ServedPlugin {
+        serve_in(self.registry_dir(), plugin, file)
+    }
+
+    /// Waits until the manager lists `resource` in `state`.
+    pub async fn wait_for_plugin(&self, resource: &str, state: &str) {
+        self.node.wait_for_plugin(resource, state, PATIENCE).await;
+    }
+
+    /// Waits until `check` holds for the fake cgroup tree.
+    pub async fn wait_for_cgroup(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&CpuSet, &CpuSet) -> bool,
+    ) {
+        self.wait_for_files(name, what, |c| check(&c.cpus, &c.mems))
+            .await;
+    }
+
+    /// Waits until `check` holds for the fake cgroup `name` (its cpuset,
+    /// resource files and writes).
+    pub async fn wait_for_files(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&FakeCgroup) -> bool,
+    ) {
+        let name = CgroupName::new(name).expect("cgroup name");
+        wait_until(&format!("{name}: {what}"), || {
+            self.host.tree().children.get(&name).is_some_and(&check)
+        })
+        .await;
+    }
+
+    /// Stops everything; the state directory and the cgroups are handed
+    /// back for a restart.
+    pub async fn stop(self) -> (tempfile::TempDir, FakeCgroups) {
+        let host = self.node.host.clone();
+        self.node.stop().await;
+        (self.dir, host)
+    }
+}
+
+/// The manager's configuration for tests: watched directory
+/// `<dir>/plugins_registry`, reconcile every 100 ms, calls' deadline
+/// `rpc_timeout`.
+pub fn qrm_config(dir: &Path, rpc_timeout: Duration) -> QrmConfig {
+    QrmConfig {
+        enabled: true,
+        plugin_registration_dir: dir.join("plugins_registry"),
+        registration_socket: dir.join("resource-plugins/kubelet.sock"),
+        reconcile_period: Duration::from_millis(100),
+        rpc_timeout,
+        resource_names_map: BTreeMap::new(),
+        builtin: Vec::new(),
+    }
+}
+
+/// `pinion run` of `id` with `cpus`, other requests and annotations.
+pub fn admission(
+    id: &str,
+    cpus: &str,
+    requests: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> AdmitRequest {
+    let mut request = run_request(id, Some(cpus), None);
+    let container = request
+        .pod
+        .containers
+        .iter_mut()
+        .find(|c| c.name == request.container)
+        .expect("the run's container");
+    for (name, quantity) in requests {
+        let quantity: Quantity = quantity.parse().expect("quantity");
+        if *name == "memory" {
+            // As the NRI front-end reads it from a Guaranteed container.
+            container.memory_request = Some(quantity.clone());
+            container.memory_limit = Some(quantity);
+        } else {
+            container
+                .extended_requests
+                .insert((*name).to_string(), quantity);
+        }
+    }
+    for (key, value) in annotations {
+        request
+            .pod
+            .annotations
+            .insert((*key).to_string(), (*value).to_string());
+    }
+    request
+}
+
+/// Waits until `done` holds (bounded by [`PATIENCE`]; not a timing
+/// assertion).
+pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a [`Knob`] plugin answers and has heard; the test changes it.
+#[derive(Debug, Default)]
+pub struct KnobState {
+    /// The allocation of every container (resource name → info), in
+    /// `Allocate` and in `GetResourcesAllocation` alike.
+    pub answer: BTreeMap<String, AllocationInfo>,
+    /// Pod → containers it allocated.
+    pub allocated: BTreeMap<String, Vec<String>>,
+    /// While set, `Allocate` does not return (until the test clears it).
+    pub hang_allocate: bool,
+    /// Set while an `Allocate` call is inside the plugin.
+    pub in_allocate: bool,
+    /// `RemovePod` fails this many more times.
+    pub remove_failures: u32,
+    /// Every `RemovePod` heard, failed ones included.
+    pub remove_calls: Vec<String>,
+    /// `GetResourcePluginOptions` calls (one per registration).
+    pub registrations: u32,
+    /// `Allocate` and `GetResourcesAllocation` calls.
+    pub calls: u32,
+}
+
+/// A resource plugin whose answers and failures the test scripts through
+/// its shared [`KnobState`] (clones share it, so a "restarted" plugin
+/// remembers what it allocated, as a plugin with a state file does).
+#[derive(Clone)]
+pub struct Knob {
+    pub resource: String,
+    pub state: Arc<Mutex<KnobState>>,
+}
+
+impl Knob {
+    /// A plugin for `resource` answering `answer` for every container.
+    pub fn new(resource: &str, answer: BTreeMap<String, AllocationInfo>) -> Self {
+        Self {
+            resource: resource.to_string(),
+            state: Arc::new(Mutex::new(KnobState {
+                answer,
+                ..KnobState::default()
+            })),
+        }
+    }
+
+    /// One entry for the plugin's own resource: `property` = `value`, an
+    /// environment variable `KNOB` = `env`.
+    pub fn one(resource: &str, property: &str, value: &str, env: &str) -> Self {
+        Self::new(
+            resource,
+            [(resource.to_string(), info(property, value, env))].into(),
+        )
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, KnobState> {
+        self.state.lock().expect("knob lock")
+    }
+}
+
+/// An allocation setting `property` to `value` with `KNOB=env`.
+pub fn info(property: &str, value: &str, env: &str) -> AllocationInfo {
+    AllocationInfo {
+        oci_property_name: property.into(),
+        is_scalar_resource: true,
+        allocated_quantity: 1.0,
+        allocation_result: value.into(),
+        envs: [("KNOB".to_string(), env.to_string())].into(),
+        ..AllocationInfo::default()
+    }
+}
+
+impl ResourcePlugin for Knob {
+    fn resource_name(&self) -> &str {
+        &self.resource
+    }
+
+    fn options(&self) -> Options {
+        self.state().registrations += 1;
+        Options {
+            pre_start_required: false,
+            with_topology_alignment: false,
+            need_reconcile: true,
+        }
+    }
+
+    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
+        Ok(None)
+    }
+
+    fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
+        self.state().in_allocate = true;
+        let deadline = Instant::now() + PATIENCE;
+        while self.state().hang_allocate && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut state = self.state();
+        state.in_allocate = false;
+        state.calls += 1;
+        state
+            .allocated
+            .entry(request.pod_uid.clone())
+            .or_default()
+            .push(request.container_name.clone());
+        Ok(Some(state.answer.clone()))
+    }
+
+    fn allocations(&self) -> Allocations {
+        let mut state = self.state();
+        state.calls += 1;
+        let answer = state.answer.clone();
+        state
+            .allocated
+            .iter()
+            .map(|(pod, containers)| {
+                let containers = containers
+                    .iter()
+                    .map(|c| (c.clone(), answer.clone()))
+                    .collect();
+                (pod.clone(), containers)
+            })
+            .collect()
+    }
+
+    fn remove_pod(&mut self, pod_uid: &str) -> Result<(), PluginError> {
+        let mut state = self.state();
+        state.remove_calls.push(pod_uid.to_string());
+        if state.remove_failures > 0 {
+            state.remove_failures -= 1;
+            return Err(PluginError::Config {
+                plugin: "knob",
+                reason: format!("not removing {pod_uid} yet"),
+            });
+        }
+        state.allocated.remove(pod_uid);
+        Ok(())
+    }
+
+    fn topology_aware_resources(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
+        Ok(BTreeMap::new())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        BTreeMap::new()
+    }
+}

@@ -1,0 +1,388 @@
+//! How the QoS Resource Manager survives resource plugins that fail (spec
+//! `qrm.md` §4.6, §4.10, issue #11 item 8), end to end through the agent's
+//! manager and real gRPC over real unix sockets: a plugin that hangs past
+//! its deadline, one that answers malformed allocations or an unknown OCI
+//! property, one that registers twice, a `RemovePod` that fails before it
+//! succeeds, and a plugin that crashes (its socket stays behind) and comes
+//! back.
+
+mod qrm_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use pinion_agent::qrm::PluginView;
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_plugins::grpc::GrpcPlugin;
+use qrm_common::{admission, info, wait_until, Agent, Knob};
+
+const SLOW: &str = "example.com/slow";
+const FAST: &str = "example.com/fast";
+const BAD: &str = "example.com/bad";
+const TWICE: &str = "example.com/twice";
+const GONE: &str = "example.com/gone";
+const DEDICATED: (&str, &str) = ("katalyst.kubewharf.io/qos_level", "dedicated_cores");
+
+fn view(agent: &Agent, resource: &str) -> PluginView {
+    agent
+        .handle
+        .plugins()
+        .into_iter()
+        .find(|v| v.resource == resource)
+        .unwrap_or_else(|| panic!("no plugin {resource}"))
+}
+
+fn errors(agent: &Agent, resource: &str, method: &str) -> u64 {
+    view(agent, resource)
+        .stats
+        .calls
+        .get(method)
+        .map_or(0, |m| m.errors)
+}
+
+fn placed(agent: &Agent, pod: &str) -> bool {
+    agent
+        .handle
+        .snapshot()
+        .workloads
+        .iter()
+        .any(|w| w.pod == pod)
+}
+
+/// §4.6: fail closed for the pods that need the plugin, never block the
+/// others. Regression (#11): the missed deadline was reported as `failed
+/// Allocate: Timeout expired` (tonic's cancellation), now as the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        Duration::from_secs(1),
+    );
+    let slow = Knob::one(SLOW, "", "", "slow");
+    let fast = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _slow_served = agent.serve(slow.clone());
+    let _fast_served = agent.serve(fast.clone());
+    agent.wait_for_plugin(SLOW, "active").await;
+    agent.wait_for_plugin(FAST, "active").await;
+
+    slow.state().hang_allocate = true;
+    let handle = agent.handle.clone();
+    let hung = tokio::spawn(async move {
+        handle
+            .admit(admission(
+                "pinion-run-hung",
+                "1",
+                &[(SLOW, "1")],
+                &[DEDICATED],
+            ))
+            .await
+    });
+    wait_until("the slow plugin is inside Allocate", || {
+        slow.state().in_allocate
+    })
+    .await;
+
+    // Other pods, with another plugin's resource or none, are admitted
+    // while the slow plugin still holds its call.
+    let other = agent
+        .handle
+        .admit(admission("pinion-run-other", "1", &[(FAST, "1")], &[]))
+        .await
+        .expect("a pod of another plugin");
+    assert_eq!(
+        other.placement.env.get("KNOB").map(String::as_str),
+        Some("fast")
+    );
+    agent
+        .handle
+        .admit(admission("pinion-run-plain", "500m", &[], &[]))
+        .await
+        .expect("a pod without plugin resources");
+    assert!(
+        slow.state().in_allocate,
+        "the slow call ended before the others were admitted"
+    );
+
+    // The pod that needs it fails closed, naming the plugin and deadline.
+    let err = hung
+        .await
+        .expect("admission task")
+        .expect_err("the slow plugin never answered");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "allocate for resources {SLOW} for pod: pinion/pinion-run-hung, container: main got error: resource plugin {SLOW} did not answer Allocate within 1s"
+        )),
+        "{text}"
+    );
+    assert!(
+        !placed(&agent, "pinion-run-hung"),
+        "a refused pod stayed placed"
+    );
+    slow.state().hang_allocate = false;
+
+    // Counted, and shown by `pinion plugins` and /metrics.
+    assert_eq!(errors(&agent, SLOW, "Allocate"), 1);
+    let last = view(&agent, SLOW).stats.last_error.unwrap_or_default();
+    assert!(last.contains("did not answer Allocate"), "{last}");
+    let metrics =
+        pinion_agent::metrics::render(&agent.handle.snapshot().metrics, &agent.handle.plugins());
+    assert!(
+        metrics.contains(&format!(
+            "pinion_qrm_plugin_call_errors_total{{method=\"Allocate\",resource=\"{SLOW}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    agent.stop().await;
+}
+
+/// A plugin's answer that cannot be applied fails the admission with the
+/// kubelet fork's text naming the value (for every QoS level: the fork
+/// fails the container creation), is counted as the plugin's error, and
+/// leaves the agent serving. Regression (#11): such answers were not
+/// counted as the plugin's errors (`docs/metrics.md` says they are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_answers_and_unknown_oci_properties_fail_the_admission_naming_the_value() {
+    let agent = Agent::start();
+    let bad = Knob::one(BAD, "CpuQuota", "20000", "bad");
+    let _served = agent.serve(bad.clone());
+    agent.wait_for_plugin(BAD, "active").await;
+    let cases = [
+        ("bad cpulist", "CpusetCpus", "0-x", "CpusetCpus \"0-x\" is not a valid list"),
+        ("bad memory nodes", "CpusetMems", "1,,z", "CpusetMems \"1,,z\" is not a valid list"),
+        ("quota not a number", "CpuQuota", "lots", "parse: lots to int failed with error"),
+        ("negative shares", "CpuShares", "-5", "parse: -5 to int failed with error"),
+        (
+            "unknown OCI property",
+            "CpuRealtimeRuntime",
+            "100",
+            "OCI resource config doesn't support oci property name: CpuRealtimeRuntime for resource: example.com/bad",
+        ),
+    ];
+    for (index, (case, property, value, message)) in cases.iter().enumerate() {
+        bad.state()
+            .answer
+            .insert(BAD.to_string(), info(property, value, "bad"));
+        let pod = format!("pinion-run-bad-{index}");
+        let err = agent
+            .handle
+            .admit(admission(&pod, "500m", &[(BAD, "1")], &[]))
+            .await
+            .expect_err(case);
+        let text = err.to_string();
+        assert!(text.contains(message), "{case}: {text}");
+        assert!(text.contains(&pod), "{case}: {text}");
+        assert!(
+            !placed(&agent, &pod),
+            "{case}: the refused pod stayed placed"
+        );
+        assert_eq!(
+            errors(&agent, BAD, "Allocate"),
+            u64::try_from(index + 1).expect("count"),
+            "{case}: not counted"
+        );
+    }
+    let last = view(&agent, BAD).stats.last_error.unwrap_or_default();
+    assert!(last.contains("CpuRealtimeRuntime"), "{last}");
+
+    // The agent serves on: a sane answer is admitted.
+    bad.state()
+        .answer
+        .insert(BAD.to_string(), info("CpuQuota", "20000", "good"));
+    let admitted = agent
+        .handle
+        .admit(admission("pinion-run-good", "500m", &[(BAD, "1")], &[]))
+        .await
+        .expect("a sane answer");
+    assert_eq!(admitted.placement.resources.cpu_quota, Some(20_000));
+    agent.stop().await;
+}
+
+/// Two plugins register the same resource from two sockets: the newest
+/// registration serves every call, and the older one leaving (its socket
+/// removed) does not stop the newer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
+    let agent = Agent::start();
+    let first = Knob::one(TWICE, "CpuShares", "100", "first");
+    let first_served = agent.serve_as(first.clone(), "first.sock");
+    agent.wait_for_plugin(TWICE, "active").await;
+    let second = Knob::one(TWICE, "CpuShares", "200", "second");
+    let _second_served = agent.serve_as(second.clone(), "second.sock");
+    wait_until("the second registration wins", || {
+        view(&agent, TWICE).socket.ends_with("second.sock")
+    })
+    .await;
+    let first_calls = first.state().calls;
+
+    let admitted = agent
+        .handle
+        .admit(admission("pinion-run-twice", "500m", &[(TWICE, "1")], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        admitted.placement.env.get("KNOB").map(String::as_str),
+        Some("second")
+    );
+    assert_eq!(admitted.placement.resources.cpu_shares, Some(200));
+    // Reconcile polls the newest only.
+    let polled = second.state().calls;
+    wait_until("two more reconcile polls", || {
+        second.state().calls >= polled + 2
+    })
+    .await;
+    assert_eq!(
+        first.state().calls,
+        first_calls,
+        "the replaced plugin was still called"
+    );
+
+    // The replaced plugin goes away: its socket's removal stops nothing.
+    first_served.stop().await;
+    let polled = second.state().calls;
+    wait_until("two more reconcile polls", || {
+        second.state().calls >= polled + 2
+    })
+    .await;
+    let now = view(&agent, TWICE);
+    assert_eq!(now.state, "active", "{now:?}");
+    assert!(now.socket.ends_with("second.sock"), "{now:?}");
+    agent
+        .handle
+        .admit(admission(
+            "pinion-run-twice-2",
+            "500m",
+            &[(TWICE, "1")],
+            &[],
+        ))
+        .await
+        .expect("still served");
+    agent.stop().await;
+}
+
+/// §4.10: `RemovePod` is repeated, with back-off, until every plugin
+/// succeeded; only then is the pod forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    agent
+        .handle
+        .admit(admission("pinion-run-removed", "500m", &[(FAST, "1")], &[]))
+        .await
+        .expect("admitted");
+    knob.state().remove_failures = 2;
+    agent
+        .handle
+        .release("pinion-run-removed".into(), None)
+        .await
+        .expect("released");
+    wait_until("the pod is forgotten after RemovePod succeeded", || {
+        !agent
+            .handle
+            .snapshot()
+            .pending_plugin_removals
+            .contains(&"pinion-run-removed".to_string())
+            && knob.state().remove_failures == 0
+    })
+    .await;
+    let calls = knob.state().remove_calls.clone();
+    assert_eq!(
+        calls,
+        vec!["pinion-run-removed".to_string(); 3],
+        "two failures, then the success"
+    );
+    assert!(!knob.state().allocated.contains_key("pinion-run-removed"));
+    assert_eq!(errors(&agent, FAST, "RemovePod"), 2);
+    agent.stop().await;
+}
+
+/// A plugin process that dies outright: its own runtime, dropped without
+/// any clean-up (the socket file stays, connections break).
+struct Crashable {
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Crashable {
+    fn start(knob: Knob, socket: &Path) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("plugin runtime");
+        let socket = socket.to_path_buf();
+        runtime.spawn(async move {
+            let identity = pinion_api::plugin::Identity::new(&knob.resource.clone());
+            pinion_api::plugin::serve(
+                &socket,
+                identity,
+                GrpcPlugin::new(knob),
+                std::future::pending(),
+            )
+            .await
+            .expect("plugin serves");
+        });
+        Self { runtime }
+    }
+
+    fn crash(self) {
+        self.runtime.shutdown_background();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_crashes_and_comes_back_re_registers_and_reconcile_resumes() {
+    let agent = Agent::start();
+    let knob = Knob::one(GONE, "CpuShares", "512", "gone");
+    let socket = agent.registry_dir().join("gone.sock");
+    let plugin = Crashable::start(knob.clone(), &socket);
+    agent.wait_for_plugin(GONE, "active").await;
+    let admitted = agent
+        .handle
+        .admit(admission("pinion-run-crash", "500m", &[(GONE, "1")], &[]))
+        .await
+        .expect("admitted");
+    let cgroup = admitted.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_files(&cgroup, "the plugin's weight", |c| {
+            c.files.get("cpu.weight").map(String::as_str) == Some("20")
+        })
+        .await;
+
+    plugin.crash();
+    assert!(socket.exists(), "a crash leaves the socket behind");
+    // Reconcile fails against the dead socket, counted; the agent serves on.
+    wait_until("a failed reconcile poll", || {
+        errors(&agent, GONE, "GetResourcesAllocation") >= 1
+    })
+    .await;
+    agent
+        .handle
+        .admit(admission("pinion-run-meanwhile", "500m", &[], &[]))
+        .await
+        .expect("admissions go on");
+
+    // It comes back (from its state) with a new answer: registered again
+    // through the watcher, and the next reconcile reaches the container.
+    let registrations = knob.state().registrations;
+    knob.state()
+        .answer
+        .insert(GONE.to_string(), info("CpuShares", "1024", "gone"));
+    let back = Crashable::start(knob.clone(), &socket);
+    wait_until("the plugin registers again", || {
+        knob.state().registrations > registrations
+    })
+    .await;
+    agent.wait_for_plugin(GONE, "active").await;
+    agent
+        .wait_for_files(&cgroup, "the new weight from reconcile", |c| {
+            c.files.get("cpu.weight").map(String::as_str) == Some("39")
+        })
+        .await;
+    agent.stop().await;
+    back.crash();
+}

@@ -1,0 +1,123 @@
+//! Issue #11's "Done when" through the fake NRI runtime: a container
+//! created through the runtime, requesting a plugin's resource, gets the
+//! plugin's environment, annotations, cpuset, memory nodes and OCI
+//! settings in its `CreateContainer` adjustment, and a changed plugin
+//! answer reaches it as an unsolicited `UpdateContainers` from the
+//! reconcile loop. Real NRI (ttrpc) to the fake runtime, real gRPC to the
+//! plugin, fake cgroups.
+
+mod nri_common;
+mod qrm_common;
+
+use std::time::Duration;
+
+use pinion_agent::qrm::Qrm;
+use pinion_nri::kube::REQUESTS_ANNOTATION;
+use qrm_common::{info, qrm_config, serve_in, wait_until, Knob};
+use tokio::sync::watch;
+
+const WIDGET: &str = "example.com/widget";
+
+fn widget_answer(cpus: &str) -> std::collections::BTreeMap<String, pinion_plugins::AllocationInfo> {
+    let mut cpuset = info("CpusetCpus", cpus, "a");
+    cpuset
+        .annotations
+        .insert("example.com/widget-team".into(), "a".into());
+    [
+        (WIDGET.to_string(), cpuset),
+        (format!("{WIDGET}-mems"), info("CpusetMems", "1", "a")),
+        (format!("{WIDGET}-quota"), info("CpuQuota", "150000", "a")),
+        (
+            format!("{WIDGET}-memory"),
+            info("MemoryLimitInBytes", "536870912", "a"),
+        ),
+    ]
+    .into()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_changes_by_update() {
+    let node = nri_common::Node::new();
+    let plugins = tempfile::tempdir().expect("tempdir");
+    let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
+    let agent = nri_common::Agent::start_with_qrm(
+        node.state.path(),
+        &node.host,
+        &node.socket(),
+        std::sync::Arc::clone(&qrm),
+    );
+    node.runtime.wait_synced(1).await;
+    let (stop, stop_rx) = watch::channel(false);
+    let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
+    let knob = Knob::new(WIDGET, widget_answer("2-3"));
+    let served = serve_in(
+        &plugins.path().join("plugins_registry"),
+        knob.clone(),
+        "widget.sock",
+    );
+    wait_until("the widget plugin is active", || {
+        agent
+            .handle
+            .plugins()
+            .iter()
+            .any(|v| v.resource == WIDGET && v.state == "active")
+    })
+    .await;
+
+    let mut pod = nri_common::burstable_pod("widget-pod");
+    pod.annotations.insert(
+        REQUESTS_ANNOTATION.to_string(),
+        format!(r#"{{"main": {{"{WIDGET}": "1"}}}}"#),
+    );
+    let (_, id) = node.pod_with(pod, nri_common::burstable("main", 500)).await;
+
+    // The CreateContainer adjustment carried everything the plugin said.
+    let created = node.runtime.container(&id).expect("created");
+    assert!(
+        created.env.contains(&"KNOB=a".to_string()),
+        "{:?}",
+        created.env
+    );
+    assert_eq!(
+        created
+            .annotations
+            .get("example.com/widget-team")
+            .map(String::as_str),
+        Some("a")
+    );
+    assert_eq!(node.runtime.cpus(&id), "2-3");
+    assert_eq!(node.mems(&id), "1");
+    assert_eq!(node.runtime.quota(&id), Some(150_000));
+    let memory = created
+        .linux
+        .and_then(|l| l.resources?.memory?.limit)
+        .map(|l| l.value);
+    assert_eq!(memory, Some(536_870_912));
+    assert!(
+        !node
+            .runtime
+            .log()
+            .contains(&format!("UpdateContainers applied to {id}")),
+        "the creation needed no update"
+    );
+
+    // The plugin changes its answer: the reconcile loop sends the change
+    // to the running container as an update.
+    knob.state().answer = widget_answer("4-5");
+    node.wait_cpus(&id, "4-5").await;
+    assert!(
+        node.runtime
+            .log()
+            .contains(&format!("UpdateContainers applied to {id}")),
+        "{:?}",
+        node.runtime.log()
+    );
+    assert_eq!(node.mems(&id), "1");
+
+    served.stop().await;
+    let _ = stop.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    agent.stop().await;
+}
