@@ -230,13 +230,17 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
 }
 
 /// The providers of topology hints outside the engine: the resource plugins
-/// when the QoS Resource Manager is on.
+/// when the QoS Resource Manager is on. Under the Topology Manager's `none`
+/// policy (the default) nobody is asked, as kubelet's none scope collects
+/// no hints: plugins get `Allocate` without a hint.
 fn hint_gatherer(config: &Config, qrm: Option<&Arc<Qrm>>) -> HintGatherer {
     let Some(qrm) = qrm else {
         return HintGatherer::none();
     };
-    let scope = match config.policy.topology_manager_scope.as_deref() {
-        Some("pod") => Scope::Pod,
+    let policy = config.policy.topology_manager_policy.as_deref();
+    let scope = match (policy, config.policy.topology_manager_scope.as_deref()) {
+        (None | Some("none"), _) => Scope::None,
+        (_, Some("pod")) => Scope::Pod,
         _ => Scope::Container,
     };
     let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(qrm)))];

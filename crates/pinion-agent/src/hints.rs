@@ -100,7 +100,9 @@ impl HintGatherer {
     /// fails or misses the deadline fails the gathering (the admission then
     /// fails closed rather than ignoring a resource the pod needs).
     pub async fn gather(&self, pod: &Pod, container: &str) -> Result<GatheredHints, HintError> {
-        if self.sources.is_empty() {
+        // The Topology Manager's `none` policy collects no hints (kubelet's
+        // none scope): no provider is asked.
+        if self.sources.is_empty() || self.scope == Scope::None {
             return Ok(GatheredHints::default());
         }
         let pod = Arc::new(pod.clone());

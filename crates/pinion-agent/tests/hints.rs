@@ -167,3 +167,37 @@ async fn a_provider_that_fails_or_misses_the_deadline_fails_the_admission_closed
     assert!(handle.snapshot().workloads.is_empty());
     handle.shutdown().await;
 }
+
+/// Regression: under the Topology Manager's `none` policy (the default) the
+/// agent still asked every resource plugin for hints before each admission —
+/// a round trip per plugin for nothing (kubelet's none scope collects no
+/// hints), and a provider that failed then failed the admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_under_the_none_policy_no_provider_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let controller = SyntheticNode::new(machine(2, 4, 2))
+        .with_config(PolicyConfig {
+            policy: Some("static".into()),
+            num_reserved: Some(1),
+            ..PolicyConfig::default()
+        })
+        .start(dir.path())
+        .unwrap();
+    let failing = Widget {
+        gate: Arc::new(Notify::new()),
+        fail: true,
+    };
+    let gatherer = HintGatherer::new(
+        vec![Arc::new(failing)],
+        Scope::None,
+        Duration::from_secs(10),
+    );
+    let (handle, _thread) = controller::spawn_with_hints(controller, gatherer).unwrap();
+    // A `slow-` pod would wait for the gate forever if it were asked.
+    let admitted = handle
+        .admit(run_request("slow-none", Some("2"), None))
+        .await
+        .expect("admitted without asking the provider");
+    assert!(admitted.exclusive());
+    handle.shutdown().await;
+}
