@@ -265,6 +265,31 @@ impl Engine {
         })
     }
 
+    /// The same engine on `machine`, whose online CPUs changed (CPU
+    /// hot-plug): `policy` built for it and `state` valid for it
+    /// ([`crate::hotplug`]); pod-level CPU sets lose the CPUs that are not
+    /// online any more. Started; the engine itself is unchanged on error.
+    pub fn on_machine(
+        &self,
+        machine: &Topology,
+        policy: Policy,
+        state: State,
+    ) -> Result<Engine, PolicyError> {
+        let mut next = self.clone();
+        next.machine = match &policy {
+            Policy::Static(policy) => policy.shared_topology(),
+            Policy::None => Arc::new(machine.clone()),
+        };
+        next.policy = policy;
+        next.state = state;
+        let online = next.machine.all_cpus().clone();
+        for cpus in next.pod_cpus.values_mut() {
+            *cpus = cpus.intersection(&online);
+        }
+        next.start()?;
+        Ok(next)
+    }
+
     /// The current state.
     #[must_use]
     pub fn state(&self) -> &State {

@@ -137,6 +137,7 @@ impl Controller {
             host: parts.host,
             runs,
             start_report: report,
+            hotplug_lines: Vec::new(),
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
