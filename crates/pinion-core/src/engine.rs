@@ -241,6 +241,14 @@ impl Engine {
         released
     }
 
+    /// The exclusive CPUs container `name` of `pod` asks for (kubelet's
+    /// Guaranteed integer request; 0 for the shared pool or when the pod
+    /// has no such container).
+    #[must_use]
+    pub fn exclusive_cpus_asked(&self, pod: &Pod, name: &str) -> usize {
+        self.container_request(pod, name).map_or(0, |request| request.cpus)
+    }
+
     /// The admission request of container `name` of `pod` (with the pod's
     /// registered pod-level resources).
     fn container_request<'a>(

@@ -292,6 +292,9 @@ fn initial_state(
             }
         }
         None => {
+            if parts.runtime_updates.is_some() {
+                report.runtime_rebuild = Some(rebuild::reason(set_aside, &path));
+            }
             let claims = node_claims(parts, runs)?;
             if claims.is_empty() && set_aside.is_none() {
                 return Ok((State::default(), None));

@@ -61,6 +61,9 @@ impl Controller {
         &mut self,
         running: &[RunningContainer],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        if let Some(why) = self.start_report.runtime_rebuild.take() {
+            self.rebuild_from_runtime(running, &why)?;
+        }
         let by_key: BTreeMap<&Key, &RunningContainer> =
             running.iter().map(|c| (&c.key, c)).collect();
         let stale: Vec<Key> = self
