@@ -184,3 +184,6 @@ pub(super) fn stamp() -> String {
         .map_or(0, |d| d.as_secs())
         .to_string()
 }
+
+#[cfg(test)]
+mod tests;
