@@ -449,14 +449,28 @@ async fn regression_a_lost_checkpoint_is_rebuilt_from_the_runtimes_synchronize()
 
         let agent = node.agent(2).await;
         assert_eq!(node.runtime.cpus(&db), db_cpus, "{damage}: db did not move");
-        assert_eq!(node.runtime.cpus(&cache), cache_cpus, "{damage}: cache did not move");
+        assert_eq!(
+            node.runtime.cpus(&cache),
+            cache_cpus,
+            "{damage}: cache did not move"
+        );
         assert_eq!(node.runtime.cpus(&web), pool, "{damage}: web did not widen");
         let snapshot = agent.handle.snapshot();
         assert_eq!(snapshot.assignments["db"]["db"], set(&db_cpus), "{damage}");
-        assert_eq!(snapshot.assignments["cache"]["cache"], set(&cache_cpus), "{damage}");
+        assert_eq!(
+            snapshot.assignments["cache"]["cache"],
+            set(&cache_cpus),
+            "{damage}"
+        );
         assert_eq!(snapshot.shared_pool.to_string(), pool, "{damage}");
-        assert_eq!(snapshot.metrics.counters.state_rebuilds_total, 1, "{damage}");
-        assert_eq!(snapshot.metrics.counters.state_rebuild_conflicts_total, 0, "{damage}");
+        assert_eq!(
+            snapshot.metrics.counters.state_rebuilds_total, 1,
+            "{damage}"
+        );
+        assert_eq!(
+            snapshot.metrics.counters.state_rebuild_conflicts_total, 0,
+            "{damage}"
+        );
         assert!(
             snapshot.recovery.iter().any(|l| l.starts_with(
                 "state rebuilt from 3 running workloads (2 with exclusive cpus): at the runtime's first synchronize"
@@ -465,8 +479,14 @@ async fn regression_a_lost_checkpoint_is_rebuilt_from_the_runtimes_synchronize()
             snapshot.recovery
         );
         let disk = String::from_utf8(node.checkpoint()).unwrap();
-        assert!(disk.contains(&format!("\"db\":\"{db_cpus}\"")), "{damage}: durable: {disk}");
-        assert!(disk.contains(&format!("\"cache\":\"{cache_cpus}\"")), "{damage}: {disk}");
+        assert!(
+            disk.contains(&format!("\"db\":\"{db_cpus}\"")),
+            "{damage}: durable: {disk}"
+        );
+        assert!(
+            disk.contains(&format!("\"cache\":\"{cache_cpus}\"")),
+            "{damage}: {disk}"
+        );
         // A new Guaranteed container gets none of their CPUs.
         let (_, late) = node
             .pod_with(guaranteed_pod("late"), container("late", 2000))

@@ -246,7 +246,8 @@ impl Engine {
     /// has no such container).
     #[must_use]
     pub fn exclusive_cpus_asked(&self, pod: &Pod, name: &str) -> usize {
-        self.container_request(pod, name).map_or(0, |request| request.cpus)
+        self.container_request(pod, name)
+            .map_or(0, |request| request.cpus)
     }
 
     /// The admission request of container `name` of `pod` (with the pod's

@@ -33,7 +33,7 @@ pub fn policy_on(policy: &Policy, topology: &Topology) -> Result<Policy, PolicyE
         UncoreCacheSource::Kubelet => topology.clone(),
         UncoreCacheSource::LastLevelCache => topology.with_llc_as_uncore(),
     };
-    let new = StaticPolicy::new(topology, old.options().clone(), &reservation)?
+    let new = StaticPolicy::new(topology, *old.options(), &reservation)?
         .with_features(old.features());
     Ok(Policy::Static(Box::new(new)))
 }

@@ -413,13 +413,19 @@ fn regression_a_truncated_checkpoint_shows_its_readable_prefix() {
     let path = write(dir.path(), "cpu_manager_state", &SPEC_POD[..cut]);
     let output = pinion(&["state", "inspect", path.to_str().expect("path")]);
     assert!(!output.status.success());
-    assert!(stderr(&output).contains("pinion state rebuild"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("pinion state rebuild"),
+        "{}",
+        stderr(&output)
+    );
     let readable = pinion_core::checkpoint::Checkpoint::new(
         "none",
         "1-3",
         [(
             "pod".to_string(),
-            [("container1".to_string(), "4-6".to_string())].into_iter().collect(),
+            [("container1".to_string(), "4-6".to_string())]
+                .into_iter()
+                .collect(),
         )]
         .into_iter()
         .collect(),
@@ -427,7 +433,10 @@ fn regression_a_truncated_checkpoint_shows_its_readable_prefix() {
     let text = stdout(&output);
     let (first, rest) = text.split_once('\n').expect("lines");
     assert_eq!(first, format!("file      {}", path.display()));
-    assert!(rest.starts_with("DAMAGED   checkpoint is truncated: "), "{text}");
+    assert!(
+        rest.starts_with("DAMAGED   checkpoint is truncated: "),
+        "{text}"
+    );
     let after = &rest[rest.find("\nreadable").expect("readable") + 1..];
     let expected = format!(
         "readable  what is complete before that point:\n\
@@ -462,7 +471,10 @@ fn a_file_cut_before_its_checksum_says_which_checksum_it_should_have() {
     // Everything but the checksum is there: it should have the original's.
     assert_eq!(report["checksum"]["computed"], 3_610_638_499_u64);
     assert!(
-        report["damaged"].as_str().expect("reason").starts_with("checkpoint is truncated"),
+        report["damaged"]
+            .as_str()
+            .expect("reason")
+            .starts_with("checkpoint is truncated"),
         "{report}"
     );
 
@@ -471,7 +483,10 @@ fn a_file_cut_before_its_checksum_says_which_checksum_it_should_have() {
     let output = pinion(&["state", "inspect", path.to_str().expect("path")]);
     assert!(!output.status.success());
     let text = stdout(&output);
-    assert!(text.contains("DAMAGED   checkpoint is not valid json"), "{text}");
+    assert!(
+        text.contains("DAMAGED   checkpoint is not valid json"),
+        "{text}"
+    );
     assert!(
         text.contains("checksum  stored 3610638499; the readable content's would be 3610638499\n"),
         "{text}"

@@ -601,12 +601,20 @@ fn a_pinned_cpu_going_offline_is_replaced_and_comes_back_to_the_shared_pool() {
             std::thread::sleep(Duration::from_millis(20));
         }
     };
-    wait_for("run a re-placed", &|p, _| !list(&p["pinion-run-a"]).contains(victim));
+    wait_for("run a re-placed", &|p, _| {
+        !list(&p["pinion-run-a"]).contains(victim)
+    });
     let after = node.placements();
     let now = list(&after["pinion-run-a"]);
     assert_eq!(now.len(), 2, "as many online cpus as it asked for: {now}");
-    assert!(a.difference(&victim_set).is_subset(&now), "keeps {a} minus {victim}: {now}");
-    assert_eq!(after["pinion-run-b"], before["pinion-run-b"], "b does not move");
+    assert!(
+        a.difference(&victim_set).is_subset(&now),
+        "keeps {a} minus {victim}: {now}"
+    );
+    assert_eq!(
+        after["pinion-run-b"], before["pinion-run-b"],
+        "b does not move"
+    );
     assert_eq!(node.cgroups(), after, "the cgroups hold it");
     let shared = Client::new(&node.socket()).ps().expect("ps").shared_pool;
     assert!(!list(&shared).contains(victim), "{shared}");
@@ -619,7 +627,9 @@ fn a_pinned_cpu_going_offline_is_replaced_and_comes_back_to_the_shared_pool() {
         "{table}"
     );
     assert!(
-        table.contains(&format!("cpu hot-plug: pinion-run-a/main had cpus {a}, now cpus {now}")),
+        table.contains(&format!(
+            "cpu hot-plug: pinion-run-a/main had cpus {a}, now cpus {now}"
+        )),
         "{table}"
     );
     let state = checkpoint::decode_verified(&std::fs::read(node.checkpoint()).expect("read"))
@@ -629,7 +639,9 @@ fn a_pinned_cpu_going_offline_is_replaced_and_comes_back_to_the_shared_pool() {
     assert_eq!(state.assignments["pinion-run-a"]["main"], now, "checkpoint");
 
     std::fs::write(&online_file, all.to_string()).expect("online again");
-    wait_for("the cpu back in the shared pool", &|_, shared| list(shared).contains(victim));
+    wait_for("the cpu back in the shared pool", &|_, shared| {
+        list(shared).contains(victim)
+    });
     assert_eq!(node.placements(), after, "nobody moves");
     assert_eq!(node.metric("pinion_cpu_online_changes_total"), 2);
 }

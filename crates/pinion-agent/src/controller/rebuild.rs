@@ -138,7 +138,11 @@ impl Controller {
                 .workloads
                 .get(&container.key)
                 .is_some_and(|w| matches!(w.frontend, Frontend::Standalone { .. }));
-            if standalone || claims.iter().any(|c| (&c.pod, &c.container) == (&container.key.0, &container.key.1)) {
+            if standalone
+                || claims
+                    .iter()
+                    .any(|c| (&c.pod, &c.container) == (&container.key.0, &container.key.1))
+            {
                 continue;
             }
             claims.push(Claim {
@@ -172,7 +176,8 @@ impl Controller {
         if !counted {
             self.counters.state_rebuilds_total += 1;
         }
-        self.counters.state_rebuild_conflicts_total += self.start_report.conflicts - conflicts_before;
+        self.counters.state_rebuild_conflicts_total +=
+            self.start_report.conflicts - conflicts_before;
         Ok(())
     }
 }

@@ -155,10 +155,7 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<String>()? {
-            map.next_value_seed(PodSeed {
-                found: self.0,
-                key,
-            })?;
+            map.next_value_seed(PodSeed { found: self.0, key })?;
         }
         Ok(())
     }

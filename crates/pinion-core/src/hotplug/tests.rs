@@ -51,8 +51,11 @@ fn valid(followed: &Followed, policy: &Policy) {
 fn an_offline_cpu_is_replaced_by_a_free_one_and_nothing_else_moves() {
     let old = state("0,3-8,11-15", &[("pod-a", "1,9"), ("pod-b", "2,10")]);
     let before = machine().all_cpus().clone();
-    let policy = policy_on(&static_policy(machine(), "0"), &without(&machine(), &cpus("9")))
-        .expect("policy");
+    let policy = policy_on(
+        &static_policy(machine(), "0"),
+        &without(&machine(), &cpus("9")),
+    )
+    .expect("policy");
     let followed = follow_online(&old, &before, &policy);
     valid(&followed, &policy);
     assert_eq!(followed.gone, cpus("9"));
@@ -72,7 +75,10 @@ fn an_offline_cpu_is_replaced_by_a_free_one_and_nothing_else_moves() {
     );
     let b = &followed.rebuilt.outcomes[1];
     assert!(b.unmoved(), "{b:?}");
-    assert_eq!(followed.rebuilt.state.assignment("pod-b", "main"), Some(&cpus("2,10")));
+    assert_eq!(
+        followed.rebuilt.state.assignment("pod-b", "main"),
+        Some(&cpus("2,10"))
+    );
 }
 
 #[test]
@@ -80,8 +86,11 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left() {
     // Everything but the reserved CPU 0 and CPU 8 (shared) is held.
     let old = state("0,8", &[("pod-a", "1-7"), ("pod-b", "9-15")]);
     let before = machine().all_cpus().clone();
-    let policy = policy_on(&static_policy(machine(), "0"), &without(&machine(), &cpus("15")))
-        .expect("policy");
+    let policy = policy_on(
+        &static_policy(machine(), "0"),
+        &without(&machine(), &cpus("15")),
+    )
+    .expect("policy");
     let followed = follow_online(&old, &before, &policy);
     valid(&followed, &policy);
     let b = &followed.rebuilt.outcomes[1];
@@ -139,7 +148,11 @@ fn arb_case() -> impl Strategy<Value = (State, CpuSet)> {
             for (owner, set) in held {
                 state.assign(&format!("pod-{owner}"), "main", set);
             }
-            let offline: CpuSet = (1u32..16).zip(&off).filter(|(_, o)| **o).map(|(c, _)| c).collect();
+            let offline: CpuSet = (1u32..16)
+                .zip(&off)
+                .filter(|(_, o)| **o)
+                .map(|(c, _)| c)
+                .collect();
             (state.default.len() > 1).then_some((state, offline))
         })
 }

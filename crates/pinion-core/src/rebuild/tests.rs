@@ -169,7 +169,10 @@ fn regression_a_wide_claim_is_trimmed_around_exactly_placed_workloads() {
         &policy,
     );
     assert!(rebuilt.outcomes[1].unmoved(), "{rebuilt:?}");
-    assert_eq!(rebuilt.state.assignment("pod-b", "main"), Some(&cpus("1,9")));
+    assert_eq!(
+        rebuilt.state.assignment("pod-b", "main"),
+        Some(&cpus("1,9"))
+    );
     let a = rebuilt.state.assignment("pod-a", "main").expect("a");
     assert_eq!(a.len(), 2);
     assert!(a.intersection(&cpus("1,9")).is_empty(), "{a}");

@@ -368,7 +368,11 @@ fn cpuset_problems(checkpoint: &Checkpoint) -> Vec<String> {
     }
 }
 
-pub(super) fn push_assignments(out: &mut String, indent: &str, items: &BTreeMap<String, CpuSetView>) {
+pub(super) fn push_assignments(
+    out: &mut String,
+    indent: &str,
+    items: &BTreeMap<String, CpuSetView>,
+) {
     let width = items
         .keys()
         .map(|name| name.chars().count())

@@ -118,10 +118,10 @@ impl DamagedReport {
             );
             push_assignments(&mut out, "  ", &self.v1_entries);
         }
-        let stored = self
-            .checksum
-            .stored
-            .map_or_else(|| "none stored (not reached)".to_string(), |s| format!("stored {s}"));
+        let stored = self.checksum.stored.map_or_else(
+            || "none stored (not reached)".to_string(),
+            |s| format!("stored {s}"),
+        );
         let _ = writeln!(
             out,
             "checksum  {stored}; the readable content's would be {}",

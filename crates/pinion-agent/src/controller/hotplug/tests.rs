@@ -66,7 +66,10 @@ fn an_offline_pinned_cpu_is_replaced_and_comes_back_to_the_shared_pool() {
     let a = run(&mut controller, "pinion-run-a", "2", 10);
     let b = run(&mut controller, "pinion-run-b", "2", 11);
     let shared = run(&mut controller, "pinion-run-s", "0.5", 12);
-    assert_eq!(cgroup_cpus(&host, "pinion-run-s"), controller.engine.shared_pool());
+    assert_eq!(
+        cgroup_cpus(&host, "pinion-run-s"),
+        controller.engine.shared_pool()
+    );
     let victim = a.last().expect("a has cpus");
     let lost = CpuSet::from_iter([victim]);
     let kept = a.difference(&lost);
@@ -84,13 +87,20 @@ fn an_offline_pinned_cpu_is_replaced_and_comes_back_to_the_shared_pool() {
     assert!(kept.is_subset(&now), "keeps its online cpu: {now}");
     assert!(!now.contains(victim));
     assert!(now.intersection(&b).is_empty(), "not b's cpus");
-    assert_eq!(controller.state().assignment("pinion-run-b", "main"), Some(&b));
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", "main"),
+        Some(&b)
+    );
     assert_eq!(cgroup_cpus(&host, "pinion-run-a"), now, "applied");
     assert_eq!(cgroup_cpus(&host, "pinion-run-b"), b, "b untouched");
     assert!(!shared.is_empty());
     let pool = controller.engine.shared_pool();
     assert!(!pool.contains(victim));
-    assert_eq!(cgroup_cpus(&host, "pinion-run-s"), pool, "shared pool followed");
+    assert_eq!(
+        cgroup_cpus(&host, "pinion-run-s"),
+        pool,
+        "shared pool followed"
+    );
     assert_eq!(&on_disk(dir.path()), controller.state(), "durable");
     assert_eq!(controller.counters.cpu_online_changes_total, 1);
     assert_eq!(controller.counters.cpu_offline_replaced_total, 1);
@@ -119,7 +129,10 @@ fn an_offline_pinned_cpu_is_replaced_and_comes_back_to_the_shared_pool() {
         .expect("follows");
     assert_eq!(report.online, lost);
     assert_eq!(report.lines.len(), 1, "{:?}", report.lines);
-    assert_eq!(controller.state().assignment("pinion-run-a", "main"), Some(&now));
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", "main"),
+        Some(&now)
+    );
     assert!(controller.engine.shared_pool().contains(victim));
     assert_eq!(
         cgroup_cpus(&host, "pinion-run-s"),
@@ -135,7 +148,11 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
     let mut controller = start(dir.path(), &host);
     // Cores 1-3 taken: the shared pool is 0 (reserved) and its sibling 4.
     let mut held = CpuSet::new();
-    for (id, pid) in [("pinion-run-a", 10), ("pinion-run-b", 11), ("pinion-run-c", 12)] {
+    for (id, pid) in [
+        ("pinion-run-a", 10),
+        ("pinion-run-b", 11),
+        ("pinion-run-c", 12),
+    ] {
         held.union_with(&run(&mut controller, id, "2", pid));
     }
     assert_eq!(controller.engine.shared_pool(), set("0,4"));

@@ -48,19 +48,19 @@ fn conflicting_runtime_claims_are_resolved_by_the_rule_and_reported() {
     let (_, updates) = controller.sync_runtime(&containers).expect("sync");
     let state = controller.state();
     assert_eq!(state.assignment("pod-a", "main"), Some(&set("1-2")));
-    let b = state.assignment("pod-b", "main").expect("b keeps cpus").clone();
+    let b = state
+        .assignment("pod-b", "main")
+        .expect("b keeps cpus")
+        .clone();
     assert_eq!(b.len(), 2, "{b}");
     assert!(b.contains(3) && !b.contains(2), "{b}");
     assert_eq!(state.assignment("pod-s", "main"), None);
     assert_eq!(controller.counters.state_rebuilds_total, 1);
     assert_eq!(controller.counters.state_rebuild_conflicts_total, 1);
     assert!(
-        controller
-            .start_report
-            .lines
-            .iter()
-            .any(|l| l.starts_with("conflict: pod-b/main had cpus 2-3, now cpus ")
-                && l.ends_with("cpus 2 are kept by pod-a/main")),
+        controller.start_report.lines.iter().any(|l| l
+            .starts_with("conflict: pod-b/main had cpus 2-3, now cpus ")
+            && l.ends_with("cpus 2 are kept by pod-a/main")),
         "{:?}",
         controller.start_report.lines
     );
