@@ -33,8 +33,8 @@ pub fn policy_on(policy: &Policy, topology: &Topology) -> Result<Policy, PolicyE
         UncoreCacheSource::Kubelet => topology.clone(),
         UncoreCacheSource::LastLevelCache => topology.with_llc_as_uncore(),
     };
-    let new = StaticPolicy::new(topology, *old.options(), &reservation)?
-        .with_features(old.features());
+    let new =
+        StaticPolicy::new(topology, *old.options(), &reservation)?.with_features(old.features());
     Ok(Policy::Static(Box::new(new)))
 }
 

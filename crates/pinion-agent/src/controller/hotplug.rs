@@ -55,6 +55,7 @@ impl Controller {
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let previous = std::mem::replace(&mut self.engine, next);
         if let Err(err) = self.record(previous.state(), None) {
+            self.store.discard_pending();
             self.engine = previous;
             return Err(err);
         }
