@@ -155,10 +155,10 @@ impl Controller {
         if claims.len() == held {
             return Ok(());
         }
-        let counted = self.start_report.rebuilt;
-        let conflicts_before = self.start_report.conflicts;
         let why = format!("at the runtime's first synchronize; {why}");
-        let rebuilt = rebuild_logged(&claims, self.engine.policy(), &why, &mut self.start_report);
+        // Reported only once it is durable.
+        let mut report = StartReport::default();
+        let rebuilt = rebuild_logged(&claims, self.engine.policy(), &why, &mut report);
         let machine = self.engine.machine().clone();
         let next = self
             .engine
@@ -174,11 +174,15 @@ impl Controller {
             self.engine = previous;
             return Err(err.into());
         }
-        if !counted {
+        if !self.start_report.rebuilt {
             self.counters.state_rebuilds_total += 1;
         }
-        self.counters.state_rebuild_conflicts_total +=
-            self.start_report.conflicts - conflicts_before;
+        self.counters.state_rebuild_conflicts_total += report.conflicts;
+        self.start_report.rebuilt = true;
+        self.start_report.conflicts += report.conflicts;
+        self.start_report.lines.extend(report.lines);
+        // A fresh checkpoint of the rebuilt state, and a fresh journal.
+        self.maybe_compact(true);
         Ok(())
     }
 }

@@ -185,3 +185,35 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
     );
     assert_eq!(cgroup_cpus(&host, "pinion-run-c"), now);
 }
+
+/// A change of the online CPUs that cannot be made durable changes nothing
+/// (no cgroup is rewritten) and is followed at the next tick.
+#[test]
+fn a_hotplug_that_cannot_be_flushed_changes_nothing_and_is_retried() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (faults, plan) = Faults::new();
+    let mut parts = node.parts_on(dir.path(), Box::new(host.clone()));
+    parts.file_ops = Some(Box::new(faults));
+    let mut controller = Controller::start(parts).expect("start");
+    let a = run(&mut controller, "pinion-run-a", "2", 10);
+    let victim = a.last().expect("a has cpus");
+    let topology = offline(&victim.to_string());
+    let before = controller.state().clone();
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    controller
+        .follow_topology(&topology)
+        .expect_err("not durable");
+    assert_eq!(controller.state(), &before);
+    assert_eq!(cgroup_cpus(&host, "pinion-run-a"), a, "not rewritten");
+    assert_eq!(controller.counters.cpu_online_changes_total, 0);
+    let report = controller.follow_topology(&topology).expect("follows");
+    assert_eq!(report.offline, CpuSet::from_iter([victim]));
+    assert!(!cgroup_cpus(&host, "pinion-run-a").contains(victim));
+    assert_eq!(&on_disk(dir.path()), controller.state());
+}

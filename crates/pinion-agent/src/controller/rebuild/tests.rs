@@ -73,3 +73,37 @@ fn conflicting_runtime_claims_are_resolved_by_the_rule_and_reported() {
     controller.sync_runtime(&containers).expect("sync");
     assert_eq!(controller.counters.state_rebuilds_total, 1);
 }
+
+/// A rebuild that cannot be made durable changes nothing and is tried
+/// again at the next `Synchronize`.
+#[test]
+fn a_runtime_rebuild_that_cannot_be_flushed_changes_nothing_and_is_retried() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (faults, plan) = Faults::new();
+    let (tx, _updates) = tokio::sync::mpsc::unbounded_channel();
+    let mut parts = node.parts_on(dir.path(), Box::new(host));
+    parts.file_ops = Some(Box::new(faults));
+    parts.runtime_updates = Some(tx);
+    let mut controller = super::super::Controller::start(parts).expect("start");
+    let containers = [running("pod-a", "2", "1-2")];
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    let err = controller
+        .sync_runtime(&containers)
+        .expect_err("not durable");
+    assert!(err.to_string().contains("fdatasync"), "{err}");
+    assert!(controller.state().assignments.is_empty(), "nothing changed");
+    assert_eq!(controller.counters.state_rebuilds_total, 0);
+    assert!(controller.start_report.lines.is_empty());
+    controller.sync_runtime(&containers).expect("sync");
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+}
