@@ -290,6 +290,43 @@ mod tests {
         assert!(matches!(found.checkpoint().entries(), Entries::V1(_)));
     }
 
+    proptest::proptest! {
+        /// Cut anywhere, a checkpoint Pinion writes salvages to a part of
+        /// itself: every field read is the original's, every entry read is
+        /// one of its entries; whole, it salvages whole, without error.
+        #[test]
+        fn every_prefix_salvages_to_a_part_of_the_original(
+            pods in proptest::collection::btree_map(
+                "[a-z0-9-]{1,8}",
+                proptest::collection::btree_map("[a-z]{1,6}", "[0-9,-]{0,6}", 0..3),
+                0..4,
+            ),
+            default in "[0-9,-]{0,8}",
+        ) {
+            let bytes = super::super::encode("static", &default, &pods);
+            for cut in 0..=bytes.len() {
+                let found = salvage(&bytes[..cut]);
+                if let Some(policy) = &found.policy_name {
+                    proptest::prop_assert_eq!(policy, "static");
+                }
+                if let Some(read) = &found.default_cpu_set {
+                    proptest::prop_assert_eq!(read, &default);
+                }
+                for (pod, containers) in &found.entries {
+                    for (name, cpus) in containers {
+                        proptest::prop_assert_eq!(Some(cpus), pods.get(pod).and_then(|c| c.get(name)));
+                    }
+                }
+                proptest::prop_assert_eq!(found.error.is_none(), cut == bytes.len());
+            }
+            let whole = salvage(&bytes);
+            proptest::prop_assert_eq!(&whole.entries, &pods);
+            let decoded = super::super::decode(&bytes).expect("decodes");
+            proptest::prop_assert_eq!(whole.stored_checksum, Some(decoded.stored_checksum()));
+            proptest::prop_assert_eq!(whole.computed_checksum(), decoded.stored_checksum());
+        }
+    }
+
     #[test]
     fn nothing_readable_is_empty() {
         for bytes in [&b""[..], b"[1,2]", b"\x00\x01"] {
