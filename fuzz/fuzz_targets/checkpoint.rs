@@ -1,15 +1,19 @@
 //! The checkpoint decoder on arbitrary bytes: never panics; whatever decodes
 //! can be verified, hashed and parsed without panicking; a v2 checkpoint
-//! re-encoded decodes to the same content with a valid checksum.
+//! re-encoded decodes to the same content with a valid checksum; salvaging
+//! never panics and, for a file that decodes, finds no error.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use pinion_core::checkpoint::{self, Entries};
 
 fuzz_target!(|data: &[u8]| {
+    let salvaged = checkpoint::salvage(data);
+    let _ = salvaged.computed_checksum();
     let Ok(decoded) = checkpoint::decode(data) else {
         return;
     };
+    assert_eq!(salvaged.error, None, "a file that decodes salvages whole");
     let _ = decoded.verify();
     let _ = checkpoint::hashed_text(&decoded);
     let _ = decoded.to_state();

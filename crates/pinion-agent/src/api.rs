@@ -391,6 +391,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
             .collect(),
         pending_plugin_removals: snapshot.pending_plugin_removals.clone(),
         recovery: snapshot.recovery.clone(),
+        hotplug: snapshot.hotplug.clone(),
     }
 }
 

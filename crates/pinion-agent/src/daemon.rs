@@ -180,6 +180,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         tokio::spawn(reconcile_timer(
             handle.clone(),
             config.reconcile_period,
+            config.sysroot.clone(),
             stop_rx.clone(),
         )),
     ];
@@ -405,6 +406,7 @@ impl Signals {
 async fn reconcile_timer(
     handle: ControllerHandle,
     period: Duration,
+    sysroot: std::path::PathBuf,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut ticks = tokio::time::interval(period);
@@ -413,6 +415,7 @@ async fn reconcile_timer(
     loop {
         tokio::select! {
             _ = ticks.tick() => {
+                follow_online_cpus(&handle, &sysroot).await;
                 match handle.reconcile().await {
                     Ok(report) if report != controller::ReconcileReport::default() => {
                         tracing::info!(released = ?report.released, repaired = ?report.repaired, "reconciled");
@@ -423,6 +426,37 @@ async fn reconcile_timer(
             }
             _ = stop.changed() => break,
         }
+    }
+}
+
+/// CPU hot-plug: when the machine's online CPUs differ from the ones the
+/// controller places on, discovers the topology again and has the
+/// controller follow it (before the reconcile pass, so that drift repair
+/// never rewrites a CPU that went offline).
+async fn follow_online_cpus(handle: &ControllerHandle, sysroot: &std::path::Path) {
+    let online = match pinion_host::online_cpus(sysroot) {
+        Ok(online) => online,
+        Err(err) => {
+            tracing::warn!("reading the online cpus: {err}");
+            return;
+        }
+    };
+    if online == handle.snapshot().all_cpus {
+        return;
+    }
+    let machine = match pinion_host::discover(sysroot) {
+        Ok(machine) => machine,
+        Err(err) => {
+            tracing::warn!("the online cpus are now {online}, but the topology cannot be discovered again: {err}");
+            return;
+        }
+    };
+    match handle.follow_topology(machine).await {
+        Ok(report) if !report.unchanged() => {
+            tracing::info!(offline = %report.offline, online = %report.online, "followed a change of the online cpus");
+        }
+        Ok(_) => {}
+        Err(err) => tracing::error!("following the online cpus {online}: {err}"),
     }
 }
 

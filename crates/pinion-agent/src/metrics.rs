@@ -63,6 +63,12 @@ pub struct Counters {
     /// the workloads that lost their exclusive CPUs doing so.
     pub state_migrations_total: u64,
     pub state_migration_dropped_total: u64,
+    /// Changes of the machine's online CPUs the state followed (CPU
+    /// hot-plug), the workloads that got CPUs in place of offline ones and
+    /// those left with fewer CPUs than they asked for.
+    pub cpu_online_changes_total: u64,
+    pub cpu_offline_replaced_total: u64,
+    pub cpu_offline_short_total: u64,
     pub reconcile_runs_total: u64,
     /// Compactions of the journal into the checkpoint.
     pub checkpoint_write_seconds: Histogram,
@@ -203,6 +209,24 @@ impl Collector for SnapshotCollector {
             "pinion_state_migration_dropped",
             "Exclusive assignments a migration at start could not keep (moved to the shared pool).",
             c.state_migration_dropped_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_cpu_online_changes",
+            "Changes of the online cpus (cpu hot-plug) the state followed at run time.",
+            c.cpu_online_changes_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_cpu_offline_replaced",
+            "Workloads that got cpus in place of exclusive cpus that went offline.",
+            c.cpu_offline_replaced_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_cpu_offline_short",
+            "Workloads left with fewer exclusive cpus than they asked for after cpus went offline (no free cpu).",
+            c.cpu_offline_short_total,
         )?;
         gauge(
             &mut out,

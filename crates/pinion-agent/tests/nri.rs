@@ -403,3 +403,98 @@ async fn shared_containers_get_the_memory_nodes_of_the_pool() {
     assert_eq!(nri.placement, standalone.placement);
     agent.stop().await;
 }
+
+/// Issue 13: after a lost checkpoint the agent started without the NRI
+/// containers' assignments and treated every container the runtime
+/// reported as a shared-pool member (widening the exclusive ones). Now the
+/// runtime's first `Synchronize` rebuilds them with the standalone rule:
+/// every container stays on the CPUs it has, a fresh checkpoint is written
+/// and the rebuild is counted and shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_lost_checkpoint_is_rebuilt_from_the_runtimes_synchronize() {
+    for damage in ["delete", "truncate"] {
+        let node = Node::new();
+        let agent = node.agent(1).await;
+        let (_, web) = node
+            .pod_with(burstable_pod("web"), burstable("web", 500))
+            .await;
+        let (_, db) = node
+            .pod_with(guaranteed_pod("db"), container("db", 2000))
+            .await;
+        let (_, cache) = node
+            .pod_with(guaranteed_pod("cache"), container("cache", 2000))
+            .await;
+        let (db_cpus, cache_cpus) = (node.runtime.cpus(&db), node.runtime.cpus(&cache));
+        let pool = set("0-7")
+            .difference(&set(&db_cpus))
+            .difference(&set(&cache_cpus))
+            .to_string();
+        node.wait_cpus(&web, &pool).await;
+        agent.stop().await;
+        let dir = node.state.path();
+        match damage {
+            "delete" => {
+                for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                    if entry.path().is_file() {
+                        std::fs::remove_file(entry.path()).unwrap();
+                    }
+                }
+            }
+            _ => {
+                let file = dir.join("cpu_manager_state");
+                let bytes = std::fs::read(&file).unwrap();
+                std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+            }
+        }
+
+        let agent = node.agent(2).await;
+        assert_eq!(node.runtime.cpus(&db), db_cpus, "{damage}: db did not move");
+        assert_eq!(
+            node.runtime.cpus(&cache),
+            cache_cpus,
+            "{damage}: cache did not move"
+        );
+        assert_eq!(node.runtime.cpus(&web), pool, "{damage}: web did not widen");
+        let snapshot = agent.handle.snapshot();
+        assert_eq!(snapshot.assignments["db"]["db"], set(&db_cpus), "{damage}");
+        assert_eq!(
+            snapshot.assignments["cache"]["cache"],
+            set(&cache_cpus),
+            "{damage}"
+        );
+        assert_eq!(snapshot.shared_pool.to_string(), pool, "{damage}");
+        assert_eq!(
+            snapshot.metrics.counters.state_rebuilds_total, 1,
+            "{damage}"
+        );
+        assert_eq!(
+            snapshot.metrics.counters.state_rebuild_conflicts_total, 0,
+            "{damage}"
+        );
+        assert!(
+            snapshot.recovery.iter().any(|l| l.starts_with(
+                "state rebuilt from 3 running workloads (2 with exclusive cpus): at the runtime's first synchronize"
+            )),
+            "{damage}: {:?}",
+            snapshot.recovery
+        );
+        let disk = String::from_utf8(node.checkpoint()).unwrap();
+        assert!(
+            disk.contains(&format!("\"db\":\"{db_cpus}\"")),
+            "{damage}: durable: {disk}"
+        );
+        assert!(
+            disk.contains(&format!("\"cache\":\"{cache_cpus}\"")),
+            "{damage}: {disk}"
+        );
+        // A new Guaranteed container gets none of their CPUs.
+        let (_, late) = node
+            .pod_with(guaranteed_pod("late"), container("late", 2000))
+            .await;
+        let late = set(&node.runtime.cpus(&late));
+        assert_eq!(late.len(), 2, "{damage}");
+        assert!(late.intersection(&set(&db_cpus)).is_empty(), "{damage}");
+        assert!(late.intersection(&set(&cache_cpus)).is_empty(), "{damage}");
+        agent.stop().await;
+    }
+}

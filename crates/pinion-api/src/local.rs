@@ -202,6 +202,10 @@ pub struct Snapshot {
     /// workloads, checkpoint migrated), one line per event and conflict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recovery: Vec<String>,
+    /// What CPU hot-plug changed while the agent ran (CPUs that went
+    /// offline or came back, workloads given other CPUs), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hotplug: Vec<String>,
 }
 
 /// One admitted container of a [`Snapshot`].

@@ -241,6 +241,15 @@ impl Engine {
         released
     }
 
+    /// The exclusive CPUs container `name` of `pod` asks for (kubelet's
+    /// Guaranteed integer request; 0 for the shared pool or when the pod
+    /// has no such container).
+    #[must_use]
+    pub fn exclusive_cpus_asked(&self, pod: &Pod, name: &str) -> usize {
+        self.container_request(pod, name)
+            .map_or(0, |request| request.cpus)
+    }
+
     /// The admission request of container `name` of `pod` (with the pod's
     /// registered pod-level resources).
     fn container_request<'a>(
@@ -263,6 +272,31 @@ impl Engine {
             cpus: guaranteed_cpus_in(pod, self.pod_resources.get(&pod.uid), managers, container),
             kind,
         })
+    }
+
+    /// The same engine on `machine`, whose online CPUs changed (CPU
+    /// hot-plug): `policy` built for it and `state` valid for it
+    /// ([`crate::hotplug`]); pod-level CPU sets lose the CPUs that are not
+    /// online any more. Started; the engine itself is unchanged on error.
+    pub fn on_machine(
+        &self,
+        machine: &Topology,
+        policy: Policy,
+        state: State,
+    ) -> Result<Engine, PolicyError> {
+        let mut next = self.clone();
+        next.machine = match &policy {
+            Policy::Static(policy) => policy.shared_topology(),
+            Policy::None => Arc::new(machine.clone()),
+        };
+        next.policy = policy;
+        next.state = state;
+        let online = next.machine.all_cpus().clone();
+        for cpus in next.pod_cpus.values_mut() {
+            *cpus = cpus.intersection(&online);
+        }
+        next.start()?;
+        Ok(next)
     }
 
     /// The current state.

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod checkpoint;
 pub mod cpuset;
 pub mod engine;
+pub mod hotplug;
 pub mod migrate;
 pub mod placement;
 pub mod plugin_allocation;

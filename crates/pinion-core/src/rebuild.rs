@@ -6,7 +6,8 @@
 //! the claims cannot all be true.
 //!
 //! The rule (documented for operators in `docs/state-recovery.md`), applied
-//! to the claims sorted by pod then container, whatever order they came in:
+//! to the claims sorted by pod then container, whatever order they came in
+//! — claims on no more CPUs than they asked for first, then the wider ones:
 //!
 //! 1. A workload that asked for no exclusive CPUs (or any workload under the
 //!    `none` policy) is in the shared pool; its CPUs are not a claim.
@@ -179,11 +180,16 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
     };
     // CPU → (pod, container) that keeps it.
     let mut kept_by: BTreeMap<u32, (String, String)> = BTreeMap::new();
-    for (claim, outcome) in sorted.iter().zip(&mut outcomes) {
-        if claim.exclusive == 0 {
-            continue;
+    // Claims on no more CPUs than they asked for first: a wider claim is
+    // trimmed afterwards, so that its trim never takes CPUs a workload
+    // placed exactly holds.
+    for wide in [false, true] {
+        for (claim, outcome) in sorted.iter().zip(&mut outcomes) {
+            if claim.exclusive == 0 || (claim.cpus.len() > claim.exclusive) != wide {
+                continue;
+            }
+            keep(claim, outcome, &pool, reserved, online, &mut kept_by, &take);
         }
-        keep(claim, outcome, &pool, reserved, online, &mut kept_by, &take);
     }
     for (claim, outcome) in sorted.iter().zip(&mut outcomes) {
         if claim.exclusive == 0 || outcome.cpus.len() >= claim.exclusive {

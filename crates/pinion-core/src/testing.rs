@@ -3,7 +3,9 @@
 //! `[dev-dependencies]`), so tests build sets one way instead of each file
 //! writing its own.
 
-use crate::CpuSet;
+use std::collections::BTreeMap;
+
+use crate::{CpuSet, Topology};
 
 /// The set of a cpulist literal (`"0-3,8"`, `""` for none). Panics, naming
 /// the text and the calling test, when the literal is malformed.
@@ -13,6 +15,29 @@ pub fn cpus(list: &str) -> CpuSet {
     match CpuSet::parse_list(list) {
         Ok(set) => set,
         Err(err) => panic!("test cpulist {list:?}: {err}"),
+    }
+}
+
+/// `topology` with the CPUs `offline` taken offline, as sysfs discovery
+/// sees it afterwards (a core's id is its lowest online thread). Panics
+/// when nothing would be left online.
+#[track_caller]
+#[must_use]
+pub fn without_cpus(topology: &Topology, offline: &CpuSet) -> Topology {
+    let mut spec = topology.spec().clone();
+    spec.cpus.retain(|c| !offline.contains(c.id));
+    let mut lowest: BTreeMap<u32, u32> = BTreeMap::new();
+    for cpu in &spec.cpus {
+        let entry = lowest.entry(cpu.core).or_insert(cpu.id);
+        *entry = (*entry).min(cpu.id);
+    }
+    for cpu in &mut spec.cpus {
+        cpu.core = lowest[&cpu.core];
+    }
+    spec.offline.union_with(offline);
+    match Topology::new(spec) {
+        Ok(topology) => topology,
+        Err(err) => panic!("test topology without cpus {offline}: {err}"),
     }
 }
 

@@ -16,4 +16,4 @@ pub mod runs;
 pub mod store;
 pub mod sysfs;
 
-pub use sysfs::{discover, DiscoveryError};
+pub use sysfs::{discover, online_cpus, DiscoveryError};

@@ -136,7 +136,11 @@ fn unreadable_or_truncated_files_fail_with_a_clear_message() {
     let truncated = write(dir.path(), "cut", &SPEC_POD[..40]);
     let output = pinion(&["state", "inspect", truncated.to_str().expect("path")]);
     assert!(!output.status.success());
-    assert!(stdout(&output).is_empty());
+    assert!(
+        stdout(&output).contains("DAMAGED   checkpoint is truncated"),
+        "{}",
+        stdout(&output)
+    );
     assert!(
         stderr(&output).contains("checkpoint is truncated"),
         "{}",
@@ -396,4 +400,95 @@ mod journal {
             stderr(&output)
         );
     }
+}
+
+/// Issue 13: `state inspect` printed only the decode error of a damaged
+/// file. It now shows what can be read — the fields and the entries
+/// complete before the cut — and the checksum the readable content would
+/// have, and still fails.
+#[test]
+fn regression_a_truncated_checkpoint_shows_its_readable_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = SPEC_POD.find(r#""container2""#).expect("container2") + 5;
+    let path = write(dir.path(), "cpu_manager_state", &SPEC_POD[..cut]);
+    let output = pinion(&["state", "inspect", path.to_str().expect("path")]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("pinion state rebuild"),
+        "{}",
+        stderr(&output)
+    );
+    let readable = pinion_core::checkpoint::Checkpoint::new(
+        "none",
+        "1-3",
+        [(
+            "pod".to_string(),
+            [("container1".to_string(), "4-6".to_string())]
+                .into_iter()
+                .collect(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    let text = stdout(&output);
+    let (first, rest) = text.split_once('\n').expect("lines");
+    assert_eq!(first, format!("file      {}", path.display()));
+    assert!(
+        rest.starts_with("DAMAGED   checkpoint is truncated: "),
+        "{text}"
+    );
+    let after = &rest[rest.find("\nreadable").expect("readable") + 1..];
+    let expected = format!(
+        "readable  what is complete before that point:\n\
+         policy    none\n\
+         default   1-3 (3 CPUs)\n\
+         entries   1 pod (1 container), cut inside pod pod\n\
+         \x20 pod pod\n\
+         \x20   container1  4-6 (3 CPUs)\n\
+         checksum  none stored (not reached); the readable content's would be {}\n",
+        readable.stored_checksum()
+    );
+    assert_eq!(after, expected);
+}
+
+#[test]
+fn a_file_cut_before_its_checksum_says_which_checksum_it_should_have() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = SPEC_POD.find(r#", "checksum""#).expect("checksum");
+    let path = write(dir.path(), "cpu_manager_state", &SPEC_POD[..cut]);
+    let output = pinion(&[
+        "state",
+        "inspect",
+        "--format",
+        "json",
+        path.to_str().expect("path"),
+    ]);
+    assert!(!output.status.success());
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("json report");
+    assert_eq!(report["policy"], "none");
+    assert_eq!(report["entries"]["pod"]["container2"]["cpus"], "1-3");
+    assert_eq!(report["checksum"]["stored"], serde_json::Value::Null);
+    // Everything but the checksum is there: it should have the original's.
+    assert_eq!(report["checksum"]["computed"], 3_610_638_499_u64);
+    assert!(
+        report["damaged"]
+            .as_str()
+            .expect("reason")
+            .starts_with("checkpoint is truncated"),
+        "{report}"
+    );
+
+    // Whole but followed by garbage: both checksums are there.
+    let path = write(dir.path(), "cpu_manager_state", &format!("{SPEC_POD} x"));
+    let output = pinion(&["state", "inspect", path.to_str().expect("path")]);
+    assert!(!output.status.success());
+    let text = stdout(&output);
+    assert!(
+        text.contains("DAMAGED   checkpoint is not valid json"),
+        "{text}"
+    );
+    assert!(
+        text.contains("checksum  stored 3610638499; the readable content's would be 3610638499\n"),
+        "{text}"
+    );
 }

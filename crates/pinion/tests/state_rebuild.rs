@@ -537,3 +537,111 @@ fn switching_full_pcpus_only_on_moves_nothing() {
         .collect();
     assert_eq!(cores.len(), 1, "one whole core: {d}");
 }
+
+/// The sysroot's `sys` as a tree of symlinks to the machine's, except
+/// `sys/devices/system/cpu/online`: a file of its own that the test
+/// rewrites to take CPUs offline and back (the rest of the machine's tree
+/// is never written).
+fn writable_online(machine: &Path, root: &Path) -> PathBuf {
+    let sys = root.join("sys");
+    std::fs::remove_file(&sys).expect("unlink the sys symlink");
+    let mut from = machine.join("sys");
+    let mut to = sys;
+    for step in ["devices", "system", "cpu", ""] {
+        std::fs::create_dir_all(&to).expect("mirror dir");
+        for entry in std::fs::read_dir(&from).expect("machine dir").flatten() {
+            let name = entry.file_name();
+            if name == step || (step.is_empty() && name == "online") {
+                continue;
+            }
+            std::os::unix::fs::symlink(entry.path(), to.join(&name)).expect("link");
+        }
+        if step.is_empty() {
+            break;
+        }
+        from = from.join(step);
+        to = to.join(step);
+    }
+    let online = to.join("online");
+    std::fs::copy(from.join("online"), &online).expect("copy online");
+    online
+}
+
+/// Issue 13: a CPU of a pinned run goes offline while the agent runs. The
+/// reconcile loop notices: the run gets a replacement CPU (it keeps its
+/// other one, no other run moves), the metrics count it and `pinion ps`
+/// says what happened; when the CPU comes back, it joins the shared pool.
+#[test]
+fn a_pinned_cpu_going_offline_is_replaced_and_comes_back_to_the_shared_pool() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let mut node = Node::new(&machine);
+    let online_file = writable_online(&machine, &node.dir.path().join("sysroot"));
+    let all = std::fs::read_to_string(&online_file).expect("online");
+    let all = pinion_core::CpuSet::parse_list(all.trim()).expect("cpulist");
+    node.configure(&format!("{STATIC}cpuManagerReconcilePeriod: 50ms\n"));
+    node.start();
+    node.run("pinion-run-a", "2");
+    node.run("pinion-run-b", "2");
+    let before = node.placements();
+    let list = |text: &str| pinion_core::CpuSet::parse_list(text).expect("cpulist");
+    let a = list(&before["pinion-run-a"]);
+    let victim = a.last().expect("a has cpus");
+    let victim_set: pinion_core::CpuSet = [victim].into_iter().collect();
+    std::fs::write(&online_file, all.difference(&victim_set).to_string()).expect("offline");
+    let wait_for = |what: &str, done: &dyn Fn(&BTreeMap<String, String>, &str) -> bool| {
+        let started = Instant::now();
+        loop {
+            let shared = Client::new(&node.socket()).ps().expect("ps").shared_pool;
+            if done(&node.placements(), &shared) {
+                return;
+            }
+            assert!(started.elapsed() < PATIENCE, "{what}: {}", node.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("run a re-placed", &|p, _| {
+        !list(&p["pinion-run-a"]).contains(victim)
+    });
+    let after = node.placements();
+    let now = list(&after["pinion-run-a"]);
+    assert_eq!(now.len(), 2, "as many online cpus as it asked for: {now}");
+    assert!(
+        a.difference(&victim_set).is_subset(&now),
+        "keeps {a} minus {victim}: {now}"
+    );
+    assert_eq!(
+        after["pinion-run-b"], before["pinion-run-b"],
+        "b does not move"
+    );
+    assert_eq!(node.cgroups(), after, "the cgroups hold it");
+    let shared = Client::new(&node.socket()).ps().expect("ps").shared_pool;
+    assert!(!list(&shared).contains(victim), "{shared}");
+    assert_eq!(node.metric("pinion_cpu_online_changes_total"), 1);
+    assert_eq!(node.metric("pinion_cpu_offline_replaced_total"), 1);
+    assert_eq!(node.metric("pinion_cpu_offline_short_total"), 0);
+    let table = node.ps_table();
+    assert!(
+        table.contains(&format!("cpu hot-plug: cpus {victim} went offline")),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!(
+            "cpu hot-plug: pinion-run-a/main had cpus {a}, now cpus {now}"
+        )),
+        "{table}"
+    );
+    let state = checkpoint::decode_verified(&std::fs::read(node.checkpoint()).expect("read"))
+        .expect("verifies")
+        .to_state()
+        .expect("parses");
+    assert_eq!(state.assignments["pinion-run-a"]["main"], now, "checkpoint");
+
+    std::fs::write(&online_file, all.to_string()).expect("online again");
+    wait_for("the cpu back in the shared pool", &|_, shared| {
+        list(shared).contains(victim)
+    });
+    assert_eq!(node.placements(), after, "nobody moves");
+    assert_eq!(node.metric("pinion_cpu_online_changes_total"), 2);
+}

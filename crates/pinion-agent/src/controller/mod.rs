@@ -19,6 +19,7 @@
 mod batch;
 mod decide;
 mod executor;
+mod hotplug;
 mod migrate_start;
 mod plugins;
 mod pod_level;
@@ -58,6 +59,7 @@ use tokio::sync::{mpsc, watch};
 use crate::metrics::Counters;
 
 pub use executor::RuntimeUpdate;
+pub use hotplug::TopologyReport;
 pub use rebuild::StartReport;
 pub use recover::StartParts;
 pub use runtime::{Observed, RunningContainer};
@@ -303,6 +305,8 @@ pub struct Controller {
     runs: RunRecords,
     /// What the start repaired (shown by `pinion ps`).
     start_report: StartReport,
+    /// What CPU hot-plug changed at run time (shown by `pinion ps`).
+    hotplug_lines: Vec<String>,
     workloads: BTreeMap<Key, Workload>,
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.

@@ -11,7 +11,7 @@ use pinion_host::cgroup::{CgroupError, CpusetHost};
 use pinion_host::journal::SetAside;
 use pinion_host::runs::RunRecords;
 
-use super::RUN_CONTAINER;
+use super::{ControlError, Controller, Frontend, RunningContainer, RUN_CONTAINER};
 
 /// What the start had to repair, for `pinion ps` and `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub struct StartReport {
     pub migrated_dropped: Option<u64>,
     /// Why new exclusive admissions are refused (degraded mode), if they are.
     pub degraded: Option<String>,
+    /// The checkpoint was missing or unreadable: the runtime's first
+    /// `Synchronize` rebuilds its containers' assignments (why).
+    pub runtime_rebuild: Option<String>,
 }
 
 /// The claims of the live standalone runs (see `pinion_host::runs::claims`),
@@ -101,6 +104,89 @@ pub(super) fn reason(set_aside: Option<&SetAside>, checkpoint: &str) -> String {
     }
 }
 
+impl Controller {
+    /// After a start without a readable checkpoint (see
+    /// [`StartReport::runtime_rebuild`]), the runtime's first `Synchronize`
+    /// says which CPUs its containers have: each Kubernetes container with a
+    /// cpuset claims it for the exclusive CPUs its pod spec asks for, beside
+    /// the assignments the state holds already (standalone runs), and the
+    /// rule of `pinion_core::rebuild` makes the state of that — the same
+    /// rule as for standalone runs. Journaled and flushed before anything
+    /// is applied; logged, counted and shown by `pinion ps`.
+    pub(super) fn rebuild_from_runtime(
+        &mut self,
+        running: &[RunningContainer],
+        why: &str,
+    ) -> Result<(), ControlError> {
+        let mut claims: Vec<Claim> = Vec::new();
+        for (pod, containers) in &self.engine.state().assignments {
+            for (container, cpus) in containers {
+                claims.push(Claim {
+                    pod: pod.clone(),
+                    container: container.clone(),
+                    cpus: cpus.clone(),
+                    exclusive: cpus.len(),
+                });
+            }
+        }
+        let held = claims.len();
+        for container in running {
+            let (Some(pod), Some(cpus)) = (&container.pod, &container.observed.cpus) else {
+                continue;
+            };
+            let standalone = self
+                .workloads
+                .get(&container.key)
+                .is_some_and(|w| matches!(w.frontend, Frontend::Standalone { .. }));
+            if standalone
+                || claims
+                    .iter()
+                    .any(|c| (&c.pod, &c.container) == (&container.key.0, &container.key.1))
+            {
+                continue;
+            }
+            claims.push(Claim {
+                pod: container.key.0.clone(),
+                container: container.key.1.clone(),
+                cpus: cpus.clone(),
+                exclusive: self.engine.exclusive_cpus_asked(pod, &container.key.1),
+            });
+        }
+        if claims.len() == held {
+            return Ok(());
+        }
+        let why = format!("at the runtime's first synchronize; {why}");
+        // Reported only once it is durable.
+        let mut report = StartReport::default();
+        let rebuilt = rebuild_logged(&claims, self.engine.policy(), &why, &mut report);
+        let machine = self.engine.machine().clone();
+        let next = self
+            .engine
+            .on_machine(&machine, self.engine.policy().clone(), rebuilt.state)
+            .map_err(|err| ControlError::Start(Box::new(err)))?;
+        let previous = std::mem::replace(&mut self.engine, next);
+        if let Err(err) = self.record(previous.state(), None) {
+            self.store.discard_pending();
+            self.engine = previous;
+            return Err(err);
+        }
+        if let Err(err) = self.store.flush() {
+            self.engine = previous;
+            return Err(err.into());
+        }
+        if !self.start_report.rebuilt {
+            self.counters.state_rebuilds_total += 1;
+        }
+        self.counters.state_rebuild_conflicts_total += report.conflicts;
+        self.start_report.rebuilt = true;
+        self.start_report.conflicts += report.conflicts;
+        self.start_report.lines.extend(report.lines);
+        // A fresh checkpoint of the rebuilt state, and a fresh journal.
+        self.maybe_compact(true);
+        Ok(())
+    }
+}
+
 /// Seconds since the epoch, the suffix of files set aside.
 pub(super) fn stamp() -> String {
     std::time::SystemTime::now()
@@ -108,3 +194,6 @@ pub(super) fn stamp() -> String {
         .map_or(0, |d| d.as_secs())
         .to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -136,6 +136,7 @@ impl Controller {
             host: parts.host,
             runs,
             start_report: report,
+            hotplug_lines: Vec::new(),
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
@@ -290,6 +291,9 @@ fn initial_state(
             }
         }
         None => {
+            if parts.runtime_updates.is_some() {
+                report.runtime_rebuild = Some(rebuild::reason(set_aside, &path));
+            }
             let claims = node_claims(parts, runs)?;
             if claims.is_empty() && set_aside.is_none() {
                 return Ok((State::default(), None));

@@ -61,6 +61,13 @@ impl Controller {
         &mut self,
         running: &[RunningContainer],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        if let Some(why) = self.start_report.runtime_rebuild.take() {
+            if let Err(err) = self.rebuild_from_runtime(running, &why) {
+                // Nothing changed: the next Synchronize tries again.
+                self.start_report.runtime_rebuild = Some(why);
+                return Err(err);
+            }
+        }
         let by_key: BTreeMap<&Key, &RunningContainer> =
             running.iter().map(|c| (&c.key, c)).collect();
         let stale: Vec<Key> = self

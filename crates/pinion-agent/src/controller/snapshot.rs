@@ -46,6 +46,10 @@ pub struct Snapshot {
     /// line per event and conflict.
     #[serde(default)]
     pub recovery: Vec<String>,
+    /// What CPU hot-plug changed while the agent ran, one line per change
+    /// and per workload that did not keep exactly its CPUs.
+    #[serde(default)]
+    pub hotplug: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -114,6 +118,7 @@ impl Controller {
             pending_plugin_removals: self.pending_removals(),
             pods: self.known_pods(),
             recovery: self.start_report.lines.clone(),
+            hotplug: self.hotplug_lines.clone(),
         };
         self.snapshot_tx.send_replace(Arc::new(snapshot));
     }

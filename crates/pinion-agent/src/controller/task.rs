@@ -16,12 +16,12 @@ use std::time::Instant;
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::PodResources;
-use pinion_core::{CpuSet, Placement, Quantity};
+use pinion_core::{CpuSet, Placement, Quantity, Topology};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
     AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
-    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot,
+    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot, TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
 use crate::qrm::{Poll, Qrm};
@@ -95,6 +95,11 @@ pub enum Command {
     },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
+    /// The machine's online CPUs changed: follow them (CPU hot-plug).
+    Topology {
+        machine: Box<Topology>,
+        reply: Reply<TopologyReport>,
+    },
     /// Stop after the commands already queued.
     Shutdown,
 }
@@ -207,6 +212,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
+            }
+            Command::Topology { machine, reply } => {
+                let _ = reply.send(controller.follow_topology(&machine));
             }
             Command::Shutdown => break,
             Command::Admit { .. } | Command::Release { .. } => {}
@@ -496,6 +504,16 @@ impl ControllerHandle {
     /// Runs a reconcile pass.
     pub async fn reconcile(&self) -> Result<ReconcileReport, ControlError> {
         self.ask(|reply| Command::Reconcile { reply }).await
+    }
+
+    /// Has the state follow the machine's online CPUs (`machine` as
+    /// discovered now; CPU hot-plug).
+    pub async fn follow_topology(&self, machine: Topology) -> Result<TopologyReport, ControlError> {
+        self.ask(|reply| Command::Topology {
+            machine: Box::new(machine),
+            reply,
+        })
+        .await
     }
 
     /// Asks the controller to stop.

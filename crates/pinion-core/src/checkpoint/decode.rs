@@ -110,7 +110,7 @@ where
         .map_err(|err| classify(&err))
 }
 
-fn classify(err: &serde_json::Error) -> CheckpointError {
+pub(crate) fn classify(err: &serde_json::Error) -> CheckpointError {
     let reason = err.to_string();
     match err.classify() {
         serde_json::error::Category::Eof => CheckpointError::Truncated { reason },

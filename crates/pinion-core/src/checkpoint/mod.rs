@@ -15,6 +15,7 @@
 mod checksum;
 mod decode;
 mod encode;
+mod salvage;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +24,7 @@ use crate::cpuset::{CpuSet, CpuSetError};
 pub use checksum::{fnv1a_32, hashed_text};
 pub use decode::decode;
 pub use encode::encode;
+pub use salvage::{salvage, Salvaged};
 
 /// Pod UID → container name → CPU set text (the v2 `entries`).
 pub type PodEntries = BTreeMap<String, BTreeMap<String, String>>;

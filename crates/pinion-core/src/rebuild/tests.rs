@@ -157,6 +157,28 @@ fn the_shared_pool_is_never_emptied_and_a_short_workload_keeps_what_it_has() {
     started(&rebuilt, &policy);
 }
 
+/// A wider claim (a container on the whole shared pool that asked for 2
+/// exclusive CPUs, as a runtime reports it after a lost checkpoint) earlier
+/// in pod order used to be trimmed first and could take the CPUs of a
+/// workload placed exactly: the exact claims are visited first now.
+#[test]
+fn regression_a_wide_claim_is_trimmed_around_exactly_placed_workloads() {
+    let policy = policy("0");
+    let rebuilt = rebuild(
+        &[claim("pod-a", "1-15", 2), claim("pod-b", "1,9", 2)],
+        &policy,
+    );
+    assert!(rebuilt.outcomes[1].unmoved(), "{rebuilt:?}");
+    assert_eq!(
+        rebuilt.state.assignment("pod-b", "main"),
+        Some(&cpus("1,9"))
+    );
+    let a = rebuilt.state.assignment("pod-a", "main").expect("a");
+    assert_eq!(a.len(), 2);
+    assert!(a.intersection(&cpus("1,9")).is_empty(), "{a}");
+    started(&rebuilt, &policy);
+}
+
 #[test]
 fn under_policy_none_everything_is_shared() {
     let rebuilt = rebuild(&[claim("pod-a", "1", 1)], &Policy::None);

@@ -96,3 +96,10 @@ pub fn discover(root: &Path) -> Result<Topology, DiscoveryError> {
 
 #[cfg(test)]
 mod tests;
+
+/// The online CPUs of the machine whose root directory is `root`: one file
+/// (or the per-CPU `online` files), cheap enough for the reconcile loop to
+/// poll for CPU hot-plug before it discovers the whole topology again.
+pub fn online_cpus(root: &Path) -> Result<pinion_core::CpuSet, DiscoveryError> {
+    Ok(cpu::read_state(&root.join("sys/devices/system/cpu"))?.online)
+}

@@ -18,4 +18,5 @@ pub mod state_check;
 pub mod state_import;
 pub mod state_journal;
 pub mod state_rebuild;
+mod state_salvage;
 pub mod topology;

@@ -54,6 +54,9 @@ fn table(snapshot: &Snapshot) -> String {
     for line in &snapshot.recovery {
         let _ = writeln!(out, "at start: {line}");
     }
+    for line in &snapshot.hotplug {
+        let _ = writeln!(out, "cpu hot-plug: {line}");
+    }
     let rows: Vec<[String; 7]> = snapshot
         .workloads
         .iter()

@@ -10,7 +10,8 @@
 //! cannot be read or decoded, when the checksum does not match, when a CPU
 //! set does not parse, or when the journal is damaged, unreadable or
 //! superseded — after printing what it could. A torn tail (what a crash
-//! leaves) is shown, not an error.
+//! leaves) is shown, not an error. A checkpoint that does not decode is
+//! shown as far as it can be read (`state_salvage`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -26,6 +27,7 @@ use serde::Serialize;
 
 use super::agent_config::AgentConfig;
 use super::state_journal;
+use super::state_salvage::DamagedReport;
 
 /// Arguments of `pinion state`.
 #[derive(Debug, clap::Args)]
@@ -121,12 +123,25 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         }
         return fail_on(&path, &report.problems);
     }
-    let checkpoint = checkpoint::decode(&bytes).with_context(|| {
-        format!(
-            "cannot decode checkpoint {path}; {}",
-            super::state_check::repair_hint(&file)
-        )
-    })?;
+    let checkpoint = match checkpoint::decode(&bytes) {
+        Ok(checkpoint) => checkpoint,
+        Err(err) => {
+            // Show what can be read, then fail as before.
+            let damaged = DamagedReport::new(path.clone(), &checkpoint::salvage(&bytes));
+            match args.format {
+                Format::Text => print!("{}", damaged.to_text()),
+                Format::Json | Format::Effective => {
+                    println!("{}", serde_json::to_string_pretty(&damaged)?);
+                }
+            }
+            return Err(err).with_context(|| {
+                format!(
+                    "cannot decode checkpoint {path}; {}",
+                    super::state_check::repair_hint(&file)
+                )
+            });
+        }
+    };
     let mut report = Report::new(path.clone(), &checkpoint);
     let beside = dir.join(journal::JOURNAL);
     let is_kubelets_file = file.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
@@ -159,7 +174,7 @@ fn fail_on(path: &str, problems: &[String]) -> anyhow::Result<()> {
 
 /// One CPU set as stored, with its size or why it does not parse.
 #[derive(Debug, Serialize)]
-struct CpuSetView {
+pub(super) struct CpuSetView {
     cpus: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     count: Option<usize>,
@@ -168,7 +183,7 @@ struct CpuSetView {
 }
 
 impl CpuSetView {
-    fn new(text: &str) -> Self {
+    pub(super) fn new(text: &str) -> Self {
         let parsed = CpuSet::parse_list(text);
         CpuSetView {
             cpus: text.to_string(),
@@ -177,7 +192,7 @@ impl CpuSetView {
         }
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let shown = if self.cpus.is_empty() {
             "(empty)"
         } else {
@@ -353,7 +368,11 @@ fn cpuset_problems(checkpoint: &Checkpoint) -> Vec<String> {
     }
 }
 
-fn push_assignments(out: &mut String, indent: &str, items: &BTreeMap<String, CpuSetView>) {
+pub(super) fn push_assignments(
+    out: &mut String,
+    indent: &str,
+    items: &BTreeMap<String, CpuSetView>,
+) {
     let width = items
         .keys()
         .map(|name| name.chars().count())
@@ -364,7 +383,7 @@ fn push_assignments(out: &mut String, indent: &str, items: &BTreeMap<String, Cpu
     }
 }
 
-fn plural(count: usize, noun: &str) -> String {
+pub(super) fn plural(count: usize, noun: &str) -> String {
     if count == 1 {
         format!("1 {noun}")
     } else {

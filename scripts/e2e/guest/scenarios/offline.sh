@@ -1,15 +1,40 @@
 # A CPU of a pinned workload taken offline
-# (`echo 0 > /sys/devices/system/cpu/cpuN/online`).
+# (`echo 0 > /sys/devices/system/cpu/cpuN/online`), then back online.
 #
-# Certain today: the agent stays up and answers, the workload keeps running
-# on its remaining CPUs. What Pinion then does with the assignment is the
-# recovery issue's (#13) to define; when it lands, its assertion is one more
-# line in offline_recovered below.
+# The agent stays up and answers, the workload keeps running on online
+# CPUs; the reconcile loop (every second here) notices the change (#13):
+# the run is re-placed so that it holds as many online CPUs as it asked
+# for (it keeps its remaining one), `pinion ps` says so, and when the CPU
+# comes back online it is in the shared pool.
+
+printf 'cpuManagerReconcilePeriod: 1s\n' >>"$E2E_STATE/config.yaml"
+
+shared_pool() { pinion_ps | sed -n '1s/.*shared pool: //p'; }
+
+# The run holds as many cpus as it asked for, none of them the victim.
+replaced() {
+    now=$(run_cpus pinned)
+    [ "$(cpus_count "$now")" = "$(cpus_count "$cpus")" ] && [ -z "$(cpus_intersect "$now" "$victim")" ]
+}
+
+victim_shared() { [ -n "$(cpus_intersect "$(shared_pool)" "$victim")" ]; }
 
 offline_recovered() {
-    # The stronger check of #13 goes here, e.g.:
-    # check_eq "the run is re-placed on a whole online core" ... ...
-    :
+    wait_for 60 replaced || true
+    now=$(run_cpus pinned)
+    kept=$(cpus_expand "$cpus" | tr ' ' '\n' | grep -vx "$victim" | tr '\n' ',' | sed 's/,$//')
+    check_eq "the run is re-placed on as many online cpus as it asked for ($now)" "$(cpus_count "$cpus")" "$(cpus_count "$now")"
+    check_eq "the re-placed run is off the offline cpu" "" "$(cpus_intersect "$now" "$victim")"
+    check_true "the run keeps its online cpus ($kept of $cpus within $now)" cpus_subset "$kept" "$now"
+    check_eq "the agent says the run holds what it runs on" "$(cpus_expand "$now")" "$(cpus_expand "$(ps_cpus_of_pid "$pid")")"
+    check_contains "pinion ps reports the offline cpu" "cpu hot-plug: cpus $victim went offline" "$(pinion_ps)"
+    check_eq "the offline cpu is not in the shared pool" "" "$(cpus_intersect "$(shared_pool)" "$victim")"
+}
+
+online_recovered() {
+    wait_for 60 victim_shared || true
+    check_true "cpu$victim back online is in the shared pool ($(shared_pool))" victim_shared
+    check_eq "the run does not move when it comes back" "$(cpus_expand "$now")" "$(cpus_expand "$(run_cpus pinned)")"
 }
 
 agent_start || fail "agent starts" "no answer on $SOCK"
@@ -26,9 +51,12 @@ if run_start pinned 2; then
         left=$(proc_field "$pid" Cpus_allowed_list)
         check_ne "the workload has cpus left" "" "$left"
         check_eq "the workload runs only on online cpus" "" "$(cpus_intersect "$left" "$victim")"
-        check_true "the workload's cpus are its own remaining ones ($left of $cpus)" cpus_subset "$left" "$cpus"
         offline_recovered
-        echo 1 >"/sys/devices/system/cpu/cpu$victim/online" || note "cpu$victim did not come back online"
+        if echo 1 >"/sys/devices/system/cpu/cpu$victim/online"; then
+            online_recovered
+        else
+            note "cpu$victim did not come back online"
+        fi
         check_true "the agent is still running after the cpu came back" agent_alive
     else
         skip "cpu offline" "cpu$victim cannot be taken offline in this guest"

@@ -1,0 +1,149 @@
+//! CPU hot-plug at run time (issue 13): the reconcile loop polls the
+//! machine's online CPUs (`pinion_host::online_cpus`); when they changed it
+//! discovers the topology again and hands it here. The state follows with
+//! the rule that rebuilds it from the node (`pinion_core::hotplug`): a
+//! workload that lost an exclusive CPU to the kernel gets a replacement
+//! chosen by the policy — or keeps what is left when no CPU is free — and
+//! a CPU that comes back online joins the shared pool. The change is
+//! journaled and flushed before the executor rewrites any cgroup, logged,
+//! counted and shown by `pinion ps`.
+
+use pinion_core::hotplug::{follow_online, policy_on, Followed};
+use pinion_core::placement::all_memory_nodes;
+use pinion_core::rebuild::{Conflict, Outcome};
+use pinion_core::{CpuSet, Topology};
+use serde::{Deserialize, Serialize};
+
+use super::{ControlError, Controller};
+
+/// How many hot-plug lines `pinion ps` keeps (the oldest go first).
+const KEPT_LINES: usize = 32;
+
+/// What following a change of the online CPUs did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyReport {
+    /// CPUs that went offline and came online since the last change.
+    pub offline: CpuSet,
+    pub online: CpuSet,
+    /// One line per workload that did not keep exactly its CPUs.
+    pub lines: Vec<String>,
+}
+
+impl TopologyReport {
+    /// True when the online CPUs had not changed.
+    #[must_use]
+    pub fn unchanged(&self) -> bool {
+        self.offline.is_empty() && self.online.is_empty()
+    }
+}
+
+impl Controller {
+    /// Follows the machine's online CPUs to `machine` (discovered after the
+    /// reconcile loop saw them change); nothing happens when they are the
+    /// CPUs the engine already has. On error nothing changed.
+    pub fn follow_topology(&mut self, machine: &Topology) -> Result<TopologyReport, ControlError> {
+        let before = self.engine.machine().all_cpus().clone();
+        if *machine.all_cpus() == before {
+            return Ok(TopologyReport::default());
+        }
+        let policy = policy_on(self.engine.policy(), machine)
+            .map_err(|err| ControlError::Start(Box::new(err)))?;
+        let followed = follow_online(self.engine.state(), &before, &policy);
+        let next = self
+            .engine
+            .on_machine(machine, policy, followed.rebuilt.state.clone())
+            .map_err(|err| ControlError::Start(Box::new(err)))?;
+        let previous = std::mem::replace(&mut self.engine, next);
+        if let Err(err) = self.record(previous.state(), None) {
+            self.store.discard_pending();
+            self.engine = previous;
+            return Err(err);
+        }
+        if let Err(err) = self.store.flush() {
+            self.engine = previous;
+            return Err(err.into());
+        }
+        let report = self.report_hotplug(&followed);
+        // Pinion's root first: a cgroup v1 kernel does not give a CPU that
+        // comes back to the cpusets it was removed from.
+        let all = self.engine.machine().all_cpus().clone();
+        let mems = all_memory_nodes(self.engine.machine());
+        if let Err(err) = self.host.ensure_root(&all, &mems) {
+            tracing::warn!("widening pinion's cgroup root to cpus {all}: {err}");
+        }
+        self.converge();
+        self.maybe_compact(true);
+        Ok(report)
+    }
+
+    /// Logs, counts and keeps for `pinion ps` what `followed` did.
+    fn report_hotplug(&mut self, followed: &Followed) -> TopologyReport {
+        self.counters.cpu_online_changes_total += 1;
+        let mut report = TopologyReport {
+            offline: followed.gone.clone(),
+            online: followed.back.clone(),
+            lines: Vec::new(),
+        };
+        let head = describe_change(followed);
+        tracing::info!("{head}; shared pool now {}", self.engine.shared_pool());
+        report.lines.push(head);
+        for outcome in followed.rebuilt.outcomes.iter().filter(|o| !o.unmoved()) {
+            let short = outcome
+                .conflicts
+                .iter()
+                .any(|c| matches!(c, Conflict::Short { .. }));
+            let replaced = outcome
+                .conflicts
+                .iter()
+                .any(|c| matches!(c, Conflict::Replaced { .. }));
+            let line = describe_outcome(outcome);
+            if short {
+                self.counters.cpu_offline_short_total += 1;
+                tracing::warn!("{line}");
+            } else {
+                tracing::info!("{line}");
+            }
+            if replaced {
+                self.counters.cpu_offline_replaced_total += 1;
+            }
+            report.lines.push(line);
+        }
+        self.hotplug_lines.extend(report.lines.iter().cloned());
+        let excess = self.hotplug_lines.len().saturating_sub(KEPT_LINES);
+        self.hotplug_lines.drain(..excess);
+        report
+    }
+}
+
+fn describe_change(followed: &Followed) -> String {
+    let mut parts = Vec::new();
+    if !followed.gone.is_empty() {
+        parts.push(format!("cpus {} went offline", followed.gone));
+    }
+    if !followed.back.is_empty() {
+        parts.push(format!(
+            "cpus {} came online (to the shared pool)",
+            followed.back
+        ));
+    }
+    parts.join(", ")
+}
+
+fn describe_outcome(outcome: &Outcome) -> String {
+    let now = if outcome.cpus.is_empty() {
+        "the shared pool".to_string()
+    } else {
+        format!("cpus {}", outcome.cpus)
+    };
+    let why: Vec<String> = outcome.conflicts.iter().map(ToString::to_string).collect();
+    format!(
+        "{}/{} had cpus {}, now {now}: {}",
+        outcome.pod,
+        outcome.container,
+        outcome.observed,
+        why.join("; ")
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+//! CPU hot-plug with fake cgroups on a synthetic machine (1 socket × 4
+//! cores × 2 threads: core n = cpus n and n+4; cpu 0 reserved).
+
+use pinion_core::testing::without_cpus;
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::cgroup::CgroupName;
+
+use super::super::Controller;
+use crate::hints::GatheredHints;
+use crate::testing::{machine, run_request, SyntheticNode};
+use pinion_core::{CpuSet, Topology};
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).expect("cpulist")
+}
+
+fn start(dir: &std::path::Path, host: &FakeCgroups) -> Controller {
+    SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    }
+    .start(dir)
+    .expect("start")
+}
+
+fn run(controller: &mut Controller, id: &str, cpus: &str, pid: u32) -> CpuSet {
+    let admitted = controller
+        .admit(
+            &run_request(id, Some(cpus), Some(pid)),
+            &GatheredHints::default(),
+        )
+        .expect("admit");
+    admitted.placement.cpus
+}
+
+fn cgroup_cpus(host: &FakeCgroups, id: &str) -> CpuSet {
+    host.tree().children[&CgroupName::new(id).expect("name")]
+        .cpus
+        .clone()
+}
+
+/// The checkpoint (with the journal replayed) a restart would start from.
+fn on_disk(dir: &std::path::Path) -> pinion_core::state::State {
+    let inspection = pinion_host::journal::inspect(dir).expect("readable");
+    let view = inspection
+        .journal
+        .expect("a journal")
+        .expect("readable journal");
+    let checkpoint = view.effective.expect("replays").expect("a checkpoint");
+    let parsed = checkpoint.to_state().expect("parses");
+    pinion_core::state::State {
+        default: parsed.default_cpu_set,
+        assignments: parsed.assignments,
+    }
+}
+
+fn offline(cpus: &str) -> Topology {
+    without_cpus(&machine(1, 4, 2), &set(cpus))
+}
+
+#[test]
+fn an_offline_pinned_cpu_is_replaced_and_comes_back_to_the_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host);
+    let a = run(&mut controller, "pinion-run-a", "2", 10);
+    let b = run(&mut controller, "pinion-run-b", "2", 11);
+    let shared = run(&mut controller, "pinion-run-s", "0.5", 12);
+    assert_eq!(
+        cgroup_cpus(&host, "pinion-run-s"),
+        controller.engine.shared_pool()
+    );
+    let victim = a.last().expect("a has cpus");
+    let lost = CpuSet::from_iter([victim]);
+    let kept = a.difference(&lost);
+
+    let report = controller
+        .follow_topology(&offline(&lost.to_string()))
+        .expect("follows");
+    assert_eq!(report.offline, lost);
+    let now = controller
+        .state()
+        .assignment("pinion-run-a", "main")
+        .expect("still exclusive")
+        .clone();
+    assert_eq!(now.len(), 2, "as many cpus as it asked for: {now}");
+    assert!(kept.is_subset(&now), "keeps its online cpu: {now}");
+    assert!(!now.contains(victim));
+    assert!(now.intersection(&b).is_empty(), "not b's cpus");
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", "main"),
+        Some(&b)
+    );
+    assert_eq!(cgroup_cpus(&host, "pinion-run-a"), now, "applied");
+    assert_eq!(cgroup_cpus(&host, "pinion-run-b"), b, "b untouched");
+    assert!(!shared.is_empty());
+    let pool = controller.engine.shared_pool();
+    assert!(!pool.contains(victim));
+    assert_eq!(
+        cgroup_cpus(&host, "pinion-run-s"),
+        pool,
+        "shared pool followed"
+    );
+    assert_eq!(&on_disk(dir.path()), controller.state(), "durable");
+    assert_eq!(controller.counters.cpu_online_changes_total, 1);
+    assert_eq!(controller.counters.cpu_offline_replaced_total, 1);
+    assert_eq!(controller.counters.cpu_offline_short_total, 0);
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(
+        snapshot
+            .hotplug
+            .iter()
+            .any(|l| l.starts_with(&format!("pinion-run-a/main had cpus {a}, now cpus {now}"))),
+        "{:?}",
+        snapshot.hotplug
+    );
+    assert!(!snapshot.all_cpus.contains(victim));
+
+    // The same topology again changes nothing.
+    let again = controller
+        .follow_topology(&offline(&lost.to_string()))
+        .expect("follows");
+    assert!(again.unchanged());
+    assert_eq!(controller.counters.cpu_online_changes_total, 1);
+
+    // Back online: to the shared pool; nobody moves.
+    let report = controller
+        .follow_topology(&machine(1, 4, 2))
+        .expect("follows");
+    assert_eq!(report.online, lost);
+    assert_eq!(report.lines.len(), 1, "{:?}", report.lines);
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", "main"),
+        Some(&now)
+    );
+    assert!(controller.engine.shared_pool().contains(victim));
+    assert_eq!(
+        cgroup_cpus(&host, "pinion-run-s"),
+        controller.engine.shared_pool()
+    );
+    assert_eq!(&on_disk(dir.path()), controller.state());
+}
+
+#[test]
+fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host);
+    // Cores 1-3 taken: the shared pool is 0 (reserved) and its sibling 4.
+    let mut held = CpuSet::new();
+    for (id, pid) in [
+        ("pinion-run-a", 10),
+        ("pinion-run-b", 11),
+        ("pinion-run-c", 12),
+    ] {
+        held.union_with(&run(&mut controller, id, "2", pid));
+    }
+    assert_eq!(controller.engine.shared_pool(), set("0,4"));
+    let c = controller
+        .state()
+        .assignment("pinion-run-c", "main")
+        .expect("c")
+        .clone();
+    let victim = c.last().expect("c has cpus");
+    controller
+        .follow_topology(&offline(&victim.to_string()))
+        .expect("follows");
+    let now = controller
+        .state()
+        .assignment("pinion-run-c", "main")
+        .expect("c keeps one")
+        .clone();
+    assert_eq!(now, c.difference(&CpuSet::from_iter([victim])));
+    assert_eq!(controller.engine.shared_pool(), set("0,4"), "not emptied");
+    assert_eq!(controller.counters.cpu_offline_short_total, 1);
+    assert_eq!(controller.counters.cpu_offline_replaced_total, 0);
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(
+        snapshot
+            .hotplug
+            .iter()
+            .any(|l| l.ends_with("asked for 2 cpus, keeps 1: no free cpu left")),
+        "{:?}",
+        snapshot.hotplug
+    );
+    assert_eq!(cgroup_cpus(&host, "pinion-run-c"), now);
+}
+
+/// A change of the online CPUs that cannot be made durable changes nothing
+/// (no cgroup is rewritten) and is followed at the next tick.
+#[test]
+fn a_hotplug_that_cannot_be_flushed_changes_nothing_and_is_retried() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (faults, plan) = Faults::new();
+    let mut parts = node.parts_on(dir.path(), Box::new(host.clone()));
+    parts.file_ops = Some(Box::new(faults));
+    let mut controller = Controller::start(parts).expect("start");
+    let a = run(&mut controller, "pinion-run-a", "2", 10);
+    let victim = a.last().expect("a has cpus");
+    let topology = offline(&victim.to_string());
+    let before = controller.state().clone();
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    controller
+        .follow_topology(&topology)
+        .expect_err("not durable");
+    assert_eq!(controller.state(), &before);
+    assert_eq!(cgroup_cpus(&host, "pinion-run-a"), a, "not rewritten");
+    assert_eq!(controller.counters.cpu_online_changes_total, 0);
+    let report = controller.follow_topology(&topology).expect("follows");
+    assert_eq!(report.offline, CpuSet::from_iter([victim]));
+    assert!(!cgroup_cpus(&host, "pinion-run-a").contains(victim));
+    assert_eq!(&on_disk(dir.path()), controller.state());
+}

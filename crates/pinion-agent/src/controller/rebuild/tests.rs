@@ -1,0 +1,109 @@
+//! Rebuilding runtime containers from `Synchronize` after a lost
+//! checkpoint, with conflicting claims (fake cgroups, no NRI socket: the
+//! controller is driven directly).
+
+use std::sync::Arc;
+
+use pinion_core::CpuSet;
+use pinion_host::cgroup::fake::FakeCgroups;
+
+use super::super::{Observed, RunningContainer};
+use crate::testing::{machine, runtime_request, SyntheticNode};
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).expect("cpulist")
+}
+
+/// Container `uid`/main asking for `cpus` CPUs, which the runtime reports
+/// on `on` (without a CFS quota when placed exclusively).
+fn running(uid: &str, cpus: &str, on: &str) -> RunningContainer {
+    let exclusive = !cpus.contains('.');
+    let request = runtime_request(uid, Some(cpus), &format!("id-{uid}"));
+    RunningContainer {
+        key: (uid.to_string(), request.container.clone()),
+        container_id: format!("id-{uid}"),
+        observed: Observed {
+            cpus: Some(set(on)),
+            mems: Some(set("0")),
+            cpu_quota: exclusive.then_some(-1),
+        },
+        pod: Some(Arc::new(request.pod)),
+    }
+}
+
+#[test]
+fn conflicting_runtime_claims_are_resolved_by_the_rule_and_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+    // pod-a and pod-b both claim cpu 2; pod-s is a shared container.
+    let containers = [
+        running("pod-a", "2", "1-2"),
+        running("pod-b", "2", "2-3"),
+        running("pod-s", "0.5", "0,4-7"),
+    ];
+    let (_, updates) = controller.sync_runtime(&containers).expect("sync");
+    let state = controller.state();
+    assert_eq!(state.assignment("pod-a", "main"), Some(&set("1-2")));
+    let b = state
+        .assignment("pod-b", "main")
+        .expect("b keeps cpus")
+        .clone();
+    assert_eq!(b.len(), 2, "{b}");
+    assert!(b.contains(3) && !b.contains(2), "{b}");
+    assert_eq!(state.assignment("pod-s", "main"), None);
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+    assert_eq!(controller.counters.state_rebuild_conflicts_total, 1);
+    assert!(
+        controller.start_report.lines.iter().any(|l| l
+            .starts_with("conflict: pod-b/main had cpus 2-3, now cpus ")
+            && l.ends_with("cpus 2 are kept by pod-a/main")),
+        "{:?}",
+        controller.start_report.lines
+    );
+    // Only the moved container gets an update (and the shared one, whose
+    // pool shrank by pod-b's new cpu).
+    let moved: Vec<&str> = updates.iter().map(|u| u.container_id.as_str()).collect();
+    assert!(moved.contains(&"id-pod-b"), "{moved:?}");
+    assert!(!moved.contains(&"id-pod-a"), "{moved:?}");
+    // Once only: a later Synchronize (the runtime restarted) rebuilds nothing.
+    controller.sync_runtime(&containers).expect("sync");
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+}
+
+/// A rebuild that cannot be made durable changes nothing and is tried
+/// again at the next `Synchronize`.
+#[test]
+fn a_runtime_rebuild_that_cannot_be_flushed_changes_nothing_and_is_retried() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (faults, plan) = Faults::new();
+    let (tx, _updates) = tokio::sync::mpsc::unbounded_channel();
+    let mut parts = node.parts_on(dir.path(), Box::new(host));
+    parts.file_ops = Some(Box::new(faults));
+    parts.runtime_updates = Some(tx);
+    let mut controller = super::super::Controller::start(parts).expect("start");
+    let containers = [running("pod-a", "2", "1-2")];
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    let err = controller
+        .sync_runtime(&containers)
+        .expect_err("not durable");
+    assert!(err.to_string().contains("fdatasync"), "{err}");
+    assert!(controller.state().assignments.is_empty(), "nothing changed");
+    assert_eq!(controller.counters.state_rebuilds_total, 0);
+    assert!(controller.start_report.lines.is_empty());
+    controller.sync_runtime(&containers).expect("sync");
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+}

@@ -1,0 +1,190 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::policy::StaticPolicyOptions;
+use crate::rebuild::Conflict;
+use crate::testing::{cpus, without_cpus as without};
+use crate::topology::{synthetic, Shape};
+
+/// 8 cores × 2 threads: core n = CPUs n and n+8.
+fn machine() -> Topology {
+    synthetic(Shape {
+        sockets: 1,
+        numa_per_socket: 1,
+        cores_per_socket: 8,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+}
+
+fn static_policy(topology: Topology, reserved: &str) -> Policy {
+    let cpus = cpus(reserved);
+    let reservation = Reservation {
+        count: cpus.len(),
+        cpus,
+    };
+    Policy::Static(Box::new(
+        StaticPolicy::new(topology, StaticPolicyOptions::default(), &reservation).expect("policy"),
+    ))
+}
+
+fn state(default: &str, assignments: &[(&str, &str)]) -> State {
+    let mut state = State {
+        default: cpus(default),
+        ..State::default()
+    };
+    for (pod, list) in assignments {
+        state.assign(pod, "main", cpus(list));
+    }
+    state
+}
+
+fn valid(followed: &Followed, policy: &Policy) {
+    let mut started = followed.rebuilt.state.clone();
+    assert_eq!(policy.start(&mut started), Ok(()), "{followed:?}");
+    assert_eq!(started, followed.rebuilt.state);
+}
+
+#[test]
+fn an_offline_cpu_is_replaced_by_a_free_one_and_nothing_else_moves() {
+    let old = state("0,3-8,11-15", &[("pod-a", "1,9"), ("pod-b", "2,10")]);
+    let before = machine().all_cpus().clone();
+    let policy = policy_on(
+        &static_policy(machine(), "0"),
+        &without(&machine(), &cpus("9")),
+    )
+    .expect("policy");
+    let followed = follow_online(&old, &before, &policy);
+    valid(&followed, &policy);
+    assert_eq!(followed.gone, cpus("9"));
+    assert!(followed.back.is_empty());
+    let a = &followed.rebuilt.outcomes[0];
+    assert_eq!(a.pod, "pod-a");
+    assert_eq!(a.cpus.len(), 2, "{a:?}");
+    assert!(a.cpus.contains(1), "keeps its online cpu: {a:?}");
+    assert!(!a.cpus.contains(9));
+    let added = a.cpus.difference(&cpus("1"));
+    assert_eq!(
+        a.conflicts,
+        [
+            Conflict::CpusGone { cpus: cpus("9") },
+            Conflict::Replaced { added }
+        ]
+    );
+    let b = &followed.rebuilt.outcomes[1];
+    assert!(b.unmoved(), "{b:?}");
+    assert_eq!(
+        followed.rebuilt.state.assignment("pod-b", "main"),
+        Some(&cpus("2,10"))
+    );
+}
+
+#[test]
+fn without_a_free_cpu_the_workload_keeps_what_is_left() {
+    // Everything but the reserved CPU 0 and CPU 8 (shared) is held.
+    let old = state("0,8", &[("pod-a", "1-7"), ("pod-b", "9-15")]);
+    let before = machine().all_cpus().clone();
+    let policy = policy_on(
+        &static_policy(machine(), "0"),
+        &without(&machine(), &cpus("15")),
+    )
+    .expect("policy");
+    let followed = follow_online(&old, &before, &policy);
+    valid(&followed, &policy);
+    let b = &followed.rebuilt.outcomes[1];
+    assert_eq!(b.cpus, cpus("9-14"));
+    assert_eq!(
+        b.conflicts.last(),
+        Some(&Conflict::Short { asked: 7, kept: 6 })
+    );
+    assert!(followed.rebuilt.outcomes[0].unmoved());
+}
+
+#[test]
+fn a_cpu_back_online_joins_the_shared_pool() {
+    let offline = cpus("9");
+    let smaller = without(&machine(), &offline);
+    let old = state("0,3-8,11-15", &[("pod-a", "1"), ("pod-b", "2,10")]);
+    let policy = policy_on(&static_policy(smaller.clone(), "0"), &machine()).expect("policy");
+    let followed = follow_online(&old, smaller.all_cpus(), &policy);
+    valid(&followed, &policy);
+    assert_eq!(followed.back, offline);
+    assert!(followed.rebuilt.outcomes.iter().all(|o| o.unmoved()));
+    assert_eq!(followed.rebuilt.state.default, cpus("0,3-9,11-15"));
+}
+
+#[test]
+fn reserved_cpus_stay_reserved_minus_the_offline_ones() {
+    let policy = static_policy(machine(), "0,8");
+    let moved = policy_on(&policy, &without(&machine(), &cpus("8"))).expect("policy");
+    assert_eq!(moved.reserved(), cpus("0"));
+    assert!(matches!(
+        policy_on(&Policy::None, &machine()),
+        Ok(Policy::None)
+    ));
+}
+
+fn arb_case() -> impl Strategy<Value = (State, CpuSet)> {
+    // Owner per CPU 1..16: 0-1 shared, 2.. pod-N. CPU 0 is reserved.
+    (
+        proptest::collection::vec(0u8..6, 15),
+        proptest::collection::vec(any::<bool>(), 15),
+    )
+        .prop_filter_map("shared pool not empty", |(owners, off)| {
+            let mut state = State {
+                default: cpus("0"),
+                ..State::default()
+            };
+            let mut held: BTreeMap<u8, CpuSet> = BTreeMap::new();
+            for (cpu, owner) in (1u32..16).zip(&owners) {
+                if *owner < 2 {
+                    state.default.insert(cpu);
+                } else {
+                    held.entry(*owner).or_default().insert(cpu);
+                }
+            }
+            for (owner, set) in held {
+                state.assign(&format!("pod-{owner}"), "main", set);
+            }
+            let offline: CpuSet = (1u32..16)
+                .zip(&off)
+                .filter(|(_, o)| **o)
+                .map(|(c, _)| c)
+                .collect();
+            (state.default.len() > 1).then_some((state, offline))
+        })
+}
+
+proptest! {
+    /// Whatever goes offline: the result starts under the new policy, no
+    /// CPU is handed out twice, every CPU is online, a workload keeps every
+    /// online CPU it had (but one, when the shared pool would be empty) and
+    /// never gets more new CPUs than it lost to the offline ones.
+    #[test]
+    fn only_the_offline_cpus_are_replaced((old, offline) in arb_case()) {
+        let base = static_policy(machine(), "0");
+        let Ok(policy) = policy_on(&base, &without(&machine(), &offline)) else {
+            return Ok(());
+        };
+        let followed = follow_online(&old, machine().all_cpus(), &policy);
+        let mut started = followed.rebuilt.state.clone();
+        prop_assert_eq!(policy.start(&mut started), Ok(()));
+        let online = policy.topology().expect("static").all_cpus().clone();
+        let mut seen = CpuSet::new();
+        for outcome in &followed.rebuilt.outcomes {
+            prop_assert!(outcome.cpus.is_subset(&online));
+            prop_assert!(seen.intersection(&outcome.cpus).is_empty(), "handed out twice: {:?}", outcome);
+            seen.union_with(&outcome.cpus);
+            let lost_online = outcome.observed.intersection(&online).difference(&outcome.cpus);
+            let emptied = outcome.conflicts.iter().any(|c| matches!(c, Conflict::SharedPoolWouldBeEmpty { .. }));
+            prop_assert!(lost_online.is_empty() || (emptied && lost_online.len() == 1), "{:?}", outcome);
+            let added = outcome.cpus.difference(&outcome.observed);
+            prop_assert!(added.len() <= outcome.observed.difference(&online).len(), "{:?}", outcome);
+            if outcome.observed.is_subset(&online) && !emptied {
+                prop_assert!(outcome.unmoved());
+            }
+        }
+    }
+}
