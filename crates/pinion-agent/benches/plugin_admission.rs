@@ -35,8 +35,7 @@ use pinion_core::Quantity;
 use pinion_plugins::builtin::{Config, Kind};
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::{
-    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
-    Request, ResourcePlugin, TopologyAwareResource,
+    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
@@ -96,18 +95,6 @@ impl ResourcePlugin for Stamp {
 
     fn remove_pod(&mut self, _: &str) -> Result<(), PluginError> {
         Ok(())
-    }
-
-    fn topology_aware_resources(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        BTreeMap::new()
     }
 }
 

@@ -24,8 +24,7 @@ use pinion_host::cgroup::CgroupName;
 use pinion_host::meminfo::NodeMemory;
 use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
 use pinion_plugins::{
-    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
-    Request, ResourcePlugin, TopologyAwareResource,
+    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
 
 const GIB: u64 = 1 << 30;
@@ -132,18 +131,6 @@ impl ResourcePlugin for Scripted {
         self.allocated.lock().expect("lock").remove(pod_uid);
         self.removed.lock().expect("lock").push(pod_uid.to_string());
         Ok(())
-    }
-
-    fn topology_aware_resources(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        BTreeMap::new()
     }
 }
 

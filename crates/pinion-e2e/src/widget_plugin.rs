@@ -26,8 +26,7 @@ use std::path::PathBuf;
 use pinion_api::plugin::Identity;
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::{
-    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
-    Request, ResourcePlugin, TopologyAwareResource,
+    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
 
 const RESOURCE: &str = "example.com/widget";
@@ -125,18 +124,6 @@ impl ResourcePlugin for Widgets {
     fn remove_pod(&mut self, pod_uid: &str) -> Result<(), PluginError> {
         self.held.remove(pod_uid);
         Ok(())
-    }
-
-    fn topology_aware_resources(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        BTreeMap::new()
     }
 }
 

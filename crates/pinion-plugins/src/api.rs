@@ -172,14 +172,21 @@ pub trait ResourcePlugin: Send {
 
     /// `GetTopologyAwareResources`: resource name → resource, for one
     /// container; an unknown container is [`PluginError::UnknownContainer`].
+    /// By default none: a plugin without topology-aware resources (NUMA
+    /// placement of what it hands out) need not answer more.
     fn topology_aware_resources(
         &self,
-        pod_uid: &str,
-        container: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError>;
+        _pod_uid: &str,
+        _container: &str,
+    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
+        Ok(BTreeMap::new())
+    }
 
     /// `GetTopologyAwareAllocatableResources`: resource name → resource.
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource>;
+    /// By default none, as [`ResourcePlugin::topology_aware_resources`].
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        BTreeMap::new()
+    }
 }
 
 /// A plugin chosen at run time ([`crate::builtin::open`]) is a plugin.

@@ -8,78 +8,28 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use common::BIN;
 use pinion_api::local::RunRequest;
 use pinion_api::Client;
 use pinion_core::CpuSet;
 use serde_json::Value;
 
 const MACHINE: &str = "topologies/x86-2s-intel-xeon-silver-4108-ht";
-/// Upper bound for waiting on the agent (not a timing assertion).
-const PATIENCE: Duration = Duration::from_secs(30);
 const RUN: &str = "pinion-run-db";
 
-struct Node {
-    dir: tempfile::TempDir,
-    agent: Child,
-}
+/// The agent on a fake sysroot, with this file's commands.
+struct Node(common::SysrootAgent);
 
 impl Node {
     fn start(machine: &Path) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = dir.path().join("sysroot");
-        common::fake_cgroup_v2_sysroot(machine, &root);
-        std::fs::write(
-            dir.path().join("config.yaml"),
+        Self(common::SysrootAgent::start(
+            machine,
             "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,16\"\nfeatureGates:\n  InPlacePodVerticalScalingExclusiveCPUs: true\n",
-        )
-        .expect("config");
-        common::agent_bin();
-        let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
-        let agent = Command::new(BIN)
-            .arg("agent")
-            .arg("--config")
-            .arg(dir.path().join("config.yaml"))
-            .arg("--state-dir")
-            .arg(dir.path().join("state"))
-            .arg("--socket")
-            .arg(dir.path().join("pinion.sock"))
-            .arg("--podresources-socket")
-            .arg(dir.path().join("podresources.sock"))
-            .arg("--sysroot")
-            .arg(&root)
-            .arg("--cgroup-root")
-            .arg(root.join("cgroup/pinion"))
-            .args(["--metrics-addr", "127.0.0.1:0", "--log-level", "warn"])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start agent");
-        let mut node = Self { dir, agent };
-        let started = Instant::now();
-        while Client::new(&node.socket()).health().is_err() {
-            if let Ok(Some(status)) = node.agent.try_wait() {
-                panic!("agent exited with {status}: {}", node.log());
-            }
-            assert!(
-                started.elapsed() < PATIENCE,
-                "agent did not come up: {}",
-                node.log()
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        node
+        ))
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.path().join("pinion.sock")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+        self.0.socket()
     }
 
     /// `pinion resize RUN --cpus CPUS --socket <ours> ARGS`.
@@ -93,21 +43,9 @@ impl Node {
 
     /// The run's cgroup's cpuset, as the agent wrote it.
     fn cgroup_cpus(&self) -> CpuSet {
-        let path = self
-            .dir
-            .path()
-            .join("sysroot/cgroup/pinion")
-            .join(RUN)
-            .join("cpuset.cpus");
+        let path = self.0.cgroup_root().join(RUN).join("cpuset.cpus");
         let text = std::fs::read_to_string(&path).expect("cpuset.cpus");
         CpuSet::parse_list(text.trim()).expect("cpulist")
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.agent.kill();
-        let _ = self.agent.wait();
     }
 }
 

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pinion_plugins::{
-    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
-    Request, ResourcePlugin, TopologyAwareResource,
+    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
 
 /// See the module documentation.
@@ -195,17 +194,5 @@ impl ResourcePlugin for TablePlugin {
         table.values.remove(pod_uid);
         table.removed.push(pod_uid.to_string());
         Ok(())
-    }
-
-    fn topology_aware_resources(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        BTreeMap::new()
     }
 }

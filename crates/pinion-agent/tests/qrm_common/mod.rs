@@ -19,8 +19,7 @@ use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
 use pinion_host::cgroup::CgroupName;
 use pinion_plugins::{
-    AllocatableResource, Allocation, AllocationInfo, Allocations, Hint, Options, PluginError,
-    Request, ResourcePlugin, TopologyAwareResource,
+    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
 
 /// Upper bound for waiting on a registration or a reconcile (not a timing
@@ -341,17 +340,5 @@ impl ResourcePlugin for Knob {
         }
         state.allocated.remove(pod_uid);
         Ok(())
-    }
-
-    fn topology_aware_resources(
-        &self,
-        _: &str,
-        _: &str,
-    ) -> Result<BTreeMap<String, TopologyAwareResource>, PluginError> {
-        Ok(BTreeMap::new())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        BTreeMap::new()
     }
 }

@@ -144,3 +144,88 @@ pub fn fake_cgroup_v2_sysroot(machine: &Path, root: &Path) {
     .expect("controllers");
     std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
 }
+
+/// `pinion agent` on `machine`'s sysfs tree (from `../shared`) with its
+/// cgroups in a plain directory declared as cgroup v2
+/// ([`fake_cgroup_v2_sysroot`]), the agent's `config.yaml` being `config`;
+/// waits until its local API and podresources sockets answer. Killed on
+/// drop.
+pub struct SysrootAgent {
+    pub dir: tempfile::TempDir,
+    agent: std::process::Child,
+}
+
+impl SysrootAgent {
+    /// Upper bound for waiting on the agent (not a timing assertion).
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    pub fn start(machine: &Path, config: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("sysroot");
+        fake_cgroup_v2_sysroot(machine, &root);
+        std::fs::write(dir.path().join("config.yaml"), config).expect("config");
+        agent_bin();
+        let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
+        let agent = Command::new(BIN)
+            .arg("agent")
+            .arg("--config")
+            .arg(dir.path().join("config.yaml"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("pinion.sock"))
+            .arg("--podresources-socket")
+            .arg(dir.path().join("podresources.sock"))
+            .arg("--sysroot")
+            .arg(&root)
+            .arg("--cgroup-root")
+            .arg(root.join("cgroup/pinion"))
+            .args(["--metrics-addr", "127.0.0.1:0", "--log-level", "warn"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start agent");
+        let mut node = Self { dir, agent };
+        let started = std::time::Instant::now();
+        while pinion_api::Client::new(&node.socket()).health().is_err()
+            || std::os::unix::net::UnixStream::connect(node.podresources()).is_err()
+        {
+            if let Ok(Some(status)) = node.agent.try_wait() {
+                panic!("agent exited with {status}: {}", node.log());
+            }
+            assert!(
+                started.elapsed() < Self::PATIENCE,
+                "agent did not come up: {}",
+                node.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        node
+    }
+
+    /// The local API socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("pinion.sock")
+    }
+
+    /// The podresources socket.
+    pub fn podresources(&self) -> PathBuf {
+        self.dir.path().join("podresources.sock")
+    }
+
+    /// Pinion's cgroup root in the fake hierarchy.
+    pub fn cgroup_root(&self) -> PathBuf {
+        self.dir.path().join("sysroot/cgroup/pinion")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for SysrootAgent {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
