@@ -27,6 +27,10 @@ fn request(n: u64) -> AdmitRequest {
 }
 
 fn percentiles(name: &str, samples: &mut [Duration]) {
+    if samples.is_empty() {
+        // Skipped by a filter.
+        return;
+    }
     samples.sort();
     // Nearest-rank percentile: the sample at `percent`% of the sorted list.
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];

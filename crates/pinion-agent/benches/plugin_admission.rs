@@ -48,6 +48,9 @@ enum Mode {
     StaticPolicy,
     BuiltinCpuPlugin,
     OnePlugin,
+    /// [`Mode::OnePlugin`] under the Topology Manager's `none` policy (the
+    /// default): no hints are gathered, only `Allocate` is called.
+    OnePluginPolicyNone,
 }
 
 /// A plugin with no state of its own: hints for either NUMA node, an
@@ -141,7 +144,12 @@ fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
     });
     let handle = runtime.block_on(async {
         let sources: Vec<Arc<dyn HintSource>> = vec![Arc::new(QrmHints(Arc::clone(&qrm)))];
-        let hints = HintGatherer::new(sources, Scope::Container, Duration::from_secs(20));
+        let scope = if mode == Mode::OnePluginPolicyNone {
+            Scope::None
+        } else {
+            Scope::Container
+        };
+        let hints = HintGatherer::new(sources, scope, Duration::from_secs(20));
         let (handle, _) =
             controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
         let _tasks = qrm.start(&handle, &stop_rx).expect("qrm");
@@ -157,7 +165,7 @@ fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
             .start_builtin(machine, &stop_rx)
             .await
             .expect("cpu plugin");
-        if mode == Mode::OnePlugin {
+        if matches!(mode, Mode::OnePlugin | Mode::OnePluginPolicyNone) {
             let socket = dir.path().join("plugins_registry/widget.sock");
             let mut stopped = stop_rx.clone();
             tokio::spawn(async move {
@@ -191,6 +199,10 @@ fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
 }
 
 fn percentiles(name: &str, samples: &mut [Duration]) {
+    if samples.is_empty() {
+        // Skipped by a filter.
+        return;
+    }
     samples.sort();
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
     eprintln!(
@@ -239,7 +251,7 @@ fn bench_case(
         });
     });
     percentiles(name, &mut admissions);
-    if mode == Mode::OnePlugin {
+    if matches!(mode, Mode::OnePlugin | Mode::OnePluginPolicyNone) {
         for view in node.handle.plugins() {
             for (method, stats) in &view.stats.calls {
                 let mean = if stats.calls == 0 {
@@ -276,6 +288,7 @@ fn plugin_admission(c: &mut Criterion) {
             ("builtin_cpu_plugin", Mode::BuiltinCpuPlugin, false),
             ("static_policy_widget", Mode::StaticPolicy, true),
             ("one_plugin", Mode::OnePlugin, true),
+            ("one_plugin_policy_none", Mode::OnePluginPolicyNone, true),
         ];
         for (case, mode, widget) in runs {
             bench_case(
