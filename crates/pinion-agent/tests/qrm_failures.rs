@@ -301,6 +301,45 @@ async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
     agent.stop().await;
 }
 
+/// Regression: the removal loop marked a pod removed with a command it did
+/// not wait for, so a snapshot published meanwhile (another pod admitted or
+/// released) still listed the pod and it got `RemovePod` again — every pod
+/// twice under churn (the admission bench counted 2 calls per pod). Each
+/// pod that goes is told exactly once when its plugins succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_each_departed_pod_gets_remove_pod_once_under_churn() {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    let pods: Vec<String> = (0..40).map(|n| format!("pinion-run-churn-{n}")).collect();
+    for uid in &pods {
+        agent
+            .handle
+            .admit(admission(uid, "100m", &[(FAST, "1")], &[]))
+            .await
+            .expect("admitted");
+        agent
+            .handle
+            .release(uid.clone(), None)
+            .await
+            .expect("released");
+    }
+    wait_until("every departed pod is forgotten", || {
+        agent.handle.snapshot().pending_plugin_removals.is_empty()
+            && knob.state().remove_calls.len() >= pods.len()
+    })
+    .await;
+    // Give a stale snapshot the chance to trigger a repeat.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut calls = knob.state().remove_calls.clone();
+    calls.sort();
+    let mut expected = pods.clone();
+    expected.sort();
+    assert_eq!(calls, expected, "one RemovePod per departed pod");
+    agent.stop().await;
+}
+
 /// A plugin process that dies outright: its own runtime, dropped without
 /// any clean-up (the socket file stays, connections break).
 struct Crashable {

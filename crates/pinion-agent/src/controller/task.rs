@@ -79,8 +79,9 @@ pub enum Command {
         polled_at: Instant,
         reply: Reply<PluginReconcile>,
     },
-    /// Every plugin heard of a pod's removal.
-    PluginPodRemoved { uid: String },
+    /// Every plugin heard of a pod's removal; the reply comes once the
+    /// snapshot no longer lists it as pending.
+    PluginPodRemoved { uid: String, reply: Reply<()> },
     /// Resize a placed container's CPU request in place.
     Resize {
         key: Key,
@@ -203,7 +204,10 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             } => {
                 let _ = reply.send(controller.plugin_reconcile(&polls, polled_at));
             }
-            Command::PluginPodRemoved { uid } => controller.plugin_pod_removed(&uid),
+            Command::PluginPodRemoved { uid, reply } => {
+                controller.plugin_pod_removed(&uid);
+                let _ = reply.send(Ok(()));
+            }
             Command::Resize { key, cpus, reply } => {
                 let _ = reply.send(controller.resize(&key, &cpus));
             }
@@ -450,9 +454,14 @@ impl ControllerHandle {
         .await
     }
 
-    /// Every plugin heard of pod `uid`'s removal.
+    /// Every plugin heard of pod `uid`'s removal. Returns once the
+    /// controller took it off the pending list (a snapshot read afterwards
+    /// no longer lists it, so the removal loop does not tell the plugins
+    /// twice).
     pub async fn plugin_pod_removed(&self, uid: String) {
-        let _ = self.commands.send(Command::PluginPodRemoved { uid }).await;
+        let _ = self
+            .ask(|reply| Command::PluginPodRemoved { uid, reply })
+            .await;
     }
 
     /// The resource plugins Pinion knows (empty without the QoS Resource
