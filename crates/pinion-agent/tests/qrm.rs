@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admission, Agent, PATIENCE};
+use qrm_common::{admission, Agent, Knob, QrmNodeOptions, PATIENCE};
 
 use pinion_agent::config::BuiltinPlugin;
 use pinion_agent::testing::{machine, run_request};
@@ -935,5 +935,57 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
     assert_eq!(share().psi, Some(0.0));
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
+    agent.stop().await;
+}
+
+/// Regression: a plugin that moves other containers while it allocates one
+/// (Pinion's CPU plugin cutting a shared pool for a dedicated pod) had
+/// those moves reach the other containers only at the next reconcile
+/// period — up to `reconcilePeriod` (5 s by default) during which a CPU
+/// could be both in the pool and exclusive. Now every `Allocate` is
+/// followed by a pass at once: with a period of an hour, the first pod
+/// follows the plugin's new answer as soon as the second is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
+    const WIDGET: &str = "example.com/widget";
+    let options = QrmNodeOptions::new(Duration::from_secs(3600));
+    let agent = Agent::start_with_options(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        &options,
+    );
+    let knob = Knob::one(WIDGET, "CpusetCpus", "1", "widget");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(WIDGET, "active").await;
+    let first = agent
+        .handle
+        .admit(admission("pinion-run-first", "500m", &[(WIDGET, "1")], &[]))
+        .await
+        .expect("first");
+    assert_eq!(first.placement.cpus, set("1"));
+    // The plugin moves every container it holds to CPU 2 while it
+    // allocates the second one.
+    knob.state().answer = [(
+        WIDGET.to_string(),
+        qrm_common::info("CpusetCpus", "2", "widget"),
+    )]
+    .into();
+    agent
+        .handle
+        .admit(admission(
+            "pinion-run-second",
+            "500m",
+            &[(WIDGET, "1")],
+            &[],
+        ))
+        .await
+        .expect("second");
+    agent
+        .wait_for_cgroup(
+            "pinion-run-first",
+            "moved to the plugin's new cpu",
+            |cpus, _| *cpus == set("2"),
+        )
+        .await;
     agent.stop().await;
 }

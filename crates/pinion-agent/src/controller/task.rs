@@ -336,7 +336,10 @@ impl ControllerHandle {
         let result = match allocated {
             Ok(allocations) => {
                 let resources = plugin_requests.iter().map(|r| r.resource.clone()).collect();
-                self.record_allocations(key, resources, allocations).await
+                let recorded = self.record_allocations(key, resources, allocations).await;
+                // The plugins may have moved other containers to make room.
+                qrm.request_reconcile();
+                recorded
             }
             Err(err) => Err(ControlError::Plugin {
                 pod: pod.uid.clone(),

@@ -66,6 +66,8 @@ pub struct Qrm {
     registry: Arc<Registry>,
     /// The built-in CPU plugin, when it runs: its pools for `pinion pools`.
     cpu_pools: std::sync::OnceLock<pinion_plugins::cpu::CpuPluginHandle>,
+    /// Wakes the reconcile loop before its period ends.
+    reconcile_now: tokio::sync::Notify,
 }
 
 impl Qrm {
@@ -77,7 +79,17 @@ impl Qrm {
             config,
             registry,
             cpu_pools: std::sync::OnceLock::new(),
+            reconcile_now: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Asks for a reconcile pass now rather than at the end of the period
+    /// (requests made while a pass runs are folded into one more pass).
+    /// After an `Allocate` or a `RemovePod` a plugin may have changed other
+    /// containers too — a CPU plugin cutting a shared pool for a dedicated
+    /// pod — and they must not keep those CPUs until the next period.
+    pub fn request_reconcile(&self) {
+        self.reconcile_now.notify_one();
     }
 
     /// The endpoint table.
@@ -440,6 +452,7 @@ async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
+            () = qrm.reconcile_now.notified() => {}
             _ = stop.changed() => break,
         }
         let polled_at = Instant::now();
@@ -519,6 +532,7 @@ async fn removal_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::
                 Ok(()) => {
                     attempts.remove(&uid);
                     handle.plugin_pod_removed(uid).await;
+                    qrm.request_reconcile();
                 }
                 Err(errors) => {
                     let (failures, _) = attempts.get(&uid).copied().unwrap_or((0, Instant::now()));

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use pinion_agent::config::{BuiltinPlugin, QrmConfig};
 use pinion_agent::controller::AdmitRequest;
+use pinion_agent::testing::qrm_node::QrmNode;
+pub use pinion_agent::testing::qrm_node::QrmNodeOptions;
 pub use pinion_agent::testing::qrm_node::{serve_in, ServedPlugin};
-use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions};
 use pinion_agent::testing::{machine, run_request, SyntheticNode};
 use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
@@ -68,16 +69,26 @@ impl Agent {
         builtin: Vec<BuiltinPlugin>,
         rpc_timeout: Duration,
     ) -> Agent {
-        let node = SyntheticNode {
-            host,
-            ..SyntheticNode::new(machine(2, 4, 2))
-        };
         let options = QrmNodeOptions {
             rpc_timeout,
             builtin,
             ..QrmNodeOptions::new(Duration::from_millis(100))
         };
-        let node = QrmNode::start(&node, dir.path(), &options);
+        Agent::start_with_options(dir, host, &options)
+    }
+
+    /// [`Agent::start_in`] with the harness's `options` (e.g. another
+    /// reconcile period).
+    pub fn start_with_options(
+        dir: tempfile::TempDir,
+        host: FakeCgroups,
+        options: &QrmNodeOptions,
+    ) -> Agent {
+        let node = SyntheticNode {
+            host,
+            ..SyntheticNode::new(machine(2, 4, 2))
+        };
+        let node = QrmNode::start(&node, dir.path(), options);
         Agent { dir, node }
     }
 

@@ -1,6 +1,8 @@
 # cgroup v2 specifics: Pinion enables +cpuset itself where it is not enabled
 # in cgroup.subtree_control (from the mount down to its root, here nested two
-# levels deep), leaves the other controllers alone, and its run cgroups show
+# levels deep), and +cpu and +memory where offered (the OCI settings of
+# resource plugins become cpu.max, cpu.weight, memory.max in a run's
+# cgroup), leaves the other controllers alone, and its run cgroups show
 # the placement in cpuset.cpus.effective / cpuset.mems.effective, as plain
 # domain cgroups with the partition file present and untouched.
 
@@ -25,8 +27,14 @@ for d in "$mnt" "$mnt/e2e" "$mnt/e2e/nested" "$root"; do
     check_eq "+cpuset enabled in $d/cgroup.subtree_control" cpuset \
         "$(tr ' ' '\n' <"$d/cgroup.subtree_control" | grep -x cpuset)"
 done
-check_eq "cpu controller left disabled under pinion's root" "" \
-    "$(tr ' ' '\n' <"$root/cgroup.subtree_control" | grep -x cpu)"
+for c in cpu memory; do
+    if tr ' ' '\n' <"$root/cgroup.controllers" | grep -qx "$c"; then
+        check_eq "+$c enabled under pinion's root (it is offered)" "$c" \
+            "$(tr ' ' '\n' <"$root/cgroup.subtree_control" | grep -x "$c")"
+    fi
+done
+check_eq "other controllers left alone under pinion's root" "" \
+    "$(tr ' ' '\n' <"$root/cgroup.subtree_control" | grep -vx -e cpuset -e cpu -e memory -e '')"
 
 if run_start pinned 2; then
     pid=$(run_pid pinned)
