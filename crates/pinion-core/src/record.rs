@@ -185,6 +185,11 @@ impl Scope {
         }
     }
 
+    /// The pods of the scope.
+    pub fn pods(&self) -> impl Iterator<Item = &str> {
+        self.pods.keys().map(String::as_str)
+    }
+
     /// The records that turn the scoped part into that of `after` — the
     /// same records as [`diff`] of the whole states when nothing outside
     /// the scope changed.

@@ -171,6 +171,8 @@ impl Controller {
         side_before: Option<&SideData>,
     ) -> Result<(), ControlError> {
         let mut records = diff(before, self.engine.state());
+        // Brings the side data to the engine's first: `diff_side` then
+        // includes those records too.
         let engine_side = self.engine_side_records();
         match side_before {
             Some(side_before) => records.extend(diff_side(side_before, &self.side)),
@@ -187,7 +189,7 @@ impl Controller {
     /// not in the whole state.
     pub(super) fn record_scope(&mut self, scope: &Scope, batch: &mut Batch) {
         let mut records = scope.diff(self.engine.state());
-        records.extend(self.engine_side_records());
+        records.extend(self.engine_side_records_of(scope.pods()));
         self.append(&records, batch);
     }
 

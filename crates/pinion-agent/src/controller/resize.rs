@@ -87,46 +87,68 @@ pub fn start_with_side(engine: Engine, side: &SideData) -> Result<Engine, Policy
     }
 }
 
-/// The side data the engine's promised CPUs and pod-level sets make.
-fn engine_side(engine: &Engine) -> [(&'static str, BTreeMap<String, serde_json::Value>); 2] {
+/// The side data of pod `pod` the engine's promised CPUs and pod-level
+/// sets make, by kind (`None`: the engine holds nothing for it).
+fn engine_side_of(engine: &Engine, pod: &str) -> [(&'static str, Option<serde_json::Value>); 2] {
     let promised = engine
         .promised_cpus()
-        .iter()
-        .filter_map(|(pod, containers)| Some((pod.clone(), serde_json::to_value(containers).ok()?)))
-        .collect();
+        .get(pod)
+        .and_then(|containers| serde_json::to_value(containers).ok());
     let pod_cpus = engine
         .pod_cpus()
-        .iter()
-        .filter_map(|(pod, cpus)| Some((pod.clone(), serde_json::to_value(cpus).ok()?)))
-        .collect();
+        .get(pod)
+        .and_then(|cpus| serde_json::to_value(cpus).ok());
     [(PROMISED, promised), (POD_CPUS, pod_cpus)]
 }
 
 impl Controller {
     /// Brings the side data's [`PROMISED`] and [`POD_CPUS`] kinds to the
-    /// engine's; returns the records of the change (none when equal).
+    /// engine's for every pod; returns the records of the change (none when
+    /// equal).
     pub(super) fn engine_side_records(&mut self) -> Vec<Record> {
+        let mut pods: std::collections::BTreeSet<String> = self
+            .engine
+            .promised_cpus()
+            .keys()
+            .chain(self.engine.pod_cpus().keys())
+            .cloned()
+            .collect();
+        for kind in [PROMISED, POD_CPUS] {
+            pods.extend(
+                self.side
+                    .get(kind)
+                    .into_iter()
+                    .flat_map(|m| m.keys().cloned()),
+            );
+        }
+        self.engine_side_records_of(pods.iter().map(String::as_str))
+    }
+
+    /// [`Controller::engine_side_records`] for `pods` only (a decision that
+    /// touched only them: linear in those pods, not in the whole state).
+    pub(super) fn engine_side_records_of<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<Record> {
         let mut records = Vec::new();
-        for (kind, now) in engine_side(&self.engine) {
-            let before = self.side.remove(kind).unwrap_or_default();
-            for key in before.keys().filter(|k| !now.contains_key(*k)) {
+        for pod in pods {
+            for (kind, now) in engine_side_of(&self.engine, pod) {
+                if self.side.get(kind).and_then(|m| m.get(pod)) == now.as_ref() {
+                    continue;
+                }
+                let entries = self.side.entry(kind.to_string()).or_default();
+                match &now {
+                    Some(value) => entries.insert(pod.to_string(), value.clone()),
+                    None => entries.remove(pod),
+                };
+                if entries.is_empty() {
+                    self.side.remove(kind);
+                }
                 records.push(Record::Side {
                     kind: kind.to_string(),
-                    key: key.clone(),
-                    value: None,
+                    key: pod.to_string(),
+                    value: now,
                 });
-            }
-            for (key, value) in &now {
-                if before.get(key) != Some(value) {
-                    records.push(Record::Side {
-                        kind: kind.to_string(),
-                        key: key.clone(),
-                        value: Some(value.clone()),
-                    });
-                }
-            }
-            if !now.is_empty() {
-                self.side.insert(kind.to_string(), now);
             }
         }
         records
