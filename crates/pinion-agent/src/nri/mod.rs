@@ -288,6 +288,22 @@ impl NriHandler for NriFrontend {
     }
 }
 
+/// The CPU request (millicores, from cpu.shares) an update asks the policy
+/// to resize to: a change of an exclusive container's whole CPUs, or a
+/// whole-CPU request of a shared one (the policy refuses moving a
+/// Guaranteed container between the shared pool and exclusive CPUs, and
+/// leaves the others where they are). `None`: answer the current placement.
+fn resize_request(placement: &Placement, resources: &Resources) -> Option<u64> {
+    let milli = resources.cpu_shares.and_then(milli_cpu_from_shares)?;
+    let held = u64::try_from(placement.cpus.len()).unwrap_or(u64::MAX) * 1000;
+    let wanted = if placement.is_exclusive() {
+        milli != held
+    } else {
+        milli % 1000 == 0
+    };
+    wanted.then_some(milli)
+}
+
 impl NriFrontend {
     /// Registers the pod-level resources of Kubernetes pod `uid` with the
     /// controller when the pod declares them (annotation
@@ -306,25 +322,7 @@ impl NriFrontend {
         }
         Ok(())
     }
-}
 
-/// The CPU request (millicores, from cpu.shares) an update asks the policy
-/// to resize to: a change of an exclusive container's whole CPUs, or a
-/// whole-CPU request of a shared one (the policy refuses moving a
-/// Guaranteed container between the shared pool and exclusive CPUs, and
-/// leaves the others where they are). `None`: answer the current placement.
-fn resize_request(placement: &Placement, resources: &Resources) -> Option<u64> {
-    let milli = resources.cpu_shares.and_then(milli_cpu_from_shares)?;
-    let held = u64::try_from(placement.cpus.len()).unwrap_or(u64::MAX) * 1000;
-    let wanted = if placement.is_exclusive() {
-        milli != held
-    } else {
-        milli % 1000 == 0
-    };
-    wanted.then_some(milli)
-}
-
-impl NriFrontend {
     /// Resizes `key` in place (`featureGates:
     /// InPlacePodVerticalScalingExclusiveCPUs`): the controller decides and
     /// makes it durable, the answer is the container's new placement (the
