@@ -4,6 +4,7 @@ pub mod agent;
 pub mod agent_config;
 pub mod alloc;
 pub mod hints;
+mod local;
 pub mod plugin;
 pub mod plugins;
 pub mod podresources;

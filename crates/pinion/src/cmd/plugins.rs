@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use pinion_api::local::Plugin as PluginView;
-use pinion_api::{Client, DefaultPaths};
+use pinion_api::Client;
+
+use super::local::{socket_or_default, Format};
 
 /// Arguments of `pinion plugins`.
 #[derive(Debug, clap::Args)]
@@ -18,18 +20,9 @@ pub struct Args {
     socket: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
 /// Prints the agent's resource plugins.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let socket = socket_or_default(args.socket.as_ref());
     let plugins = Client::new(&socket).plugins()?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&plugins)?),

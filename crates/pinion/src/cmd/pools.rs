@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use pinion_api::local::Pools;
-use pinion_api::{Client, DefaultPaths};
+use pinion_api::Client;
+
+use super::local::{socket_or_default, Format};
 
 /// Arguments of `pinion pools`.
 #[derive(Debug, clap::Args)]
@@ -34,18 +36,9 @@ enum PoolsCommand {
     },
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
 /// Runs `pinion pools`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let socket = socket_or_default(args.socket.as_ref());
     let client = Client::new(&socket);
     let pools = match &args.command {
         None => client.pools()?,

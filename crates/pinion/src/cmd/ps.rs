@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use pinion_api::local::Snapshot;
-use pinion_api::{Client, DefaultPaths};
+use pinion_api::Client;
+
+use super::local::{socket_or_default, Format};
 
 /// Arguments of `pinion ps`.
 #[derive(Debug, clap::Args)]
@@ -17,18 +19,9 @@ pub struct Args {
     socket: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
 /// Prints the agent's workloads.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let socket = socket_or_default(args.socket.as_ref());
     let snapshot = Client::new(&socket).ps()?;
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&snapshot)?),

@@ -8,7 +8,9 @@
 use std::path::PathBuf;
 
 use pinion_api::local::{ResizeRequest, RUN_CONTAINER};
-use pinion_api::{Client, DefaultPaths};
+use pinion_api::Client;
+
+use super::local::{socket_or_default, Format};
 
 /// Arguments of `pinion resize`.
 #[derive(Debug, clap::Args)]
@@ -29,18 +31,9 @@ pub struct Args {
     socket: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
 /// Runs `pinion resize`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let socket = socket_or_default(args.socket.as_ref());
     let request = ResizeRequest {
         pod: args.id.clone(),
         container: Some(args.container.clone()),

@@ -16,8 +16,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
-use pinion_api::{Client, DefaultPaths};
+use pinion_api::Client;
 use tokio::signal::unix::{signal, SignalKind};
+
+use super::local::socket_or_default;
 
 /// Exit status when Pinion itself failed before the command ran.
 const EXIT_PINION_FAILED: i32 = 125;
@@ -67,10 +69,7 @@ pub struct Args {
 
 /// Runs the command; does not return when it ran (exits with its status).
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = args
-        .socket
-        .clone()
-        .unwrap_or_else(|| DefaultPaths::current().socket);
+    let socket = socket_or_default(args.socket.as_ref());
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
     }
