@@ -41,6 +41,40 @@ pub fn without_cpus(topology: &Topology, offline: &CpuSet) -> Topology {
     }
 }
 
+/// A one-socket machine of 8 cores × 2 threads: core n = CPUs n and n+8.
+#[must_use]
+pub fn machine_8c2t() -> Topology {
+    crate::topology::synthetic(crate::topology::Shape {
+        sockets: 1,
+        numa_per_socket: 1,
+        cores_per_socket: 8,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+}
+
+/// The static policy with default options on `topology`, `reserved` (a
+/// cpulist) reserved.
+///
+/// # Panics
+/// On an invalid cpulist or a reservation the policy refuses.
+#[must_use]
+pub fn static_policy(topology: Topology, reserved: &str) -> crate::policy::Policy {
+    let cpus = cpus(reserved);
+    let reservation = crate::policy::Reservation {
+        count: cpus.len(),
+        cpus,
+    };
+    crate::policy::Policy::Static(Box::new(
+        crate::policy::StaticPolicy::new(
+            topology,
+            crate::policy::StaticPolicyOptions::default(),
+            &reservation,
+        )
+        .expect("policy"),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,31 +3,11 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::StaticPolicyOptions;
 use crate::rebuild::Conflict;
-use crate::testing::{cpus, without_cpus as without};
-use crate::topology::{synthetic, Shape};
+use crate::testing::{cpus, machine_8c2t, static_policy, without_cpus as without};
 
-/// 8 cores × 2 threads: core n = CPUs n and n+8.
 fn machine() -> Topology {
-    synthetic(Shape {
-        sockets: 1,
-        numa_per_socket: 1,
-        cores_per_socket: 8,
-        threads_per_core: 2,
-        cores_per_uncore: 0,
-    })
-}
-
-fn static_policy(topology: Topology, reserved: &str) -> Policy {
-    let cpus = cpus(reserved);
-    let reservation = Reservation {
-        count: cpus.len(),
-        cpus,
-    };
-    Policy::Static(Box::new(
-        StaticPolicy::new(topology, StaticPolicyOptions::default(), &reservation).expect("policy"),
-    ))
+    machine_8c2t()
 }
 
 fn state(default: &str, assignments: &[(&str, &str)]) -> State {

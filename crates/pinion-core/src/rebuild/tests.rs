@@ -1,30 +1,11 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::policy::{Reservation, StaticPolicy, StaticPolicyOptions};
-use crate::testing::cpus;
-use crate::topology::{synthetic, Shape, Topology};
+use crate::testing::{cpus, machine_8c2t, static_policy as policy_on};
+use crate::topology::Topology;
 
-/// 8 cores × 2 threads: core n = CPUs n and n+8.
 fn machine() -> Topology {
-    synthetic(Shape {
-        sockets: 1,
-        numa_per_socket: 1,
-        cores_per_socket: 8,
-        threads_per_core: 2,
-        cores_per_uncore: 0,
-    })
-}
-
-fn policy_on(topology: Topology, reserved: &str) -> Policy {
-    let cpus = cpus(reserved);
-    let reservation = Reservation {
-        count: cpus.len(),
-        cpus,
-    };
-    Policy::Static(Box::new(
-        StaticPolicy::new(topology, StaticPolicyOptions::default(), &reservation).expect("policy"),
-    ))
+    machine_8c2t()
 }
 
 fn policy(reserved: &str) -> Policy {
