@@ -117,7 +117,11 @@ async fn route(
             match parse::<wire::SetPool>(request, &limits).await {
                 Ok(set) => match handle.cpu_pools() {
                     Some(pools) => match pools.set(&set.pool, &set.size) {
-                        Ok(_) => server::json(StatusCode::OK, &pools.view()),
+                        // The pin is durable before the answer.
+                        Ok(_) => match handle.flush_plugin_state().await {
+                            Ok(()) => server::json(StatusCode::OK, &pools.view()),
+                            Err(err) => control_error(&err),
+                        },
                         Err(err) => error(StatusCode::BAD_REQUEST, err.to_string(), None),
                     },
                     None => no_pools(),

@@ -380,17 +380,20 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
     );
     agent.start_builtin(sysroot.path()).await;
     let views = agent.handle.plugins();
-    for (resource, socket) in [
-        ("cpu", "pinion-cpu-plugin.sock"),
-        ("memory", "pinion-memory-plugin.sock"),
-    ] {
+    for resource in ["cpu", "memory"] {
         let view = views
             .iter()
             .find(|v| v.resource == resource)
             .unwrap_or_else(|| panic!("{resource} is not registered: {views:?}"));
         assert_eq!(view.state, "active");
-        assert_eq!(Path::new(&view.socket), agent.registry_dir().join(socket));
+        assert_eq!(view.socket, pinion_agent::qrm::registry::IN_PROCESS);
+        assert_eq!(view.topology_aligned, Some(true), "options asked: {view:?}");
     }
+    assert_eq!(
+        std::fs::read_dir(agent.registry_dir()).map_or(0, Iterator::count),
+        0,
+        "built-in plugins run in the process, without sockets"
+    );
 
     // A Guaranteed pod with integer CPUs and no annotation: exactly the
     // static policy's CPUs (turning the plugins on changes nothing for it).
@@ -466,7 +469,8 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
         })
         .await;
 
-    // Restart: the plugins' state survives in the agent's state directory;
+    // Restart: the plugins' state survives in the agent's journal (no
+    // state file of their own);
     // every container keeps its CPUs. (Each run's cgroup gets a process, as
     // `pinion run` puts its command there, so the restart keeps it.)
     for view in &agent.handle.snapshot().workloads {
@@ -489,6 +493,13 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
         })
         .collect();
     let (dir, host) = agent.stop().await;
+    for kind in pinion_plugins::builtin::Kind::ALL {
+        assert!(
+            !dir.path().join(kind.state_file()).exists(),
+            "{} written",
+            kind.state_file()
+        );
+    }
     let mut again = Agent::start_in(dir, host, builtin(&["cpu", "memory"]));
     again.start_builtin(sysroot.path()).await;
     let after: Vec<_> = again
@@ -988,4 +999,83 @@ async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
         )
         .await;
     agent.stop().await;
+}
+
+/// #17: the built-in plugins keep their state in the agent's journal.
+/// Changes made outside an admission — an operator's pin, a departed pod's
+/// `RemovePod` — are flushed by the backstop without any admission, and a
+/// restart finds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
+    let sysroot = meminfo_root();
+    let mut agent = Agent::start_in(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        builtin(&["cpu"]),
+    );
+    agent.start_builtin(sysroot.path()).await;
+    for pod in ["pinion-run-web", "pinion-run-db"] {
+        let level = if pod.ends_with("db") {
+            "dedicated_cores"
+        } else {
+            "shared_cores"
+        };
+        agent
+            .handle
+            .admit(admission(pod, "2", &[], &[(QOS, level)]))
+            .await
+            .expect("admitted");
+    }
+    let outbox = &agent.qrm.plugin_journal().outbox;
+    assert!(
+        outbox.is_empty(),
+        "each admission's flush took its plugin changes"
+    );
+    let pools = agent.handle.cpu_pools().expect("pools");
+    pools.set("share", "3").expect("pin");
+    agent
+        .handle
+        .release("pinion-run-db".into(), None)
+        .await
+        .expect("released");
+    let journal = agent.dir.path().join(pinion_host::journal::JOURNAL);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text =
+            String::from_utf8_lossy(&std::fs::read(&journal).unwrap_or_default()).into_owned();
+        let removed = text.contains(r#""key":"pod/pinion-run-db","value":null"#);
+        if outbox.is_empty() && text.contains(r#""pins":{"share""#) && removed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pin and the removal never reached the journal ({} waiting): {text}",
+            outbox.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let (dir, host) = agent.stop().await;
+    let mut again = Agent::start_in(dir, host, builtin(&["cpu"]));
+    again.start_builtin(sysroot.path()).await;
+    let view = again.handle.cpu_pools().expect("pools").view();
+    let share = view
+        .pools
+        .iter()
+        .find(|p| p.name == "share")
+        .expect("share pool");
+    assert_eq!(share.size, 3, "the pin survived: {view:?}");
+    assert_eq!(share.members, ["pinion-run-web/main"]);
+    // The dedicated pod's CPUs went back: a new dedicated pod may take
+    // any CPU outside the reserved one and the share pool.
+    let plugin = again.qrm.cpu_pools().expect("cpu plugin");
+    let dedicated: Vec<String> = plugin
+        .view()
+        .pools
+        .iter()
+        .filter(|p| p.name == "dedicated")
+        .flat_map(|p| p.members.clone())
+        .collect();
+    assert!(dedicated.is_empty(), "{dedicated:?}");
+    again.stop().await;
 }

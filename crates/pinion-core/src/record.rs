@@ -96,21 +96,29 @@ impl Record {
                 state.unassign(pod, container);
             }
             Record::SetDefault { cpus } => state.default = cpus.clone(),
-            Record::Side { kind, key, value } => match value {
-                Some(value) => {
-                    side.entry(kind.clone())
-                        .or_default()
-                        .insert(key.clone(), value.clone());
-                }
-                None => {
-                    if let Some(entries) = side.get_mut(kind) {
-                        entries.remove(key);
-                        if entries.is_empty() {
-                            side.remove(kind);
-                        }
+            Record::Side { .. } => self.apply_side(side),
+        }
+    }
+
+    /// Applies a side-data record to `side` (other records change nothing).
+    pub fn apply_side(&self, side: &mut SideData) {
+        let Record::Side { kind, key, value } = self else {
+            return;
+        };
+        match value {
+            Some(value) => {
+                side.entry(kind.clone())
+                    .or_default()
+                    .insert(key.clone(), value.clone());
+            }
+            None => {
+                if let Some(entries) = side.get_mut(kind) {
+                    entries.remove(key);
+                    if entries.is_empty() {
+                        side.remove(kind);
                     }
                 }
-            },
+            }
         }
     }
 }

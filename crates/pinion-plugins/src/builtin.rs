@@ -11,6 +11,7 @@ use pinion_core::Topology;
 use crate::cpu::{CpuPlugin, CpuPluginConfig};
 use crate::memory::{MemoryPlugin, MemoryPluginConfig};
 use crate::nic::{NicPlugin, NicPluginConfig};
+use crate::store::{StateFile, Store};
 use crate::{PluginError, ResourcePlugin};
 
 /// Which plugin.
@@ -45,6 +46,16 @@ impl Kind {
             .into_iter()
             .find(|kind| kind.name() == name)
             .ok_or_else(|| UnknownKind(name.to_string()))
+    }
+
+    /// Its state file's name in a state directory.
+    #[must_use]
+    pub fn state_file(self) -> &'static str {
+        match self {
+            Kind::Cpu => crate::cpu::STATE_FILE,
+            Kind::Memory => crate::memory::STATE_FILE,
+            Kind::Nic => crate::nic::STATE_FILE,
+        }
     }
 
     /// Its socket's file name in a plugin-watcher directory.
@@ -113,26 +124,34 @@ pub enum OpenError {
     },
 }
 
+/// The store of a plugin with its state file in `state_dir` (in memory
+/// only with `None`).
+#[must_use]
+pub fn file_store(kind: Kind, state_dir: Option<&Path>) -> Store {
+    Store::File(StateFile::new(state_dir, kind.state_file()))
+}
+
 /// Opens the plugin `config` configures on `topology`, reading the
-/// machine's memory and NICs under `sysroot`, with its state file in
-/// `state_dir` (in memory only with `None`).
+/// machine's memory and NICs under `sysroot`, keeping its state in `store`
+/// ([`file_store`], or the agent's journal).
 pub fn open(
     config: &Config,
     topology: Topology,
     sysroot: &Path,
-    state_dir: Option<&Path>,
+    store: Store,
 ) -> Result<Box<dyn ResourcePlugin>, OpenError> {
     let plugin = config.kind().name();
     let failed = |source| OpenError::Plugin { plugin, source };
     Ok(match config {
         Config::Cpu(config) => {
-            Box::new(CpuPlugin::open(topology, config, state_dir).map_err(failed)?)
+            Box::new(CpuPlugin::open_with_store(topology, config, store).map_err(failed)?)
         }
         Config::Memory(config) => {
             let nodes = pinion_host::meminfo::read_node_memory(sysroot)
                 .map_err(|source| OpenError::Memory { plugin, source })?;
             Box::new(
-                MemoryPlugin::open(topology, nodes, config.clone(), state_dir).map_err(failed)?,
+                MemoryPlugin::open_with_store(topology, nodes, config.clone(), store)
+                    .map_err(failed)?,
             )
         }
         Config::Nic(config) => {
@@ -142,7 +161,7 @@ pub fn open(
                 &pinion_host::net::SystemAddresses,
             )
             .map_err(|source| OpenError::Nics { plugin, source })?;
-            Box::new(NicPlugin::open(&topology, nics, config, state_dir).map_err(failed)?)
+            Box::new(NicPlugin::open_with_store(&topology, nics, config, store).map_err(failed)?)
         }
     })
 }

@@ -6,7 +6,9 @@
 //! plugin's "no preference" (`None`) is a hints entry without a value, "cannot
 //! be satisfied" (`Some(empty)`) an entry whose value is an empty list.
 //! Calls run on tokio's blocking pool (a plugin writes its state file before
-//! it answers), one at a time per plugin.
+//! it answers), one at a time per plugin — except for a plugin whose state
+//! goes to the agent's journal ([`GrpcPlugin::inline`]): it does no I/O on
+//! the way to an answer and is called on the caller's thread.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +25,8 @@ use crate::{ErrorKind, PluginError};
 /// A plugin served over gRPC.
 pub struct GrpcPlugin<P> {
     plugin: Arc<Mutex<P>>,
+    /// Calls run on the blocking pool (`false`: on the caller's thread).
+    blocking: bool,
 }
 
 impl<P> GrpcPlugin<P> {
@@ -34,7 +38,20 @@ impl<P> GrpcPlugin<P> {
     /// Serves a plugin that others change too (the CPU plugin's closed loop
     /// and `pinion pools set`: [`crate::cpu::CpuPluginHandle`]).
     pub fn shared(plugin: Arc<Mutex<P>>) -> Self {
-        Self { plugin }
+        Self {
+            plugin,
+            blocking: true,
+        }
+    }
+
+    /// Calls the plugin on the caller's thread rather than the blocking
+    /// pool: for a plugin that does no blocking I/O when it answers (one
+    /// whose state the agent's journal keeps, `crate::store::Store`), the
+    /// hop to another thread would be most of a call's cost.
+    #[must_use]
+    pub fn inline(mut self) -> Self {
+        self.blocking = false;
+        self
     }
 }
 
@@ -45,13 +62,18 @@ impl<P: ResourcePlugin + 'static> GrpcPlugin<P> {
         call: impl FnOnce(&mut P) -> Result<T, PluginError> + Send + 'static,
     ) -> Result<T, Status> {
         let plugin = Arc::clone(&self.plugin);
-        tokio::task::spawn_blocking(move || {
+        let run = move || {
             let mut guard = plugin.lock().unwrap_or_else(PoisonError::into_inner);
             call(&mut guard)
-        })
-        .await
-        .map_err(|err| Status::internal(format!("plugin call failed: {err}")))?
-        .map_err(|err| status(&err))
+        };
+        let answer = if self.blocking {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|err| Status::internal(format!("plugin call failed: {err}")))?
+        } else {
+            run()
+        };
+        answer.map_err(|err| status(&err))
     }
 }
 

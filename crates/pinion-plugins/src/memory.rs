@@ -31,7 +31,7 @@ use crate::api::{
     ResourcePlugin, TopologyAwareQuantity, TopologyAwareResource,
 };
 use crate::hints::{self as wire, NodeCapacity};
-use crate::store::StateFile;
+use crate::store::{Changed, StateFile, Store};
 use crate::{request, PluginError};
 
 /// The resource this plugin serves.
@@ -99,13 +99,18 @@ pub struct MemoryState {
     pub exclusive_numa: BTreeMap<String, CpuSet>,
 }
 
+crate::pod_keyed_entries!(MemoryState {
+    containers,
+    exclusive_numa
+});
+
 /// The memory plugin.
 pub struct MemoryPlugin {
     topology: Topology,
     nodes: Vec<NodeMemory>,
     config: MemoryPluginConfig,
     state: MemoryState,
-    store: StateFile,
+    store: Store,
     cpus: Box<dyn CpuLookup>,
 }
 
@@ -128,7 +133,21 @@ impl MemoryPlugin {
         config: MemoryPluginConfig,
         state_dir: Option<&Path>,
     ) -> Result<Self, PluginError> {
-        let store = StateFile::new(state_dir, STATE_FILE);
+        Self::open_with_store(
+            topology,
+            nodes,
+            config,
+            StateFile::new(state_dir, STATE_FILE).into(),
+        )
+    }
+
+    /// [`MemoryPlugin::open`] with its state in `store`.
+    pub fn open_with_store(
+        topology: Topology,
+        nodes: Vec<NodeMemory>,
+        config: MemoryPluginConfig,
+        mut store: Store,
+    ) -> Result<Self, PluginError> {
         let state: MemoryState = store.load()?.unwrap_or_default();
         let plugin = Self {
             topology,
@@ -468,7 +487,7 @@ impl ResourcePlugin for MemoryPlugin {
                 .entry(pod.to_string())
                 .or_default()
                 .insert(container.to_string(), member);
-            if let Err(err) = self.store.save(&self.state) {
+            if let Err(err) = self.store.save(&self.state, Changed::Pod(pod)) {
                 self.forget(pod, container);
                 return Err(err.into());
             }
@@ -496,7 +515,7 @@ impl ResourcePlugin for MemoryPlugin {
             return Ok(());
         }
         self.state.exclusive_numa.remove(pod_uid);
-        Ok(self.store.save(&self.state)?)
+        Ok(self.store.save(&self.state, Changed::Pod(pod_uid))?)
     }
 
     fn topology_aware_resources(

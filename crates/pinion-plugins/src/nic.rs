@@ -35,7 +35,7 @@ use crate::api::{
     ResourcePlugin, TopologyAwareQuantity, TopologyAwareResource,
 };
 use crate::hints as wire;
-use crate::store::StateFile;
+use crate::store::{Changed, StateFile, Store};
 use crate::{request, PluginError};
 
 /// The default resource name.
@@ -111,6 +111,8 @@ pub struct NicState {
     pub containers: BTreeMap<String, BTreeMap<String, NicMember>>,
 }
 
+crate::pod_keyed_entries!(NicState { containers });
+
 /// The NIC plugin.
 #[derive(Debug)]
 pub struct NicPlugin {
@@ -118,7 +120,7 @@ pub struct NicPlugin {
     nodes: CpuSet,
     nics: Vec<Nic>,
     state: NicState,
-    store: StateFile,
+    store: Store,
 }
 
 impl NicPlugin {
@@ -130,13 +132,27 @@ impl NicPlugin {
         config: &NicPluginConfig,
         state_dir: Option<&Path>,
     ) -> Result<Self, PluginError> {
+        Self::open_with_store(
+            topology,
+            nics,
+            config,
+            StateFile::new(state_dir, STATE_FILE).into(),
+        )
+    }
+
+    /// [`NicPlugin::open`] with its state in `store`.
+    pub fn open_with_store(
+        topology: &Topology,
+        nics: Vec<Nic>,
+        config: &NicPluginConfig,
+        mut store: Store,
+    ) -> Result<Self, PluginError> {
         if config.resource_name.is_empty() {
             return Err(PluginError::Config {
                 plugin: "nic",
                 reason: "resourceName is empty".into(),
             });
         }
-        let store = StateFile::new(state_dir, STATE_FILE);
         let state = store.load()?.unwrap_or_default();
         let mut nodes: CpuSet = topology.numa_nodes().iter().map(|n| n.id).collect();
         nodes.union_with(&nics.iter().filter_map(|n| n.numa).collect());
@@ -352,7 +368,7 @@ impl ResourcePlugin for NicPlugin {
                 .entry(pod.to_string())
                 .or_default()
                 .insert(container.to_string(), member);
-            if let Err(err) = self.store.save(&self.state) {
+            if let Err(err) = self.store.save(&self.state, Changed::Pod(pod)) {
                 if let Some(containers) = self.state.containers.get_mut(pod) {
                     containers.remove(container);
                 }
@@ -380,7 +396,7 @@ impl ResourcePlugin for NicPlugin {
         if self.state.containers.remove(pod_uid).is_none() {
             return Ok(());
         }
-        Ok(self.store.save(&self.state)?)
+        Ok(self.store.save(&self.state, Changed::Pod(pod_uid))?)
     }
 
     fn topology_aware_resources(

@@ -588,13 +588,12 @@ fn regression_a_failed_start_leaves_no_cgroup_root_behind() {
     s.stop_agent();
 }
 
-/// `qosResourceManager.builtinPlugins`: the agent serves Pinion's CPU and
-/// memory plugins itself, on sockets in its plugin-watcher directory,
-/// registered like any plugin before it answers admissions; a
+/// `qosResourceManager.builtinPlugins`: the agent runs Pinion's CPU and
+/// memory plugins itself, in its process (no sockets), registered like any
+/// plugin before it answers admissions, their state in its journal; a
 /// `shared_cores` run goes to the CPU plugin (placed in its share pool when
-/// the machine has room for the pools), and a SIGTERM takes the sockets
-/// away. Pool placement itself is covered on a 16-CPU machine by
-/// `crates/pinion-agent/tests/qrm.rs`.
+/// the machine has room for the pools). Pool placement itself is covered
+/// on a 16-CPU machine by `crates/pinion-agent/tests/qrm.rs`.
 #[test]
 fn builtin_plugins_serve_from_inside_the_agent() {
     let Some(mut s) = setup() else { return };
@@ -612,20 +611,13 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     );
     let plugins: Value = serde_json::from_slice(&out.stdout).expect("plugins json");
     let registry = s.dir.path().join("state/plugins_registry");
-    for (resource, socket) in [
-        ("cpu", "pinion-cpu-plugin.sock"),
-        ("memory", "pinion-memory-plugin.sock"),
-    ] {
+    for resource in ["cpu", "memory"] {
         let plugin = plugins
             .as_array()
             .and_then(|all| all.iter().find(|p| p["resource"] == resource))
             .unwrap_or_else(|| panic!("{resource} not listed: {plugins}"));
         assert_eq!(plugin["state"], "active", "{plugin}");
-        assert_eq!(
-            plugin["socket"].as_str().map(PathBuf::from),
-            Some(registry.join(socket)),
-            "{plugin}"
-        );
+        assert_eq!(plugin["socket"], "in-process", "{plugin}");
     }
 
     let out = s.pinion(&[
@@ -698,8 +690,15 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     for socket in ["pinion-cpu-plugin.sock", "pinion-memory-plugin.sock"] {
         assert!(
             !registry.join(socket).exists(),
-            "{socket} outlived the agent"
+            "{socket}: built-in plugins have no socket"
         );
+    }
+    // Their state is in the agent's journal, not in files of their own.
+    for file in [
+        "pinion_cpu_plugin_state.json",
+        "pinion_memory_plugin_state.json",
+    ] {
+        assert!(!s.dir.path().join("state").join(file).exists(), "{file}");
     }
 
     // Without the CPU plugin there are no pools, and the answer says why.

@@ -218,6 +218,7 @@ impl Controller {
             self.rollback(batch);
             return Err(ControlError::NotDurable { reason });
         }
+        let from_plugins = self.take_plugin_records();
         if self.store.pending() > 0 {
             let started = Instant::now();
             let records = self.store.pending();
@@ -232,6 +233,7 @@ impl Controller {
                     "journal flush failed, rolling the batch back: {err}"
                 );
                 self.rollback(batch);
+                self.put_back_plugin_records(from_plugins);
                 return Err(err.into());
             }
             self.counters.journal_batches_total += 1;
@@ -266,6 +268,49 @@ impl Controller {
         }
         self.maybe_compact(false);
         Ok(failed)
+    }
+
+    /// The built-in plugins' waiting state changes, applied to the side data
+    /// and appended to the journal: they become durable with this flush,
+    /// together with the allocation they were made for. Records that cannot
+    /// be appended go back to wait for the next flush.
+    fn take_plugin_records(&mut self) -> Vec<Record> {
+        let Some(outbox) = &self.plugin_outbox else {
+            return Vec::new();
+        };
+        let records = outbox.take();
+        for (at, record) in records.iter().enumerate() {
+            if let Err(err) = self.store.record(record) {
+                tracing::error!("a plugin's state change cannot be journalled yet: {err}");
+                let (_, rest) = records.split_at(at);
+                outbox.put_back(rest.to_vec());
+                let taken = records[..at].to_vec();
+                for record in &taken {
+                    record.apply_side(&mut self.side);
+                }
+                return taken;
+            }
+        }
+        for record in &records {
+            record.apply_side(&mut self.side);
+        }
+        records
+    }
+
+    /// Gives back the plugin records of a flush that failed (the rollback
+    /// took them out of the side data): the next flush carries them.
+    fn put_back_plugin_records(&mut self, records: Vec<Record>) {
+        if let Some(outbox) = &self.plugin_outbox {
+            outbox.put_back(records);
+        }
+    }
+
+    /// Makes the built-in plugins' waiting state changes durable (changes
+    /// made outside an admission: a pod's removal, a pool resized by the
+    /// closed loop or pinned by an operator).
+    pub fn flush_plugin_state(&mut self) -> Result<(), ControlError> {
+        let batch = self.begin();
+        self.commit(batch).map(drop)
     }
 
     /// Back to the batch's starting point: state, workloads, and the
@@ -321,6 +366,9 @@ impl Controller {
     /// At shutdown: the checkpoint catches up with the journal, so tools
     /// reading `cpu_manager_state` see the final state.
     pub fn shutdown(&mut self) {
+        if let Err(err) = self.flush_plugin_state() {
+            tracing::error!("the built-in plugins' last state changes are lost: {err}");
+        }
         self.maybe_compact(true);
     }
 

@@ -53,6 +53,7 @@ use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
 use pinion_host::journal::{JournalError, StateStore};
 use pinion_host::runs::RunRecords;
 use pinion_host::store::StoreError;
+use pinion_plugins::store::Outbox;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
@@ -311,11 +312,27 @@ pub struct Controller {
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.
     runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
+    /// The built-in resource plugins' state changes, journalled with the
+    /// next flush (`pinion_plugins::store`), when they run in the agent.
+    plugin_outbox: Option<Outbox>,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
 }
 
 impl Controller {
+    /// The built-in resource plugins keep their state in this controller's
+    /// journal: their changes wait in `outbox` and go with the next flush.
+    /// Returns the side data they kept (kind → key → value, kinds starting
+    /// with `prefix`), to open them with.
+    pub fn keep_plugin_state(&mut self, outbox: Outbox, prefix: &str) -> SideData {
+        self.plugin_outbox = Some(outbox);
+        self.side
+            .iter()
+            .filter(|(kind, _)| kind.starts_with(prefix))
+            .map(|(kind, entries)| (kind.clone(), entries.clone()))
+            .collect()
+    }
+
     /// A receiver of the shared pool.
     #[must_use]
     pub fn subscribe_shared_pool(&self) -> watch::Receiver<CpuSet> {

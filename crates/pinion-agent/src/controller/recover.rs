@@ -140,6 +140,7 @@ impl Controller {
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
+            plugin_outbox: None,
             shared_tx,
             snapshot_tx,
         };

@@ -96,6 +96,8 @@ pub enum Command {
     },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
+    /// Make the built-in plugins' waiting state changes durable.
+    FlushPluginState { reply: Reply<()> },
     /// The machine's online CPUs changed: follow them (CPU hot-plug).
     Topology {
         machine: Box<Topology>,
@@ -132,10 +134,18 @@ pub fn spawn_with_hints(
 /// Starts the controller thread; admissions first gather the hints of
 /// `hints`' providers, and go through the resource plugins of `qrm`.
 pub fn spawn_with(
-    controller: Controller,
+    mut controller: Controller,
     hints: HintGatherer,
     qrm: Option<Arc<Qrm>>,
 ) -> std::io::Result<(ControllerHandle, JoinHandle<()>)> {
+    if let Some(qrm) = &qrm {
+        // The built-in plugins keep their state in this journal.
+        let journal = qrm.plugin_journal();
+        journal.restore(controller.keep_plugin_state(
+            journal.outbox.clone(),
+            crate::qrm::builtin::STATE_KIND_PREFIX,
+        ));
+    }
     let (commands, receiver) = mpsc::channel(QUEUE);
     let handle = ControllerHandle {
         commands,
@@ -216,6 +226,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
+            }
+            Command::FlushPluginState { reply } => {
+                let _ = reply.send(controller.flush_plugin_state());
             }
             Command::Topology { machine, reply } => {
                 let _ = reply.send(controller.follow_topology(&machine));
@@ -406,6 +419,12 @@ impl ControllerHandle {
             reply,
         })
         .await
+    }
+
+    /// Makes the built-in plugins' waiting state changes durable
+    /// ([`Controller::flush_plugin_state`]).
+    pub async fn flush_plugin_state(&self) -> Result<(), ControlError> {
+        self.ask(|reply| Command::FlushPluginState { reply }).await
     }
 
     /// Stores the resource plugins' allocations of an admitted container.

@@ -1,30 +1,46 @@
 //! Pinion's own plugins run by the agent (`qosResourceManager.builtinPlugins`).
 //!
-//! There is no special path: each plugin is served with the same gRPC server
-//! as `pinion plugin serve` on a socket in the watched directory, registers
-//! through the plugin watcher like any external plugin, and the manager
-//! talks to it over that socket. What the agent adds is only the start-up
-//! order: admissions are served once every built-in plugin is active, so no
-//! container is placed before the plugins that should place it are there.
+//! There is no special path in the manager: each plugin is the same gRPC
+//! service `pinion plugin serve` puts on a socket, registered in the
+//! endpoint table like any plugin (its options asked with
+//! `GetResourcePluginOptions`), and called with the same requests and
+//! answers — in the agent's process rather than over a socket
+//! ([`registry::Client::InProcess`](super::registry::Client)), so an
+//! admission pays no round trip. A plugin registering the same resource
+//! over a socket later replaces it (the newest registration wins), which is
+//! how katalyst's plugins are run instead.
+//!
+//! Their state is kept in the agent's journal (`pinion_plugins::store`):
+//! a change hands its entries to the manager's outbox, and the controller
+//! makes them durable with its next flush — for an `Allocate`, the one that
+//! records the allocation. A backstop task flushes changes made outside an
+//! admission (a removal, the closed loop, a pin) that no other flush took.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use pinion_api::plugin::Identity;
+use pinion_core::record::SideData;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::pod_cgroups::PodCgroups;
-use pinion_plugins::builtin::{self, Config};
+use pinion_plugins::builtin::{self, Config, Kind};
 use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle, LoadSources};
 use pinion_plugins::grpc::GrpcPlugin;
+use pinion_plugins::store::{Journal, Outbox, StateFile, Store};
 use pinion_plugins::ResourcePlugin as _;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{Qrm, QrmError};
 use crate::config::BuiltinPlugin;
+use crate::controller::ControllerHandle;
 
-/// How often the start-up looks whether the built-in plugins registered.
-const POLL: Duration = Duration::from_millis(10);
+/// The side-data kinds of the built-in plugins' state start with this.
+pub const STATE_KIND_PREFIX: &str = "plugin-state/";
+
+/// How long a plugin's state change may wait for a flush that an
+/// admission would make anyway, before the backstop flushes it.
+const BACKSTOP_DELAY: Duration = Duration::from_millis(50);
 
 /// Where the built-in plugins read the machine and keep their state.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +50,8 @@ pub struct Machine<'a> {
     /// configuration names its own).
     pub reserved: &'a CpuSet,
     pub sysroot: &'a Path,
+    /// The agent's state directory: where state files of an earlier
+    /// version (before the journal kept the plugins' state) are read once.
     pub state_dir: &'a Path,
     /// Where the CPU plugin's closed loop finds its pods' cgroups to read
     /// their CPU pressure: the cgroup mount (kubelet's pods) and Pinion's
@@ -57,116 +75,126 @@ pub fn effective_config(plugin: &BuiltinPlugin, reserved: &CpuSet) -> Config {
     }
 }
 
+/// The built-in plugins' state in the controller's journal: what it held
+/// at start (kind → entries) and where changes wait for its next flush.
+#[derive(Debug, Default)]
+pub struct PluginJournal {
+    pub outbox: Outbox,
+    restored: std::sync::Mutex<SideData>,
+}
+
+impl PluginJournal {
+    /// Takes the entries of side-data kind `kind` restored at start.
+    fn take(&self, kind: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+        self.restored
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(kind)
+            .unwrap_or_default()
+    }
+
+    /// Remembers the entries the controller restored (before the plugins
+    /// open).
+    pub fn restore(&self, entries: SideData) {
+        *self
+            .restored
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = entries;
+    }
+
+    /// The store of plugin `kind`: the journal, or once the state file of
+    /// an earlier version in `state_dir`.
+    fn store(&self, kind: Kind, state_dir: &Path) -> Store {
+        let side_kind = Journal::kind_of(kind.name());
+        Journal::new(
+            side_kind.clone(),
+            self.take(&side_kind),
+            self.outbox.clone(),
+            StateFile::new(Some(state_dir), kind.state_file()),
+        )
+        .into()
+    }
+}
+
 impl Qrm {
-    /// Opens and serves every built-in plugin in the watched directory and
-    /// waits until the manager has registered each (at most the RPC
-    /// timeout). The tasks end when `stop` turns true, removing their
-    /// sockets.
+    /// Opens every built-in plugin and registers it in the endpoint table,
+    /// in the process. The closed loop of the CPU plugin runs until `stop`
+    /// turns true.
     pub async fn start_builtin(
         &self,
         machine: Machine<'_>,
         stop: &watch::Receiver<bool>,
     ) -> Result<Vec<JoinHandle<()>>, QrmError> {
-        let mut started = Vec::new();
         let mut loops = Vec::new();
         for plugin in &self.config.builtin {
             let config = effective_config(plugin, machine.reserved);
             let name = config.kind().name();
-            let socket = self
-                .config
-                .plugin_registration_dir
-                .join(config.kind().socket_name());
             let failed =
                 |err: &dyn std::fmt::Display| QrmError::Start(format!("built-in plugin: {err}"));
-            let mut stopped = stop.clone();
-            let shutdown = async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            };
-            let (resource, task) = if let Config::Cpu(cpu) = &config {
-                // The CPU plugin is shared with its closed loop and with
-                // `pinion pools set`.
-                let opened =
-                    CpuPlugin::open(machine.topology.clone(), cpu, Some(machine.state_dir))
+            let store = self.plugin_journal.store(config.kind(), machine.state_dir);
+            let (resource, service): (String, Arc<super::registry::Service>) =
+                if let Config::Cpu(cpu) = &config {
+                    // The CPU plugin is shared with its closed loop and with
+                    // `pinion pools set`.
+                    let opened = CpuPlugin::open_with_store(machine.topology.clone(), cpu, store)
                         .map_err(|err| failed(&format!("the cpu plugin: {err}")))?;
-                let resource = opened.resource_name().to_string();
-                let handle = CpuPluginHandle::new(opened);
-                let mut loop_stop = stop.clone();
-                let sources = LoadSources {
-                    sysroot: machine.sysroot.to_path_buf(),
-                    pods: machine.cgroups.map(|(mount, own)| {
-                        PodCgroups::new(mount.to_path_buf(), Some(own.to_path_buf()))
-                    }),
+                    let resource = opened.resource_name().to_string();
+                    let handle = CpuPluginHandle::new(opened);
+                    let mut loop_stop = stop.clone();
+                    let sources = LoadSources {
+                        sysroot: machine.sysroot.to_path_buf(),
+                        pods: machine.cgroups.map(|(mount, own)| {
+                            PodCgroups::new(mount.to_path_buf(), Some(own.to_path_buf()))
+                        }),
+                    };
+                    let closed_loop = handle.clone().run_closed_loop(
+                        sources,
+                        self.config.reconcile_period,
+                        async move {
+                            let _ = loop_stop.wait_for(|s| *s).await;
+                        },
+                    );
+                    loops.push(tokio::spawn(closed_loop));
+                    let grpc = handle.grpc().inline();
+                    let _ = self.cpu_pools.set(handle);
+                    (resource, Arc::new(grpc))
+                } else {
+                    let opened =
+                        builtin::open(&config, machine.topology.clone(), machine.sysroot, store)
+                            .map_err(|err| failed(&err))?;
+                    let resource = opened.resource_name().to_string();
+                    (resource, Arc::new(GrpcPlugin::new(opened).inline()))
                 };
-                let closed_loop = handle.clone().run_closed_loop(
-                    sources,
-                    self.config.reconcile_period,
-                    async move {
-                        let _ = loop_stop.wait_for(|s| *s).await;
-                    },
-                );
-                loops.push(tokio::spawn(closed_loop));
-                let grpc = handle.grpc();
-                let _ = self.cpu_pools.set(handle);
-                (
-                    resource.clone(),
-                    serve(socket, Identity::new(&resource), grpc, shutdown, name),
-                )
-            } else {
-                let opened = builtin::open(
-                    &config,
-                    machine.topology.clone(),
-                    machine.sysroot,
-                    Some(machine.state_dir),
-                )
-                .map_err(|err| failed(&err))?;
-                let resource = opened.resource_name().to_string();
-                let grpc = GrpcPlugin::new(opened);
-                (
-                    resource.clone(),
-                    serve(socket, Identity::new(&resource), grpc, shutdown, name),
-                )
-            };
-            tracing::info!(plugin = name, %resource, "built-in resource plugin serving");
-            started.push((name, resource, task));
+            self.registry
+                .register_in_process(&resource, service)
+                .await
+                .map_err(|err| failed(&format!("the {name} plugin: {err}")))?;
+            tracing::info!(plugin = name, %resource, "built-in resource plugin registered (in the agent's process)");
         }
-        let deadline = Instant::now() + self.config.rpc_timeout;
-        for (name, resource, task) in &started {
-            while self.registry.active(resource).is_err() {
-                if task.is_finished() {
-                    return Err(QrmError::Start(format!(
-                        "the built-in {name} plugin stopped before it registered (see the log)"
-                    )));
-                }
-                if Instant::now() >= deadline {
-                    return Err(QrmError::Start(format!(
-                        "the built-in {name} plugin did not register within {:?}",
-                        self.config.rpc_timeout
-                    )));
-                }
-                tokio::time::sleep(POLL).await;
-            }
-        }
-        loops.extend(started.into_iter().map(|(_, _, task)| task));
         Ok(loops)
     }
 }
 
-/// Serves `plugin` on `socket` until `shutdown`.
-fn serve<S>(
-    socket: std::path::PathBuf,
-    identity: Identity,
-    plugin: S,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    name: &'static str,
-) -> JoinHandle<()>
-where
-    S: pinion_api::resourceplugin::resource_plugin_server::ResourcePlugin,
-{
-    tokio::spawn(async move {
-        if let Err(err) = pinion_api::plugin::serve(&socket, identity, plugin, shutdown).await {
-            tracing::error!(plugin = name, "built-in plugin: {err}");
+/// Flushes the built-in plugins' state changes that no admission's flush
+/// took within [`BACKSTOP_DELAY`], until `stop`.
+pub(super) async fn flush_backstop(
+    journal: Arc<PluginJournal>,
+    handle: ControllerHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            () = journal.outbox.changed() => {}
+            _ = stop.wait_for(|s| *s) => return,
         }
-    })
+        tokio::time::sleep(BACKSTOP_DELAY).await;
+        if journal.outbox.is_empty() {
+            continue;
+        }
+        if let Err(err) = handle.flush_plugin_state().await {
+            tracing::error!("the built-in plugins' state is not durable yet: {err}");
+        }
+    }
 }
 
 #[cfg(test)]

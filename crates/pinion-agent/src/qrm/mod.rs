@@ -68,6 +68,8 @@ pub struct Qrm {
     cpu_pools: std::sync::OnceLock<pinion_plugins::cpu::CpuPluginHandle>,
     /// Wakes the reconcile loop before its period ends.
     reconcile_now: tokio::sync::Notify,
+    /// The built-in plugins' state in the controller's journal.
+    plugin_journal: Arc<builtin::PluginJournal>,
 }
 
 impl Qrm {
@@ -80,7 +82,15 @@ impl Qrm {
             registry,
             cpu_pools: std::sync::OnceLock::new(),
             reconcile_now: tokio::sync::Notify::new(),
+            plugin_journal: Arc::default(),
         })
+    }
+
+    /// The built-in plugins' state in the controller's journal (empty
+    /// when there are none).
+    #[must_use]
+    pub fn plugin_journal(&self) -> &builtin::PluginJournal {
+        &self.plugin_journal
     }
 
     /// Asks for a reconcile pass now rather than at the end of the period
@@ -414,6 +424,11 @@ impl Qrm {
                 stop.clone(),
             )),
             tokio::spawn(removal_loop(Arc::clone(self), handle.clone(), stop.clone())),
+            tokio::spawn(builtin::flush_backstop(
+                Arc::clone(&self.plugin_journal),
+                handle.clone(),
+                stop.clone(),
+            )),
         ])
     }
 }

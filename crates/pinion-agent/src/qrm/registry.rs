@@ -4,10 +4,15 @@
 //! puts entries in; the newest registration of a resource wins; a removed
 //! socket stops its entry; after a restart every resource of the durable
 //! allocations has a stopped placeholder until its plugin registers again.
+//!
+//! A plugin is reached over its unix socket, or — Pinion's built-in plugins
+//! running in the agent — in the process, through the very same service
+//! implementation `pinion plugin serve` puts on the wire ([`Client`]). The
+//! manager calls both the same way; only the transport differs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use pinion_api::plugin::{API_VERSION, MAX_MESSAGE, RESOURCE_PLUGIN_TYPE};
@@ -17,8 +22,57 @@ use pinion_api::resourceplugin::resource_plugin_client::ResourcePluginClient;
 use pinion_api::uds;
 use tonic::transport::Channel;
 
-/// A connected plugin's client.
-pub type Client = ResourcePluginClient<Channel>;
+/// The service a plugin implements (what `pinion plugin serve` serves).
+pub type Service = dyn rp::resource_plugin_server::ResourcePlugin;
+
+/// The `socket` shown for a plugin called in the agent's process.
+pub const IN_PROCESS: &str = "in-process";
+
+/// How the manager reaches a plugin: the gRPC client of its unix socket,
+/// or the service itself when it runs in the agent (no socket, no HTTP/2
+/// framing, no thread hop: the same requests and answers as on the wire).
+#[derive(Clone)]
+pub enum Client {
+    Socket(ResourcePluginClient<Channel>),
+    InProcess(Arc<Service>),
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Socket(client) => f.debug_tuple("Socket").field(client).finish(),
+            Self::InProcess(_) => f.write_str("InProcess"),
+        }
+    }
+}
+
+/// One method per RPC the manager calls, with the wire's request and
+/// answer types on both transports.
+macro_rules! client_calls {
+    ($($method:ident($request:ty) -> $answer:ty;)*) => {
+        impl Client {
+            $(
+                pub async fn $method(
+                    &mut self,
+                    request: tonic::Request<$request>,
+                ) -> Result<tonic::Response<$answer>, tonic::Status> {
+                    match self {
+                        Self::Socket(client) => client.$method(request).await,
+                        Self::InProcess(service) => service.$method(request).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+client_calls! {
+    get_resource_plugin_options(rp::Empty) -> rp::ResourcePluginOptions;
+    get_topology_hints(rp::ResourceRequest) -> rp::ResourceHintsResponse;
+    allocate(rp::ResourceRequest) -> rp::ResourceAllocationResponse;
+    remove_pod(rp::RemovePodRequest) -> rp::RemovePodResponse;
+    get_resources_allocation(rp::GetResourcesAllocationRequest) -> rp::GetResourcesAllocationResponse;
+}
 
 /// Why a plugin call did not give an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -187,7 +241,7 @@ impl Registry {
                 })?
         };
         let result = self
-            .activate(&info.name, &endpoint, client_channel, None)
+            .activate(&info.name, &endpoint, socket_client(client_channel), None)
             .await;
         match &result {
             Ok(()) => notify(&mut registration, true, "").await,
@@ -210,8 +264,25 @@ impl Registry {
                 socket: endpoint.to_path_buf(),
                 source,
             })?;
-        self.activate(resource, endpoint, channel, Some(options))
+        self.activate(resource, endpoint, socket_client(channel), Some(options))
             .await
+    }
+
+    /// Registers a plugin running in the agent's process (a built-in
+    /// plugin): its options are asked like any plugin's; a later
+    /// registration of the resource over a socket replaces it.
+    pub async fn register_in_process(
+        &self,
+        resource: &str,
+        service: Arc<Service>,
+    ) -> Result<(), RegisterError> {
+        self.activate(
+            resource,
+            Path::new(IN_PROCESS),
+            Client::InProcess(service),
+            None,
+        )
+        .await
     }
 
     /// Asks for options unless given, then makes the entry active; an
@@ -220,12 +291,9 @@ impl Registry {
         &self,
         resource: &str,
         socket: &Path,
-        channel: Channel,
+        mut client: Client,
         options: Option<rp::ResourcePluginOptions>,
     ) -> Result<(), RegisterError> {
-        let mut client = Client::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
         let options = match options {
             Some(options) => options,
             None => {
@@ -446,6 +514,15 @@ impl Registry {
             })
             .collect()
     }
+}
+
+/// The client of a plugin's socket, with the wire's message size bound.
+fn socket_client(channel: Channel) -> Client {
+    Client::Socket(
+        ResourcePluginClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE),
+    )
 }
 
 fn epoch_seconds(time: SystemTime) -> u64 {

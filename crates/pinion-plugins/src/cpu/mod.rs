@@ -35,7 +35,7 @@ use crate::api::{
     AllocatableResource, Allocation, AllocationInfo, Allocations, Options, Request, ResourcePlugin,
     TopologyAwareQuantity, TopologyAwareResource,
 };
-use crate::store::StateFile;
+use crate::store::{Changed, StateFile, Store};
 use crate::{request, PluginError};
 
 pub use state::{CpuState, Member, MemberKind};
@@ -94,7 +94,7 @@ pub struct ReconcileReport {
 pub struct CpuPlugin {
     policy: StaticPolicy,
     state: CpuState,
-    store: StateFile,
+    store: Store,
 }
 
 impl CpuPlugin {
@@ -105,6 +105,19 @@ impl CpuPlugin {
         topology: Topology,
         config: &CpuPluginConfig,
         state_dir: Option<&Path>,
+    ) -> Result<Self, PluginError> {
+        Self::open_with_store(
+            topology,
+            config,
+            StateFile::new(state_dir, STATE_FILE).into(),
+        )
+    }
+
+    /// [`CpuPlugin::open`] with its state in `store`.
+    pub fn open_with_store(
+        topology: Topology,
+        config: &CpuPluginConfig,
+        mut store: Store,
     ) -> Result<Self, PluginError> {
         config.pools.validate()?;
         if config.pools.reclaim_min == 0 {
@@ -118,7 +131,6 @@ impl CpuPlugin {
             cpus: config.reserved_cpu_list.clone(),
         };
         let policy = StaticPolicy::new(topology, config.static_policy_options, &reservation)?;
-        let store = StateFile::new(state_dir, STATE_FILE);
         let mut state: CpuState = store.load()?.unwrap_or_default();
         state.pools.set_params(config.pools.clone());
         policy
@@ -136,7 +148,7 @@ impl CpuPlugin {
         plugin
             .state
             .relayout(plugin.policy.topology(), plugin.policy.reserved());
-        plugin.save()?;
+        plugin.save(Changed::All)?;
         Ok(plugin)
     }
 
@@ -258,7 +270,12 @@ impl CpuPlugin {
             reserved: self.policy.reserved(),
             held: &held,
         }));
-        self.finish(&before, pools)
+        let report = self.finish(&before, pools)?;
+        if report.pools.is_empty() && report.containers.is_empty() {
+            // The pin itself is kept, even when the pool already has that size.
+            self.save(Changed::Rest)?;
+        }
+        Ok(report)
     }
 
     fn finish(
@@ -280,13 +297,15 @@ impl CpuPlugin {
             })
             .collect();
         if !pools.is_empty() || !containers.is_empty() {
-            self.save()?;
+            // Pools and pins are the rest of the state; members' cpusets
+            // follow from them.
+            self.save(Changed::Rest)?;
         }
         Ok(ReconcileReport { pools, containers })
     }
 
-    fn save(&self) -> Result<(), PluginError> {
-        Ok(self.store.save(&self.state)?)
+    fn save(&mut self, changed: Changed<'_>) -> Result<(), PluginError> {
+        Ok(self.store.save(&self.state, changed)?)
     }
 
     /// The allocation answer for a member.
@@ -362,7 +381,7 @@ impl ResourcePlugin for CpuPlugin {
         if !placed {
             return Ok(None);
         }
-        if let Err(err) = self.save() {
+        if let Err(err) = self.save(Changed::Pod(&request.pod_uid)) {
             self.forget(&request.pod_uid, &request.container_name);
             return Err(err);
         }
@@ -392,7 +411,7 @@ impl ResourcePlugin for CpuPlugin {
         for name in names {
             self.forget(pod_uid, &name);
         }
-        self.save()
+        self.save(Changed::Pod(pod_uid))
     }
 
     fn topology_aware_resources(

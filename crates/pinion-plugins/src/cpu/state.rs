@@ -236,3 +236,85 @@ impl CpuState {
             .collect()
     }
 }
+
+/// A pod's part of the CPU state in the agent's journal.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct PodPart {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    containers: BTreeMap<String, Member>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    exclusive_numa: Option<CpuSet>,
+    /// Its containers' exclusive CPUs.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    assignments: BTreeMap<String, CpuSet>,
+}
+
+/// The rest: the shared CPUs and the pools.
+#[derive(Debug, Serialize, Deserialize)]
+struct RestPart {
+    default: CpuSet,
+    pools: Pools,
+}
+
+/// In the journal: one entry per pod (its members, NUMA nodes held alone
+/// and exclusive CPUs), and the default set and the pools as the rest.
+impl crate::store::Entries for CpuState {
+    fn pod_uids(&self) -> Vec<String> {
+        let mut uids: std::collections::BTreeSet<&String> = self.containers.keys().collect();
+        uids.extend(self.exclusive_numa.keys());
+        uids.extend(self.exclusive.assignments.keys());
+        uids.into_iter().cloned().collect()
+    }
+
+    fn pod_entry(&self, uid: &str) -> Option<serde_json::Value> {
+        let part = PodPart {
+            containers: self.containers.get(uid).cloned().unwrap_or_default(),
+            exclusive_numa: self.exclusive_numa.get(uid).cloned(),
+            assignments: self
+                .exclusive
+                .assignments
+                .get(uid)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let empty = part.containers.is_empty()
+            && part.exclusive_numa.is_none()
+            && part.assignments.is_empty();
+        (!empty).then(|| serde_json::to_value(part).unwrap_or_default())
+    }
+
+    fn rest_entry(&self) -> serde_json::Value {
+        serde_json::to_value(RestPart {
+            default: self.exclusive.default.clone(),
+            pools: self.pools.clone(),
+        })
+        .unwrap_or_default()
+    }
+
+    fn from_entries(
+        rest: serde_json::Value,
+        pods: BTreeMap<String, serde_json::Value>,
+    ) -> Result<Self, String> {
+        let rest: RestPart =
+            serde_json::from_value(rest).map_err(|err| format!("the rest: {err}"))?;
+        let mut state = CpuState {
+            pools: rest.pools,
+            ..CpuState::default()
+        };
+        state.exclusive.default = rest.default;
+        for (uid, part) in pods {
+            let part: PodPart =
+                serde_json::from_value(part).map_err(|err| format!("pod {uid}: {err}"))?;
+            if !part.containers.is_empty() {
+                state.containers.insert(uid.clone(), part.containers);
+            }
+            if let Some(nodes) = part.exclusive_numa {
+                state.exclusive_numa.insert(uid.clone(), nodes);
+            }
+            if !part.assignments.is_empty() {
+                state.exclusive.assignments.insert(uid, part.assignments);
+            }
+        }
+        Ok(state)
+    }
+}

@@ -342,3 +342,206 @@ fn answers_look_like_katalysts() {
     // A second Allocate of the same container answers the same.
     assert_eq!(p.allocate(&ask).expect("again"), Some(answer));
 }
+
+/// The side data a journal would hold after `outbox`'s records.
+fn apply(outbox: &crate::store::Outbox, journal: &mut BTreeMap<String, serde_json::Value>) {
+    for record in outbox.take() {
+        let pinion_core::record::Record::Side { key, value, .. } = record else {
+            panic!("a plugin hands side-data records only: {record:?}");
+        };
+        match value {
+            Some(value) => journal.insert(key, value),
+            None => journal.remove(&key),
+        };
+    }
+}
+
+fn journal_plugin(
+    entries: BTreeMap<String, serde_json::Value>,
+    outbox: &crate::store::Outbox,
+    legacy_dir: Option<&Path>,
+) -> CpuPlugin {
+    let store = crate::store::Journal::new(
+        crate::store::Journal::kind_of("cpu"),
+        entries,
+        outbox.clone(),
+        StateFile::new(legacy_dir, STATE_FILE),
+    );
+    CpuPlugin::open_with_store(machine(), &CpuPluginConfig::default(), store.into())
+        .expect("plugin from the journal")
+}
+
+/// #17: in the agent the CPU plugin's state is journal entries (one per
+/// pod, and the rest) instead of its state file. After every kind of change
+/// the entries rebuild exactly the plugin's state, and an admission writes
+/// the entries of its pod and the rest only.
+#[test]
+fn the_journal_entries_rebuild_the_state_after_every_change() {
+    let outbox = crate::store::Outbox::new();
+    let mut journal = BTreeMap::new();
+    let mut p = journal_plugin(BTreeMap::new(), &outbox, None);
+    apply(&outbox, &mut journal);
+    type Step = Box<dyn Fn(&mut CpuPlugin)>;
+    let steps: Vec<(&str, Step)> = vec![
+        (
+            "dedicated",
+            Box::new(|p| {
+                p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+                    .expect("d");
+            }),
+        ),
+        (
+            "numa exclusive",
+            Box::new(|p| {
+                let mut r = request(
+                    "x",
+                    2.0,
+                    &[
+                        level("dedicated_cores"),
+                        (
+                            qos::MEMORY_ENHANCEMENT_KEY,
+                            r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
+                        ),
+                    ],
+                );
+                r.hint = Some(Hint {
+                    nodes: vec![1],
+                    preferred: true,
+                });
+                p.allocate(&r).expect("x");
+            }),
+        ),
+        (
+            "shared",
+            Box::new(|p| {
+                p.allocate(&request("s", 1.5, &[])).expect("s");
+            }),
+        ),
+        (
+            "reclaimed",
+            Box::new(|p| {
+                p.allocate(&request("r", 1.0, &[level("reclaimed_cores")]))
+                    .expect("r");
+            }),
+        ),
+        (
+            // Periods that resize nothing are not saved (their hysteresis
+            // counters start again after a restart); the one that grows the
+            // pool is.
+            "pressure",
+            Box::new(|p| {
+                let loads = BTreeMap::from([(
+                    "share".to_string(),
+                    PoolLoad {
+                        pressure: 90.0,
+                        usage: Some(3.0),
+                    },
+                )]);
+                let grew =
+                    (0..10).any(|_| !p.reconcile(&loads).expect("reconcile").pools.is_empty());
+                assert!(grew, "the share pool grows under pressure");
+            }),
+        ),
+        (
+            "pin",
+            Box::new(|p| {
+                p.set_pool_size("share", PoolSize::Fixed(3)).expect("pin");
+            }),
+        ),
+        (
+            "remove dedicated",
+            Box::new(|p| p.remove_pod("d").expect("remove d")),
+        ),
+        (
+            "remove exclusive",
+            Box::new(|p| p.remove_pod("x").expect("remove x")),
+        ),
+    ];
+    for (name, step) in steps {
+        step(&mut p);
+        apply(&outbox, &mut journal);
+        let reopened = journal_plugin(journal.clone(), &outbox, None);
+        let _ = outbox.take();
+        assert_eq!(reopened.state(), p.state(), "after {name}");
+    }
+    assert!(!journal.contains_key("pod/d") && !journal.contains_key("pod/x"));
+
+    // One more admission: its pod's entry and the rest, nothing else.
+    p.allocate(&request("t", 1.0, &[])).expect("t");
+    let keys: Vec<String> = outbox
+        .take()
+        .into_iter()
+        .map(|record| match record {
+            pinion_core::record::Record::Side { key, .. } => key,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(keys, ["pod/t", "rest"]);
+}
+
+/// #17: an agent upgraded from the state-file version finds no journal
+/// entries; the plugin takes its state file once and hands all of it to
+/// the journal.
+#[test]
+fn a_state_file_of_an_earlier_version_is_taken_into_the_journal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = {
+        let mut p = CpuPlugin::open(machine(), &CpuPluginConfig::default(), Some(dir.path()))
+            .expect("plugin");
+        p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+            .expect("d");
+        p.allocate(&request("s", 1.0, &[])).expect("s");
+        p.state().clone()
+    };
+    let outbox = crate::store::Outbox::new();
+    let p = journal_plugin(BTreeMap::new(), &outbox, Some(dir.path()));
+    assert_eq!(p.state(), &before);
+    let mut journal = BTreeMap::new();
+    apply(&outbox, &mut journal);
+    assert!(journal.contains_key("pod/d") && journal.contains_key("pod/s"));
+    // From now on the journal wins over the (stale) file.
+    let mut p = journal_plugin(journal.clone(), &outbox, Some(dir.path()));
+    p.remove_pod("d").expect("remove");
+    apply(&outbox, &mut journal);
+    let reopened = journal_plugin(journal, &outbox, Some(dir.path()));
+    assert!(reopened.state().member("d", "c").is_none());
+    assert!(reopened.state().member("s", "c").is_some());
+}
+
+/// Damaged entries are refused naming the kind, as a damaged state file.
+#[test]
+fn damaged_journal_entries_are_named() {
+    let entries = BTreeMap::from([
+        ("rest".to_string(), serde_json::json!({"default": "0-15"})),
+        ("pod/p".to_string(), serde_json::json!({"containers": 7})),
+    ]);
+    let store = crate::store::Journal::new(
+        "plugin-state/cpu",
+        entries,
+        crate::store::Outbox::new(),
+        StateFile::memory(STATE_FILE),
+    );
+    let err = CpuPlugin::open_with_store(machine(), &CpuPluginConfig::default(), store.into())
+        .expect_err("damaged");
+    assert!(err.to_string().contains("plugin-state/cpu"), "{err}");
+}
+
+/// Regression (#17, found by the journal-entries test): pinning a pool to
+/// the size it already had was not saved, so the pin was gone after a
+/// restart and the closed loop resized the pool again.
+#[test]
+fn regression_a_pin_to_the_current_size_survives_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = CpuPluginConfig::default();
+    {
+        let mut p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("plugin");
+        p.allocate(&request("s", 1.5, &[])).expect("s");
+        let size = u32::try_from(p.state().pools.plan().shared["share"].len()).expect("small");
+        let report = p
+            .set_pool_size("share", PoolSize::Fixed(size))
+            .expect("pin");
+        assert!(report.pools.is_empty(), "no resize: {report:?}");
+    }
+    let p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("reopen");
+    assert!(matches!(p.pools().pin_of("share"), PoolSize::Fixed(_)));
+}

@@ -144,7 +144,8 @@ fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
         );
         return serve_with(&socket, handle.grpc(), "cpu", Some(closed_loop));
     }
-    let plugin = builtin::open(&config, topology, &args.sysroot, Some(&args.state_dir))?;
+    let store = builtin::file_store(config.kind(), Some(&args.state_dir));
+    let plugin = builtin::open(&config, topology, &args.sysroot, store)?;
     let resource = plugin.resource_name().to_string();
     serve_with(&socket, GrpcPlugin::new(plugin), &resource, None)
 }
