@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::cgroup::{mountinfo, Cgroups};
 use crate::pressure::{read_v1_cpu_stat, read_v1_usage, CpuCounters, PressureError};
 
 /// How deep below the mount the walk looks (kubepods.slice /
@@ -145,6 +146,27 @@ impl PodCpuSource {
         }
         Self::V2(PodCgroups::new(dir.to_path_buf(), own_root))
     }
+
+    /// The agent's source: on cgroup v1 with a `cpu` hierarchy, the pods'
+    /// throttling there (Pinion's runs in its root there) and their usage
+    /// in the `cpuacct` hierarchy named in `mountinfo` (mount points under
+    /// `prefix`; none when it cannot be read); otherwise their PSI below
+    /// the cgroup mount (Pinion's runs in its root).
+    #[must_use]
+    pub fn for_cgroups(cgroups: &Cgroups, mountinfo: &Path, prefix: &Path) -> Self {
+        match cgroups.v1_cpu_root() {
+            Some((cpu, own)) => {
+                let cpuacct = mountinfo::v1_controller_mount(mountinfo, prefix, "cpuacct")
+                    .ok()
+                    .flatten();
+                Self::V1(V1PodCgroups::new(cpu.to_path_buf(), Some(own), cpuacct))
+            }
+            None => Self::V2(PodCgroups::new(
+                cgroups.mount().to_path_buf(),
+                Some(cgroups.root().to_path_buf()),
+            )),
+        }
+    }
 }
 
 /// Pod UID → its cgroups in the v1 `cpu` hierarchy and, when that is
@@ -256,6 +278,7 @@ fn plausible_uid(uid: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::CgroupVersion;
 
     fn mkdir(root: &Path, path: &str) -> PathBuf {
         let dir = root.join(path);
@@ -351,6 +374,49 @@ mod tests {
         assert!(matches!(
             pods.counters("a-1"),
             Some(Err(PressureError::Read { .. }))
+        ));
+    }
+
+    #[test]
+    fn the_agents_source_follows_its_cgroups_version_and_mounts() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path();
+        let mountinfo = root.join("mountinfo");
+        fs::write(
+            &mountinfo,
+            "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+             32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+             33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n",
+        )
+        .expect("mountinfo");
+        let cgroup = root.join("sys/fs/cgroup");
+        let cpuset = cgroup.join("cpuset");
+        let v1 = Cgroups::new(CgroupVersion::V1, cpuset.clone(), cpuset.join("pinion"))
+            .with_v1_hierarchies(Some(cgroup.join("cpu")), None);
+        let pod = cgroup.join("cpuacct/kubepods/podk-1");
+        write(&pod, "cpuacct.usage", "9\n");
+        write(
+            &cgroup.join("cpu/kubepods/podk-1"),
+            "cpu.stat",
+            "nr_periods 1\nnr_throttled 1\nthrottled_time 0\n",
+        );
+        let own = cgroup.join("cpu/pinion/run-1");
+        write(
+            &own,
+            "cpu.stat",
+            "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n",
+        );
+        let PodCpuSource::V1(mut pods) = PodCpuSource::for_cgroups(&v1, &mountinfo, root) else {
+            panic!("v1 cgroups give a v1 source");
+        };
+        pods.refresh(["k-1", "run-1"]);
+        let read = pods.counters("k-1").expect("found").expect("read");
+        assert_eq!((read.counters.usage_ns, read.usage_read), (9, true));
+        assert_eq!(pods.cpu_dir("run-1"), Some(own.as_path()));
+        let v2 = Cgroups::new(CgroupVersion::V2, root.join("v2"), root.join("v2/pinion"));
+        assert!(matches!(
+            PodCpuSource::for_cgroups(&v2, &mountinfo, root),
+            PodCpuSource::V2(_)
         ));
     }
 

@@ -64,23 +64,23 @@ fn table(pools: &Pools) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7}  LAST CHANGE",
-        "POOL", "CPUS", "SIZE", "BOUNDS", "PIN", "MEMBERS", "PRESSURE", "PSI"
+        "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7} {:>9}  LAST CHANGE",
+        "POOL", "CPUS", "SIZE", "BOUNDS", "PIN", "MEMBERS", "PRESSURE", "PSI", "THROTTLED"
     );
+    let percent = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
     for p in &pools.pools {
         let _ = writeln!(
             out,
-            "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7}  {}",
+            "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7} {:>9}  {}",
             p.name,
             if p.cpus.is_empty() { "-" } else { &p.cpus },
             p.size,
             format!("{}-{}", p.min, p.max),
             p.pin,
             p.members.len(),
-            p.pressure
-                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}%")),
-            p.psi
-                .map_or_else(|| "-".to_string(), |v| format!("{v:.1}%")),
+            percent(p.pressure),
+            percent(p.psi),
+            percent(p.throttled),
             p.last_change.as_deref().unwrap_or("-"),
         );
     }
