@@ -297,11 +297,14 @@ impl CpuPluginHandle {
         members: &BTreeMap<String, Vec<(String, String)>>,
     ) -> BTreeMap<String, PoolLoad> {
         pods.refresh(members.values().flatten().map(|(pod, _)| pod.as_str()));
-        let mut state = self
-            .throttling
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut previous = std::mem::take(&mut state.previous);
+        let mut previous = std::mem::take(
+            &mut self
+                .throttling
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .previous,
+        );
+        let mut next = BTreeMap::new();
         let mut per_pod: BTreeMap<&str, Option<Throttling>> = BTreeMap::new();
         let mut pools = BTreeMap::new();
         for (pool, keys) in members {
@@ -316,7 +319,7 @@ impl CpuPluginHandle {
                         }
                     };
                     let before = previous.remove(pod.as_str());
-                    state.previous.insert(pod.clone(), now);
+                    next.insert(pod.clone(), now);
                     before.map(|before| throttling(before, now))
                 });
                 measured.extend(sample);
@@ -325,6 +328,10 @@ impl CpuPluginHandle {
                 pools.insert(pool.clone(), load);
             }
         }
+        self.throttling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .previous = next;
         pools
     }
 }
