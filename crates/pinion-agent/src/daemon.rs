@@ -10,6 +10,7 @@ use pinion_core::policy::PolicyError;
 use pinion_core::topomgr::{Scope, TopologyManagerError};
 use pinion_host::cgroup::{CgroupError, Cgroups};
 use pinion_host::lock::{lock_exclusive, Holder, Lock, LockError, STATE_LOCK_FILE};
+use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_host::DiscoveryError;
 use pinion_nri::{Plugin, PluginError, PluginOptions};
 use tokio::net::TcpListener;
@@ -116,7 +117,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     };
     let topology_for_readers = Arc::new(topology.clone());
     let cgroup_root = cgroups.root().display().to_string();
-    let cgroup_places = (cgroups.mount().to_path_buf(), cgroups.root().to_path_buf());
+    let pod_cpu = PodCpuSource::for_cgroups(&cgroups, &mountinfo, &config.sysroot);
     let version = cgroups.version();
     let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
     let started = claim_cgroup_root(&cgroups, &config.sysroot).and_then(|claim| {
@@ -192,7 +193,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             reserved: &reserved,
             sysroot: &config.sysroot,
             state_dir: &config.state_dir,
-            cgroups: Some((&cgroup_places.0, &cgroup_places.1)),
+            cgroups: Some(&pod_cpu),
         };
         tasks.extend(
             qrm.start_builtin(machine, &stop_rx)

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admission, Agent, Knob, QrmNodeOptions, PATIENCE};
+use qrm_common::{admission, wait_until, Agent, Knob, QrmNodeOptions, PATIENCE};
 
 use pinion_agent::config::BuiltinPlugin;
 use pinion_agent::testing::{machine, run_request};
@@ -22,6 +22,7 @@ use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;
 use pinion_host::meminfo::NodeMemory;
+use pinion_host::pod_cgroups::{PodCgroups, PodCpuSource};
 use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
 use pinion_plugins::{
     Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
@@ -869,7 +870,13 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
         builtin(&["cpu"]),
     );
     agent
-        .start_builtin_with(sysroot.path(), Some((cgroups.path(), &own)))
+        .start_builtin_with(
+            sysroot.path(),
+            Some(PodCpuSource::V2(PodCgroups::new(
+                cgroups.path().to_path_buf(),
+                Some(own.clone()),
+            ))),
+        )
         .await;
     let pools = agent.handle.cpu_pools().expect("the cpu plugin's pools");
     // One pod of Pinion's own (`pinion run`: its cgroup is named by its
@@ -946,6 +953,166 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
     assert_eq!(share().psi, Some(0.0));
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
+    agent.stop().await;
+}
+
+/// Writes a cgroup v1 `<dir>/cpu.stat` with these CFS counters.
+fn write_cpu_stat(dir: &Path, periods: u64, throttled: u64) {
+    std::fs::create_dir_all(dir).expect("pod cgroup");
+    let text = format!(
+        "nr_periods {periods}\nnr_throttled {throttled}\nthrottled_time {}\n",
+        throttled * 1_000_000
+    );
+    let tmp = dir.join("cpu.stat.tmp");
+    std::fs::write(&tmp, text).expect("cpu.stat");
+    std::fs::rename(tmp, dir.join("cpu.stat")).expect("cpu.stat");
+}
+
+/// A pod's CFS scheduler as its v1 `cpu.stat` tells it: every 20 ms it runs
+/// 10 more periods, `throttled()` of them throttled.
+fn throttle(
+    dir: PathBuf,
+    throttled: Arc<Mutex<u64>>,
+    stop: Arc<Mutex<bool>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let (mut periods, mut total) = (0, 0);
+        while !*stop.lock().expect("lock") {
+            periods += 10;
+            total += *throttled.lock().expect("lock");
+            write_cpu_stat(&dir, periods, total);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+/// #17 on cgroup v1 (no PSI): a shared pool grows while its members' pods
+/// are throttled in most of their CFS periods, although every CPU is idle
+/// by /proc/stat, and gives the CPUs back when the throttling stops; the
+/// reserved and dedicated CPUs stay out of it throughout. The pods' cgroups
+/// are a directory tree shaped like the v1 `cpu` and `cpuacct` hierarchies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_shrinks_after() {
+    let sysroot = meminfo_root();
+    let cgroups = tempfile::tempdir().expect("cgroup hierarchies");
+    let cpu = cgroups.path().join("cpu");
+    let own = cpu.join("pinion");
+    // Pinion's own run is mirrored in the cpu hierarchy only; the kubelet
+    // pod (cgroupfs driver) has its cpuacct cgroup too.
+    let web_dir = own.join("pinion-run-web");
+    let kube_dir = cpu.join("kubepods/burstable/podkube-pod-1");
+    write_cpu_stat(&web_dir, 0, 0);
+    write_cpu_stat(&kube_dir, 0, 0);
+    let acct = cgroups
+        .path()
+        .join("cpuacct/kubepods/burstable/podkube-pod-1");
+    std::fs::create_dir_all(&acct).expect("cpuacct");
+    std::fs::write(acct.join("cpuacct.usage"), "1000\n").expect("cpuacct.usage");
+    let mut agent = Agent::start_in(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        builtin(&["cpu"]),
+    );
+    let source = PodCpuSource::at(cgroups.path(), Some(own.clone()));
+    assert!(matches!(source, PodCpuSource::V1(_)), "{source:?}");
+    agent.start_builtin_with(sysroot.path(), Some(source)).await;
+    let pools = agent.handle.cpu_pools().expect("the cpu plugin's pools");
+    let dedicated = agent
+        .handle
+        .admit(admission(
+            "pinion-run-db",
+            "2",
+            &[],
+            &[(QOS, "dedicated_cores")],
+        ))
+        .await
+        .expect("dedicated");
+    let web = agent
+        .handle
+        .admit(admission(
+            "pinion-run-web",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("online pod");
+    agent
+        .handle
+        .admit(admission(
+            "kube-pod-1",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("second online pod");
+    let reserved = agent.handle.snapshot().reserved.clone();
+    let share = || {
+        let now = pools
+            .view()
+            .pools
+            .into_iter()
+            .find(|p| p.name == "share")
+            .expect("the share pool");
+        let cpus = CpuSet::parse_list(&now.cpus).expect("cpus");
+        assert!(
+            cpus.is_disjoint(&reserved) && cpus.is_disjoint(&dedicated.placement.cpus),
+            "the pool took reserved or dedicated CPUs: {now:?}"
+        );
+        now
+    };
+    let initial = share().size;
+
+    // Every CPU idle by /proc/stat; the web pod runs unthrottled, the
+    // kubelet pod is throttled in 8 of every 10 periods: the pool grows.
+    let stop = Arc::new(Mutex::new(false));
+    let idler = burn(sysroot.path().to_path_buf(), CpuSet::new, Arc::clone(&stop));
+    let unthrottled = throttle(web_dir, Arc::new(Mutex::new(0)), Arc::clone(&stop));
+    let throttled = Arc::new(Mutex::new(8));
+    let kube = throttle(kube_dir, Arc::clone(&throttled), Arc::clone(&stop));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = share();
+        if now.size > initial {
+            assert_eq!(now.psi, None, "{now:?}");
+            assert!(
+                now.last_change
+                    .as_deref()
+                    .is_some_and(|c| c.contains("pressure 80.0%")),
+                "{now:?}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool never grew: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cgroup = web.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&cgroup, "on the grown pool", |cpus, _| {
+            cpus.len() > web.placement.cpus.len()
+        })
+        .await;
+
+    // The throttling stops: the idle pool gives its CPUs back.
+    *throttled.lock().expect("lock") = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while share().size > initial {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never shrank: {:?}",
+            share()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_until("the view shows no throttling", || {
+        share().throttled == Some(0.0)
+    })
+    .await;
+    *stop.lock().expect("lock") = true;
+    for thread in [idler, unthrottled, kube] {
+        thread.join().expect("writer");
+    }
     agent.stop().await;
 }
 

@@ -374,6 +374,11 @@ pub struct PoolView {
     /// this and the estimate from the pool's busy CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub psi: Option<f64>,
+    /// cgroup v1 (no PSI): the members' throttling as a pressure (percent
+    /// of CFS periods throttled, the highest among them) when measured;
+    /// `pressure` is the higher of this and the estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<f64>,
     /// The last size change and why, e.g. `3 -> 4 (pressure 42.0%) in period 17`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_change: Option<String>,

@@ -39,7 +39,10 @@ use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 
 pub use layout::{layout, LayoutPool};
-pub use sizing::{bounds, combine_loads, load_from_cpu_times, resize, CpuTime, PoolLoad};
+pub use sizing::{
+    bounds, combine_loads, load_from_cpu_times, load_from_throttling, resize, CpuTime, PoolLoad,
+    Throttling,
+};
 pub use state::{Change, ChangeReason, PoolDemand, PoolEntry, PoolPlan, Pools};
 
 /// Parameters of pool sizing (agent config `qosResourceManager.pools`;

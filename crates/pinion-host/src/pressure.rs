@@ -150,22 +150,31 @@ impl CpuCounters {
 
 /// cgroup v1: `<cpuacct_dir>/cpuacct.usage` and `<cpu_dir>/cpu.stat`.
 pub fn read_v1_counters(cpuacct_dir: &Path, cpu_dir: &Path) -> Result<CpuCounters, PressureError> {
-    let usage_path = cpuacct_dir.join("cpuacct.usage");
-    let usage_text = read(&usage_path)?;
-    let usage_ns = usage_text.trim().parse::<u64>().map_err(|_| {
-        malformed(
-            &usage_path,
-            format!("{:?} is not a number", usage_text.trim()),
-        )
-    })?;
-    let stat_path = cpu_dir.join("cpu.stat");
-    let stat = read_keyed(&stat_path)?;
     Ok(CpuCounters {
-        usage_ns,
+        usage_ns: read_v1_usage(cpuacct_dir)?,
+        ..read_v1_cpu_stat(cpu_dir)?
+    })
+}
+
+/// cgroup v1: the throttling counters of `<cpu_dir>/cpu.stat` (`usage_ns`
+/// is 0: the usage is the cpuacct hierarchy's, [`read_v1_usage`]).
+pub fn read_v1_cpu_stat(cpu_dir: &Path) -> Result<CpuCounters, PressureError> {
+    let stat = read_keyed(&cpu_dir.join("cpu.stat"))?;
+    Ok(CpuCounters {
+        usage_ns: 0,
         nr_periods: stat.get("nr_periods"),
         nr_throttled: stat.get("nr_throttled"),
         throttled_ns: stat.get("throttled_time"),
     })
+}
+
+/// cgroup v1: `<cpuacct_dir>/cpuacct.usage`, nanoseconds.
+pub fn read_v1_usage(cpuacct_dir: &Path) -> Result<u64, PressureError> {
+    let path = cpuacct_dir.join("cpuacct.usage");
+    let text = read(&path)?;
+    text.trim()
+        .parse::<u64>()
+        .map_err(|_| malformed(&path, format!("{:?} is not a number", text.trim())))
 }
 
 /// cgroup v2: `<dir>/cpu.stat` (microseconds there).

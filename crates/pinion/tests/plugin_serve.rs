@@ -30,6 +30,11 @@ struct Served {
 
 impl Served {
     fn start(sysroot: &Path, sockets: &Path, state: &Path) -> Served {
+        Served::start_with(sysroot, sockets, state, &[])
+    }
+
+    /// [`Served::start`] with more arguments.
+    fn start_with(sysroot: &Path, sockets: &Path, state: &Path, more: &[&Path]) -> Served {
         let child = Command::new(common::BIN)
             .args(["plugin", "serve", "cpu", "--socket-dir"])
             .arg(sockets)
@@ -37,6 +42,7 @@ impl Served {
             .arg(sysroot)
             .arg("--state-dir")
             .arg(state)
+            .args(more)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -371,4 +377,114 @@ fn a_bad_configuration_is_named_and_nothing_is_served() {
         "{err}"
     );
     assert!(!dir.path().join("sock/pinion-cpu-plugin.sock").exists());
+}
+
+/// #17 on cgroup v1, through the standalone plugin: `--cgroup-root` is a
+/// directory shaped like `/sys/fs/cgroup` on a v1 host (`cpu/`,
+/// `cpuacct/`), the shared pod's cgroup is kubelet's (cgroupfs driver).
+/// While its `cpu.stat` says it is throttled in 8 of 10 periods — every CPU
+/// idle by `/proc/stat` — its cpuset grows; when the throttling stops it
+/// shrinks back; the dedicated pod's and the reserved CPUs stay out.
+#[test]
+fn the_served_plugins_pool_grows_while_its_pod_is_throttled_on_cgroup_v1() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The machine's sysfs and cpuinfo, with a /proc/stat of our own.
+    let sysroot = dir.path().join("root");
+    std::fs::create_dir_all(sysroot.join("proc")).expect("proc");
+    std::os::unix::fs::symlink(machine.join("sys"), sysroot.join("sys")).expect("sys");
+    std::os::unix::fs::symlink(machine.join("proc/cpuinfo"), sysroot.join("proc/cpuinfo"))
+        .expect("cpuinfo");
+    let cgroups = dir.path().join("cgroup");
+    let pod_cpu = cgroups.join("cpu/kubepods/burstable/podweb-1");
+    let pod_acct = cgroups.join("cpuacct/kubepods/burstable/podweb-1");
+    std::fs::create_dir_all(&pod_acct).expect("cpuacct");
+    std::fs::write(pod_acct.join("cpuacct.usage"), "0\n").expect("usage");
+    let mut ticks = 0u64;
+    let mut counters = (0u64, 0u64);
+    // One step of the world: every CPU 2 more idle ticks, the pod 10 more
+    // CFS periods of which `throttled` throttled.
+    let mut advance = |throttled: u64| {
+        ticks += 2;
+        let stat: String = (0..80)
+            .map(|cpu| format!("cpu{cpu} 0 0 0 {ticks} 0 0 0 0 0 0\n"))
+            .collect();
+        write_atomically(&sysroot.join("proc/stat"), &stat);
+        counters = (counters.0 + 10, counters.1 + throttled);
+        std::fs::create_dir_all(&pod_cpu).expect("pod cgroup");
+        write_atomically(
+            &pod_cpu.join("cpu.stat"),
+            &format!(
+                "nr_periods {}\nnr_throttled {}\nthrottled_time 0\n",
+                counters.0, counters.1
+            ),
+        );
+    };
+    advance(0);
+    let served = Served::start_with(
+        &sysroot,
+        &dir.path().join("sock"),
+        &dir.path().join("state"),
+        &[
+            Path::new("--cgroup-root"),
+            &cgroups,
+            Path::new("--reconcile-period"),
+            Path::new("0.1"),
+        ],
+    );
+    let rt = runtime();
+    let (dedicated, initial) = rt.block_on(async {
+        let channel = pinion_api::uds::connect(&served.socket, Duration::from_secs(5))
+            .await
+            .expect("connect");
+        let mut client = rp::resource_plugin_client::ResourcePluginClient::new(channel);
+        let mut cpus_of = BTreeMap::new();
+        for (pod, cpus, annotations) in pods().into_iter().take(2) {
+            let answer = client
+                .allocate(wire_request(pod, cpus, &annotations))
+                .await
+                .expect("allocate")
+                .into_inner();
+            let cpus =
+                CpuSet::parse_list(&alloc_of(&answer)["cpu"].allocation_result).expect("cpulist");
+            cpus_of.insert(pod, cpus);
+        }
+        (cpus_of["online-1"].clone(), cpus_of["web-1"].clone())
+    });
+    let web_cpus = |rt: &tokio::runtime::Runtime| {
+        let all = rt.block_on(all_allocations(&served.socket));
+        let cpus = CpuSet::parse_list(&all["web-1"]["app"]["cpu"]).expect("cpulist");
+        assert!(
+            cpus.is_disjoint(&dedicated) && !cpus.contains(0),
+            "web-1 {cpus} took the dedicated {dedicated} or the reserved CPU 0"
+        );
+        cpus
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while web_cpus(&rt).len() <= initial.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never grew from {initial}"
+        );
+        advance(8);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while web_cpus(&rt).len() > initial.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the pool never shrank back to {initial}"
+        );
+        advance(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    served.stop();
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(tmp, path).expect("rename");
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use pinion_core::record::SideData;
 use pinion_core::{CpuSet, Topology};
-use pinion_host::pod_cgroups::PodCgroups;
+use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_plugins::builtin::{self, Config, Kind};
 use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle, LoadSources};
 use pinion_plugins::grpc::GrpcPlugin;
@@ -53,10 +53,10 @@ pub struct Machine<'a> {
     /// The agent's state directory: where state files of an earlier
     /// version (before the journal kept the plugins' state) are read once.
     pub state_dir: &'a Path,
-    /// Where the CPU plugin's closed loop finds its pods' cgroups to read
-    /// their CPU pressure: the cgroup mount (kubelet's pods) and Pinion's
-    /// own cgroup root (`pinion run`). `None`: `/proc/stat` only.
-    pub cgroups: Option<(&'a Path, &'a Path)>,
+    /// Where the CPU plugin's closed loop finds its pods' cgroups (kubelet's
+    /// pods and Pinion's own runs) to read their CPU pressure: PSI on cgroup
+    /// v2, throttling on v1. `None`: `/proc/stat` only.
+    pub cgroups: Option<&'a PodCpuSource>,
 }
 
 /// The configuration the plugin runs with: the CPU plugin takes the agent's
@@ -143,9 +143,7 @@ impl Qrm {
                     let mut loop_stop = stop.clone();
                     let sources = LoadSources {
                         sysroot: machine.sysroot.to_path_buf(),
-                        pods: machine.cgroups.map(|(mount, own)| {
-                            PodCgroups::new(mount.to_path_buf(), Some(own.to_path_buf()))
-                        }),
+                        pods: machine.cgroups.cloned(),
                     };
                     let closed_loop = handle.clone().run_closed_loop(
                         sources,

@@ -19,6 +19,7 @@ use pinion_agent::testing::{machine, run_request, SyntheticNode};
 use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
 use pinion_host::cgroup::CgroupName;
+use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_plugins::{
     Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
 };
@@ -100,7 +101,7 @@ impl Agent {
 
     /// [`Agent::start_builtin`] with the cgroup mount and Pinion's cgroup
     /// root where the CPU plugin reads its pods' CPU pressure.
-    pub async fn start_builtin_with(&mut self, sysroot: &Path, cgroups: Option<(&Path, &Path)>) {
+    pub async fn start_builtin_with(&mut self, sysroot: &Path, cgroups: Option<PodCpuSource>) {
         let reserved = self.handle.snapshot().reserved.clone();
         let topology = machine(2, 4, 2);
         let machine = pinion_agent::qrm::builtin::Machine {
@@ -108,7 +109,7 @@ impl Agent {
             reserved: &reserved,
             sysroot,
             state_dir: self.dir.path(),
-            cgroups,
+            cgroups: cgroups.as_ref(),
         };
         self.node.start_builtin(machine).await;
     }

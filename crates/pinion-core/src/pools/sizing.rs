@@ -12,8 +12,9 @@ use crate::cpuset::CpuSet;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolLoad {
     /// CPU pressure in percent (cgroup v2 `cpu.pressure` "some avg10", the
-    /// highest among the pool's containers; on cgroup v1 an estimate from
-    /// usage and throttling, see [`PoolLoad::from_usage`]).
+    /// highest among the pool's containers; on cgroup v1 the members'
+    /// throttling, [`load_from_throttling`]; and the estimate from the busy
+    /// CPUs, [`PoolLoad::from_usage`]).
     pub pressure: f64,
     /// CPUs busy on average (the sum over the pool's containers), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,7 +59,8 @@ impl PoolLoad {
 /// A pool's load from its two measures: `on_cpus`, the load on the pool's
 /// CPUs (from `/proc/stat`, [`load_from_cpu_times`]), and `psi`, its
 /// members' CPU pressure (cgroup v2 `cpu.pressure` "some avg10", the
-/// highest among them). The pressure is the higher of the two — PSI sees
+/// highest among them; on cgroup v1 their throttling,
+/// [`load_from_throttling`]). The pressure is the higher of the two — PSI sees
 /// tasks waiting for a CPU, the estimate sees CPUs that are all busy —
 /// and the busy CPUs are the measured ones. `None` when neither measured.
 #[must_use]
@@ -71,6 +73,48 @@ pub fn combine_loads(on_cpus: Option<PoolLoad>, psi: Option<PoolLoad>) -> Option
             usage: on_cpus.usage.or(psi.usage),
         }),
     }
+}
+
+/// One member pod's CFS bandwidth throttling over the last period, from
+/// two samples of its cgroup v1 `cpu.stat` (and `cpuacct.usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Throttling {
+    /// Fraction (0–1) of the pod's CFS periods in which it was throttled
+    /// (`nr_throttled / nr_periods` between the samples; 0 without a quota
+    /// or without a runnable period).
+    pub throttled: f64,
+    /// CPUs the pod kept busy on average, when its usage was read.
+    pub busy: Option<f64>,
+}
+
+/// The pressure of a pool on cgroup v1, where there is no PSI, from its
+/// members' throttling: the highest member's throttled fraction as a
+/// percentage. This is the scale of PSI "some avg10" (the percentage of
+/// time some task waited for a CPU), so `growPressure` and
+/// `shrinkPressure` mean the same on both versions: a pool none of whose
+/// members was throttled gets no pressure from this input; one with a
+/// member throttled in at least `growPressure` % of its periods (10 % by
+/// default, so certainly one throttled in most of them) grows. The usage
+/// is the sum of the members' busy CPUs when every member's was read
+/// (else unknown); busy CPUs alone add no pressure here — the load on the
+/// pool's CPUs ([`load_from_cpu_times`]) sees a saturated pool. Values
+/// that are not finite count as 0, fractions are clamped to 0–1. `None`
+/// when no member was measured.
+#[must_use]
+pub fn load_from_throttling(members: &[Throttling]) -> Option<PoolLoad> {
+    let finite = |v: f64| if v.is_finite() { v.max(0.0) } else { 0.0 };
+    let highest = members
+        .iter()
+        .map(|m| finite(m.throttled).min(1.0))
+        .reduce(f64::max)?;
+    let usage = members
+        .iter()
+        .map(|m| m.busy.map(finite))
+        .sum::<Option<f64>>();
+    Some(PoolLoad {
+        pressure: 100.0 * highest,
+        usage,
+    })
 }
 
 /// `[min, max]` CPUs of a pool whose members request `requests_milli`:
@@ -219,6 +263,86 @@ mod measure_tests {
         assert_eq!(combine_loads(None, Some(psi)), Some(psi));
         assert_eq!(combine_loads(Some(on_cpus), None), Some(on_cpus));
         assert_eq!(combine_loads(None, None), None);
+    }
+
+    fn member(throttled: f64, busy: Option<f64>) -> Throttling {
+        Throttling { throttled, busy }
+    }
+
+    #[test]
+    fn members_never_throttled_give_no_pressure() {
+        let load = load_from_throttling(&[member(0.0, Some(0.5)), member(0.0, Some(1.0))])
+            .expect("measured");
+        assert_eq!(load.pressure, 0.0);
+        assert_eq!(load.usage, Some(1.5));
+        let params = PoolParams::default();
+        assert!(load.pressure <= params.shrink_pressure);
+        assert_eq!(load_from_throttling(&[]), None);
+    }
+
+    #[test]
+    fn a_member_throttled_in_most_periods_grows_its_pool() {
+        let params = PoolParams::default();
+        for throttled in [0.51, 0.75, 1.0] {
+            let load = load_from_throttling(&[member(0.0, None), member(throttled, None)])
+                .expect("measured");
+            assert!(
+                load.pressure >= params.grow_pressure,
+                "{throttled}: {load:?}"
+            );
+            assert_eq!(
+                resize(&params, 3, (2, 6), params.cooldown, Some(&load)),
+                Some((
+                    4,
+                    Step::Grow {
+                        pressure: load.pressure
+                    }
+                )),
+                "{throttled}"
+            );
+        }
+    }
+
+    #[test]
+    fn throttling_is_a_percentage_on_the_psi_scale_and_the_highest_member_counts() {
+        let load = load_from_throttling(&[member(0.05, Some(1.0)), member(0.25, Some(0.5))])
+            .expect("measured");
+        assert!((load.pressure - 25.0).abs() < 1e-9, "{load:?}");
+        assert_eq!(load.usage, Some(1.5));
+        // In the hysteresis band: neither grows nor shrinks by default.
+        let calm = load_from_throttling(&[member(0.05, None)]).expect("measured");
+        let params = PoolParams::default();
+        assert!(calm.pressure > params.shrink_pressure && calm.pressure < params.grow_pressure);
+        assert_eq!(
+            resize(&params, 3, (2, 6), params.cooldown, Some(&calm)),
+            None
+        );
+    }
+
+    #[test]
+    fn unread_usage_is_unknown_and_bad_values_count_as_zero() {
+        let partly =
+            load_from_throttling(&[member(0.0, Some(2.0)), member(0.0, None)]).expect("measured");
+        assert_eq!(partly.usage, None);
+        let bad = load_from_throttling(&[
+            member(f64::NAN, Some(f64::INFINITY)),
+            member(-1.0, Some(-2.0)),
+            member(7.0, Some(1.0)),
+        ])
+        .expect("measured");
+        assert_eq!(bad.pressure, 100.0, "a fraction above 1 is clamped");
+        assert_eq!(bad.usage, Some(1.0));
+        let nan = load_from_throttling(&[member(f64::NAN, None)]).expect("measured");
+        assert_eq!(nan.pressure, 0.0);
+    }
+
+    #[test]
+    fn throttling_stands_in_for_psi_in_the_combined_load() {
+        let on_cpus = PoolLoad::from_usage(1.0, 4, 0.0);
+        let throttled = load_from_throttling(&[member(0.6, Some(0.9))]);
+        let both = combine_loads(Some(on_cpus), throttled).expect("measured");
+        assert!((both.pressure - 60.0).abs() < 1e-9, "{both:?}");
+        assert_eq!(both.usage, Some(1.0), "the busy CPUs are the measured ones");
     }
 
     fn times(samples: &[(u32, u64, u64)]) -> BTreeMap<u32, CpuTime> {

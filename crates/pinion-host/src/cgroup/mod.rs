@@ -245,6 +245,18 @@ impl Cgroups {
         &self.root
     }
 
+    /// v1: the `cpu` hierarchy's mount point and Pinion's root in it (its
+    /// mirror, or the root itself when `cpu` is mounted with cpuset);
+    /// `None` on v2 or without that hierarchy.
+    #[must_use]
+    pub fn v1_cpu_root(&self) -> Option<(&Path, PathBuf)> {
+        match &self.v1_cpu {
+            Hierarchy::Absent => None,
+            Hierarchy::WithCpuset => Some((&self.mount, self.root.clone())),
+            Hierarchy::Separate(mount) => Some((mount, mount.join(self.relative_root()))),
+        }
+    }
+
     /// The directory of child `name` (a validated name cannot escape).
     #[must_use]
     pub fn path_of(&self, name: &CgroupName) -> PathBuf {

@@ -461,3 +461,27 @@ fn real_cgroup_takes_the_resource_settings() {
     assert!(quota.starts_with("50000"), "{quota}");
     assert_eq!(memory.trim(), "268435456");
 }
+
+/// The closed loop's v1 input looks for Pinion's runs in the `cpu`
+/// hierarchy: its mount and Pinion's root there, mirrored or shared with
+/// cpuset; nothing on v2 or without the hierarchy.
+#[test]
+fn v1_cpu_root_is_the_mirror_or_the_cpuset_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("cpuset");
+    let cpu = dir.path().join("cpu,cpuacct");
+    let base = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("outer/pinion"));
+    assert_eq!(base.v1_cpu_root(), None);
+    let separate = base.clone().with_v1_hierarchies(Some(cpu.clone()), None);
+    assert_eq!(
+        separate.v1_cpu_root(),
+        Some((cpu.as_path(), cpu.join("outer/pinion")))
+    );
+    let together = base.with_v1_hierarchies(Some(mount.clone()), None);
+    assert_eq!(
+        together.v1_cpu_root(),
+        Some((mount.as_path(), mount.join("outer/pinion")))
+    );
+    let v2 = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    assert_eq!(v2.v1_cpu_root(), None);
+}

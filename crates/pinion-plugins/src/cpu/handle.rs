@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pinion_api::local::{PoolView, Pools as PoolsView};
-use pinion_core::pools::{combine_loads, load_from_cpu_times, CpuTime, PoolLoad, PoolSize};
-use pinion_host::pod_cgroups::PodCgroups;
+use pinion_core::pools::{
+    combine_loads, load_from_cpu_times, load_from_throttling, CpuTime, PoolLoad, PoolSize,
+    Throttling,
+};
+use pinion_host::pod_cgroups::{PodCgroups, PodCpuSource, V1PodCgroups, V1PodCounters};
 
 use super::{CpuPlugin, ReconcileReport};
 use crate::grpc::GrpcPlugin;
@@ -40,14 +43,27 @@ pub struct CpuPluginHandle {
     loads: Arc<Mutex<BTreeMap<String, PoolLoad>>>,
     /// The last PSI of each pool's members (for the view).
     psi: Arc<Mutex<BTreeMap<String, f64>>>,
+    /// cgroup v1: the last throttling pressure of each pool's members (for
+    /// the view) and each member pod's previous counters.
+    throttling: Arc<Mutex<Throttled>>,
+}
+
+/// cgroup v1 throttling between two periods.
+#[derive(Debug, Default)]
+struct Throttled {
+    /// Pool → pressure from its members' throttling (percent).
+    pools: BTreeMap<String, f64>,
+    /// Pod UID → its counters and when they were read.
+    previous: BTreeMap<String, (Instant, V1PodCounters)>,
 }
 
 /// Where the closed loop measures: every CPU's time in `<sysroot>/proc/stat`
-/// and, when `pods` is given, the members' pods' `cpu.pressure` (cgroup v2).
+/// and, when `pods` is given, the members' pods' CPU pressure: their
+/// `cpu.pressure` on cgroup v2, their throttling on cgroup v1.
 #[derive(Debug, Clone)]
 pub struct LoadSources {
     pub sysroot: PathBuf,
-    pub pods: Option<PodCgroups>,
+    pub pods: Option<PodCpuSource>,
 }
 
 impl std::fmt::Debug for CpuPluginHandle {
@@ -64,6 +80,7 @@ impl CpuPluginHandle {
             plugin: Arc::new(Mutex::new(plugin)),
             loads: Arc::default(),
             psi: Arc::default(),
+            throttling: Arc::default(),
         }
     }
 
@@ -83,6 +100,10 @@ impl CpuPluginHandle {
         let plugin = self.lock();
         let loads = self.loads.lock().unwrap_or_else(PoisonError::into_inner);
         let psi = self.psi.lock().unwrap_or_else(PoisonError::into_inner);
+        let throttled = self
+            .throttling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let pools = plugin.pools();
         let members = plugin.pool_members();
         let views = pools
@@ -114,6 +135,7 @@ impl CpuPluginHandle {
                     pressure: load.map(|l| l.pressure),
                     usage: load.and_then(|l| l.usage),
                     psi: psi.get(name).copied(),
+                    throttled: throttled.pools.get(name).copied(),
                     last_change: entry.last_change.as_ref().map(|c| {
                         format!(
                             "{} -> {} ({}) in period {}",
@@ -222,34 +244,108 @@ impl CpuPluginHandle {
     }
 
     /// Every pool's load: the load on its CPUs between the two samples,
-    /// combined with its members' PSI when `pods` can find their cgroups
-    /// ([`combine_loads`]). Remembers the PSI for the view.
+    /// combined ([`combine_loads`]) with its members' pressure when `pods`
+    /// can find their cgroups — their PSI on cgroup v2, their throttling
+    /// since the previous call on cgroup v1 ([`load_from_throttling`]).
+    /// Remembers the members' pressure for the view.
     pub fn measure(
         &self,
         before: &BTreeMap<u32, CpuTime>,
         after: &BTreeMap<u32, CpuTime>,
-        pods: Option<&mut PodCgroups>,
+        pods: Option<&mut PodCpuSource>,
     ) -> BTreeMap<String, PoolLoad> {
         let (plan, members) = {
             let plugin = self.lock();
             (plugin.pools().plan().shared.clone(), plugin.pool_members())
         };
-        let psi = pods
-            .map(|pods| members_psi(pods, &members))
-            .unwrap_or_default();
+        let (mut psi, mut throttled) = (BTreeMap::new(), BTreeMap::new());
+        if let Some(source) = pods {
+            match source {
+                PodCpuSource::V2(pods) => psi = members_psi(pods, &members),
+                PodCpuSource::V1(pods) => throttled = self.members_throttling(pods, &members),
+            }
+        }
         let loads = plan
             .iter()
             .filter_map(|(name, cpus)| {
                 let on_cpus = load_from_cpu_times(before, after, cpus);
-                let from_psi = psi.get(name).copied();
-                combine_loads(on_cpus, from_psi).map(|load| (name.clone(), load))
+                let members = psi.get(name).or_else(|| throttled.get(name)).copied();
+                combine_loads(on_cpus, members).map(|load| (name.clone(), load))
             })
             .collect();
-        *self.psi.lock().unwrap_or_else(PoisonError::into_inner) = psi
-            .into_iter()
-            .map(|(name, load)| (name, load.pressure))
-            .collect();
+        let pressures = |map: BTreeMap<String, PoolLoad>| {
+            map.into_iter()
+                .map(|(name, load)| (name, load.pressure))
+                .collect()
+        };
+        *self.psi.lock().unwrap_or_else(PoisonError::into_inner) = pressures(psi);
+        self.throttling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pools = pressures(throttled);
         loads
+    }
+
+    /// Each pool's load from its members' throttling (cgroup v1) since
+    /// the previous call: every member pod's counters are read once and
+    /// kept for the next call (pods no longer members are forgotten). A pod
+    /// read for the first time, or whose cgroup cannot be read, is left
+    /// out; a pool none of whose pods was measured has no such load.
+    fn members_throttling(
+        &self,
+        pods: &mut V1PodCgroups,
+        members: &BTreeMap<String, Vec<(String, String)>>,
+    ) -> BTreeMap<String, PoolLoad> {
+        pods.refresh(members.values().flatten().map(|(pod, _)| pod.as_str()));
+        let mut previous = std::mem::take(
+            &mut self
+                .throttling
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .previous,
+        );
+        let mut next = BTreeMap::new();
+        let mut per_pod: BTreeMap<&str, Option<Throttling>> = BTreeMap::new();
+        let mut pools = BTreeMap::new();
+        for (pool, keys) in members {
+            let mut measured = Vec::new();
+            for (pod, _) in keys {
+                let sample = *per_pod.entry(pod.as_str()).or_insert_with(|| {
+                    let now = match pods.counters(pod)? {
+                        Ok(counters) => (Instant::now(), counters),
+                        Err(err) => {
+                            tracing::debug!(pod = %pod, "no cpu throttling: {err}");
+                            return None;
+                        }
+                    };
+                    let before = previous.remove(pod.as_str());
+                    next.insert(pod.clone(), now);
+                    before.map(|before| throttling(before, now))
+                });
+                measured.extend(sample);
+            }
+            if let Some(load) = load_from_throttling(&measured) {
+                pools.insert(pool.clone(), load);
+            }
+        }
+        self.throttling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .previous = next;
+        pools
+    }
+}
+
+/// A pod's throttling between two readings of its counters.
+fn throttling(
+    (then, before): (Instant, V1PodCounters),
+    (now, after): (Instant, V1PodCounters),
+) -> Throttling {
+    let elapsed = u64::try_from(now.saturating_duration_since(then).as_nanos()).unwrap_or(u64::MAX);
+    let (busy, throttled) = after.counters.since(&before.counters, elapsed);
+    Throttling {
+        throttled,
+        busy: (before.usage_read && after.usage_read && elapsed > 0).then_some(busy),
     }
 }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_api::plugin::{self, Identity, RegistrationState};
-use pinion_host::pod_cgroups::PodCgroups;
+use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_plugins::builtin::{self, Config, Kind};
 use pinion_plugins::cpu::{CpuPlugin, CpuPluginHandle, LoadSources};
 use pinion_plugins::grpc::GrpcPlugin;
@@ -82,12 +82,14 @@ struct ServeArgs {
     state_dir: PathBuf,
     /// The CPU plugin's closed loop: seconds between two measurements of
     /// its pools' load (`/proc/stat` under --sysroot, and the members' pods'
-    /// `cpu.pressure` under --cgroup-root).
+    /// `cpu.pressure`, or on cgroup v1 their throttling, under --cgroup-root).
     #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     reconcile_period: f64,
-    /// The cgroup v2 mount where the CPU plugin finds its pods' cgroups
-    /// (kubelet's `kubepods` tree, either cgroup driver) to read their CPU
-    /// pressure. Default: `sys/fs/cgroup` under --sysroot.
+    /// Where the CPU plugin finds its pods' cgroups (kubelet's `kubepods`
+    /// tree, either cgroup driver) to read their CPU pressure: a cgroup v2
+    /// mount (`cpu.pressure`), or on cgroup v1 the directory of the
+    /// hierarchies (`cpu/` with `cpu.stat`, `cpuacct/`) or the `cpu`
+    /// hierarchy itself (throttling). Default: `sys/fs/cgroup` under --sysroot.
     #[arg(long, value_name = "DIR")]
     cgroup_root: Option<PathBuf>,
 }
@@ -138,7 +140,7 @@ fn run_serve(args: &ServeArgs) -> anyhow::Result<()> {
             handle.clone(),
             LoadSources {
                 sysroot: args.sysroot.clone(),
-                pods: Some(PodCgroups::new(cgroup_root, None)),
+                pods: Some(PodCpuSource::at(&cgroup_root, None)),
             },
             period,
         );
