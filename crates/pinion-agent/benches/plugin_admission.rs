@@ -3,8 +3,9 @@
 //! call it (hints gathered, decision, durable record, placement on fake
 //! cgroups), then release:
 //!
-//! * `builtin_cpu_plugin`: Pinion's CPU plugin in the agent (its calls over
-//!   its unix socket, its own state file, the allocation record);
+//! * `builtin_cpu_plugin`: Pinion's CPU plugin in the agent (called in the
+//!   process through its gRPC service, its state in the agent's journal,
+//!   flushed with the allocation record);
 //! * `one_plugin` against `static_policy_widget`: the same pod asking one
 //!   more resource (`example.com/widget=1`) of a minimal plugin in the
 //!   watched directory that keeps no state (hints with a preference,

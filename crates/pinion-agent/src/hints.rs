@@ -107,6 +107,21 @@ impl HintGatherer {
         }
         let pod = Arc::new(pod.clone());
         let asked = (self.scope != Scope::Pod).then(|| container.to_owned());
+        if let [source] = self.sources.as_slice() {
+            // One provider: asked right here, no task to spawn and join.
+            let name = source.name();
+            let answer = tokio::time::timeout(self.deadline, source.hints(pod, asked))
+                .await
+                .map_err(|_| HintError::Deadline {
+                    pending: vec![name.clone()],
+                    deadline: self.deadline,
+                })?;
+            let merged = answer.map_err(|reason| HintError::Failed {
+                source_name: name,
+                reason,
+            })?;
+            return Ok(self.scoped(merged));
+        }
         let mut tasks = JoinSet::new();
         for source in &self.sources {
             let name = source.name();
@@ -144,7 +159,12 @@ impl HintGatherer {
                 });
             }
         }
-        Ok(match self.scope {
+        Ok(self.scoped(merged))
+    }
+
+    /// `merged` as the hints of the scope's level.
+    fn scoped(&self, merged: ResourceHints) -> GatheredHints {
+        match self.scope {
             Scope::Pod => GatheredHints {
                 pod: Some(merged),
                 container: None,
@@ -153,6 +173,6 @@ impl HintGatherer {
                 pod: None,
                 container: Some(merged),
             },
-        })
+        }
     }
 }

@@ -209,6 +209,16 @@ impl Controller {
         &mut self,
         batch: Batch,
     ) -> Result<Vec<(Key, ControlError)>, ControlError> {
+        self.commit_with(batch, false)
+    }
+
+    /// [`Controller::commit`]; `force_plugins`: flush the built-in plugins'
+    /// waiting changes even when the batch has no records of its own.
+    fn commit_with(
+        &mut self,
+        batch: Batch,
+        force_plugins: bool,
+    ) -> Result<Vec<(Key, ControlError)>, ControlError> {
         if let Some(reason) = batch.poisoned.clone() {
             let dropped = self.store.discard_pending();
             tracing::error!(
@@ -218,7 +228,13 @@ impl Controller {
             self.rollback(batch);
             return Err(ControlError::NotDurable { reason });
         }
-        let from_plugins = self.take_plugin_records();
+        // The plugins' waiting changes go with any flush, but do not cause
+        // one by themselves (the next flush, or the backstop's, takes them).
+        let (lazy, from_plugins) = if self.store.pending() > 0 || force_plugins {
+            (self.take_lazy_records(), self.take_plugin_records())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         if self.store.pending() > 0 {
             let started = Instant::now();
             let records = self.store.pending();
@@ -233,6 +249,7 @@ impl Controller {
                     "journal flush failed, rolling the batch back: {err}"
                 );
                 self.rollback(batch);
+                self.lazy_records.splice(0..0, lazy);
                 self.put_back_plugin_records(from_plugins);
                 return Err(err.into());
             }
@@ -268,6 +285,20 @@ impl Controller {
         }
         self.maybe_compact(false);
         Ok(failed)
+    }
+
+    /// The lazy records (already applied in memory), appended to the journal
+    /// with this flush; those that cannot be appended wait for the next.
+    fn take_lazy_records(&mut self) -> Vec<Record> {
+        let records = std::mem::take(&mut self.lazy_records);
+        for (at, record) in records.iter().enumerate() {
+            if let Err(err) = self.store.record(record) {
+                tracing::error!("a side-data record cannot be journalled yet: {err}");
+                self.lazy_records = records[at..].to_vec();
+                return records[..at].to_vec();
+            }
+        }
+        records
     }
 
     /// The built-in plugins' waiting state changes, applied to the side data
@@ -310,7 +341,7 @@ impl Controller {
     /// closed loop or pinned by an operator).
     pub fn flush_plugin_state(&mut self) -> Result<(), ControlError> {
         let batch = self.begin();
-        self.commit(batch).map(drop)
+        self.commit_with(batch, true).map(drop)
     }
 
     /// Back to the batch's starting point: state, workloads, and the

@@ -44,7 +44,7 @@ use pinion_core::engine::{CpuOwner, Engine};
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::policy::PolicyError;
-use pinion_core::record::SideData;
+use pinion_core::record::{Record, SideData};
 use pinion_core::restore::RestoreError;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyHint;
@@ -315,6 +315,10 @@ pub struct Controller {
     /// The built-in resource plugins' state changes, journalled with the
     /// next flush (`pinion_plugins::store`), when they run in the agent.
     plugin_outbox: Option<Outbox>,
+    /// Side-data records whose loss costs nothing but a repeated message
+    /// (a pod every plugin heard of): applied in memory, journalled with
+    /// the next flush rather than flushed on their own.
+    lazy_records: Vec<Record>,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
 }

@@ -289,8 +289,11 @@ impl Controller {
     }
 
     /// Every plugin heard of pod `uid`'s removal.
+    ///
+    /// The record does not cause a flush of its own: it goes with the next
+    /// one. Lost in a crash before that, it costs one more `RemovePod`
+    /// (idempotent) after the restart.
     pub fn plugin_pod_removed(&mut self, uid: &str) {
-        let mut batch = self.begin();
         let removed = self
             .side
             .get_mut(REMOVALS)
@@ -298,15 +301,14 @@ impl Controller {
         if !removed {
             return;
         }
-        let record = Record::Side {
+        if self.side.get(REMOVALS).is_some_and(BTreeMap::is_empty) {
+            self.side.remove(REMOVALS);
+        }
+        self.lazy_records.push(Record::Side {
             kind: REMOVALS.to_string(),
             key: uid.to_string(),
             value: None,
-        };
-        self.append(&[record], &mut batch);
-        if let Err(err) = self.commit(batch) {
-            tracing::error!(pod = %uid, "recording the plugins' removal: {err}");
-        }
+        });
         self.publish();
     }
 

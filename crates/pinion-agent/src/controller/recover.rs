@@ -141,6 +141,7 @@ impl Controller {
             counters,
             runtime_updates: parts.runtime_updates,
             plugin_outbox: None,
+            lazy_records: Vec::new(),
             shared_tx,
             snapshot_tx,
         };

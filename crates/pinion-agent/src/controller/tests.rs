@@ -820,3 +820,128 @@ fn one_flush_makes_a_whole_batch_durable() {
     let all = cpus.iter().fold(CpuSet::new(), |acc, c| acc.union(c));
     assert_eq!(all.len(), 5);
 }
+
+/// #17: the built-in plugins' state changes wait in their outbox; they do
+/// not cause a flush of their own, go with the next flush (a failed one
+/// gives them back), and `flush_plugin_state` flushes them on demand.
+#[test]
+fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+    use pinion_plugins::store::Outbox;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (faults, plan) = Faults::new();
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.file_ops = Some(Box::new(faults));
+    let mut controller = Controller::start(parts).expect("start");
+    let outbox = Outbox::new();
+    let kept = controller.keep_plugin_state(outbox.clone(), "plugin-state/");
+    assert!(kept.is_empty());
+    let batches = |c: &Controller| c.counters.journal_batches_total;
+    let entry = |key: &str| Record::Side {
+        kind: "plugin-state/cpu".into(),
+        key: key.into(),
+        value: Some(serde_json::json!({ "k": key })),
+    };
+    let side_of = |c: &Controller| {
+        c.side
+            .get("plugin-state/cpu")
+            .map(|entries| entries.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+
+    // A shared run records nothing of its own: no flush, the change waits.
+    outbox.push([entry("pod/a")]);
+    let before = batches(&controller);
+    admit(&mut controller, &run("pinion-run-shared", None, 7)).expect("shared");
+    assert_eq!(
+        batches(&controller),
+        before,
+        "no flush for the plugins alone"
+    );
+    assert_eq!(outbox.len(), 1);
+
+    // A failed flush gives the change back, ahead of newer ones.
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(1));
+    let err = admit(&mut controller, &run("pinion-run-a", Some("1"), 8)).expect_err("failed flush");
+    assert!(matches!(err, ControlError::NotDurable { .. }), "{err}");
+    assert!(
+        side_of(&controller).is_empty(),
+        "rolled back with the batch"
+    );
+    outbox.push([entry("pod/b")]);
+    assert_eq!(outbox.take(), vec![entry("pod/a"), entry("pod/b")]);
+    outbox.push([entry("pod/a"), entry("pod/b")]);
+
+    // The next flush carries them.
+    admit(&mut controller, &run("pinion-run-a", Some("1"), 8)).expect("admitted");
+    assert!(outbox.is_empty());
+    assert_eq!(side_of(&controller), ["pod/a", "pod/b"]);
+
+    // On demand, alone.
+    outbox.push([entry("pod/c")]);
+    let before = batches(&controller);
+    controller.flush_plugin_state().expect("flushed");
+    assert_eq!(batches(&controller), before + 1);
+    assert!(outbox.is_empty());
+
+    // They are in the journal: a restart finds them.
+    drop(controller);
+    let parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    let mut restarted = Controller::start(parts).expect("restart");
+    let kept = restarted.keep_plugin_state(Outbox::new(), "plugin-state/");
+    assert_eq!(
+        kept["plugin-state/cpu"].keys().collect::<Vec<_>>(),
+        ["pod/a", "pod/b", "pod/c"]
+    );
+}
+
+/// #17: "every plugin heard of the pod's removal" is journalled with the
+/// next flush rather than a flush of its own (its loss costs one repeated,
+/// idempotent `RemovePod` after a restart).
+#[test]
+fn a_pod_every_plugin_heard_of_is_recorded_with_the_next_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let request = run("pinion-run-w", None, 7);
+    admit(&mut controller, &request).expect("admitted");
+    let key = (request.pod.uid.clone(), request.container.clone());
+    let allocation = pinion_core::plugin_allocation::PluginAllocation {
+        envs: BTreeMap::from([("W".to_string(), "1".to_string())]),
+        ..Default::default()
+    };
+    controller
+        .record_allocations(
+            &key,
+            BTreeSet::from(["example.com/widget".to_string()]),
+            BTreeMap::from([("example.com/widget".to_string(), allocation)]),
+        )
+        .expect("recorded");
+    controller.release(&key.0, None).expect("released");
+    let pending = |c: &Controller| {
+        c.subscribe_snapshots()
+            .borrow()
+            .pending_plugin_removals
+            .clone()
+    };
+    assert_eq!(pending(&controller), vec![key.0.clone()]);
+
+    let before = controller.counters.journal_batches_total;
+    controller.plugin_pod_removed(&key.0);
+    assert!(pending(&controller).is_empty());
+    assert_eq!(
+        controller.counters.journal_batches_total, before,
+        "no flush of its own"
+    );
+    // A restart now: the pod is pending again (its plugins hear again).
+    drop(controller);
+    let mut controller = start(dir.path(), &host).expect("restart");
+    assert_eq!(pending(&controller), vec![key.0.clone()]);
+    controller.plugin_pod_removed(&key.0);
+    // The next flush carries it; after a restart nothing is pending.
+    admit(&mut controller, &run("pinion-run-x", Some("1"), 8)).expect("admitted");
+    drop(controller);
+    let controller = start(dir.path(), &host).expect("restart");
+    assert!(pending(&controller).is_empty());
+}
