@@ -14,6 +14,9 @@
 //!   durable allocation record. Without the manager the extra request is
 //!   ignored, so the pods are the same.
 //!
+//! * `…_1000_pods`: the static policy and the built-in CPU plugin with 1000
+//!   shared pods (50m each) already on the node — what grows with the node.
+//!
 //! Each case runs with the state on the disk (a temp dir) and on tmpfs
 //! (`/dev/shm`), to tell the protocol's share from the flushes'. Besides
 //! criterion's estimate, each prints p50/p99 of single admissions and, for
@@ -222,8 +225,17 @@ fn bench_case(
     base: &Path,
     mode: Mode,
     widget: bool,
+    resident: usize,
 ) {
     let node = node(runtime, base, mode);
+    // Pods already on the node (shared, 50m each): what an admission costs
+    // that grows with them.
+    for n in 0..resident {
+        let request = run_request(&format!("pinion-run-resident-{n}"), Some("50m"), None);
+        runtime
+            .block_on(node.handle.admit(request))
+            .expect("resident pod");
+    }
     let mut admissions = Vec::new();
     let mut n = 0u64;
     c.bench_function(name, |b| {
@@ -299,6 +311,21 @@ fn plugin_admission(c: &mut Criterion) {
                 base,
                 mode,
                 widget,
+                0,
+            );
+        }
+        for (case, mode) in [
+            ("static_policy", Mode::StaticPolicy),
+            ("builtin_cpu_plugin", Mode::BuiltinCpuPlugin),
+        ] {
+            bench_case(
+                c,
+                &runtime,
+                &format!("admit_release_2cpus/{medium}/{case}_1000_pods"),
+                base,
+                mode,
+                false,
+                1000,
             );
         }
     }

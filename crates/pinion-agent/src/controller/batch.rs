@@ -72,7 +72,6 @@ pub(super) struct Batch {
     /// every workload for each batch would cost a burst of small batches
     /// dearly).
     workloads: Vec<(Key, Option<Workload>)>,
-    side: SideData,
     /// Cgroups created by this batch's admissions (removed on rollback).
     pub(super) created: Vec<CgroupName>,
     pub(super) after: Vec<AfterFlush>,
@@ -103,11 +102,11 @@ enum Outcome {
 
 impl Controller {
     /// Starts a batch at the current (durable) state.
-    pub(super) fn begin(&self) -> Batch {
+    pub(super) fn begin(&mut self) -> Batch {
+        self.side.begin();
         Batch {
             engine: self.engine.clone(),
             workloads: Vec::new(),
-            side: self.side.clone(),
             created: Vec::new(),
             after: Vec::new(),
             admitted: Vec::new(),
@@ -317,13 +316,13 @@ impl Controller {
                 outbox.put_back(rest.to_vec());
                 let taken = records[..at].to_vec();
                 for record in &taken {
-                    record.apply_side(&mut self.side);
+                    self.side.apply(record);
                 }
                 return taken;
             }
         }
         for record in &records {
-            record.apply_side(&mut self.side);
+            self.side.apply(record);
         }
         records
     }
@@ -358,7 +357,7 @@ impl Controller {
                 }
             }
         }
-        self.side = batch.side;
+        self.side.rollback();
         for cgroup in batch.created {
             if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of a rolled-back admission: {err}");

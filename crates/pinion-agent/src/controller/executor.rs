@@ -69,13 +69,19 @@ impl Controller {
                 }
             }
         }
-        self.execute(Delivery::Send);
+        self.execute_refreshed(Delivery::Send);
     }
 
     /// [`Controller::converge`] with a choice of what happens to runtime
     /// updates; returns those not sent.
     pub(super) fn execute(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
         self.refresh_desired();
+        self.execute_refreshed(delivery)
+    }
+
+    /// [`Controller::execute`] once the desired placements are fresh (each
+    /// refresh visits every workload).
+    fn execute_refreshed(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
         let runtime = self.apply_differences();
         let runtime = match delivery {
             Delivery::Return => runtime,

@@ -28,6 +28,7 @@ mod reconcile;
 mod recover;
 mod resize;
 mod runtime;
+mod side;
 mod snapshot;
 pub mod task;
 #[cfg(test)]
@@ -298,7 +299,7 @@ pub struct Controller {
     store: StateStore,
     /// Durable data beside the CPU state (resource-plugin allocations…),
     /// as the journal keeps it.
-    side: SideData,
+    side: side::Side,
     /// When the checkpoint was last rewritten from the state.
     compacted: Instant,
     host: Box<dyn CpusetHost>,

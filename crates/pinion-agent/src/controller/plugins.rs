@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocations};
 use pinion_core::pod::Pod;
-use pinion_core::record::{diff_side, Record, SideData};
+use pinion_core::record::{Record, SideData};
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::Placement;
 
@@ -113,9 +113,7 @@ impl Controller {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
         }
         let mut batch = self.begin();
-        let side_before = self.side.clone();
-        self.store_allocations(key, &resources, &allocations);
-        let records = diff_side(&side_before, &self.side);
+        let records = self.store_allocations(key, &resources, &allocations);
         self.append(&records, &mut batch);
         batch.touch(&self.workloads, key);
         if let Some(workload) = self.workloads.get_mut(key) {
@@ -137,21 +135,22 @@ impl Controller {
         key: &Key,
         resources: &BTreeSet<String>,
         allocations: &PluginAllocations,
-    ) {
+    ) -> Vec<Record> {
         let stored = StoredAllocations {
             resources: resources.clone(),
             allocations: allocations.clone(),
         };
-        let entries = self.side.entry(ALLOCATIONS.to_string()).or_default();
-        match serde_json::to_value(&stored) {
-            Ok(value) if !(resources.is_empty() && allocations.is_empty()) => {
-                entries.insert(side_key(key), value);
+        let value = match serde_json::to_value(&stored) {
+            Ok(value) => (!(resources.is_empty() && allocations.is_empty())).then_some(value),
+            Err(err) => {
+                tracing::error!("encoding plugin allocations: {err}");
+                return Vec::new();
             }
-            Ok(_) => {
-                entries.remove(&side_key(key));
-            }
-            Err(err) => tracing::error!("encoding plugin allocations: {err}"),
-        }
+        };
+        self.side
+            .set(ALLOCATIONS, &side_key(key), value)
+            .into_iter()
+            .collect()
     }
 
     /// Merges one reconcile poll per plugin (§4.9), sent at `polled_at`,
@@ -222,13 +221,12 @@ impl Controller {
             return Ok(outcome);
         }
         let mut batch = self.begin();
-        let side_before = self.side.clone();
+        let mut records = Vec::new();
         for (key, allocations) in &updated {
             batch.touch(&self.workloads, key);
             let resources = self.workloads[key].plugin_resources.clone();
-            self.store_allocations(key, &resources, allocations);
+            records.extend(self.store_allocations(key, &resources, allocations));
         }
-        let records = diff_side(&side_before, &self.side);
         self.append(&records, &mut batch);
         let before: BTreeMap<Key, Placement> = updated
             .keys()
@@ -260,29 +258,19 @@ impl Controller {
         let pods: BTreeSet<&String> = released.iter().map(|(pod, _)| pod).collect();
         for pod in pods {
             let gone = !self.workloads.keys().any(|(p, _)| p == pod);
-            let entries = self.side.entry(ALLOCATIONS.to_string()).or_default();
             let prefix = format!("{pod}/");
-            let had_plugins = entries.keys().any(|k| k.starts_with(&prefix));
+            let had_plugins = self.side.get(ALLOCATIONS).is_some_and(|entries| {
+                entries
+                    .range(prefix.clone()..)
+                    .next()
+                    .is_some_and(|(k, _)| k.starts_with(&prefix))
+            });
             for key in released.iter().filter(|(p, _)| p == pod) {
-                if entries.remove(&side_key(key)).is_some() {
-                    records.push(Record::Side {
-                        kind: ALLOCATIONS.to_string(),
-                        key: side_key(key),
-                        value: None,
-                    });
-                }
+                records.extend(self.side.set(ALLOCATIONS, &side_key(key), None));
             }
             if gone && had_plugins {
                 let value = serde_json::Value::Bool(true);
-                self.side
-                    .entry(REMOVALS.to_string())
-                    .or_default()
-                    .insert(pod.clone(), value.clone());
-                records.push(Record::Side {
-                    kind: REMOVALS.to_string(),
-                    key: pod.clone(),
-                    value: Some(value),
-                });
+                records.extend(self.side.set(REMOVALS, pod, Some(value)));
             }
         }
         records
@@ -294,21 +282,10 @@ impl Controller {
     /// one. Lost in a crash before that, it costs one more `RemovePod`
     /// (idempotent) after the restart.
     pub fn plugin_pod_removed(&mut self, uid: &str) {
-        let removed = self
-            .side
-            .get_mut(REMOVALS)
-            .is_some_and(|pods| pods.remove(uid).is_some());
-        if !removed {
+        let Some(record) = self.side.set(REMOVALS, uid, None) else {
             return;
-        }
-        if self.side.get(REMOVALS).is_some_and(BTreeMap::is_empty) {
-            self.side.remove(REMOVALS);
-        }
-        self.lazy_records.push(Record::Side {
-            kind: REMOVALS.to_string(),
-            key: uid.to_string(),
-            value: None,
-        });
+        };
+        self.lazy_records.push(record);
         self.publish();
     }
 
@@ -348,9 +325,7 @@ impl Controller {
             if !self.workloads.contains_key(&key) {
                 if self.runtime_updates.is_none() {
                     tracing::warn!(pod = %key.0, container = %key.1, "plugin allocations of a container that no longer runs dropped");
-                    if let Some(entries) = self.side.get_mut(ALLOCATIONS) {
-                        entries.remove(&side_key(&key));
-                    }
+                    self.side.set(ALLOCATIONS, &side_key(&key), None);
                     continue;
                 }
                 let desired = self.engine.placement(&key.0, &key.1);

@@ -131,7 +131,7 @@ impl Controller {
         let mut controller = Controller {
             engine,
             store,
-            side,
+            side: super::side::Side::new(side),
             compacted: Instant::now(),
             host: parts.host,
             runs,

@@ -133,22 +133,7 @@ impl Controller {
         let mut records = Vec::new();
         for pod in pods {
             for (kind, now) in engine_side_of(&self.engine, pod) {
-                if self.side.get(kind).and_then(|m| m.get(pod)) == now.as_ref() {
-                    continue;
-                }
-                let entries = self.side.entry(kind.to_string()).or_default();
-                match &now {
-                    Some(value) => entries.insert(pod.to_string(), value.clone()),
-                    None => entries.remove(pod),
-                };
-                if entries.is_empty() {
-                    self.side.remove(kind);
-                }
-                records.push(Record::Side {
-                    kind: kind.to_string(),
-                    key: pod.to_string(),
-                    value: now,
-                });
+                records.extend(self.side.set(kind, pod, now));
             }
         }
         records

@@ -1,0 +1,128 @@
+//! The side data (durable data beside the CPU state: resource-plugin
+//! allocations, pods whose plugins must hear of their removal, pod-level
+//! CPUs, the built-in plugins' state) with the undo log of the open batch.
+//!
+//! Every change goes through [`Side::set`], which returns the journal
+//! record of the change and remembers the old value, so a batch whose flush
+//! fails is rolled back entry by entry ([`Side::rollback`]) — instead of a
+//! copy of all side data taken at every batch, which grows with the node.
+
+use std::ops::Deref;
+
+use pinion_core::record::{Record, SideData};
+use serde_json::Value;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub(super) struct Side {
+    data: SideData,
+    /// Old values of the entries changed since [`Side::begin`], oldest first.
+    undo: Vec<(String, String, Option<Value>)>,
+}
+
+impl Side {
+    /// `data` as restored at start.
+    pub(super) fn new(data: SideData) -> Self {
+        Self {
+            data,
+            undo: Vec::new(),
+        }
+    }
+
+    /// A batch begins: changes from now on can be rolled back.
+    pub(super) fn begin(&mut self) {
+        self.undo.clear();
+    }
+
+    /// Undoes every change since [`Side::begin`].
+    pub(super) fn rollback(&mut self) {
+        while let Some((kind, key, old)) = self.undo.pop() {
+            put(&mut self.data, &kind, &key, old);
+        }
+    }
+
+    /// Entry `kind`/`key` becomes `value` (`None`: removed). Returns the
+    /// journal record of the change, or `None` when it was already so.
+    pub(super) fn set(&mut self, kind: &str, key: &str, value: Option<Value>) -> Option<Record> {
+        let old = self.data.get(kind).and_then(|entries| entries.get(key));
+        if old == value.as_ref() {
+            return None;
+        }
+        let old = put(&mut self.data, kind, key, value.clone());
+        self.undo.push((kind.to_string(), key.to_string(), old));
+        Some(Record::Side {
+            kind: kind.to_string(),
+            key: key.to_string(),
+            value,
+        })
+    }
+
+    /// Applies a side-data record made elsewhere (the built-in plugins'
+    /// outbox, a lazy record); other records change nothing.
+    pub(super) fn apply(&mut self, record: &Record) {
+        if let Record::Side { kind, key, value } = record {
+            self.set(kind, key, value.clone());
+        }
+    }
+}
+
+/// Puts `value` at `kind`/`key` (removing the entry, and an emptied kind,
+/// for `None`); returns the old value.
+fn put(data: &mut SideData, kind: &str, key: &str, value: Option<Value>) -> Option<Value> {
+    match value {
+        Some(value) => data
+            .entry(kind.to_string())
+            .or_default()
+            .insert(key.to_string(), value),
+        None => {
+            let entries = data.get_mut(kind)?;
+            let old = entries.remove(key);
+            if entries.is_empty() {
+                data.remove(kind);
+            }
+            old
+        }
+    }
+}
+
+impl Deref for Side {
+    type Target = SideData;
+
+    fn deref(&self) -> &SideData {
+        &self.data
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn a_rollback_undoes_every_change_of_the_batch_and_only_those() {
+        let mut side = Side::new(SideData::from([(
+            "a".to_string(),
+            BTreeMap::from([("k".to_string(), Value::from(1))]),
+        )]));
+        side.set("a", "early", Some(Value::from(0)));
+        side.begin();
+        let before = side.data.clone();
+        assert!(
+            side.set("a", "k", Some(Value::from(1))).is_none(),
+            "no change"
+        );
+        assert!(side.set("a", "k", Some(Value::from(2))).is_some());
+        assert!(side.set("a", "k", None).is_some());
+        assert!(side.set("b", "new", Some(Value::from(3))).is_some());
+        side.apply(&Record::Side {
+            kind: "a".into(),
+            key: "early".into(),
+            value: None,
+        });
+        assert_ne!(side.data, before);
+        side.rollback();
+        assert_eq!(side.data, before);
+        assert!(!side.contains_key("b"), "an emptied kind goes");
+    }
+}
