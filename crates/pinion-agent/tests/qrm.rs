@@ -848,6 +848,51 @@ async fn a_plugins_oci_settings_become_cgroup_files_and_follow_reconcile() {
     }
 }
 
+/// Admits the closed-loop tests' two online pods (`shared_cores`, 500m):
+/// one of Pinion's own runs (its cgroup named by its UID) and one as
+/// kubelet names it (`kube-pod-1`); answers the run's admission.
+async fn admit_online_pods(agent: &Agent) -> pinion_agent::controller::Admitted {
+    let web = agent
+        .handle
+        .admit(admission(
+            "pinion-run-web",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("online pod");
+    agent
+        .handle
+        .admit(admission(
+            "kube-pod-1",
+            "500m",
+            &[],
+            &[(QOS, "shared_cores")],
+        ))
+        .await
+        .expect("second online pod");
+    web
+}
+
+/// Waits until the view `pool()` gives satisfies `done` ("the pool never
+/// `what`" after [`PATIENCE`]); answers that view.
+async fn wait_for_pool(
+    pool: impl Fn() -> pinion_api::local::PoolView,
+    done: impl Fn(&pinion_api::local::PoolView) -> bool,
+    what: &str,
+) -> pinion_api::local::PoolView {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let now = pool();
+        if done(&now) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the pool never {what}: {now:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Writes `<dir>/cpu.pressure` with "some avg10" = `avg10`.
 fn write_pressure(dir: &Path, avg10: f64) {
     std::fs::create_dir_all(dir).expect("pod cgroup");
@@ -881,26 +926,7 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
     let pools = agent.handle.cpu_pools().expect("the cpu plugin's pools");
     // One pod of Pinion's own (`pinion run`: its cgroup is named by its
     // UID) and one as kubelet's systemd driver names it.
-    let web = agent
-        .handle
-        .admit(admission(
-            "pinion-run-web",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("online pod");
-    agent
-        .handle
-        .admit(admission(
-            "kube-pod-1",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("second online pod");
+    let web = admit_online_pods(&agent).await;
     let kube_pod = cgroups
         .path()
         .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podkube_pod_1.slice");
@@ -921,17 +947,9 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
     let stop = Arc::new(Mutex::new(false));
     let idler = burn(sysroot.path().to_path_buf(), CpuSet::new, Arc::clone(&stop));
     write_pressure(&kube_pod, 40.0);
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let now = share();
-        if now.size > initial {
-            assert_eq!(now.psi, Some(40.0), "{now:?}");
-            assert_eq!(now.pressure, Some(40.0), "{now:?}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the pool never grew: {now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let grown = wait_for_pool(share, |p| p.size > initial, "grew").await;
+    assert_eq!(grown.psi, Some(40.0), "{grown:?}");
+    assert_eq!(grown.pressure, Some(40.0), "{grown:?}");
     let cgroup = web.cgroup.clone().expect("cgroup");
     agent
         .wait_for_cgroup(&cgroup, "on the grown pool", |cpus, _| {
@@ -941,15 +959,7 @@ async fn a_shared_pool_grows_on_its_members_cpu_pressure_although_its_cpus_are_n
 
     // The pressure is gone: the idle pool gives its CPUs back.
     write_pressure(&kube_pod, 0.0);
-    let deadline = Instant::now() + PATIENCE;
-    while share().size > initial {
-        assert!(
-            Instant::now() < deadline,
-            "the pool never shrank: {:?}",
-            share()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_pool(share, |p| p.size <= initial, "shrank").await;
     assert_eq!(share().psi, Some(0.0));
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
@@ -1027,26 +1037,7 @@ async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_sh
         ))
         .await
         .expect("dedicated");
-    let web = agent
-        .handle
-        .admit(admission(
-            "pinion-run-web",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("online pod");
-    agent
-        .handle
-        .admit(admission(
-            "kube-pod-1",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("second online pod");
+    let web = admit_online_pods(&agent).await;
     let reserved = agent.handle.snapshot().reserved.clone();
     let share = || {
         let now = pools
@@ -1071,22 +1062,15 @@ async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_sh
     let unthrottled = throttle(web_dir, Arc::new(Mutex::new(0)), Arc::clone(&stop));
     let throttled = Arc::new(Mutex::new(8));
     let kube = throttle(kube_dir, Arc::clone(&throttled), Arc::clone(&stop));
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let now = share();
-        if now.size > initial {
-            assert_eq!(now.psi, None, "{now:?}");
-            assert!(
-                now.last_change
-                    .as_deref()
-                    .is_some_and(|c| c.contains("pressure 80.0%")),
-                "{now:?}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "the pool never grew: {now:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let grown = wait_for_pool(share, |p| p.size > initial, "grew").await;
+    assert_eq!(grown.psi, None, "{grown:?}");
+    assert!(
+        grown
+            .last_change
+            .as_deref()
+            .is_some_and(|c| c.contains("pressure 80.0%")),
+        "{grown:?}"
+    );
     let cgroup = web.cgroup.clone().expect("cgroup");
     agent
         .wait_for_cgroup(&cgroup, "on the grown pool", |cpus, _| {
@@ -1096,15 +1080,7 @@ async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_sh
 
     // The throttling stops: the idle pool gives its CPUs back.
     *throttled.lock().expect("lock") = 0;
-    let deadline = Instant::now() + PATIENCE;
-    while share().size > initial {
-        assert!(
-            Instant::now() < deadline,
-            "the pool never shrank: {:?}",
-            share()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_pool(share, |p| p.size <= initial, "shrank").await;
     wait_until("the view shows no throttling", || {
         share().throttled == Some(0.0)
     })
