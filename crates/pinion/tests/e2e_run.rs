@@ -593,7 +593,7 @@ fn regression_a_failed_start_leaves_no_cgroup_root_behind() {
 /// plugin before it answers admissions, their state in its journal; a
 /// `shared_cores` run goes to the CPU plugin (placed in its share pool when
 /// the machine has room for the pools). Pool placement itself is covered
-/// on a 16-CPU machine by `crates/pinion-agent/tests/qrm.rs`.
+/// on a 16-CPU machine by `crates/pinion-agent/tests/qrm.rs` and `qrm_pools.rs`.
 #[test]
 fn builtin_plugins_serve_from_inside_the_agent() {
     let Some(mut s) = setup() else { return };

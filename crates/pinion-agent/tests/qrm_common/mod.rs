@@ -354,3 +354,43 @@ impl ResourcePlugin for Knob {
         Ok(())
     }
 }
+
+/// katalyst's QoS level annotation.
+pub const QOS: &str = "katalyst.kubewharf.io/qos_level";
+
+/// A sysfs root with the two nodes' meminfo (64 GiB each, 60 GiB free).
+pub fn meminfo_root() -> tempfile::TempDir {
+    let root = tempfile::tempdir().expect("tempdir");
+    for node in 0..2 {
+        let dir = root
+            .path()
+            .join(format!("sys/devices/system/node/node{node}"));
+        std::fs::create_dir_all(&dir).expect("node dir");
+        let kib = |gib: u64| gib * (1 << 30) / 1024;
+        std::fs::write(
+            dir.join("meminfo"),
+            format!(
+                "Node {node} MemTotal:       {} kB\nNode {node} MemFree:        {} kB\n",
+                kib(64),
+                kib(60)
+            ),
+        )
+        .expect("meminfo");
+    }
+    root
+}
+
+/// The built-in plugins `names` with their default configuration (the CPU
+/// plugin takes the agent's reserved CPUs).
+pub fn builtin(names: &[&str]) -> Vec<BuiltinPlugin> {
+    names
+        .iter()
+        .map(|name| {
+            let kind = pinion_plugins::builtin::Kind::parse(name).expect("plugin name");
+            BuiltinPlugin {
+                config: pinion_plugins::builtin::Config::default_for(kind),
+                reservation_from_agent: kind == pinion_plugins::builtin::Kind::Cpu,
+            }
+        })
+        .collect()
+}
