@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admission, builtin, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS};
+use qrm_common::{
+    admission, admit_at, builtin, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS,
+};
 
 use pinion_agent::testing::{machine, run_request};
 use pinion_core::testing::cpus as set;
@@ -401,16 +403,7 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
 
     // A shared_cores pod runs in the share pool: none of the exclusive or
     // reserved CPUs, and its cgroup gets the pool.
-    let web = agent
-        .handle
-        .admit(admission(
-            "pinion-run-web",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("shared admitted");
+    let web = admit_at(&agent, "pinion-run-web", "500m", "shared_cores").await;
     let reserved = agent.handle.snapshot().reserved.clone();
     assert!(!web.placement.cpus.is_empty());
     for (what, held) in [

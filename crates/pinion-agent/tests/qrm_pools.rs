@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admission, builtin, meminfo_root, wait_until, Agent, PATIENCE, QOS};
+use qrm_common::{admit_at, builtin, meminfo_root, wait_until, Agent, PATIENCE};
 
 use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -67,36 +67,9 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
         .handle
         .cpu_pools()
         .expect("the built-in cpu plugin's pools");
-    let dedicated = agent
-        .handle
-        .admit(admission(
-            "pinion-run-db",
-            "2",
-            &[],
-            &[(QOS, "dedicated_cores")],
-        ))
-        .await
-        .expect("dedicated");
-    let web = agent
-        .handle
-        .admit(admission(
-            "pinion-run-web",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("online pod");
-    let offline = agent
-        .handle
-        .admit(admission(
-            "pinion-run-batch",
-            "500m",
-            &[],
-            &[(QOS, "reclaimed_cores")],
-        ))
-        .await
-        .expect("offline pod");
+    let dedicated = admit_at(&agent, "pinion-run-db", "2", "dedicated_cores").await;
+    let web = admit_at(&agent, "pinion-run-web", "500m", "shared_cores").await;
+    let offline = admit_at(&agent, "pinion-run-batch", "500m", "reclaimed_cores").await;
     let reserved = agent.handle.snapshot().reserved.clone();
     let share = |pools: &pinion_api::local::Pools| {
         pools
@@ -202,26 +175,8 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
 /// one of Pinion's own runs (its cgroup named by its UID) and one as
 /// kubelet names it (`kube-pod-1`); answers the run's admission.
 async fn admit_online_pods(agent: &Agent) -> pinion_agent::controller::Admitted {
-    let web = agent
-        .handle
-        .admit(admission(
-            "pinion-run-web",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("online pod");
-    agent
-        .handle
-        .admit(admission(
-            "kube-pod-1",
-            "500m",
-            &[],
-            &[(QOS, "shared_cores")],
-        ))
-        .await
-        .expect("second online pod");
+    let web = admit_at(agent, "pinion-run-web", "500m", "shared_cores").await;
+    admit_at(agent, "kube-pod-1", "500m", "shared_cores").await;
     web
 }
 
@@ -377,16 +332,7 @@ async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_sh
     assert!(matches!(source, PodCpuSource::V1(_)), "{source:?}");
     agent.start_builtin_with(sysroot.path(), Some(source)).await;
     let pools = agent.handle.cpu_pools().expect("the cpu plugin's pools");
-    let dedicated = agent
-        .handle
-        .admit(admission(
-            "pinion-run-db",
-            "2",
-            &[],
-            &[(QOS, "dedicated_cores")],
-        ))
-        .await
-        .expect("dedicated");
+    let dedicated = admit_at(&agent, "pinion-run-db", "2", "dedicated_cores").await;
     let web = admit_online_pods(&agent).await;
     let reserved = agent.handle.snapshot().reserved.clone();
     let share = || {

@@ -394,3 +394,21 @@ pub fn builtin(names: &[&str]) -> Vec<BuiltinPlugin> {
         })
         .collect()
 }
+
+/// Admits pod `id` (one container `main`) asking `cpus` at katalyst QoS
+/// level `level`.
+///
+/// # Panics
+/// When the admission fails.
+pub async fn admit_at(
+    agent: &Agent,
+    id: &str,
+    cpus: &str,
+    level: &str,
+) -> pinion_agent::controller::Admitted {
+    agent
+        .handle
+        .admit(admission(id, cpus, &[], &[(QOS, level)]))
+        .await
+        .unwrap_or_else(|err| panic!("{id} ({level}, {cpus} cpus) not admitted: {err}"))
+}
