@@ -105,6 +105,22 @@ impl SyntheticNode {
         Controller::start(self.parts_on(state_dir, Box::new(self.host.clone())))
     }
 
+    /// [`SyntheticNode::start`] with its state files' operations going
+    /// through a fault plan (failed flushes and the like).
+    ///
+    /// # Panics
+    /// When the controller does not start.
+    #[must_use]
+    pub fn start_with_faults(
+        &self,
+        state_dir: &Path,
+    ) -> (Controller, pinion_host::fileops::FaultPlan) {
+        let (faults, plan) = pinion_host::fileops::Faults::new();
+        let mut parts = self.parts_on(state_dir, Box::new(self.host.clone()));
+        parts.file_ops = Some(Box::new(faults));
+        (Controller::start(parts).expect("start"), plan)
+    }
+
     /// A controller with a runtime front-end: its updates arrive on the
     /// returned receiver.
     pub fn start_with_runtime(

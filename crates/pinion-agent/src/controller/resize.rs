@@ -228,7 +228,7 @@ mod tests {
     use pinion_core::CpuSet;
     use pinion_host::cgroup::fake::FakeCgroups;
     use pinion_host::cgroup::CgroupName;
-    use pinion_host::fileops::{Effect, Faults, FileOp};
+    use pinion_host::fileops::{Effect, FileOp};
 
     use super::super::{ControlError, Controller, Key, RUN_CONTAINER};
     use crate::hints::GatheredHints;
@@ -278,10 +278,7 @@ mod tests {
     fn a_resize_that_cannot_be_made_durable_changes_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let host = FakeCgroups::default();
-        let (faults, plan) = Faults::new();
-        let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
-        parts.file_ops = Some(Box::new(faults));
-        let mut controller = Controller::start(parts).expect("start");
+        let (mut controller, plan) = node(&host).start_with_faults(dir.path());
         let first = admitted(&mut controller);
         let state = controller.state().clone();
 

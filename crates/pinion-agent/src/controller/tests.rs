@@ -720,13 +720,10 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
 /// state back to the last durable point; nothing of it reaches a cgroup.
 #[test]
 fn a_failed_flush_fails_the_whole_batch_and_applies_nothing() {
-    use pinion_host::fileops::{Effect, Faults, FileOp};
+    use pinion_host::fileops::{Effect, FileOp};
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let (faults, plan) = Faults::new();
-    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
-    parts.file_ops = Some(Box::new(faults));
-    let mut controller = Controller::start(parts).expect("start");
+    let (mut controller, plan) = node(&host).start_with_faults(dir.path());
     let kept = admit(&mut controller, &run("pinion-run-kept", Some("1"), 9)).expect("kept");
     let durable_before = durable(dir.path());
     let state_before = controller.state().clone();
@@ -826,14 +823,11 @@ fn one_flush_makes_a_whole_batch_durable() {
 /// gives them back), and `flush_plugin_state` flushes them on demand.
 #[test]
 fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
-    use pinion_host::fileops::{Effect, Faults, FileOp};
+    use pinion_host::fileops::{Effect, FileOp};
     use pinion_plugins::store::Outbox;
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let (faults, plan) = Faults::new();
-    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
-    parts.file_ops = Some(Box::new(faults));
-    let mut controller = Controller::start(parts).expect("start");
+    let (mut controller, plan) = node(&host).start_with_faults(dir.path());
     let outbox = Outbox::new();
     let kept = controller.keep_plugin_state(outbox.clone(), "plugin-state/");
     assert!(kept.is_empty());

@@ -190,17 +190,14 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
 /// (no cgroup is rewritten) and is followed at the next tick.
 #[test]
 fn a_hotplug_that_cannot_be_flushed_changes_nothing_and_is_retried() {
-    use pinion_host::fileops::{Effect, Faults, FileOp};
+    use pinion_host::fileops::{Effect, FileOp};
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let node = SyntheticNode {
         host: host.clone(),
         ..SyntheticNode::new(machine(1, 4, 2))
     };
-    let (faults, plan) = Faults::new();
-    let mut parts = node.parts_on(dir.path(), Box::new(host.clone()));
-    parts.file_ops = Some(Box::new(faults));
-    let mut controller = Controller::start(parts).expect("start");
+    let (mut controller, plan) = node.start_with_faults(dir.path());
     let a = run(&mut controller, "pinion-run-a", "2", 10);
     let victim = a.last().expect("a has cpus");
     let topology = offline(&victim.to_string());
