@@ -221,6 +221,25 @@ impl Pod {
         self.all_containers().find(|c| c.name == name)
     }
 
+    /// This pod with container `name`'s CPU request (and limit, when it has
+    /// one) changed to `cpus`: the pod after an in-place resize.
+    #[must_use]
+    pub fn with_container_cpus(&self, name: &str, cpus: &Quantity) -> Pod {
+        let mut resized = self.clone();
+        if let Some(container) = resized
+            .init_containers
+            .iter_mut()
+            .chain(resized.containers.iter_mut())
+            .find(|c| c.name == name)
+        {
+            container.cpu_request = Some(cpus.clone());
+            if container.cpu_limit.is_some() {
+                container.cpu_limit = Some(cpus.clone());
+            }
+        }
+        resized
+    }
+
     /// Pod QoS (newest kubelet, per container): BestEffort for a pod without
     /// containers; otherwise the class all containers share, and Burstable as
     /// soon as one container is Burstable or two containers disagree.

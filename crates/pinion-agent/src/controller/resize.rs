@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pinion_core::engine::Engine;
-use pinion_core::pod::Pod;
 use pinion_core::policy::PolicyError;
 use pinion_core::record::{Record, Scope, SideData};
 use pinion_core::state::PodCpus;
@@ -178,7 +177,7 @@ impl Controller {
         let desired = self.placement_for(key);
         let mut cgroup = None;
         if let Some(workload) = self.workloads.get_mut(key) {
-            workload.spec = Some(Arc::new(resized_pod(&spec, &key.1, cpus)));
+            workload.spec = Some(Arc::new(spec.with_container_cpus(&key.1, cpus)));
             workload.desired = desired.clone();
             if let Frontend::Standalone { cgroup: name, .. } = &workload.frontend {
                 cgroup = Some(name.clone());
@@ -202,24 +201,6 @@ impl Controller {
         self.converge_admitted(std::slice::from_ref(key));
         Ok(self.admitted(key))
     }
-}
-
-/// `pod` with container `name`'s CPU request (and limit, when it has one)
-/// set to `cpus`, as the engine resized it.
-fn resized_pod(pod: &Pod, name: &str, cpus: &Quantity) -> Pod {
-    let mut resized = pod.clone();
-    if let Some(container) = resized
-        .init_containers
-        .iter_mut()
-        .chain(resized.containers.iter_mut())
-        .find(|c| c.name == name)
-    {
-        container.cpu_request = Some(cpus.clone());
-        if container.cpu_limit.is_some() {
-            container.cpu_limit = Some(cpus.clone());
-        }
-    }
-    resized
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ impl Engine {
             });
         };
         let allocated = spec.effective_cpu_request().cloned();
-        let resized = resized_pod(pod, name, new_request);
+        let resized = pod.with_container_cpus(name, new_request);
 
         // 1. The Topology Manager's resize admission.
         self.metrics.topology.requests_total += 1;
@@ -252,22 +252,4 @@ impl Engine {
         }
         result.map(Some)
     }
-}
-
-/// `pod` with container `name`'s CPU request (and limit, when set) changed
-/// to `cpus`.
-fn resized_pod(pod: &Pod, name: &str, cpus: &Quantity) -> Pod {
-    let mut resized = pod.clone();
-    if let Some(container) = resized
-        .init_containers
-        .iter_mut()
-        .chain(resized.containers.iter_mut())
-        .find(|c| c.name == name)
-    {
-        container.cpu_request = Some(cpus.clone());
-        if container.cpu_limit.is_some() {
-            container.cpu_limit = Some(cpus.clone());
-        }
-    }
-    resized
 }
