@@ -211,12 +211,12 @@ impl Controller {
         self.commit_with(batch, false)
     }
 
-    /// [`Controller::commit`]; `force_plugins`: flush the built-in plugins'
-    /// waiting changes even when the batch has no records of its own.
+    /// [`Controller::commit`]; `force_waiting`: flush the waiting records
+    /// even when the batch has no records of its own.
     fn commit_with(
         &mut self,
         batch: Batch,
-        force_plugins: bool,
+        force_waiting: bool,
     ) -> Result<Vec<(Key, ControlError)>, ControlError> {
         if let Some(reason) = batch.poisoned.clone() {
             let dropped = self.store.discard_pending();
@@ -227,12 +227,12 @@ impl Controller {
             self.rollback(batch);
             return Err(ControlError::NotDurable { reason });
         }
-        // The plugins' waiting changes go with any flush, but do not cause
-        // one by themselves (the next flush, or the backstop's, takes them).
-        let (lazy, from_plugins) = if self.store.pending() > 0 || force_plugins {
-            (self.take_lazy_records(), self.take_plugin_records())
+        // Waiting records go with any flush, but do not cause one by
+        // themselves (the next flush, or the plugins' backstop, takes them).
+        let waiting = if self.store.pending() > 0 || force_waiting {
+            self.take_waiting()
         } else {
-            (Vec::new(), Vec::new())
+            Vec::new()
         };
         if self.store.pending() > 0 {
             let started = Instant::now();
@@ -248,8 +248,9 @@ impl Controller {
                     "journal flush failed, rolling the batch back: {err}"
                 );
                 self.rollback(batch);
-                self.lazy_records.splice(0..0, lazy);
-                self.put_back_plugin_records(from_plugins);
+                // The rollback took them out of the side data; the next
+                // flush carries them.
+                self.waiting.put_back(waiting);
                 return Err(err.into());
             }
             self.counters.journal_batches_total += 1;
@@ -286,53 +287,23 @@ impl Controller {
         Ok(failed)
     }
 
-    /// The lazy records (already applied in memory), appended to the journal
-    /// with this flush; those that cannot be appended wait for the next.
-    fn take_lazy_records(&mut self) -> Vec<Record> {
-        let records = std::mem::take(&mut self.lazy_records);
-        for (at, record) in records.iter().enumerate() {
-            if let Err(err) = self.store.record(record) {
-                tracing::error!("a side-data record cannot be journalled yet: {err}");
-                self.lazy_records = records[at..].to_vec();
-                return records[..at].to_vec();
-            }
-        }
-        records
-    }
-
-    /// The built-in plugins' waiting state changes, applied to the side data
-    /// and appended to the journal: they become durable with this flush,
-    /// together with the allocation they were made for. Records that cannot
-    /// be appended go back to wait for the next flush.
-    fn take_plugin_records(&mut self) -> Vec<Record> {
-        let Some(outbox) = &self.plugin_outbox else {
-            return Vec::new();
-        };
-        let records = outbox.take();
-        for (at, record) in records.iter().enumerate() {
-            if let Err(err) = self.store.record(record) {
-                tracing::error!("a plugin's state change cannot be journalled yet: {err}");
-                let (_, rest) = records.split_at(at);
-                outbox.put_back(rest.to_vec());
-                let taken = records[..at].to_vec();
-                for record in &taken {
-                    self.side.apply(record);
-                }
-                return taken;
+    /// The waiting records, applied to the side data (a no-op for those
+    /// already applied) and appended to the journal: they become durable
+    /// with this flush — a plugin's change together with the allocation it
+    /// was made for. Records that cannot be appended wait for the next.
+    fn take_waiting(&mut self) -> Vec<Record> {
+        let mut records = self.waiting.take();
+        for at in 0..records.len() {
+            if let Err(err) = self.store.record(&records[at]) {
+                tracing::error!("side-data records cannot be journalled yet: {err}");
+                self.waiting.put_back(records.split_off(at));
+                break;
             }
         }
         for record in &records {
             self.side.apply(record);
         }
         records
-    }
-
-    /// Gives back the plugin records of a flush that failed (the rollback
-    /// took them out of the side data): the next flush carries them.
-    fn put_back_plugin_records(&mut self, records: Vec<Record>) {
-        if let Some(outbox) = &self.plugin_outbox {
-            outbox.put_back(records);
-        }
     }
 
     /// Makes the built-in plugins' waiting state changes durable (changes

@@ -45,7 +45,7 @@ use pinion_core::engine::{CpuOwner, Engine};
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::policy::PolicyError;
-use pinion_core::record::{Record, SideData};
+use pinion_core::record::SideData;
 use pinion_core::restore::RestoreError;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyHint;
@@ -313,13 +313,12 @@ pub struct Controller {
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.
     runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
-    /// The built-in resource plugins' state changes, journalled with the
-    /// next flush (`pinion_plugins::store`), when they run in the agent.
-    plugin_outbox: Option<Outbox>,
-    /// Side-data records whose loss costs nothing but a repeated message
-    /// (a pod every plugin heard of): applied in memory, journalled with
-    /// the next flush rather than flushed on their own.
-    lazy_records: Vec<Record>,
+    /// Side-data records journalled with the next flush rather than
+    /// flushed on their own: the built-in resource plugins' state changes
+    /// (`pinion_plugins::store`; the outbox is shared with them when they
+    /// run in the agent), and records whose loss costs nothing but a
+    /// repeated message (a pod every plugin heard of).
+    waiting: Outbox,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
 }
@@ -330,7 +329,8 @@ impl Controller {
     /// Returns the side data they kept (kind → key → value, kinds starting
     /// with `prefix`), to open them with.
     pub fn keep_plugin_state(&mut self, outbox: Outbox, prefix: &str) -> SideData {
-        self.plugin_outbox = Some(outbox);
+        outbox.put_back(self.waiting.take());
+        self.waiting = outbox;
         self.side
             .iter()
             .filter(|(kind, _)| kind.starts_with(prefix))

@@ -278,14 +278,15 @@ impl Controller {
 
     /// Every plugin heard of pod `uid`'s removal.
     ///
-    /// The record does not cause a flush of its own: it goes with the next
-    /// one. Lost in a crash before that, it costs one more `RemovePod`
-    /// (idempotent) after the restart.
+    /// The record waits with the plugins' state changes and does not cause
+    /// a flush of its own: it goes with the next one (within the plugins'
+    /// backstop delay in the agent). Lost in a crash before that, it costs
+    /// one more `RemovePod` (idempotent) after the restart.
     pub fn plugin_pod_removed(&mut self, uid: &str) {
         let Some(record) = self.side.set(REMOVALS, uid, None) else {
             return;
         };
-        self.lazy_records.push(record);
+        self.waiting.push([record]);
         self.publish();
     }
 

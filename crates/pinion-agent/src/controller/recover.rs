@@ -140,8 +140,7 @@ impl Controller {
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
-            plugin_outbox: None,
-            lazy_records: Vec::new(),
+            waiting: pinion_plugins::store::Outbox::default(),
             shared_tx,
             snapshot_tx,
         };

@@ -832,7 +832,7 @@ fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
     let kept = controller.keep_plugin_state(outbox.clone(), "plugin-state/");
     assert!(kept.is_empty());
     let batches = |c: &Controller| c.counters.journal_batches_total;
-    let entry = |key: &str| Record::Side {
+    let entry = |key: &str| pinion_core::record::Record::Side {
         kind: "plugin-state/cpu".into(),
         key: key.into(),
         value: Some(serde_json::json!({ "k": key })),
