@@ -97,10 +97,6 @@ impl ResourcePlugin for Scripted {
         }
     }
 
-    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
-        Ok(None)
-    }
-
     fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
         self.allocated
             .lock()

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use pinion_api::plugin::Identity;
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::{
-    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
+    Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
 };
 
 const RESOURCE: &str = "example.com/widget";
@@ -80,10 +80,6 @@ impl ResourcePlugin for Widgets {
             with_topology_alignment: false,
             need_reconcile: true,
         }
-    }
-
-    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
-        Ok(None)
     }
 
     fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {

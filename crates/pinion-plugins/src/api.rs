@@ -157,8 +157,11 @@ pub trait ResourcePlugin: Send {
     fn options(&self) -> Options;
 
     /// `GetTopologyHints`: `Ok(None)` = no preference (the nil map value),
-    /// `Ok(Some(empty))` = cannot be satisfied, else the hints.
-    fn topology_hints(&self, request: &Request) -> Result<Option<Vec<Hint>>, PluginError>;
+    /// `Ok(Some(empty))` = cannot be satisfied, else the hints. By default
+    /// no preference: a plugin without topology alignment has none.
+    fn topology_hints(&self, _request: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
+        Ok(None)
+    }
 
     /// `Allocate`: `Ok(None)` = an answer without `allocation_result`
     /// (nothing to apply, e.g. init containers).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pinion_plugins::{
-    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
+    Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
 };
 
 /// See the module documentation.
@@ -148,10 +148,6 @@ impl ResourcePlugin for TablePlugin {
             with_topology_alignment: false,
             need_reconcile: true,
         }
-    }
-
-    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
-        Ok(None)
     }
 
     fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {

@@ -21,7 +21,7 @@ use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
 use pinion_host::cgroup::CgroupName;
 use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_plugins::{
-    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
+    Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
 };
 
 /// Upper bound for waiting on a registration or a reconcile (not a timing
@@ -300,10 +300,6 @@ impl ResourcePlugin for Knob {
             with_topology_alignment: false,
             need_reconcile: true,
         }
-    }
-
-    fn topology_hints(&self, _: &Request) -> Result<Option<Vec<Hint>>, PluginError> {
-        Ok(None)
     }
 
     fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
