@@ -2,33 +2,22 @@
 //! Manager): resource, socket, options, state, last error, calls.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use pinion_api::local::Plugin as PluginView;
-use pinion_api::Client;
 
-use super::local::{socket_or_default, Format};
+use super::local::Local;
 
 /// Arguments of `pinion plugins`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
-    /// Unix socket of the agent's local API.
-    #[arg(long)]
-    socket: Option<PathBuf>,
+    #[command(flatten)]
+    local: Local,
 }
 
 /// Prints the agent's resource plugins.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = socket_or_default(args.socket.as_ref());
-    let plugins = Client::new(&socket).plugins()?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&plugins)?),
-        Format::Table => print!("{}", table(&plugins)),
-    }
-    Ok(())
+    let plugins = args.local.client().plugins()?;
+    args.local.print(&plugins, |plugins| table(plugins))
 }
 
 fn flag(value: Option<bool>, name: &str) -> Option<String> {

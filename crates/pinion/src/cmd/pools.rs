@@ -4,25 +4,19 @@
 //! handle on a pool's size.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 use pinion_api::local::Pools;
-use pinion_api::Client;
 
-use super::local::{socket_or_default, Format};
+use super::local::Local;
 
 /// Arguments of `pinion pools`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     command: Option<PoolsCommand>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
-    format: Format,
-    /// Unix socket of the agent's local API.
-    #[arg(long, global = true)]
-    socket: Option<PathBuf>,
+    #[command(flatten)]
+    local: Local,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -38,8 +32,7 @@ enum PoolsCommand {
 
 /// Runs `pinion pools`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = socket_or_default(args.socket.as_ref());
-    let client = Client::new(&socket);
+    let client = args.local.client();
     let pools = match &args.command {
         None => client.pools()?,
         Some(PoolsCommand::Set { pins }) => {
@@ -53,11 +46,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             last.unwrap_or_default()
         }
     };
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&pools)?),
-        Format::Table => print!("{}", table(&pools)),
-    }
-    Ok(())
+    args.local.print(&pools, table)
 }
 
 fn table(pools: &Pools) -> String {

@@ -1,33 +1,22 @@
 //! `pinion ps`: which process holds which CPUs, from the agent's snapshot.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use pinion_api::local::Snapshot;
-use pinion_api::Client;
 
-use super::local::{socket_or_default, Format};
+use super::local::Local;
 
 /// Arguments of `pinion ps`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
-    /// Unix socket of the agent's local API.
-    #[arg(long)]
-    socket: Option<PathBuf>,
+    #[command(flatten)]
+    local: Local,
 }
 
 /// Prints the agent's workloads.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = socket_or_default(args.socket.as_ref());
-    let snapshot = Client::new(&socket).ps()?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&snapshot)?),
-        Format::Table => print!("{}", table(&snapshot)),
-    }
-    Ok(())
+    let snapshot = args.local.client().ps()?;
+    args.local.print(&snapshot, table)
 }
 
 fn table(snapshot: &Snapshot) -> String {

@@ -5,12 +5,9 @@
 //! CPUs without moving the rest, never below the CPUs it was first given.
 //! The agent rewrites the run's cgroup before it answers.
 
-use std::path::PathBuf;
-
 use pinion_api::local::{ResizeRequest, RUN_CONTAINER};
-use pinion_api::Client;
 
-use super::local::{socket_or_default, Format};
+use super::local::Local;
 
 /// Arguments of `pinion resize`.
 #[derive(Debug, clap::Args)]
@@ -23,27 +20,21 @@ pub struct Args {
     /// The container of the pod (a `pinion run` has one, `main`).
     #[arg(long, default_value = RUN_CONTAINER)]
     container: String,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    format: Format,
-    /// Unix socket of the agent's local API.
-    #[arg(long)]
-    socket: Option<PathBuf>,
+    #[command(flatten)]
+    local: Local,
 }
 
 /// Runs `pinion resize`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let socket = socket_or_default(args.socket.as_ref());
     let request = ResizeRequest {
         pod: args.id.clone(),
         container: Some(args.container.clone()),
         cpus: args.cpus.clone(),
     };
-    let done = Client::new(&socket).resize(&request)?;
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&done)?),
-        Format::Table => println!(
-            "{} {}: {} cpus {} (mems {})",
+    let done = args.local.client().resize(&request)?;
+    args.local.print(&done, |done| {
+        format!(
+            "{} {}: {} cpus {} (mems {})\n",
             done.pod,
             done.container,
             if done.pool.is_empty() {
@@ -53,7 +44,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             },
             done.cpus,
             done.mems
-        ),
-    }
-    Ok(())
+        )
+    })
 }
