@@ -32,7 +32,7 @@ use pinion_agent::config::{BuiltinPlugin, QrmConfig};
 use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::qrm::{builtin, Qrm, QrmHints};
-use pinion_agent::testing::{machine, run_request, SyntheticNode};
+use pinion_agent::testing::{self, machine, run_request, SyntheticNode};
 use pinion_api::plugin::Identity;
 use pinion_core::topomgr::Scope;
 use pinion_core::Quantity;
@@ -284,18 +284,9 @@ fn bench_case(
 }
 
 fn plugin_admission(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let disk = std::env::temp_dir();
-    let shm = Path::new("/dev/shm");
-    let mut cases = vec![("disk", disk.as_path())];
-    if shm.is_dir() {
-        cases.push(("tmpfs", shm));
-    }
-    for (medium, base) in cases {
+    let runtime = testing::two_worker_runtime();
+    for (medium, base) in testing::state_media() {
+        let base = base.as_path();
         let runs = [
             ("static_policy", Mode::StaticPolicy, false),
             ("builtin_cpu_plugin", Mode::BuiltinCpuPlugin, false),

@@ -119,11 +119,7 @@ fn build(c: &mut Criterion) {
 }
 
 fn over_the_socket(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = pinion_agent::testing::two_worker_runtime();
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("pod-resources/pinion.sock");
     let (_snapshots_tx, snapshots) = watch::channel(Arc::new(snapshot()));

@@ -24,7 +24,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use pinion_agent::controller::{RuntimeUpdate, Snapshot};
 use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions, ServedPlugin};
 use pinion_agent::testing::table_plugin::TablePlugin;
-use pinion_agent::testing::{machine, runtime_request, SyntheticNode};
+use pinion_agent::testing::{self, machine, runtime_request, SyntheticNode};
 use pinion_core::Quantity;
 use pinion_nri::proto::nri as pb;
 use pinion_nri::ContainerUpdate;
@@ -254,18 +254,9 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, bench: &mut Bench, name: &st
 }
 
 fn qrm_reconcile(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let disk = std::env::temp_dir();
-    let shm = Path::new("/dev/shm");
-    let mut cases = vec![("disk", disk.as_path())];
-    if shm.is_dir() {
-        cases.push(("tmpfs", shm));
-    }
-    for (medium, base) in cases {
+    let runtime = testing::two_worker_runtime();
+    for (medium, base) in testing::state_media() {
+        let base = base.as_path();
         let mut bench = setup(&runtime, base);
         bench_case(
             c,

@@ -6,7 +6,7 @@
 pub mod qrm_node;
 pub mod table_plugin;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pinion_core::policy::{Features, PolicyConfig};
 use pinion_core::topology::{synthetic, Shape};
@@ -19,6 +19,33 @@ use crate::api::{run_pod, RunRequest};
 use crate::controller::{
     AdmitRequest, ControlError, Controller, Frontend, RuntimeUpdate, StartParts, RUN_CONTAINER,
 };
+
+/// The tokio runtime benches run the agent's tasks on: two workers, like
+/// the 2-CPU machines the figures come from.
+///
+/// # Panics
+/// When the runtime cannot be built.
+#[must_use]
+pub fn two_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Where benches keep the agent's state, by name: the disk (the temp
+/// directory) and tmpfs (`/dev/shm`, when the machine has it) — to tell a
+/// flush's share from the rest.
+#[must_use]
+pub fn state_media() -> Vec<(&'static str, PathBuf)> {
+    let mut media = vec![("disk", std::env::temp_dir())];
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        media.push(("tmpfs", shm.to_path_buf()));
+    }
+    media
+}
 
 /// A machine of `sockets` sockets (one NUMA node each) × `cores` cores ×
 /// `threads` threads, numbered as kubelet's fixtures: cpu ids run over the

@@ -25,7 +25,7 @@ use pinion_host::cgroup::CgroupName;
 use pinion_host::meminfo::NodeMemory;
 use pinion_plugins::memory::{MemoryPlugin, MemoryPluginConfig};
 use pinion_plugins::{
-    Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
+    Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
 };
 
 const GIB: u64 = 1 << 30;
