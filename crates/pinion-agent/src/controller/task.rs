@@ -434,14 +434,7 @@ impl ControllerHandle {
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
     ) -> Result<Admitted, ControlError> {
-        self.ask(|reply| Command::RecordAllocations {
-            key,
-            resources,
-            allocations,
-            running: false,
-            reply,
-        })
-        .await
+        self.record(key, resources, allocations, false).await
     }
 
     /// Stores the re-allocation of a running container a plugin forgot
@@ -452,11 +445,21 @@ impl ControllerHandle {
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
     ) -> Result<Admitted, ControlError> {
+        self.record(key, resources, allocations, true).await
+    }
+
+    async fn record(
+        &self,
+        key: Key,
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+        running: bool,
+    ) -> Result<Admitted, ControlError> {
         self.ask(|reply| Command::RecordAllocations {
             key,
             resources,
             allocations,
-            running: true,
+            running,
             reply,
         })
         .await
