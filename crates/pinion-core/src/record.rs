@@ -96,29 +96,33 @@ impl Record {
                 state.unassign(pod, container);
             }
             Record::SetDefault { cpus } => state.default = cpus.clone(),
-            Record::Side { .. } => self.apply_side(side),
+            Record::Side { kind, key, value } => {
+                put_side(side, kind, key, value.clone());
+            }
         }
     }
+}
 
-    /// Applies a side-data record to `side` (other records change nothing).
-    pub fn apply_side(&self, side: &mut SideData) {
-        let Record::Side { kind, key, value } = self else {
-            return;
-        };
-        match value {
-            Some(value) => {
-                side.entry(kind.clone())
-                    .or_default()
-                    .insert(key.clone(), value.clone());
+/// Puts `value` at `kind`/`key` of `side` (removing the entry, and a kind
+/// left empty, for `None`); returns the old value.
+pub fn put_side(
+    side: &mut SideData,
+    kind: &str,
+    key: &str,
+    value: Option<serde_json::Value>,
+) -> Option<serde_json::Value> {
+    match value {
+        Some(value) => side
+            .entry(kind.to_string())
+            .or_default()
+            .insert(key.to_string(), value),
+        None => {
+            let entries = side.get_mut(kind)?;
+            let old = entries.remove(key);
+            if entries.is_empty() {
+                side.remove(kind);
             }
-            None => {
-                if let Some(entries) = side.get_mut(kind) {
-                    entries.remove(key);
-                    if entries.is_empty() {
-                        side.remove(kind);
-                    }
-                }
-            }
+            old
         }
     }
 }

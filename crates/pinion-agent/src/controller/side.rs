@@ -9,7 +9,7 @@
 
 use std::ops::Deref;
 
-use pinion_core::record::{Record, SideData};
+use pinion_core::record::{put_side, Record, SideData};
 use serde_json::Value;
 
 /// See the module documentation.
@@ -37,7 +37,7 @@ impl Side {
     /// Undoes every change since [`Side::begin`].
     pub(super) fn rollback(&mut self) {
         while let Some((kind, key, old)) = self.undo.pop() {
-            put(&mut self.data, &kind, &key, old);
+            put_side(&mut self.data, &kind, &key, old);
         }
     }
 
@@ -48,7 +48,7 @@ impl Side {
         if old == value.as_ref() {
             return None;
         }
-        let old = put(&mut self.data, kind, key, value.clone());
+        let old = put_side(&mut self.data, kind, key, value.clone());
         self.undo.push((kind.to_string(), key.to_string(), old));
         Some(Record::Side {
             kind: kind.to_string(),
@@ -62,25 +62,6 @@ impl Side {
     pub(super) fn apply(&mut self, record: &Record) {
         if let Record::Side { kind, key, value } = record {
             self.set(kind, key, value.clone());
-        }
-    }
-}
-
-/// Puts `value` at `kind`/`key` (removing the entry, and an emptied kind,
-/// for `None`); returns the old value.
-fn put(data: &mut SideData, kind: &str, key: &str, value: Option<Value>) -> Option<Value> {
-    match value {
-        Some(value) => data
-            .entry(kind.to_string())
-            .or_default()
-            .insert(key.to_string(), value),
-        None => {
-            let entries = data.get_mut(kind)?;
-            let old = entries.remove(key);
-            if entries.is_empty() {
-                data.remove(kind);
-            }
-            old
         }
     }
 }
