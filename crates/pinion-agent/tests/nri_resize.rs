@@ -32,6 +32,19 @@ fn rejected(err: FakeError) -> (Code, String) {
     }
 }
 
+/// The Guaranteed pod `db` with one 2-CPU container; answers its id.
+async fn start_db(node: &Node) -> String {
+    node.pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await
+        .1
+}
+
+/// Resizes container `id` to `milli` CPUs as kubelet does (NRI
+/// `UpdateContainer`).
+async fn resize(node: &Node, id: &str, milli: u64) -> Result<(), FakeError> {
+    node.runtime.update_container(id, &resources(milli)).await
+}
+
 fn is_whole_core(cpus: &CpuSet) -> bool {
     topology().cores().values().any(|core| core == cpus)
 }
@@ -43,15 +56,10 @@ async fn grow_keeps_every_cpu_adds_a_whole_core_and_the_shared_pool_follows() {
     let (_, web) = node
         .pod_with(burstable_pod("web"), burstable("web", 500))
         .await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
-        .await;
+    let db = start_db(&node).await;
     let old = set(&node.runtime.cpus(&db));
 
-    node.runtime
-        .update_container(&db, &resources(4000))
-        .await
-        .unwrap();
+    resize(&node, &db, 4000).await.unwrap();
     let new = set(&node.runtime.cpus(&db));
     assert_eq!(new.len(), 4, "{new}");
     assert!(old.is_subset(&new), "{old} kept in {new}");
@@ -81,20 +89,12 @@ async fn shrink_releases_cpus_without_moving_the_rest() {
     let (_, web) = node
         .pod_with(burstable_pod("web"), burstable("web", 500))
         .await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
-        .await;
+    let db = start_db(&node).await;
     let first = set(&node.runtime.cpus(&db));
-    node.runtime
-        .update_container(&db, &resources(4000))
-        .await
-        .unwrap();
+    resize(&node, &db, 4000).await.unwrap();
     let grown = set(&node.runtime.cpus(&db));
 
-    node.runtime
-        .update_container(&db, &resources(2000))
-        .await
-        .unwrap();
+    resize(&node, &db, 2000).await.unwrap();
     let shrunk = set(&node.runtime.cpus(&db));
     assert_eq!(shrunk.len(), 2, "{shrunk}");
     assert!(shrunk.is_subset(&grown), "{shrunk} within {grown}");
@@ -110,21 +110,12 @@ async fn shrink_releases_cpus_without_moving_the_rest() {
 async fn shrink_below_the_promised_cpus_fails_with_kubelets_text_and_changes_nothing() {
     let node = Node::new();
     let agent = node.agent_with(1, resize_on()).await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
-        .await;
-    node.runtime
-        .update_container(&db, &resources(4000))
-        .await
-        .unwrap();
+    let db = start_db(&node).await;
+    resize(&node, &db, 4000).await.unwrap();
     let cpus = node.runtime.cpus(&db);
     let before = node.checkpoint();
 
-    let err = node
-        .runtime
-        .update_container(&db, &resources(1000))
-        .await
-        .expect_err("below promised");
+    let err = resize(&node, &db, 1000).await.expect_err("below promised");
     let (code, message) = rejected(err);
     assert_eq!(code, Code::ResourceExhausted, "{message}");
     assert!(
@@ -144,9 +135,7 @@ async fn a_shared_guaranteed_container_cannot_become_exclusive_in_place() {
         .pod_with(guaranteed_pod("app"), container("app", 1500))
         .await;
     assert_eq!(node.runtime.cpus(&app), "0-7");
-    let err = node
-        .runtime
-        .update_container(&app, &resources(2000))
+    let err = resize(&node, &app, 2000)
         .await
         .expect_err("shared to exclusive");
     let (_, message) = rejected(err);
@@ -163,33 +152,21 @@ async fn a_shared_guaranteed_container_cannot_become_exclusive_in_place() {
 async fn an_agent_restart_keeps_the_promised_cpus() {
     let node = Node::new();
     let agent = node.agent_with(1, resize_on()).await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
-        .await;
+    let db = start_db(&node).await;
     let first = set(&node.runtime.cpus(&db));
-    node.runtime
-        .update_container(&db, &resources(4000))
-        .await
-        .unwrap();
+    resize(&node, &db, 4000).await.unwrap();
     let grown = node.runtime.cpus(&db);
     agent.stop().await;
 
     let agent = node.agent_with(2, resize_on()).await;
     assert_eq!(node.runtime.cpus(&db), grown, "nothing moved");
-    let err = node
-        .runtime
-        .update_container(&db, &resources(1000))
-        .await
-        .expect_err("below promised");
+    let err = resize(&node, &db, 1000).await.expect_err("below promised");
     let (_, message) = rejected(err);
     assert!(
         message.contains("promised CPUs = 2,"),
         "the promised cpus survive the restart: {message}"
     );
-    node.runtime
-        .update_container(&db, &resources(2000))
-        .await
-        .unwrap();
+    resize(&node, &db, 2000).await.unwrap();
     assert_eq!(set(&node.runtime.cpus(&db)), first);
     agent.stop().await;
 }
@@ -198,16 +175,10 @@ async fn an_agent_restart_keeps_the_promised_cpus() {
 async fn with_the_switch_off_a_resize_is_refused_as_before() {
     let node = Node::new();
     let agent = node.agent(1).await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
-        .await;
+    let db = start_db(&node).await;
     let cpus = node.runtime.cpus(&db);
     let before = node.checkpoint();
-    let err = node
-        .runtime
-        .update_container(&db, &resources(4000))
-        .await
-        .expect_err("switch off");
+    let err = resize(&node, &db, 4000).await.expect_err("switch off");
     let (code, message) = rejected(err);
     assert_eq!(code, Code::FailedPrecondition, "{message}");
     assert!(
@@ -221,10 +192,7 @@ async fn with_the_switch_off_a_resize_is_refused_as_before() {
         .pod_with(guaranteed_pod("app"), container("app", 1500))
         .await;
     let pool = node.runtime.cpus(&app);
-    node.runtime
-        .update_container(&app, &resources(2000))
-        .await
-        .unwrap();
+    resize(&node, &app, 2000).await.unwrap();
     assert_eq!(node.runtime.cpus(&app), pool);
     agent.stop().await;
 }
