@@ -3,8 +3,9 @@
 //! manager and real gRPC over real unix sockets: a plugin that hangs past
 //! its deadline, one that answers malformed allocations or an unknown OCI
 //! property, one that registers twice, a `RemovePod` that fails before it
-//! succeeds, and a plugin that crashes (its socket stays behind) and comes
-//! back.
+//! succeeds, a plugin that crashes (its socket stays behind) and comes
+//! back, and an admission refused after the plugins answered (under the
+//! Topology Manager's `none` policy they are asked first).
 
 mod qrm_common;
 
@@ -424,4 +425,95 @@ async fn a_plugin_that_crashes_and_comes_back_re_registers_and_reconcile_resumes
         .await;
     agent.stop().await;
     back.crash();
+}
+
+/// Under the Topology Manager's `none` policy (the agent's default) the
+/// plugins are asked before the admission, which is decided with their
+/// answers and made durable with them in one flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_none_policy_plugins_answer_first_and_one_flush_keeps_both() {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    let batches = |agent: &Agent| {
+        agent
+            .handle
+            .snapshot()
+            .metrics
+            .counters
+            .journal_batches_total
+    };
+    let before = batches(&agent);
+    let admitted = agent
+        .handle
+        .admit(admission("pinion-run-first", "2", &[(FAST, "1")], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        batches(&agent) - before,
+        1,
+        "the admission and the plugin's answer are made durable together"
+    );
+    assert_eq!(admitted.placement.resources.cpu_shares, Some(512));
+    assert_eq!(
+        admitted.placement.env.get("KNOB").map(String::as_str),
+        Some("fast")
+    );
+    assert_eq!(admitted.placement.cpus.len(), 2, "the static policy's CPUs");
+    assert_eq!(
+        knob.state().allocated.get("pinion-run-first"),
+        Some(&vec!["main".to_string()])
+    );
+    // The run's cgroup has its process (as `pinion run` puts it there), so
+    // the restart keeps the run.
+    let name = pinion_host::cgroup::CgroupName::new("pinion-run-first").expect("cgroup name");
+    agent
+        .host
+        .tree()
+        .children
+        .get_mut(&name)
+        .expect("the run's cgroup")
+        .pids
+        .push(std::process::id());
+    let (dir, host) = agent.stop().await;
+    let agent = Agent::start_in(dir, host, Vec::new());
+    let workload = agent
+        .handle
+        .snapshot()
+        .workloads
+        .iter()
+        .find(|w| w.pod == "pinion-run-first")
+        .cloned()
+        .expect("still admitted after a restart");
+    assert_eq!(workload.placement.resources.cpu_shares, Some(512));
+    agent.stop().await;
+}
+
+/// An admission refused after the plugins answered (here: more exclusive
+/// CPUs than the node has) leaves nothing behind: the plugins are told to
+/// forget the pod, as for a released one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_refused_after_the_plugins_answered_has_them_forget_the_pod() {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-too-big", "64", &[(FAST, "1")], &[]))
+        .await
+        .expect_err("more CPUs than the node has");
+    assert!(err.to_string().contains("64"), "names the request: {err}");
+    assert!(!placed(&agent, "pinion-run-too-big"));
+    wait_until("the plugin forgot the refused pod", || {
+        !knob.state().allocated.contains_key("pinion-run-too-big")
+            && agent.handle.snapshot().pending_plugin_removals.is_empty()
+    })
+    .await;
+    assert_eq!(
+        knob.state().remove_calls,
+        vec!["pinion-run-too-big".to_string()]
+    );
+    agent.stop().await;
 }

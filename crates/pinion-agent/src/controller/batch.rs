@@ -17,7 +17,9 @@ use pinion_core::record::{diff, diff_side, Record, Scope, SideData};
 use pinion_core::state::State;
 use pinion_host::cgroup::CgroupName;
 
-use super::{AdmitRequest, Admitted, ControlError, Controller, Key, Released, Workload};
+use super::{
+    AdmitRequest, Admitted, ControlError, Controller, Key, PluginAnswers, Released, Workload,
+};
 use crate::hints::GatheredHints;
 
 /// Compact the journal into the checkpoint when it has records this old.
@@ -29,6 +31,10 @@ pub enum Decision {
     Admit {
         request: Box<AdmitRequest>,
         hints: Box<GatheredHints>,
+        /// The plugins' answers when they were asked before the admission
+        /// (stored with it, in the same flush); `None`: asked after it, if
+        /// at all ([`super::ControllerHandle::admit`]).
+        plugins: Option<Box<PluginAnswers>>,
     },
     Release {
         pod: String,
@@ -118,12 +124,28 @@ impl Controller {
     /// answers each.
     pub fn run_batch(&mut self, decisions: Vec<Decision>) -> Vec<Result<Answer, ControlError>> {
         let mut batch = self.begin();
+        // Pods of the admissions whose plugins were asked first.
+        let mut asked_first = Vec::new();
         let outcomes: Vec<Result<Outcome, ControlError>> = decisions
             .into_iter()
             .map(|decision| match decision {
-                Decision::Admit { request, hints } => self
-                    .decide_admit(&request, &hints, &mut batch)
-                    .map(Outcome::Admitted),
+                Decision::Admit {
+                    request,
+                    hints,
+                    plugins,
+                } => {
+                    let decided =
+                        self.decide_admit(&request, &hints, plugins.as_deref(), &mut batch);
+                    if plugins.is_some() {
+                        if decided.is_err() {
+                            if let Some(record) = self.plugins_must_forget(&request.pod.uid) {
+                                self.append(&[record], &mut batch);
+                            }
+                        }
+                        asked_first.push(request.pod.uid);
+                    }
+                    decided.map(Outcome::Admitted)
+                }
                 Decision::Release { pod, container } => self
                     .decide_release(&pod, container.as_deref(), &mut batch)
                     .map(Outcome::Released),
@@ -134,6 +156,16 @@ impl Controller {
         let failed_pids = match committed {
             Ok(failed) => failed,
             Err(err) => {
+                // Rolled back: what the plugins allocated first is theirs
+                // alone now.
+                let forget: Vec<Record> = asked_first
+                    .iter()
+                    .filter_map(|pod| self.plugins_must_forget(pod))
+                    .collect();
+                if !forget.is_empty() {
+                    self.waiting.push(forget);
+                    self.publish();
+                }
                 let reason = err.to_string();
                 return outcomes
                     .into_iter()

@@ -5,15 +5,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use pinion_core::plugin_allocation;
 use pinion_core::pod::Pod;
 use pinion_core::record::Scope;
 use pinion_core::CpuSet;
 use pinion_host::cgroup::CgroupName;
 
 use super::batch::{AfterFlush, Answer, Batch, Decision};
+use super::plugins::plugin_error;
 use super::{
     describe_holder, describe_request, AdmitRequest, Admitted, ControlError, Controller, Frontend,
-    Key, Released, Workload,
+    Key, PluginAnswers, Released, Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -28,6 +30,7 @@ impl Controller {
         let decision = Decision::Admit {
             request: Box::new(request.clone()),
             hints: Box::new(hints.clone()),
+            plugins: None,
         };
         match self.run_batch(vec![decision]).pop() {
             Some(Ok(Answer::Admitted(admitted))) => Ok(*admitted),
@@ -58,17 +61,28 @@ impl Controller {
     /// cgroup is created (it exists before its journal record and until
     /// after its release is durable: at a restart, an assignment with a
     /// cgroup under Pinion's root is a standalone run, one without is the
-    /// runtime's), the records are appended.
+    /// runtime's), the records are appended. `plugins`: the resource
+    /// plugins' answers, asked before the admission; they are stored with
+    /// it and place the container from the start.
     pub(super) fn decide_admit(
         &mut self,
         request: &AdmitRequest,
         hints: &GatheredHints,
+        plugins: Option<&PluginAnswers>,
         batch: &mut Batch,
     ) -> Result<Key, ControlError> {
         let key = (request.pod.uid.clone(), request.container.clone());
         batch.touch(&self.workloads, &key);
+        if let Some(plugins) = plugins {
+            plugin_allocation::check(&plugins.allocations)
+                .map_err(|source| plugin_error(&key, &source))?;
+        }
         if self.workloads.contains_key(&key) {
-            return self.readmit(&key, request).map(|()| key);
+            self.readmit(&key, request)?;
+            if let Some(plugins) = plugins {
+                self.keep_plugin_answers(&key, plugins, batch);
+            }
+            return Ok(key);
         }
         let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
         let started = Instant::now();
@@ -86,9 +100,9 @@ impl Controller {
                 source: Box::new(source),
             });
         }
-        let desired = self.engine.placement(&key.0, &key.1);
+        let decided = self.engine.placement(&key.0, &key.1);
         if let Some(reason) = self.start_report.degraded.as_ref() {
-            if desired.is_exclusive() {
+            if decided.is_exclusive() {
                 self.engine.remove(&key.0, &key.1);
                 return Err(ControlError::Degraded {
                     pod: key.0,
@@ -97,6 +111,16 @@ impl Controller {
                 });
             }
         }
+        let desired = match plugins {
+            None => decided,
+            Some(plugins) => match self.with_plugin_answers(&key, decided, &plugins.allocations) {
+                Ok(placement) => placement,
+                Err(err) => {
+                    self.engine.remove(&key.0, &key.1);
+                    return Err(err);
+                }
+            },
+        };
         if let Frontend::Standalone { cgroup, .. } = &request.frontend {
             if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
                 self.engine.remove(&key.0, &key.1);
@@ -140,6 +164,9 @@ impl Controller {
         );
         workload.applied = Some(desired);
         self.workloads.insert(key.clone(), workload);
+        if let Some(plugins) = plugins {
+            self.keep_plugin_answers(&key, plugins, batch);
+        }
         batch.admitted.push(key.clone());
         Ok(key)
     }

@@ -13,7 +13,8 @@ use pinion_core::record::{Record, SideData};
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::Placement;
 
-use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
+use super::batch::Batch;
+use super::{Admitted, ControlError, Controller, Frontend, Key, PluginAnswers, Workload};
 use crate::qrm::Poll;
 
 /// Side-data kind of a container's allocations (key `<pod>/<container>`).
@@ -103,24 +104,13 @@ impl Controller {
             });
         }
         let base = self.engine.placement(&key.0, &key.1);
-        let (_, notes) = plugin_allocation::apply(self.engine.machine(), base, &allocations)
-            .map_err(|source| ControlError::Plugin {
-                pod: key.0.clone(),
-                container: key.1.clone(),
-                reason: source.to_string(),
-            })?;
-        for (name, resource) in notes.conflicts {
-            tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
-        }
+        self.with_plugin_answers(key, base, &allocations)?;
         let mut batch = self.begin();
-        let records = self.store_allocations(key, &resources, &allocations);
-        self.append(&records, &mut batch);
-        batch.touch(&self.workloads, key);
-        if let Some(workload) = self.workloads.get_mut(key) {
-            workload.plugins = allocations;
-            workload.plugin_resources = resources;
-            workload.plugins_recorded = Some(Instant::now());
-        }
+        let answers = PluginAnswers {
+            resources,
+            allocations,
+        };
+        self.keep_plugin_answers(key, &answers, &mut batch);
         self.commit(batch)?;
         if running {
             self.converge();
@@ -128,6 +118,40 @@ impl Controller {
             self.converge_admitted(std::slice::from_ref(key));
         }
         Ok(self.admitted(key))
+    }
+
+    /// `base` with the plugins' `allocations` applied (see
+    /// [`plugin_allocation::apply`]).
+    pub(super) fn with_plugin_answers(
+        &self,
+        key: &Key,
+        base: Placement,
+        allocations: &PluginAllocations,
+    ) -> Result<Placement, ControlError> {
+        let (placement, notes) = plugin_allocation::apply(self.engine.machine(), base, allocations)
+            .map_err(|source| plugin_error(key, &source))?;
+        for (name, resource) in notes.conflicts {
+            tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
+        }
+        Ok(placement)
+    }
+
+    /// Keeps the plugins' answers for admitted container `key`: appended to
+    /// `batch` (durable with it) and held by its workload.
+    pub(super) fn keep_plugin_answers(
+        &mut self,
+        key: &Key,
+        answers: &PluginAnswers,
+        batch: &mut Batch,
+    ) {
+        let records = self.store_allocations(key, &answers.resources, &answers.allocations);
+        self.append(&records, batch);
+        batch.touch(&self.workloads, key);
+        if let Some(workload) = self.workloads.get_mut(key) {
+            workload.plugins.clone_from(&answers.allocations);
+            workload.plugin_resources.clone_from(&answers.resources);
+            workload.plugins_recorded = Some(Instant::now());
+        }
     }
 
     fn store_allocations(
@@ -276,6 +300,18 @@ impl Controller {
         records
     }
 
+    /// An admission refused after its plugins allocated for it: when no
+    /// container of `pod` is left, every plugin must hear of the pod's
+    /// removal (the removal loop tells them, as for a released pod).
+    /// Returns the side-data record of the change.
+    pub(super) fn plugins_must_forget(&mut self, pod: &str) -> Option<Record> {
+        if !self.keys_of(pod, None).is_empty() {
+            return None;
+        }
+        self.side
+            .set(REMOVALS, pod, Some(serde_json::Value::Bool(true)))
+    }
+
     /// Every plugin heard of pod `uid`'s removal.
     ///
     /// The record waits with the plugins' state changes and does not cause
@@ -380,4 +416,13 @@ fn merge_answer(current: &PluginAllocations, answer: PluginAllocations) -> Plugi
         next.insert(name, allocation);
     }
     next
+}
+
+/// A plugin's answer that cannot be applied to container `key`.
+pub(super) fn plugin_error(key: &Key, source: &impl std::fmt::Display) -> ControlError {
+    ControlError::Plugin {
+        pod: key.0.clone(),
+        container: key.1.clone(),
+        reason: source.to_string(),
+    }
 }

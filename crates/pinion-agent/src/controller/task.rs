@@ -16,15 +16,17 @@ use std::time::Instant;
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::PodResources;
+use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement, Quantity, Topology};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
-    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot, TopologyReport,
+    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginAnswers,
+    PluginReconcile, ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot,
+    TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
-use crate::qrm::{Poll, Qrm};
+use crate::qrm::{PluginRequest, Poll, Qrm};
 
 /// How many commands may wait for the controller.
 const QUEUE: usize = 1024;
@@ -36,10 +38,12 @@ type Reply<T> = oneshot::Sender<Result<T, ControlError>>;
 /// A typed request to the controller.
 #[derive(Debug)]
 pub enum Command {
-    /// Admit one container of a pod, with the outside providers' hints.
+    /// Admit one container of a pod, with the outside providers' hints
+    /// (and the plugins' answers when they were asked first).
     Admit {
         request: Box<AdmitRequest>,
         hints: Box<GatheredHints>,
+        plugins: Option<Box<PluginAnswers>>,
         reply: Reply<Admitted>,
     },
     /// Release one container (`Some`) or a whole pod (`None`).
@@ -115,6 +119,9 @@ pub struct ControllerHandle {
     shared_pool: watch::Receiver<CpuSet>,
     hints: Arc<HintGatherer>,
     qrm: Option<Arc<Qrm>>,
+    /// The Topology Manager's hint for every admission when it merges
+    /// nothing (its `none` policy): the plugins are then asked first.
+    fixed_hint: Option<TopologyHint>,
 }
 
 /// Starts the controller thread, with no outside hint providers.
@@ -153,6 +160,7 @@ pub fn spawn_with(
         shared_pool: controller.subscribe_shared_pool(),
         hints: Arc::new(hints),
         qrm,
+        fixed_hint: controller.engine.topology_manager().fixed_hint(),
     };
     let thread = std::thread::Builder::new()
         .name("pinion-controller".to_string())
@@ -261,8 +269,16 @@ fn drain_batch(
             Command::Admit {
                 request,
                 hints,
+                plugins,
                 reply,
-            } => batch.push((Decision::Admit { request, hints }, Queued::Admit(reply))),
+            } => batch.push((
+                Decision::Admit {
+                    request,
+                    hints,
+                    plugins,
+                },
+                Queued::Admit(reply),
+            )),
             Command::Release {
                 pod,
                 container,
@@ -323,6 +339,11 @@ impl ControllerHandle {
     /// controller, then the resource plugins (with the merged affinity),
     /// whose answers the controller stores; answers once everything is
     /// durable and placed. A plugin failure undoes the admission.
+    ///
+    /// When the Topology Manager merges nothing (`none` policy), the plugins
+    /// need nothing from the admission: they are asked first, and the
+    /// controller decides the admission with their answers and makes both
+    /// durable in one flush ([`ControllerHandle::admit_plugins_first`]).
     pub async fn admit(&self, mut request: AdmitRequest) -> Result<Admitted, ControlError> {
         let plugin_requests = match &self.qrm {
             Some(qrm) => qrm
@@ -337,11 +358,16 @@ impl ControllerHandle {
         if plugin_requests.iter().any(|r| r.resource == "cpu") {
             request.cpu_owner = CpuOwner::Plugin;
         }
-        let (pod, container) = (request.pod.clone(), request.container.clone());
-        let admitted = self.admit_only(request).await?;
         let Some(qrm) = self.qrm.as_ref().filter(|_| !plugin_requests.is_empty()) else {
-            return Ok(admitted);
+            return self.admit_only(request, None).await;
         };
+        if let Some(hint) = self.fixed_hint {
+            return self
+                .admit_plugins_first(qrm, request, &plugin_requests, hint)
+                .await;
+        }
+        let (pod, container) = (request.pod.clone(), request.container.clone());
+        let admitted = self.admit_only(request, None).await?;
         let allocated = qrm
             .allocate(&pod, &container, &plugin_requests, admitted.affinity)
             .await;
@@ -368,8 +394,49 @@ impl ControllerHandle {
         result
     }
 
-    /// The admission by the controller alone (hints gathered first).
-    async fn admit_only(&self, request: AdmitRequest) -> Result<Admitted, ControlError> {
+    /// The plugins' `Allocate` with the Topology Manager's fixed hint, then
+    /// the admission with their answers: one round trip to the controller
+    /// and one flush. A plugin failure refuses the container before the
+    /// controller hears of it; an admission refused after the plugins
+    /// answered has them told to forget the pod when it has no other
+    /// container ([`Controller::run_batch`]).
+    async fn admit_plugins_first(
+        &self,
+        qrm: &Qrm,
+        request: AdmitRequest,
+        plugin_requests: &[PluginRequest],
+        hint: TopologyHint,
+    ) -> Result<Admitted, ControlError> {
+        let allocations = qrm
+            .allocate(
+                &request.pod,
+                &request.container,
+                plugin_requests,
+                Some(hint),
+            )
+            .await
+            .map_err(|err| ControlError::Plugin {
+                pod: request.pod.uid.clone(),
+                container: request.container.clone(),
+                reason: err.to_string(),
+            })?;
+        let answers = PluginAnswers {
+            resources: plugin_requests.iter().map(|r| r.resource.clone()).collect(),
+            allocations,
+        };
+        let admitted = self.admit_only(request, Some(answers)).await?;
+        // The plugins may have moved other containers to make room.
+        qrm.request_reconcile();
+        Ok(admitted)
+    }
+
+    /// The admission by the controller (hints gathered first), with the
+    /// plugins' answers when they were asked first.
+    async fn admit_only(
+        &self,
+        request: AdmitRequest,
+        plugins: Option<PluginAnswers>,
+    ) -> Result<Admitted, ControlError> {
         let hints = self
             .hints
             .gather(&request.pod, &request.container)
@@ -382,6 +449,7 @@ impl ControllerHandle {
         self.ask(|reply| Command::Admit {
             request: Box::new(request),
             hints: Box::new(hints),
+            plugins: plugins.map(Box::new),
             reply,
         })
         .await

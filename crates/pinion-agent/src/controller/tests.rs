@@ -732,10 +732,12 @@ fn a_failed_flush_fails_the_whole_batch_and_applies_nothing() {
         Decision::Admit {
             request: Box::new(run("pinion-run-a", Some("2"), 10)),
             hints: Box::default(),
+            plugins: None,
         },
         Decision::Admit {
             request: Box::new(run("pinion-run-b", None, 11)),
             hints: Box::default(),
+            plugins: None,
         },
         Decision::Release {
             pod: "pinion-run-kept".into(),
@@ -795,6 +797,7 @@ fn one_flush_makes_a_whole_batch_durable() {
         .map(|n| Decision::Admit {
             request: Box::new(run(&format!("pinion-run-{n}"), Some("1"), 20 + n)),
             hints: Box::default(),
+            plugins: None,
         })
         .collect();
     let answers = controller.run_batch(decisions);

@@ -102,6 +102,7 @@ impl Engine {
             self.metrics.topology.requests_total += 1;
         }
         let decision = self.decide(pod, name, providers, owner, Operation::Add);
+        // No decision: the `none` policy's hint (`TopologyManager::fixed_hint`).
         let hint = decision
             .as_ref()
             .map_or(TopologyHint::cannot_satisfy(), |d| d.hint);

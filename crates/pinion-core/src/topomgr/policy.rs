@@ -192,6 +192,15 @@ impl TopologyManager {
         self.policy
     }
 
+    /// The hint every admission gets when it is known without merging
+    /// anything: the `none` policy admits every container with kubelet's
+    /// empty hint (no affinity, not preferred). `None` for the other
+    /// policies, whose hint depends on the providers' answers.
+    #[must_use]
+    pub fn fixed_hint(&self) -> Option<TopologyHint> {
+        (self.policy == Policy::None).then(TopologyHint::cannot_satisfy)
+    }
+
     #[must_use]
     pub fn scope(&self) -> Scope {
         self.scope

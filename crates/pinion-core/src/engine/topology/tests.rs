@@ -317,3 +317,25 @@ mod properties {
         }
     }
 }
+
+/// The agent asks resource plugins before the admission when the Topology
+/// Manager's hint is fixed; that hint must be the one the admission stores
+/// (and kubelet hands the plugins): under `none`, the empty hint, for CPUs
+/// owned by the policy or by a plugin alike. Other policies have none.
+#[test]
+fn the_fixed_hint_is_the_hint_every_admission_stores() {
+    for policy in ["none", "best-effort", "restricted", "single-numa-node"] {
+        let mut engine = engine(policy, "container");
+        let Some(fixed) = engine.topology_manager().fixed_hint() else {
+            assert_ne!(policy, "none");
+            continue;
+        };
+        assert_eq!(policy, "none");
+        assert_eq!(fixed, TopologyHint::cannot_satisfy());
+        for (uid, owner) in [("a", CpuOwner::Policy), ("b", CpuOwner::Plugin)] {
+            let report = engine.admit_container_as(&pod(uid, &[2]), "c0", &[], owner);
+            assert!(report.result.is_ok(), "{uid}: {:?}", report.result);
+            assert_eq!(engine.topology_affinity(uid, "c0"), Some(fixed), "{uid}");
+        }
+    }
+}
