@@ -517,3 +517,56 @@ async fn an_admission_refused_after_the_plugins_answered_has_them_forget_the_pod
     );
     agent.stop().await;
 }
+
+/// The refused container's pod still has an admitted container: its
+/// plugins must not forget the pod (that would drop the live container's
+/// allocation); the refused container's stays with them until the pod goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_plugins() {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    let mut first = admission("pinion-run-two", "1", &[(FAST, "1")], &[]);
+    let mut big = first.pod.containers[0].clone();
+    big.name = "big".into();
+    let too_many: pinion_core::Quantity = "64".parse().expect("quantity");
+    big.cpu_request = Some(too_many.clone());
+    big.cpu_limit = Some(too_many);
+    first.pod.containers.push(big);
+    let mut second = first.clone();
+    second.container = "big".into();
+    agent
+        .handle
+        .admit(first)
+        .await
+        .expect("the first container");
+    agent
+        .handle
+        .admit(second)
+        .await
+        .expect_err("more CPUs than the node has");
+    // Had the pod been marked, it would be pending now or already told.
+    assert!(!agent
+        .handle
+        .snapshot()
+        .pending_plugin_removals
+        .contains(&"pinion-run-two".to_string()));
+    assert!(knob.state().remove_calls.is_empty());
+    assert!(placed(&agent, "pinion-run-two"));
+    // The pod goes: its plugins hear of it once.
+    agent
+        .handle
+        .release("pinion-run-two".into(), None)
+        .await
+        .expect("released");
+    wait_until("the plugin forgot the pod", || {
+        !knob.state().allocated.contains_key("pinion-run-two")
+    })
+    .await;
+    assert_eq!(
+        knob.state().remove_calls,
+        vec!["pinion-run-two".to_string()]
+    );
+    agent.stop().await;
+}
