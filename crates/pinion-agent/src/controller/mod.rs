@@ -329,6 +329,10 @@ pub struct Controller {
     waiting: Outbox,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
+    /// The pods whose plugins have yet to hear of their removal, sent only
+    /// when the list changes (the removal loop waits on it; waking it at
+    /// every snapshot cost each command a thread wake-up).
+    removals_tx: watch::Sender<Vec<String>>,
 }
 
 impl Controller {
@@ -356,6 +360,14 @@ impl Controller {
     #[must_use]
     pub fn subscribe_snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.snapshot_tx.subscribe()
+    }
+
+    /// A receiver of the pods whose plugins have yet to hear of their
+    /// removal ([`Snapshot::pending_plugin_removals`], changed only when
+    /// the list does).
+    #[must_use]
+    pub fn subscribe_plugin_removals(&self) -> watch::Receiver<Vec<String>> {
+        self.removals_tx.subscribe()
     }
 
     /// The engine's state (tests, snapshots).

@@ -119,6 +119,7 @@ impl Controller {
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let (shared_tx, _) = watch::channel(CpuSet::new());
         let (snapshot_tx, _) = watch::channel(Arc::new(Snapshot::default()));
+        let (removals_tx, _) = watch::channel(Vec::new());
         let mut counters = Counters::default();
         if report.rebuilt {
             counters.state_rebuilds_total += 1;
@@ -143,6 +144,7 @@ impl Controller {
             waiting: pinion_plugins::store::Outbox::default(),
             shared_tx,
             snapshot_tx,
+            removals_tx,
         };
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());

@@ -99,6 +99,14 @@ impl Controller {
         let workloads: Vec<WorkloadView> =
             self.workloads.iter().map(|(key, w)| view(key, w)).collect();
         let shared_pool = self.engine.shared_pool();
+        let pending_plugin_removals = self.pending_removals();
+        self.removals_tx.send_if_modified(|pending| {
+            let changed = *pending != pending_plugin_removals;
+            if changed {
+                pending.clone_from(&pending_plugin_removals);
+            }
+            changed
+        });
         let snapshot = Snapshot {
             policy: self.engine.policy().name().to_string(),
             all_cpus: self.engine.machine().all_cpus().clone(),
@@ -115,7 +123,7 @@ impl Controller {
             assignments: state.assignments.clone(),
             pod_cpus: self.engine.pod_cpus().clone(),
             plugin_resources: self.plugin_resources(),
-            pending_plugin_removals: self.pending_removals(),
+            pending_plugin_removals,
             pods: self.known_pods(),
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),

@@ -116,6 +116,7 @@ pub enum Command {
 pub struct ControllerHandle {
     commands: mpsc::Sender<Command>,
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    plugin_removals: watch::Receiver<Vec<String>>,
     shared_pool: watch::Receiver<CpuSet>,
     hints: Arc<HintGatherer>,
     qrm: Option<Arc<Qrm>>,
@@ -157,6 +158,7 @@ pub fn spawn_with(
     let handle = ControllerHandle {
         commands,
         snapshots: controller.subscribe_snapshots(),
+        plugin_removals: controller.subscribe_plugin_removals(),
         shared_pool: controller.subscribe_shared_pool(),
         hints: Arc::new(hints),
         qrm,
@@ -577,6 +579,13 @@ impl ControllerHandle {
     #[must_use]
     pub fn snapshots(&self) -> watch::Receiver<Arc<Snapshot>> {
         self.snapshots.clone()
+    }
+
+    /// A receiver of the pods whose plugins have yet to hear of their
+    /// removal (changes only when the list does).
+    #[must_use]
+    pub fn plugin_removals(&self) -> watch::Receiver<Vec<String>> {
+        self.plugin_removals.clone()
     }
 
     /// Tells the controller the runtime failed to apply these updates.

@@ -521,20 +521,17 @@ async fn reallocate(qrm: &Qrm, handle: &ControllerHandle, again: crate::controll
 /// Tells every plugin of each departed pod, retrying with back-off until
 /// all of them answered (§4.10).
 async fn removal_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
-    let mut snapshots = handle.snapshots();
+    let mut removals = handle.plugin_removals();
     let mut attempts: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
     let mut retry = tokio::time::interval(Duration::from_secs(1));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = snapshots.changed() => {}
+            _ = removals.changed() => {}
             _ = retry.tick() => {}
             _ = stop.changed() => break,
         }
-        let pending: Vec<String> = snapshots
-            .borrow_and_update()
-            .pending_plugin_removals
-            .clone();
+        let pending: Vec<String> = removals.borrow_and_update().clone();
         attempts.retain(|uid, _| pending.contains(uid));
         for uid in pending {
             let due = attempts
