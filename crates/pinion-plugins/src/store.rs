@@ -162,8 +162,16 @@ impl Outbox {
     }
 
     /// Adds `records` (after those waiting) and wakes [`Outbox::changed`].
+    /// A record of a side-data entry replaces the waiting one of the same
+    /// entry: only the entry's last value has to reach the journal (an
+    /// admission and the previous pod's removal both rewrite the CPU
+    /// plugin's `rest` entry, and one flush carries both).
     pub fn push(&self, records: impl IntoIterator<Item = Record>) {
-        self.records().extend(records);
+        let mut waiting = self.records();
+        for record in records {
+            supersede(&mut waiting, record);
+        }
+        drop(waiting);
         self.inner.changed.notify_one();
     }
 
@@ -180,8 +188,11 @@ impl Outbox {
             return;
         }
         let mut waiting = self.records();
-        records.append(&mut waiting);
+        let newer = std::mem::take(&mut *waiting);
+        records.retain(|record| !newer.iter().any(|n| same_entry(n, record)));
         *waiting = records;
+        waiting.extend(newer);
+        drop(waiting);
         self.inner.changed.notify_one();
     }
 
@@ -200,6 +211,28 @@ impl Outbox {
     /// Resolves once records were added since the last time it resolved.
     pub async fn changed(&self) {
         self.inner.changed.notified().await;
+    }
+}
+
+/// Appends `record` to `waiting`, dropping the waiting record of the same
+/// side-data entry (replaying the journal gives the same entries).
+fn supersede(waiting: &mut Vec<Record>, record: Record) {
+    waiting.retain(|old| !same_entry(old, &record));
+    waiting.push(record);
+}
+
+/// Whether `a` and `b` set the same side-data entry.
+fn same_entry(a: &Record, b: &Record) -> bool {
+    match (a, b) {
+        (
+            Record::Side { kind, key, .. },
+            Record::Side {
+                kind: other_kind,
+                key: other_key,
+                ..
+            },
+        ) => kind == other_kind && key == other_key,
+        _ => false,
     }
 }
 
@@ -489,5 +522,45 @@ mod tests {
         outbox.put_back(taken);
         assert_eq!(outbox.take(), vec![side("1"), side("2"), side("3")]);
         assert!(outbox.is_empty());
+    }
+
+    /// Only an entry's last value waits: an older record of the same entry
+    /// is dropped, whether it waited or was put back after a failed flush;
+    /// replaying what waits gives the entries every record would give.
+    #[test]
+    fn a_newer_record_of_an_entry_replaces_the_waiting_one() {
+        let outbox = Outbox::new();
+        let set = |key: &str, value: Option<u32>| Record::Side {
+            kind: "k".into(),
+            key: key.into(),
+            value: value.map(Value::from),
+        };
+        let all = [
+            set("pod/a", Some(1)),
+            set("rest", Some(1)),
+            set("pod/b", Some(2)),
+            set("pod/a", None),
+            set("rest", Some(2)),
+        ];
+        let mut every = BTreeMap::new();
+        for record in all.clone() {
+            let single = Outbox::new();
+            single.push([record]);
+            replay(&single, &mut every);
+        }
+        outbox.push(all);
+        assert_eq!(outbox.len(), 3, "pod/b, pod/a (gone), rest");
+        let mut coalesced = BTreeMap::new();
+        let taken = outbox.take();
+        outbox.push([set("rest", Some(3))]);
+        outbox.put_back(taken);
+        assert_eq!(
+            outbox.len(),
+            3,
+            "the put-back rest is older than the waiting one"
+        );
+        replay(&outbox, &mut coalesced);
+        every.insert("rest".into(), Value::from(3));
+        assert_eq!(coalesced, every);
     }
 }
