@@ -15,7 +15,7 @@ use std::time::Duration;
 use pinion_agent::qrm::PluginView;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_plugins::grpc::GrpcPlugin;
-use qrm_common::{admission, info, wait_until, Agent, Knob};
+use qrm_common::{admission, info, wait_until, Agent, Knob, ServedPlugin};
 
 const SLOW: &str = "example.com/slow";
 const FAST: &str = "example.com/fast";
@@ -39,6 +39,16 @@ fn errors(agent: &Agent, resource: &str, method: &str) -> u64 {
         .calls
         .get(method)
         .map_or(0, |m| m.errors)
+}
+
+/// An agent with an active [`FAST`] plugin setting `CpuShares=512` and
+/// `KNOB=fast` for every container.
+async fn agent_with_fast_knob() -> (Agent, Knob, ServedPlugin) {
+    let agent = Agent::start();
+    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
+    let served = agent.serve(knob.clone());
+    agent.wait_for_plugin(FAST, "active").await;
+    (agent, knob, served)
 }
 
 fn placed(agent: &Agent, pod: &str) -> bool {
@@ -267,10 +277,7 @@ async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
 /// succeeded; only then is the pod forgotten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
-    let agent = Agent::start();
-    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(FAST, "active").await;
+    let (agent, knob, _served) = agent_with_fast_knob().await;
     agent
         .handle
         .admit(admission("pinion-run-removed", "500m", &[(FAST, "1")], &[]))
@@ -309,10 +316,7 @@ async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
 /// pod that goes is told exactly once when its plugins succeed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_each_departed_pod_gets_remove_pod_once_under_churn() {
-    let agent = Agent::start();
-    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(FAST, "active").await;
+    let (agent, knob, _served) = agent_with_fast_knob().await;
     let pods: Vec<String> = (0..40).map(|n| format!("pinion-run-churn-{n}")).collect();
     for uid in &pods {
         agent
@@ -432,10 +436,7 @@ async fn a_plugin_that_crashes_and_comes_back_re_registers_and_reconcile_resumes
 /// answers and made durable with them in one flush.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_none_policy_plugins_answer_first_and_one_flush_keeps_both() {
-    let agent = Agent::start();
-    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(FAST, "active").await;
+    let (agent, knob, _served) = agent_with_fast_knob().await;
     let batches = |agent: &Agent| {
         agent
             .handle
@@ -495,10 +496,7 @@ async fn under_the_none_policy_plugins_answer_first_and_one_flush_keeps_both() {
 /// forget the pod, as for a released one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_refused_after_the_plugins_answered_has_them_forget_the_pod() {
-    let agent = Agent::start();
-    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(FAST, "active").await;
+    let (agent, knob, _served) = agent_with_fast_knob().await;
     let err = agent
         .handle
         .admit(admission("pinion-run-too-big", "64", &[(FAST, "1")], &[]))
@@ -523,10 +521,7 @@ async fn an_admission_refused_after_the_plugins_answered_has_them_forget_the_pod
 /// allocation); the refused container's stays with them until the pod goes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_plugins() {
-    let agent = Agent::start();
-    let knob = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(FAST, "active").await;
+    let (agent, knob, _served) = agent_with_fast_knob().await;
     let mut first = admission("pinion-run-two", "1", &[(FAST, "1")], &[]);
     let mut big = first.pod.containers[0].clone();
     big.name = "big".into();

@@ -75,7 +75,7 @@ impl Controller {
         batch.touch(&self.workloads, &key);
         if let Some(plugins) = plugins {
             plugin_allocation::check(&plugins.allocations)
-                .map_err(|source| plugin_error(&key, &source))?;
+                .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         }
         if self.workloads.contains_key(&key) {
             self.readmit(&key, request)?;

@@ -129,7 +129,7 @@ impl Controller {
         allocations: &PluginAllocations,
     ) -> Result<Placement, ControlError> {
         let (placement, notes) = plugin_allocation::apply(self.engine.machine(), base, allocations)
-            .map_err(|source| plugin_error(key, &source))?;
+            .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         for (name, resource) in notes.conflicts {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
         }
@@ -418,11 +418,16 @@ fn merge_answer(current: &PluginAllocations, answer: PluginAllocations) -> Plugi
     next
 }
 
-/// A plugin's answer that cannot be applied to container `key`.
-pub(super) fn plugin_error(key: &Key, source: &impl std::fmt::Display) -> ControlError {
+/// Container `container` of pod `pod` failed in a resource plugin (a call,
+/// or an answer that cannot be applied).
+pub(super) fn plugin_error(
+    pod: &str,
+    container: &str,
+    source: &impl std::fmt::Display,
+) -> ControlError {
     ControlError::Plugin {
-        pod: key.0.clone(),
-        container: key.1.clone(),
+        pod: pod.to_string(),
+        container: container.to_string(),
         reason: source.to_string(),
     }
 }

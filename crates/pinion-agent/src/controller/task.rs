@@ -20,6 +20,7 @@ use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement, Quantity, Topology};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::plugins::plugin_error;
 use super::{
     AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginAnswers,
     PluginReconcile, ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot,
@@ -350,11 +351,7 @@ impl ControllerHandle {
         let plugin_requests = match &self.qrm {
             Some(qrm) => qrm
                 .plugin_requests(&request.pod, &request.container)
-                .map_err(|err| ControlError::Plugin {
-                    pod: request.pod.uid.clone(),
-                    container: request.container.clone(),
-                    reason: err.to_string(),
-                })?,
+                .map_err(|err| plugin_error(&request.pod.uid, &request.container, &err))?,
             None => Vec::new(),
         };
         if plugin_requests.iter().any(|r| r.resource == "cpu") {
@@ -382,11 +379,7 @@ impl ControllerHandle {
                 qrm.request_reconcile();
                 recorded
             }
-            Err(err) => Err(ControlError::Plugin {
-                pod: pod.uid.clone(),
-                container: container.clone(),
-                reason: err.to_string(),
-            }),
+            Err(err) => Err(plugin_error(&pod.uid, &container, &err)),
         };
         if result.is_err() {
             if let Err(undo) = self.release(pod.uid.clone(), Some(container.clone())).await {
@@ -417,11 +410,7 @@ impl ControllerHandle {
                 Some(hint),
             )
             .await
-            .map_err(|err| ControlError::Plugin {
-                pod: request.pod.uid.clone(),
-                container: request.container.clone(),
-                reason: err.to_string(),
-            })?;
+            .map_err(|err| plugin_error(&request.pod.uid, &request.container, &err))?;
         let answers = PluginAnswers {
             resources: plugin_requests.iter().map(|r| r.resource.clone()).collect(),
             allocations,
