@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use pinion_core::plugin_allocation::{self, PluginAllocations};
+use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
 use pinion_core::pod::Pod;
 use pinion_core::record::{Record, SideData};
 use pinion_core::topomgr::TopologyHint;
@@ -201,17 +201,15 @@ impl Controller {
                 {
                     continue;
                 }
-                let current = updated
-                    .get(key)
-                    .cloned()
-                    .unwrap_or_else(|| workload.plugins.clone());
+                let current = updated.get(key).unwrap_or(&workload.plugins);
                 let answer = poll
                     .get(&key.0)
                     .and_then(|c| c.get(&key.1))
-                    .cloned()
-                    .flatten();
+                    .and_then(Option::as_ref);
                 let next = match answer {
-                    Some(answer) => merge_answer(&current, answer),
+                    // Most answers change nothing: checked without a copy.
+                    Some(answer) if !answer_changes(current, answer) => continue,
+                    Some(answer) => merge_answer(current, answer.clone()),
                     None => {
                         let listed = outcome
                             .reallocate
@@ -229,7 +227,7 @@ impl Controller {
                         next
                     }
                 };
-                if next == current {
+                if next == *current {
                     continue;
                 }
                 let base = self.engine.placement(&key.0, &key.1);
@@ -418,6 +416,42 @@ fn merge_answer(current: &PluginAllocations, answer: PluginAllocations) -> Plugi
     next
 }
 
+/// Whether [`merge_answer`] of `answer` changes `current`, told without
+/// building the merge (a reconcile pass asks it of every container).
+fn answer_changes(current: &PluginAllocations, answer: &PluginAllocations) -> bool {
+    answer.iter().any(|(name, new)| {
+        current
+            .get(name)
+            .is_none_or(|old| !same_after_merge(old, new))
+    })
+}
+
+/// Whether `new` replacing `old` leaves `old` as it is, `old`'s hints and
+/// topology assignments kept where `new` has none ([`merge_answer`]'s
+/// rule). Every field is named, so a new one cannot be forgotten here.
+fn same_after_merge(old: &PluginAllocation, new: &PluginAllocation) -> bool {
+    let PluginAllocation {
+        oci_property_name,
+        is_node_resource,
+        is_scalar_resource,
+        allocated_quantity,
+        allocation_result,
+        envs,
+        annotations,
+        resource_hints,
+        topology_assignments,
+    } = new;
+    *oci_property_name == old.oci_property_name
+        && *is_node_resource == old.is_node_resource
+        && *is_scalar_resource == old.is_scalar_resource
+        && *allocated_quantity == old.allocated_quantity
+        && *allocation_result == old.allocation_result
+        && *envs == old.envs
+        && *annotations == old.annotations
+        && (resource_hints.is_none() || *resource_hints == old.resource_hints)
+        && (topology_assignments.is_empty() || *topology_assignments == old.topology_assignments)
+}
+
 /// Container `container` of pod `pod` failed in a resource plugin (a call,
 /// or an answer that cannot be applied).
 pub(super) fn plugin_error(
@@ -429,5 +463,101 @@ pub(super) fn plugin_error(
         pod: pod.to_string(),
         container: container.to_string(),
         reason: source.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pinion_core::plugin_allocation::PluginHint;
+
+    use super::*;
+
+    /// `answer_changes` says what the merge says, for answers that repeat
+    /// the allocation (with or without its hints and assignments), change
+    /// one field, or name another resource.
+    #[test]
+    fn answer_changes_agrees_with_the_merge() {
+        let hint = PluginHint {
+            nodes: vec![1],
+            preferred: true,
+        };
+        let stored = PluginAllocation {
+            oci_property_name: "CpusetCpus".into(),
+            is_scalar_resource: true,
+            allocated_quantity: 2.0,
+            allocation_result: "2-3".into(),
+            envs: [("A".to_string(), "1".to_string())].into(),
+            resource_hints: Some(vec![hint.clone()]),
+            topology_assignments: [(1, 2)].into(),
+            ..PluginAllocation::default()
+        };
+        let current: PluginAllocations = [("cpu".to_string(), stored.clone())].into();
+        let with = |change: &dyn Fn(&mut PluginAllocation)| {
+            let mut allocation = stored.clone();
+            change(&mut allocation);
+            allocation
+        };
+        let answers: Vec<(&str, PluginAllocations)> = vec![
+            ("the same", current.clone()),
+            (
+                "without hints or assignments",
+                [(
+                    "cpu".to_string(),
+                    with(&|a| {
+                        a.resource_hints = None;
+                        a.topology_assignments.clear();
+                    }),
+                )]
+                .into(),
+            ),
+            (
+                "other CPUs",
+                [(
+                    "cpu".to_string(),
+                    with(&|a| a.allocation_result = "4-5".into()),
+                )]
+                .into(),
+            ),
+            (
+                "another variable",
+                [("cpu".to_string(), with(&|a| a.envs.clear()))].into(),
+            ),
+            (
+                "other hints",
+                [(
+                    "cpu".to_string(),
+                    with(&|a| a.resource_hints = Some(Vec::new())),
+                )]
+                .into(),
+            ),
+            (
+                "other assignments",
+                [(
+                    "cpu".to_string(),
+                    with(&|a| a.topology_assignments = [(0, 2)].into()),
+                )]
+                .into(),
+            ),
+            (
+                "another quantity",
+                [("cpu".to_string(), with(&|a| a.allocated_quantity = 3.0))].into(),
+            ),
+            (
+                "another resource",
+                [("memory".to_string(), stored.clone())].into(),
+            ),
+            ("nothing", PluginAllocations::new()),
+        ];
+        let mut changes = 0;
+        for (what, answer) in answers {
+            let merged = merge_answer(&current, answer.clone());
+            assert_eq!(
+                answer_changes(&current, &answer),
+                merged != current,
+                "{what}"
+            );
+            changes += usize::from(merged != current);
+        }
+        assert_eq!(changes, 6, "the six changing answers");
     }
 }

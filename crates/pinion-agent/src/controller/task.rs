@@ -79,8 +79,11 @@ pub enum Command {
         reply: Reply<Admitted>,
     },
     /// Merge the plugins' reconcile answers.
+    /// (The caller keeps a reference to `polls` until the answer: every
+    /// allocation of every plugin is freed on its thread, not on the
+    /// controller's.)
     PluginReconcile {
-        polls: Vec<(String, Poll)>,
+        polls: Arc<Vec<(String, Poll)>>,
         polled_at: Instant,
         reply: Reply<PluginReconcile>,
     },
@@ -223,7 +226,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 polled_at,
                 reply,
             } => {
-                let _ = reply.send(controller.plugin_reconcile(&polls, polled_at));
+                let outcome = controller.plugin_reconcile(&polls, polled_at);
+                drop(polls);
+                let _ = reply.send(outcome);
             }
             Command::PluginPodRemoved { uid, reply } => {
                 controller.plugin_pod_removed(&uid);
@@ -530,12 +535,17 @@ impl ControllerHandle {
         polls: Vec<(String, Poll)>,
         polled_at: Instant,
     ) -> Result<PluginReconcile, ControlError> {
-        self.ask(|reply| Command::PluginReconcile {
-            polls,
-            polled_at,
-            reply,
-        })
-        .await
+        let polls = Arc::new(polls);
+        let outcome = self
+            .ask(|reply| Command::PluginReconcile {
+                polls: Arc::clone(&polls),
+                polled_at,
+                reply,
+            })
+            .await;
+        // The last reference: freed here, off the controller thread.
+        drop(polls);
+        outcome
     }
 
     /// Every plugin heard of pod `uid`'s removal. Returns once the
