@@ -565,3 +565,48 @@ async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_pl
     );
     agent.stop().await;
 }
+
+/// Regression: when a later plugin failed an admission, the plugins that
+/// had already allocated for it were never told (the pod was refused
+/// before any answer was stored, so its removal did not count as one with
+/// plugin data) and kept the allocation for good — exclusive CPUs lost
+/// until a restart. They now hear `RemovePod` for the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_plugins_that_allocated_before_a_failing_one_forget_the_pod() {
+    // Asked in resource-name order: the good plugin first.
+    const GOOD: &str = "example.com/a-good";
+    let agent = Agent::start();
+    let good = Knob::one(GOOD, "CpuShares", "512", "good");
+    let bad = Knob::one(BAD, "CpusetCpus", "0-x", "bad");
+    let _good_served = agent.serve(good.clone());
+    let _bad_served = agent.serve(bad.clone());
+    agent.wait_for_plugin(GOOD, "active").await;
+    agent.wait_for_plugin(BAD, "active").await;
+    let err = agent
+        .handle
+        .admit(admission(
+            "pinion-run-half",
+            "500m",
+            &[(GOOD, "1"), (BAD, "1")],
+            &[],
+        ))
+        .await
+        .expect_err("the bad plugin's answer");
+    assert!(err.to_string().contains("0-x"), "{err}");
+    assert!(!placed(&agent, "pinion-run-half"));
+    assert_eq!(
+        good.state().allocated.get("pinion-run-half"),
+        Some(&vec!["main".to_string()]),
+        "the good plugin allocated before the bad one failed"
+    );
+    wait_until("the good plugin forgot the refused pod", || {
+        !good.state().allocated.contains_key("pinion-run-half")
+            && agent.handle.snapshot().pending_plugin_removals.is_empty()
+    })
+    .await;
+    assert_eq!(
+        good.state().remove_calls,
+        vec!["pinion-run-half".to_string()]
+    );
+    agent.stop().await;
+}

@@ -158,13 +158,8 @@ impl Controller {
             Err(err) => {
                 // Rolled back: what the plugins allocated first is theirs
                 // alone now.
-                let forget: Vec<Record> = asked_first
-                    .iter()
-                    .filter_map(|pod| self.plugins_must_forget(pod))
-                    .collect();
-                if !forget.is_empty() {
-                    self.waiting.push(forget);
-                    self.publish();
+                for pod in &asked_first {
+                    self.forget_refused(pod);
                 }
                 let reason = err.to_string();
                 return outcomes

@@ -310,6 +310,18 @@ impl Controller {
             .set(REMOVALS, pod, Some(serde_json::Value::Bool(true)))
     }
 
+    /// An admission of a container of `pod` was refused after plugins may
+    /// have allocated for it (a later plugin failed, or the answers could
+    /// not be stored): when no container of the pod is left, every plugin
+    /// is told to forget it (the removal loop's `RemovePod`). The record
+    /// waits for the next flush, as [`Controller::plugin_pod_removed`]'s.
+    pub fn forget_refused(&mut self, pod: &str) {
+        if let Some(record) = self.plugins_must_forget(pod) {
+            self.waiting.push([record]);
+            self.publish();
+        }
+    }
+
     /// Every plugin heard of pod `uid`'s removal.
     ///
     /// The record waits with the plugins' state changes and does not cause

@@ -87,6 +87,9 @@ pub enum Command {
         polled_at: Instant,
         reply: Reply<PluginReconcile>,
     },
+    /// An admission refused after plugins may have allocated for it
+    /// ([`Controller::forget_refused`]).
+    ForgetRefused { pod: String, reply: Reply<()> },
     /// Every plugin heard of a pod's removal; the reply comes once the
     /// snapshot no longer lists it as pending.
     PluginPodRemoved { uid: String, reply: Reply<()> },
@@ -229,6 +232,10 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 let outcome = controller.plugin_reconcile(&polls, polled_at);
                 drop(polls);
                 let _ = reply.send(outcome);
+            }
+            Command::ForgetRefused { pod, reply } => {
+                controller.forget_refused(&pod);
+                let _ = reply.send(Ok(()));
             }
             Command::PluginPodRemoved { uid, reply } => {
                 controller.plugin_pod_removed(&uid);
@@ -390,8 +397,24 @@ impl ControllerHandle {
             if let Err(undo) = self.release(pod.uid.clone(), Some(container.clone())).await {
                 tracing::error!(pod = %pod.uid, %container, "undoing a failed plugin admission: {undo}");
             }
+            // Plugins may have allocated without the answers being stored.
+            self.forget_refused(pod.uid.clone()).await;
         }
         result
+    }
+
+    /// An admission of a container of `pod` refused after plugins may have
+    /// allocated for it ([`Controller::forget_refused`]).
+    async fn forget_refused(&self, pod: String) {
+        let asked = self
+            .ask(|reply| Command::ForgetRefused {
+                pod: pod.clone(),
+                reply,
+            })
+            .await;
+        if let Err(err) = asked {
+            tracing::error!(%pod, "the plugins will not be told to forget the refused pod: {err}");
+        }
     }
 
     /// The plugins' `Allocate` with the Topology Manager's fixed hint, then
@@ -407,15 +430,22 @@ impl ControllerHandle {
         plugin_requests: &[PluginRequest],
         hint: TopologyHint,
     ) -> Result<Admitted, ControlError> {
-        let allocations = qrm
+        let allocated = qrm
             .allocate(
                 &request.pod,
                 &request.container,
                 plugin_requests,
                 Some(hint),
             )
-            .await
-            .map_err(|err| plugin_error(&request.pod.uid, &request.container, &err))?;
+            .await;
+        let allocations = match allocated {
+            Ok(allocations) => allocations,
+            Err(err) => {
+                // Plugins before the failed one may have allocated.
+                self.forget_refused(request.pod.uid.clone()).await;
+                return Err(plugin_error(&request.pod.uid, &request.container, &err));
+            }
+        };
         let answers = PluginAnswers {
             resources: plugin_requests.iter().map(|r| r.resource.clone()).collect(),
             allocations,
