@@ -226,10 +226,16 @@ impl Pod {
     #[must_use]
     pub fn with_container_cpus(&self, name: &str, cpus: &Quantity) -> Pod {
         let mut resized = self.clone();
-        if let Some(container) = resized
+        resized.set_container_cpus(name, cpus);
+        resized
+    }
+
+    /// [`Pod::with_container_cpus`], in place.
+    pub fn set_container_cpus(&mut self, name: &str, cpus: &Quantity) {
+        if let Some(container) = self
             .init_containers
             .iter_mut()
-            .chain(resized.containers.iter_mut())
+            .chain(self.containers.iter_mut())
             .find(|c| c.name == name)
         {
             container.cpu_request = Some(cpus.clone());
@@ -237,7 +243,6 @@ impl Pod {
                 container.cpu_limit = Some(cpus.clone());
             }
         }
-        resized
     }
 
     /// Pod QoS (newest kubelet, per container): BestEffort for a pod without

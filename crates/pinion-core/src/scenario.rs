@@ -365,7 +365,7 @@ fn run_step(
                 Err(err) => error = Some(err),
                 Ok(_) => {
                     if let Some(entry) = pods.get_mut(pod_uid) {
-                        resize_spec(entry, name, &new);
+                        entry.set_container_cpus(name, &new);
                     }
                 }
             }
@@ -440,21 +440,6 @@ fn remember(pods: &mut BTreeMap<String, Pod>, pod: &Pod, name: &str, listed: boo
         entry.init_containers.push(container.clone());
     } else if let Some(container) = pod.containers.iter().find(|c| c.name == name) {
         entry.containers.push(container.clone());
-    }
-}
-
-/// Container `name` of `pod` after a resize to `cpus`.
-fn resize_spec(pod: &mut Pod, name: &str, cpus: &Quantity) {
-    if let Some(container) = pod
-        .init_containers
-        .iter_mut()
-        .chain(pod.containers.iter_mut())
-        .find(|c| c.name == name)
-    {
-        container.cpu_request = Some(cpus.clone());
-        if container.cpu_limit.is_some() {
-            container.cpu_limit = Some(cpus.clone());
-        }
     }
 }
 
