@@ -18,7 +18,7 @@ use pinion_core::state::State;
 use pinion_host::cgroup::CgroupName;
 
 use super::{
-    AdmitRequest, Admitted, ControlError, Controller, Key, PluginAnswers, Released, Workload,
+    AdmitRequest, Admitted, ControlError, Controller, Key, Released, StoredAllocations, Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -34,7 +34,7 @@ pub enum Decision {
         /// The plugins' answers when they were asked before the admission
         /// (stored with it, in the same flush); `None`: asked after it, if
         /// at all ([`super::ControllerHandle::admit`]).
-        plugins: Option<Box<PluginAnswers>>,
+        plugins: Option<Box<StoredAllocations>>,
     },
     Release {
         pod: String,
@@ -134,9 +134,10 @@ impl Controller {
                     hints,
                     plugins,
                 } => {
+                    let asked_plugins = plugins.is_some();
                     let decided =
-                        self.decide_admit(&request, &hints, plugins.as_deref(), &mut batch);
-                    if plugins.is_some() {
+                        self.decide_admit(&request, &hints, plugins.map(|p| *p), &mut batch);
+                    if asked_plugins {
                         if decided.is_err() {
                             if let Some(record) = self.plugins_must_forget(&request.pod.uid) {
                                 self.append(&[record], &mut batch);

@@ -15,7 +15,7 @@ use super::batch::{AfterFlush, Answer, Batch, Decision};
 use super::plugins::plugin_error;
 use super::{
     describe_holder, describe_request, AdmitRequest, Admitted, ControlError, Controller, Frontend,
-    Key, PluginAnswers, Released, Workload,
+    Key, Released, StoredAllocations, Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -68,12 +68,12 @@ impl Controller {
         &mut self,
         request: &AdmitRequest,
         hints: &GatheredHints,
-        plugins: Option<&PluginAnswers>,
+        plugins: Option<StoredAllocations>,
         batch: &mut Batch,
     ) -> Result<Key, ControlError> {
         let key = (request.pod.uid.clone(), request.container.clone());
         batch.touch(&self.workloads, &key);
-        if let Some(plugins) = plugins {
+        if let Some(plugins) = &plugins {
             plugin_allocation::check(&plugins.allocations)
                 .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         }
@@ -111,7 +111,7 @@ impl Controller {
                 });
             }
         }
-        let desired = match plugins {
+        let desired = match &plugins {
             None => decided,
             Some(plugins) => match self.with_plugin_answers(&key, decided, &plugins.allocations) {
                 Ok(placement) => placement,

@@ -205,14 +205,6 @@ pub struct AdmitRequest {
     pub cpu_owner: CpuOwner,
 }
 
-/// The resource plugins' answers for one container: the resources it asked
-/// of plugins and what they allocated.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PluginAnswers {
-    pub resources: BTreeSet<String>,
-    pub allocations: PluginAllocations,
-}
-
 /// The answer to an admission.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admitted {

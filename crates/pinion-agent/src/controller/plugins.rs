@@ -14,7 +14,7 @@ use pinion_core::topomgr::TopologyHint;
 use pinion_core::Placement;
 
 use super::batch::Batch;
-use super::{Admitted, ControlError, Controller, Frontend, Key, PluginAnswers, Workload};
+use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
 use crate::qrm::Poll;
 
 /// Side-data kind of a container's allocations (key `<pod>/<container>`).
@@ -106,11 +106,11 @@ impl Controller {
         let base = self.engine.placement(&key.0, &key.1);
         self.with_plugin_answers(key, base, &allocations)?;
         let mut batch = self.begin();
-        let answers = PluginAnswers {
+        let stored = StoredAllocations {
             resources,
             allocations,
         };
-        self.keep_plugin_answers(key, &answers, &mut batch);
+        self.keep_plugin_answers(key, stored, &mut batch);
         self.commit(batch)?;
         if running {
             self.converge();
@@ -141,31 +141,24 @@ impl Controller {
     pub(super) fn keep_plugin_answers(
         &mut self,
         key: &Key,
-        answers: &PluginAnswers,
+        stored: StoredAllocations,
         batch: &mut Batch,
     ) {
-        let records = self.store_allocations(key, &answers.resources, &answers.allocations);
+        let records = self.store_allocations(key, &stored);
         self.append(&records, batch);
         batch.touch(&self.workloads, key);
         if let Some(workload) = self.workloads.get_mut(key) {
-            workload.plugins.clone_from(&answers.allocations);
-            workload.plugin_resources.clone_from(&answers.resources);
+            workload.plugins = stored.allocations;
+            workload.plugin_resources = stored.resources;
             workload.plugins_recorded = Some(Instant::now());
         }
     }
 
-    fn store_allocations(
-        &mut self,
-        key: &Key,
-        resources: &BTreeSet<String>,
-        allocations: &PluginAllocations,
-    ) -> Vec<Record> {
-        let stored = StoredAllocations {
-            resources: resources.clone(),
-            allocations: allocations.clone(),
-        };
-        let value = match serde_json::to_value(&stored) {
-            Ok(value) => (!(resources.is_empty() && allocations.is_empty())).then_some(value),
+    fn store_allocations(&mut self, key: &Key, stored: &StoredAllocations) -> Vec<Record> {
+        let value = match serde_json::to_value(stored) {
+            Ok(value) => {
+                (!(stored.resources.is_empty() && stored.allocations.is_empty())).then_some(value)
+            }
             Err(err) => {
                 tracing::error!("encoding plugin allocations: {err}");
                 return Vec::new();
@@ -246,8 +239,11 @@ impl Controller {
         let mut records = Vec::new();
         for (key, allocations) in &updated {
             batch.touch(&self.workloads, key);
-            let resources = self.workloads[key].plugin_resources.clone();
-            records.extend(self.store_allocations(key, &resources, allocations));
+            let stored = StoredAllocations {
+                resources: self.workloads[key].plugin_resources.clone(),
+                allocations: allocations.clone(),
+            };
+            records.extend(self.store_allocations(key, &stored));
         }
         self.append(&records, &mut batch);
         let before: BTreeMap<Key, Placement> = updated

@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::plugins::plugin_error;
 use super::{
-    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginAnswers,
-    PluginReconcile, ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot,
+    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
+    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot, StoredAllocations,
     TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
@@ -44,7 +44,7 @@ pub enum Command {
     Admit {
         request: Box<AdmitRequest>,
         hints: Box<GatheredHints>,
-        plugins: Option<Box<PluginAnswers>>,
+        plugins: Option<Box<StoredAllocations>>,
         reply: Reply<Admitted>,
     },
     /// Release one container (`Some`) or a whole pod (`None`).
@@ -446,7 +446,7 @@ impl ControllerHandle {
                 return Err(plugin_error(&request.pod.uid, &request.container, &err));
             }
         };
-        let answers = PluginAnswers {
+        let answers = StoredAllocations {
             resources: plugin_requests.iter().map(|r| r.resource.clone()).collect(),
             allocations,
         };
@@ -461,7 +461,7 @@ impl ControllerHandle {
     async fn admit_only(
         &self,
         request: AdmitRequest,
-        plugins: Option<PluginAnswers>,
+        plugins: Option<StoredAllocations>,
     ) -> Result<Admitted, ControlError> {
         let hints = self
             .hints
