@@ -13,9 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{
-    admission, admit_at, builtin, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS,
-};
+use qrm_common::{admission, admit_at, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS};
 
 use pinion_agent::testing::{machine, run_request};
 use pinion_core::testing::cpus as set;
@@ -334,12 +332,7 @@ const MEMORY_ENHANCEMENT: &str = "katalyst.kubewharf.io/memory_enhancement";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_level() {
     let sysroot = meminfo_root();
-    let mut agent = Agent::start_in(
-        tempfile::tempdir().expect("tempdir"),
-        FakeCgroups::default(),
-        builtin(&["cpu", "memory"]),
-    );
-    agent.start_builtin(sysroot.path()).await;
+    let agent = Agent::fresh_with_builtin(&["cpu", "memory"], sysroot.path()).await;
     let views = agent.handle.plugins();
     for resource in ["cpu", "memory"] {
         let view = views
@@ -452,8 +445,7 @@ async fn builtin_plugins_register_like_any_plugin_and_place_pods_by_their_qos_le
             kind.state_file()
         );
     }
-    let mut again = Agent::start_in(dir, host, builtin(&["cpu", "memory"]));
-    again.start_builtin(sysroot.path()).await;
+    let again = Agent::with_builtin(dir, host, &["cpu", "memory"], sysroot.path()).await;
     let after: Vec<_> = again
         .handle
         .snapshot()
@@ -678,12 +670,7 @@ async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
     let sysroot = meminfo_root();
-    let mut agent = Agent::start_in(
-        tempfile::tempdir().expect("tempdir"),
-        FakeCgroups::default(),
-        builtin(&["cpu"]),
-    );
-    agent.start_builtin(sysroot.path()).await;
+    let agent = Agent::fresh_with_builtin(&["cpu"], sysroot.path()).await;
     for pod in ["pinion-run-web", "pinion-run-db"] {
         let level = if pod.ends_with("db") {
             "dedicated_cores"
@@ -726,8 +713,7 @@ async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
     }
 
     let (dir, host) = agent.stop().await;
-    let mut again = Agent::start_in(dir, host, builtin(&["cpu"]));
-    again.start_builtin(sysroot.path()).await;
+    let again = Agent::with_builtin(dir, host, &["cpu"], sysroot.path()).await;
     let view = again.handle.cpu_pools().expect("pools").view();
     let share = view
         .pools

@@ -51,6 +51,17 @@ async fn agent_with_fast_knob() -> (Agent, Knob, ServedPlugin) {
     (agent, knob, served)
 }
 
+/// Waits until `knob` forgot `pod` and no removal is pending; it heard
+/// `RemovePod` for the pod exactly once.
+async fn forgotten_once(agent: &Agent, knob: &Knob, pod: &str) {
+    wait_until(&format!("{} forgot {pod}", knob.resource), || {
+        !knob.state().allocated.contains_key(pod)
+            && agent.handle.snapshot().pending_plugin_removals.is_empty()
+    })
+    .await;
+    assert_eq!(knob.state().remove_calls, vec![pod.to_string()]);
+}
+
 fn placed(agent: &Agent, pod: &str) -> bool {
     agent
         .handle
@@ -504,15 +515,7 @@ async fn an_admission_refused_after_the_plugins_answered_has_them_forget_the_pod
         .expect_err("more CPUs than the node has");
     assert!(err.to_string().contains("64"), "names the request: {err}");
     assert!(!placed(&agent, "pinion-run-too-big"));
-    wait_until("the plugin forgot the refused pod", || {
-        !knob.state().allocated.contains_key("pinion-run-too-big")
-            && agent.handle.snapshot().pending_plugin_removals.is_empty()
-    })
-    .await;
-    assert_eq!(
-        knob.state().remove_calls,
-        vec!["pinion-run-too-big".to_string()]
-    );
+    forgotten_once(&agent, &knob, "pinion-run-too-big").await;
     agent.stop().await;
 }
 
@@ -555,14 +558,7 @@ async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_pl
         .release("pinion-run-two".into(), None)
         .await
         .expect("released");
-    wait_until("the plugin forgot the pod", || {
-        !knob.state().allocated.contains_key("pinion-run-two")
-    })
-    .await;
-    assert_eq!(
-        knob.state().remove_calls,
-        vec!["pinion-run-two".to_string()]
-    );
+    forgotten_once(&agent, &knob, "pinion-run-two").await;
     agent.stop().await;
 }
 
@@ -599,14 +595,6 @@ async fn regression_plugins_that_allocated_before_a_failing_one_forget_the_pod()
         Some(&vec!["main".to_string()]),
         "the good plugin allocated before the bad one failed"
     );
-    wait_until("the good plugin forgot the refused pod", || {
-        !good.state().allocated.contains_key("pinion-run-half")
-            && agent.handle.snapshot().pending_plugin_removals.is_empty()
-    })
-    .await;
-    assert_eq!(
-        good.state().remove_calls,
-        vec!["pinion-run-half".to_string()]
-    );
+    forgotten_once(&agent, &good, "pinion-run-half").await;
     agent.stop().await;
 }

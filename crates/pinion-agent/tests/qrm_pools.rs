@@ -57,12 +57,7 @@ fn burn(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins() {
     let sysroot = meminfo_root();
-    let mut agent = Agent::start_in(
-        tempfile::tempdir().expect("tempdir"),
-        FakeCgroups::default(),
-        builtin(&["cpu"]),
-    );
-    agent.start_builtin(sysroot.path()).await;
+    let agent = Agent::fresh_with_builtin(&["cpu"], sysroot.path()).await;
     let pools = agent
         .handle
         .cpu_pools()

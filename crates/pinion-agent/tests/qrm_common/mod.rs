@@ -93,6 +93,25 @@ impl Agent {
         Agent { dir, node }
     }
 
+    /// An agent in `dir` with cgroups in `host` running Pinion's plugins
+    /// `names` itself (reading `sysroot`), once each is registered.
+    pub async fn with_builtin(
+        dir: tempfile::TempDir,
+        host: FakeCgroups,
+        names: &[&str],
+        sysroot: &Path,
+    ) -> Agent {
+        let mut agent = Agent::start_in(dir, host, builtin(names));
+        agent.start_builtin(sysroot).await;
+        agent
+    }
+
+    /// [`Agent::with_builtin`] in a new directory, on new cgroups.
+    pub async fn fresh_with_builtin(names: &[&str], sysroot: &Path) -> Agent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Agent::with_builtin(dir, FakeCgroups::default(), names, sysroot).await
+    }
+
     /// Serves the built-in plugins as the daemon does; returns once each is
     /// registered.
     pub async fn start_builtin(&mut self, sysroot: &Path) {
