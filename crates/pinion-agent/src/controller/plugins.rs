@@ -287,8 +287,7 @@ impl Controller {
                 records.extend(self.side.set(ALLOCATIONS, &side_key(key), None));
             }
             if gone && had_plugins {
-                let value = serde_json::Value::Bool(true);
-                records.extend(self.side.set(REMOVALS, pod, Some(value)));
+                records.extend(self.plugins_must_hear_of(pod));
             }
         }
         records
@@ -302,6 +301,12 @@ impl Controller {
         if !self.keys_of(pod, None).is_empty() {
             return None;
         }
+        self.plugins_must_hear_of(pod)
+    }
+
+    /// Notes that every plugin must hear of pod `pod`'s removal (the
+    /// removal loop's `RemovePod`); returns the side-data record.
+    fn plugins_must_hear_of(&mut self, pod: &str) -> Option<Record> {
         self.side
             .set(REMOVALS, pod, Some(serde_json::Value::Bool(true)))
     }
