@@ -244,8 +244,11 @@ pub struct KnobState {
     /// The allocation of every container (resource name → info), in
     /// `Allocate` and in `GetResourcesAllocation` alike.
     pub answer: BTreeMap<String, AllocationInfo>,
-    /// Pod → containers it allocated.
+    /// Pod → containers it allocated (and has not been told to forget).
     pub allocated: BTreeMap<String, Vec<String>>,
+    /// Every `Allocate` heard, as (pod, container), in order; kept after
+    /// `RemovePod`, so a test can see an allocation that was since undone.
+    pub allocate_calls: Vec<(String, String)>,
     /// While set, `Allocate` does not return (until the test clears it).
     pub hang_allocate: bool,
     /// Set while an `Allocate` call is inside the plugin.
@@ -330,6 +333,9 @@ impl ResourcePlugin for Knob {
         let mut state = self.state();
         state.in_allocate = false;
         state.calls += 1;
+        state
+            .allocate_calls
+            .push((request.pod_uid.clone(), request.container_name.clone()));
         state
             .allocated
             .entry(request.pod_uid.clone())
