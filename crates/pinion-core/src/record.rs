@@ -27,11 +27,11 @@ use crate::state::State;
 /// Side data that is not part of kubelet's CPU manager state (resource
 /// plugin allocations and the like): kind → key → value. The journal keeps
 /// and replays it; the CPU state ignores it.
-pub type SideData = BTreeMap<String, BTreeMap<String, serde_json::Value>>;
+pub type SideData = BTreeMap<String, BTreeMap<String, SideValue>>;
 
 /// One decision, as the journal stores it. See the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(tag = "op", rename_all = "kebab-case", try_from = "decode::Fields")]
 pub enum Record {
     /// Container `container` of pod `pod` holds exactly `cpus` (exclusive):
     /// an admission, or a changed assignment.
@@ -52,7 +52,7 @@ pub enum Record {
     Side {
         kind: String,
         key: String,
-        value: Option<serde_json::Value>,
+        value: Option<SideValue>,
     },
 }
 
@@ -67,8 +67,20 @@ impl Record {
     /// The record's bytes (compact JSON).
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
-        // Strings, CPU sets and JSON values always serialize.
-        serde_json::to_vec(self).unwrap_or_default()
+        let mut out = Vec::new();
+        self.write_bytes(&mut out);
+        out
+    }
+
+    /// Appends [`Record::to_bytes`] to `out` (the journal encodes a record
+    /// straight into its pending batch).
+    pub fn write_bytes(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        // Strings, CPU sets and JSON values always serialize; should one
+        // not, nothing half-written stays.
+        if serde_json::to_writer(&mut *out, self).is_err() {
+            out.truncate(start);
+        }
     }
 
     /// Decodes [`Record::to_bytes`] output.
@@ -109,8 +121,8 @@ pub fn put_side(
     side: &mut SideData,
     kind: &str,
     key: &str,
-    value: Option<serde_json::Value>,
-) -> Option<serde_json::Value> {
+    value: Option<SideValue>,
+) -> Option<SideValue> {
     match value {
         Some(value) => side
             .entry(kind.to_string())
@@ -316,6 +328,11 @@ pub fn replay_onto_checkpoint(
         checkpoint_entries(&state),
     )))
 }
+
+mod decode;
+mod side_value;
+
+pub use side_value::SideValue;
 
 #[cfg(test)]
 mod tests;

@@ -17,11 +17,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use pinion_core::record::Record;
+use pinion_core::record::{Record, SideValue};
 use pinion_host::durable::{self, DurableError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
 
 /// Errors of state files.
 #[derive(Debug, thiserror::Error)]
@@ -116,11 +115,11 @@ pub trait Entries: Serialize + DeserializeOwned + Default {
     /// The UIDs of the pods the state holds.
     fn pod_uids(&self) -> Vec<String>;
     /// Pod `uid`'s part (`None`: the state holds nothing of it).
-    fn pod_entry(&self, uid: &str) -> Option<Value>;
+    fn pod_entry(&self, uid: &str) -> Option<SideValue>;
     /// Everything that is not per pod.
-    fn rest_entry(&self) -> Value;
+    fn rest_entry(&self) -> SideValue;
     /// The state of `rest` and the pods' parts.
-    fn from_entries(rest: Value, pods: BTreeMap<String, Value>) -> Result<Self, String>;
+    fn from_entries(rest: SideValue, pods: BTreeMap<String, SideValue>) -> Result<Self, String>;
 }
 
 /// What a change touched.
@@ -242,7 +241,7 @@ pub struct Journal {
     kind: String,
     outbox: Outbox,
     /// The journal's entries of this kind at start (taken by the load).
-    restored: Option<BTreeMap<String, Value>>,
+    restored: Option<BTreeMap<String, SideValue>>,
     /// Pods with an entry in the journal.
     written: BTreeSet<String>,
     /// The state file of an earlier version, read when the journal has no
@@ -256,7 +255,7 @@ impl Journal {
     #[must_use]
     pub fn new(
         kind: impl Into<String>,
-        entries: BTreeMap<String, Value>,
+        entries: BTreeMap<String, SideValue>,
         outbox: Outbox,
         legacy: StateFile,
     ) -> Self {
@@ -392,7 +391,7 @@ macro_rules! pod_keyed_entries {
                 uids.into_iter().collect()
             }
 
-            fn pod_entry(&self, uid: &str) -> Option<serde_json::Value> {
+            fn pod_entry(&self, uid: &str) -> Option<pinion_core::record::SideValue> {
                 let mut part = serde_json::Map::new();
                 $(
                     if let Some(value) = self.$field.get(uid) {
@@ -402,19 +401,22 @@ macro_rules! pod_keyed_entries {
                         );
                     }
                 )+
-                (!part.is_empty()).then_some(serde_json::Value::Object(part))
+                (!part.is_empty()).then(|| serde_json::Value::Object(part).into())
             }
 
-            fn rest_entry(&self) -> serde_json::Value {
-                serde_json::Value::Object(serde_json::Map::new())
+            fn rest_entry(&self) -> pinion_core::record::SideValue {
+                serde_json::Value::Object(serde_json::Map::new()).into()
             }
 
             fn from_entries(
-                _rest: serde_json::Value,
-                pods: std::collections::BTreeMap<String, serde_json::Value>,
+                _rest: pinion_core::record::SideValue,
+                pods: std::collections::BTreeMap<String, pinion_core::record::SideValue>,
             ) -> Result<Self, String> {
                 let mut state = Self::default();
-                for (uid, mut part) in pods {
+                for (uid, part) in pods {
+                    let mut part: serde_json::Map<String, serde_json::Value> = part
+                        .decode()
+                        .map_err(|err| format!("pod {uid}: {err}"))?;
                     $(
                         if let Some(value) = part.get_mut(stringify!($field)) {
                             let value = serde_json::from_value(value.take())
@@ -458,7 +460,7 @@ mod tests {
         exclusive
     });
 
-    fn replay(outbox: &Outbox, journal: &mut BTreeMap<String, Value>) {
+    fn replay(outbox: &Outbox, journal: &mut BTreeMap<String, SideValue>) {
         for record in outbox.take() {
             if let Record::Side { key, value, .. } = record {
                 match value {
@@ -533,7 +535,7 @@ mod tests {
         let set = |key: &str, value: Option<u32>| Record::Side {
             kind: "k".into(),
             key: key.into(),
-            value: value.map(Value::from),
+            value: value.map(|v| serde_json::Value::from(v).into()),
         };
         let all = [
             set("pod/a", Some(1)),
@@ -560,7 +562,7 @@ mod tests {
             "the put-back rest is older than the waiting one"
         );
         replay(&outbox, &mut coalesced);
-        every.insert("rest".into(), Value::from(3));
+        every.insert("rest".into(), serde_json::Value::from(3).into());
         assert_eq!(coalesced, every);
     }
 }

@@ -54,12 +54,7 @@ fn stored(state: &Path) -> Vec<(String, StoredAllocations)> {
         .get(ALLOCATIONS)
         .into_iter()
         .flatten()
-        .map(|(k, v)| {
-            (
-                k.clone(),
-                serde_json::from_value(v.clone()).expect("stored form"),
-            )
-        })
+        .map(|(k, v)| (k.clone(), v.decode().expect("stored form")))
         .collect()
 }
 
@@ -140,7 +135,7 @@ fn different_data_pinion_already_has_is_kept_unless_replace() {
             .record(&Record::Side {
                 kind: ALLOCATIONS.to_string(),
                 key: "u1/app".to_string(),
-                value: Some(serde_json::json!({"resources": ["cpu"], "allocations": {"cpu": {"oci_property_name": "CpusetCpus", "allocation_result": "7"}}})),
+                value: Some(serde_json::json!({"resources": ["cpu"], "allocations": {"cpu": {"oci_property_name": "CpusetCpus", "allocation_result": "7"}}}).into()),
             })
             .expect("record");
         opened.store.flush().expect("flush");

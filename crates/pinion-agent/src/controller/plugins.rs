@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
 use pinion_core::pod::Pod;
-use pinion_core::record::{Record, SideData};
+use pinion_core::record::{Record, SideData, SideValue};
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::Placement;
 
@@ -155,7 +155,7 @@ impl Controller {
     }
 
     fn store_allocations(&mut self, key: &Key, stored: &StoredAllocations) -> Vec<Record> {
-        let value = match serde_json::to_value(stored) {
+        let value = match SideValue::encode(stored) {
             Ok(value) => {
                 (!(stored.resources.is_empty() && stored.allocations.is_empty())).then_some(value)
             }
@@ -308,7 +308,7 @@ impl Controller {
     /// removal loop's `RemovePod`); returns the side-data record.
     fn plugins_must_hear_of(&mut self, pod: &str) -> Option<Record> {
         self.side
-            .set(REMOVALS, pod, Some(serde_json::Value::Bool(true)))
+            .set(REMOVALS, pod, Some(serde_json::Value::Bool(true).into()))
     }
 
     /// An admission of a container of `pod` was refused after plugins may
@@ -340,7 +340,7 @@ impl Controller {
     /// The durable plugin data of `key` (restored at start).
     pub(super) fn stored_allocations(side: &SideData, key: &Key) -> Option<StoredAllocations> {
         let value = side.get(ALLOCATIONS)?.get(&side_key(key))?;
-        match serde_json::from_value(value.clone()) {
+        match value.decode() {
             Ok(stored) => Some(stored),
             Err(err) => {
                 tracing::error!(pod = %key.0, container = %key.1, "unreadable plugin allocations in the journal: {err}");

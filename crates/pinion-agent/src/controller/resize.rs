@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use pinion_core::engine::Engine;
 use pinion_core::policy::PolicyError;
-use pinion_core::record::{Record, Scope, SideData};
+use pinion_core::record::{Record, Scope, SideData, SideValue};
 use pinion_core::state::PodCpus;
 use pinion_core::{CpuSet, Quantity};
 
@@ -43,7 +43,7 @@ pub fn restore_engine_data(
 ) -> (BTreeMap<String, BTreeMap<String, CpuSet>>, PodCpus) {
     let mut promised = BTreeMap::new();
     for (pod, value) in side.get(PROMISED).into_iter().flatten() {
-        match serde_json::from_value::<BTreeMap<String, CpuSet>>(value.clone()) {
+        match value.decode::<BTreeMap<String, CpuSet>>() {
             Ok(containers) if !containers.is_empty() => {
                 promised.insert(pod.clone(), containers);
             }
@@ -53,7 +53,7 @@ pub fn restore_engine_data(
     }
     let mut pod_cpus = PodCpus::new();
     for (pod, value) in side.get(POD_CPUS).into_iter().flatten() {
-        match serde_json::from_value::<CpuSet>(value.clone()) {
+        match value.decode::<CpuSet>() {
             Ok(cpus) => {
                 pod_cpus.insert(pod.clone(), cpus);
             }
@@ -88,15 +88,15 @@ pub fn start_with_side(engine: Engine, side: &SideData) -> Result<Engine, Policy
 
 /// The side data of pod `pod` the engine's promised CPUs and pod-level
 /// sets make, by kind (`None`: the engine holds nothing for it).
-fn engine_side_of(engine: &Engine, pod: &str) -> [(&'static str, Option<serde_json::Value>); 2] {
+fn engine_side_of(engine: &Engine, pod: &str) -> [(&'static str, Option<SideValue>); 2] {
     let promised = engine
         .promised_cpus()
         .get(pod)
-        .and_then(|containers| serde_json::to_value(containers).ok());
+        .and_then(|containers| SideValue::encode(containers).ok());
     let pod_cpus = engine
         .pod_cpus()
         .get(pod)
-        .and_then(|cpus| serde_json::to_value(cpus).ok());
+        .and_then(|cpus| SideValue::encode(cpus).ok());
     [(PROMISED, promised), (POD_CPUS, pod_cpus)]
 }
 

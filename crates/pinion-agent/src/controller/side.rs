@@ -9,15 +9,14 @@
 
 use std::ops::Deref;
 
-use pinion_core::record::{put_side, Record, SideData};
-use serde_json::Value;
+use pinion_core::record::{put_side, Record, SideData, SideValue};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub(super) struct Side {
     data: SideData,
     /// Old values of the entries changed since [`Side::begin`], oldest first.
-    undo: Vec<(String, String, Option<Value>)>,
+    undo: Vec<(String, String, Option<SideValue>)>,
 }
 
 impl Side {
@@ -43,7 +42,12 @@ impl Side {
 
     /// Entry `kind`/`key` becomes `value` (`None`: removed). Returns the
     /// journal record of the change, or `None` when it was already so.
-    pub(super) fn set(&mut self, kind: &str, key: &str, value: Option<Value>) -> Option<Record> {
+    pub(super) fn set(
+        &mut self,
+        kind: &str,
+        key: &str,
+        value: Option<SideValue>,
+    ) -> Option<Record> {
         let old = self.data.get(kind).and_then(|entries| entries.get(key));
         if old == value.as_ref() {
             return None;
@@ -84,18 +88,31 @@ mod tests {
     fn a_rollback_undoes_every_change_of_the_batch_and_only_those() {
         let mut side = Side::new(SideData::from([(
             "a".to_string(),
-            BTreeMap::from([("k".to_string(), Value::from(1))]),
+            BTreeMap::from([("k".to_string(), SideValue::from(serde_json::Value::from(1)))]),
         )]));
-        side.set("a", "early", Some(Value::from(0)));
+        side.set(
+            "a",
+            "early",
+            Some(SideValue::from(serde_json::Value::from(0))),
+        );
         side.begin();
         let before = side.data.clone();
         assert!(
-            side.set("a", "k", Some(Value::from(1))).is_none(),
+            side.set("a", "k", Some(SideValue::from(serde_json::Value::from(1))))
+                .is_none(),
             "no change"
         );
-        assert!(side.set("a", "k", Some(Value::from(2))).is_some());
+        assert!(side
+            .set("a", "k", Some(SideValue::from(serde_json::Value::from(2))))
+            .is_some());
         assert!(side.set("a", "k", None).is_some());
-        assert!(side.set("b", "new", Some(Value::from(3))).is_some());
+        assert!(side
+            .set(
+                "b",
+                "new",
+                Some(SideValue::from(serde_json::Value::from(3)))
+            )
+            .is_some());
         side.apply(&Record::Side {
             kind: "a".into(),
             key: "early".into(),

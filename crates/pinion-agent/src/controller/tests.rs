@@ -838,7 +838,7 @@ fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
     let entry = |key: &str| pinion_core::record::Record::Side {
         kind: "plugin-state/cpu".into(),
         key: key.into(),
-        value: Some(serde_json::json!({ "k": key })),
+        value: Some(serde_json::json!({ "k": key }).into()),
     };
     let side_of = |c: &Controller| {
         c.side

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinion_core::record::SideData;
+use pinion_core::record::{SideData, SideValue};
 use pinion_core::{CpuSet, Topology};
 use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_plugins::builtin::{self, Config, Kind};
@@ -85,7 +85,7 @@ pub struct PluginJournal {
 
 impl PluginJournal {
     /// Takes the entries of side-data kind `kind` restored at start.
-    fn take(&self, kind: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    fn take(&self, kind: &str) -> std::collections::BTreeMap<String, SideValue> {
         self.restored
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

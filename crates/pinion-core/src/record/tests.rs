@@ -45,7 +45,7 @@ fn records_encode_as_readable_json_and_decode_back() {
             Record::Side {
                 kind: "qrm/memory".into(),
                 key: "uid-1/app".into(),
-                value: Some(json!({"nodes": [0]})),
+                value: Some(json!({"nodes": [0]}).into()),
             },
             r#"{"op":"side","kind":"qrm/memory","key":"uid-1/app","value":{"nodes":[0]}}"#,
         ),
@@ -63,6 +63,9 @@ fn malformed_records_are_errors_naming_the_problem() {
         br#"{"op":"grow","cpus":"1"}"#,
         br#"{"op":"assign","pod":"p","container":"c","cpus":"3-1"}"#,
         br#"{"op":"set-default","cpus":"1","extra":true}"#,
+        br#"{"op":"assign","pod":"p","container":"c"}"#,
+        br#"{"op":"unassign","pod":"p","container":"c","cpus":"1"}"#,
+        br#"{"op":"side","key":"k","value":1}"#,
     ] {
         let err = Record::from_bytes(bad).expect_err("refused");
         assert!(!err.reason.is_empty());
@@ -70,6 +73,14 @@ fn malformed_records_are_errors_naming_the_problem() {
             .to_string()
             .starts_with("record is not a valid decision: "));
     }
+    let named = |bad: &[u8]| Record::from_bytes(bad).expect_err("refused").reason;
+    assert!(named(br#"{"op":"grow","cpus":"1"}"#).contains("unknown op `grow`"));
+    assert!(named(br#"{"op":"assign","pod":"p","container":"c"}"#).contains("`cpus`"));
+    assert!(
+        named(br#"{"op":"unassign","pod":"p","container":"c","cpus":"1"}"#)
+            .contains("field `cpus` does not belong to op `unassign`")
+    );
+    assert!(named(br#"{"op":"set-default","cpus":"1","extra":true}"#).contains("`extra`"));
 }
 
 #[test]
@@ -113,9 +124,9 @@ fn side_records_add_replace_and_remove_entries() {
         key: "a".into(),
         value,
     };
-    set(Some(json!(1))).apply(&mut s, &mut side);
-    set(Some(json!(2))).apply(&mut s, &mut side);
-    assert_eq!(side["k"]["a"], json!(2));
+    set(Some(json!(1).into())).apply(&mut s, &mut side);
+    set(Some(json!(2).into())).apply(&mut s, &mut side);
+    assert_eq!(side["k"]["a"], json!(2).into());
     set(None).apply(&mut s, &mut side);
     assert!(side.is_empty(), "an empty kind is dropped");
     set(None).apply(&mut s, &mut side);
@@ -192,7 +203,7 @@ fn arb_side() -> impl Strategy<Value = SideData> {
         for (kind, key, value) in entries {
             side.entry(format!("kind-{kind}"))
                 .or_default()
-                .insert(format!("key-{key}"), json!(value));
+                .insert(format!("key-{key}"), json!(value).into());
         }
         side
     })

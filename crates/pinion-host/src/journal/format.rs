@@ -114,24 +114,18 @@ pub enum Entry {
 }
 
 impl Entry {
-    fn kind(&self) -> u8 {
+    /// The entry borrowed, as [`encode_frame`] takes it.
+    #[must_use]
+    pub fn borrowed(&self) -> EntryRef<'_> {
         match self {
-            Entry::Record(_) => KIND_RECORD,
-            Entry::Compaction { .. } => KIND_COMPACTION,
-        }
-    }
-
-    fn payload(&self) -> Vec<u8> {
-        match self {
-            Entry::Record(record) => record.to_bytes(),
+            Entry::Record(record) => EntryRef::Record(record),
             Entry::Compaction {
                 checkpoint_id,
                 through,
-            } => {
-                let mut out = checkpoint_id.to_le_bytes().to_vec();
-                out.extend_from_slice(&through.to_le_bytes());
-                out
-            }
+            } => EntryRef::Compaction {
+                checkpoint_id: *checkpoint_id,
+                through: *through,
+            },
         }
     }
 
@@ -146,6 +140,36 @@ impl Entry {
             }),
             KIND_COMPACTION => Err(format!("compaction marker of {} bytes", payload.len())),
             other => Err(format!("unknown frame kind {other}")),
+        }
+    }
+}
+
+/// An [`Entry`] to write, borrowed: a record is encoded without a copy.
+#[derive(Debug, Clone, Copy)]
+pub enum EntryRef<'a> {
+    Record(&'a Record),
+    Compaction { checkpoint_id: u64, through: u64 },
+}
+
+impl EntryRef<'_> {
+    fn kind(self) -> u8 {
+        match self {
+            EntryRef::Record(_) => KIND_RECORD,
+            EntryRef::Compaction { .. } => KIND_COMPACTION,
+        }
+    }
+
+    /// Appends the payload to `out`.
+    fn write_payload(self, out: &mut Vec<u8>) {
+        match self {
+            EntryRef::Record(record) => record.write_bytes(out),
+            EntryRef::Compaction {
+                checkpoint_id,
+                through,
+            } => {
+                out.extend_from_slice(&checkpoint_id.to_le_bytes());
+                out.extend_from_slice(&through.to_le_bytes());
+            }
         }
     }
 }
@@ -169,23 +193,21 @@ pub fn frame_size(len: usize) -> usize {
     FRAME_HEADER + len.div_ceil(8) * 8
 }
 
-/// Appends the frame of `entry` to `out`; returns its payload length.
-pub fn encode_frame(out: &mut Vec<u8>, generation: u64, seq: u64, entry: &Entry) -> usize {
-    let payload = entry.payload();
+/// Appends the frame of `entry` to `out`; returns its payload length. The
+/// payload is encoded in place, its length filled in after.
+pub fn encode_frame(out: &mut Vec<u8>, generation: u64, seq: u64, entry: EntryRef<'_>) -> usize {
     let start = out.len();
-    out.extend_from_slice(
-        &u32::try_from(payload.len())
-            .unwrap_or(u32::MAX)
-            .to_le_bytes(),
-    );
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[0; 8]);
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&[entry.kind(), 0, 0, 0]);
     out.extend_from_slice(&FRAME_MAGIC);
-    out.extend_from_slice(&payload);
-    out.resize(start + frame_size(payload.len()), 0);
+    debug_assert_eq!(out.len() - start, FRAME_HEADER);
+    entry.write_payload(out);
+    let len = out.len() - start - FRAME_HEADER;
+    out[start..start + 4].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
+    out.resize(start + frame_size(len), 0);
     seal_frame(&mut out[start..], generation);
-    payload.len()
+    len
 }
 
 /// Sets the commit flag of the frame at the start of `frame` and refreshes
@@ -368,7 +390,7 @@ mod tests {
             cpus: CpuSet::from_iter([0, 1]),
         });
         let mut out = vec![0; 8];
-        let len = encode_frame(&mut out, 3, 10, &entry);
+        let len = encode_frame(&mut out, 3, 10, entry.borrowed());
         assert_eq!(out.len() % 8, 0);
         assert_eq!(out.len(), 8 + frame_size(len));
         let frame = decode_frame(&out, 8, 3, Some(10), 0).expect("valid");

@@ -35,7 +35,7 @@ use pinion_core::state::State;
 use crate::durable::{self, DurableError};
 use crate::fileops::{FileOps, OsFiles};
 use crate::store::CPU_MANAGER_STATE;
-use format::{checkpoint_id, Entry, Header};
+use format::{checkpoint_id, Entry, EntryRef, Header};
 use scan::{plan_replay, Basis, Scan, Tail};
 
 pub use inspect::{inspect, inspect_paths, is_journal, Inspection, JournalView};
@@ -298,7 +298,7 @@ impl StateStore {
     ///
     /// [`flush`]: StateStore::flush
     pub fn record(&mut self, record: &Record) -> Result<u64, JournalError> {
-        self.writer.append(&Entry::Record(record.clone()))
+        self.writer.append(EntryRef::Record(record))
     }
 
     /// Makes every pending record durable: one write, one `fdatasync`.
@@ -364,7 +364,7 @@ impl StateStore {
         let id = checkpoint_id(Some(&bytes));
         if id != self.checkpoint_id {
             let through = self.writer.durable_seq;
-            self.writer.append(&Entry::Compaction {
+            self.writer.append(EntryRef::Compaction {
                 checkpoint_id: id,
                 through,
             })?;

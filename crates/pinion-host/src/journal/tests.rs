@@ -150,11 +150,11 @@ fn compaction_writes_kubelets_checkpoint_and_resets_the_journal() {
     let mut side = SideData::new();
     side.entry("qrm".into())
         .or_default()
-        .insert("a/main".into(), json!({"numa": [0]}));
+        .insert("a/main".into(), json!({"numa": [0]}).into());
     let side_record = Record::Side {
         kind: "qrm".into(),
         key: "a/main".into(),
-        value: Some(json!({"numa": [0]})),
+        value: Some(json!({"numa": [0]}).into()),
     };
     commit(&mut opened.store, &[side_record]);
     let before = opened.store.last_seq();
@@ -317,7 +317,7 @@ fn a_checkpoint_replaced_outside_pinion_wins_and_the_journal_is_kept_aside() {
     let side_record = Record::Side {
         kind: "qrm".into(),
         key: "k".into(),
-        value: Some(json!(1)),
+        value: Some(json!(1).into()),
     };
     commit(&mut opened.store, &[side_record]);
     drop(opened);
@@ -336,13 +336,13 @@ fn a_checkpoint_replaced_outside_pinion_wins_and_the_journal_is_kept_aside() {
     assert!(superseded.aside.ends_with("pinion_journal.superseded-1"));
     assert_eq!(
         opened.side["qrm"]["k"],
-        json!(1),
+        json!(1).into(),
         "side data is the journal's own"
     );
     drop(opened);
     let again = open(dir.path());
     assert!(again.recovery.superseded.is_none());
-    assert_eq!(again.side["qrm"]["k"], json!(1));
+    assert_eq!(again.side["qrm"]["k"], json!(1).into());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use pinion_core::record::{Record, SideData};
 
-use super::format::{encode_frame, mark_commit, Entry, Header, DATA_START, MAX_PAYLOAD};
+use super::format::{encode_frame, mark_commit, EntryRef, Header, DATA_START, MAX_PAYLOAD};
 use super::{JournalError, JournalOp};
 use crate::durable::{self, temp_name};
 use crate::fileops::{write_all_at, FileOps};
@@ -105,7 +105,12 @@ impl Writer {
                     key: key.clone(),
                     value: Some(value.clone()),
                 };
-                encode_frame(&mut bytes, header.generation, seq, &Entry::Record(record));
+                encode_frame(
+                    &mut bytes,
+                    header.generation,
+                    seq,
+                    EntryRef::Record(&record),
+                );
             }
         }
         if let Some(at) = last_frame {
@@ -163,7 +168,7 @@ impl Writer {
     }
 
     /// Encodes `entry` into the pending batch; returns its sequence number.
-    pub(crate) fn append(&mut self, entry: &Entry) -> Result<u64, JournalError> {
+    pub(crate) fn append(&mut self, entry: EntryRef<'_>) -> Result<u64, JournalError> {
         let seq = self.durable_seq + self.pending_frames as u64 + 1;
         let at = self.pending.len();
         let len = encode_frame(&mut self.pending, self.generation, seq, entry);
@@ -176,7 +181,7 @@ impl Writer {
         }
         self.last_frame = at;
         self.pending_frames += 1;
-        if matches!(entry, Entry::Record(_)) {
+        if matches!(entry, EntryRef::Record(_)) {
             self.pending_records += 1;
         }
         Ok(seq)

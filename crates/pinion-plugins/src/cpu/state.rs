@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 
 use pinion_core::pools::{Cpus, PoolDemand, Pools};
+use pinion_core::record::SideValue;
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use crate::api::Hint;
 
@@ -237,23 +239,42 @@ impl CpuState {
     }
 }
 
-/// A pod's part of the CPU state in the agent's journal.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// A pod's part of the CPU state in the agent's journal, as read back.
+#[derive(Debug, Default, Deserialize)]
 struct PodPart {
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default)]
     containers: BTreeMap<String, Member>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     exclusive_numa: Option<CpuSet>,
     /// Its containers' exclusive CPUs.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default)]
     assignments: BTreeMap<String, CpuSet>,
 }
 
+/// [`PodPart`] as written: borrowed from the state (no copy), empty parts
+/// left out.
+#[derive(Serialize)]
+struct PodPartRef<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    containers: Option<&'a BTreeMap<String, Member>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exclusive_numa: Option<&'a CpuSet>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assignments: Option<&'a BTreeMap<String, CpuSet>>,
+}
+
 /// The rest: the shared CPUs and the pools.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Deserialize)]
 struct RestPart {
     default: CpuSet,
     pools: Pools,
+}
+
+/// [`RestPart`] borrowed from the state, to encode it without a copy.
+#[derive(Serialize)]
+struct RestPartRef<'a> {
+    default: &'a CpuSet,
+    pools: &'a Pools,
 }
 
 /// In the journal: one entry per pod (its members, NUMA nodes held alone
@@ -266,45 +287,40 @@ impl crate::store::Entries for CpuState {
         uids.into_iter().cloned().collect()
     }
 
-    fn pod_entry(&self, uid: &str) -> Option<serde_json::Value> {
-        let part = PodPart {
-            containers: self.containers.get(uid).cloned().unwrap_or_default(),
-            exclusive_numa: self.exclusive_numa.get(uid).cloned(),
+    fn pod_entry(&self, uid: &str) -> Option<SideValue> {
+        let part = PodPartRef {
+            containers: self.containers.get(uid).filter(|c| !c.is_empty()),
+            exclusive_numa: self.exclusive_numa.get(uid),
             assignments: self
                 .exclusive
                 .assignments
                 .get(uid)
-                .cloned()
-                .unwrap_or_default(),
+                .filter(|a| !a.is_empty()),
         };
-        let empty = part.containers.is_empty()
+        let empty = part.containers.is_none()
             && part.exclusive_numa.is_none()
-            && part.assignments.is_empty();
-        (!empty).then(|| serde_json::to_value(part).unwrap_or_default())
+            && part.assignments.is_none();
+        // CPU sets, strings and numbers always encode.
+        (!empty).then(|| SideValue::encode(&part).unwrap_or_else(|_| json!({}).into()))
     }
 
-    fn rest_entry(&self) -> serde_json::Value {
-        serde_json::to_value(RestPart {
-            default: self.exclusive.default.clone(),
-            pools: self.pools.clone(),
+    fn rest_entry(&self) -> SideValue {
+        SideValue::encode(&RestPartRef {
+            default: &self.exclusive.default,
+            pools: &self.pools,
         })
-        .unwrap_or_default()
+        .unwrap_or_else(|_| json!({}).into())
     }
 
-    fn from_entries(
-        rest: serde_json::Value,
-        pods: BTreeMap<String, serde_json::Value>,
-    ) -> Result<Self, String> {
-        let rest: RestPart =
-            serde_json::from_value(rest).map_err(|err| format!("the rest: {err}"))?;
+    fn from_entries(rest: SideValue, pods: BTreeMap<String, SideValue>) -> Result<Self, String> {
+        let rest: RestPart = rest.decode().map_err(|err| format!("the rest: {err}"))?;
         let mut state = CpuState {
             pools: rest.pools,
             ..CpuState::default()
         };
         state.exclusive.default = rest.default;
         for (uid, part) in pods {
-            let part: PodPart =
-                serde_json::from_value(part).map_err(|err| format!("pod {uid}: {err}"))?;
+            let part: PodPart = part.decode().map_err(|err| format!("pod {uid}: {err}"))?;
             if !part.containers.is_empty() {
                 state.containers.insert(uid.clone(), part.containers);
             }

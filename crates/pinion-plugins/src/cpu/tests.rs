@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 
 use pinion_core::pools::{ChangeReason, PoolLoad, PoolParams, PoolSize};
 use pinion_core::qos::{self, QosError};
+use pinion_core::record::SideValue;
 use pinion_core::topology::{synthetic, Shape};
 
 use super::*;
@@ -344,7 +345,7 @@ fn answers_look_like_katalysts() {
 }
 
 /// The side data a journal would hold after `outbox`'s records.
-fn apply(outbox: &crate::store::Outbox, journal: &mut BTreeMap<String, serde_json::Value>) {
+fn apply(outbox: &crate::store::Outbox, journal: &mut BTreeMap<String, SideValue>) {
     for record in outbox.take() {
         let pinion_core::record::Record::Side { key, value, .. } = record else {
             panic!("a plugin hands side-data records only: {record:?}");
@@ -357,7 +358,7 @@ fn apply(outbox: &crate::store::Outbox, journal: &mut BTreeMap<String, serde_jso
 }
 
 fn journal_plugin(
-    entries: BTreeMap<String, serde_json::Value>,
+    entries: BTreeMap<String, SideValue>,
     outbox: &crate::store::Outbox,
     legacy_dir: Option<&Path>,
 ) -> CpuPlugin {
@@ -512,8 +513,14 @@ fn a_state_file_of_an_earlier_version_is_taken_into_the_journal() {
 #[test]
 fn damaged_journal_entries_are_named() {
     let entries = BTreeMap::from([
-        ("rest".to_string(), serde_json::json!({"default": "0-15"})),
-        ("pod/p".to_string(), serde_json::json!({"containers": 7})),
+        (
+            "rest".to_string(),
+            serde_json::json!({"default": "0-15"}).into(),
+        ),
+        (
+            "pod/p".to_string(),
+            serde_json::json!({"containers": 7}).into(),
+        ),
     ]);
     let store = crate::store::Journal::new(
         "plugin-state/cpu",

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_core::qrm_checkpoint::{self, QrmCheckpoint, StoredAllocations, ALLOCATIONS};
-use pinion_core::record::{self, Record, SideData};
+use pinion_core::record::{self, Record, SideData, SideValue};
 use pinion_core::state::State;
 use pinion_host::journal::{self, StateStore};
 use pinion_host::lock::{lock_exclusive, STATE_LOCK_FILE};
@@ -115,7 +115,7 @@ fn write(
         ) {
             continue;
         }
-        let value = serde_json::to_value(stored).context("encoding an allocation")?;
+        let value = SideValue::encode(stored).context("encoding an allocation")?;
         opened.store.record(&Record::Side {
             kind: ALLOCATIONS.to_string(),
             key: qrm_checkpoint::side_key(pod, container),
@@ -171,7 +171,7 @@ fn plan(
             let key = qrm_checkpoint::side_key(pod, container);
             let have = existing
                 .and_then(|e| e.get(&key))
-                .map(|value| serde_json::from_value::<StoredAllocations>(value.clone()).ok());
+                .map(|value| value.decode::<StoredAllocations>().ok());
             let action = match have {
                 None => Action::Add,
                 Some(Some(have)) if &have == stored => Action::Same,
