@@ -22,7 +22,8 @@
 //!
 //! Each case runs with the state on the disk (a temp dir) and on tmpfs
 //! (`/dev/shm`), to tell the protocol's share from the flushes'. Besides
-//! criterion's estimate, each prints p50/p99 of single admissions and, for
+//! criterion's estimate, each prints p50/p99 of single admissions, what an
+//! admit + release cost the journal (flushes, records, compactions) and, for
 //! the external plugin, the mean of each RPC as the manager timed it.
 
 use std::collections::BTreeMap;
@@ -236,6 +237,9 @@ fn bench_case(
     // Made when the case runs (criterion skips the cases a filter leaves
     // out, and their nodes with them).
     let mut made: Option<Node> = None;
+    // The journal's counters once the resident pods are in (what the
+    // measured admissions add is told from them).
+    let mut baseline = None;
     let mut admissions = Vec::new();
     let mut n = 0u64;
     c.bench_function(name, |b| {
@@ -249,6 +253,7 @@ fn bench_case(
                     .block_on(node.handle.admit(request))
                     .expect("resident pod");
             }
+            baseline = Some(node.handle.snapshot().metrics.counters.clone());
             node
         });
         b.iter_custom(|iterations| {
@@ -275,10 +280,40 @@ fn bench_case(
             total
         });
     });
+    let cycles = admissions.len();
     percentiles(name, &mut admissions);
     let Some(node) = made else {
         return;
     };
+    // What each admit + release cost the journal: flushes (each one
+    // `fdatasync`) and checkpoint rewrites (compactions), and their time.
+    let now = node.handle.snapshot().metrics.counters.clone();
+    let before = baseline.unwrap_or_default();
+    let per_cycle = |n: u64, was: u64| n.saturating_sub(was) as f64 / cycles.max(1) as f64;
+    let mean_us = |sum: f64, was_sum: f64, count: u64, was: u64| {
+        (sum - was_sum) * 1e6 / count.saturating_sub(was).max(1) as f64
+    };
+    eprintln!(
+        "{name}: per admit+release: flushes={:.2} ({:.1}µs each) records={:.1} compactions={:.3} ({:.0}µs each)",
+        per_cycle(now.journal_batches_total, before.journal_batches_total),
+        mean_us(
+            now.journal_flush_seconds.sum,
+            before.journal_flush_seconds.sum,
+            now.journal_flush_seconds.count,
+            before.journal_flush_seconds.count
+        ),
+        per_cycle(now.journal_records_total, before.journal_records_total),
+        per_cycle(
+            now.checkpoint_write_seconds.count,
+            before.checkpoint_write_seconds.count
+        ),
+        mean_us(
+            now.checkpoint_write_seconds.sum,
+            before.checkpoint_write_seconds.sum,
+            now.checkpoint_write_seconds.count,
+            before.checkpoint_write_seconds.count
+        ),
+    );
     if matches!(mode, Mode::OnePlugin | Mode::OnePluginPolicyNone) {
         for view in node.handle.plugins() {
             for (method, stats) in &view.stats.calls {

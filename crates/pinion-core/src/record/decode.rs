@@ -86,9 +86,11 @@ impl TryFrom<Fields> for Record {
                 },
                 &["kind", "key", "value"],
             ),
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "unknown op `{other}`, expected one of `assign`, `unassign`, `set-default`, `side`"
-            )),
+            ))
+            }
         };
         match present
             .iter()
