@@ -35,6 +35,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use pinion_agent::config::{BuiltinPlugin, QrmConfig};
 use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::hints::{HintGatherer, HintSource};
+use pinion_agent::metrics::Histogram;
 use pinion_agent::qrm::{builtin, Qrm, QrmHints};
 use pinion_agent::testing::{self, machine, run_request, SyntheticNode};
 use pinion_api::plugin::Identity;
@@ -290,29 +291,20 @@ fn bench_case(
     let now = node.handle.snapshot().metrics.counters.clone();
     let before = baseline.unwrap_or_default();
     let per_cycle = |n: u64, was: u64| n.saturating_sub(was) as f64 / cycles.max(1) as f64;
-    let mean_us = |sum: f64, was_sum: f64, count: u64, was: u64| {
-        (sum - was_sum) * 1e6 / count.saturating_sub(was).max(1) as f64
+    // The mean of the observations made since `was`, in µs.
+    let mean_us = |now: &Histogram, was: &Histogram| {
+        (now.sum - was.sum) * 1e6 / now.count.saturating_sub(was.count).max(1) as f64
     };
     eprintln!(
         "{name}: per admit+release: flushes={:.2} ({:.1}µs each) records={:.1} compactions={:.3} ({:.0}µs each)",
         per_cycle(now.journal_batches_total, before.journal_batches_total),
-        mean_us(
-            now.journal_flush_seconds.sum,
-            before.journal_flush_seconds.sum,
-            now.journal_flush_seconds.count,
-            before.journal_flush_seconds.count
-        ),
+        mean_us(&now.journal_flush_seconds, &before.journal_flush_seconds),
         per_cycle(now.journal_records_total, before.journal_records_total),
         per_cycle(
             now.checkpoint_write_seconds.count,
             before.checkpoint_write_seconds.count
         ),
-        mean_us(
-            now.checkpoint_write_seconds.sum,
-            before.checkpoint_write_seconds.sum,
-            now.checkpoint_write_seconds.count,
-            before.checkpoint_write_seconds.count
-        ),
+        mean_us(&now.checkpoint_write_seconds, &before.checkpoint_write_seconds),
     );
     if matches!(mode, Mode::OnePlugin | Mode::OnePluginPolicyNone) {
         for view in node.handle.plugins() {

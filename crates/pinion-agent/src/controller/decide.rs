@@ -5,14 +5,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pinion_core::plugin_allocation;
 use pinion_core::pod::Pod;
 use pinion_core::record::Scope;
 use pinion_core::CpuSet;
 use pinion_host::cgroup::CgroupName;
 
 use super::batch::{AfterFlush, Answer, Batch, Decision};
-use super::plugins::plugin_error;
 use super::{
     describe_holder, describe_request, AdmitRequest, Admitted, ControlError, Controller, Frontend,
     Key, Released, StoredAllocations, Workload,
@@ -73,10 +71,6 @@ impl Controller {
     ) -> Result<Key, ControlError> {
         let key = (request.pod.uid.clone(), request.container.clone());
         batch.touch(&self.workloads, &key);
-        if let Some(plugins) = &plugins {
-            plugin_allocation::check(&plugins.allocations)
-                .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
-        }
         if self.workloads.contains_key(&key) {
             self.readmit(&key, request)?;
             if let Some(plugins) = plugins {

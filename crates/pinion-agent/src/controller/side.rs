@@ -84,35 +84,23 @@ mod tests {
 
     use super::*;
 
+    fn value(n: u32) -> SideValue {
+        SideValue::from(serde_json::Value::from(n))
+    }
+
     #[test]
     fn a_rollback_undoes_every_change_of_the_batch_and_only_those() {
         let mut side = Side::new(SideData::from([(
             "a".to_string(),
-            BTreeMap::from([("k".to_string(), SideValue::from(serde_json::Value::from(1)))]),
+            BTreeMap::from([("k".to_string(), value(1))]),
         )]));
-        side.set(
-            "a",
-            "early",
-            Some(SideValue::from(serde_json::Value::from(0))),
-        );
+        side.set("a", "early", Some(value(0)));
         side.begin();
         let before = side.data.clone();
-        assert!(
-            side.set("a", "k", Some(SideValue::from(serde_json::Value::from(1))))
-                .is_none(),
-            "no change"
-        );
-        assert!(side
-            .set("a", "k", Some(SideValue::from(serde_json::Value::from(2))))
-            .is_some());
+        assert!(side.set("a", "k", Some(value(1))).is_none(), "no change");
+        assert!(side.set("a", "k", Some(value(2))).is_some());
         assert!(side.set("a", "k", None).is_some());
-        assert!(side
-            .set(
-                "b",
-                "new",
-                Some(SideValue::from(serde_json::Value::from(3)))
-            )
-            .is_some());
+        assert!(side.set("b", "new", Some(value(3))).is_some());
         side.apply(&Record::Side {
             kind: "a".into(),
             key: "early".into(),

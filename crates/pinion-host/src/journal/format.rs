@@ -114,21 +114,6 @@ pub enum Entry {
 }
 
 impl Entry {
-    /// The entry borrowed, as [`encode_frame`] takes it.
-    #[must_use]
-    pub fn borrowed(&self) -> EntryRef<'_> {
-        match self {
-            Entry::Record(record) => EntryRef::Record(record),
-            Entry::Compaction {
-                checkpoint_id,
-                through,
-            } => EntryRef::Compaction {
-                checkpoint_id: *checkpoint_id,
-                through: *through,
-            },
-        }
-    }
-
     fn decode(kind: u8, payload: &[u8]) -> Result<Entry, String> {
         match kind {
             KIND_RECORD => Record::from_bytes(payload)
@@ -386,11 +371,12 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_are_bound_to_their_generation() {
-        let entry = Entry::Record(Record::SetDefault {
+        let record = Record::SetDefault {
             cpus: CpuSet::from_iter([0, 1]),
-        });
+        };
         let mut out = vec![0; 8];
-        let len = encode_frame(&mut out, 3, 10, entry.borrowed());
+        let len = encode_frame(&mut out, 3, 10, EntryRef::Record(&record));
+        let entry = Entry::Record(record);
         assert_eq!(out.len() % 8, 0);
         assert_eq!(out.len(), 8 + frame_size(len));
         let frame = decode_frame(&out, 8, 3, Some(10), 0).expect("valid");
