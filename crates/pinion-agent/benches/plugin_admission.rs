@@ -20,6 +20,12 @@
 //! * `…_1000_pods`: the static policy and the built-in CPU plugin with 1000
 //!   shared pods (50m each) already on the node — what grows with the node.
 //!
+//! The admissions run as one task of the agent's own runtime
+//! ([`pinion_agent::daemon::runtime`]: one thread, shared with the manager's
+//! loops and the built-in plugins), as the local API and NRI call the
+//! handle; the external plugin serves on a thread of its own, as another
+//! process would.
+//!
 //! Each case runs with the state on the disk (a temp dir) and on tmpfs
 //! (`/dev/shm`), to tell the protocol's share from the flushes'. Besides
 //! criterion's estimate, each prints p50/p99 of single admissions, what an
@@ -180,18 +186,26 @@ fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
         if matches!(mode, Mode::OnePlugin | Mode::OnePluginPolicyNone) {
             let socket = dir.path().join("plugins_registry/widget.sock");
             let mut stopped = stop_rx.clone();
-            tokio::spawn(async move {
-                let shutdown = async move {
-                    let _ = stopped.wait_for(|s| *s).await;
+            // Its own thread and runtime: it stands in for another process.
+            std::thread::spawn(move || {
+                let served = async move {
+                    let shutdown = async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    };
+                    pinion_api::plugin::serve(
+                        &socket,
+                        Identity::new(WIDGET),
+                        GrpcPlugin::new(Stamp),
+                        shutdown,
+                    )
+                    .await
                 };
-                pinion_api::plugin::serve(
-                    &socket,
-                    Identity::new(WIDGET),
-                    GrpcPlugin::new(Stamp),
-                    shutdown,
-                )
-                .await
-                .expect("plugin serves");
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the plugin's runtime")
+                    .block_on(served)
+                    .expect("plugin serves");
             });
             while !handle
                 .plugins()
@@ -226,6 +240,37 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     );
 }
 
+/// `iterations` admit + release cycles of pods numbered from `first`, as one
+/// task of the agent's runtime (as the local API and NRI call the
+/// controller, beside the manager's loops): their total time and each
+/// admission's.
+async fn cycles(
+    handle: &ControllerHandle,
+    first: u64,
+    iterations: u64,
+    widget: bool,
+) -> (Duration, Vec<Duration>) {
+    let mut total = Duration::ZERO;
+    let mut admissions = Vec::new();
+    for n in first..first + iterations {
+        let mut request = run_request(&format!("pinion-run-bench-{n}"), Some("2"), None);
+        if widget {
+            for container in &mut request.pod.containers {
+                container
+                    .extended_requests
+                    .insert(WIDGET.to_string(), Quantity::parse("1").expect("1"));
+            }
+        }
+        let uid = request.pod.uid.clone();
+        let started = Instant::now();
+        handle.admit(request).await.expect("admit");
+        admissions.push(started.elapsed());
+        handle.release(uid, None).await.expect("release");
+        total += started.elapsed();
+    }
+    (total, admissions)
+}
+
 fn bench_case(
     c: &mut Criterion,
     runtime: &Runtime,
@@ -258,26 +303,11 @@ fn bench_case(
             node
         });
         b.iter_custom(|iterations| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iterations {
-                n += 1;
-                let mut request = run_request(&format!("pinion-run-bench-{n}"), Some("2"), None);
-                if widget {
-                    for container in &mut request.pod.containers {
-                        container
-                            .extended_requests
-                            .insert(WIDGET.to_string(), Quantity::parse("1").expect("1"));
-                    }
-                }
-                let uid = request.pod.uid.clone();
-                let started = Instant::now();
-                runtime.block_on(node.handle.admit(request)).expect("admit");
-                admissions.push(started.elapsed());
-                runtime
-                    .block_on(node.handle.release(uid, None))
-                    .expect("release");
-                total += started.elapsed();
-            }
+            let first = n + 1;
+            n += iterations;
+            let (total, measured) =
+                runtime.block_on(cycles(&node.handle, first, iterations, widget));
+            admissions.extend(measured);
             total
         });
     });
@@ -326,7 +356,9 @@ fn bench_case(
 }
 
 fn plugin_admission(c: &mut Criterion) {
-    let runtime = testing::two_worker_runtime();
+    // The agent's own runtime: its front-ends, the manager's loops and the
+    // built-in plugins share one thread.
+    let runtime = pinion_agent::daemon::runtime().expect("runtime");
     for (medium, base) in testing::state_media() {
         let base = base.as_path();
         let runs = [

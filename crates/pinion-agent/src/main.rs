@@ -81,10 +81,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
         podresources_socket: args.podresources_socket.clone(),
     };
     let config = Config::load(&overrides, &DefaultPaths::current())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = pinion_agent::daemon::runtime().context("cannot start the async runtime")?;
     runtime.block_on(pinion_agent::run(config))?;
     Ok(())
 }

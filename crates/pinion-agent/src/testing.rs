@@ -20,8 +20,9 @@ use crate::controller::{
     AdmitRequest, ControlError, Controller, Frontend, RuntimeUpdate, StartParts, RUN_CONTAINER,
 };
 
-/// The tokio runtime benches run the agent's tasks on: two workers, like
-/// the 2-CPU machines the figures come from.
+/// A runtime with two workers, for benches whose client or plugin stands in
+/// for another process and needs a thread beside the agent's tasks (the
+/// agent itself runs on [`crate::daemon::runtime`]).
 ///
 /// # Panics
 /// When the runtime cannot be built.
