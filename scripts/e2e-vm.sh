@@ -10,7 +10,8 @@
 # Usage: sudo scripts/e2e-vm.sh [--shape NAME]... [--scenarios a,b] [--interactive] [--list]
 # Environment: PINION_E2E_ACCEL=tcg|kvm, PINION_E2E_PROFILE=release|debug,
 # PINION_E2E_NO_BUILD=1, PINION_E2E_KERNEL=PATH, PINION_E2E_KEEP=1 (keep the
-# work directory with the images and console logs). See docs/testing.md.
+# work directory with the images and console logs), PINION_E2E_BOOT_LIMIT=S
+# (a guest silent that long is booted once more; 180). See docs/testing.md.
 set -uo pipefail
 E2E_NAME=e2e-vm
 . "$(dirname "$0")/e2e/lib.sh"

@@ -125,9 +125,28 @@ e2e_shape_args() {
     printf '%s\n' "${args[@]}"
 }
 
+# e2e_first_output LOG PID LIMIT: waits until LOG has its first byte (0), or
+# qemu PID ended (0: its status tells), or LIMIT seconds passed (1).
+e2e_first_output() {
+    local log=$1 pid=$2 limit=$3 waited=0
+    while [ "$waited" -lt "$limit" ]; do
+        [ -s "$log" ] && return 0
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 1
+        waited=$((waited + 1))
+    done
+    [ -s "$log" ]
+}
+
 # e2e_run_guest LOG IMAGE TIMEOUT APPEND QEMU_ARGS...: boots the image and
 # captures the serial console in LOG; returns when the guest powers off or
 # after TIMEOUT seconds. E2E_INTERACTIVE=1 puts the console on the terminal.
+#
+# A guest's init writes its first line within seconds of the boot. Under TCG
+# a guest with many vCPUs on a loaded host has, rarely, hung before init and
+# stayed silent until TIMEOUT: a guest silent for PINION_E2E_BOOT_LIMIT
+# seconds (default 180) is stopped and booted once more, with a line in the
+# log saying so.
 e2e_run_guest() {
     local log=$1 image=$2 limit=$3 append=$4
     shift 4
@@ -145,6 +164,20 @@ e2e_run_guest() {
             -append "console=ttyS0 panic=-1 quiet loglevel=3 $append E2E_INTERACTIVE=1"
         return
     fi
-    timeout "$limit" qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" \
-        -serial "file:$log" -append "console=ttyS0 panic=-1 quiet loglevel=3 $append" 2>"$log.qemu"
+    local boot_limit=${PINION_E2E_BOOT_LIMIT:-180} attempt pid
+    for attempt in 1 2; do
+        : >"$log"
+        timeout "$limit" qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" \
+            -serial "file:$log" -append "console=ttyS0 panic=-1 quiet loglevel=3 $append" \
+            2>"$log.qemu" &
+        pid=$!
+        if e2e_first_output "$log" "$pid" "$boot_limit"; then
+            wait "$pid"
+            return
+        fi
+        kill "$pid" 2>/dev/null
+        wait "$pid"
+        e2e_log "guest boot $attempt: no console output within $boot_limit s ($(e2e_accel)), qemu stopped"
+    done
+    return 124
 }
