@@ -3,7 +3,9 @@
 //! `/proc/stat`, its members' PSI on cgroup v2, their CFS throttling on
 //! cgroup v1 — and gives the CPUs back when it is idle, never taking reserved
 //! or dedicated CPUs; pins from `pinion pools set` hold. The sysroot's
-//! `/proc/stat` and the pods' cgroup files are written by the tests.
+//! `/proc/stat` and the pods' cgroup files are written by the tests. A
+//! release answers once the plugin forgot the pod, so its CPUs can be
+//! admitted again at once.
 
 mod qrm_common;
 
@@ -12,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admit_at, builtin, meminfo_root, wait_until, Agent, PATIENCE};
+use qrm_common::{admission, admit_at, builtin, meminfo_root, wait_until, Agent, PATIENCE, QOS};
 
 use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -379,6 +381,49 @@ async fn a_shared_pool_grows_while_its_members_are_throttled_on_cgroup_v1_and_sh
     *stop.lock().expect("lock") = true;
     for thread in [idler, unthrottled, kube] {
         thread.join().expect("writer");
+    }
+    agent.stop().await;
+}
+
+/// Regression: a release answered before the CPU plugin heard `RemovePod`
+/// (the removal loop sends it afterwards), so a pod admitted right after,
+/// onto the CPUs just released, was refused while the plugin still held
+/// them. On the agent's one-thread runtime (this test's) the next
+/// admission's `Allocate` always ran before the removal loop.
+#[tokio::test]
+async fn regression_a_pod_admitted_right_after_a_release_gets_the_released_cpus() {
+    let sysroot = meminfo_root();
+    let agent = Agent::fresh_with_builtin(&["cpu"], sysroot.path()).await;
+    let dedicated = |id: &str| admission(id, "8", &[], &[(QOS, "dedicated_cores")]);
+    let first = admit_at(&agent, "pinion-run-round-0", "8", "dedicated_cores").await;
+    assert_eq!(first.placement.cpus.len(), 8, "{first:?}");
+    let refused = agent.handle.admit(dedicated("pinion-run-too-many")).await;
+    assert!(
+        refused.is_err(),
+        "16 CPUs, one reserved: a second 8-CPU dedicated pod must not fit beside the first ({refused:?})"
+    );
+    for round in 1..=5 {
+        let previous = format!("pinion-run-round-{}", round - 1);
+        agent
+            .handle
+            .release(previous.clone(), None)
+            .await
+            .expect("released");
+        assert!(
+            !agent
+                .handle
+                .snapshot()
+                .pending_plugin_removals
+                .contains(&previous),
+            "round {round}: the release answered before the plugins heard of it"
+        );
+        let id = format!("pinion-run-round-{round}");
+        let admitted = agent
+            .handle
+            .admit(dedicated(&id))
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: {id} refused: {err}"));
+        assert_eq!(admitted.placement.cpus.len(), 8, "{admitted:?}");
     }
     agent.stop().await;
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
@@ -33,6 +33,10 @@ use crate::qrm::{PluginRequest, Poll, Qrm};
 const QUEUE: usize = 1024;
 /// The most decisions one journal flush makes durable.
 const BATCH_MAX: usize = 256;
+/// How long a release waits for the resource plugins to hear that the pod
+/// left ([`ControllerHandle::release`]); a slower plugin is left to the
+/// removal loop, which retries until every plugin answered.
+pub const REMOVAL_WAIT: Duration = Duration::from_secs(1);
 
 type Reply<T> = oneshot::Sender<Result<T, ControlError>>;
 
@@ -482,17 +486,38 @@ impl ControllerHandle {
     }
 
     /// Releases a container, or every container of the pod with `None`.
+    /// When the pod left and resource plugins hold it, answers once every
+    /// plugin heard of it (`RemovePod`, sent by the removal loop as soon as
+    /// the release is durable) or after [`REMOVAL_WAIT`]: a pod admitted
+    /// right after finds the pod's CPUs free in the plugins too.
     pub async fn release(
         &self,
         pod: String,
         container: Option<String>,
     ) -> Result<Released, ControlError> {
-        self.ask(|reply| Command::Release {
-            pod,
-            container,
-            reply,
-        })
-        .await
+        let released = self
+            .ask(|reply| Command::Release {
+                pod: pod.clone(),
+                container,
+                reply,
+            })
+            .await?;
+        self.plugins_forgot(&pod).await;
+        Ok(released)
+    }
+
+    /// Waits, at most [`REMOVAL_WAIT`], until `pod` is off the list of
+    /// pods whose plugins have yet to hear of their removal (at once when
+    /// it is not on it).
+    async fn plugins_forgot(&self, pod: &str) {
+        if self.qrm.is_none() {
+            return;
+        }
+        let mut pending = self.plugin_removals.clone();
+        let forgot = pending.wait_for(|pods| !pods.iter().any(|p| p == pod));
+        if tokio::time::timeout(REMOVAL_WAIT, forgot).await.is_err() {
+            tracing::info!(%pod, wait = ?REMOVAL_WAIT, "released; the resource plugins have not all heard of it yet (the removal loop goes on)");
+        }
     }
 
     /// Agrees with the runtime's running containers (see
