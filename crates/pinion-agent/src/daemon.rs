@@ -68,8 +68,8 @@ pub enum AgentError {
 /// The runtime the agent runs on: one thread for its front-ends (local API,
 /// NRI, podresources, metrics), the resource manager's loops and the
 /// built-in plugins, whose work is short; the controller has its own thread
-/// for the blocking I/O. Benches that measure the
-/// agent's paths build the same one.
+/// for the blocking I/O. Benches that measure the agent's paths build the
+/// same one.
 pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
