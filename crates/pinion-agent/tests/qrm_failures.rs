@@ -5,7 +5,8 @@
 //! property, one that registers twice, a `RemovePod` that fails before it
 //! succeeds, a plugin that crashes (its socket stays behind) and comes
 //! back, and an admission refused after the plugins answered (under the
-//! Topology Manager's `none` policy they are asked first).
+//! Topology Manager's `none` policy they are asked first) or undone when
+//! one fails `Allocate` after it (`best-effort`).
 
 mod qrm_common;
 
@@ -559,6 +560,43 @@ async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_pl
         .await
         .expect("released");
     forgotten_once(&agent, &knob, "pinion-run-two").await;
+    agent.stop().await;
+}
+
+/// Under a policy that gathers hints, `Allocate` follows the admission: a
+/// plugin failing it has the admission undone (released) and the plugins
+/// that allocated told to forget the pod, once — the undo's release does
+/// not mark the pod (no answer was stored), the refusal does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allocation_failing_after_the_admission_undoes_it_and_has_the_plugins_told_once() {
+    const GOOD: &str = "example.com/a-good";
+    let agent = Agent::start_with_policy("best-effort");
+    let good = Knob::one(GOOD, "CpuShares", "512", "good");
+    let bad = Knob::one(BAD, "CpusetCpus", "0-x", "bad");
+    let _good_served = agent.serve(good.clone());
+    let _bad_served = agent.serve(bad.clone());
+    agent.wait_for_plugin(GOOD, "active").await;
+    agent.wait_for_plugin(BAD, "active").await;
+    let err = agent
+        .handle
+        .admit(admission(
+            "pinion-run-undone",
+            "500m",
+            &[(GOOD, "1"), (BAD, "1")],
+            &[],
+        ))
+        .await
+        .expect_err("the bad plugin's answer");
+    assert!(err.to_string().contains("0-x"), "{err}");
+    assert!(!placed(&agent, "pinion-run-undone"));
+    forgotten_once(&agent, &good, "pinion-run-undone").await;
+    // Give a second mark the time to reach the plugins.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        good.state().remove_calls,
+        vec!["pinion-run-undone".to_string()],
+        "one RemovePod for the undone admission"
+    );
     agent.stop().await;
 }
 

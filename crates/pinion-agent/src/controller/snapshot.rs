@@ -93,20 +93,15 @@ pub struct WorkloadView {
 }
 
 impl Controller {
-    /// Builds and publishes a snapshot.
+    /// Builds and publishes a snapshot, then the list of pending plugin
+    /// removals: whoever wakes on the list (the removal loop, a release
+    /// waiting for the plugins) reads a snapshot at least as new.
     pub(super) fn publish(&self) {
         let state = self.engine.state();
         let workloads: Vec<WorkloadView> =
             self.workloads.iter().map(|(key, w)| view(key, w)).collect();
         let shared_pool = self.engine.shared_pool();
         let pending_plugin_removals = self.pending_removals();
-        self.removals_tx.send_if_modified(|pending| {
-            let changed = *pending != pending_plugin_removals;
-            if changed {
-                pending.clone_from(&pending_plugin_removals);
-            }
-            changed
-        });
         let snapshot = Snapshot {
             policy: self.engine.policy().name().to_string(),
             all_cpus: self.engine.machine().all_cpus().clone(),
@@ -128,7 +123,15 @@ impl Controller {
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
         };
+        let removals = snapshot.pending_plugin_removals.clone();
         self.snapshot_tx.send_replace(Arc::new(snapshot));
+        self.removals_tx.send_if_modified(|pending| {
+            let changed = *pending != removals;
+            if changed {
+                *pending = removals;
+            }
+            changed
+        });
     }
 }
 

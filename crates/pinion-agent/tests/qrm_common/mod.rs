@@ -53,6 +53,20 @@ impl Agent {
         )
     }
 
+    /// [`Agent::start`] under the Topology Manager's `policy`: hints are
+    /// gathered and the plugins' `Allocate` follows the admission.
+    pub fn start_with_policy(policy: &str) -> Agent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut node = SyntheticNode::new(machine(2, 4, 2));
+        node.config.topology_manager_policy = Some(policy.to_string());
+        let node = QrmNode::start(
+            &node,
+            dir.path(),
+            &QrmNodeOptions::new(Duration::from_millis(100)),
+        );
+        Agent { dir, node }
+    }
+
     /// An agent whose state lives in `dir` and cgroups in `host` (both kept
     /// across restarts), running `builtin` of Pinion's plugins itself.
     pub fn start_in(
