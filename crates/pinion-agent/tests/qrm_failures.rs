@@ -563,32 +563,35 @@ async fn a_refused_container_of_a_pod_with_a_live_one_leaves_the_pod_with_its_pl
     agent.stop().await;
 }
 
+/// Serves a good plugin and [`BAD`], whose answer is malformed, and admits
+/// `pod` asking both: refused with the bad answer, not placed. Returns the
+/// good plugin and both servers (kept while the test runs).
+async fn refused_by_a_later_plugin(agent: &Agent, pod: &str) -> (Knob, [ServedPlugin; 2]) {
+    // Asked in resource-name order: the good plugin first.
+    const GOOD: &str = "example.com/a-good";
+    let good = Knob::one(GOOD, "CpuShares", "512", "good");
+    let bad = Knob::one(BAD, "CpusetCpus", "0-x", "bad");
+    let served = [agent.serve(good.clone()), agent.serve(bad.clone())];
+    agent.wait_for_plugin(GOOD, "active").await;
+    agent.wait_for_plugin(BAD, "active").await;
+    let err = agent
+        .handle
+        .admit(admission(pod, "500m", &[(GOOD, "1"), (BAD, "1")], &[]))
+        .await
+        .expect_err("the bad plugin's answer");
+    assert!(err.to_string().contains("0-x"), "{err}");
+    assert!(!placed(agent, pod));
+    (good, served)
+}
+
 /// Under a policy that gathers hints, `Allocate` follows the admission: a
 /// plugin failing it has the admission undone (released) and the plugins
 /// that allocated told to forget the pod, once — the undo's release does
 /// not mark the pod (no answer was stored), the refusal does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allocation_failing_after_the_admission_undoes_it_and_has_the_plugins_told_once() {
-    const GOOD: &str = "example.com/a-good";
     let agent = Agent::start_with_policy("best-effort");
-    let good = Knob::one(GOOD, "CpuShares", "512", "good");
-    let bad = Knob::one(BAD, "CpusetCpus", "0-x", "bad");
-    let _good_served = agent.serve(good.clone());
-    let _bad_served = agent.serve(bad.clone());
-    agent.wait_for_plugin(GOOD, "active").await;
-    agent.wait_for_plugin(BAD, "active").await;
-    let err = agent
-        .handle
-        .admit(admission(
-            "pinion-run-undone",
-            "500m",
-            &[(GOOD, "1"), (BAD, "1")],
-            &[],
-        ))
-        .await
-        .expect_err("the bad plugin's answer");
-    assert!(err.to_string().contains("0-x"), "{err}");
-    assert!(!placed(&agent, "pinion-run-undone"));
+    let (good, _served) = refused_by_a_later_plugin(&agent, "pinion-run-undone").await;
     forgotten_once(&agent, &good, "pinion-run-undone").await;
     // Give a second mark the time to reach the plugins.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -607,27 +610,8 @@ async fn an_allocation_failing_after_the_admission_undoes_it_and_has_the_plugins
 /// until a restart. They now hear `RemovePod` for the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_plugins_that_allocated_before_a_failing_one_forget_the_pod() {
-    // Asked in resource-name order: the good plugin first.
-    const GOOD: &str = "example.com/a-good";
     let agent = Agent::start();
-    let good = Knob::one(GOOD, "CpuShares", "512", "good");
-    let bad = Knob::one(BAD, "CpusetCpus", "0-x", "bad");
-    let _good_served = agent.serve(good.clone());
-    let _bad_served = agent.serve(bad.clone());
-    agent.wait_for_plugin(GOOD, "active").await;
-    agent.wait_for_plugin(BAD, "active").await;
-    let err = agent
-        .handle
-        .admit(admission(
-            "pinion-run-half",
-            "500m",
-            &[(GOOD, "1"), (BAD, "1")],
-            &[],
-        ))
-        .await
-        .expect_err("the bad plugin's answer");
-    assert!(err.to_string().contains("0-x"), "{err}");
-    assert!(!placed(&agent, "pinion-run-half"));
+    let (good, _served) = refused_by_a_later_plugin(&agent, "pinion-run-half").await;
     // The removal loop may already have told the good plugin to forget the
     // pod, so look at what it heard rather than at what it still holds
     // (reading `allocated` here raced with `RemovePod` and failed CI once).
