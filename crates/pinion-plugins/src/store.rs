@@ -392,16 +392,20 @@ macro_rules! pod_keyed_entries {
             }
 
             fn pod_entry(&self, uid: &str) -> Option<pinion_core::record::SideValue> {
-                let mut part = serde_json::Map::new();
+                use pinion_core::record::SideValue;
+                // Each field encoded once, straight into the entry's text
+                // (keys sorted, as a JSON object of them would be).
+                let null = || SideValue::from(serde_json::Value::Null);
+                let mut part = std::collections::BTreeMap::<&str, SideValue>::new();
                 $(
                     if let Some(value) = self.$field.get(uid) {
                         part.insert(
-                            stringify!($field).to_string(),
-                            serde_json::to_value(value).unwrap_or_default(),
+                            stringify!($field),
+                            SideValue::encode(value).unwrap_or_else(|_| null()),
                         );
                     }
                 )+
-                (!part.is_empty()).then(|| serde_json::Value::Object(part).into())
+                (!part.is_empty()).then(|| SideValue::encode(&part).unwrap_or_else(|_| null()))
             }
 
             fn rest_entry(&self) -> pinion_core::record::SideValue {

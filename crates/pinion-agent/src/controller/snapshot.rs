@@ -123,12 +123,12 @@ impl Controller {
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
         };
-        let removals = snapshot.pending_plugin_removals.clone();
-        self.snapshot_tx.send_replace(Arc::new(snapshot));
+        let snapshot = Arc::new(snapshot);
+        self.snapshot_tx.send_replace(Arc::clone(&snapshot));
         self.removals_tx.send_if_modified(|pending| {
-            let changed = *pending != removals;
+            let changed = *pending != snapshot.pending_plugin_removals;
             if changed {
-                *pending = removals;
+                pending.clone_from(&snapshot.pending_plugin_removals);
             }
             changed
         });

@@ -56,15 +56,13 @@ impl Agent {
     /// [`Agent::start`] under the Topology Manager's `policy`: hints are
     /// gathered and the plugins' `Allocate` follows the admission.
     pub fn start_with_policy(policy: &str) -> Agent {
-        let dir = tempfile::tempdir().expect("tempdir");
         let mut node = SyntheticNode::new(machine(2, 4, 2));
         node.config.topology_manager_policy = Some(policy.to_string());
-        let node = QrmNode::start(
+        Agent::start_on(
+            tempfile::tempdir().expect("tempdir"),
             &node,
-            dir.path(),
             &QrmNodeOptions::new(Duration::from_millis(100)),
-        );
-        Agent { dir, node }
+        )
     }
 
     /// An agent whose state lives in `dir` and cgroups in `host` (both kept
@@ -103,7 +101,12 @@ impl Agent {
             host,
             ..SyntheticNode::new(machine(2, 4, 2))
         };
-        let node = QrmNode::start(&node, dir.path(), options);
+        Agent::start_on(dir, &node, options)
+    }
+
+    /// An agent of `node` whose state lives in `dir`.
+    fn start_on(dir: tempfile::TempDir, node: &SyntheticNode, options: &QrmNodeOptions) -> Agent {
+        let node = QrmNode::start(node, dir.path(), options);
         Agent { dir, node }
     }
 

@@ -34,6 +34,10 @@ impl SideValue {
     pub fn json(&self) -> &str {
         self.0.get()
     }
+
+    fn null() -> Self {
+        Self(RawValue::NULL.to_owned())
+    }
 }
 
 /// The same text. This version always encodes a value the same way, so
@@ -64,12 +68,6 @@ impl From<serde_json::Value> for SideValue {
     fn from(value: serde_json::Value) -> Self {
         // A `Value` always encodes (its map keys are strings).
         Self::encode(&value).unwrap_or_else(|_| Self::null())
-    }
-}
-
-impl SideValue {
-    fn null() -> Self {
-        Self(RawValue::NULL.to_owned())
     }
 }
 
