@@ -38,6 +38,13 @@ const BATCH_MAX: usize = 256;
 /// removal loop, which retries until every plugin answered.
 pub const REMOVAL_WAIT: Duration = Duration::from_secs(1);
 
+/// How long the controller keeps polling its queue once it is empty,
+/// before it sleeps. A command that comes within it (the next step of an
+/// admission, the next pod of a burst) is taken at once rather than after
+/// a wake-up, which costs 15–20 µs when the controller's CPU has gone idle
+/// (`docs/performance.md`, "The controller polls before it sleeps").
+pub const POLL_BEFORE_SLEEP: Duration = Duration::from_micros(50);
+
 type Reply<T> = oneshot::Sender<Result<T, ControlError>>;
 
 /// A typed request to the controller.
@@ -182,11 +189,12 @@ pub fn spawn_with(
 }
 
 fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
+    let poll = poll_before_sleep();
     let mut next: Option<Command> = None;
     loop {
         let command = match next.take() {
             Some(command) => command,
-            None => match receiver.blocking_recv() {
+            None => match receive(&mut receiver, poll) {
                 Some(command) => command,
                 None => break,
             },
@@ -266,6 +274,34 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
     }
     controller.shutdown();
     tracing::debug!("controller stopped");
+}
+
+/// [`POLL_BEFORE_SLEEP`], or nothing when this thread may run on one CPU
+/// only (its affinity or its cgroup's CPU quota): there, polling would
+/// only keep the senders from running.
+fn poll_before_sleep() -> Duration {
+    match std::thread::available_parallelism() {
+        Ok(cpus) if cpus.get() > 1 => POLL_BEFORE_SLEEP,
+        _ => Duration::ZERO,
+    }
+}
+
+/// The next command: polled for `poll`, then waited for (`None` once
+/// every handle is gone).
+fn receive(receiver: &mut mpsc::Receiver<Command>, poll: Duration) -> Option<Command> {
+    let started = Instant::now();
+    loop {
+        match receiver.try_recv() {
+            Ok(command) => return Some(command),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) if started.elapsed() < poll => {
+                // Yields rather than spins: a thread woken on this CPU
+                // (the one the last reply went to, often) runs first.
+                std::thread::yield_now();
+            }
+            Err(mpsc::error::TryRecvError::Empty) => return receiver.blocking_recv(),
+        }
+    }
 }
 
 /// A decision waiting for its batch, with where its answer goes.
@@ -696,5 +732,69 @@ impl ControllerHandle {
     #[must_use]
     pub fn shared_pool(&self) -> watch::Receiver<CpuSet> {
         self.shared_pool.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_shutdown(command: Option<&Command>) -> bool {
+        matches!(command, Some(Command::Shutdown))
+    }
+
+    #[test]
+    fn receive_takes_a_queued_command_with_or_without_polling() {
+        for poll in [Duration::ZERO, POLL_BEFORE_SLEEP] {
+            let (sender, mut receiver) = mpsc::channel(4);
+            sender.try_send(Command::Shutdown).expect("queued");
+            assert!(
+                is_shutdown(receive(&mut receiver, poll).as_ref()),
+                "poll {poll:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn receive_waits_past_its_poll_for_a_command_sent_later() {
+        let (sender, mut receiver) = mpsc::channel(4);
+        let sent = std::thread::spawn(move || {
+            // Well past the poll: the controller has gone to sleep.
+            std::thread::sleep(POLL_BEFORE_SLEEP * 20);
+            sender.blocking_send(Command::Shutdown).expect("sent");
+        });
+        assert!(is_shutdown(
+            receive(&mut receiver, POLL_BEFORE_SLEEP).as_ref()
+        ));
+        sent.join().expect("sender");
+    }
+
+    #[test]
+    fn the_controller_does_not_poll_when_it_may_run_on_one_cpu_only() {
+        use nix::sched::{sched_getaffinity, sched_setaffinity};
+        use nix::unistd::Pid;
+        // A thread of its own: the affinity set is this thread's.
+        let poll = std::thread::spawn(|| {
+            let allowed = sched_getaffinity(Pid::from_raw(0)).expect("affinity");
+            let first = (0..nix::sched::CpuSet::count())
+                .find(|&cpu| allowed.is_set(cpu).unwrap_or(false))
+                .expect("an allowed CPU");
+            let mut one = nix::sched::CpuSet::new();
+            one.set(first).expect("a CPU number");
+            sched_setaffinity(Pid::from_raw(0), &one).expect("pinned to one CPU");
+            poll_before_sleep()
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(poll, Duration::ZERO);
+    }
+
+    #[test]
+    fn receive_ends_once_every_handle_is_gone_polling_or_asleep() {
+        for poll in [Duration::ZERO, POLL_BEFORE_SLEEP, Duration::from_secs(60)] {
+            let (sender, mut receiver) = mpsc::channel::<Command>(4);
+            drop(sender);
+            assert!(receive(&mut receiver, poll).is_none(), "poll {poll:?}");
+        }
     }
 }
