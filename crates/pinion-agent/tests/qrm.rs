@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use qrm_common::{admission, admit_at, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS};
 
 use pinion_agent::testing::{machine, run_request};
+use pinion_api::plugin::Identity;
+use pinion_api::resourceplugin as rp;
 use pinion_core::testing::cpus as set;
 use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -734,4 +736,138 @@ async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
         .collect();
     assert!(dedicated.is_empty(), "{dedicated:?}");
     again.stop().await;
+}
+
+/// A plugin served over its socket that notes the deadline (`grpc-timeout`)
+/// each `Allocate` came with.
+struct ToldDeadlines {
+    plugin: pinion_plugins::grpc::GrpcPlugin<Knob>,
+    told: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+type Answer<T> = Result<tonic::Response<T>, tonic::Status>;
+
+#[tonic::async_trait]
+impl rp::resource_plugin_server::ResourcePlugin for ToldDeadlines {
+    async fn allocate(
+        &self,
+        request: tonic::Request<rp::ResourceRequest>,
+    ) -> Answer<rp::ResourceAllocationResponse> {
+        let timeout = request.metadata().get("grpc-timeout");
+        let timeout = timeout.and_then(|t| t.to_str().ok()).map(str::to_string);
+        self.told.lock().expect("told").push(timeout);
+        self.plugin.allocate(request).await
+    }
+
+    async fn get_topology_hints(
+        &self,
+        request: tonic::Request<rp::ResourceRequest>,
+    ) -> Answer<rp::ResourceHintsResponse> {
+        self.plugin.get_topology_hints(request).await
+    }
+
+    async fn get_resources_allocation(
+        &self,
+        request: tonic::Request<rp::GetResourcesAllocationRequest>,
+    ) -> Answer<rp::GetResourcesAllocationResponse> {
+        self.plugin.get_resources_allocation(request).await
+    }
+
+    async fn remove_pod(
+        &self,
+        request: tonic::Request<rp::RemovePodRequest>,
+    ) -> Answer<rp::RemovePodResponse> {
+        self.plugin.remove_pod(request).await
+    }
+
+    async fn get_resource_plugin_options(
+        &self,
+        request: tonic::Request<rp::Empty>,
+    ) -> Answer<rp::ResourcePluginOptions> {
+        self.plugin.get_resource_plugin_options(request).await
+    }
+
+    async fn get_topology_aware_resources(
+        &self,
+        request: tonic::Request<rp::GetTopologyAwareResourcesRequest>,
+    ) -> Answer<rp::GetTopologyAwareResourcesResponse> {
+        self.plugin.get_topology_aware_resources(request).await
+    }
+
+    async fn get_topology_aware_allocatable_resources(
+        &self,
+        request: tonic::Request<rp::GetTopologyAwareAllocatableResourcesRequest>,
+    ) -> Answer<rp::GetTopologyAwareAllocatableResourcesResponse> {
+        self.plugin
+            .get_topology_aware_allocatable_resources(request)
+            .await
+    }
+
+    async fn pre_start_container(
+        &self,
+        request: tonic::Request<rp::PreStartContainerRequest>,
+    ) -> Answer<rp::PreStartContainerResponse> {
+        self.plugin.pre_start_container(request).await
+    }
+}
+
+/// A gRPC `grpc-timeout` value ("5000000u", "5S", …) as a duration.
+fn grpc_timeout(value: &str) -> Duration {
+    let (digits, unit) = value.split_at(value.len() - 1);
+    let n: u64 = digits.parse().expect("grpc-timeout digits");
+    match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        other => panic!("grpc-timeout unit {other:?} in {value:?}"),
+    }
+}
+
+/// A plugin over a socket is told each call's deadline (the manager's
+/// `rpc_timeout`), so it knows how long it has; the manager's own deadline
+/// bounds the call as well, which is all an in-process plugin gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_over_a_socket_is_told_each_calls_deadline() {
+    const WIDGET: &str = "example.com/widget";
+    let rpc_timeout = Duration::from_secs(5);
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        rpc_timeout,
+    );
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let plugin = ToldDeadlines {
+        plugin: pinion_plugins::grpc::GrpcPlugin::new(Knob::one(WIDGET, "CpusetCpus", "1", "w")),
+        told: Arc::clone(&told),
+    };
+    let socket = agent.registry_dir().join("told.sock");
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let served = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        pinion_api::plugin::serve(&socket, Identity::new(WIDGET), plugin, shutdown)
+            .await
+            .expect("plugin serves");
+    });
+    agent.wait_for_plugin(WIDGET, "active").await;
+    agent
+        .handle
+        .admit(admission("pinion-run-told", "500m", &[(WIDGET, "1")], &[]))
+        .await
+        .expect("admitted");
+    let told = told.lock().expect("told").clone();
+    assert_eq!(told.len(), 1, "one Allocate: {told:?}");
+    let deadline = grpc_timeout(told[0].as_deref().expect("the call carried grpc-timeout"));
+    assert!(
+        deadline <= rpc_timeout && deadline > rpc_timeout - Duration::from_secs(1),
+        "told {deadline:?}, the manager's deadline is {rpc_timeout:?}"
+    );
+    stop.send(true).expect("stop");
+    served.await.expect("served");
+    agent.stop().await;
 }

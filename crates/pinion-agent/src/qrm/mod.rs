@@ -152,18 +152,16 @@ impl Qrm {
                 continue;
             }
             let wire = request::resource_request(pod, container, &request, None);
-            let answer = self
-                .registry
-                .call(
-                    &plugin,
-                    "GetTopologyHints",
-                    |mut client, timeout| async move {
-                        let mut call = tonic::Request::new(wire);
-                        call.set_timeout(timeout);
-                        client.get_topology_hints(call).await
-                    },
-                )
-                .await;
+            let answer =
+                self.registry
+                    .call(
+                        &plugin,
+                        "GetTopologyHints",
+                        |mut client, timeout| async move {
+                            client.get_topology_hints(wire, timeout).await
+                        },
+                    )
+                    .await;
             let hints = match answer {
                 Ok(response) => {
                     let map = entries::hints_map(&response.resource_hints);
@@ -242,9 +240,7 @@ impl Qrm {
         let response = self
             .registry
             .call(&plugin, "Allocate", |mut client, timeout| async move {
-                let mut call = tonic::Request::new(wire);
-                call.set_timeout(timeout);
-                client.allocate(call).await
+                client.allocate(wire, timeout).await
             })
             .await?;
         let allocations: PluginAllocations = response
@@ -291,9 +287,7 @@ impl Qrm {
             let result = self
                 .registry
                 .call(&plugin, "RemovePod", |mut client, timeout| async move {
-                    let mut call = tonic::Request::new(request);
-                    call.set_timeout(timeout);
-                    client.remove_pod(call).await
+                    client.remove_pod(request, timeout).await
                 })
                 .await;
             match result {
@@ -322,9 +316,9 @@ impl Qrm {
                     &plugin,
                     "GetResourcesAllocation",
                     |mut client, timeout| async move {
-                        let mut call = tonic::Request::new(rp::GetResourcesAllocationRequest {});
-                        call.set_timeout(timeout);
-                        client.get_resources_allocation(call).await
+                        client
+                            .get_resources_allocation(rp::GetResourcesAllocationRequest {}, timeout)
+                            .await
                     },
                 )
                 .await;

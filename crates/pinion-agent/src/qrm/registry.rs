@@ -47,17 +47,25 @@ impl std::fmt::Debug for Client {
 }
 
 /// One method per RPC the manager calls, with the wire's request and
-/// answer types on both transports.
+/// answer types on both transports. Over a socket the call carries
+/// `timeout` as its gRPC deadline, for the plugin to see; in the process
+/// there is no one to tell, and [`Registry::call`]'s own deadline bounds
+/// the call on both.
 macro_rules! client_calls {
     ($($method:ident($request:ty) -> $answer:ty;)*) => {
         impl Client {
             $(
                 pub async fn $method(
                     &mut self,
-                    request: tonic::Request<$request>,
+                    message: $request,
+                    timeout: Duration,
                 ) -> Result<tonic::Response<$answer>, tonic::Status> {
+                    let mut request = tonic::Request::new(message);
                     match self {
-                        Self::Socket(client) => client.$method(request).await,
+                        Self::Socket(client) => {
+                            request.set_timeout(timeout);
+                            client.$method(request).await
+                        }
                         Self::InProcess(service) => service.$method(request).await,
                     }
                 }
@@ -296,19 +304,15 @@ impl Registry {
     ) -> Result<(), RegisterError> {
         let options = match options {
             Some(options) => options,
-            None => {
-                let mut request = tonic::Request::new(rp::Empty {});
-                request.set_timeout(self.timeout);
-                client
-                    .get_resource_plugin_options(request)
-                    .await
-                    .map_err(|status| RegisterError::Call {
-                        socket: socket.to_path_buf(),
-                        method: "GetResourcePluginOptions",
-                        message: status.message().to_string(),
-                    })?
-                    .into_inner()
-            }
+            None => client
+                .get_resource_plugin_options(rp::Empty {}, self.timeout)
+                .await
+                .map_err(|status| RegisterError::Call {
+                    socket: socket.to_path_buf(),
+                    method: "GetResourcePluginOptions",
+                    message: status.message().to_string(),
+                })?
+                .into_inner(),
         };
         let mut table = self.table();
         let stats = table
