@@ -18,6 +18,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Unimplemented answers for RPCs a server does not provide (plugins
         // implement only what their resource needs).
         .generate_default_stubs(true)
+        // Maps as `BTreeMap`: the plugins read labels and annotations
+        // sorted, and nothing on either side hashes them.
+        .btree_map(".")
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -116,14 +116,10 @@ pub fn request(wire: &rp::ResourceRequest) -> Request {
             .iter()
             .map(|(k, v)| (k.clone(), *v))
             .collect(),
-        labels: sorted(&wire.labels),
-        annotations: sorted(&wire.annotations),
+        labels: wire.labels.clone(),
+        annotations: wire.annotations.clone(),
         native_qos_class: wire.native_qos_class.clone(),
     }
-}
-
-fn sorted(map: &std::collections::HashMap<String, String>) -> BTreeMap<String, String> {
-    map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
 fn wire_hint(hint: &Hint) -> rp::TopologyHint {
@@ -142,12 +138,12 @@ pub fn wire_info(info: &AllocationInfo) -> rp::ResourceAllocationInfo {
         is_scalar_resource: info.is_scalar_resource,
         allocated_quantity: info.allocated_quantity,
         allocation_result: info.allocation_result.clone(),
-        envs: info.envs.clone().into_iter().collect(),
-        annotations: info.annotations.clone().into_iter().collect(),
+        envs: info.envs.clone(),
+        annotations: info.annotations.clone(),
         resource_hints: (!info.resource_hints.is_empty()).then(|| rp::ListOfTopologyHints {
             hints: info.resource_hints.iter().map(wire_hint).collect(),
         }),
-        topology_assignments: info.topology_assignments.clone().into_iter().collect(),
+        topology_assignments: info.topology_assignments.clone(),
         mounts: Vec::new(),
         devices: Vec::new(),
     }
@@ -176,7 +172,7 @@ fn wire_quantity(q: &TopologyAwareQuantity) -> rp::TopologyAwareQuantity {
             TopologyLevel::Socket => rp::TopologyLevel::Socket,
         }
         .into(),
-        annotations: q.annotations.clone().into_iter().collect(),
+        annotations: q.annotations.clone(),
     }
 }
 

@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -96,7 +96,7 @@ fn wire_request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> rp::Resou
         container_name: "app".into(),
         container_type: rp::ContainerType::Main.into(),
         resource_name: "cpu".into(),
-        resource_requests: HashMap::from([("cpu".to_string(), cpus)]),
+        resource_requests: BTreeMap::from([("cpu".to_string(), cpus)]),
         annotations: annotations
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))

@@ -41,8 +41,8 @@ pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {
         is_scalar_resource: info.is_scalar_resource,
         allocated_quantity: info.allocated_quantity,
         allocation_result: info.allocation_result.clone(),
-        envs: info.envs.clone().into_iter().collect(),
-        annotations: info.annotations.clone().into_iter().collect(),
+        envs: info.envs.clone(),
+        annotations: info.annotations.clone(),
         resource_hints: info.resource_hints.as_ref().map(|list| {
             list.hints
                 .iter()
@@ -52,7 +52,7 @@ pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {
                 })
                 .collect()
         }),
-        topology_assignments: info.topology_assignments.clone().into_iter().collect(),
+        topology_assignments: info.topology_assignments.clone(),
     }
 }
 
@@ -66,8 +66,8 @@ pub fn wire_allocation(allocation: &PluginAllocation) -> rp::ResourceAllocationI
         is_scalar_resource: allocation.is_scalar_resource,
         allocated_quantity: allocation.allocated_quantity,
         allocation_result: allocation.allocation_result.clone(),
-        envs: allocation.envs.clone().into_iter().collect(),
-        annotations: allocation.annotations.clone().into_iter().collect(),
+        envs: allocation.envs.clone(),
+        annotations: allocation.annotations.clone(),
         resource_hints: allocation
             .resource_hints
             .as_ref()

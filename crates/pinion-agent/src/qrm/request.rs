@@ -130,8 +130,8 @@ pub fn resource_request(
         resource_name: request.resource.clone(),
         hint,
         resource_requests: [(request.resource.clone(), request.quantity)].into(),
-        labels: pod.labels.clone().into_iter().collect(),
-        annotations: pod.annotations.clone().into_iter().collect(),
+        labels: pod.labels.clone(),
+        annotations: pod.annotations.clone(),
         native_qos_class: pod.qos().to_string(),
         runtime_class: String::new(),
     }

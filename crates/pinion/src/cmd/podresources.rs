@@ -274,18 +274,13 @@ fn quantities_json(list: &[v1::TopologyAwareQuantity]) -> Value {
 }
 
 fn pod_json(pod: &v1::PodResources) -> Value {
-    let sorted = |m: &std::collections::HashMap<String, String>| {
-        m.iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect::<serde_json::Map<String, Value>>()
-    };
     json!({
         "name": pod.name,
         "namespace": pod.namespace,
         "pod_role": pod.pod_role,
         "pod_type": pod.pod_type,
-        "labels": sorted(&pod.labels),
-        "annotations": sorted(&pod.annotations),
+        "labels": pod.labels,
+        "annotations": pod.annotations,
         "containers": pod.containers.iter().map(|c| json!({
             "name": c.name,
             "cpu_ids": c.cpu_ids,
