@@ -55,7 +55,7 @@ impl Header {
         out.extend_from_slice(&self.base_id.to_le_bytes());
         out.extend_from_slice(&u16::try_from(policy.len()).unwrap_or(0).to_le_bytes());
         out.extend_from_slice(policy);
-        let crc = crc32c(0, &out);
+        let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
@@ -88,7 +88,7 @@ impl Header {
             ));
         }
         let stored = le_u32(&bytes[end..end + 4]);
-        let computed = crc32c(0, &bytes[..end]);
+        let computed = crc32c::crc32c(&bytes[..end]);
         if stored != computed {
             return Err(format!(
                 "header checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
@@ -212,10 +212,12 @@ fn seal_frame(frame: &mut [u8], generation: u64) {
     frame[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// CRC-32C (the `crc32c` crate: the CPU's CRC instruction where there is
+/// one) of the generation, the fields and the payload, in that order.
 fn frame_crc(generation: u64, fields: &[u8], payload: &[u8]) -> u32 {
-    let crc = crc32c(0, &generation.to_le_bytes());
-    let crc = crc32c(crc, fields);
-    crc32c(crc, payload)
+    let crc = crc32c::crc32c(&generation.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc, fields);
+    crc32c::crc32c_append(crc, payload)
 }
 
 /// Whether the 24 bytes at `offset` are all zero (the end of the log in a
@@ -291,14 +293,6 @@ pub fn checkpoint_id(bytes: Option<&[u8]>) -> u64 {
     hash.max(1)
 }
 
-/// CRC-32C of `bytes`, continuing from `crc` (0 to start).
-#[must_use]
-pub fn crc32c(crc: u32, bytes: &[u8]) -> u32 {
-    // The `crc32c` crate uses the CPU's CRC-32C instruction where there is
-    // one (SSE 4.2, ARMv8 CRC) and a table otherwise.
-    crc32c::crc32c_append(crc, bytes)
-}
-
 fn le_u32(bytes: &[u8]) -> u32 {
     let mut out = [0; 4];
     out.copy_from_slice(&bytes[..4]);
@@ -314,6 +308,7 @@ fn le_u64(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crc32c::crc32c_append as crc32c;
     use pinion_core::CpuSet;
 
     #[test]
