@@ -739,7 +739,9 @@ async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
 }
 
 /// A plugin served over its socket that notes the deadline (`grpc-timeout`)
-/// each `Allocate` came with.
+/// each `Allocate` came with. It forwards only what the manager calls for a
+/// plugin without topology alignment or pre-start; the rest keep the
+/// generated stubs (`Unimplemented`).
 struct ToldDeadlines {
     plugin: pinion_plugins::grpc::GrpcPlugin<Knob>,
     told: Arc<Mutex<Vec<Option<String>>>>,
@@ -757,13 +759,6 @@ impl rp::resource_plugin_server::ResourcePlugin for ToldDeadlines {
         let timeout = timeout.and_then(|t| t.to_str().ok()).map(str::to_string);
         self.told.lock().expect("told").push(timeout);
         self.plugin.allocate(request).await
-    }
-
-    async fn get_topology_hints(
-        &self,
-        request: tonic::Request<rp::ResourceRequest>,
-    ) -> Answer<rp::ResourceHintsResponse> {
-        self.plugin.get_topology_hints(request).await
     }
 
     async fn get_resources_allocation(
@@ -785,29 +780,6 @@ impl rp::resource_plugin_server::ResourcePlugin for ToldDeadlines {
         request: tonic::Request<rp::Empty>,
     ) -> Answer<rp::ResourcePluginOptions> {
         self.plugin.get_resource_plugin_options(request).await
-    }
-
-    async fn get_topology_aware_resources(
-        &self,
-        request: tonic::Request<rp::GetTopologyAwareResourcesRequest>,
-    ) -> Answer<rp::GetTopologyAwareResourcesResponse> {
-        self.plugin.get_topology_aware_resources(request).await
-    }
-
-    async fn get_topology_aware_allocatable_resources(
-        &self,
-        request: tonic::Request<rp::GetTopologyAwareAllocatableResourcesRequest>,
-    ) -> Answer<rp::GetTopologyAwareAllocatableResourcesResponse> {
-        self.plugin
-            .get_topology_aware_allocatable_resources(request)
-            .await
-    }
-
-    async fn pre_start_container(
-        &self,
-        request: tonic::Request<rp::PreStartContainerRequest>,
-    ) -> Answer<rp::PreStartContainerResponse> {
-        self.plugin.pre_start_container(request).await
     }
 }
 
