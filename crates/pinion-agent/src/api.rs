@@ -427,6 +427,7 @@ fn control_error(err: &ControlError) -> Answer {
         | ControlError::NotDurable { .. }
         | ControlError::Unreadable { .. }
         | ControlError::Restore { .. }
+        | ControlError::MigrationWouldMove { .. }
         | ControlError::Start(_)
         | ControlError::Cgroup { .. } => (StatusCode::INTERNAL_SERVER_ERROR, None),
     };

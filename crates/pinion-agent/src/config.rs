@@ -4,16 +4,16 @@
 //! the machine and names the offending field; the policy itself is built
 //! against the discovered topology when the agent starts.
 //!
-//! Without a file, Pinion's embedded defaults apply (`static` policy with
-//! one CPU reserved through `systemReserved.cpu: "1"`). With a file,
-//! kubelet's defaults apply (`none` policy, no reservation).
+//! A key absent from the file takes Pinion's default, the same as without a
+//! file (`pinion_core::policy::defaults`: `static` policy, one CPU reserved
+//! when no reservation is set); `pinion-agent --help` prints the table.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use pinion_core::policy::{FeatureGates, Features, PolicyConfig, StaticPolicyOptions};
+use pinion_core::policy::{defaults, FeatureGates, Features, PolicyConfig, StaticPolicyOptions};
 use pinion_core::{CpuSet, Quantity};
 use serde::Deserialize;
 
@@ -118,8 +118,9 @@ pub struct FileConfig {
     pub nri: Option<NriFileConfig>,
     pub qos_resource_manager: Option<QrmFileConfig>,
     pub pod_resources: Option<PodResourcesFileConfig>,
-    /// Migrate a checkpoint that does not fit the configuration at start
-    /// (default true; `docs/state-recovery.md`).
+    /// Migrate a checkpoint that does not fit the configuration at start:
+    /// absent, only when no running workload loses its exclusive CPUs;
+    /// `true` always; `false` never (`docs/state-recovery.md`).
     pub migrate_on_start: Option<bool>,
 }
 
@@ -174,16 +175,11 @@ impl NriConfig {
 }
 
 impl FileConfig {
-    /// Pinion's embedded defaults (no config file given).
+    /// No config file given: every key at its default, as in a file that
+    /// sets none.
     #[must_use]
     pub fn embedded() -> Self {
-        let mut reserved = BTreeMap::new();
-        reserved.insert("cpu".to_string(), serde_yaml_ng::Value::from("1"));
-        Self {
-            cpu_manager_policy: Some("static".to_string()),
-            system_reserved: Some(reserved),
-            ..Self::default()
-        }
+        Self::default()
     }
 
     /// Parses YAML text (`path` only names the source in errors).
@@ -253,7 +249,7 @@ pub struct Config {
     pub qrm: QrmConfig,
     pub pod_resources: PodResourcesConfig,
     /// `migrateOnStart`.
-    pub migrate_on_start: bool,
+    pub migrate_on_start: crate::controller::MigrateOnStart,
 }
 
 impl Config {
@@ -311,7 +307,7 @@ impl Config {
             nri,
             qrm,
             pod_resources,
-            migrate_on_start: file.migrate_on_start.unwrap_or(true),
+            migrate_on_start: crate::controller::MigrateOnStart::from_key(file.migrate_on_start),
         };
         config.check_paths()?;
         Ok(config)
@@ -345,7 +341,7 @@ fn policy_config(file: &FileConfig) -> Result<(PolicyConfig, Features), ConfigEr
     let name = file
         .cpu_manager_policy
         .clone()
-        .unwrap_or_else(|| "none".to_string());
+        .unwrap_or_else(|| defaults::CPU_MANAGER_POLICY.to_string());
     if name != "none" && name != "static" {
         return Err(field_error(
             "cpuManagerPolicy",
@@ -366,10 +362,7 @@ fn policy_config(file: &FileConfig) -> Result<(PolicyConfig, Features), ConfigEr
     };
     let kube = reserved_cpu(file.kube_reserved.as_ref(), "kubeReserved.cpu")?;
     let system = reserved_cpu(file.system_reserved.as_ref(), "systemReserved.cpu")?;
-    let num_reserved = match &reserved {
-        Some(cpus) => cpus.len(),
-        None => usize::try_from((kube + system).div_ceil(1000)).unwrap_or(usize::MAX),
-    };
+    let num_reserved = defaults::reserved_count(reserved.as_ref().map(CpuSet::len), kube, system);
     if name == "static" && num_reserved == 0 {
         return Err(ConfigError::NoReservation);
     }
@@ -442,18 +435,18 @@ fn scalar_text(value: &serde_yaml_ng::Value) -> Option<String> {
     }
 }
 
-/// The `cpu` entry of a reservation map, in millicores (0 when absent).
+/// The `cpu` entry of a reservation map, in millicores (`None` when absent).
 fn reserved_cpu(
     map: Option<&BTreeMap<String, serde_yaml_ng::Value>>,
     field: &'static str,
-) -> Result<u128, ConfigError> {
+) -> Result<Option<u128>, ConfigError> {
     let Some(value) = map.and_then(|m| m.get("cpu")) else {
-        return Ok(0);
+        return Ok(None);
     };
     let text = scalar_text(value)
         .ok_or_else(|| field_error(field, &format!("{value:?}"), &"must be a quantity"))?;
     let quantity = Quantity::parse(&text).map_err(|err| field_error(field, &text, &err))?;
-    Ok(quantity.milli_value())
+    Ok(Some(quantity.milli_value()))
 }
 
 fn reconcile_period(text: Option<&str>) -> Result<Duration, ConfigError> {

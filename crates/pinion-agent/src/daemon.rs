@@ -9,7 +9,7 @@ use std::time::Duration;
 use pinion_core::policy::PolicyError;
 use pinion_core::topomgr::{Scope, TopologyManagerError};
 use pinion_host::cgroup::{CgroupError, Cgroups};
-use pinion_host::lock::{lock_exclusive, Holder, Lock, LockError, STATE_LOCK_FILE};
+use pinion_host::lock::{lock_exclusive, nested_lock, Holder, Lock, LockError, STATE_LOCK_FILE};
 use pinion_host::pod_cgroups::PodCpuSource;
 use pinion_host::DiscoveryError;
 use pinion_nri::{Plugin, PluginError, PluginOptions};
@@ -49,6 +49,15 @@ pub enum AgentError {
     },
     #[error("cgroup root {} is managed by {holder}; give this agent another --cgroup-root, or stop that agent", .root.display())]
     CgroupRootTaken { root: PathBuf, holder: String },
+    /// Two agents whose roots nest would hand out the same CPUs, and the
+    /// outer one would delete the inner root as a stray cgroup.
+    #[error("cgroup root {} is {relation} {}, the cgroup root of {holder}; give each agent a --cgroup-root outside the other's", .root.display(), .other.display())]
+    CgroupRootNested {
+        root: PathBuf,
+        other: PathBuf,
+        relation: &'static str,
+        holder: String,
+    },
     #[error(transparent)]
     Control(#[from] ControlError),
     #[error("nri plugin: {0}")]
@@ -361,8 +370,21 @@ impl RootClaim {
 /// agent (with another state directory) manages the same cgroups.
 fn claim_cgroup_root(cgroups: &Cgroups, sysroot: &Path) -> Result<RootClaim, AgentError> {
     let created = cgroups.create_root_dirs()?;
-    match lock_exclusive(cgroups.root(), false, &sysroot.join("proc")) {
-        Ok(lock) => Ok(RootClaim { lock, created }),
+    let proc_root = sysroot.join("proc");
+    match lock_exclusive(cgroups.root(), false, &proc_root) {
+        Ok(lock) => match nested_lock(cgroups.root(), &proc_root) {
+            None => Ok(RootClaim { lock, created }),
+            Some(nested) => {
+                let claim = RootClaim { lock, created };
+                claim.undo();
+                Err(AgentError::CgroupRootNested {
+                    root: cgroups.root().to_path_buf(),
+                    other: nested.path,
+                    relation: if nested.above { "inside" } else { "above" },
+                    holder: holder_text(Some(&nested.holder)),
+                })
+            }
+        },
         Err(err) => {
             if let Err(cleanup) = Cgroups::remove_created(&created) {
                 tracing::warn!("removing {cleanup}");

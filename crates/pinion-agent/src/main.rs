@@ -12,10 +12,10 @@ use pinion_agent::{Config, DefaultPaths, Overrides};
 /// Pinion's node agent: owns CPU assignments; local API, /metrics, NRI.
 /// Flags override the config file.
 #[derive(Debug, Parser)]
-#[command(name = "pinion-agent", version)]
+#[command(name = "pinion-agent", version, after_help = defaults_help())]
 struct Args {
-    /// YAML config file (kubelet key names; see docs/design.md). Without
-    /// it: static policy, one CPU reserved.
+    /// YAML config file (kubelet key names; see docs/design.md). A key it
+    /// does not set takes the default below, as without a file.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Directory of the `cpu_manager_state` checkpoint.
@@ -47,6 +47,14 @@ struct Args {
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
+}
+
+/// The defaults of the config file's keys (one table with `pinion state`).
+fn defaults_help() -> String {
+    format!(
+        "Defaults of the config file's keys (a key the file does not set, or no file):\n{}",
+        pinion_core::policy::defaults::table_text()
+    )
 }
 
 fn main() -> ExitCode {

@@ -123,7 +123,7 @@ impl SyntheticNode {
             host,
             runtime_updates: None,
             file_ops: None,
-            migrate_on_start: true,
+            migrate_on_start: crate::controller::MigrateOnStart::IfNothingMoves,
         }
     }
 

@@ -19,9 +19,16 @@
 //!    empty: then its highest CPU goes back to the shared pool (a conflict).
 //! 4. After every claim was visited, a workload left with fewer CPUs than it
 //!    asked for gets the missing ones from the free CPUs, chosen by the
-//!    policy's own allocation algorithm, as long as one free CPU stays in the
-//!    shared pool; when there are not enough, it keeps what it has (a
-//!    conflict). A workload left with nothing runs in the shared pool.
+//!    policy's own allocation algorithm, as long as the shared pool keeps a
+//!    CPU; when there are not enough, it keeps what it has (a conflict). A
+//!    workload left with nothing runs in the shared pool.
+//!
+//! "The shared pool" is the one admission keeps non-empty ([`shared_pool`]):
+//! every CPU the state accounts for that no workload holds — the reserved
+//! CPUs included, except under `strict-cpu-reservation`, which keeps them
+//! out of the state. So whatever admission allowed, the rebuild keeps: on a
+//! 2-CPU machine with CPU 0 reserved, a run on CPU 1 stays there (the shared
+//! pool is `{0}`).
 //!
 //! So a workload without conflict keeps exactly its CPUs, and a workload in
 //! conflict loses only the CPUs the conflict is about.
@@ -205,6 +212,17 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
     Rebuilt { state, outcomes }
 }
 
+/// The shared pool of a state on `pool` (the policy's [`pool_cpus`]) whose
+/// workloads hold `exclusive`: the set admission never empties (kubelet's
+/// default CPU set; reserved CPUs are in it unless the reservation is
+/// strict, when `pool` lacks them).
+///
+/// [`pool_cpus`]: crate::policy::StaticPolicy::pool_cpus
+#[must_use]
+pub fn shared_pool(pool: &CpuSet, exclusive: &CpuSet) -> CpuSet {
+    pool.difference(exclusive)
+}
+
 /// Steps 2 and 3 of the rule for one exclusive claim.
 fn keep(
     claim: &Claim,
@@ -260,7 +278,7 @@ fn keep(
     }
     let mut exclusive: CpuSet = kept_by.keys().copied().collect();
     exclusive.union_with(&cpus);
-    if !cpus.is_empty() && pool.difference(reserved).difference(&exclusive).is_empty() {
+    if !cpus.is_empty() && shared_pool(pool, &exclusive).is_empty() {
         if let Some(last) = cpus.last() {
             let highest: CpuSet = [last].into_iter().collect();
             cpus = cpus.difference(&highest);
@@ -289,8 +307,11 @@ fn top_up(
     let held: CpuSet = kept_by.keys().copied().collect();
     let free = pool.difference(reserved).difference(&held);
     let missing = claim.exclusive - outcome.cpus.len();
-    // One free CPU always stays in the shared pool.
-    let can = free.len().saturating_sub(1).min(missing);
+    // The shared pool keeps a CPU: a reserved one in it (not strict) does;
+    // otherwise one free CPU stays.
+    let others = shared_pool(pool, &held).difference(&free);
+    let keep_one = usize::from(others.is_empty());
+    let can = free.len().saturating_sub(keep_one).min(missing);
     let added = if can == 0 { None } else { take(&free, can) };
     if let Some(added) = added {
         for cpu in added.iter() {

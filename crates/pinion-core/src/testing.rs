@@ -75,6 +75,39 @@ pub fn static_policy(topology: Topology, reserved: &str) -> crate::policy::Polic
     ))
 }
 
+/// The static policy with `strict-cpu-reservation` (other options at their
+/// defaults) on `topology`, `reserved` (a cpulist) reserved.
+///
+/// # Panics
+/// On an invalid cpulist or a reservation the policy refuses.
+#[must_use]
+pub fn strict_static_policy(topology: Topology, reserved: &str) -> crate::policy::Policy {
+    let cpus = cpus(reserved);
+    let reservation = crate::policy::Reservation {
+        count: cpus.len(),
+        cpus,
+    };
+    let options = crate::policy::StaticPolicyOptions {
+        strict_cpu_reservation: true,
+        ..crate::policy::StaticPolicyOptions::default()
+    };
+    crate::policy::Policy::Static(Box::new(
+        crate::policy::StaticPolicy::new(topology, options, &reservation).expect("policy"),
+    ))
+}
+
+/// A one-socket, one-NUMA-node machine of `cores` cores × `threads` threads.
+#[must_use]
+pub fn small_machine(cores: u32, threads: u32) -> Topology {
+    crate::topology::synthetic(crate::topology::Shape {
+        sockets: 1,
+        numa_per_socket: 1,
+        cores_per_socket: cores,
+        threads_per_core: threads,
+        cores_per_uncore: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

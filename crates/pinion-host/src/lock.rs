@@ -151,6 +151,80 @@ fn state_dir_of(proc_root: &Path, pid: u32) -> Option<PathBuf> {
         .and_then(|target| target.parent().map(Path::to_path_buf))
 }
 
+/// Another process's `flock` on a directory above or below a cgroup root
+/// (found by [`nested_lock`]): another agent's cgroup root that contains
+/// this one, or lies inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NestedLock {
+    /// The locked directory.
+    pub path: PathBuf,
+    /// It contains the root (`true`) or lies inside it (`false`).
+    pub above: bool,
+    pub holder: Holder,
+}
+
+/// Directories visited below a root, at most (a cgroup root holds one
+/// cgroup per workload; deeper trees are not agents' roots).
+const MAX_WALK: usize = 100_000;
+
+/// A lock held on a directory that contains `root` (up to its file
+/// system's top, the cgroup mount) or lies inside it, as `<proc_root>/locks`
+/// lists it: two agents whose roots nest would hand out the same CPUs and
+/// the outer one would delete the inner root as a stray. `root`'s own lock
+/// (this agent's) is not counted.
+#[must_use]
+pub fn nested_lock(root: &Path, proc_root: &Path) -> Option<NestedLock> {
+    let locks = std::fs::read_to_string(proc_root.join("locks")).ok()?;
+    let root_meta = std::fs::metadata(root).ok()?;
+    let found = |path: &Path, above: bool| -> Option<NestedLock> {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let pid = locks
+            .lines()
+            .find_map(|line| lock_line_pid(line, meta.dev(), meta.ino()))?;
+        Some(NestedLock {
+            path: path.to_path_buf(),
+            above,
+            holder: Holder {
+                pid,
+                state_dir: state_dir_of(proc_root, pid),
+            },
+        })
+    };
+    for ancestor in root.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(ancestor) else {
+            break;
+        };
+        if meta.dev() != root_meta.dev() {
+            break;
+        }
+        if let Some(nested) = found(ancestor, true) {
+            return Some(nested);
+        }
+    }
+    let mut pending = vec![root.to_path_buf()];
+    let mut visited = 0;
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            visited += 1;
+            if visited > MAX_WALK {
+                return None;
+            }
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let path = entry.path();
+            if let Some(nested) = found(&path, false) {
+                return Some(nested);
+            }
+            pending.push(path);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +255,30 @@ mod tests {
         );
         drop(held);
         lock_exclusive(&target, false, proc_root).expect("free again");
+    }
+
+    /// Issue 27, item 7: an agent whose cgroup root was inside (or above)
+    /// another agent's root was accepted; both handed out the same CPUs.
+    #[test]
+    fn regression_a_root_inside_or_above_a_locked_root_is_found() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outer = dir.path().join("pinion");
+        let inner = outer.join("nested");
+        std::fs::create_dir_all(&inner).expect("mkdir");
+        let proc_root = Path::new("/proc");
+        let held = lock_exclusive(&outer, false, proc_root).expect("outer lock");
+        let found = nested_lock(&inner, proc_root).expect("inside a locked root");
+        assert_eq!((found.path.as_path(), found.above), (outer.as_path(), true));
+        assert_eq!(found.holder.pid, std::process::id());
+        assert_eq!(nested_lock(&outer, proc_root), None, "its own lock");
+        drop(held);
+        assert_eq!(nested_lock(&inner, proc_root), None, "released");
+        let _inner = lock_exclusive(&inner, false, proc_root).expect("inner lock");
+        let found = nested_lock(&outer, proc_root).expect("above a locked root");
+        assert_eq!(
+            (found.path.as_path(), found.above),
+            (inner.as_path(), false)
+        );
     }
 
     #[test]

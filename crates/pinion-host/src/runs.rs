@@ -10,12 +10,24 @@
 //! The file holds one line, `exclusive-cpus N`.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use pinion_core::rebuild::Claim;
 
 use crate::cgroup::{CgroupError, CgroupName, CpusetHost};
+
+/// Creates `path` for writing; fails when anything (a file or a symbolic
+/// link, which is not followed) is there already.
+fn create_new_nofollow(path: &Path) -> io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
 
 /// The directory of the records inside the state directory.
 pub const RUNS_DIR: &str = "runs";
@@ -66,7 +78,20 @@ impl RunRecords {
         fs::create_dir_all(&self.dir).map_err(io("create directory for", &self.dir))?;
         let path = self.path_of(name);
         let temp = self.dir.join(format!(".{}.pinion-tmp", name.as_str()));
-        fs::write(&temp, format!("exclusive-cpus {exclusive}\n")).map_err(io("write", &temp))?;
+        let mut file = match create_new_nofollow(&temp) {
+            // A stale temp file of a crashed write — or a link planted
+            // there: removed (the link itself, never its target), then
+            // created anew.
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&temp).map_err(io("remove stale", &temp))?;
+                create_new_nofollow(&temp)
+            }
+            other => other,
+        }
+        .map_err(io("create", &temp))?;
+        file.write_all(format!("exclusive-cpus {exclusive}\n").as_bytes())
+            .map_err(io("write", &temp))?;
+        drop(file);
         fs::rename(&temp, &path).map_err(io("rename into", &path))
     }
 
@@ -163,6 +188,23 @@ mod tests {
 
     fn name(text: &str) -> CgroupName {
         CgroupName::new(text).expect("name")
+    }
+
+    /// Issue 27, item 7: the record was written with `fs::write` at a
+    /// predictable temp path, following a symbolic link planted there.
+    #[test]
+    fn regression_a_link_at_the_temp_path_is_not_followed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outside = dir.path().join("outside");
+        fs::write(&outside, "keep me").expect("write");
+        let runs = RunRecords::new(dir.path());
+        fs::create_dir_all(dir.path().join(RUNS_DIR)).expect("runs dir");
+        let temp = dir.path().join(RUNS_DIR).join(".run-a.pinion-tmp");
+        std::os::unix::fs::symlink(&outside, &temp).expect("plant a link");
+        runs.write(&name("run-a"), 2).expect("write");
+        assert_eq!(fs::read_to_string(&outside).expect("read"), "keep me");
+        assert_eq!(runs.read(&name("run-a")).expect("read"), Some(2));
+        assert!(fs::symlink_metadata(&temp).is_err(), "no temp file left");
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! nothing moves, the damaged file is kept, the metric counts the rebuild
 //! and `pinion ps` says what happened. Then the configuration changes under
 //! a running exclusive workload, and the agent migrates instead of exiting.
+//!
+//! Issue 27 from outside, with the released binaries: a damaged journal
+//! (items 1A and 1B), a partial config file (item 2) and the rebuild on
+//! 2-, 3- and 4-CPU machines (item 3) keep every acknowledged run on its
+//! CPUs.
 
 mod common;
 
@@ -117,10 +122,24 @@ impl Node {
     }
 
     fn run(&self, id: &str, cpus: &str) {
+        assert!(self.try_run(id, cpus), "{id} got no exclusive cpus");
+    }
+
+    /// Whether the run was admitted with exclusive CPUs (`false`: refused).
+    fn try_run(&self, id: &str, cpus: &str) -> bool {
         let mut request = RunRequest::new(id);
         request.cpus = Some(cpus.to_string());
-        let admitted = Client::new(&self.socket()).run(&request).expect("run");
-        assert!(admitted.exclusive, "{id}: {admitted:?}");
+        match Client::new(&self.socket()).run(&request) {
+            Ok(admitted) => {
+                assert!(admitted.exclusive, "{id}: {admitted:?}");
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.state_dir().join("pinion_journal")
     }
 
     /// pod → CPUs, as `pinion ps` reports them.
@@ -305,7 +324,9 @@ fn a_checkpoint_failing_its_checksum_is_kept_and_rebuilt_from_the_node() {
 
 /// Issue 13: adding the CPU of a running exclusive workload to
 /// `reservedSystemCPUs` kept the agent down until someone ran `pinion state
-/// migrate` by hand. Now it migrates at start: only that workload moves.
+/// migrate` by hand. Now, with `migrateOnStart: true`, it migrates at
+/// start: only that workload moves (issue 27, item 2: without the key the
+/// start is refused, `regression_a_migration_that_moves_a_run_needs_migrate_on_start`).
 #[test]
 fn regression_reserving_a_held_cpu_migrates_at_start_and_moves_only_that_workload() {
     let Some(machine) = common::shared(MACHINE) else {
@@ -314,7 +335,7 @@ fn regression_reserving_a_held_cpu_migrates_at_start_and_moves_only_that_workloa
     let (mut node, before) = three_pinned_runs(&machine);
     let held = before["pinion-run-b"].clone();
     node.configure(&format!(
-        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,{held}\"\n"
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,{held}\"\nmigrateOnStart: true\n"
     ));
     node.start();
     let after = node.placements();
@@ -644,4 +665,185 @@ fn a_pinned_cpu_going_offline_is_replaced_and_comes_back_to_the_shared_pool() {
     });
     assert_eq!(node.placements(), after, "nobody moves");
     assert_eq!(node.metric("pinion_cpu_online_changes_total"), 2);
+}
+
+/// The journal's frames (offset, size) as the agent left them.
+fn journal_frames(node: &Node) -> Vec<(usize, usize)> {
+    let bytes = std::fs::read(node.journal()).expect("journal");
+    let scan = pinion_host::journal::scan::scan(&bytes).expect("readable journal");
+    scan.frames
+        .iter()
+        .map(|f| {
+            (
+                usize::try_from(f.offset).expect("offset"),
+                usize::try_from(f.size).expect("size"),
+            )
+        })
+        .collect()
+}
+
+/// Issue 27, item 1, case A: four bytes flipped in an earlier journal
+/// record; the restart said "5 later records not applied" and the runs
+/// became shared. The node is the truth now: nothing moves, the damaged
+/// file is kept and `pinion ps` says so.
+#[test]
+fn regression_a_flipped_earlier_journal_record_loses_no_acknowledged_run() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    let frames = journal_frames(&node);
+    assert!(frames.len() >= 3, "{frames:?}");
+    let mut bytes = std::fs::read(node.journal()).expect("journal");
+    let (offset, _) = frames[0];
+    for byte in &mut bytes[offset + 24..offset + 28] {
+        *byte ^= 0xff;
+    }
+    std::fs::write(node.journal(), &bytes).expect("flip");
+    node.start();
+    assert_eq!(node.placements(), before, "{}", node.log());
+    assert_eq!(node.cgroups(), before, "no cgroup was rewritten");
+    assert_eq!(node.metric("pinion_state_rebuilds_total"), 1);
+    assert_eq!(node.kept("pinion_journal.damaged-").len(), 1);
+    let table = node.ps_table();
+    assert!(table.contains("is damaged at offset"), "{table}");
+}
+
+/// Issue 27, item 1, case B: the journal cut in the middle of the last
+/// acknowledged `assign` record was called "an unfinished last batch …
+/// never acknowledged", the run lost its CPUs and no copy was kept.
+#[test]
+fn regression_a_journal_cut_inside_an_acknowledged_record_loses_no_run() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    let frames = journal_frames(&node);
+    let &(offset, size) = frames.last().expect("a frame");
+    let bytes = std::fs::read(node.journal()).expect("journal");
+    let cut = &bytes[..offset + size / 2];
+    std::fs::write(node.journal(), cut).expect("truncate");
+    node.start();
+    assert_eq!(node.placements(), before, "{}", node.log());
+    assert_eq!(node.cgroups(), before);
+    let kept = node.kept("pinion_journal.incomplete-");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).expect("kept"), cut);
+    assert!(!node.log().contains("never acknowledged"), "{}", node.log());
+    let table = node.ps_table();
+    assert!(table.contains("incomplete batch"), "{table}");
+}
+
+/// Issue 27, item 2: a config file that set only
+/// `qosResourceManager.builtinPlugins` made the policy kubelet's `none`,
+/// and the start moved running exclusive runs to the shared pool.
+#[test]
+fn regression_a_partial_config_file_keeps_running_runs_pinned() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, before) = three_pinned_runs(&machine);
+    node.configure("reservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 5s\n");
+    node.start();
+    assert_eq!(node.placements(), before, "{}", node.log());
+    assert_eq!(node.cgroups(), before);
+    node.kill();
+    node.configure("qosResourceManager:\n  builtinPlugins: [cpu]\n");
+    node.start();
+    assert_eq!(node.placements(), before, "{}", node.log());
+    assert_eq!(node.cgroups(), before);
+}
+
+/// Issue 27, item 2: a migration that takes exclusive CPUs from running
+/// workloads needs `migrateOnStart: true`; without it the start is refused
+/// with kubelet's advice and the reason, and nothing changes.
+#[test]
+fn regression_a_migration_that_moves_a_run_needs_migrate_on_start() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let (mut node, _) = three_pinned_runs(&machine);
+    let bytes = std::fs::read(node.checkpoint()).expect("checkpoint");
+    node.configure("cpuManagerPolicy: none\n");
+    let out = Command::new(BIN)
+        .arg("agent")
+        .arg("--config")
+        .arg(node.config())
+        .arg("--state-dir")
+        .arg(node.state_dir())
+        .arg("--socket")
+        .arg(node.socket())
+        .arg("--sysroot")
+        .arg(node.dir.path().join("sysroot"))
+        .arg("--cgroup-root")
+        .arg(node.cgroup_root())
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .output()
+        .expect("agent runs");
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    for part in [
+        "pinion-run-a/main",
+        "migrateOnStart: true",
+        "drain this node",
+    ] {
+        assert!(text.contains(part), "{part:?} missing: {text}");
+    }
+    assert_eq!(std::fs::read(node.checkpoint()).expect("untouched"), bytes);
+    node.configure("cpuManagerPolicy: none\nmigrateOnStart: true\n");
+    node.start();
+    let snapshot = Client::new(&node.socket()).ps().expect("ps");
+    assert_eq!(snapshot.workloads.len(), 3, "{snapshot:?}");
+    assert!(
+        snapshot.workloads.iter().all(|w| !w.exclusive),
+        "all shared under none: {snapshot:?}"
+    );
+}
+
+/// Issue 27, item 3: on a 2-CPU machine with CPU 0 reserved, `--cpus 1`
+/// gets CPU 1; after the checkpoint was lost the rebuild moved it to 0-1
+/// ("the shared pool would be empty"). On 2-, 3- and 4-CPU machines, with
+/// and without `strict-cpu-reservation`, whatever admission placed stays.
+#[test]
+fn regression_rebuild_on_small_machines_keeps_what_admission_placed() {
+    // Each machine with the `--cpus 1` runs admission accepts with CPU 0
+    // reserved: without and with `strict-cpu-reservation` (strict keeps
+    // one unreserved CPU shared).
+    let machines = [
+        ("topologies/x86-vm-virtualbox-i5-3317u-2vcpu", [1, 0]),
+        ("topologies/s390x-kvm-z196-3cpu", [2, 1]),
+        ("topologies/x86-1s-intel-i5-m560-dell-e4310-2c-ht", [3, 2]),
+    ];
+    for (name, expected) in machines {
+        let Some(machine) = common::shared(name) else {
+            return;
+        };
+        for (strict, expected) in [false, true].into_iter().zip(expected) {
+            let mut node = Node::new(&machine);
+            let options = if strict {
+                "cpuManagerPolicyOptions:\n  strict-cpu-reservation: \"true\"\n"
+            } else {
+                ""
+            };
+            node.configure(&format!("{STATIC}{options}"));
+            node.start();
+            let mut admitted = 0;
+            while admitted < 8 && node.try_run(&format!("pinion-run-{admitted}"), "1") {
+                admitted += 1;
+            }
+            assert_eq!(admitted, expected, "{name} strict {strict}: {}", node.log());
+            let before = node.placements();
+            node.kill();
+            std::fs::remove_file(node.checkpoint()).expect("delete the checkpoint");
+            node.start();
+            assert_eq!(
+                node.placements(),
+                before,
+                "{name} strict {strict}: {}",
+                node.log()
+            );
+            assert_eq!(node.cgroups(), before, "{name} strict {strict}");
+            assert_eq!(node.metric("pinion_state_rebuild_conflicts_total"), 0);
+        }
+    }
 }

@@ -40,15 +40,31 @@ fn reserved_system_cpus_sets_the_count() {
     );
 }
 
+/// Issue 27, item 2: with a file that set only
+/// `qosResourceManager.builtinPlugins` (the example of `docs/qrm.md`) the
+/// policy silently became kubelet's `none`, and the next start unpinned
+/// running workloads. An absent key takes the same default as no file.
 #[test]
-fn a_file_gets_kubelets_defaults_and_no_file_gets_pinions() {
-    let config = resolve_yaml("").expect("empty file");
-    assert_eq!(config.policy.policy.as_deref(), Some("none"));
-    assert_eq!(config.reconcile_period, DEFAULT_RECONCILE_PERIOD);
+fn regression_a_partial_file_keeps_the_defaults_of_no_file() {
     let embedded = Config::resolve(FileConfig::embedded(), &Overrides::default(), &defaults())
         .expect("embedded");
     assert_eq!(embedded.policy.policy.as_deref(), Some("static"));
     assert_eq!(embedded.policy.num_reserved, Some(1));
+    assert_eq!(embedded.reconcile_period, DEFAULT_RECONCILE_PERIOD);
+    for yaml in [
+        "",
+        "qosResourceManager:\n  enabled: true\n  builtinPlugins: [cpu]\n",
+        "cpuManagerPolicy: static\n",
+        "metricsAddr: 127.0.0.1:9999\n",
+    ] {
+        let config = resolve_yaml(yaml).expect(yaml);
+        assert_eq!(config.policy.policy, embedded.policy.policy, "{yaml}");
+        assert_eq!(config.policy.num_reserved, Some(1), "{yaml}");
+        assert_eq!(config.migrate_on_start, embedded.migrate_on_start, "{yaml}");
+    }
+    // A reservation set anywhere replaces the default one.
+    let config = resolve_yaml("kubeReserved: {cpu: \"2\"}\n").expect("reads");
+    assert_eq!(config.policy.num_reserved, Some(2));
 }
 
 #[test]
@@ -122,8 +138,9 @@ fn each_bad_field_is_named() {
 
 #[test]
 fn static_without_reservation_uses_kubelets_message() {
+    // Only an explicit zero: an absent reservation takes Pinion's default.
     for yaml in [
-        "cpuManagerPolicy: static\n",
+        "cpuManagerPolicy: static\nsystemReserved: {cpu: \"0\"}\n",
         "cpuManagerPolicy: static\nkubeReserved: {cpu: \"0\"}\n",
     ] {
         let err = resolve_yaml(yaml).expect_err(yaml);
@@ -375,14 +392,15 @@ fn pod_resources_default_under_the_state_dir_with_kubelets_rate_limit() {
 }
 
 #[test]
-fn migrate_on_start_defaults_to_true_and_is_read() {
-    assert!(
-        resolve_yaml("cpuManagerPolicy: none\n")
-            .expect("ok")
-            .migrate_on_start
+fn migrate_on_start_defaults_to_if_nothing_moves_and_is_read() {
+    use crate::controller::MigrateOnStart;
+    let read = |yaml: &str| resolve_yaml(yaml).expect("ok").migrate_on_start;
+    assert_eq!(
+        read("cpuManagerPolicy: none\n"),
+        MigrateOnStart::IfNothingMoves
     );
-    let off = resolve_yaml("cpuManagerPolicy: none\nmigrateOnStart: false\n").expect("ok");
-    assert!(!off.migrate_on_start);
+    assert_eq!(read("migrateOnStart: true\n"), MigrateOnStart::Always);
+    assert_eq!(read("migrateOnStart: false\n"), MigrateOnStart::Never);
     let err = resolve_yaml("migrateOnStart: sometimes\n").expect_err("not a bool");
     assert!(matches!(err, ConfigError::Syntax { .. }), "{err}");
     assert!(err.to_string().contains("migrateOnStart"), "{err}");

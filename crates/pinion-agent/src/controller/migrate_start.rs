@@ -13,30 +13,80 @@ use pinion_core::state::State;
 
 use super::rebuild::StartReport;
 
+/// Config `migrateOnStart`: what the start does with a checkpoint that does
+/// not fit the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrateOnStart {
+    /// `false`: refuse to start, as kubelet does.
+    Never,
+    /// The key absent: migrate when every running workload keeps its
+    /// exclusive CPUs; refuse, naming them, when one would lose them.
+    IfNothingMoves,
+    /// `true`: migrate; workloads that no longer fit go to the shared pool.
+    Always,
+}
+
+impl MigrateOnStart {
+    /// The mode of the config key's value (`None`: absent).
+    #[must_use]
+    pub fn from_key(value: Option<bool>) -> Self {
+        match value {
+            None => Self::IfNothingMoves,
+            Some(true) => Self::Always,
+            Some(false) => Self::Never,
+        }
+    }
+}
+
+/// Why the start does not migrate.
+pub(super) enum NotMigrated {
+    /// The checkpoint's entries cannot be read, or the migrated state is
+    /// refused: the caller starts degraded.
+    Unmigratable(String),
+    /// Running workloads would lose their exclusive CPUs and
+    /// `migrateOnStart` is not `true`: the caller refuses to start.
+    WouldMove(Vec<String>),
+}
+
 /// The migrated state and the one the checkpoint held, or why there is no
-/// migration (the checkpoint's entries cannot be read, or the migrated
-/// state is refused: then the caller starts degraded).
+/// migration ([`NotMigrated`]).
 pub(super) fn migrate_at_start(
     checkpoint: &Checkpoint,
     policy: &Policy,
-    path: &str,
-    why: &str,
+    (path, why): (&str, &str),
+    mode: MigrateOnStart,
     report: &mut StartReport,
-) -> Result<(State, State), String> {
+) -> Result<(State, State), NotMigrated> {
     let parsed = checkpoint
         .migrate_v1(|_| None)
         .and_then(|c| c.to_state())
-        .map_err(|err| format!("its entries cannot be read: {err}"))?;
+        .map_err(|err| NotMigrated::Unmigratable(format!("its entries cannot be read: {err}")))?;
     let old = State {
         default: parsed.default_cpu_set,
         assignments: parsed.assignments,
     };
     let (new, outcomes) = migrate(&old, policy);
     let mut started = new.clone();
-    policy
-        .start(&mut started)
-        .map_err(|err| format!("the migrated state is refused by the policy: {err}"))?;
+    policy.start(&mut started).map_err(|err| {
+        NotMigrated::Unmigratable(format!(
+            "the migrated state is refused by the policy: {err}"
+        ))
+    })?;
     let dropped = outcomes.iter().filter(|o| o.dropped.is_some()).count();
+    if dropped > 0 && mode != MigrateOnStart::Always {
+        return Err(NotMigrated::WouldMove(
+            outcomes
+                .iter()
+                .filter_map(|o| {
+                    let reason = o.dropped.as_ref()?;
+                    Some(format!(
+                        "{}/{} on cpus {}: {reason}",
+                        o.pod, o.container, o.cpus
+                    ))
+                })
+                .collect(),
+        ));
+    }
     let line = format!(
         "checkpoint {path} migrated to the configuration ({why}): {} kept, {dropped} moved to the shared pool",
         outcomes.len() - dropped

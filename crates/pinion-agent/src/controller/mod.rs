@@ -17,6 +17,8 @@
 //! changes, drift repair and restart recovery alike.
 
 mod batch;
+#[cfg(test)]
+mod damage_tests;
 mod decide;
 mod executor;
 mod hotplug;
@@ -62,6 +64,7 @@ use crate::metrics::Counters;
 
 pub use executor::RuntimeUpdate;
 pub use hotplug::TopologyReport;
+pub use migrate_start::MigrateOnStart;
 pub use rebuild::StartReport;
 pub use recover::StartParts;
 pub use runtime::{Observed, RunningContainer};
@@ -132,6 +135,13 @@ pub enum ControlError {
     Restore {
         path: String,
         source: Box<RestoreError>,
+    },
+    /// kubelet's refusal, with what a migration would do and how to allow it.
+    #[error("checkpoint {path} cannot be restored with this configuration: {source}; migrating it would take exclusive cpus from running workloads ({moved}), so nothing was changed: set `migrateOnStart: true` in the agent's config file to migrate anyway (they go to the shared pool; `pinion state migrate {path} --config <the agent's config file>` shows the plan), or drain this node and delete the CPU manager checkpoint file \"{path}\" before restarting")]
+    MigrationWouldMove {
+        path: String,
+        source: Box<RestoreError>,
+        moved: String,
     },
     #[error("the policy refused the restored state: {0}")]
     Start(Box<PolicyError>),

@@ -24,6 +24,7 @@ use pinion_core::engine::Engine;
 use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
 use pinion_core::rebuild::Claim;
+use pinion_core::record::SideData;
 use pinion_core::restore::restore;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
@@ -38,7 +39,7 @@ use pinion_host::runs::RunRecords;
 use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
-use super::migrate_start::migrate_at_start;
+use super::migrate_start::{migrate_at_start, MigrateOnStart, NotMigrated};
 use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
@@ -59,9 +60,9 @@ pub struct StartParts {
     /// The state directory's file operations (`None`: the real file
     /// system; tests inject faults).
     pub file_ops: Option<Box<dyn FileOps>>,
-    /// Migrate a checkpoint that does not fit the configuration instead of
-    /// refusing to start (config `migrateOnStart`).
-    pub migrate_on_start: bool,
+    /// What to do with a checkpoint that does not fit the configuration
+    /// (config `migrateOnStart`).
+    pub migrate_on_start: MigrateOnStart,
 }
 
 impl Controller {
@@ -99,17 +100,23 @@ impl Controller {
             },
             other => ControlError::Journal(other),
         })?;
+        let mut report = StartReport::default();
         for warning in opened.recovery.warnings() {
             tracing::warn!("{warning}");
+            report.lines.push(warning);
         }
+        let journal_incomplete = opened.recovery.incomplete();
         let (store, checkpoint, side) = (opened.store, opened.checkpoint, opened.side);
         let runs = RunRecords::new(&parts.state_dir);
-        let mut report = StartReport::default();
         let (state, base) = initial_state(
             &parts,
             &store,
             checkpoint,
-            set_aside.as_ref(),
+            Found {
+                set_aside: set_aside.as_ref(),
+                journal_incomplete: journal_incomplete.as_deref(),
+                side: &side,
+            },
             &runs,
             &mut report,
         )?;
@@ -231,28 +238,69 @@ impl Controller {
     }
 }
 
+/// What opening the state directory found wrong.
+struct Found<'a> {
+    /// The checkpoint was unreadable and set aside.
+    set_aside: Option<&'a SetAside>,
+    /// The journal could not be replayed to its end (why).
+    journal_incomplete: Option<&'a str>,
+    /// The side data replayed (plugin allocations own some workloads' CPUs).
+    side: &'a SideData,
+}
+
 /// The state to start from and, when it is not the one on disk, what is on
 /// disk (see [`Controller::recover`]): the checkpoint restored as kubelet
 /// does; migrated to the configuration when it does not fit it
 /// (`migrateOnStart`); rebuilt from the node when it is missing or
-/// unreadable, or cannot be migrated (then new exclusive admissions are
-/// refused: degraded).
+/// unreadable, when its journal could not be replayed to its end (the
+/// state on disk may lack acknowledged decisions; the node has them), or
+/// when it cannot be migrated (then new exclusive admissions are refused:
+/// degraded).
 fn initial_state(
     parts: &StartParts,
     store: &StateStore,
     checkpoint: Option<Checkpoint>,
-    set_aside: Option<&SetAside>,
+    found: Found<'_>,
     runs: &RunRecords,
     report: &mut StartReport,
 ) -> Result<(State, Option<State>), ControlError> {
     let path = store.checkpoint_path().display().to_string();
+    let set_aside = found.set_aside;
+    if let (Some(reason), Some(checkpoint)) = (found.journal_incomplete, &checkpoint) {
+        // The same rule as a lost checkpoint; the base is what is on disk
+        // (the checkpoint and the journal's readable prefix), so that the
+        // journal records every difference.
+        let why = format!("{reason}: the node is the truth");
+        if parts.runtime_updates.is_some() {
+            report.runtime_rebuild = Some(why.clone());
+        }
+        let claims = node_claims(parts, runs)?;
+        let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+        return Ok((rebuilt.state, Some(state_of(checkpoint))));
+    }
     let (why, claims) = match checkpoint {
         Some(checkpoint) => {
             let source = match restore(&checkpoint, &parts.policy) {
-                Ok(state) => return Ok((state, None)),
+                Ok(state) => {
+                    let Some(lost) = lost_decisions(parts, runs, &state, found.side)? else {
+                        return Ok((state, None));
+                    };
+                    // The journal read back cleanly but lacks what the node
+                    // shows (its last batches zeroed or cut at a frame
+                    // boundary): the node is the truth, as above.
+                    let why = format!(
+                        "checkpoint {path} and its journal lack acknowledged exclusive cpus the node shows ({lost}): the node is the truth"
+                    );
+                    if parts.runtime_updates.is_some() {
+                        report.runtime_rebuild = Some(why.clone());
+                    }
+                    let claims = node_claims(parts, runs)?;
+                    let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+                    return Ok((rebuilt.state, Some(state)));
+                }
                 Err(source) => source,
             };
-            if !parts.migrate_on_start {
+            if parts.migrate_on_start == MigrateOnStart::Never {
                 return Err(ControlError::Restore {
                     path,
                     source: Box::new(source),
@@ -261,8 +309,8 @@ fn initial_state(
             match migrate_at_start(
                 &checkpoint,
                 &parts.policy,
-                &path,
-                &source.to_string(),
+                (&path, &source.to_string()),
+                parts.migrate_on_start,
                 report,
             ) {
                 Ok((new, old)) => {
@@ -277,7 +325,14 @@ fn initial_state(
                     }
                     return Ok((new, Some(old)));
                 }
-                Err(reason) => {
+                Err(NotMigrated::WouldMove(moved)) => {
+                    return Err(ControlError::MigrationWouldMove {
+                        path,
+                        source: Box::new(source),
+                        moved: moved.join("; "),
+                    });
+                }
+                Err(NotMigrated::Unmigratable(reason)) => {
                     let why = format!("checkpoint {path} does not fit the configuration ({source}) and cannot be migrated: {reason}");
                     let claims = node_claims(parts, runs)?;
                     let kept =
@@ -310,6 +365,60 @@ fn initial_state(
         report.lines.push(format!("degraded: {degraded}"));
     }
     Ok((rebuilt.state, Some(State::default())))
+}
+
+/// The running standalone workloads whose exclusive CPUs `state` lacks
+/// (`None`: none), named: a live cgroup whose run record asks for
+/// exclusive CPUs and whose `cpuset.cpus` is not the shared pool, with no
+/// assignment in the state and no plugin owning its CPUs. Admission writes
+/// the run record and the cgroup's CPUs only after the decision is durable,
+/// so such a cgroup means an acknowledged decision the state lost — a
+/// journal whose last batches were zeroed or cut at a frame boundary reads
+/// back cleanly. Only the static policy has exclusive CPUs.
+fn lost_decisions(
+    parts: &StartParts,
+    runs: &RunRecords,
+    state: &State,
+    side: &SideData,
+) -> Result<Option<String>, ControlError> {
+    if !matches!(parts.policy, Policy::Static(_)) {
+        return Ok(None);
+    }
+    let owned_by_plugins = Controller::allocation_keys(side);
+    let (claims, _) =
+        pinion_host::runs::claims(parts.host.as_ref(), runs, RUN_CONTAINER).map_err(|source| {
+            ControlError::Cgroup {
+                pod: "(pinion root)".to_string(),
+                source,
+            }
+        })?;
+    let lost: Vec<String> = claims
+        .iter()
+        .filter(|c| c.exclusive > 0 && c.cpus != state.default)
+        .filter(|c| state.assignment(&c.pod, &c.container).is_none())
+        .filter(|c| {
+            !owned_by_plugins
+                .iter()
+                .any(|(pod, container)| *pod == c.pod && *container == c.container)
+        })
+        .map(|c| format!("{}/{} on cpus {}", c.pod, c.container, c.cpus))
+        .collect();
+    Ok((!lost.is_empty()).then(|| lost.join(", ")))
+}
+
+/// The state a checkpoint holds, read without the policy's checks (empty
+/// when its entries cannot be read: then every assignment is recorded anew).
+fn state_of(checkpoint: &Checkpoint) -> State {
+    match checkpoint.migrate_v1(|_| None).and_then(|c| c.to_state()) {
+        Ok(parsed) => State {
+            default: parsed.default_cpu_set,
+            assignments: parsed.assignments,
+        },
+        Err(err) => {
+            tracing::warn!("reading the checkpoint's entries: {err}");
+            State::default()
+        }
+    }
 }
 
 fn node_claims(parts: &StartParts, runs: &RunRecords) -> Result<Vec<Claim>, ControlError> {

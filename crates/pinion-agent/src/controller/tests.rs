@@ -352,7 +352,7 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     let bytes = pinion_core::checkpoint::encode("none", "", &Default::default());
     std::fs::write(dir.path().join(CPU_MANAGER_STATE), bytes).expect("write");
     let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
-    parts.migrate_on_start = false;
+    parts.migrate_on_start = MigrateOnStart::Never;
     let err = Controller::start(parts).err().expect("refused");
     assert!(matches!(err, ControlError::Restore { .. }), "{err}");
     for part in ["pinion state migrate", "--config", "migrateOnStart"] {
@@ -381,7 +381,32 @@ fn regression_reserving_a_held_cpu_migrates_at_start_instead_of_exiting() {
         reserved: Some(reserved.clone()),
         ..PolicyConfig::default()
     });
-    let controller = changed.start(dir.path()).expect("migrated, not refused");
+    // Issue 27, item 2: it moves a running workload, so only with an
+    // explicit `migrateOnStart: true`; by default the start is refused.
+    let before = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("checkpoint");
+    let err = changed.start(dir.path()).err().expect("refused by default");
+    assert!(
+        matches!(err, ControlError::MigrationWouldMove { .. }),
+        "{err}"
+    );
+    for part in [
+        "pinion-run-b/main",
+        "migrateOnStart: true",
+        "drain this node",
+    ] {
+        assert!(
+            err.to_string().contains(part),
+            "{part:?} missing from {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("checkpoint"),
+        before,
+        "nothing changed"
+    );
+    let mut parts = changed.parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = MigrateOnStart::Always;
+    let controller = Controller::start(parts).expect("migrated, not refused");
     assert_eq!(
         controller.state().assignment("pinion-run-a", RUN_CONTAINER),
         Some(&a.placement.cpus),

@@ -3,6 +3,7 @@
 //! them, so they can be matched by operators' tooling).
 
 pub mod config;
+pub mod defaults;
 pub mod hints;
 pub mod options;
 pub mod pod_level;

@@ -1,7 +1,12 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::testing::{cpus, machine_8c2t, static_policy as policy_on};
+use crate::policy::{
+    ContainerKind, ContainerRequest, Reservation, StaticPolicy, StaticPolicyOptions,
+};
+use crate::testing::{
+    cpus, machine_8c2t, small_machine, static_policy as policy_on, strict_static_policy,
+};
 use crate::topology::Topology;
 
 fn machine() -> Topology {
@@ -118,7 +123,9 @@ fn more_cpus_than_asked_are_trimmed_by_the_policy() {
 
 #[test]
 fn the_shared_pool_is_never_emptied_and_a_short_workload_keeps_what_it_has() {
-    let policy = policy("0");
+    // Strict: the reserved CPU is not in the shared pool, so one of the
+    // claimed CPUs must stay there.
+    let policy = strict_static_policy(machine(), "0");
     let rebuilt = rebuild(
         &[claim("pod-a", "1-15", 15), claim("pod-b", "3", 1)],
         &policy,
@@ -135,6 +142,28 @@ fn the_shared_pool_is_never_emptied_and_a_short_workload_keeps_what_it_has() {
         asked: 15,
         kept: 14
     }));
+    started(&rebuilt, &policy);
+}
+
+/// Issue 27, item 3: on a 2-CPU machine with CPU 0 reserved, admission
+/// gives `--cpus 1` CPU 1 and leaves the shared pool `{0}`; the rebuild
+/// counted the shared pool without the reserved CPU and moved the run from
+/// 1 to 0-1 ("the shared pool would be empty").
+#[test]
+fn regression_rebuild_keeps_the_last_unreserved_cpu_admission_gave() {
+    let policy = policy_on(small_machine(2, 1), "0");
+    let rebuilt = rebuild(&[claim("pinion-run-a", "1", 1)], &policy);
+    assert!(rebuilt.outcomes[0].unmoved(), "{rebuilt:?}");
+    assert_eq!(
+        rebuilt.state.assignment("pinion-run-a", "main"),
+        Some(&cpus("1"))
+    );
+    assert_eq!(rebuilt.state.default, cpus("0"));
+    started(&rebuilt, &policy);
+    // Not strict, the reserved CPU keeps the shared pool: a short workload
+    // is topped up with the last free CPU too.
+    let rebuilt = rebuild(&[claim("pinion-run-a", "0", 1)], &policy);
+    assert_eq!(rebuilt.outcomes[0].cpus, cpus("1"), "{rebuilt:?}");
     started(&rebuilt, &policy);
 }
 
@@ -232,6 +261,59 @@ proptest! {
             if outcome.conflicts.is_empty() {
                 prop_assert_eq!(&outcome.cpus, &outcome.observed);
             }
+        }
+    }
+}
+
+/// The policies of the small machines admission and rebuild must agree on:
+/// 2, 3 and 4 CPUs (4 as 2 cores × 2 threads too), one or two CPUs
+/// reserved, with and without `strict-cpu-reservation`.
+fn small_policies() -> Vec<(String, Policy)> {
+    let mut out = Vec::new();
+    for (cores, threads) in [(2, 1), (3, 1), (4, 1), (2, 2)] {
+        for reserved in ["0", "0-1"] {
+            for strict in [false, true] {
+                let options = StaticPolicyOptions {
+                    strict_cpu_reservation: strict,
+                    ..StaticPolicyOptions::default()
+                };
+                let reservation = Reservation {
+                    count: cpus(reserved).len(),
+                    cpus: cpus(reserved),
+                };
+                // A strict reservation of every CPU is refused.
+                if let Ok(policy) =
+                    StaticPolicy::new(small_machine(cores, threads), options, &reservation)
+                {
+                    let name = format!("{cores}x{threads} reserved {reserved} strict {strict}");
+                    out.push((name, Policy::Static(Box::new(policy))));
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    /// Issue 27, item 3: whatever admission allowed, the rebuild keeps —
+    /// every container the policy admitted, claimed with the CPUs it was
+    /// given, keeps exactly them on every small machine.
+    #[test]
+    fn whatever_admission_allowed_the_rebuild_keeps(requests in proptest::collection::vec(0usize..4, 1..6)) {
+        for (name, mut policy) in small_policies() {
+            let mut state = State::default();
+            prop_assert_eq!(policy.start(&mut state), Ok(()));
+            let mut claims = Vec::new();
+            for (i, &n) in requests.iter().enumerate() {
+                let pod = format!("pod-{i}");
+                let request = ContainerRequest { pod: &pod, container: "main", cpus: n, kind: ContainerKind::App };
+                if let Ok(Some(given)) = policy.allocate(&mut state, &request, None) {
+                    claims.push(claim(&pod, &given.to_string(), n));
+                }
+            }
+            let rebuilt = rebuild(&claims, &policy);
+            prop_assert!(rebuilt.outcomes.iter().all(Outcome::unmoved), "{}: {:?}", name, rebuilt);
+            prop_assert_eq!(&rebuilt.state, &state, "{}", name);
         }
     }
 }

@@ -9,9 +9,11 @@
 //! * [`StateStore::compact`], off the admission path, rewrites the checkpoint
 //!   atomically from the caller's state and starts a fresh journal.
 //! * [`StateStore::open`] = the checkpoint + the journal's complete batches
-//!   replayed ([`Opened`]); a torn last batch is dropped, damage in the middle
-//!   keeps the consistent prefix and a copy of the file, a checkpoint replaced
-//!   by someone else wins — all reported in [`Recovery`], never a refusal.
+//!   replayed ([`Opened`]); an incomplete last batch is not replayed and
+//!   damage in the middle keeps the consistent prefix — in both cases a copy
+//!   of the file is kept and [`Recovery::incomplete`] tells the caller to
+//!   rebuild from the node; a checkpoint replaced by someone else wins — all
+//!   reported in [`Recovery`], never a refusal.
 //!
 //! File format, compaction order and recovery rules: `docs/checkpoint-format.md`
 //! ("The journal"); the reasoning: `docs/design.md` ("The journal").
@@ -214,8 +216,8 @@ impl StateStore {
     /// the checkpoint (a corrupt one is an error and left untouched, as
     /// with `CheckpointStore`), reads the journal and replays its complete
     /// batches (rules in `docs/checkpoint-format.md`). Journal problems are
-    /// never an error: a torn tail is dropped and erased, a damaged journal
-    /// is copied aside and cut at the damage, a superseded or unreadable one
+    /// never an error: an incomplete tail is copied aside, not replayed and
+    /// erased, a damaged journal is copied aside and cut at the damage, a superseded or unreadable one
     /// is moved aside and a new one started — all reported in
     /// [`Opened::recovery`].
     pub fn open_with(
@@ -468,10 +470,19 @@ impl Opening<'_> {
                 reason,
                 dropped,
             } => {
+                // Kept before `erase_stale` below wipes the tail: whether
+                // it was acknowledged cannot be told from the file.
+                let kept = durable::keep_bytes(self.dir, JOURNAL, "incomplete", bytes);
+                let (aside, aside_error) = match kept {
+                    Ok(aside) => (Some(aside), None),
+                    Err(err) => (None, Some(err.to_string())),
+                };
                 recovery.torn = Some(TornTail {
                     offset: *offset,
                     reason: reason.clone(),
                     dropped: dropped.len(),
+                    aside,
+                    aside_error,
                 });
             }
             Tail::Damaged {

@@ -4,13 +4,22 @@ use std::path::PathBuf;
 
 use pinion_core::record::Record;
 
-/// A torn last batch that recovery dropped (never acknowledged).
+/// An incomplete last batch that recovery did not replay. A crash during
+/// its write leaves one (then it was never acknowledged), but so does a
+/// file cut from outside, which may have lost acknowledged records: the
+/// file cannot tell which, so the bytes are kept and the caller rebuilds
+/// from the node ([`Recovery::incomplete`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
     pub offset: u64,
     pub reason: String,
-    /// Readable frames of that batch, dropped with it.
+    /// Readable frames of that batch, not replayed.
     pub dropped: usize,
+    /// Where the journal's bytes were kept before the tail was erased
+    /// (`None`: keeping them failed; the warning says so).
+    pub aside: Option<PathBuf>,
+    /// Why the bytes could not be kept, when they could not.
+    pub aside_error: Option<String>,
 }
 
 /// Damage inside the log: acknowledged records that recovery could not use.
@@ -63,9 +72,14 @@ impl Recovery {
         let path = self.journal.display();
         let mut out = Vec::new();
         if let Some(torn) = &self.torn {
+            let kept = match (&torn.aside, &torn.aside_error) {
+                (Some(aside), _) => format!("the file is kept as {}", aside.display()),
+                (None, Some(err)) => format!("the file could not be kept: {err}"),
+                (None, None) => "the file was not kept".to_string(),
+            };
             out.push(format!(
-                "journal {path}: dropped an unfinished last batch at offset {} ({} readable records, never acknowledged): {}",
-                torn.offset, torn.dropped, torn.reason
+                "journal {path}: its last batch is incomplete at offset {} ({}; {} readable records not replayed; a crash during a write leaves this, but so does a file cut from outside, so they may have been acknowledged); {kept}",
+                torn.offset, torn.reason, torn.dropped
             ));
         }
         if let Some(damage) = &self.damage {
@@ -90,6 +104,37 @@ impl Recovery {
             ));
         }
         out
+    }
+}
+
+impl Recovery {
+    /// Why the journal could not be replayed to its end (an incomplete last
+    /// batch, damage, an unreadable header), or `None` when it was. Then
+    /// the state opened may lack acknowledged decisions: the caller
+    /// rebuilds it from the node, as for a lost checkpoint. A checkpoint
+    /// replaced from outside ([`Recovery::superseded`]) is not this: it
+    /// wins on purpose.
+    #[must_use]
+    pub fn incomplete(&self) -> Option<String> {
+        let path = self.journal.display();
+        if let Some(damage) = &self.damage {
+            return Some(format!(
+                "journal {path} is damaged at offset {} ({}); the damaged file is kept as {}",
+                damage.offset,
+                damage.reason,
+                damage.aside.display()
+            ));
+        }
+        self.torn.as_ref().map(|torn| {
+            let kept = torn.aside.as_ref().map_or_else(
+                || "the file could not be kept".to_string(),
+                |aside| format!("the file is kept as {}", aside.display()),
+            );
+            format!(
+                "journal {path} ends in an incomplete batch at offset {} ({}); {kept}",
+                torn.offset, torn.reason
+            )
+        })
     }
 }
 

@@ -218,6 +218,16 @@ fn torn_last_record_is_dropped_and_erased() {
     assert_eq!(torn.dropped, 1, "the readable first record of that batch");
     assert!(opened.recovery.damage.is_none());
     assert_eq!(opened.recovery.warnings().len(), 1);
+    // Issue 27, item 1 (case B): the file cannot tell a crash from a cut,
+    // so the bytes are kept and the caller told to rebuild from the node.
+    let aside = torn.aside.clone().expect("kept");
+    assert_eq!(std::fs::read(&aside).expect("kept copy"), bytes);
+    assert!(opened.recovery.incomplete().is_some());
+    assert!(
+        !opened.recovery.warnings()[0].contains("never acknowledged"),
+        "{:?}",
+        opened.recovery.warnings()
+    );
     drop(opened);
     let again = open(dir.path());
     assert!(again.recovery.torn.is_none(), "the torn bytes were erased");

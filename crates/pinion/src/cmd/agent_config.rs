@@ -1,9 +1,9 @@
 //! The agent's configuration file as the state tools read it
 //! (`pinion state … --config FILE`): the keys that decide the policy, the
 //! state directory, the sysroot and the cgroup root, read with the agent's
-//! rules (kubelet's key names and defaults once a file is given; Pinion's
-//! embedded defaults — static policy, one CPU reserved, `/var/lib/pinion`
-//! — without one). Other keys of the file are the agent's business and are
+//! rules (kubelet's key names; a key absent takes Pinion's default —
+//! `pinion_core::policy::defaults`: static policy, one CPU reserved when
+//! no reservation is set, `/var/lib/pinion` — with or without a file). Other keys of the file are the agent's business and are
 //! ignored here; the agent itself validates them.
 //!
 //! The `pinion` binary does not link the agent (see ARCHITECTURE.md), so
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pinion_api::paths::DefaultPaths;
-use pinion_core::policy::{FeatureGates, PolicyConfig};
+use pinion_core::policy::{defaults, FeatureGates, PolicyConfig};
 use pinion_core::{CpuSet, Quantity};
 use serde::Deserialize;
 
@@ -48,17 +48,14 @@ pub struct AgentConfig {
 }
 
 impl AgentConfig {
-    /// The agent's configuration from `file`, or its embedded defaults.
+    /// The agent's configuration from `file`, or its defaults (a key the
+    /// file does not set takes the same default as no file).
     pub fn load(file: Option<&Path>) -> anyhow::Result<Self> {
         let defaults = DefaultPaths::current();
         let Some(path) = file else {
+            let policy = policy_config(&FileKeys::default())?;
             return Ok(Self {
-                policy: PolicyConfig {
-                    policy: Some("static".to_string()),
-                    feature_gates: Some(FeatureGates::default()),
-                    num_reserved: Some(1),
-                    ..PolicyConfig::default()
-                },
+                policy,
                 state_dir: defaults.state_dir,
                 sysroot: PathBuf::from("/"),
                 cgroup_root: None,
@@ -93,7 +90,7 @@ fn policy_config(keys: &FileKeys) -> anyhow::Result<PolicyConfig> {
     let name = keys
         .cpu_manager_policy
         .clone()
-        .unwrap_or_else(|| "none".to_string());
+        .unwrap_or_else(|| defaults::CPU_MANAGER_POLICY.to_string());
     let mut gates = FeatureGates::default();
     for (gate, on) in keys.feature_gates.iter().flatten() {
         match gate.as_str() {
@@ -119,14 +116,11 @@ fn policy_config(keys: &FileKeys) -> anyhow::Result<PolicyConfig> {
                 .with_context(|| format!("invalid reservedSystemCPUs {text:?}"))?,
         ),
     };
-    let num_reserved = match &reserved {
-        Some(cpus) => cpus.len(),
-        None => {
-            let milli = millicores(keys.kube_reserved.as_ref(), "kubeReserved.cpu")?
-                + millicores(keys.system_reserved.as_ref(), "systemReserved.cpu")?;
-            usize::try_from(milli.div_ceil(1000)).unwrap_or(usize::MAX)
-        }
-    };
+    let num_reserved = defaults::reserved_count(
+        reserved.as_ref().map(CpuSet::len),
+        millicores(keys.kube_reserved.as_ref(), "kubeReserved.cpu")?,
+        millicores(keys.system_reserved.as_ref(), "systemReserved.cpu")?,
+    );
     if name == "static" && num_reserved == 0 {
         anyhow::bail!("[cpumanager] unable to determine reserved CPU resources for static policy");
     }
@@ -157,13 +151,13 @@ fn scalar(value: &serde_yaml_ng::Value) -> Option<String> {
 fn millicores(
     map: Option<&BTreeMap<String, serde_yaml_ng::Value>>,
     field: &str,
-) -> anyhow::Result<u128> {
+) -> anyhow::Result<Option<u128>> {
     let Some(value) = map.and_then(|m| m.get("cpu")) else {
-        return Ok(0);
+        return Ok(None);
     };
     let text = scalar(value).with_context(|| format!("invalid {field}: must be a quantity"))?;
     let quantity = Quantity::parse(&text).with_context(|| format!("invalid {field} {text:?}"))?;
-    Ok(quantity.milli_value())
+    Ok(Some(quantity.milli_value()))
 }
 
 #[cfg(test)]
@@ -200,16 +194,20 @@ mod tests {
         );
     }
 
+    /// Issue 27, item 2: a file that sets other keys only took kubelet's
+    /// `none`, and the next start unpinned running workloads.
     #[test]
-    fn a_file_gets_kubelets_defaults_and_no_file_the_agents() {
-        assert_eq!(
-            load("").expect("empty").policy.policy.as_deref(),
-            Some("none")
-        );
+    fn regression_an_absent_key_takes_the_same_default_as_no_file() {
         let defaults = AgentConfig::load(None).expect("defaults");
         assert_eq!(defaults.policy.policy.as_deref(), Some("static"));
         assert_eq!(defaults.policy.num_reserved, Some(1));
-        let err = load("cpuManagerPolicy: static\n").expect_err("no reservation");
+        for yaml in ["", "stateDir: /srv/pinion\n", "cpuManagerPolicy: static\n"] {
+            let config = load(yaml).expect("reads");
+            assert_eq!(config.policy.policy, defaults.policy.policy, "{yaml:?}");
+            assert_eq!(config.policy.num_reserved, Some(1), "{yaml:?}");
+        }
+        let err = load("cpuManagerPolicy: static\nsystemReserved:\n  cpu: \"0\"\n")
+            .expect_err("no reservation");
         assert!(
             format!("{err:#}").contains("unable to determine reserved CPU resources"),
             "{err:#}"

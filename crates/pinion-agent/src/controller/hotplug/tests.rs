@@ -146,16 +146,18 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let mut controller = start(dir.path(), &host);
-    // Cores 1-3 taken: the shared pool is 0 (reserved) and its sibling 4.
+    // Cores 1-3 and CPU 4 taken: the shared pool is 0 (reserved), which
+    // admission leaves, as kubelet does.
     let mut held = CpuSet::new();
-    for (id, pid) in [
-        ("pinion-run-a", 10),
-        ("pinion-run-b", 11),
-        ("pinion-run-c", 12),
+    for (id, cpus, pid) in [
+        ("pinion-run-a", "2", 10),
+        ("pinion-run-b", "2", 11),
+        ("pinion-run-c", "2", 12),
+        ("pinion-run-d", "1", 13),
     ] {
-        held.union_with(&run(&mut controller, id, "2", pid));
+        held.union_with(&run(&mut controller, id, cpus, pid));
     }
-    assert_eq!(controller.engine.shared_pool(), set("0,4"));
+    assert_eq!(controller.engine.shared_pool(), set("0"));
     let c = controller
         .state()
         .assignment("pinion-run-c", "main")
@@ -171,7 +173,7 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
         .expect("c keeps one")
         .clone();
     assert_eq!(now, c.difference(&CpuSet::from_iter([victim])));
-    assert_eq!(controller.engine.shared_pool(), set("0,4"), "not emptied");
+    assert_eq!(controller.engine.shared_pool(), set("0"), "not emptied");
     assert_eq!(controller.counters.cpu_offline_short_total, 1);
     assert_eq!(controller.counters.cpu_offline_replaced_total, 0);
     let snapshot = controller.subscribe_snapshots().borrow().clone();
@@ -183,6 +185,42 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left_and_is_reported() {
         "{:?}",
         snapshot.hotplug
     );
+    assert_eq!(cgroup_cpus(&host, "pinion-run-c"), now);
+}
+
+/// Issue 27, item 3: the rule that keeps the shared pool is admission's —
+/// the reserved CPU keeps it, so the last free CPU replaces a lost one.
+#[test]
+fn a_lost_cpu_is_replaced_by_the_last_free_one_when_the_reserved_cpu_keeps_the_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host);
+    for (id, pid) in [
+        ("pinion-run-a", 10),
+        ("pinion-run-b", 11),
+        ("pinion-run-c", 12),
+    ] {
+        run(&mut controller, id, "2", pid);
+    }
+    assert_eq!(controller.engine.shared_pool(), set("0,4"));
+    let c = controller
+        .state()
+        .assignment("pinion-run-c", "main")
+        .expect("c")
+        .clone();
+    let victim = c.last().expect("c has cpus");
+    controller
+        .follow_topology(&offline(&victim.to_string()))
+        .expect("follows");
+    let now = controller
+        .state()
+        .assignment("pinion-run-c", "main")
+        .expect("c")
+        .clone();
+    assert_eq!(now.len(), 2, "{now}");
+    assert!(now.contains(4), "{now}");
+    assert_eq!(controller.engine.shared_pool(), set("0"));
+    assert_eq!(controller.counters.cpu_offline_replaced_total, 1);
     assert_eq!(cgroup_cpus(&host, "pinion-run-c"), now);
 }
 

@@ -1,0 +1,173 @@
+//! Issue 27, item 1: a damaged journal must not lose an acknowledged
+//! decision. The journal is damaged anywhere (bytes flipped, the file cut,
+//! a page zeroed) after acknowledged admissions and a release; at restart
+//! every acknowledged exclusive run that still runs keeps its CPUs, in the
+//! state and in its cgroup, because a journal that cannot be replayed to
+//! its end makes the node the truth (the rule of a lost checkpoint).
+
+use std::path::Path;
+
+use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::journal::format::FRAME_HEADER;
+use pinion_host::journal::scan::scan;
+use pinion_host::journal::JOURNAL;
+use proptest::prelude::*;
+
+use super::*;
+use crate::hints::GatheredHints;
+use crate::testing::{machine, run_request, SyntheticNode};
+
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    /// Four bytes inverted from this offset.
+    Flip(usize),
+    /// The file cut at this offset.
+    Truncate(usize),
+    /// 4096 bytes zeroed from this offset.
+    ZeroPage(usize),
+}
+
+impl Damage {
+    fn apply(self, path: &Path) {
+        let mut bytes = std::fs::read(path).expect("journal");
+        match self {
+            Damage::Flip(at) => {
+                for byte in bytes.iter_mut().skip(at).take(4) {
+                    *byte ^= 0xff;
+                }
+            }
+            Damage::Truncate(at) => bytes.truncate(at),
+            Damage::ZeroPage(at) => {
+                for byte in bytes.iter_mut().skip(at).take(4096) {
+                    *byte = 0;
+                }
+            }
+        }
+        std::fs::write(path, bytes).expect("damage");
+    }
+}
+
+/// The exclusive runs acknowledged and still running, with their CPUs.
+type Acknowledged = Vec<(&'static str, CpuSet)>;
+
+/// A node after three acknowledged exclusive runs, a shared one and a
+/// released one, the controller stopped.
+fn node_after_admissions(dir: &Path) -> (SyntheticNode, Acknowledged) {
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let mut controller = node.start(dir).expect("start");
+    let mut acknowledged = Vec::new();
+    for (id, cpus, pid) in [
+        ("pinion-run-a", Some("2"), 10),
+        ("pinion-run-s", None, 11),
+        ("pinion-run-b", Some("1"), 12),
+        ("pinion-run-gone", Some("1"), 13),
+        ("pinion-run-c", Some("2"), 14),
+    ] {
+        let admitted = controller
+            .admit(&run_request(id, cpus, Some(pid)), &GatheredHints::default())
+            .expect("admit");
+        if admitted.exclusive() && id != "pinion-run-gone" {
+            acknowledged.push((id, admitted.placement.cpus.clone()));
+        }
+    }
+    let gone = CgroupName::new("pinion-run-gone").expect("name");
+    node.host
+        .tree()
+        .children
+        .get_mut(&gone)
+        .expect("gone")
+        .pids
+        .clear();
+    controller
+        .release("pinion-run-gone", None)
+        .expect("release");
+    drop(controller);
+    (node, acknowledged)
+}
+
+/// Damages the journal, restarts, and checks every acknowledged run.
+fn restart_keeps_acknowledged_cpus(damage: Damage) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (node, acknowledged) = node_after_admissions(dir.path());
+    damage.apply(&dir.path().join(JOURNAL));
+    let controller = node
+        .start(dir.path())
+        .map_err(|err| TestCaseError::fail(format!("{damage:?}: the restart failed: {err}")))?;
+    let tree = node.host.tree();
+    for (id, cpus) in &acknowledged {
+        prop_assert_eq!(
+            controller.state().assignment(id, RUN_CONTAINER),
+            Some(cpus),
+            "{:?}: {} lost its cpus; start report {:?}",
+            damage,
+            id,
+            controller.start_report
+        );
+        let cgroup = CgroupName::new(id).expect("name");
+        prop_assert_eq!(&tree.children[&cgroup].cpus, cpus, "{:?}: {}", damage, id);
+    }
+    prop_assert_eq!(
+        controller
+            .state()
+            .assignment("pinion-run-gone", RUN_CONTAINER),
+        None
+    );
+    // Whatever the journal lost is said where `pinion ps` shows it.
+    if controller.start_report.rebuilt {
+        prop_assert!(
+            controller
+                .start_report
+                .lines
+                .iter()
+                .any(|l| l.contains("journal")),
+            "{:?}",
+            controller.start_report
+        );
+    }
+    Ok(())
+}
+
+/// Every record, hit at its header, its payload and its last byte, by
+/// every kind of damage.
+#[test]
+fn regression_damage_in_any_journal_record_keeps_every_acknowledged_run_on_its_cpus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _ = node_after_admissions(dir.path());
+    let bytes = std::fs::read(dir.path().join(JOURNAL)).expect("journal");
+    let frames = scan(&bytes).expect("readable").frames;
+    assert!(frames.len() >= 5, "{} frames", frames.len());
+    for frame in &frames {
+        let start = usize::try_from(frame.offset).expect("offset");
+        let size = usize::try_from(frame.size).expect("size");
+        for at in [start, start + FRAME_HEADER, start + size - 1] {
+            for damage in [Damage::Flip(at), Damage::Truncate(at), Damage::ZeroPage(at)] {
+                restart_keeps_acknowledged_cpus(damage).expect("kept");
+            }
+        }
+    }
+    // The header too.
+    for damage in [Damage::Flip(8), Damage::Truncate(20), Damage::ZeroPage(0)] {
+        restart_keeps_acknowledged_cpus(damage).expect("kept");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Anywhere in the file, and past its written end.
+    #[test]
+    fn damage_anywhere_keeps_every_acknowledged_run_on_its_cpus(
+        kind in 0u8..3,
+        at in 0usize..(4096 + 2048),
+    ) {
+        let damage = match kind {
+            0 => Damage::Flip(at),
+            1 => Damage::Truncate(at),
+            _ => Damage::ZeroPage(at),
+        };
+        restart_keeps_acknowledged_cpus(damage)?;
+    }
+}
