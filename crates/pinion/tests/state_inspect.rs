@@ -339,7 +339,7 @@ mod journal {
         let text = stdout(&output);
         assert!(text.contains("  tail      torn at offset "), "{text}");
         assert!(
-            text.contains("never acknowledged, dropped at restart (1 readable records: 4)"),
+            text.contains("an incomplete last batch, not replayed (1 readable records: 4)"),
             "{text}"
         );
         assert!(

@@ -300,7 +300,7 @@ impl TailView {
         match self.status {
             "clean" => "clean".to_string(),
             "torn" => format!(
-                "torn at offset {offset} ({reason}): an unfinished last batch, never acknowledged, dropped at restart ({} readable records: {})",
+                "torn at offset {offset} ({reason}): an incomplete last batch, not replayed ({} readable records: {}); a crash during its write leaves this, but so does a file cut from outside, so a restart keeps the file and rebuilds the state from the node",
                 seqs.len(),
                 if seqs.is_empty() { "none".to_string() } else { seqs.join(", ") }
             ),
