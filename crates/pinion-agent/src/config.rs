@@ -39,6 +39,11 @@ const BETA_GATE: &str = "CPUManagerPolicyBetaOptions";
 const RESIZE_GATE: &str = "InPlacePodVerticalScalingExclusiveCPUs";
 /// kubelet's gate for pod-level CPU sets (KEP-5526).
 const POD_LEVEL_GATE: &str = "PodLevelResourceManagers";
+/// kubelet's gate of the policy options themselves: GA and locked to true.
+const OPTIONS_GATE: &str = "CPUManagerPolicyOptions";
+/// The QoS Resource Manager proposal's switch (the same as
+/// `qosResourceManager.enabled`).
+const QRM_GATE: &str = "QoSResourceManager";
 
 /// An invalid configuration; every variant names the field.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +234,61 @@ pub struct Overrides {
     pub nri_socket: Option<PathBuf>,
     /// `--podresources-socket`: where the podresources API is served.
     pub podresources_socket: Option<PathBuf>,
+    /// kubelet's own flags, for operators who copy kubelet's command line.
+    pub kubelet: KubeletFlags,
+}
+
+/// kubelet's CPU and Topology Manager flags; each overrides its key in the
+/// file, as kubelet's flags override its config file.
+#[derive(Debug, Clone, Default)]
+pub struct KubeletFlags {
+    /// `--cpu-manager-policy` (`cpuManagerPolicy`).
+    pub cpu_manager_policy: Option<String>,
+    /// `--cpu-manager-policy-options` as given: `name=value,name=value`
+    /// (`cpuManagerPolicyOptions`).
+    pub cpu_manager_policy_options: Option<String>,
+    /// `--reserved-cpus` (`reservedSystemCPUs`).
+    pub reserved_cpus: Option<String>,
+    /// `--topology-manager-policy` (`topologyManagerPolicy`).
+    pub topology_manager_policy: Option<String>,
+    /// `--topology-manager-scope` (`topologyManagerScope`).
+    pub topology_manager_scope: Option<String>,
+}
+
+impl KubeletFlags {
+    /// `file` with the flags that are set in place of its keys.
+    fn apply(&self, mut file: FileConfig) -> Result<FileConfig, ConfigError> {
+        if let Some(policy) = &self.cpu_manager_policy {
+            file.cpu_manager_policy = Some(policy.clone());
+        }
+        if let Some(text) = &self.cpu_manager_policy_options {
+            let mut options = BTreeMap::new();
+            for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+                let Some((name, value)) = pair.split_once('=') else {
+                    return Err(field_error(
+                        "--cpu-manager-policy-options",
+                        pair,
+                        &"expected NAME=VALUE (pairs separated by commas)",
+                    ));
+                };
+                options.insert(
+                    name.trim().to_string(),
+                    serde_yaml_ng::Value::from(value.trim()),
+                );
+            }
+            file.cpu_manager_policy_options = Some(options);
+        }
+        if let Some(cpus) = &self.reserved_cpus {
+            file.reserved_system_cpus = Some(cpus.clone());
+        }
+        if let Some(policy) = &self.topology_manager_policy {
+            file.topology_manager_policy = Some(policy.clone());
+        }
+        if let Some(scope) = &self.topology_manager_scope {
+            file.topology_manager_scope = Some(scope.clone());
+        }
+        Ok(file)
+    }
 }
 
 /// The validated configuration.
@@ -275,6 +335,7 @@ impl Config {
         overrides: &Overrides,
         defaults: &DefaultPaths,
     ) -> Result<Self, ConfigError> {
+        let file = overrides.kubelet.apply(file)?;
         let (policy, features) = policy_config(&file)?;
         let reconcile_period = reconcile_period(file.cpu_manager_reconcile_period.as_deref())?;
         let metrics_text = overrides
@@ -289,7 +350,11 @@ impl Config {
         let pick = |flag: &Option<PathBuf>, file: Option<PathBuf>| flag.clone().or(file);
         let state_dir = pick(&overrides.state_dir, file.state_dir)
             .unwrap_or_else(|| defaults.state_dir.clone());
-        let qrm = QrmConfig::resolve(file.qos_resource_manager, &state_dir)?;
+        let qrm_gate = file
+            .feature_gates
+            .as_ref()
+            .and_then(|gates| gates.get(QRM_GATE).copied());
+        let qrm = QrmConfig::resolve(file.qos_resource_manager, &state_dir, qrm_gate)?;
         let pod_resources = PodResourcesConfig::resolve(
             file.pod_resources,
             overrides.podresources_socket.as_deref(),
@@ -394,12 +459,23 @@ fn feature_gates(
             BETA_GATE => out.beta = *enabled,
             RESIZE_GATE => features.in_place_resize_exclusive_cpus = *enabled,
             POD_LEVEL_GATE => features.pod_level_resource_managers = *enabled,
+            // kubelet's text for a locked GA gate.
+            OPTIONS_GATE if !*enabled => {
+                return Err(field_error(
+                    "featureGates",
+                    name,
+                    &format!("cannot set feature gate {OPTIONS_GATE} to false, feature is locked to true"),
+                ))
+            }
+            OPTIONS_GATE => {}
+            // Read by the `qosResourceManager` section.
+            QRM_GATE => {}
             _ => {
                 return Err(field_error(
                     "featureGates",
                     name,
                     &format!(
-                        "unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE}, {RESIZE_GATE}, {POD_LEVEL_GATE})"
+                        "unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE}, {OPTIONS_GATE}, {RESIZE_GATE}, {POD_LEVEL_GATE}, {QRM_GATE})"
                     ),
                 ))
             }

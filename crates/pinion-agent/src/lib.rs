@@ -16,5 +16,5 @@ pub mod server;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
 
-pub use config::{Config, ConfigError, DefaultPaths, Overrides};
+pub use config::{Config, ConfigError, DefaultPaths, KubeletFlags, Overrides};
 pub use daemon::{run, AgentError};

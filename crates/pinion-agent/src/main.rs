@@ -7,7 +7,7 @@ use std::str::FromStr as _;
 
 use anyhow::Context as _;
 use clap::Parser;
-use pinion_agent::{Config, DefaultPaths, Overrides};
+use pinion_agent::{Config, DefaultPaths, KubeletFlags, Overrides};
 
 /// Pinion's node agent: owns CPU assignments; local API, /metrics, NRI.
 /// Flags override the config file.
@@ -44,6 +44,26 @@ struct Args {
     /// (default <state-dir>/pod-resources/pinion.sock).
     #[arg(long)]
     podresources_socket: Option<PathBuf>,
+    /// kubelet's flag: the CPU manager policy, `none` or `static`
+    /// (overrides `cpuManagerPolicy`).
+    #[arg(long, value_name = "POLICY")]
+    cpu_manager_policy: Option<String>,
+    /// kubelet's flag: policy options as NAME=VALUE,NAME=VALUE (overrides
+    /// `cpuManagerPolicyOptions`).
+    #[arg(long, value_name = "OPTIONS")]
+    cpu_manager_policy_options: Option<String>,
+    /// kubelet's flag: the reserved CPUs as a cpulist (overrides
+    /// `reservedSystemCPUs`).
+    #[arg(long, value_name = "CPULIST")]
+    reserved_cpus: Option<String>,
+    /// kubelet's flag: the Topology Manager policy (overrides
+    /// `topologyManagerPolicy`).
+    #[arg(long, value_name = "POLICY")]
+    topology_manager_policy: Option<String>,
+    /// kubelet's flag: the Topology Manager scope, `container` or `pod`
+    /// (overrides `topologyManagerScope`).
+    #[arg(long, value_name = "SCOPE")]
+    topology_manager_scope: Option<String>,
     /// Log level: error, warn, info, debug or trace.
     #[arg(long, default_value = "info")]
     log_level: String,
@@ -87,6 +107,13 @@ fn run(args: &Args) -> anyhow::Result<()> {
         nri: args.nri,
         nri_socket: args.nri_socket.clone(),
         podresources_socket: args.podresources_socket.clone(),
+        kubelet: KubeletFlags {
+            cpu_manager_policy: args.cpu_manager_policy.clone(),
+            cpu_manager_policy_options: args.cpu_manager_policy_options.clone(),
+            reserved_cpus: args.reserved_cpus.clone(),
+            topology_manager_policy: args.topology_manager_policy.clone(),
+            topology_manager_scope: args.topology_manager_scope.clone(),
+        },
     };
     let config = Config::load(&overrides, &DefaultPaths::current())?;
     let runtime = pinion_agent::daemon::runtime().context("cannot start the async runtime")?;

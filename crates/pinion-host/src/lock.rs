@@ -163,8 +163,8 @@ pub struct NestedLock {
     pub holder: Holder,
 }
 
-/// Directories visited below a root, at most (a cgroup root holds one
-/// cgroup per workload; deeper trees are not agents' roots).
+/// Directories visited below a root, at most (a cgroup root holds a
+/// cgroup or two per workload).
 const MAX_WALK: usize = 100_000;
 
 /// A lock held on a directory that contains `root` (up to its file
@@ -208,12 +208,12 @@ pub fn nested_lock(root: &Path, proc_root: &Path) -> Option<NestedLock> {
             continue;
         };
         for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             visited += 1;
             if visited > MAX_WALK {
                 return None;
-            }
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
             }
             let path = entry.path();
             if let Some(nested) = found(&path, false) {

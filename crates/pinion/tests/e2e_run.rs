@@ -543,6 +543,72 @@ fn regression_a_second_agent_on_the_same_cgroup_root_is_refused() {
     assert_eq!(s.cgroup_cpus(&before[0]), held);
 }
 
+/// Issue 27, item 7: an agent whose cgroup root was inside another
+/// agent's root was accepted — both handed out CPU 1 "exclusively", and
+/// the outer one deleted the inner root as a stray. Inside and above are
+/// refused like the same root.
+#[test]
+fn regression_an_agent_whose_cgroup_root_nests_with_another_agents_is_refused() {
+    let Some(mut s) = setup() else { return };
+    s.start_agent();
+    s.spawn_run(Some("1"), &["sleep", "60"]);
+    let before = s.wait_for_workloads(1);
+    let inner = s.cgroup_root.join("nested-agent");
+    let out = s
+        .agent_command(
+            &s.dir.path().join("inner-state"),
+            &s.dir.path().join("inner.sock"),
+            &inner,
+        )
+        .output()
+        .expect("inner agent");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the inner agent must not start");
+    assert!(
+        stderr.contains(&format!("is inside {}", s.cgroup_root.display())),
+        "{stderr}"
+    );
+    assert!(!inner.exists(), "it left no cgroup behind");
+    // Above: an agent on `outer/inner` runs; a second on `outer` is refused.
+    let outer = s.cgroup_root.with_file_name(format!(
+        "{}-outer",
+        s.cgroup_root.file_name().expect("name").to_string_lossy()
+    ));
+    let inner = outer.join("inner");
+    let inner_socket = s.dir.path().join("inner2.sock");
+    let mut inner_agent = s
+        .agent_command(&s.dir.path().join("inner2-state"), &inner_socket, &inner)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("inner agent");
+    let mut waited = 0;
+    while !inner_socket.exists() && waited < 3000 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        waited += 1;
+    }
+    assert!(inner_socket.exists(), "the inner agent came up");
+    let out = s
+        .agent_command(
+            &s.dir.path().join("outer-state"),
+            &s.dir.path().join("outer.sock"),
+            &outer,
+        )
+        .output()
+        .expect("outer agent");
+    let _ = inner_agent.kill();
+    let _ = inner_agent.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the outer agent must not start");
+    assert!(
+        stderr.contains(&format!("is above {}", inner.display())),
+        "{stderr}"
+    );
+    assert!(inner.exists(), "the outer agent removed nothing");
+    let _ = std::fs::remove_dir(&inner);
+    let _ = std::fs::remove_dir(&outer);
+    assert_eq!(s.ps(), before, "the first agent's workloads are untouched");
+}
+
 /// Issue 10: a start that failed (here: the socket address is in use, and
 /// then a checkpoint that does not fit the configuration with
 /// `migrateOnStart: false` — since issue 13 an unreadable checkpoint no

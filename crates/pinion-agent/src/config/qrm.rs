@@ -60,14 +60,34 @@ pub struct QrmConfig {
 
 /// Defaults: plugins register in `<stateDir>/plugins_registry`, the
 /// registration socket is `<stateDir>/resource-plugins/kubelet.sock`,
-/// reconcile every 5 s, 10 s per call.
-pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(5);
+/// reconcile every 3 s (the QoS Resource Manager proposal's period), 10 s
+/// per call.
+pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(3);
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl QrmConfig {
-    /// The section for an agent whose state lives in `state_dir`.
-    pub fn resolve(file: Option<QrmFileConfig>, state_dir: &Path) -> Result<Self, ConfigError> {
-        let file = file.unwrap_or_default();
+    /// The section for an agent whose state lives in `state_dir`; `gate`
+    /// is the feature gate `QoSResourceManager` when `featureGates` sets it
+    /// (the proposal's switch, the same as `enabled`).
+    pub fn resolve(
+        file: Option<QrmFileConfig>,
+        state_dir: &Path,
+        gate: Option<bool>,
+    ) -> Result<Self, ConfigError> {
+        let mut file = file.unwrap_or_default();
+        if let Some(on) = gate {
+            if file.enabled.is_some_and(|enabled| enabled != on) {
+                return Err(field_error(
+                    "featureGates.QoSResourceManager",
+                    &on.to_string(),
+                    &format!(
+                        "contradicts qosResourceManager.enabled: {}; set one of them",
+                        !on
+                    ),
+                ));
+            }
+            file.enabled = Some(on);
+        }
         let period = |field, text: Option<&str>, default| -> Result<Duration, ConfigError> {
             let Some(text) = text else { return Ok(default) };
             let value =

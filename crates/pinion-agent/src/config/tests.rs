@@ -84,6 +84,7 @@ fn flags_override_the_file() {
         nri: false,
         nri_socket: None,
         podresources_socket: None,
+        kubelet: KubeletFlags::default(),
     };
     let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
     assert_eq!(config.state_dir, PathBuf::from("/from/flag"));
@@ -428,5 +429,81 @@ fn the_newest_kubelet_feature_gates_are_off_by_default_and_read() {
         err.to_string()
             .contains("InPlacePodVerticalScalingExclusiveCPUs"),
         "the known gates are listed: {err}"
+    );
+}
+
+/// Issue 28, item 6: operators who copy kubelet's command line pass its
+/// CPU and Topology Manager flags; each overrides its key in the file.
+#[test]
+fn kubelets_flags_override_the_file() {
+    let file = FileConfig::parse(
+        "cpuManagerPolicy: none\ntopologyManagerPolicy: none\n",
+        Path::new("f"),
+    )
+    .expect("parse");
+    let overrides = Overrides {
+        kubelet: KubeletFlags {
+            cpu_manager_policy: Some("static".into()),
+            cpu_manager_policy_options: Some(
+                "full-pcpus-only=true,strict-cpu-reservation=true".into(),
+            ),
+            reserved_cpus: Some("0,4".into()),
+            topology_manager_policy: Some("single-numa-node".into()),
+            topology_manager_scope: Some("pod".into()),
+        },
+        ..Overrides::default()
+    };
+    let config = Config::resolve(file, &overrides, &defaults()).expect("valid");
+    assert_eq!(config.policy.policy.as_deref(), Some("static"));
+    assert_eq!(config.policy.options["full-pcpus-only"], "true");
+    assert_eq!(config.policy.options["strict-cpu-reservation"], "true");
+    assert_eq!(
+        config.policy.reserved,
+        Some(CpuSet::parse_list("0,4").expect("cpus"))
+    );
+    assert_eq!(
+        config.policy.topology_manager_policy.as_deref(),
+        Some("single-numa-node")
+    );
+    assert_eq!(config.policy.topology_manager_scope.as_deref(), Some("pod"));
+    let bad = Overrides {
+        kubelet: KubeletFlags {
+            cpu_manager_policy_options: Some("full-pcpus-only".into()),
+            ..KubeletFlags::default()
+        },
+        ..Overrides::default()
+    };
+    let err = Config::resolve(FileConfig::default(), &bad, &defaults()).expect_err("no value");
+    assert_eq!(err.field(), Some("--cpu-manager-policy-options"), "{err}");
+    assert!(err.to_string().contains("full-pcpus-only"), "{err}");
+}
+
+/// Issue 28, items 4 and 6: kubelet's `CPUManagerPolicyOptions` gate is
+/// accepted (locked to true, as in kubelet) and the proposal's
+/// `QoSResourceManager` gate is the manager's switch; the proposal's
+/// reconcile period is the default.
+#[test]
+fn the_options_gate_and_the_qrm_gate_are_accepted() {
+    let config = resolve_yaml("featureGates:\n  CPUManagerPolicyOptions: true\n").expect("ok");
+    assert!(!config.qrm.enabled);
+    let err =
+        resolve_yaml("featureGates:\n  CPUManagerPolicyOptions: false\n").expect_err("locked");
+    assert!(
+        err.to_string().contains(
+            "cannot set feature gate CPUManagerPolicyOptions to false, feature is locked to true"
+        ),
+        "{err}"
+    );
+    let config = resolve_yaml("featureGates:\n  QoSResourceManager: true\n").expect("ok");
+    assert!(config.qrm.enabled);
+    assert_eq!(config.qrm.reconcile_period, Duration::from_secs(3));
+    let err = resolve_yaml(
+        "featureGates:\n  QoSResourceManager: false\nqosResourceManager:\n  enabled: true\n",
+    )
+    .expect_err("contradiction");
+    assert_eq!(
+        err.field(),
+        Some("featureGates.QoSResourceManager"),
+        "{err}"
     );
 }
