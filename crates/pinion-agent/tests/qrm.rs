@@ -274,8 +274,9 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
 
     // A plugin that has gone (spec §4.6): a pod with a QoS level other
     // than shared_cores is refused with the fork's text and nothing stays
-    // placed; a pod without one (or shared_cores) goes on without the
-    // plugin's settings; pods that do not need it are untouched.
+    // placed; a pod without one (or shared_cores) that asks for no
+    // exclusive CPUs goes on without the plugin's settings (one that does
+    // is refused: issue 27); pods that do not need it are untouched.
     served.stop().await;
     agent.wait_for_plugin(TAG, "stopped").await;
     let err = agent
@@ -302,9 +303,14 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
             .any(|w| w.pod == "pinion-run-orphan"),
         "a refused admission left a workload"
     );
+    agent
+        .handle
+        .admit(admission("pinion-run-exclusive", "1", &[(TAG, "1")], &[]))
+        .await
+        .expect_err("an exclusive request is never tolerated");
     let tolerated = agent
         .handle
-        .admit(admission("pinion-run-tolerated", "1", &[(TAG, "1")], &[]))
+        .admit(admission("pinion-run-tolerated", "500m", &[(TAG, "1")], &[]))
         .await
         .expect("no QoS level: the failure is tolerated");
     assert!(

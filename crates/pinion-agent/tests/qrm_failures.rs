@@ -623,3 +623,66 @@ async fn regression_plugins_that_allocated_before_a_failing_one_forget_the_pod()
     forgotten_once(&agent, &good, "pinion-run-half").await;
     agent.stop().await;
 }
+
+/// Regression (issue 27, item 6): with the `cpu` plugin hung past its
+/// deadline or dead (its socket gone), `pinion run --cpus 1` — a pod
+/// without a QoS level asking for one exclusive CPU — was tolerated (§4.6)
+/// and placed in the shared pool without a word. An exclusive request now
+/// fails, naming the plugin and the reason; a shared request (no
+/// exclusivity asked) is still tolerated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_exclusive_run_fails_when_the_cpu_plugin_is_hung_or_dead() {
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        Duration::from_secs(1),
+    );
+    let cpu = Knob::one("cpu", "CpusetCpus", "2-3", "cpu");
+    let served = agent.serve(cpu.clone());
+    agent.wait_for_plugin("cpu", "active").await;
+
+    // Hung: past the deadline.
+    cpu.state().hang_allocate = true;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-hung", "1", &[], &[]))
+        .await
+        .expect_err("an exclusive request never runs shared");
+    assert!(
+        err.to_string().contains(
+            "allocate for resources cpu for pod: pinion/pinion-run-hung, container: main got error: resource plugin cpu did not answer Allocate within 1s"
+        ),
+        "{err}"
+    );
+    assert!(!placed(&agent, "pinion-run-hung"));
+    let shared = agent
+        .handle
+        .admit(admission("pinion-run-shared-hung", "500m", &[], &[]))
+        .await
+        .expect("a shared request is tolerated");
+    assert!(!shared.placement.is_exclusive());
+    cpu.state().hang_allocate = false;
+
+    // Dead: its socket removed, the endpoint stopped.
+    served.stop().await;
+    agent.wait_for_plugin("cpu", "stopped").await;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-dead", "1", &[], &[]))
+        .await
+        .expect_err("an exclusive request never runs shared");
+    assert!(
+        err.to_string().contains(
+            "allocate for resources cpu for pod: pinion/pinion-run-dead, container: main got error: endpoint cpu has been stopped"
+        ),
+        "{err}"
+    );
+    assert!(!placed(&agent, "pinion-run-dead"));
+    agent
+        .handle
+        .admit(admission("pinion-run-shared-dead", "500m", &[], &[]))
+        .await
+        .expect("a shared request is tolerated");
+    agent.stop().await;
+}

@@ -16,6 +16,7 @@ pub mod policy;
 pub mod pools;
 pub mod qos;
 pub mod qrm_checkpoint;
+pub mod qrm_rules;
 pub mod quantity;
 pub mod rebuild;
 pub mod record;

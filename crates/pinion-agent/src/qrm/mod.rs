@@ -26,6 +26,7 @@ use pinion_api::entries;
 use pinion_api::resourceplugin as rp;
 use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
 use pinion_core::pod::Pod;
+use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::provider::ResourceHints;
 use pinion_core::topomgr::TopologyHint;
 use tokio::sync::watch;
@@ -189,7 +190,8 @@ impl Qrm {
     /// (§4.5): the allocations by resource name (several names per plugin
     /// when it answers "accompanying" ones). A failed call fails the
     /// admission, except for `shared_cores` pods (and pods without a QoS
-    /// level), whose failed resource is skipped (§4.6).
+    /// level) that asked for no exclusive CPUs, whose failed resource is
+    /// skipped (§4.6, [`allocation_failure_is_tolerated`]).
     pub async fn allocate(
         &self,
         pod: &Pod,
@@ -203,10 +205,10 @@ impl Qrm {
             match result {
                 Ok(answer) => allocations.extend(answer),
                 Err(source)
-                    if request::allocation_failure_is_tolerated(pod)
+                    if allocation_failure_is_tolerated(pod, container)
                         && !matches!(source, CallError::Malformed { .. }) =>
                 {
-                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod: {source}");
+                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod that asked for no exclusive cpus: {source}");
                 }
                 Err(source) => {
                     return Err(QrmError::Allocate {
