@@ -375,6 +375,13 @@ impl Qrm {
         }
         let dir = self.config.plugin_registration_dir.clone();
         let dir_watch = watcher::watch_dir(&dir).map_err(|err| QrmError::Start(err.to_string()))?;
+        let socket_dir = self
+            .config
+            .registration_socket
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        trusted_dirs(&dir, &socket_dir)?;
         let incoming =
             pinion_api::uds::bind(&self.config.registration_socket, 0o600).map_err(|err| {
                 QrmError::Start(format!(
@@ -384,12 +391,7 @@ impl Qrm {
             })?;
         let service = register::RegistrationService {
             registry: Arc::clone(&self.registry),
-            socket_dir: self
-                .config
-                .registration_socket
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_default(),
+            socket_dir,
         };
         let mut server_stop = stop.clone();
         let socket = self.config.registration_socket.clone();
@@ -427,6 +429,30 @@ impl Qrm {
             )),
         ])
     }
+}
+
+/// Refuses to start when someone other than root or the agent's user can
+/// put a socket into the plugin-watcher directory `dir` or the directory
+/// of the registration socket `socket_dir` (created 0750 if missing), or
+/// swap either or a parent (`pinion_host::trust`): a plugin decides where
+/// containers run.
+fn trusted_dirs(dir: &std::path::Path, socket_dir: &std::path::Path) -> Result<(), QrmError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(socket_dir)
+        .map_err(|err| {
+            QrmError::Start(format!(
+                "creating the registration socket's directory {}: {err}",
+                socket_dir.display()
+            ))
+        })?;
+    let agent = pinion_host::trust::agent_uid();
+    for dir in [dir, socket_dir] {
+        pinion_host::trust::check_dir(dir, agent).map_err(|err| QrmError::Start(err.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The plugins as a hint source of the admission pipeline.
