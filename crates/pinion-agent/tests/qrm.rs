@@ -628,26 +628,27 @@ async fn a_plugins_oci_settings_become_cgroup_files_and_follow_reconcile() {
 /// follows the plugin's new answer as soon as the second is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
-    const WIDGET: &str = "example.com/widget";
+    // The cpu plugin: only it may set the cpuset.
+    const CPU: &str = "cpu";
     let options = QrmNodeOptions::new(Duration::from_secs(3600));
     let agent = Agent::start_with_options(
         tempfile::tempdir().expect("tempdir"),
         FakeCgroups::default(),
         &options,
     );
-    let knob = Knob::one(WIDGET, "CpusetCpus", "1", "widget");
+    let knob = Knob::one(CPU, "CpusetCpus", "1", "widget");
     let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(WIDGET, "active").await;
+    agent.wait_for_plugin(CPU, "active").await;
     let first = agent
         .handle
-        .admit(admission("pinion-run-first", "500m", &[(WIDGET, "1")], &[]))
+        .admit(admission("pinion-run-first", "500m", &[], &[]))
         .await
         .expect("first");
     assert_eq!(first.placement.cpus, set("1"));
     // The plugin moves every container it holds to CPU 2 while it
     // allocates the second one.
     knob.state().answer = [(
-        WIDGET.to_string(),
+        CPU.to_string(),
         qrm_common::info("CpusetCpus", "2", "widget"),
     )]
     .into();
@@ -656,7 +657,7 @@ async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
         .admit(admission(
             "pinion-run-second",
             "500m",
-            &[(WIDGET, "1")],
+            &[],
             &[],
         ))
         .await
@@ -819,7 +820,7 @@ async fn a_plugin_over_a_socket_is_told_each_calls_deadline() {
     );
     let told = Arc::new(Mutex::new(Vec::new()));
     let plugin = ToldDeadlines {
-        plugin: pinion_plugins::grpc::GrpcPlugin::new(Knob::one(WIDGET, "CpusetCpus", "1", "w")),
+        plugin: pinion_plugins::grpc::GrpcPlugin::new(Knob::one(WIDGET, "CpuShares", "512", "w")),
         told: Arc::clone(&told),
     };
     let socket = agent.registry_dir().join("told.sock");

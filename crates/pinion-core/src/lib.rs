@@ -10,6 +10,7 @@ pub mod hotplug;
 pub mod migrate;
 pub mod placement;
 pub mod plugin_allocation;
+pub mod plugin_answer;
 pub mod pod;
 pub mod podresources;
 pub mod policy;

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use pinion_api::entries;
 use pinion_api::resourceplugin as rp;
 use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+use pinion_core::plugin_answer;
 use pinion_core::pod::Pod;
 use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::provider::ResourceHints;
@@ -245,6 +246,8 @@ impl Qrm {
                 client.allocate(wire, timeout).await
             })
             .await?;
+        plugin_answer::check_pod(&pod.uid, &response.pod_uid)
+            .map_err(|err| self.refuse(&plugin.resource, "Allocate", &err))?;
         let allocations: PluginAllocations = response
             .allocation_result
             .map(|result| {
@@ -260,22 +263,34 @@ impl Qrm {
         Ok(allocations)
     }
 
+    /// Whether the answer of `resource`'s plugin can be applied (its OCI
+    /// properties, `pinion_core::plugin_allocation::check`) and may be
+    /// (`pinion_core::plugin_answer::check`: only the `cpu` plugin sets
+    /// the cpuset; names, values and quantities a runtime takes). A refusal
+    /// is the plugin's error.
     fn check_answer(
         &self,
         resource: &str,
         method: &str,
         allocations: &PluginAllocations,
     ) -> Result<(), CallError> {
-        pinion_core::plugin_allocation::check(allocations).map_err(|err| {
-            let error = CallError::Malformed {
-                resource: resource.to_string(),
-                method: method.to_string(),
-                reason: err.to_string(),
-            };
-            tracing::warn!(%resource, "{error}");
-            self.registry.note_error(resource, method, &error);
-            error
-        })
+        pinion_core::plugin_allocation::check(allocations)
+            .map_err(|err| self.refuse(resource, method, &err))?;
+        plugin_answer::check(resource, allocations)
+            .map_err(|err| self.refuse(resource, method, &err))
+    }
+
+    /// The plugin's answer to `method` refused for `reason`: logged,
+    /// counted as the plugin's error.
+    fn refuse(&self, resource: &str, method: &str, reason: &impl std::fmt::Display) -> CallError {
+        let error = CallError::Malformed {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            reason: reason.to_string(),
+        };
+        tracing::warn!(%resource, "{error}");
+        self.registry.note_error(resource, method, &error);
+        error
     }
 
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
