@@ -310,7 +310,12 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
         .expect_err("an exclusive request is never tolerated");
     let tolerated = agent
         .handle
-        .admit(admission("pinion-run-tolerated", "500m", &[(TAG, "1")], &[]))
+        .admit(admission(
+            "pinion-run-tolerated",
+            "500m",
+            &[(TAG, "1")],
+            &[],
+        ))
         .await
         .expect("no QoS level: the failure is tolerated");
     assert!(
@@ -654,12 +659,7 @@ async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
     .into();
     agent
         .handle
-        .admit(admission(
-            "pinion-run-second",
-            "500m",
-            &[],
-            &[],
-        ))
+        .admit(admission("pinion-run-second", "500m", &[], &[]))
         .await
         .expect("second");
     agent

@@ -783,7 +783,9 @@ async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin(
     answer(&cpu, info("CpusetCpus", &free, "c"));
 
     let mut split = info("CpuShares", "512", "w");
-    split.envs.insert("EVIL".into(), "1\nLD_PRELOAD=/tmp/x.so".into());
+    split
+        .envs
+        .insert("EVIL".into(), "1\nLD_PRELOAD=/tmp/x.so".into());
     answer(&widget, split);
     refused(
         "pinion-run-split-env",

@@ -60,9 +60,11 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
     let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
     wait_until("the widget and cpu plugins are active", || {
         let views = agent.handle.plugins();
-        [WIDGET, "cpu"]
-            .iter()
-            .all(|r| views.iter().any(|v| v.resource == *r && v.state == "active"))
+        [WIDGET, "cpu"].iter().all(|r| {
+            views
+                .iter()
+                .any(|v| v.resource == *r && v.state == "active")
+        })
     })
     .await;
 

@@ -47,7 +47,9 @@ async fn regression_a_registration_directory_writable_by_others_stops_the_start(
     let dir = state.path().join("plugins_registry");
     std::fs::create_dir(&dir).unwrap();
     chmod(&dir, 0o777);
-    let err = try_start(state.path()).err().expect("a 0777 directory is refused");
+    let err = try_start(state.path())
+        .err()
+        .expect("a 0777 directory is refused");
     let uid = pinion_host::trust::agent_uid();
     assert_eq!(
         err.to_string(),
@@ -61,7 +63,9 @@ async fn regression_a_registration_directory_writable_by_others_stops_the_start(
     // swap the directory for their own.
     let state = tempfile::tempdir().unwrap();
     chmod(state.path(), 0o777);
-    let err = try_start(state.path()).err().expect("a 0777 parent is refused");
+    let err = try_start(state.path())
+        .err()
+        .expect("a 0777 parent is refused");
     assert!(
         err.to_string().contains(&format!(
             "{} (a parent of the plugin registration directory) is writable by others (owner uid {uid}, mode 0777)",
@@ -87,7 +91,9 @@ async fn regression_a_registration_directory_owned_by_another_user_stops_the_sta
     std::fs::create_dir(&dir).unwrap();
     chmod(&dir, 0o700);
     std::os::unix::fs::chown(&dir, Some(NOBODY), None).unwrap();
-    let err = try_start(state.path()).err().expect("nobody's directory is refused");
+    let err = try_start(state.path())
+        .err()
+        .expect("nobody's directory is refused");
     assert!(
         err.to_string().contains(&format!(
             "{} (the plugin registration directory) is owned by uid {NOBODY} (mode 0700): only root or the agent's uid 0 may own it",
@@ -118,7 +124,12 @@ impl Helper {
     fn start(socket: &Path) -> Helper {
         let exe = std::env::current_exe().unwrap();
         let child = Command::new(exe)
-            .args(["--exact", "helper_listen_as_nobody", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "helper_listen_as_nobody",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HELPER_ENV, socket)
             .uid(NOBODY)
             .gid(NOBODY)
@@ -192,7 +203,11 @@ async fn regression_a_plugin_served_by_another_user_is_refused() {
     // The watcher saw the socket appear and refused it too.
     let settle = Instant::now() + Duration::from_millis(500).min(PATIENCE);
     while Instant::now() < settle {
-        assert!(node.handle.plugins().is_empty(), "{:?}", node.handle.plugins());
+        assert!(
+            node.handle.plugins().is_empty(),
+            "{:?}",
+            node.handle.plugins()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     node.stop().await;

@@ -55,7 +55,10 @@ pub async fn connect_served_by(
                 if !allowed(uid) {
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,
-                        format!("{} is served by uid {uid}, which is not allowed", socket.display()),
+                        format!(
+                            "{} is served by uid {uid}, which is not allowed",
+                            socket.display()
+                        ),
                     ));
                 }
                 Ok(TokioIo::new(stream))

@@ -97,7 +97,12 @@ pub fn check(plugin: &str, allocations: &PluginAllocations) -> Result<(), Answer
             });
         }
         check_keys(resource, "environment variable", &allocation.envs, env_name)?;
-        check_keys(resource, "annotation", &allocation.annotations, annotation_name)?;
+        check_keys(
+            resource,
+            "annotation",
+            &allocation.annotations,
+            annotation_name,
+        )?;
     }
     Ok(())
 }
@@ -146,7 +151,12 @@ pub fn check_cpus(
 
 /// Checks that a journal record of `size` bytes for the allocations of
 /// `container` of `pod` fits the journal's `limit`.
-pub fn check_size(pod: &str, container: &str, size: usize, limit: usize) -> Result<(), AnswerError> {
+pub fn check_size(
+    pod: &str,
+    container: &str,
+    size: usize,
+    limit: usize,
+) -> Result<(), AnswerError> {
     if size <= limit {
         Ok(())
     } else {

@@ -71,15 +71,31 @@ mod tests {
                 pod(None, "1500m", Some("1500m")),
                 true,
             ),
-            ("shared_cores, burstable", pod(Some("shared_cores"), "1", None), true),
-            ("no level, guaranteed 1 (--cpus 1)", pod(None, "1", Some("1")), false),
+            (
+                "shared_cores, burstable",
+                pod(Some("shared_cores"), "1", None),
+                true,
+            ),
+            (
+                "no level, guaranteed 1 (--cpus 1)",
+                pod(None, "1", Some("1")),
+                false,
+            ),
             (
                 "shared_cores, guaranteed 2",
                 pod(Some("shared_cores"), "2", Some("2")),
                 false,
             ),
-            ("dedicated_cores", pod(Some("dedicated_cores"), "500m", None), false),
-            ("reclaimed_cores", pod(Some("reclaimed_cores"), "1", None), false),
+            (
+                "dedicated_cores",
+                pod(Some("dedicated_cores"), "500m", None),
+                false,
+            ),
+            (
+                "reclaimed_cores",
+                pod(Some("reclaimed_cores"), "1", None),
+                false,
+            ),
         ];
         for (name, pod, tolerated) in cases {
             assert_eq!(

@@ -203,7 +203,11 @@ mod tests {
             (Place::Parent, 0, 0o1770, None),
         ];
         for (place, uid, mode, expected) in cases {
-            assert_eq!(verdict(place, uid, mode, AGENT), expected, "{place:?} {uid} {mode:o}");
+            assert_eq!(
+                verdict(place, uid, mode, AGENT),
+                expected,
+                "{place:?} {uid} {mode:o}"
+            );
         }
         for (place, mode) in [
             (Place::Dir, 0o777),
@@ -239,18 +243,27 @@ mod tests {
 
         chmod(&dir, 0o777);
         let err = check_dir(&dir, me).expect_err("0777");
-        assert!(matches!(err, TrustError::Writable { mode: 0o777, .. }), "{err}");
+        assert!(
+            matches!(err, TrustError::Writable { mode: 0o777, .. }),
+            "{err}"
+        );
         assert!(err.to_string().starts_with(&format!(
             "{} (the plugin registration directory) is writable by others (owner uid {me}, mode 0777)",
             dir.display()
         )), "{err}");
         chmod(&dir, 0o1777);
-        assert!(check_dir(&dir, me).is_err(), "sticky does not protect the directory itself");
+        assert!(
+            check_dir(&dir, me).is_err(),
+            "sticky does not protect the directory itself"
+        );
         chmod(&dir, 0o750);
 
         chmod(&parent, 0o777);
         let err = check_dir(&dir, me).expect_err("parent 0777");
-        assert!(matches!(err, TrustError::Writable { ref path, .. } if *path == parent), "{err}");
+        assert!(
+            matches!(err, TrustError::Writable { ref path, .. } if *path == parent),
+            "{err}"
+        );
         chmod(&parent, 0o1777);
         check_dir(&dir, me).expect("a sticky parent protects its children");
         chmod(&parent, 0o755);
@@ -260,7 +273,10 @@ mod tests {
         std::os::unix::fs::symlink(&dir, &link).expect("symlink");
         check_dir(&link, me).expect("a trusted link to a trusted directory");
         chmod(&dir, 0o777);
-        assert!(check_dir(&link, me).is_err(), "the link's target is writable by others");
+        assert!(
+            check_dir(&link, me).is_err(),
+            "the link's target is writable by others"
+        );
     }
 
     /// Regression (issue 27, item 5): a registration directory owned by
@@ -292,6 +308,9 @@ mod tests {
         std::os::unix::fs::symlink(&mine, &link).expect("symlink");
         std::os::unix::fs::lchown(&link, Some(NOBODY), None).expect("lchown");
         let err = check_dir(&link, 0).expect_err("a link owned by nobody");
-        assert!(matches!(err, TrustError::Owner { uid: NOBODY, .. }), "{err}");
+        assert!(
+            matches!(err, TrustError::Owner { uid: NOBODY, .. }),
+            "{err}"
+        );
     }
 }

@@ -765,10 +765,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
         loop {
             let out = s.pinion(&["plugins"]);
             let table = String::from_utf8_lossy(&out.stdout).to_string();
-            if table
-                .lines()
-                .any(|l| l.starts_with("cpu  active"))
-            {
+            if table.lines().any(|l| l.starts_with("cpu  active")) {
                 return child;
             }
             assert!(

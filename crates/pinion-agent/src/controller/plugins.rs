@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
+use pinion_core::plugin_answer::{self, AnswerError};
 use pinion_core::pod::Pod;
 use pinion_core::record::{Record, SideData, SideValue};
 use pinion_core::topomgr::TopologyHint;
-use pinion_core::plugin_answer::{self, AnswerError};
 use pinion_core::{CpuSet, Placement};
 use pinion_host::journal::format::MAX_PAYLOAD;
 

@@ -465,7 +465,8 @@ fn trusted_dirs(dir: &std::path::Path, socket_dir: &std::path::Path) -> Result<(
         })?;
     let agent = pinion_host::trust::agent_uid();
     for dir in [dir, socket_dir] {
-        pinion_host::trust::check_dir(dir, agent).map_err(|err| QrmError::Start(err.to_string()))?;
+        pinion_host::trust::check_dir(dir, agent)
+            .map_err(|err| QrmError::Start(err.to_string()))?;
     }
     Ok(())
 }

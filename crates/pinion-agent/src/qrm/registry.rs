@@ -143,9 +143,17 @@ pub enum RegisterError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UntrustedSocket {
     #[error("plugin socket {} is owned by uid {uid}: only root or the agent's uid {agent} may register a resource plugin", .socket.display())]
-    Owner { socket: PathBuf, uid: u32, agent: u32 },
+    Owner {
+        socket: PathBuf,
+        uid: u32,
+        agent: u32,
+    },
     #[error("plugin socket {} is served by a process of uid {uid}: only root or the agent's uid {agent} may register a resource plugin", .socket.display())]
-    Server { socket: PathBuf, uid: u32, agent: u32 },
+    Server {
+        socket: PathBuf,
+        uid: u32,
+        agent: u32,
+    },
 }
 
 /// One registered (or remembered) plugin.

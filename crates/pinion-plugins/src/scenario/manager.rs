@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use pinion_core::cpuset::CpuSet;
 use pinion_core::pod::Pod;
-use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::pools::{Change, PoolLoad};
 use pinion_core::qos::{self, QosLevel};
+use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::{NumaMask, Policy, TopologyHint, TopologyManager};
 use pinion_core::Topology;
 
