@@ -39,15 +39,15 @@ pub enum AnswerError {
     #[error("resource {resource}: CpusetCpus {cpus} has cpus {outside} that are offline or not on this machine (online: {online})")]
     CpusNotOnline {
         resource: String,
-        cpus: CpuSet,
-        outside: CpuSet,
-        online: CpuSet,
+        cpus: Box<CpuSet>,
+        outside: Box<CpuSet>,
+        online: Box<CpuSet>,
     },
     #[error("resource {resource}: CpusetCpus {cpus} takes cpus {taken} that other workloads hold exclusively")]
     CpusTaken {
         resource: String,
-        cpus: CpuSet,
-        taken: CpuSet,
+        cpus: Box<CpuSet>,
+        taken: Box<CpuSet>,
     },
     #[error("resource {resource}: {what} name {name:?} {defect}")]
     Name {
@@ -133,17 +133,17 @@ pub fn check_cpus(
     if !outside.is_empty() {
         return Err(AnswerError::CpusNotOnline {
             resource: resource.to_string(),
-            cpus: cpus.clone(),
-            outside,
-            online: online.clone(),
+            cpus: Box::new(cpus.clone()),
+            outside: Box::new(outside),
+            online: Box::new(online.clone()),
         });
     }
     let taken = cpus.intersection(taken);
     if !taken.is_empty() {
         return Err(AnswerError::CpusTaken {
             resource: resource.to_string(),
-            cpus: cpus.clone(),
-            taken,
+            cpus: Box::new(cpus.clone()),
+            taken: Box::new(taken),
         });
     }
     Ok(())
@@ -283,8 +283,8 @@ mod tests {
             err,
             AnswerError::CpusTaken {
                 resource: "cpu".into(),
-                cpus: set("3-5"),
-                taken: set("4-5"),
+                cpus: Box::new(set("3-5")),
+                taken: Box::new(set("4-5")),
             }
         );
     }
