@@ -1,6 +1,6 @@
 //! One reconcile pass of the QoS Resource Manager on a dense node: 500
 //! runtime containers, each holding an allocation of three resource plugins
-//! served over real unix sockets (a cpuset plugin answering `CpusetCpus`, a
+//! served over real unix sockets (the `cpu` plugin answering `CpusetCpus`, a
 //! memory plugin answering `CpusetMems`, a NIC plugin answering an
 //! environment variable and an annotation only). A pass is what the
 //! reconcile loop does: `GetResourcesAllocation` of each plugin (1500
@@ -35,7 +35,9 @@ const CONTAINERS: usize = 500;
 /// Answers changed per pass in the 1 % case (of 3 × 500).
 const CHANGED: usize = 15;
 const PLUGINS: [(&str, &str); 3] = [
-    ("example.com/cpuset", "CpusetCpus"),
+    // The cpu plugin: only it may set the cpuset (a container asks it by
+    // its CPU request).
+    ("cpu", "CpusetCpus"),
     ("example.com/mems", "CpusetMems"),
     ("example.com/nic", ""),
 ];
@@ -94,7 +96,7 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
                 plugin.set_default(&answer(p, n, 0));
             }
             let uid = uid(n);
-            let mut request = runtime_request(&uid, None, &format!("container-{n}"));
+            let mut request = runtime_request(&uid, Some("500m"), &format!("container-{n}"));
             let name = request.container.clone();
             let container = request
                 .pod
@@ -102,7 +104,7 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
                 .iter_mut()
                 .find(|c| c.name == name)
                 .expect("container");
-            for (resource, _) in PLUGINS {
+            for (resource, _) in PLUGINS.iter().filter(|(r, _)| *r != "cpu") {
                 container
                     .extended_requests
                     .insert(resource.to_string(), Quantity::parse("1").expect("1"));

@@ -274,8 +274,9 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
 
     // A plugin that has gone (spec §4.6): a pod with a QoS level other
     // than shared_cores is refused with the fork's text and nothing stays
-    // placed; a pod without one (or shared_cores) goes on without the
-    // plugin's settings; pods that do not need it are untouched.
+    // placed; a pod without one (or shared_cores) that asks for no
+    // exclusive CPUs goes on without the plugin's settings (one that does
+    // is refused: issue 27); pods that do not need it are untouched.
     served.stop().await;
     agent.wait_for_plugin(TAG, "stopped").await;
     let err = agent
@@ -302,9 +303,19 @@ async fn a_plugins_settings_reach_the_container_and_its_changes_are_pushed_by_re
             .any(|w| w.pod == "pinion-run-orphan"),
         "a refused admission left a workload"
     );
+    agent
+        .handle
+        .admit(admission("pinion-run-exclusive", "1", &[(TAG, "1")], &[]))
+        .await
+        .expect_err("an exclusive request is never tolerated");
     let tolerated = agent
         .handle
-        .admit(admission("pinion-run-tolerated", "1", &[(TAG, "1")], &[]))
+        .admit(admission(
+            "pinion-run-tolerated",
+            "500m",
+            &[(TAG, "1")],
+            &[],
+        ))
         .await
         .expect("no QoS level: the failure is tolerated");
     assert!(
@@ -622,37 +633,33 @@ async fn a_plugins_oci_settings_become_cgroup_files_and_follow_reconcile() {
 /// follows the plugin's new answer as soon as the second is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allocation_is_followed_by_a_reconcile_pass_at_once() {
-    const WIDGET: &str = "example.com/widget";
+    // The cpu plugin: only it may set the cpuset.
+    const CPU: &str = "cpu";
     let options = QrmNodeOptions::new(Duration::from_secs(3600));
     let agent = Agent::start_with_options(
         tempfile::tempdir().expect("tempdir"),
         FakeCgroups::default(),
         &options,
     );
-    let knob = Knob::one(WIDGET, "CpusetCpus", "1", "widget");
+    let knob = Knob::one(CPU, "CpusetCpus", "1", "widget");
     let _served = agent.serve(knob.clone());
-    agent.wait_for_plugin(WIDGET, "active").await;
+    agent.wait_for_plugin(CPU, "active").await;
     let first = agent
         .handle
-        .admit(admission("pinion-run-first", "500m", &[(WIDGET, "1")], &[]))
+        .admit(admission("pinion-run-first", "500m", &[], &[]))
         .await
         .expect("first");
     assert_eq!(first.placement.cpus, set("1"));
     // The plugin moves every container it holds to CPU 2 while it
     // allocates the second one.
     knob.state().answer = [(
-        WIDGET.to_string(),
+        CPU.to_string(),
         qrm_common::info("CpusetCpus", "2", "widget"),
     )]
     .into();
     agent
         .handle
-        .admit(admission(
-            "pinion-run-second",
-            "500m",
-            &[(WIDGET, "1")],
-            &[],
-        ))
+        .admit(admission("pinion-run-second", "500m", &[], &[]))
         .await
         .expect("second");
     agent
@@ -813,7 +820,7 @@ async fn a_plugin_over_a_socket_is_told_each_calls_deadline() {
     );
     let told = Arc::new(Mutex::new(Vec::new()));
     let plugin = ToldDeadlines {
-        plugin: pinion_plugins::grpc::GrpcPlugin::new(Knob::one(WIDGET, "CpusetCpus", "1", "w")),
+        plugin: pinion_plugins::grpc::GrpcPlugin::new(Knob::one(WIDGET, "CpuShares", "512", "w")),
         told: Arc::clone(&told),
     };
     let socket = agent.registry_dir().join("told.sock");

@@ -14,6 +14,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use pinion_agent::qrm::PluginView;
+use pinion_api::plugin::Identity;
+use pinion_api::resourceplugin as rp;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_plugins::grpc::GrpcPlugin;
 use qrm_common::{admission, info, wait_until, Agent, Knob, ServedPlugin};
@@ -621,5 +623,244 @@ async fn regression_plugins_that_allocated_before_a_failing_one_forget_the_pod()
         "the good plugin allocated before the bad one failed"
     );
     forgotten_once(&agent, &good, "pinion-run-half").await;
+    agent.stop().await;
+}
+
+/// Regression (issue 27, item 6): with the `cpu` plugin hung past its
+/// deadline or dead (its socket gone), `pinion run --cpus 1` — a pod
+/// without a QoS level asking for one exclusive CPU — was tolerated (§4.6)
+/// and placed in the shared pool without a word. An exclusive request now
+/// fails, naming the plugin and the reason; a shared request (no
+/// exclusivity asked) is still tolerated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_exclusive_run_fails_when_the_cpu_plugin_is_hung_or_dead() {
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        Duration::from_secs(1),
+    );
+    let cpu = Knob::one("cpu", "CpusetCpus", "2-3", "cpu");
+    let served = agent.serve(cpu.clone());
+    agent.wait_for_plugin("cpu", "active").await;
+
+    // Hung: past the deadline.
+    cpu.state().hang_allocate = true;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-hung", "1", &[], &[]))
+        .await
+        .expect_err("an exclusive request never runs shared");
+    assert!(
+        err.to_string().contains(
+            "allocate for resources cpu for pod: pinion/pinion-run-hung, container: main got error: resource plugin cpu did not answer Allocate within 1s"
+        ),
+        "{err}"
+    );
+    assert!(!placed(&agent, "pinion-run-hung"));
+    let shared = agent
+        .handle
+        .admit(admission("pinion-run-shared-hung", "500m", &[], &[]))
+        .await
+        .expect("a shared request is tolerated");
+    assert!(!shared.placement.is_exclusive());
+    cpu.state().hang_allocate = false;
+
+    // Dead: its socket removed, the endpoint stopped.
+    served.stop().await;
+    agent.wait_for_plugin("cpu", "stopped").await;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-dead", "1", &[], &[]))
+        .await
+        .expect_err("an exclusive request never runs shared");
+    assert!(
+        err.to_string().contains(
+            "allocate for resources cpu for pod: pinion/pinion-run-dead, container: main got error: endpoint cpu has been stopped"
+        ),
+        "{err}"
+    );
+    assert!(!placed(&agent, "pinion-run-dead"));
+    agent
+        .handle
+        .admit(admission("pinion-run-shared-dead", "500m", &[], &[]))
+        .await
+        .expect("a shared request is tolerated");
+    agent.stop().await;
+}
+
+/// A plugin answering for another pod than the one asked (its answer's
+/// `pod_uid` rewritten).
+struct OtherPod(GrpcPlugin<Knob>);
+
+type Answer<T> = Result<tonic::Response<T>, tonic::Status>;
+
+#[tonic::async_trait]
+impl rp::resource_plugin_server::ResourcePlugin for OtherPod {
+    async fn allocate(
+        &self,
+        request: tonic::Request<rp::ResourceRequest>,
+    ) -> Answer<rp::ResourceAllocationResponse> {
+        let mut answer = self.0.allocate(request).await?;
+        answer.get_mut().pod_uid = "pinion-run-someone-else".into();
+        Ok(answer)
+    }
+
+    async fn get_resource_plugin_options(
+        &self,
+        request: tonic::Request<rp::Empty>,
+    ) -> Answer<rp::ResourcePluginOptions> {
+        self.0.get_resource_plugin_options(request).await
+    }
+}
+
+/// Regression (issue 27, item 5): whatever a plugin answered was applied —
+/// a cpuset from a plugin of another resource, CPUs off the machine or
+/// held exclusively by another workload (failing at the kernel's write, if
+/// at all), environment variables and annotations a runtime splits, a NaN
+/// quantity, an answer for another pod, a record too large for the
+/// journal. Each is now refused when it arrives, naming the plugin (or the
+/// size and the limit), and the pod is not placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin() {
+    const WIDGET: &str = "example.com/widget";
+    let agent = Agent::start();
+    // A static-policy run holding exclusive CPUs, before any cpu plugin.
+    let exclusive = agent
+        .handle
+        .admit(admission("pinion-run-exclusive", "2", &[], &[]))
+        .await
+        .expect("exclusive run");
+    assert!(exclusive.placement.is_exclusive());
+    let held = exclusive.placement.cpus.to_string();
+    let free = (1..16)
+        .find(|cpu| !exclusive.placement.cpus.contains(*cpu))
+        .expect("a free cpu")
+        .to_string();
+
+    let widget = Knob::one(WIDGET, "CpuShares", "512", "w");
+    let cpu = Knob::one("cpu", "CpusetCpus", &free, "c");
+    let _served = [agent.serve(widget.clone()), agent.serve(cpu.clone())];
+    agent.wait_for_plugin(WIDGET, "active").await;
+    agent.wait_for_plugin("cpu", "active").await;
+
+    let refused = |pod: &'static str, expected: String| {
+        let agent = &agent;
+        async move {
+            let err = agent
+                .handle
+                .admit(admission(pod, "500m", &[(WIDGET, "1")], &[]))
+                .await
+                .expect_err(pod);
+            assert!(err.to_string().contains(&expected), "{pod}: {err}");
+            assert!(!placed(agent, pod), "{pod} stayed placed");
+        }
+    };
+    let answer = |knob: &Knob, info: pinion_plugins::AllocationInfo| {
+        knob.state().answer = [(knob.resource.clone(), info)].into();
+    };
+
+    answer(&widget, info("CpusetCpus", "1", "w"));
+    refused(
+        "pinion-run-widget-cpus",
+        format!("resource plugin {WIDGET} answered Allocate with an allocation that cannot be applied: resource {WIDGET}: only the cpu resource plugin may set CpusetCpus, not the {WIDGET} plugin (it answered \"1\")"),
+    )
+    .await;
+    answer(&widget, info("CpuShares", "512", "w"));
+
+    answer(&cpu, info("CpusetCpus", "14-17", "c"));
+    refused(
+        "pinion-run-off-machine",
+        "resource cpu: CpusetCpus 14-17 has cpus 16-17 that are offline or not on this machine (online: 0-15)".to_string(),
+    )
+    .await;
+    answer(&cpu, info("CpusetCpus", &held, "c"));
+    refused(
+        "pinion-run-taken",
+        format!("resource cpu: CpusetCpus {held} takes cpus {held} that other workloads hold exclusively"),
+    )
+    .await;
+    answer(&cpu, info("CpusetCpus", &free, "c"));
+
+    let mut split = info("CpuShares", "512", "w");
+    split
+        .envs
+        .insert("EVIL".into(), "1\nLD_PRELOAD=/tmp/x.so".into());
+    answer(&widget, split);
+    refused(
+        "pinion-run-split-env",
+        format!("resource plugin {WIDGET} answered Allocate with an allocation that cannot be applied: resource {WIDGET}: the value of environment variable \"EVIL\" contains a newline"),
+    )
+    .await;
+    let mut named = info("CpuShares", "512", "w");
+    named.envs.insert("A=B".into(), "1".into());
+    answer(&widget, named);
+    refused(
+        "pinion-run-env-name",
+        "environment variable name \"A=B\" contains '='".to_string(),
+    )
+    .await;
+    let mut nul = info("CpuShares", "512", "w");
+    nul.annotations.insert("k".into(), "v\0w".into());
+    answer(&widget, nul);
+    refused(
+        "pinion-run-nul-annotation",
+        "the value of annotation \"k\" contains a NUL byte".to_string(),
+    )
+    .await;
+    let mut nan = info("CpuShares", "512", "w");
+    nan.allocated_quantity = f64::NAN;
+    answer(&widget, nan);
+    refused(
+        "pinion-run-nan",
+        format!("resource {WIDGET}: allocated quantity NaN is not a finite non-negative number"),
+    )
+    .await;
+    let mut huge = info("CpuShares", "512", "w");
+    huge.annotations.insert("big".into(), "x".repeat(1 << 20));
+    answer(&widget, huge);
+    refused(
+        "pinion-run-huge",
+        "more than the journal's limit of 1048576 bytes".to_string(),
+    )
+    .await;
+    answer(&widget, info("CpuShares", "512", "w"));
+    assert!(
+        errors(&agent, WIDGET, "Allocate") >= 5,
+        "refusals count as the plugin's errors"
+    );
+
+    // An answer for another pod.
+    const OTHER: &str = "example.com/other";
+    let socket = agent.registry_dir().join("other.sock");
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let plugin = OtherPod(GrpcPlugin::new(Knob::one(OTHER, "CpuShares", "512", "o")));
+    let served = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        pinion_api::plugin::serve(&socket, Identity::new(OTHER), plugin, shutdown)
+            .await
+            .expect("plugin serves");
+    });
+    agent.wait_for_plugin(OTHER, "active").await;
+    let err = agent
+        .handle
+        .admit(admission("pinion-run-asked", "500m", &[(OTHER, "1")], &[]))
+        .await
+        .expect_err("an answer for another pod");
+    assert!(
+        err.to_string().contains(&format!("resource plugin {OTHER} answered Allocate with an allocation that cannot be applied: the answer is for pod \"pinion-run-someone-else\", not for pod \"pinion-run-asked\" that was asked")),
+        "{err}"
+    );
+    stop.send(true).expect("stop");
+    served.await.expect("served");
+
+    // The agent serves on.
+    agent
+        .handle
+        .admit(admission("pinion-run-fine", "500m", &[(WIDGET, "1")], &[]))
+        .await
+        .expect("a sane answer");
     agent.stop().await;
 }

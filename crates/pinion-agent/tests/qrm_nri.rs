@@ -1,7 +1,7 @@
 //! Issue #11's "Done when" through the fake NRI runtime: a container
 //! created through the runtime, requesting a plugin's resource, gets the
-//! plugin's environment, annotations, cpuset, memory nodes and OCI
-//! settings in its `CreateContainer` adjustment, and a changed plugin
+//! plugins' environment, annotations, cpuset (the `cpu` plugin's), memory
+//! nodes and OCI settings in its `CreateContainer` adjustment, and a changed plugin
 //! answer reaches it as an unsolicited `UpdateContainers` from the
 //! reconcile loop. Real NRI (ttrpc) to the fake runtime, real gRPC to the
 //! plugin, fake cgroups.
@@ -18,21 +18,25 @@ use tokio::sync::watch;
 
 const WIDGET: &str = "example.com/widget";
 
-fn widget_answer(cpus: &str) -> std::collections::BTreeMap<String, pinion_plugins::AllocationInfo> {
-    let mut cpuset = info("CpusetCpus", cpus, "a");
-    cpuset
-        .annotations
+/// The widget plugin's answer: memory nodes, a quota, a memory limit, an
+/// annotation (the cpuset is the `cpu` plugin's: only it may set one).
+fn widget_answer() -> std::collections::BTreeMap<String, pinion_plugins::AllocationInfo> {
+    let mut mems = info("CpusetMems", "1", "a");
+    mems.annotations
         .insert("example.com/widget-team".into(), "a".into());
     [
-        (WIDGET.to_string(), cpuset),
-        (format!("{WIDGET}-mems"), info("CpusetMems", "1", "a")),
-        (format!("{WIDGET}-quota"), info("CpuQuota", "150000", "a")),
+        (format!("{WIDGET}-mems"), mems),
+        (WIDGET.to_string(), info("CpuQuota", "150000", "a")),
         (
             format!("{WIDGET}-memory"),
             info("MemoryLimitInBytes", "536870912", "a"),
         ),
     ]
     .into()
+}
+
+fn cpu_answer(cpus: &str) -> std::collections::BTreeMap<String, pinion_plugins::AllocationInfo> {
+    [("cpu".to_string(), info("CpusetCpus", cpus, "a"))].into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,18 +53,18 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
     node.runtime.wait_synced(1).await;
     let (stop, stop_rx) = watch::channel(false);
     let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
-    let knob = Knob::new(WIDGET, widget_answer("2-3"));
-    let served = serve_in(
-        &plugins.path().join("plugins_registry"),
-        knob.clone(),
-        "widget.sock",
-    );
-    wait_until("the widget plugin is active", || {
-        agent
-            .handle
-            .plugins()
-            .iter()
-            .any(|v| v.resource == WIDGET && v.state == "active")
+    let knob = Knob::new(WIDGET, widget_answer());
+    let cpu = Knob::new("cpu", cpu_answer("2-3"));
+    let registry = plugins.path().join("plugins_registry");
+    let served = serve_in(&registry, knob.clone(), "widget.sock");
+    let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
+    wait_until("the widget and cpu plugins are active", || {
+        let views = agent.handle.plugins();
+        [WIDGET, "cpu"].iter().all(|r| {
+            views
+                .iter()
+                .any(|v| v.resource == *r && v.state == "active")
+        })
     })
     .await;
 
@@ -103,7 +107,7 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
 
     // The plugin changes its answer: the reconcile loop sends the change
     // to the running container as an update.
-    knob.state().answer = widget_answer("4-5");
+    cpu.state().answer = cpu_answer("4-5");
     node.wait_cpus(&id, "4-5").await;
     assert!(
         node.runtime
@@ -115,6 +119,7 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
     assert_eq!(node.mems(&id), "1");
 
     served.stop().await;
+    served_cpu.stop().await;
     let _ = stop.send(true);
     for task in tasks {
         let _ = task.await;

@@ -28,6 +28,18 @@ pub const CLIENT_CONNECTION_WINDOW: u32 = 8 << 20;
 /// placeholder: servers ignore the authority). Fails within `timeout` when
 /// nobody accepts.
 pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, ConnectError> {
+    connect_served_by(path, timeout, |_| true).await
+}
+
+/// [`connect`], for a server that must run as a uid `allowed` accepts:
+/// every connection the channel makes (the first and any reconnection) is
+/// checked against the server's credentials (`SO_PEERCRED`) and dropped,
+/// failing with `PermissionDenied`, when `allowed` refuses its uid.
+pub async fn connect_served_by(
+    path: &Path,
+    timeout: Duration,
+    allowed: impl Fn(u32) -> bool + Clone + Send + Sync + 'static,
+) -> Result<Channel, ConnectError> {
     let socket = path.to_path_buf();
     let endpoint = Endpoint::from_static("http://pinion.invalid")
         .connect_timeout(timeout)
@@ -36,7 +48,21 @@ pub async fn connect(path: &Path, timeout: Duration) -> Result<Channel, ConnectE
     endpoint
         .connect_with_connector(tower::service_fn(move |_: Uri| {
             let socket = socket.clone();
-            async move { UnixStream::connect(socket).await.map(TokioIo::new) }
+            let allowed = allowed.clone();
+            async move {
+                let stream = UnixStream::connect(&socket).await?;
+                let uid = stream.peer_cred()?.uid();
+                if !allowed(uid) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        format!(
+                            "{} is served by uid {uid}, which is not allowed",
+                            socket.display()
+                        ),
+                    ));
+                }
+                Ok(TokioIo::new(stream))
+            }
         }))
         .await
         .map_err(|source| ConnectError {

@@ -9,13 +9,19 @@
 //! * with `--cpus LIST`, that cpuset (`CpusetCpus`); the list is re-read from
 //!   `--cpus-file FILE` when given, so that changing the file is the plugin
 //!   changing its answer, which the manager's reconcile pushes to running
-//!   containers.
+//!   containers. Only the plugin of the `cpu` resource may set a cpuset
+//!   (Pinion refuses it from any other), so `--cpus` needs `--resource cpu`:
+//!   the plugin then serves `cpu` instead of widgets, and every run with
+//!   `--cpus` asks it.
 //!
 //! Run it beside an agent that has `qosResourceManager.enabled: true`:
 //!
 //! ```text
 //! cargo run -p pinion-e2e --bin widget-plugin -- --socket-dir /var/lib/pinion/plugins_registry
 //! pinion run --request example.com/widget=1 --annotation team=a -- env
+//! # or, placing the runs' CPUs:
+//! cargo run -p pinion-e2e --bin widget-plugin -- --socket-dir … --resource cpu --cpus 2-3
+//! pinion run --cpus 500m --annotation team=a -- env
 //! ```
 //!
 //! Tests (`crates/pinion/tests/e2e_run.rs`) run it against the real agent.
@@ -32,6 +38,8 @@ use pinion_plugins::{
 const RESOURCE: &str = "example.com/widget";
 
 struct Widgets {
+    /// The resource it serves: widgets, or `cpu` with `--cpus`.
+    resource: String,
     cpus: Option<String>,
     cpus_file: Option<PathBuf>,
     /// pod uid → container → (count, team)
@@ -71,7 +79,7 @@ impl Widgets {
 
 impl ResourcePlugin for Widgets {
     fn resource_name(&self) -> &str {
-        RESOURCE
+        &self.resource
     }
 
     fn options(&self) -> Options {
@@ -85,7 +93,7 @@ impl ResourcePlugin for Widgets {
     fn allocate(&mut self, request: &Request) -> Result<Option<Allocation>, PluginError> {
         let count = request
             .resource_requests
-            .get(RESOURCE)
+            .get(&self.resource)
             .copied()
             .unwrap_or(0.0);
         let team = request
@@ -98,7 +106,7 @@ impl ResourcePlugin for Widgets {
             .entry(request.pod_uid.clone())
             .or_default()
             .insert(request.container_name.clone(), (count, team));
-        Ok(Some([(RESOURCE.to_string(), info)].into()))
+        Ok(Some([(self.resource.clone(), info)].into()))
     }
 
     fn allocations(&self) -> Allocations {
@@ -109,7 +117,7 @@ impl ResourcePlugin for Widgets {
                     .iter()
                     .map(|(name, (count, team))| {
                         let info = self.info(pod, name, *count, team);
-                        (name.clone(), [(RESOURCE.to_string(), info)].into())
+                        (name.clone(), [(self.resource.clone(), info)].into())
                     })
                     .collect();
                 (pod.clone(), containers)
@@ -125,6 +133,7 @@ impl ResourcePlugin for Widgets {
 
 fn main() {
     let mut socket_dir = None;
+    let mut resource = RESOURCE.to_string();
     let mut cpus = None;
     let mut cpus_file = None;
     let mut args = std::env::args().skip(1);
@@ -135,14 +144,19 @@ fn main() {
         };
         match arg.as_str() {
             "--socket-dir" => socket_dir = Some(PathBuf::from(value())),
+            "--resource" => resource = value(),
             "--cpus" => cpus = Some(value()),
             "--cpus-file" => cpus_file = Some(PathBuf::from(value())),
             other => usage(&format!("unknown argument {other:?}")),
         }
     }
     let socket_dir = socket_dir.unwrap_or_else(|| usage("--socket-dir is required"));
+    if (cpus.is_some() || cpus_file.is_some()) && resource != "cpu" {
+        usage("only the cpu resource plugin may set a cpuset: --cpus and --cpus-file need --resource cpu");
+    }
     let socket = socket_dir.join("widget.sock");
     let plugin = Widgets {
+        resource: resource.clone(),
         cpus,
         cpus_file,
         held: BTreeMap::new(),
@@ -163,10 +177,10 @@ fn main() {
                 _ = term.recv() => {}
             }
         };
-        eprintln!("widget plugin: serving {RESOURCE} on {}", socket.display());
+        eprintln!("widget plugin: serving {resource} on {}", socket.display());
         pinion_api::plugin::serve(
             &socket,
-            Identity::new(RESOURCE),
+            Identity::new(&resource),
             GrpcPlugin::new(plugin),
             stop,
         )
@@ -179,6 +193,6 @@ fn main() {
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("widget plugin: {problem}\nusage: widget-plugin --socket-dir DIR [--cpus LIST] [--cpus-file FILE]");
+    eprintln!("widget plugin: {problem}\nusage: widget-plugin --socket-dir DIR [--resource NAME] [--cpus LIST] [--cpus-file FILE]");
     std::process::exit(2);
 }

@@ -15,5 +15,6 @@ pub mod pressure;
 pub mod runs;
 pub mod store;
 pub mod sysfs;
+pub mod trust;
 
 pub use sysfs::{discover, online_cpus, DiscoveryError};

@@ -798,11 +798,11 @@ fn widget_plugin() -> PathBuf {
 }
 
 /// The walk-through with the real agent and the example plugin over
-/// the plugin-watcher directory: `pinion run --request example.com/widget=1
-/// --annotation team=a -- env` sees the plugin's variables and runs on its
-/// cpuset; a running container follows the plugin's changed answer within
-/// two reconcile periods; the plugin killed and back, and the agent killed
-/// and restarted, lose nothing.
+/// the plugin-watcher directory, serving `cpu` (only the cpu plugin may set
+/// a cpuset): `pinion run --cpus 500m --annotation team=a -- env` sees the
+/// plugin's variables and runs on its cpuset; a running container follows
+/// the plugin's changed answer within two reconcile periods; the plugin
+/// killed and back, and the agent killed and restarted, lose nothing.
 #[test]
 fn the_example_plugin_places_runs_through_the_agent() {
     let Some(mut s) = setup() else { return };
@@ -820,6 +820,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
             Command::new(widget_plugin())
                 .arg("--socket-dir")
                 .arg(&registry)
+                .args(["--resource", "cpu"])
                 .arg("--cpus-file")
                 .arg(&cpus_file)
                 .stderr(Stdio::null())
@@ -830,10 +831,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
         loop {
             let out = s.pinion(&["plugins"]);
             let table = String::from_utf8_lossy(&out.stdout).to_string();
-            if table
-                .lines()
-                .any(|l| l.starts_with("example.com/widget  active"))
-            {
+            if table.lines().any(|l| l.starts_with("cpu  active")) {
                 return child;
             }
             assert!(
@@ -847,8 +845,8 @@ fn the_example_plugin_places_runs_through_the_agent() {
 
     let out = s.pinion(&[
         "run",
-        "--request",
-        "example.com/widget=1",
+        "--cpus",
+        "500m",
         "--annotation",
         "team=a",
         "--",
@@ -869,8 +867,8 @@ fn the_example_plugin_places_runs_through_the_agent() {
     );
     let out = s.pinion(&[
         "run",
-        "--request",
-        "example.com/widget=1",
+        "--cpus",
+        "500m",
         "--",
         "grep",
         "Cpus_allowed_list",
@@ -887,7 +885,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
     assert_eq!(allowed, free, "the run is not on the plugin's cpuset");
 
     // A long run; the plugin changes its answer to every CPU.
-    s.spawn_run_with(&["--request", "example.com/widget=1"], &["sleep", "1000"]);
+    s.spawn_run_with(&["--cpus", "500m"], &["sleep", "1000"]);
     let workloads = s.wait_for_workloads(1);
     let pid = workloads[0]["pid"].as_u64().expect("pid");
     // The workload is listed once admitted, before the plugin's answer is

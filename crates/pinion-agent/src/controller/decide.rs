@@ -107,7 +107,7 @@ impl Controller {
         }
         let desired = match &plugins {
             None => decided,
-            Some(plugins) => match self.with_plugin_answers(&key, decided, &plugins.allocations) {
+            Some(plugins) => match self.with_plugin_answers(&key, decided, plugins) {
                 Ok(placement) => placement,
                 Err(err) => {
                     self.engine.remove(&key.0, &key.1);

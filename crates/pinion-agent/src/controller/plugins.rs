@@ -8,10 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
+use pinion_core::plugin_answer::{self, AnswerError};
 use pinion_core::pod::Pod;
 use pinion_core::record::{Record, SideData, SideValue};
 use pinion_core::topomgr::TopologyHint;
-use pinion_core::Placement;
+use pinion_core::{CpuSet, Placement};
+use pinion_host::journal::format::MAX_PAYLOAD;
 
 use super::batch::Batch;
 use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
@@ -104,12 +106,12 @@ impl Controller {
             });
         }
         let base = self.engine.placement(&key.0, &key.1);
-        self.with_plugin_answers(key, base, &allocations)?;
-        let mut batch = self.begin();
         let stored = StoredAllocations {
             resources,
             allocations,
         };
+        self.with_plugin_answers(key, base, &stored)?;
+        let mut batch = self.begin();
         self.keep_plugin_answers(key, stored, &mut batch);
         self.commit(batch)?;
         if running {
@@ -120,20 +122,54 @@ impl Controller {
         Ok(self.admitted(key))
     }
 
-    /// `base` with the plugins' `allocations` applied (see
-    /// [`plugin_allocation::apply`]).
+    /// `base` with the plugins' answers `stored` applied (see
+    /// [`plugin_allocation::apply`]), once they pass [`Self::check_answers`].
     pub(super) fn with_plugin_answers(
         &self,
         key: &Key,
         base: Placement,
-        allocations: &PluginAllocations,
+        stored: &StoredAllocations,
     ) -> Result<Placement, ControlError> {
-        let (placement, notes) = plugin_allocation::apply(self.engine.machine(), base, allocations)
+        self.check_answers(key, stored)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
+        let (placement, notes) =
+            plugin_allocation::apply(self.engine.machine(), base, &stored.allocations)
+                .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         for (name, resource) in notes.conflicts {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
         }
         Ok(placement)
+    }
+
+    /// What only the controller can check of the plugins' answers for
+    /// `key` (`pinion_core::plugin_answer`): a cpuset on online CPUs of the
+    /// machine that takes no CPU another workload holds exclusively, and a
+    /// record that fits the journal — refused here, naming the resource,
+    /// rather than at the kernel's or the journal's write.
+    fn check_answers(&self, key: &Key, stored: &StoredAllocations) -> Result<(), AnswerError> {
+        let record = Record::Side {
+            kind: ALLOCATIONS.to_string(),
+            key: side_key(key),
+            value: SideValue::encode(stored).ok(),
+        };
+        let size = record.to_bytes().len();
+        plugin_answer::check_size(&key.0, &key.1, size, MAX_PAYLOAD)?;
+        let state = self.engine.state();
+        let mut taken = state.exclusive_cpus();
+        if let Some(own) = state.assignment(&key.0, &key.1) {
+            taken.difference_with(own);
+        }
+        for (resource, allocation) in &stored.allocations {
+            if allocation.oci_property_name != "CpusetCpus" {
+                continue;
+            }
+            // A list that does not parse is `apply`'s error.
+            if let Ok(cpus) = CpuSet::parse_list(allocation.allocation_result.trim()) {
+                let online = self.engine.machine().all_cpus();
+                plugin_answer::check_cpus(resource, &cpus, online, &taken)?;
+            }
+        }
+        Ok(())
     }
 
     /// Keeps the plugins' answers for admitted container `key`: appended to
@@ -224,6 +260,15 @@ impl Controller {
                     continue;
                 }
                 let base = self.engine.placement(&key.0, &key.1);
+                let checked = StoredAllocations {
+                    resources: workload.plugin_resources.clone(),
+                    allocations: next,
+                };
+                if let Err(err) = self.check_answers(key, &checked) {
+                    tracing::error!(pod = %key.0, container = %key.1, %resource, "reconcile answer refused, the previous allocation stays: {err}");
+                    continue;
+                }
+                let next = checked.allocations;
                 if let Err(err) = plugin_allocation::apply(self.engine.machine(), base, &next) {
                     tracing::error!(pod = %key.0, container = %key.1, %resource, "reconcile answer refused, the previous allocation stays: {err}");
                     continue;

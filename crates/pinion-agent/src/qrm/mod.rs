@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use pinion_api::entries;
 use pinion_api::resourceplugin as rp;
 use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+use pinion_core::plugin_answer;
 use pinion_core::pod::Pod;
+use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::provider::ResourceHints;
 use pinion_core::topomgr::TopologyHint;
 use tokio::sync::watch;
@@ -189,7 +191,8 @@ impl Qrm {
     /// (§4.5): the allocations by resource name (several names per plugin
     /// when it answers "accompanying" ones). A failed call fails the
     /// admission, except for `shared_cores` pods (and pods without a QoS
-    /// level), whose failed resource is skipped (§4.6).
+    /// level) that asked for no exclusive CPUs, whose failed resource is
+    /// skipped (§4.6, [`allocation_failure_is_tolerated`]).
     pub async fn allocate(
         &self,
         pod: &Pod,
@@ -203,10 +206,10 @@ impl Qrm {
             match result {
                 Ok(answer) => allocations.extend(answer),
                 Err(source)
-                    if request::allocation_failure_is_tolerated(pod)
+                    if allocation_failure_is_tolerated(pod, container)
                         && !matches!(source, CallError::Malformed { .. }) =>
                 {
-                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod: {source}");
+                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod that asked for no exclusive cpus: {source}");
                 }
                 Err(source) => {
                     return Err(QrmError::Allocate {
@@ -243,6 +246,8 @@ impl Qrm {
                 client.allocate(wire, timeout).await
             })
             .await?;
+        plugin_answer::check_pod(&pod.uid, &response.pod_uid)
+            .map_err(|err| self.refuse(&plugin.resource, "Allocate", &err))?;
         let allocations: PluginAllocations = response
             .allocation_result
             .map(|result| {
@@ -258,22 +263,34 @@ impl Qrm {
         Ok(allocations)
     }
 
+    /// Whether the answer of `resource`'s plugin can be applied (its OCI
+    /// properties, `pinion_core::plugin_allocation::check`) and may be
+    /// (`pinion_core::plugin_answer::check`: only the `cpu` plugin sets
+    /// the cpuset; names, values and quantities a runtime takes). A refusal
+    /// is the plugin's error.
     fn check_answer(
         &self,
         resource: &str,
         method: &str,
         allocations: &PluginAllocations,
     ) -> Result<(), CallError> {
-        pinion_core::plugin_allocation::check(allocations).map_err(|err| {
-            let error = CallError::Malformed {
-                resource: resource.to_string(),
-                method: method.to_string(),
-                reason: err.to_string(),
-            };
-            tracing::warn!(%resource, "{error}");
-            self.registry.note_error(resource, method, &error);
-            error
-        })
+        pinion_core::plugin_allocation::check(allocations)
+            .map_err(|err| self.refuse(resource, method, &err))?;
+        plugin_answer::check(resource, allocations)
+            .map_err(|err| self.refuse(resource, method, &err))
+    }
+
+    /// The plugin's answer to `method` refused for `reason`: logged,
+    /// counted as the plugin's error.
+    fn refuse(&self, resource: &str, method: &str, reason: &impl std::fmt::Display) -> CallError {
+        let error = CallError::Malformed {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            reason: reason.to_string(),
+        };
+        tracing::warn!(%resource, "{error}");
+        self.registry.note_error(resource, method, &error);
+        error
     }
 
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
@@ -373,6 +390,13 @@ impl Qrm {
         }
         let dir = self.config.plugin_registration_dir.clone();
         let dir_watch = watcher::watch_dir(&dir).map_err(|err| QrmError::Start(err.to_string()))?;
+        let socket_dir = self
+            .config
+            .registration_socket
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        trusted_dirs(&dir, &socket_dir)?;
         let incoming =
             pinion_api::uds::bind(&self.config.registration_socket, 0o600).map_err(|err| {
                 QrmError::Start(format!(
@@ -382,12 +406,7 @@ impl Qrm {
             })?;
         let service = register::RegistrationService {
             registry: Arc::clone(&self.registry),
-            socket_dir: self
-                .config
-                .registration_socket
-                .parent()
-                .map(std::path::Path::to_path_buf)
-                .unwrap_or_default(),
+            socket_dir,
         };
         let mut server_stop = stop.clone();
         let socket = self.config.registration_socket.clone();
@@ -425,6 +444,31 @@ impl Qrm {
             )),
         ])
     }
+}
+
+/// Refuses to start when someone other than root or the agent's user can
+/// put a socket into the plugin-watcher directory `dir` or the directory
+/// of the registration socket `socket_dir` (created 0750 if missing), or
+/// swap either or a parent (`pinion_host::trust`): a plugin decides where
+/// containers run.
+fn trusted_dirs(dir: &std::path::Path, socket_dir: &std::path::Path) -> Result<(), QrmError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(socket_dir)
+        .map_err(|err| {
+            QrmError::Start(format!(
+                "creating the registration socket's directory {}: {err}",
+                socket_dir.display()
+            ))
+        })?;
+    let agent = pinion_host::trust::agent_uid();
+    for dir in [dir, socket_dir] {
+        pinion_host::trust::check_dir(dir, agent)
+            .map_err(|err| QrmError::Start(err.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The plugins as a hint source of the admission pipeline.

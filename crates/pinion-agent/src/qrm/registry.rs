@@ -121,6 +121,11 @@ pub enum RegisterError {
         socket: PathBuf,
         source: uds::ConnectError,
     },
+    #[error("cannot reach the plugin socket {}: {source}", .socket.display())]
+    Unreachable {
+        socket: PathBuf,
+        source: Arc<std::io::Error>,
+    },
     #[error("plugin at {} answered {method}: {message}", .socket.display())]
     Call {
         socket: PathBuf,
@@ -128,9 +133,27 @@ pub enum RegisterError {
         message: String,
     },
     /// The plugin is not a resource plugin, or speaks another version
-    /// (kubelet plugin manager's texts).
+    /// (kubelet plugin manager's texts), or its socket is not the agent's
+    /// user's or root's.
     #[error("{0}")]
     Refused(String),
+}
+
+/// Why a plugin socket is not trusted (`pinion_host::trust`'s rule).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UntrustedSocket {
+    #[error("plugin socket {} is owned by uid {uid}: only root or the agent's uid {agent} may register a resource plugin", .socket.display())]
+    Owner {
+        socket: PathBuf,
+        uid: u32,
+        agent: u32,
+    },
+    #[error("plugin socket {} is served by a process of uid {uid}: only root or the agent's uid {agent} may register a resource plugin", .socket.display())]
+    Server {
+        socket: PathBuf,
+        uid: u32,
+        agent: u32,
+    },
 }
 
 /// One registered (or remembered) plugin.
@@ -156,6 +179,9 @@ pub use pinion_api::local::{
 pub struct Registry {
     table: Mutex<BTreeMap<String, Endpoint>>,
     timeout: Duration,
+    /// The agent's effective uid: with root, the only one whose sockets
+    /// may register.
+    agent_uid: u32,
 }
 
 /// An active plugin, ready to be called.
@@ -173,7 +199,61 @@ impl Registry {
         Self {
             table: Mutex::new(BTreeMap::new()),
             timeout,
+            agent_uid: pinion_host::trust::agent_uid(),
         }
+    }
+
+    /// Refuses a plugin socket whose file or server is not the agent's
+    /// user's or root's (`SO_PEERCRED` of a connection); logged by the
+    /// caller with the socket and the uid. A socket nobody accepts on yet
+    /// is a connection error (the caller retries).
+    async fn check_socket(&self, socket: &Path) -> Result<(), RegisterError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let agent = self.agent_uid;
+        let trusted = |uid| pinion_host::trust::is_trusted(uid, agent);
+        let unreachable = |source: std::io::Error| RegisterError::Unreachable {
+            socket: socket.to_path_buf(),
+            source: Arc::new(source),
+        };
+        let owner = std::fs::symlink_metadata(socket)
+            .map_err(unreachable)?
+            .uid();
+        if !trusted(owner) {
+            let refusal = UntrustedSocket::Owner {
+                socket: socket.to_path_buf(),
+                uid: owner,
+                agent,
+            };
+            return Err(RegisterError::Refused(refusal.to_string()));
+        }
+        let stream = tokio::time::timeout(self.timeout, tokio::net::UnixStream::connect(socket))
+            .await
+            .map_err(|_| unreachable(std::io::ErrorKind::TimedOut.into()))?
+            .map_err(unreachable)?;
+        let server = stream.peer_cred().map_err(unreachable)?.uid();
+        if !trusted(server) {
+            let refusal = UntrustedSocket::Server {
+                socket: socket.to_path_buf(),
+                uid: server,
+                agent,
+            };
+            return Err(RegisterError::Refused(refusal.to_string()));
+        }
+        Ok(())
+    }
+
+    /// A channel to `socket` whose every connection is checked to be
+    /// served by a trusted uid (a reconnection may reach another server).
+    async fn connect(&self, socket: &Path) -> Result<Channel, RegisterError> {
+        let agent = self.agent_uid;
+        uds::connect_served_by(socket, self.timeout, move |uid| {
+            pinion_host::trust::is_trusted(uid, agent)
+        })
+        .await
+        .map_err(|source| RegisterError::Connect {
+            socket: socket.to_path_buf(),
+            source,
+        })
     }
 
     fn table(&self) -> MutexGuard<'_, BTreeMap<String, Endpoint>> {
@@ -190,14 +270,12 @@ impl Registry {
     /// (§3.1): `GetInfo`, version check, `GetResourcePluginOptions`, then
     /// the entry (replacing any other of that resource) and
     /// `NotifyRegistrationStatus`. A refusal is told to the plugin too.
+    /// First of all, a socket whose file or server is not root's or the
+    /// agent's user's is refused (`pinion_host::trust`), before a word
+    /// is exchanged with it.
     pub async fn register_socket(&self, socket: &Path) -> Result<String, RegisterError> {
-        let channel =
-            uds::connect(socket, self.timeout)
-                .await
-                .map_err(|source| RegisterError::Connect {
-                    socket: socket.to_path_buf(),
-                    source,
-                })?;
+        self.check_socket(socket).await?;
+        let channel = self.connect(socket).await?;
         let mut registration = pr::registration_client::RegistrationClient::new(channel.clone());
         let mut request = tonic::Request::new(pr::InfoRequest {});
         request.set_timeout(Duration::from_secs(1).min(self.timeout));
@@ -241,12 +319,11 @@ impl Registry {
         let client_channel = if endpoint == socket {
             channel
         } else {
-            uds::connect(&endpoint, self.timeout)
-                .await
-                .map_err(|source| RegisterError::Connect {
-                    socket: endpoint.clone(),
-                    source,
-                })?
+            if let Err(err) = self.check_socket(&endpoint).await {
+                notify(&mut registration, false, &err.to_string()).await;
+                return Err(err);
+            }
+            self.connect(&endpoint).await?
         };
         let result = self
             .activate(&info.name, &endpoint, socket_client(client_channel), None)
@@ -259,19 +336,16 @@ impl Registry {
     }
 
     /// Registers a plugin the device-plugin way (`Registration.Register`,
-    /// §3.2): `options` come with the request.
+    /// §3.2): `options` come with the request. Its socket must be served
+    /// by root or the agent's uid, as in [`Self::register_socket`].
     pub async fn register_endpoint(
         &self,
         resource: &str,
         endpoint: &Path,
         options: rp::ResourcePluginOptions,
     ) -> Result<(), RegisterError> {
-        let channel = uds::connect(endpoint, self.timeout)
-            .await
-            .map_err(|source| RegisterError::Connect {
-                socket: endpoint.to_path_buf(),
-                source,
-            })?;
+        self.check_socket(endpoint).await?;
+        let channel = self.connect(endpoint).await?;
         self.activate(resource, endpoint, socket_client(channel), Some(options))
             .await
     }

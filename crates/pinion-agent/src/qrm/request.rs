@@ -14,8 +14,6 @@ pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
 pub const POD_TYPE_ANNOTATION: &str = "katalyst.kubewharf.io/pod_type";
 /// Pod annotation naming the main container.
 pub const MAIN_CONTAINER_ANNOTATION: &str = "kubernetes.io/main-container-name";
-/// katalyst's QoS level annotation.
-pub const QOS_LEVEL_ANNOTATION: &str = "katalyst.kubewharf.io/qos_level";
 
 /// One resource of a container served by a plugin.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,16 +133,6 @@ pub fn resource_request(
         native_qos_class: pod.qos().to_string(),
         runtime_class: String::new(),
     }
-}
-
-/// True when a failed allocation is skipped rather than fatal (kubelet
-/// fork's exception, §4.6): pods whose QoS level is `shared_cores` or not
-/// set.
-#[must_use]
-pub fn allocation_failure_is_tolerated(pod: &Pod) -> bool {
-    pod.annotations
-        .get(QOS_LEVEL_ANNOTATION)
-        .is_none_or(|level| level == "shared_cores")
 }
 
 #[cfg(test)]

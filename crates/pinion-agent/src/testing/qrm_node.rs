@@ -70,6 +70,18 @@ impl QrmNode {
     /// When the controller or the manager cannot start.
     #[must_use]
     pub fn start(node: &SyntheticNode, state_dir: &Path, options: &QrmNodeOptions) -> Self {
+        Self::try_start(node, state_dir, options).expect("qrm starts")
+    }
+
+    /// [`QrmNode::start`], with the manager's refusal to start as an error.
+    ///
+    /// # Panics
+    /// When the controller cannot start.
+    pub fn try_start(
+        node: &SyntheticNode,
+        state_dir: &Path,
+        options: &QrmNodeOptions,
+    ) -> Result<Self, crate::qrm::QrmError> {
         let (controller, runtime_updates) = if options.runtime {
             let (controller, rx) = node.start_with_runtime(state_dir).expect("controller");
             (controller, Some(rx))
@@ -91,8 +103,8 @@ impl QrmNode {
         let (handle, _thread) =
             controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = qrm.start(&handle, &stop_rx).expect("qrm starts");
-        Self {
+        let tasks = qrm.start(&handle, &stop_rx)?;
+        Ok(Self {
             handle,
             qrm,
             host: node.host.clone(),
@@ -100,7 +112,7 @@ impl QrmNode {
             registry_dir,
             stop,
             tasks,
-        }
+        })
     }
 
     /// The manager's plugin-watcher directory.

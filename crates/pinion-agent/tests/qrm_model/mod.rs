@@ -15,10 +15,10 @@ use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;
 use pinion_plugins::AllocationInfo;
 
-/// The three plugins: a cpuset, memory nodes, and a tag (environment
-/// variable and annotation only).
+/// The three plugins: a cpuset (the `cpu` plugin: only it may set one),
+/// memory nodes, and a tag (environment variable and annotation only).
 pub const RESOURCES: [(&str, &str); 3] = [
-    ("example.com/cpuset", "CpusetCpus"),
+    ("cpu", "CpusetCpus"),
     ("example.com/mems", "CpusetMems"),
     ("example.com/tag", ""),
 ];
@@ -72,10 +72,13 @@ pub fn valid(plugin: usize, value: &str) -> bool {
     plugin != CPUSET || CpuSet::parse_list(value).is_ok()
 }
 
-/// `pinion run` of pod `uid` with one exclusive CPU and one of each wanted
-/// plugin resource; a runtime container `c-<uid>` when `runtime`.
+/// `pinion run` of pod `uid` with one of each wanted plugin resource —
+/// the cpuset plugin's is `cpu`: half a CPU (shared, so that no CPU is
+/// exclusive and every cpuset of the machine is a valid answer), else no
+/// CPU request; a runtime container `c-<uid>` when `runtime`.
 pub fn admission(uid: &str, wants: [bool; 3], runtime: bool) -> AdmitRequest {
-    let mut request = run_request(uid, Some("1"), None);
+    let cpus = wants[CPUSET].then_some("500m");
+    let mut request = run_request(uid, cpus, None);
     let name = request.container.clone();
     let container = request
         .pod
@@ -84,7 +87,7 @@ pub fn admission(uid: &str, wants: [bool; 3], runtime: bool) -> AdmitRequest {
         .find(|c| c.name == name)
         .expect("the run's container");
     for (plugin, (resource, _)) in RESOURCES.iter().enumerate() {
-        if wants[plugin] {
+        if wants[plugin] && plugin != CPUSET {
             container
                 .extended_requests
                 .insert((*resource).to_string(), Quantity::parse("1").expect("1"));

@@ -7,6 +7,7 @@ use pinion_core::cpuset::CpuSet;
 use pinion_core::pod::Pod;
 use pinion_core::pools::{Change, PoolLoad};
 use pinion_core::qos::{self, QosLevel};
+use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::{NumaMask, Policy, TopologyHint, TopologyManager};
 use pinion_core::Topology;
 
@@ -396,7 +397,7 @@ impl<'a> Manager<'a> {
                 Err(err) if is_input_error(&err) => {
                     return Err(Refusal::Input(format!("{}: {err}", ask.resource)))
                 }
-                Err(err) if failure_is_tolerated(pod) => {
+                Err(err) if allocation_failure_is_tolerated(pod, name) => {
                     skipped.push(format!("{}: {err}", ask.resource));
                 }
                 Err(err) => return Err(Refusal::Rejected(format!("{}: {err}", ask.resource))),
@@ -511,14 +512,6 @@ fn is_input_error(err: &PluginError) -> bool {
             | PluginError::Config { .. }
             | PluginError::Restore { .. }
     )
-}
-
-/// The manager's exception (spec §4.6): a failed allocation of a pod whose
-/// QoS level is `shared_cores` or not set is skipped.
-fn failure_is_tolerated(pod: &Pod) -> bool {
-    pod.annotations
-        .get(qos::QOS_LEVEL_KEY)
-        .is_none_or(|level| level == "shared_cores")
 }
 
 /// A plugin's hint as the Topology Manager's (no nodes = any node).

@@ -1,0 +1,366 @@
+//! What a resource plugin may answer (issue 27): the checks the manager
+//! runs on every `Allocate` and `GetResourcesAllocation` answer before it
+//! is stored or applied, beside [`crate::plugin_allocation::check`] (the
+//! OCI property and its value). Pure: the caller passes what the answer is
+//! checked against.
+//!
+//! * Only the `cpu` resource plugin sets `CpusetCpus` (it owns the CPU
+//!   placement of the pods it serves); any other plugin answering it is
+//!   refused — a plugin for an unrelated resource would otherwise decide
+//!   where containers run.
+//! * Its cpuset must be online CPUs of the machine and must not take CPUs
+//!   other workloads hold exclusively ([`check_cpus`], in the controller,
+//!   which knows both).
+//! * Environment variable names are not empty and contain neither `=` nor
+//!   NUL; annotation names are not empty and contain neither a newline nor
+//!   NUL; values contain neither a newline nor NUL (a runtime writes them as
+//!   `NAME=value` lines or C strings, where either splits or truncates
+//!   them).
+//! * `allocated_quantity` is a finite, non-negative number.
+
+use std::collections::BTreeMap;
+
+use crate::cpuset::CpuSet;
+use crate::plugin_allocation::PluginAllocations;
+
+/// The resource whose plugin owns CPU placement: the only one that may set
+/// `CpusetCpus`.
+pub const CPU_RESOURCE: &str = "cpu";
+
+/// Why a plugin's answer is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerError {
+    #[error("resource {resource}: only the {CPU_RESOURCE} resource plugin may set CpusetCpus, not the {plugin} plugin (it answered {value:?})")]
+    CpusNotOwned {
+        plugin: String,
+        resource: String,
+        value: String,
+    },
+    #[error("resource {resource}: CpusetCpus {cpus} has cpus {outside} that are offline or not on this machine (online: {online})")]
+    CpusNotOnline {
+        resource: String,
+        cpus: Box<CpuSet>,
+        outside: Box<CpuSet>,
+        online: Box<CpuSet>,
+    },
+    #[error("resource {resource}: CpusetCpus {cpus} takes cpus {taken} that other workloads hold exclusively")]
+    CpusTaken {
+        resource: String,
+        cpus: Box<CpuSet>,
+        taken: Box<CpuSet>,
+    },
+    #[error("resource {resource}: {what} name {name:?} {defect}")]
+    Name {
+        resource: String,
+        what: &'static str,
+        name: String,
+        defect: &'static str,
+    },
+    #[error("resource {resource}: the value of {what} {name:?} {defect}")]
+    Value {
+        resource: String,
+        what: &'static str,
+        name: String,
+        defect: &'static str,
+    },
+    #[error("resource {resource}: allocated quantity {value} is not a finite non-negative number")]
+    Quantity { resource: String, value: String },
+    #[error("the answer is for pod {answered:?}, not for pod {asked:?} that was asked")]
+    OtherPod { asked: String, answered: String },
+    #[error("the allocation record of pod {pod} container {container} would be {size} bytes, more than the journal's limit of {limit} bytes")]
+    TooLarge {
+        pod: String,
+        container: String,
+        size: usize,
+        limit: usize,
+    },
+}
+
+/// Checks `plugin`'s answer `allocations` (resource name → allocation; a
+/// plugin may answer accompanying resources beside its own): who may set
+/// the cpuset, names and values of environment variables and annotations,
+/// quantities. The cpuset's CPUs are [`check_cpus`]'s.
+pub fn check(plugin: &str, allocations: &PluginAllocations) -> Result<(), AnswerError> {
+    for (resource, allocation) in allocations {
+        if allocation.oci_property_name == "CpusetCpus" && plugin != CPU_RESOURCE {
+            return Err(AnswerError::CpusNotOwned {
+                plugin: plugin.to_string(),
+                resource: resource.clone(),
+                value: allocation.allocation_result.clone(),
+            });
+        }
+        let quantity = allocation.allocated_quantity;
+        if !quantity.is_finite() || quantity < 0.0 {
+            return Err(AnswerError::Quantity {
+                resource: resource.clone(),
+                value: quantity.to_string(),
+            });
+        }
+        check_keys(resource, "environment variable", &allocation.envs, env_name)?;
+        check_keys(
+            resource,
+            "annotation",
+            &allocation.annotations,
+            annotation_name,
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks that an `Allocate` answer for pod `answered` is for pod `asked`
+/// (an empty answer UID, which some plugins leave unset, names no pod).
+pub fn check_pod(asked: &str, answered: &str) -> Result<(), AnswerError> {
+    if answered.is_empty() || answered == asked {
+        Ok(())
+    } else {
+        Err(AnswerError::OtherPod {
+            asked: asked.to_string(),
+            answered: answered.to_string(),
+        })
+    }
+}
+
+/// Checks the cpuset `cpus` a plugin set for `resource`: online CPUs of
+/// the machine only (`online`), none of `taken` (what other workloads hold
+/// exclusively).
+pub fn check_cpus(
+    resource: &str,
+    cpus: &CpuSet,
+    online: &CpuSet,
+    taken: &CpuSet,
+) -> Result<(), AnswerError> {
+    let outside = cpus.difference(online);
+    if !outside.is_empty() {
+        return Err(AnswerError::CpusNotOnline {
+            resource: resource.to_string(),
+            cpus: Box::new(cpus.clone()),
+            outside: Box::new(outside),
+            online: Box::new(online.clone()),
+        });
+    }
+    let taken = cpus.intersection(taken);
+    if !taken.is_empty() {
+        return Err(AnswerError::CpusTaken {
+            resource: resource.to_string(),
+            cpus: Box::new(cpus.clone()),
+            taken: Box::new(taken),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that a journal record of `size` bytes for the allocations of
+/// `container` of `pod` fits the journal's `limit`.
+pub fn check_size(
+    pod: &str,
+    container: &str,
+    size: usize,
+    limit: usize,
+) -> Result<(), AnswerError> {
+    if size <= limit {
+        Ok(())
+    } else {
+        Err(AnswerError::TooLarge {
+            pod: pod.to_string(),
+            container: container.to_string(),
+            size,
+            limit,
+        })
+    }
+}
+
+fn check_keys(
+    resource: &str,
+    what: &'static str,
+    entries: &BTreeMap<String, String>,
+    name_defect: fn(&str) -> Option<&'static str>,
+) -> Result<(), AnswerError> {
+    for (name, value) in entries {
+        if let Some(defect) = name_defect(name) {
+            return Err(AnswerError::Name {
+                resource: resource.to_string(),
+                what,
+                name: name.clone(),
+                defect,
+            });
+        }
+        if let Some(defect) = line_defect(value) {
+            return Err(AnswerError::Value {
+                resource: resource.to_string(),
+                what,
+                name: name.clone(),
+                defect,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn env_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.contains('=') {
+        Some("contains '='")
+    } else {
+        line_defect(name)
+    }
+}
+
+fn annotation_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else {
+        line_defect(name)
+    }
+}
+
+fn line_defect(text: &str) -> Option<&'static str> {
+    if text.contains('\0') {
+        Some("contains a NUL byte")
+    } else if text.contains('\n') {
+        Some("contains a newline")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin_allocation::PluginAllocation;
+
+    fn set(text: &str) -> CpuSet {
+        CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    fn answer(resource: &str, edit: impl FnOnce(&mut PluginAllocation)) -> PluginAllocations {
+        let mut allocation = PluginAllocation {
+            allocated_quantity: 1.0,
+            ..PluginAllocation::default()
+        };
+        edit(&mut allocation);
+        PluginAllocations::from([(resource.to_string(), allocation)])
+    }
+
+    /// Regression (issue 27, item 5): a plugin for an unrelated resource
+    /// answered `CpusetCpus` and Pinion applied it.
+    #[test]
+    fn regression_only_the_cpu_plugin_may_set_the_cpuset() {
+        let cpus = |a: &mut PluginAllocation| {
+            a.oci_property_name = "CpusetCpus".into();
+            a.allocation_result = "0-1".into();
+        };
+        let err = check("example.com/widget", &answer("example.com/widget", cpus))
+            .expect_err("not the cpu plugin");
+        assert!(matches!(err, AnswerError::CpusNotOwned { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "resource example.com/widget: only the cpu resource plugin may set CpusetCpus, not the example.com/widget plugin (it answered \"0-1\")"
+        );
+        // Not even under the name of the cpu resource.
+        assert!(check("example.com/widget", &answer("cpu", cpus)).is_err());
+        assert_eq!(check("cpu", &answer("cpu", cpus)), Ok(()));
+        let mems = |a: &mut PluginAllocation| {
+            a.oci_property_name = "CpusetMems".into();
+            a.allocation_result = "0".into();
+        };
+        assert_eq!(check("memory", &answer("memory", mems)), Ok(()));
+    }
+
+    /// Regression (issue 27, item 5): a cpuset taking another workload's
+    /// exclusive CPUs or CPUs that are not online reached the kernel write.
+    #[test]
+    fn regression_a_cpuset_off_the_machine_or_on_exclusive_cpus_is_refused() {
+        let online = set("0-7");
+        assert_eq!(check_cpus("cpu", &set("2-3"), &online, &set("4-5")), Ok(()));
+        let err = check_cpus("cpu", &set("6-9"), &online, &CpuSet::new()).expect_err("off");
+        assert_eq!(
+            err.to_string(),
+            "resource cpu: CpusetCpus 6-9 has cpus 8-9 that are offline or not on this machine (online: 0-7)"
+        );
+        let err = check_cpus("cpu", &set("3-5"), &online, &set("4-5")).expect_err("taken");
+        assert_eq!(
+            err,
+            AnswerError::CpusTaken {
+                resource: "cpu".into(),
+                cpus: Box::new(set("3-5")),
+                taken: Box::new(set("4-5")),
+            }
+        );
+    }
+
+    /// Regression (issue 27, item 5): names and values a runtime splits or
+    /// truncates, and quantities that are not numbers, were stored and
+    /// applied.
+    #[test]
+    fn regression_split_names_and_values_and_bad_quantities_are_refused() {
+        let env = |name: &'static str, value: &'static str| {
+            answer("r", move |a| {
+                a.envs.insert(name.into(), value.into());
+            })
+        };
+        let annotation = |name: &'static str, value: &'static str| {
+            answer("r", move |a| {
+                a.annotations.insert(name.into(), value.into());
+            })
+        };
+        let quantity = |value: f64| answer("r", move |a| a.allocated_quantity = value);
+        let refused = [
+            ("env name with =", env("A=B", "1")),
+            ("env name with NUL", env("A\0", "1")),
+            ("empty env name", env("", "1")),
+            ("env value with a newline", env("A", "1\nB=2")),
+            ("env value with NUL", env("A", "1\0")),
+            ("annotation value with a newline", annotation("k", "v\nw")),
+            ("annotation value with NUL", annotation("k", "v\0")),
+            ("annotation name with a newline", annotation("k\n", "v")),
+            ("NaN quantity", quantity(f64::NAN)),
+            ("infinite quantity", quantity(f64::INFINITY)),
+            ("negative quantity", quantity(-1.0)),
+        ];
+        for (name, allocations) in refused {
+            assert!(check("r", &allocations).is_err(), "{name}");
+        }
+        let err = check("r", &env("A", "1\nB=2")).expect_err("newline");
+        assert_eq!(
+            err.to_string(),
+            "resource r: the value of environment variable \"A\" contains a newline"
+        );
+        let err = check("r", &quantity(f64::NAN)).expect_err("nan");
+        assert_eq!(
+            err.to_string(),
+            "resource r: allocated quantity NaN is not a finite non-negative number"
+        );
+        let fine = [
+            env("A_B", "x y=z\t"),
+            annotation("example.com/k", "v=w"),
+            quantity(0.0),
+        ];
+        for allocations in fine {
+            assert_eq!(check("r", &allocations), Ok(()));
+        }
+    }
+
+    /// Regression (issue 27, item 5): an `Allocate` answer for another pod
+    /// was stored as this pod's.
+    #[test]
+    fn regression_an_answer_for_another_pod_is_refused() {
+        assert_eq!(check_pod("uid-1", "uid-1"), Ok(()));
+        assert_eq!(check_pod("uid-1", ""), Ok(()));
+        assert_eq!(
+            check_pod("uid-1", "uid-2").expect_err("other").to_string(),
+            "the answer is for pod \"uid-2\", not for pod \"uid-1\" that was asked"
+        );
+    }
+
+    /// Regression (issue 27, item 5): a record too large for the journal
+    /// failed at the journal's write instead of at the answer.
+    #[test]
+    fn regression_a_record_too_large_for_the_journal_is_refused_naming_size_and_limit() {
+        assert_eq!(check_size("p", "c", 10, 10), Ok(()));
+        assert_eq!(
+            check_size("p", "c", 11, 10).expect_err("too large").to_string(),
+            "the allocation record of pod p container c would be 11 bytes, more than the journal's limit of 10 bytes"
+        );
+    }
+}

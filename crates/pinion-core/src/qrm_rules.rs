@@ -1,0 +1,108 @@
+//! The QoS Resource Manager's admission rules shared by the agent's manager
+//! and the simulator (`pinion_plugins::scenario`), so both decide alike.
+
+use crate::pod::{guaranteed_cpus, Pod};
+use crate::qos::{QosLevel, QOS_LEVEL_KEY};
+
+/// Whether a failed `Allocate` of `container` in `pod` is skipped (the
+/// container runs without that resource) rather than failing the admission.
+///
+/// The kubelet fork tolerates the failure for pods whose QoS level is
+/// `shared_cores` or not set (spec `qrm.md` §4.6). Pinion narrows that to
+/// containers that asked for no exclusivity: a container with exclusive
+/// CPUs asked (a Guaranteed pod's whole-CPU request — `pinion run --cpus N`
+/// — kubelet's `guaranteedCPUs`) either gets them or fails with the reason;
+/// it never runs silently in the shared pool because its plugin is dead or
+/// hung.
+#[must_use]
+pub fn allocation_failure_is_tolerated(pod: &Pod, container: &str) -> bool {
+    let shared_level = pod
+        .annotations
+        .get(QOS_LEVEL_KEY)
+        .is_none_or(|level| level == QosLevel::SharedCores.as_str());
+    shared_level && !asks_exclusive_cpus(pod, container)
+}
+
+/// Whether `container` of `pod` asks for exclusive CPUs (a whole-CPU
+/// request of a Guaranteed pod); false for a container the pod lacks.
+#[must_use]
+pub fn asks_exclusive_cpus(pod: &Pod, container: &str) -> bool {
+    pod.container(container)
+        .is_some_and(|spec| guaranteed_cpus(pod, spec) > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::Container;
+    use crate::Quantity;
+
+    fn pod(level: Option<&str>, cpu_request: &str, cpu_limit: Option<&str>) -> Pod {
+        let q = |text: &str| Quantity::parse(text).expect("quantity");
+        let guaranteed = cpu_limit.is_some();
+        Pod {
+            uid: "uid".into(),
+            annotations: level
+                .map(|l| (QOS_LEVEL_KEY.to_string(), l.to_string()))
+                .into_iter()
+                .collect(),
+            containers: vec![Container {
+                name: "main".into(),
+                cpu_request: Some(q(cpu_request)),
+                cpu_limit: cpu_limit.map(q),
+                memory_request: guaranteed.then(|| q("1Gi")),
+                memory_limit: guaranteed.then(|| q("1Gi")),
+                ..Container::default()
+            }],
+            ..Pod::default()
+        }
+    }
+
+    /// Regression (issue 27, item 6): with the `cpu` plugin dead or hung,
+    /// `pinion run --cpus 1` (no QoS level, Guaranteed, one whole CPU) was
+    /// tolerated and ran in the shared pool without a word.
+    #[test]
+    fn regression_an_exclusive_request_is_never_tolerated() {
+        let cases = [
+            ("no level, shared 500m", pod(None, "500m", None), true),
+            ("no level, burstable 2", pod(None, "2", None), true),
+            (
+                "no level, guaranteed 1500m",
+                pod(None, "1500m", Some("1500m")),
+                true,
+            ),
+            (
+                "shared_cores, burstable",
+                pod(Some("shared_cores"), "1", None),
+                true,
+            ),
+            (
+                "no level, guaranteed 1 (--cpus 1)",
+                pod(None, "1", Some("1")),
+                false,
+            ),
+            (
+                "shared_cores, guaranteed 2",
+                pod(Some("shared_cores"), "2", Some("2")),
+                false,
+            ),
+            (
+                "dedicated_cores",
+                pod(Some("dedicated_cores"), "500m", None),
+                false,
+            ),
+            (
+                "reclaimed_cores",
+                pod(Some("reclaimed_cores"), "1", None),
+                false,
+            ),
+        ];
+        for (name, pod, tolerated) in cases {
+            assert_eq!(
+                allocation_failure_is_tolerated(&pod, "main"),
+                tolerated,
+                "{name}"
+            );
+        }
+    }
+}
