@@ -18,8 +18,10 @@ E2E_NAME=e2e-containerd
 . "$E2E_LIB/vm.sh"
 
 SUITE=trixie
-# The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2.
+# The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, and
+# a virtio-net NIC (no network backend) on NUMA node 1.
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1024)
+GUEST_NIC_NODE=1
 
 where=both E2E_INTERACTIVE=0
 while [ $# -gt 0 ]; do
@@ -89,14 +91,15 @@ if [ "$where" != host ]; then
         "$E2E_WORK/images:/e2e/images" || e2e_die "cannot build the guest image"
     e2e_log "accelerator: $(e2e_accel); image $(du -h "$E2E_WORK/initrd" | cut -f1)"
     start=$(date +%s)
-    mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}")
+    mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}"; e2e_nic_args "$GUEST_NIC_NODE")
     log=$E2E_WORK/guest.console
     e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
-        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800" \
+        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800" \
         "${shape_args[@]}"
     status=$?
     [ "$E2E_INTERACTIVE" = 1 ] && exit 0
     e2e_collect "$log" guest-smt
+    grep '^E2E-NIC ' "$log" | tr -d '\r' | sed 's/^/e2e-containerd: guest /' >&2
     if ! grep -q '^E2E-END' "$log"; then
         e2e_result FAIL "guest-smt: the guest did not finish (qemu status $status); console and qemu output end with:"
         tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'

@@ -7,7 +7,9 @@
 # notice when it cannot). Last line: `N passed, N failed, N skipped`; exits
 # non-zero on a failure.
 #
-# Usage: sudo scripts/e2e-vm.sh [--shape NAME]... [--scenarios a,b] [--interactive] [--list]
+# Usage: sudo scripts/e2e-vm.sh [--shape NAME]... [--scenarios a,b] [--nic NODE] [--interactive] [--list]
+# (--nic NODE: every guest gets a virtio-net NIC, no network backend, on NUMA
+# node NODE, as the containerd guest has on node 1; see e2e_nic_args.)
 # Environment: PINION_E2E_ACCEL=tcg|kvm, PINION_E2E_PROFILE=release|debug,
 # PINION_E2E_NO_BUILD=1, PINION_E2E_KERNEL=PATH, PINION_E2E_KEEP=1 (keep the
 # work directory with the images and console logs), PINION_E2E_BOOT_LIMIT=S
@@ -26,14 +28,15 @@ SHAPES=(
     "big-16c-4n 2 4 2 4 10+12+21+21/12+10+21+21/21+21+10+12/21+21+12+10 v2 512 discovery,siblings,exclusive"
 )
 
-only=() scenarios_override="" E2E_INTERACTIVE=0
+only=() scenarios_override="" nic_node="" E2E_INTERACTIVE=0
 while [ $# -gt 0 ]; do
     case $1 in
     --shape) only+=("$2"); shift 2 ;;
     --scenarios) scenarios_override=$2; shift 2 ;;
+    --nic) nic_node=$2; shift 2 ;;
     --interactive) E2E_INTERACTIVE=1; shift ;;
     --list) printf '%s\n' "${SHAPES[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -55,15 +58,22 @@ for shape in "${SHAPES[@]}"; do
     ran=1
     [ -n "$scenarios_override" ] && scenarios=$scenarios_override
     log=$E2E_WORK/$name.console
-    mapfile -t shape_args < <(e2e_shape_args "$sockets" "$cores" "$threads" "$nodes" "$distances" "$mem")
+    mapfile -t shape_args < <(e2e_shape_args "$sockets" "$cores" "$threads" "$nodes" "$distances" "$mem"
+        [ -z "$nic_node" ] || e2e_nic_args "$nic_node")
+    nic_append=""
+    if [ -n "$nic_node" ]; then
+        [ "$nic_node" -lt "$nodes" ] 2>/dev/null || e2e_die "--nic $nic_node: shape $name has $nodes node(s)"
+        nic_append=" E2E_NIC_NODE=$nic_node"
+    fi
     e2e_log "guest $name: ${sockets}s x ${cores}c x ${threads}t, $nodes node(s), cgroup $cgroup: $scenarios"
     start=$(date +%s)
     e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
-        "E2E_SHAPE=$name E2E_SOCKETS=$sockets E2E_CORES=$cores E2E_THREADS=$threads E2E_NODES=$nodes E2E_DISTANCES=$distances E2E_CGROUP=$cgroup E2E_SCENARIOS=$scenarios" \
+        "E2E_SHAPE=$name E2E_SOCKETS=$sockets E2E_CORES=$cores E2E_THREADS=$threads E2E_NODES=$nodes E2E_DISTANCES=$distances E2E_CGROUP=$cgroup E2E_SCENARIOS=$scenarios$nic_append" \
         "${shape_args[@]}"
     status=$?
     [ "$E2E_INTERACTIVE" = 1 ] && continue
     e2e_collect "$log" "$name"
+    grep '^E2E-NIC ' "$log" | tr -d '\r' | sed "s/^/e2e-vm: $name: /" >&2
     if ! grep -q '^E2E-END' "$log"; then
         e2e_result FAIL "$name: the guest did not finish (qemu status $status); console and qemu output end with:"
         tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'

@@ -18,6 +18,75 @@ e2e_kernel() {
     echo "$k"
 }
 
+# The kernel modules every guest image carries, loaded by /init in this
+# order's dependency closure: the NIC of e2e_nic_args (virtio-net behind a
+# virtio PCI function; the Debian cloud kernel builds both as modules).
+E2E_GUEST_MODULES=(virtio_pci virtio_net)
+
+# e2e_kernel_release: the release of e2e_kernel (/boot/vmlinuz-RELEASE).
+e2e_kernel_release() {
+    local k
+    k=$(basename "$(e2e_kernel)")
+    echo "${k#vmlinuz-}"
+}
+
+# image_add_modules ROOT MODULE...: copies each module that the guest kernel
+# builds as a module, with what it depends on (modules.dep), under
+# ROOT/lib/modules/RELEASE and lists them, dependencies first, in
+# ROOT/e2e/modules for /init to insmod. A module the kernel has built in
+# needs nothing; one it has neither way is an error.
+image_add_modules() {
+    local root=$1
+    shift
+    local release dir
+    release=$(e2e_kernel_release)
+    dir=/lib/modules/$release
+    if [ ! -f "$dir/modules.dep" ]; then
+        e2e_log "no $dir/modules.dep: the guest kernel gets no modules (${*})"
+        return 0
+    fi
+    local order=() seen=" "
+    _e2e_add_module() {
+        local name=$1 line path deps i
+        line=$(grep -E "(^|/)${name//[-_]/[-_]}\.ko(\.[a-z]+)?:" "$dir/modules.dep" | head -1)
+        if [ -z "$line" ]; then
+            grep -qE "(^|/)${name//[-_]/[-_]}\.ko\$" "$dir/modules.builtin" 2>/dev/null && return 0
+            e2e_log "kernel $release has no module $name"
+            return 1
+        fi
+        path=${line%%:*}
+        read -ra deps <<<"${line#*:}"
+        # modules.dep lists a module's dependencies users first: load them
+        # from the end.
+        for ((i = ${#deps[@]} - 1; i >= 0; i--)); do
+            _e2e_add_module_file "${deps[$i]}" || return 1
+        done
+        _e2e_add_module_file "$path"
+    }
+    _e2e_add_module_file() {
+        case $seen in *" $1 "*) return 0 ;; esac
+        mkdir -p "$root$dir/$(dirname "$1")" && cp "$dir/$1" "$root$dir/$1" || return 1
+        seen+="$1 "
+        order+=("$dir/$1")
+    }
+    local name
+    for name in "$@"; do
+        _e2e_add_module "$name" || return 1
+    done
+    mkdir -p "$root/e2e"
+    [ "${#order[@]}" -eq 0 ] || printf '%s\n' "${order[@]}" >"$root/e2e/modules"
+}
+
+# e2e_nic_args NODE: the qemu options of a NIC on NUMA node NODE: a PCI
+# expander bridge (`pxb`, qemu's default `pc` machine) whose ACPI proximity
+# domain is NODE, and a virtio-net function on it. The NIC has no network
+# backend: whatever the guest would send goes nowhere (the guest's /init
+# keeps its link down anyway). Needs the node in the shape (-numa).
+e2e_nic_args() {
+    printf '%s\n' -device "pxb,id=pxb1,bus_nr=32,numa_node=$1,bus=pci.0" \
+        -device "virtio-net-pci,bus=pxb1,addr=0x2,mac=52:54:00:e2:e0:01"
+}
+
 # image_add_binary ROOT FILE [DEST]: copies an executable (stripped) and
 # every library `ldd` lists for it, at the same paths.
 image_add_binary() {
@@ -50,6 +119,7 @@ e2e_guest_image() {
     install -m 0755 "$E2E_GUEST/init" "$root/init"
     cp "$E2E_GUEST/check.sh" "$E2E_GUEST/pinion.sh" "$E2E_GUEST/run-scenario" "$root/e2e/"
     cp -r "$E2E_GUEST/scenarios" "$root/e2e/scenarios"
+    image_add_modules "$root" "${E2E_GUEST_MODULES[@]}" || return 1
     local bin
     for bin in $(e2e_pinion_bins); do
         image_add_binary "$root" "$bin" || return 1

@@ -16,6 +16,7 @@ NRI_SOCK=$S/nri.sock
 POD_G=11111111-0000-4000-8000-00000000e2e1
 POD_B=11111111-0000-4000-8000-00000000e2e2
 POD_N=11111111-0000-4000-8000-00000000e2e3
+POD_NG=11111111-0000-4000-8000-00000000e2e4
 IMAGE=pinion.test/busybox:1
 SLEEP="sleep 1000000"
 
@@ -127,7 +128,7 @@ containerd_cleanup() {
         while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     # The pod cgroups runc created under kubepods (kubelet's job on a node).
     for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-        for uid in "$POD_G" "$POD_B" "$POD_N"; do
+        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG"; do
             for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
                 [ -d "$d" ] && rmdir "$d" 2>/dev/null
             done
@@ -255,20 +256,59 @@ check_eq "checkpoint released the container" "" \
 
 # --- A resource plugin: Pinion's NIC plugin as its own process -----------------
 #
-# The agent restarts with the QoS Resource Manager on; `pinion plugin serve
-# nic` registers through the watched directory; a pod asking for NIC
-# bandwidth (pinion.dev/requests) gets the plugin's environment variables
-# through NRI. Needs a NIC with a device (not virtual): the host has one,
-# the guests have none.
+# The agent restarts with the QoS Resource Manager on and the Topology
+# Manager's best-effort policy (under `none`, the default, no plugin is asked
+# for hints, so nothing aligns CPUs to a NIC); `pinion plugin serve nic`
+# registers through the watched directory; a pod asking for NIC bandwidth
+# (pinion.dev/requests) gets the plugin's environment variables through NRI,
+# and a Guaranteed one with whole CPUs gets them on the NIC's NUMA node: the
+# plugin's hints prefer that node, the CPU manager's prefer every node that
+# can hold the CPUs, the merge keeps the NIC's. Needs a NIC with a device
+# (not virtual): the guest has one on node $E2E_NIC_NODE (a virtio-net
+# function behind a PCI expander bridge of that node, no network backend,
+# link down); on the host it is whatever the machine has.
 
 nic=""
 for dev in /sys/class/net/*; do
     [ -e "$dev/device" ] && { nic=$(basename "$dev"); break; }
 done
-if [ -z "$nic" ]; then
+
+# nic_node NAME: the NIC's NUMA node as the plugin reads it: device/numa_node,
+# else the nearest ancestor's (3 levels at most, inside /sys); -1 = none.
+nic_node() {
+    d=$(readlink -f "/sys/class/net/$1/device")
+    hops=0
+    while [ -n "$d" ] && [ "$hops" -le 3 ]; do
+        if [ -f "$d/numa_node" ]; then
+            cat "$d/numa_node"
+            return
+        fi
+        d=$(dirname "$d")
+        case $d in /sys/?*) ;; *) break ;; esac
+        hops=$((hops + 1))
+    done
+    echo -1
+}
+
+# env_of CONTAINER NAME: a variable of the container's process environment.
+env_of() { tr '\0' '\n' <"/proc/$(ctr_pid "$1")/environ" | sed -n "s/^$2=//p"; }
+# released POD: the NIC plugin's state no longer names the pod.
+released() { ! grep -q "$1" "$S/nic-plugin/"*.json; }
+NIC_REQUEST='pinion.dev/requests={"net":{"resource.katalyst.kubewharf.io/net_bandwidth":"100"}}'
+
+if [ -z "$nic" ] && [ -n "${E2E_NIC_NODE:-}" ]; then
+    fail "a resource plugin sets envs through NRI" \
+        "the guest was given a NIC on node $E2E_NIC_NODE but has no interface with a device: $(ls /sys/class/net | tr '\n' ' ')"
+elif [ -z "$nic" ]; then
     skip "a resource plugin sets envs through NRI" "no NIC with a device on this machine"
 else
-    printf 'qosResourceManager:\n  enabled: true\n  reconcilePeriod: 1s\n' >>"$E2E_STATE/config.yaml"
+    node=$(nic_node "$nic")
+    note "NIC $nic: device $(readlink -f "/sys/class/net/$nic/device"), numa node $node"
+    if [ -n "${E2E_NIC_NODE:-}" ]; then
+        check_eq "the guest's NIC $nic is on numa node $E2E_NIC_NODE (sysfs)" "$E2E_NIC_NODE" "$node"
+    fi
+    printf 'topologyManagerPolicy: best-effort\nqosResourceManager:\n  enabled: true\n  reconcilePeriod: 1s\n' \
+        >>"$E2E_STATE/config.yaml"
     n=$(synced)
     agent_stop TERM
     agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
@@ -279,27 +319,60 @@ else
     nic_active() { "$PINION" plugins --socket "$SOCK" | grep net_bandwidth | grep -q active; }
     wait_for 60 nic_active || true
     check_true "pinion plugin serve nic registered with the agent" nic_active
+    v4=$(ip -4 -o addr show dev "$nic" 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
     NP=$(cri runp --pod-name nic-user --pod-uid "$POD_N" --qos burstable \
-        --pod-annotation 'pinion.dev/requests={"net":{"resource.katalyst.kubewharf.io/net_bandwidth":"100"}}' \
-        2>"$S/cri.err") &&
+        --pod-annotation "$NIC_REQUEST" 2>"$S/cri.err") &&
         N=$(cri create --pod-id "$NP" --pod-name nic-user --pod-uid "$POD_N" --qos burstable \
             --name net --image "$IMAGE" --cpu-request 100m -- $SLEEP 2>"$S/cri.err") &&
         cri start "$N" 2>"$S/cri.err"
     if [ $? -eq 0 ]; then
-        env_of() { tr '\0' '\n' <"/proc/$(ctr_pid "$N")/environ" | sed -n "s/^$1=//p"; }
-        check_eq "the plugin's AFFINITY_NIC_NAME reaches the container" "$nic" "$(env_of AFFINITY_NIC_NAME)"
-        v4=$(ip -4 -o addr show dev "$nic" 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
+        check_eq "the plugin's AFFINITY_NIC_NAME reaches the container" "$nic" "$(env_of "$N" AFFINITY_NIC_NAME)"
         if [ -n "$v4" ]; then
-            check_eq "the plugin's AFFINITY_NIC_ADDR_IPV4 is the NIC's address" "$v4" "$(env_of AFFINITY_NIC_ADDR_IPV4)"
+            check_eq "the plugin's AFFINITY_NIC_ADDR_IPV4 is the NIC's address" "$v4" "$(env_of "$N" AFFINITY_NIC_ADDR_IPV4)"
         fi
         check_contains "the plugin holds the pod" "$POD_N" "$(cat "$S/nic-plugin/"*.json 2>/dev/null)"
         cri stop "$N" && cri rm "$N" && cri stopp "$NP" && cri rmp "$NP" ||
             fail "nic pod removed" "CRI stop/remove failed"
-        released() { ! grep -q "$POD_N" "$S/nic-plugin/"*.json; }
-        wait_for 60 released || true
-        check_true "the plugin heard RemovePod when the pod went" released
+        wait_for 60 released "$POD_N" || true
+        check_true "the plugin heard RemovePod when the pod went" released "$POD_N"
     else
         fail "a pod asking for NIC bandwidth runs" "$(cat "$S/cri.err")"
+    fi
+
+    # A Guaranteed pod with whole CPUs and NIC bandwidth: its CPUs and memory
+    # follow the NIC's node. A NIC without a node (-1) counts for every
+    # node: on a machine of one node that is node 0, on more nothing says
+    # which.
+    nodes=$(ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l)
+    want_node=$node
+    what="the nic's numa node $node"
+    if [ "$node" = -1 ] && [ "$nodes" -le 1 ]; then
+        want_node=0 what="the only numa node (the nic has none)"
+    fi
+    GNP=$(cri runp --pod-name nic-guaranteed --pod-uid "$POD_NG" --qos guaranteed \
+        --pod-annotation "$NIC_REQUEST" 2>"$S/cri.err") &&
+        GN=$(cri create --pod-id "$GNP" --pod-name nic-guaranteed --pod-uid "$POD_NG" --qos guaranteed \
+            --name net --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+        cri start "$GN" 2>"$S/cri.err"
+    if [ $? -eq 0 ]; then
+        pid=$(ctr_pid "$GN")
+        cpus=$(proc_field "$pid" Cpus_allowed_list)
+        check_eq "guaranteed pod with nic bandwidth: the plugin's AFFINITY_NIC_NAME reaches it" "$nic" "$(env_of "$GN" AFFINITY_NIC_NAME)"
+        check_eq "guaranteed pod with nic bandwidth: $want exclusive cpu(s)" "$want" "$(cpus_count "$cpus")"
+        if [ "$want_node" = -1 ]; then
+            skip "guaranteed pod with nic bandwidth: cpus on the nic's numa node" \
+                "the NIC $nic has no numa node (numa_node -1) on a machine of $nodes nodes"
+        else
+            check_eq "guaranteed pod with nic bandwidth: cpus ($cpus) on $what" "$want_node" "$(nodes_of_cpus "$cpus")"
+            check_eq "guaranteed pod with nic bandwidth: cpuset.mems is $what" "$want_node" \
+                "$(cpus_expand "$(cat "$(cpuset_dir "$pid")/cpuset.mems")")"
+        fi
+        cri stop "$GN" && cri rm "$GN" && cri stopp "$GNP" && cri rmp "$GNP" ||
+            fail "guaranteed nic pod removed" "CRI stop/remove failed"
+        wait_for 60 released "$POD_NG" || true
+        check_true "the plugin heard RemovePod when the guaranteed pod went" released "$POD_NG"
+    else
+        fail "a guaranteed pod asking for NIC bandwidth runs" "$(cat "$S/cri.err")"
     fi
     kill -TERM "$NIC_PID" 2>/dev/null
     wait "$NIC_PID" 2>/dev/null
