@@ -159,7 +159,7 @@ impl Setup {
     }
 
     fn ps(&self) -> Vec<Value> {
-        let out = self.pinion(&["ps", "--format", "json"]);
+        let out = self.pinion(&["ps", "-o", "json"]);
         assert!(
             out.status.success(),
             "ps failed: {}",
@@ -603,7 +603,7 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     std::fs::write(&config, text).expect("config");
     s.start_agent();
 
-    let out = s.pinion(&["plugins", "--format", "json"]);
+    let out = s.pinion(&["plugins", "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -664,7 +664,7 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     // `pinion pools`: the reclaim pool (and the share pool where there is
     // room); a pin is taken (kept for a pool that does not exist yet); a
     // bad size is refused naming it.
-    let out = s.pinion(&["pools", "--format", "json"]);
+    let out = s.pinion(&["pools", "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -853,7 +853,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
     s.kill_agent();
     plugin = start_plugin_after_agent(&mut s, start_plugin);
     assert_eq!(allowed_cpus(pid), s.all, "a restart moved the run");
-    let out = s.pinion(&["ps", "--format", "json"]);
+    let out = s.pinion(&["ps", "-o", "json"]);
     assert!(out.status.success());
     signal("TERM", plugin.0.id());
     plugin.0.wait().expect("reap plugin");
