@@ -149,10 +149,15 @@ impl Setup {
     fn spawn_run_with(&mut self, args: &[&str], command: &[&str]) {
         let mut cmd = Command::new(BIN);
         cmd.arg("run").arg("--socket").arg(self.socket()).args(args);
+        // Its messages go to a file beside the agent's log, not into the
+        // test run's output (a run that outlives its agent says it could
+        // not release; the tests that care read `ps`).
+        let log = self.dir.path().join(format!("run-{}.log", self.runs.len()));
         let child = cmd
             .arg("--")
             .args(command)
             .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("run log"))
             .spawn()
             .expect("spawn run");
         self.runs.push(child);
