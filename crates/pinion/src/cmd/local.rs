@@ -24,8 +24,9 @@ pub use pinion_api::client::unreachable as agent_unreachable;
 pub struct Local {
     #[command(flatten)]
     pub output: OutputArgs,
-    /// Unix socket of the agent's local API.
-    #[arg(long, global = true)]
+    /// Unix socket of the agent's local API (default: /run/pinion/pinion.sock
+    /// for root, under ~/.local/state/pinion otherwise).
+    #[arg(long, global = true, env = "PINION_SOCKET")]
     pub socket: Option<PathBuf>,
 }
 

@@ -22,7 +22,7 @@ pub struct Args {
     what: Option<What>,
     /// The agent's podresources socket (default: under the default state
     /// directory, `/var/lib/pinion/pod-resources/pinion.sock` for root).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "PINION_PODRESOURCES_SOCKET")]
     socket: Option<PathBuf>,
     #[command(flatten)]
     output: OutputArgs,

@@ -58,7 +58,7 @@ pub struct Args {
     #[arg(long)]
     namespace: Option<String>,
     /// Unix socket of the agent's local API.
-    #[arg(long)]
+    #[arg(long, env = "PINION_SOCKET")]
     socket: Option<PathBuf>,
     /// Internal: act as the launcher of run ID.
     #[arg(long, hide = true)]
