@@ -1,7 +1,7 @@
-//! Stamps the commit and the build date into `pinion --version`. The commit
-//! comes from `git rev-parse` when the source is a git checkout (`unknown`
-//! in a tarball, or without git); the date is `SOURCE_DATE_EPOCH` when set
-//! (reproducible builds), else today (UTC). No network.
+// Stamps the commit and the build date into `pinion --version`. The commit
+// comes from `git rev-parse` when the source is a git checkout (`unknown`
+// in a tarball, or without git); the date is `SOURCE_DATE_EPOCH` when set
+// (reproducible builds), else today (UTC). No network.
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};

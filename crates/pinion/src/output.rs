@@ -29,6 +29,8 @@ pub enum LegacyFormat {
     Table,
     Text,
     Json,
+    /// `pinion state inspect --format effective`, now `--effective`.
+    Effective,
 }
 
 /// The output options; flatten into a command's `Args`.
@@ -49,16 +51,28 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
+    /// Whether the deprecated `--format effective` was given.
+    pub fn legacy_effective(&self) -> bool {
+        self.format == Some(LegacyFormat::Effective)
+    }
+
     /// The chosen format; a deprecated `--format` wins (with a note on
     /// standard error) so that old scripts keep their output.
     pub fn output(&self) -> Output {
         match self.format {
             None => self.output,
+            Some(LegacyFormat::Effective) => {
+                eprintln!(
+                    "pinion: warning: --format effective is deprecated and will be removed in \
+                     the next release; use --effective (pinion state inspect)"
+                );
+                Output::Json
+            }
             Some(legacy) => {
                 let (old, new) = match legacy {
                     LegacyFormat::Table => ("table", Output::Table),
                     LegacyFormat::Text => ("text", Output::Table),
-                    LegacyFormat::Json => ("json", Output::Json),
+                    LegacyFormat::Json | LegacyFormat::Effective => ("json", Output::Json),
                 };
                 let name = match new {
                     Output::Json => "json",

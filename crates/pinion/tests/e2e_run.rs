@@ -677,12 +677,21 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     );
     let pools: Value = serde_json::from_slice(&out.stdout).expect("pools json");
     assert_eq!(pools["reclaim_min"], 1, "{pools}");
+    // A pool without members is refused with the pools that exist (issue
+    // 33); `--new` keeps the pin for its first member.
     let out = s.pinion(&["pools", "set", "batch=2-3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no pool \"batch\"") && err.contains("--new"), "{err}");
+    let out = s.pinion(&["pools", "set", "--new", "batch=2-3"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = s.pinion(&["pools", "-o", "json"]);
+    let pools: Value = serde_json::from_slice(&out.stdout).expect("pools json");
+    assert_eq!(pools["pending_pins"]["batch"], "2-3", "{pools}");
     let out = s.pinion(&["pools", "set", "batch=0"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
