@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use qrm_common::{admission, admit_at, builtin, meminfo_root, wait_until, Agent, PATIENCE, QOS};
 
 use pinion_core::CpuSet;
-use pinion_plugins::cpu::SetPoolError;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::pod_cgroups::{PodCgroups, PodCpuSource};
+use pinion_plugins::cpu::SetPoolError;
 
 /// Writes `<root>/proc/stat` with every CPU's cumulative time.
 fn write_stat(root: &Path, times: &BTreeMap<u32, (u64, u64)>) {
@@ -160,7 +160,10 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
     let pinned = share(&pools.view());
     assert_eq!((pinned.size, pinned.pin.as_str()), (4, "4"), "{pinned:?}");
     assert_eq!(CpuSet::parse_list(&pinned.cpus).expect("cpus").len(), 4);
-    let err = pools.set("share", "0", false).expect_err("zero CPUs").to_string();
+    let err = pools
+        .set("share", "0", false)
+        .expect_err("zero CPUs")
+        .to_string();
     assert!(err.contains("share") && err.contains("\"0\""), "{err}");
     pools.set("share", "auto", false).expect("auto");
     assert_eq!(share(&pools.view()).pin, "auto");
@@ -171,9 +174,15 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
         matches!(&err, SetPoolError::Unknown { pool, known } if pool == "nosuch" && known == &["share"]),
         "{err}"
     );
-    pools.set("later", "2", true).expect("a pool before its first member");
+    pools
+        .set("later", "2", true)
+        .expect("a pool before its first member");
     let pending = pools.view().pending_pins;
-    assert_eq!(pending.get("later").map(String::as_str), Some("2"), "{pending:?}");
+    assert_eq!(
+        pending.get("later").map(String::as_str),
+        Some("2"),
+        "{pending:?}"
+    );
     pools.set("later", "auto", false).expect("its pin is known");
     assert!(pools.view().pending_pins.is_empty());
     *stop.lock().expect("lock") = true;

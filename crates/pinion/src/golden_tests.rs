@@ -68,7 +68,11 @@ fn plugins_none() {
 #[test]
 fn podresources() {
     let (pods, allocatable) = crate::cmd::podresources::fixture();
-    for (output, ext) in [(Output::Table, "table"), (Output::Json, "json"), (Output::Yaml, "yaml")] {
+    for (output, ext) in [
+        (Output::Table, "table"),
+        (Output::Json, "json"),
+        (Output::Yaml, "yaml"),
+    ] {
         let list = crate::cmd::podresources::render_list(output, &pods).expect("list");
         check(&format!("podresources-list.{ext}"), &list);
         let alloc =

@@ -107,7 +107,9 @@ pub fn yaml<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 pub fn object_line(output: Output, json_line: &str) -> anyhow::Result<Option<String>> {
     Ok(match output {
         Output::Json => Some(format!("{json_line}\n")),
-        Output::Yaml => Some(yaml(&serde_json::from_str::<serde_json::Value>(json_line)?)?),
+        Output::Yaml => Some(yaml(&serde_json::from_str::<serde_json::Value>(
+            json_line,
+        )?)?),
         Output::Table | Output::Wide => None,
     })
 }
@@ -276,7 +278,13 @@ mod tests {
 
     #[test]
     fn durations_use_their_largest_whole_unit() {
-        let cases = [(0, "0 s"), (119, "119 s"), (600, "10 min"), (7_200, "2 h"), (200_000, "2 d")];
+        let cases = [
+            (0, "0 s"),
+            (119, "119 s"),
+            (600, "10 min"),
+            (7_200, "2 h"),
+            (200_000, "2 d"),
+        ];
         for (seconds, want) in cases {
             assert_eq!(duration(Duration::from_secs(seconds)), want);
         }

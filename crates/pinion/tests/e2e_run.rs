@@ -682,7 +682,10 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     let out = s.pinion(&["pools", "set", "batch=2-3"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("no pool \"batch\"") && err.contains("--new"), "{err}");
+    assert!(
+        err.contains("no pool \"batch\"") && err.contains("--new"),
+        "{err}"
+    );
     let out = s.pinion(&["pools", "set", "--new", "batch=2-3"]);
     assert!(
         out.status.success(),

@@ -84,13 +84,49 @@ fn example_flags_print_the_example_files() {
 #[test]
 fn golden_outputs_of_the_examples() {
     let cases: [(&str, &[&str]); 7] = [
-        ("hints.table", &["hints", "examples/hints/merge-and-cpu-hints.yaml"]),
-        ("hints.json", &["hints", "-o", "json", "examples/hints/merge-and-cpu-hints.yaml"]),
-        ("hints.yaml", &["hints", "-o", "yaml", "examples/hints/merge-and-cpu-hints.yaml"]),
-        ("alloc.table", &["alloc", "examples/alloc/two-sockets-smt.json"]),
-        ("alloc.json", &["alloc", "-o", "json", "examples/alloc/two-sockets-smt.json"]),
-        ("simulate.table", &["simulate", "examples/scenarios/dual-socket-smt.yaml"]),
-        ("simulate.json", &["simulate", "-o", "json", "examples/scenarios/dual-socket-smt.yaml"]),
+        (
+            "hints.table",
+            &["hints", "examples/hints/merge-and-cpu-hints.yaml"],
+        ),
+        (
+            "hints.json",
+            &[
+                "hints",
+                "-o",
+                "json",
+                "examples/hints/merge-and-cpu-hints.yaml",
+            ],
+        ),
+        (
+            "hints.yaml",
+            &[
+                "hints",
+                "-o",
+                "yaml",
+                "examples/hints/merge-and-cpu-hints.yaml",
+            ],
+        ),
+        (
+            "alloc.table",
+            &["alloc", "examples/alloc/two-sockets-smt.json"],
+        ),
+        (
+            "alloc.json",
+            &["alloc", "-o", "json", "examples/alloc/two-sockets-smt.json"],
+        ),
+        (
+            "simulate.table",
+            &["simulate", "examples/scenarios/dual-socket-smt.yaml"],
+        ),
+        (
+            "simulate.json",
+            &[
+                "simulate",
+                "-o",
+                "json",
+                "examples/scenarios/dual-socket-smt.yaml",
+            ],
+        ),
     ];
     let root = workspace();
     for (golden, args) in cases {

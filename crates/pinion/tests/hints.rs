@@ -105,7 +105,10 @@ fn corpus_merge_files_through_the_cli() {
         let Some(path) = corpus(file) else { return };
         let text = std::fs::read_to_string(&path).expect("corpus file is readable");
         let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("corpus is JSON");
-        let (stdout, stderr, ok) = pinion(&["hints", "-o", "json", path.to_str().expect("utf-8 path")], "");
+        let (stdout, stderr, ok) = pinion(
+            &["hints", "-o", "json", path.to_str().expect("utf-8 path")],
+            "",
+        );
         assert!(ok, "{file}: {stderr}");
         let lines: Vec<serde_json::Value> = stdout
             .lines()

@@ -42,9 +42,17 @@ fn man_pages_are_written_for_every_subcommand() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = pinion(&["man", "--dir", dir.path().to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}", stderr(&out));
-    for page in ["pinion.1", "pinion-ps.1", "pinion-pools-set.1", "pinion-state-inspect.1"] {
+    for page in [
+        "pinion.1",
+        "pinion-ps.1",
+        "pinion-pools-set.1",
+        "pinion-state-inspect.1",
+    ] {
         let text = std::fs::read_to_string(dir.path().join(page)).expect(page);
-        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}: {text}");
+        assert!(
+            text.starts_with(".ie") || text.contains(".TH"),
+            "{page}: {text}"
+        );
     }
     let top = std::fs::read_to_string(dir.path().join("pinion.1")).expect("pinion.1");
     assert!(top.contains("podresources"), "{top}");
@@ -82,7 +90,10 @@ fn the_systemd_unit_verifies() {
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).expect("bin");
     std::os::unix::fs::symlink(common::BIN, bin.join("pinion-agent")).expect("symlink");
-    assert!(text.contains("ExecStart=/usr/local/bin/pinion-agent "), "{text}");
+    assert!(
+        text.contains("ExecStart=/usr/local/bin/pinion-agent "),
+        "{text}"
+    );
     let local = text.replace(
         "/usr/local/bin/pinion-agent",
         &bin.join("pinion-agent").to_string_lossy(),
@@ -100,8 +111,15 @@ fn the_systemd_unit_verifies() {
 }
 
 fn sha256(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().expect("sha256sum");
-    stdout(&out).split_whitespace().next().expect("digest").to_string()
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum");
+    stdout(&out)
+        .split_whitespace()
+        .next()
+        .expect("digest")
+        .to_string()
 }
 
 fn json(path: &Path) -> serde_json::Value {
@@ -169,7 +187,11 @@ fn the_image_layout_is_consistent_and_names_the_daemonsets_image() {
     let unzipped = dir.path().join("layer.tar");
     let gunzip = Command::new("sh")
         .arg("-c")
-        .arg(format!("gzip -dc '{}' > '{}'", layer.display(), unzipped.display()))
+        .arg(format!(
+            "gzip -dc '{}' > '{}'",
+            layer.display(),
+            unzipped.display()
+        ))
         .status()
         .expect("gzip");
     assert!(gunzip.success());
@@ -178,14 +200,26 @@ fn the_image_layout_is_consistent_and_names_the_daemonsets_image() {
         format!("sha256:{}", sha256(&unzipped))
     );
     assert_eq!(config["config"]["Entrypoint"][0], "/usr/local/bin/pinion");
-    let listing = Command::new("tar").arg("-tf").arg(&unzipped).output().expect("tar -t");
+    let listing = Command::new("tar")
+        .arg("-tf")
+        .arg(&unzipped)
+        .output()
+        .expect("tar -t");
     let listing = stdout(&listing);
-    for file in ["./usr/local/bin/pinion", "./usr/local/bin/pinion-agent", "./etc/passwd"] {
-        assert!(listing.lines().any(|l| l == file), "{file} not in the layer:\n{listing}");
+    for file in [
+        "./usr/local/bin/pinion",
+        "./usr/local/bin/pinion-agent",
+        "./etc/passwd",
+    ] {
+        assert!(
+            listing.lines().any(|l| l == file),
+            "{file} not in the layer:\n{listing}"
+        );
     }
     // The DaemonSet runs the image this script names.
-    let daemonset = std::fs::read_to_string(workspace().join("deploy/kubernetes/pinion-daemonset.yaml"))
-        .expect("daemonset");
+    let daemonset =
+        std::fs::read_to_string(workspace().join("deploy/kubernetes/pinion-daemonset.yaml"))
+            .expect("daemonset");
     assert!(daemonset.contains("image: pinion:latest"));
 }
 
@@ -212,7 +246,12 @@ fn the_kustomize_base_renders_exactly_deploys_manifests() {
     }
     let mut listed: Vec<String> = std::fs::read_dir(deploy.join("kubernetes"))
         .expect("deploy/kubernetes")
-        .map(|e| format!("kubernetes/{}", e.expect("entry").file_name().to_string_lossy()))
+        .map(|e| {
+            format!(
+                "kubernetes/{}",
+                e.expect("entry").file_name().to_string_lossy()
+            )
+        })
         .collect();
     listed.sort();
     let resources: Vec<&str> = base["resources"]
@@ -221,7 +260,10 @@ fn the_kustomize_base_renders_exactly_deploys_manifests() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    assert_eq!(resources, listed, "every manifest of deploy/kubernetes is in the base");
+    assert_eq!(
+        resources, listed,
+        "every manifest of deploy/kubernetes is in the base"
+    );
     if !have("kubectl", "kustomize base") {
         return;
     }

@@ -58,7 +58,11 @@ fn every_shell_block_is_fenced_and_every_skip_has_a_reason() {
     assert!(blocks.iter().filter(|b| b.skip.is_none()).count() >= 2);
     for block in &blocks {
         if let Some(reason) = &block.skip {
-            assert!(!reason.is_empty(), "README line {}: skip without a reason", block.line);
+            assert!(
+                !reason.is_empty(),
+                "README line {}: skip without a reason",
+                block.line
+            );
         }
     }
     // No `sudo`: the machines Pinion's README is run on may lack it.
@@ -87,7 +91,10 @@ fn the_readmes_commands_run_as_written() {
         "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,16\"\n",
     );
     // `./target/release/pinion…` are the binaries under test.
-    let bin = Path::new(common::BIN).parent().expect("bin dir").to_path_buf();
+    let bin = Path::new(common::BIN)
+        .parent()
+        .expect("bin dir")
+        .to_path_buf();
     common::agent_bin();
     let root = common::workspace();
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README");

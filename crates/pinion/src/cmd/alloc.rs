@@ -313,11 +313,19 @@ fn run_human(
         let mut text = format!(
             "algorithm: {}\ncpus:      {} ({} cpus)\nnuma:      {}\nsockets:   {}\n\
              uncore:    {}\ncores:     {} whole, {} partial\n",
-            d.algorithm, d.cpus, d.count, d.numa, d.sockets, d.uncore, d.whole_cores,
+            d.algorithm,
+            d.cpus,
+            d.count,
+            d.numa,
+            d.sockets,
+            d.uncore,
+            d.whole_cores,
             d.partial_cores
         );
         if let (Some(ns), Some(repeat)) = (d.ns_per_call, args.repeat) {
-            text.push_str(&format!("time:      {ns} ns per call (median of {repeat})\n"));
+            text.push_str(&format!(
+                "time:      {ns} ns per call (median of {repeat})\n"
+            ));
         }
         text
     })?;

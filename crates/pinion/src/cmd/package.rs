@@ -66,7 +66,11 @@ pub fn man(args: &ManArgs) -> anyhow::Result<()> {
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
         written.push(name);
     }
-    eprintln!("pinion: wrote {} man pages to {}", written.len(), dir.display());
+    eprintln!(
+        "pinion: wrote {} man pages to {}",
+        written.len(),
+        dir.display()
+    );
     Ok(())
 }
 

@@ -112,9 +112,11 @@ async fn query(socket: PathBuf, args: &Args, output: Output) -> anyhow::Result<S
 
 /// `List`'s answer in `output`.
 pub(crate) fn render_list(output: Output, pods: &[v1::PodResources]) -> anyhow::Result<String> {
-    shown(output, &Value::Array(pods.iter().map(pod_json).collect()), || {
-        pods_table(pods)
-    })
+    shown(
+        output,
+        &Value::Array(pods.iter().map(pod_json).collect()),
+        || pods_table(pods),
+    )
 }
 
 /// `GetAllocatableResources`' answer in `output`.
@@ -122,7 +124,9 @@ pub(crate) fn render_allocatable(
     output: Output,
     answer: &v1::AllocatableResourcesResponse,
 ) -> anyhow::Result<String> {
-    shown(output, &allocatable_json(answer), || allocatable_table(answer))
+    shown(output, &allocatable_json(answer), || {
+        allocatable_table(answer)
+    })
 }
 
 /// A node's answers for the golden tests: a run with an exclusive CPU and
@@ -263,7 +267,14 @@ fn resources_text(resources: &[v1::TopologyAwareResource]) -> String {
 }
 
 fn pods_table(pods: &[v1::PodResources]) -> String {
-    let mut table = Table::new(&["NAMESPACE", "POD", "CONTAINER", "CPU_IDS", "MEMORY", "RESOURCES"]);
+    let mut table = Table::new(&[
+        "NAMESPACE",
+        "POD",
+        "CONTAINER",
+        "CPU_IDS",
+        "MEMORY",
+        "RESOURCES",
+    ]);
     for pod in pods {
         for c in &pod.containers {
             table.row(vec![

@@ -58,7 +58,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 /// requests, the NUMA binding and the last change.
 pub(crate) fn table(pools: &Pools, wide: bool) -> String {
     let percent = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_default();
-    let mut columns = vec!["POOL", "CPUS", "SIZE>", "BOUNDS>", "PIN", "MEMBERS>", "PRESSURE>"];
+    let mut columns = vec![
+        "POOL",
+        "CPUS",
+        "SIZE>",
+        "BOUNDS>",
+        "PIN",
+        "MEMBERS>",
+        "PRESSURE>",
+    ];
     if wide {
         columns.extend(["PSI>", "THROTTLED>", "REQUESTS>", "NUMA", "LAST CHANGE"]);
     }

@@ -41,7 +41,15 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     for line in &snapshot.hotplug {
         let _ = writeln!(out, "cpu hot-plug: {line}");
     }
-    let mut columns = vec!["POD", "CONTAINER", "FRONTEND", "POOL", "CPUS", "MEMS", "PID>"];
+    let mut columns = vec![
+        "POD",
+        "CONTAINER",
+        "FRONTEND",
+        "POOL",
+        "CPUS",
+        "MEMS",
+        "PID>",
+    ];
     if wide {
         columns.extend(["CONTAINER ID", "CGROUP"]);
     }

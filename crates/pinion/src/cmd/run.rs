@@ -306,12 +306,18 @@ mod tests {
     fn an_unknown_qos_level_is_refused_with_the_known_ones() {
         let gold = annotation(qos::QOS_LEVEL_KEY, "gold");
         let why = check_qos(Some("1"), &gold).expect_err("gold");
-        assert!(why.contains("gold") && why.contains("reclaimed_cores"), "{why}");
+        assert!(
+            why.contains("gold") && why.contains("reclaimed_cores"),
+            "{why}"
+        );
     }
 
     #[test]
     fn other_annotations_need_no_cpus() {
-        assert_eq!(check_qos(None, &annotation("example.com/team", "a")), Ok(()));
+        assert_eq!(
+            check_qos(None, &annotation("example.com/team", "a")),
+            Ok(())
+        );
         assert_eq!(check_qos(None, &[]), Ok(()));
     }
 }
