@@ -42,9 +42,9 @@ for i in $(seq "$MANAGED"); do
     "$BIN" run --socket "$SOCK" --exec-as "pinion-run-figures-$i" -- sleep 600 &
     pids+=($!)
 done
-until [ "$("$BIN" ps --socket "$SOCK" --format json | grep -c '"pod"')" -ge "$MANAGED" ]; do sleep 0.2; done
+until [ "$("$BIN" ps --socket "$SOCK" -o json | grep -c '"pod"')" -ge "$MANAGED" ]; do sleep 0.2; done
 echo "agent RSS with $MANAGED managed processes: $(rss)"
 kill "${pids[@]}"
 wait "${pids[@]}" 2>/dev/null || true
-until [ "$("$BIN" ps --socket "$SOCK" --format json | grep -c '"pod"')" -eq 0 ]; do sleep 0.2; done
+until [ "$("$BIN" ps --socket "$SOCK" -o json | grep -c '"pod"')" -eq 0 ]; do sleep 0.2; done
 echo "all released by reconcile; agent RSS after: $(rss)"

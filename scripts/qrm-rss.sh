@@ -55,7 +55,7 @@ measure() {
         done
     fi
     for i in $(seq 600); do
-        [ "$("$BIN" plugins --socket "$sock" --format json | grep -o '"active"' | wc -l)" -ge 3 ] && break
+        [ "$("$BIN" plugins --socket "$sock" -o json | grep -o '"active"' | wc -l)" -ge 3 ] && break
         sleep 0.05
     done
     [ "$i" -lt 600 ] || { "$BIN" plugins --socket "$sock" >&2; cat "$work/agent.log" >&2; exit 1; }

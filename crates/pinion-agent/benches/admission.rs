@@ -6,6 +6,10 @@
 //! benchmark prints p50/p99 of single admissions measured with
 //! `iter_custom`.
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -34,7 +38,7 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     samples.sort();
     // Nearest-rank percentile: the sample at `percent`% of the sorted list.
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "{name}: admissions={} p50={:?} p99={:?} max={:?}",
         samples.len(),
         at(50),
@@ -85,7 +89,7 @@ fn admission(c: &mut Criterion) {
             );
             let _ = root.remove_root();
         }
-        None => eprintln!(
+        None => report!(
             "skipped admit_release/real_cgroups: needs root and a writable cpuset hierarchy"
         ),
     }

@@ -8,6 +8,10 @@
 //! benchmark prints p50/p99 of single CreateContainer calls.
 #![allow(clippy::unwrap_used)]
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 #[path = "../tests/nri_common/mod.rs"]
 mod nri_common;
 
@@ -20,7 +24,7 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     samples.sort();
     // Nearest-rank percentile: the sample at `percent`% of the sorted list.
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "{name}: creations={} p50={:?} p99={:?} max={:?}",
         samples.len(),
         at(50),
@@ -76,7 +80,7 @@ fn nri_create(c: &mut Criterion) {
     bench_node(c, "nri_create/guaranteed_checkpoint_on_disk", disk, true);
     match tempfile::tempdir_in("/dev/shm") {
         Ok(shm) => bench_node(c, "nri_create/guaranteed_checkpoint_on_tmpfs", shm, true),
-        Err(err) => eprintln!("skipped nri_create/guaranteed_checkpoint_on_tmpfs: /dev/shm: {err}"),
+        Err(err) => report!("skipped nri_create/guaranteed_checkpoint_on_tmpfs: /dev/shm: {err}"),
     }
     let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     bench_node(c, "nri_create/burstable_shared_pool", disk, false);

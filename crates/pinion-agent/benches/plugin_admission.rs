@@ -32,6 +32,10 @@
 //! admit + release cost the journal (flushes, records, compactions) and, for
 //! the external plugin, the mean of each RPC as the manager timed it.
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -231,7 +235,7 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     }
     samples.sort();
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "{name}: admissions={} p50={:?} p99={:?} max={:?}",
         samples.len(),
         at(50),
@@ -325,7 +329,7 @@ fn bench_case(
     let mean_us = |now: &Histogram, was: &Histogram| {
         (now.sum - was.sum) * 1e6 / now.count.saturating_sub(was.count).max(1) as f64
     };
-    eprintln!(
+    report!(
         "{name}: per admit+release: flushes={:.2} ({:.1}µs each) records={:.1} compactions={:.3} ({:.0}µs each)",
         per_cycle(now.journal_batches_total, before.journal_batches_total),
         mean_us(&now.journal_flush_seconds, &before.journal_flush_seconds),
@@ -344,7 +348,7 @@ fn bench_case(
                 } else {
                     stats.seconds / stats.calls as f64
                 };
-                eprintln!(
+                report!(
                     "{name}: {} {method}: calls={} mean={:.1}µs",
                     view.resource,
                     stats.calls,

@@ -6,6 +6,10 @@
 //! criterion's estimate, each prints p50/p99 of single calls measured with
 //! `iter_custom`.
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +93,7 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     samples.sort();
     // Nearest-rank percentile: the sample at `percent`% of the sorted list.
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "{name}: calls={} p50={:?} p99={:?} max={:?}",
         samples.len(),
         at(50),

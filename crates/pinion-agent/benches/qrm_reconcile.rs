@@ -16,6 +16,10 @@
 //! encoded size of the NRI `UpdateContainersRequest` the NRI front-end
 //! builds from it (protobuf bytes, without ttrpc framing).
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -245,7 +249,7 @@ fn bench_case(c: &mut Criterion, runtime: &Runtime, bench: &mut Bench, name: &st
     let p50 = percentile(&mut passes, 50);
     let p99 = percentile(&mut passes, 99);
     let poll50 = percentile(&mut polls, 50);
-    eprintln!(
+    report!(
         "{name}: passes={} p50={p50:?} p99={p99:?} polls p50={poll50:?} ({:.0} % of p50); per pass: {:.1} containers updated ({:.1} of them the same on the wire), {:.0} bytes of UpdateContainersRequest",
         passes.len(),
         poll50.as_secs_f64() * 100.0 / p50.as_secs_f64(),

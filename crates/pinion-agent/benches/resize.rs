@@ -4,6 +4,10 @@
 //! Fake cgroups on a 64-CPU synthetic machine; besides criterion's estimate
 //! (grow + shrink), p50/p99 of single resizes measured with `iter_custom`.
 
+#[macro_use]
+#[path = "../../pinion-host/benches/support/report.rs"]
+mod report;
+
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -49,7 +53,7 @@ fn resize(c: &mut Criterion) {
     });
     samples.sort();
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "resize: resizes={} p50={:?} p99={:?} max={:?}",
         samples.len(),
         at(50),

@@ -116,7 +116,7 @@ async fn route(
         (wire::POOLS_SET_PATH, &Method::POST) => {
             match parse::<wire::SetPool>(request, &limits).await {
                 Ok(set) => match handle.cpu_pools() {
-                    Some(pools) => match pools.set(&set.pool, &set.size) {
+                    Some(pools) => match pools.set(&set.pool, &set.size, set.create) {
                         // The pin is durable before the answer.
                         Ok(_) => match handle.flush_plugin_state().await {
                             Ok(()) => server::json(StatusCode::OK, &pools.view()),

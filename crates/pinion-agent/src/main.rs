@@ -9,10 +9,21 @@ use anyhow::Context as _;
 use clap::Parser;
 use pinion_agent::{Config, DefaultPaths, KubeletFlags, Overrides};
 
+/// `pinion-agent --version`: the version, the commit and the build date
+/// (`build.rs`; `unknown` commit outside a git checkout).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PINION_COMMIT"),
+    ", built ",
+    env!("PINION_BUILD_DATE"),
+    ")"
+);
+
 /// Pinion's node agent: owns CPU assignments; local API, /metrics, NRI.
 /// Flags override the config file.
 #[derive(Debug, Parser)]
-#[command(name = "pinion-agent", version, after_help = defaults_help())]
+#[command(name = "pinion-agent", version = VERSION, after_help = defaults_help())]
 struct Args {
     /// YAML config file (kubelet key names; see docs/design.md). A key it
     /// does not set takes the default below, as without a file.

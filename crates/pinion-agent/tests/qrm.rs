@@ -698,7 +698,7 @@ async fn builtin_plugin_changes_outside_admissions_reach_the_journal() {
         "each admission's flush took its plugin changes"
     );
     let pools = agent.handle.cpu_pools().expect("pools");
-    pools.set("share", "3").expect("pin");
+    pools.set("share", "3", false).expect("pin");
     agent
         .handle
         .release("pinion-run-db".into(), None)

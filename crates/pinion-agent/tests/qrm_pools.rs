@@ -19,6 +19,7 @@ use qrm_common::{admission, admit_at, builtin, meminfo_root, wait_until, Agent, 
 use pinion_core::CpuSet;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::pod_cgroups::{PodCgroups, PodCpuSource};
+use pinion_plugins::cpu::SetPoolError;
 
 /// Writes `<root>/proc/stat` with every CPU's cumulative time.
 fn write_stat(root: &Path, times: &BTreeMap<u32, (u64, u64)>) {
@@ -154,15 +155,36 @@ async fn a_shared_pool_grows_under_load_gives_cpus_back_when_idle_and_obeys_pins
 
     // An advisor pins it to 4 CPUs: it holds 4 although idle; `auto` hands
     // it back; a bad size names the value.
-    pools.set("share", "4").expect("pin");
+    pools.set("share", "4", false).expect("pin");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let pinned = share(&pools.view());
     assert_eq!((pinned.size, pinned.pin.as_str()), (4, "4"), "{pinned:?}");
     assert_eq!(CpuSet::parse_list(&pinned.cpus).expect("cpus").len(), 4);
-    let err = pools.set("share", "0").expect_err("zero CPUs").to_string();
+    let err = pools
+        .set("share", "0", false)
+        .expect_err("zero CPUs")
+        .to_string();
     assert!(err.contains("share") && err.contains("\"0\""), "{err}");
-    pools.set("share", "auto").expect("auto");
+    pools.set("share", "auto", false).expect("auto");
     assert_eq!(share(&pools.view()).pin, "auto");
+    // A typo is refused with the pools that exist (issue 33); a pool sized
+    // before its first member needs `create` and shows as a pending pin.
+    let err = pools.set("nosuch", "1", false).expect_err("unknown pool");
+    assert!(
+        matches!(&err, SetPoolError::Unknown { pool, known } if pool == "nosuch" && known == &["share"]),
+        "{err}"
+    );
+    pools
+        .set("later", "2", true)
+        .expect("a pool before its first member");
+    let pending = pools.view().pending_pins;
+    assert_eq!(
+        pending.get("later").map(String::as_str),
+        Some("2"),
+        "{pending:?}"
+    );
+    pools.set("later", "auto", false).expect("its pin is known");
+    assert!(pools.view().pending_pins.is_empty());
     *stop.lock().expect("lock") = true;
     idler.join().expect("idler");
     agent.stop().await;

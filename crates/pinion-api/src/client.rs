@@ -25,10 +25,22 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest answer body read (a `ps` of tens of thousands of workloads fits).
 pub const MAX_ANSWER: usize = 64 * 1024 * 1024;
 
+/// The one message for an agent that cannot be reached at `socket` (its
+/// local API or its podresources socket): what failed and what to check.
+/// Every command of the CLI says this, through this function.
+pub fn unreachable(socket: &Path, why: &dyn std::fmt::Display) -> String {
+    format!(
+        "cannot reach the pinion agent at {}: {why} (is `pinion-agent` running, and is this its \
+         socket? start it as root with `pinion-agent`, or see `pinion-agent --help` for \
+         --state-dir and --socket)",
+        socket.display()
+    )
+}
+
 /// Errors of local API calls; each names the socket or the agent's answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the pinion agent at {}: {source} (is `pinion-agent` running, and is this its --socket?)", .socket.display())]
+    #[error("{}", unreachable(socket, source))]
     Connect {
         socket: PathBuf,
         source: std::io::Error,
@@ -121,11 +133,13 @@ impl Client {
     }
 
     /// Pins pool `pool` to `size` (`N`, `MIN-MAX`) or gives it back to the
-    /// closed loop (`auto`); the pools after the change.
-    pub fn set_pool(&self, pool: &str, size: &str) -> Result<Pools, ClientError> {
+    /// closed loop (`auto`); the pools after the change. A pool that does
+    /// not exist is refused unless `create` (a pin kept for its first member).
+    pub fn set_pool(&self, pool: &str, size: &str, create: bool) -> Result<Pools, ClientError> {
         let request = SetPool {
             pool: pool.to_string(),
             size: size.to_string(),
+            create,
         };
         self.call_json(Method::POST, POOLS_SET_PATH, Some(&request))
     }

@@ -342,6 +342,10 @@ pub struct Pools {
     pub reclaim_min: u32,
     /// The closed loop's reconcile period count.
     pub period: u64,
+    /// Pins of pools that have no member yet (`pools set --new`): pool
+    /// name → `N`, `MIN-MAX`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pending_pins: BTreeMap<String, String>,
 }
 
 /// One shared pool.
@@ -389,6 +393,11 @@ pub struct PoolView {
 pub struct SetPool {
     pub pool: String,
     pub size: String,
+    /// Keep the pin of a pool that does not exist yet (an advisor sizing a
+    /// pool before its first member); without it such a pool is refused
+    /// with the names of the pools that exist.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub create: bool,
 }
 
 /// `POST /v1/resize`: container `container` (default [`RUN_CONTAINER`]) of

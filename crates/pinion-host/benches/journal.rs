@@ -6,6 +6,10 @@
 //! disk). Besides criterion's estimate, each benchmark prints p50/p99 of
 //! single operations. Figures and commands: `docs/performance.md`.
 
+#[macro_use]
+#[path = "support/report.rs"]
+mod report;
+
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -69,7 +73,7 @@ fn percentiles(name: &str, samples: &mut [Duration]) {
     }
     samples.sort();
     let at = |percent: usize| samples[(samples.len() - 1) * percent / 100];
-    eprintln!(
+    report!(
         "{name}: n={} p50={:?} p99={:?}",
         samples.len(),
         at(50),
@@ -162,7 +166,7 @@ fn journal_flush(c: &mut Criterion, dir: &Path) {
 
 fn durable(c: &mut Criterion) {
     let (_keep, dir) = bench_dir();
-    eprintln!("bench directory: {}", dir.display());
+    report!("bench directory: {}", dir.display());
     fdatasync_4k(c, &dir);
     checkpoint_write(c, &dir);
     journal_flush(c, &dir);

@@ -1,15 +1,31 @@
 //! `pinion`: the command-line entry point. Each subcommand lives in `cmd/`.
 
 mod cmd;
+#[cfg(test)]
+mod golden;
+#[cfg(test)]
+mod golden_tests;
 mod input;
+mod output;
 mod render;
 
 use clap::{Parser, Subcommand};
 
+/// `pinion --version`: the version, the commit and the build date
+/// (`build.rs`; `unknown` commit outside a git checkout).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("PINION_COMMIT"),
+    ", built ",
+    env!("PINION_BUILD_DATE"),
+    ")"
+);
+
 /// Pinion: node-level CPU and NUMA resource manager with kubelet's semantics.
 #[derive(Debug, Parser)]
-#[command(name = "pinion", version, about)]
-struct Cli {
+#[command(name = "pinion", version = VERSION, about)]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -44,6 +60,11 @@ enum Command {
     /// Serve one of Pinion's own resource plugins (cpu, memory, nic) over
     /// gRPC, for Pinion's agent or any katalyst-compatible manager.
     Plugin(cmd::plugin::Args),
+    /// Print the shell completion script for bash, zsh or fish.
+    Completions(cmd::package::CompletionsArgs),
+    /// Write the man pages (pinion.1 and one per subcommand) into a
+    /// directory, or print pinion.1.
+    Man(cmd::package::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +83,8 @@ fn main() -> std::process::ExitCode {
         Command::Plugins(args) => cmd::plugins::run(&args),
         Command::Pools(args) => cmd::pools::run(&args),
         Command::Plugin(args) => cmd::plugin::run(&args),
+        Command::Completions(args) => cmd::package::completions(&args),
+        Command::Man(args) => cmd::package::man(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

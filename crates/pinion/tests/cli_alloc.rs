@@ -23,7 +23,14 @@ fn corpus_file_gives_kubelets_answers_line_by_line() {
     let Some(path) = corpus_file("TestTakeByTopologyNUMAPacked.json") else {
         return;
     };
-    let out = pinion(&["alloc", path.to_str().expect("utf-8 path"), "--repeat", "3"]);
+    let out = pinion(&[
+        "alloc",
+        "-o",
+        "json",
+        path.to_str().expect("utf-8 path"),
+        "--repeat",
+        "3",
+    ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let cases: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("json");
@@ -50,7 +57,7 @@ fn non_take_cases_are_skipped_with_a_reason() {
     let Some(path) = corpus_file("TestStaticPolicyRemove.json") else {
         return;
     };
-    let out = pinion(&["alloc", path.to_str().expect("utf-8 path")]);
+    let out = pinion(&["alloc", "-o", "json", path.to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let first: Value = serde_json::from_str(stdout.lines().next().expect("a line")).expect("json");
@@ -183,7 +190,12 @@ fn bad_input_names_the_field() {
     }
     let bad_case = dir.path().join("case.json");
     std::fs::write(&bad_case, r#"{"name":"b","topology":{"cpus":[{"id":0,"core":0,"socket":0,"numa":0,"uncore":0}]},"available":"0","request":1,"algorithm":"weird"}"#).expect("write");
-    let out = pinion(&["alloc", bad_case.to_str().expect("utf-8 path")]);
+    let out = pinion(&[
+        "alloc",
+        "-o",
+        "json",
+        bad_case.to_str().expect("utf-8 path"),
+    ]);
     assert!(!out.status.success());
     assert!(
         text(&out.stdout).contains("field `algorithm`"),
@@ -192,7 +204,12 @@ fn bad_input_names_the_field() {
     );
     let malformed = dir.path().join("bad.json");
     std::fs::write(&malformed, "[1,").expect("write");
-    let out = pinion(&["alloc", malformed.to_str().expect("utf-8 path")]);
+    let out = pinion(&[
+        "alloc",
+        "-o",
+        "json",
+        malformed.to_str().expect("utf-8 path"),
+    ]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("malformed JSON"),

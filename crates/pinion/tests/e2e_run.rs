@@ -149,17 +149,22 @@ impl Setup {
     fn spawn_run_with(&mut self, args: &[&str], command: &[&str]) {
         let mut cmd = Command::new(BIN);
         cmd.arg("run").arg("--socket").arg(self.socket()).args(args);
+        // Its messages go to a file beside the agent's log, not into the
+        // test run's output (a run that outlives its agent says it could
+        // not release; the tests that care read `ps`).
+        let log = self.dir.path().join(format!("run-{}.log", self.runs.len()));
         let child = cmd
             .arg("--")
             .args(command)
             .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("run log"))
             .spawn()
             .expect("spawn run");
         self.runs.push(child);
     }
 
     fn ps(&self) -> Vec<Value> {
-        let out = self.pinion(&["ps", "--format", "json"]);
+        let out = self.pinion(&["ps", "-o", "json"]);
         assert!(
             out.status.success(),
             "ps failed: {}",
@@ -669,7 +674,7 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     std::fs::write(&config, text).expect("config");
     s.start_agent();
 
-    let out = s.pinion(&["plugins", "--format", "json"]);
+    let out = s.pinion(&["plugins", "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -730,7 +735,7 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     // `pinion pools`: the reclaim pool (and the share pool where there is
     // room); a pin is taken (kept for a pool that does not exist yet); a
     // bad size is refused naming it.
-    let out = s.pinion(&["pools", "--format", "json"]);
+    let out = s.pinion(&["pools", "-o", "json"]);
     assert!(
         out.status.success(),
         "{}",
@@ -738,12 +743,24 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     );
     let pools: Value = serde_json::from_slice(&out.stdout).expect("pools json");
     assert_eq!(pools["reclaim_min"], 1, "{pools}");
+    // A pool without members is refused with the pools that exist (issue
+    // 33); `--new` keeps the pin for its first member.
     let out = s.pinion(&["pools", "set", "batch=2-3"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no pool \"batch\"") && err.contains("--new"),
+        "{err}"
+    );
+    let out = s.pinion(&["pools", "set", "--new", "batch=2-3"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let out = s.pinion(&["pools", "-o", "json"]);
+    let pools: Value = serde_json::from_slice(&out.stdout).expect("pools json");
+    assert_eq!(pools["pending_pins"]["batch"], "2-3", "{pools}");
     let out = s.pinion(&["pools", "set", "batch=0"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -917,7 +934,7 @@ fn the_example_plugin_places_runs_through_the_agent() {
     s.kill_agent();
     plugin = start_plugin_after_agent(&mut s, start_plugin);
     assert_eq!(allowed_cpus(pid), s.all, "a restart moved the run");
-    let out = s.pinion(&["ps", "--format", "json"]);
+    let out = s.pinion(&["ps", "-o", "json"]);
     assert!(out.status.success());
     signal("TERM", plugin.0.id());
     plugin.0.wait().expect("reap plugin");

@@ -25,7 +25,7 @@ const TWO_CASES: &str = r#"[
 
 #[test]
 fn merge_cases_print_one_json_line_each() {
-    let (stdout, _, ok) = pinion(&["hints", "-"], TWO_CASES);
+    let (stdout, _, ok) = pinion(&["hints", "-o", "json", "-"], TWO_CASES);
     assert!(ok);
     assert_eq!(
         stdout,
@@ -36,7 +36,7 @@ fn merge_cases_print_one_json_line_each() {
 
 #[test]
 fn text_format_shows_inputs_and_the_rejection_reason() {
-    let (stdout, _, ok) = pinion(&["hints", "--format", "text", "-"], TWO_CASES);
+    let (stdout, _, ok) = pinion(&["hints", "-o", "table", "-"], TWO_CASES);
     assert!(ok);
     let expected = "case \"aligned\"\n\
         \x20 policy restricted, NUMA nodes [0, 1]\n\
@@ -60,7 +60,7 @@ fn cpu_hints_cases_list_the_hints() {
                               {"id": 1, "core": 1, "socket": 0, "numa": 0, "uncore": 0},
                               {"id": 2, "core": 2, "socket": 1, "numa": 1, "uncore": 1},
                               {"id": 3, "core": 3, "socket": 1, "numa": 1, "uncore": 1}]}}"#;
-    let (stdout, _, ok) = pinion(&["hints", "-"], case);
+    let (stdout, _, ok) = pinion(&["hints", "-o", "json", "-"], case);
     assert!(ok);
     assert_eq!(
         stdout,
@@ -72,14 +72,14 @@ fn cpu_hints_cases_list_the_hints() {
 fn bad_cases_are_reported_and_fail_the_run() {
     let case =
         r#"{"kind": "merge", "name": "x", "numa_nodes": [0], "policy": "bogus", "providers": []}"#;
-    let (stdout, stderr, ok) = pinion(&["hints", "-"], case);
+    let (stdout, stderr, ok) = pinion(&["hints", "-o", "json", "-"], case);
     assert!(!ok);
     assert_eq!(
         stdout,
         "{\"name\":\"x\",\"error\":\"unknown policy: \\\"bogus\\\"\"}\n"
     );
     assert!(stderr.contains("1 of 1 cases could not be run"), "{stderr}");
-    let (_, stderr, ok) = pinion(&["hints", "-"], "[1, 2");
+    let (_, stderr, ok) = pinion(&["hints", "-o", "json", "-"], "[1, 2");
     assert!(!ok);
     assert!(stderr.contains("reading cases from -"), "{stderr}");
     let (_, stderr, ok) = pinion(&["hints", "/nonexistent/cases.json"], "");
@@ -105,7 +105,10 @@ fn corpus_merge_files_through_the_cli() {
         let Some(path) = corpus(file) else { return };
         let text = std::fs::read_to_string(&path).expect("corpus file is readable");
         let cases: Vec<serde_json::Value> = serde_json::from_str(&text).expect("corpus is JSON");
-        let (stdout, stderr, ok) = pinion(&["hints", path.to_str().expect("utf-8 path")], "");
+        let (stdout, stderr, ok) = pinion(
+            &["hints", "-o", "json", path.to_str().expect("utf-8 path")],
+            "",
+        );
         assert!(ok, "{file}: {stderr}");
         let lines: Vec<serde_json::Value> = stdout
             .lines()
@@ -128,7 +131,7 @@ fn corpus_merge_files_through_the_cli() {
 #[test]
 fn yaml_input_is_accepted() {
     let case = "kind: merge\nname: yaml\nnuma_nodes: [0, 1]\npolicy: best-effort\nproviders:\n  - cpu:\n      - mask: [1]\n        preferred: true\n";
-    let (stdout, _, ok) = pinion(&["hints", "-"], case);
+    let (stdout, _, ok) = pinion(&["hints", "-o", "json", "-"], case);
     assert!(ok);
     assert_eq!(
         stdout,

@@ -69,7 +69,7 @@ fn a_run_grows_in_place_and_cannot_shrink_below_its_first_cpus() {
     let first = cpus(&first.cpus);
     assert_eq!(node.cgroup_cpus(), first);
 
-    let out = node.resize("4", &["--format", "json"]);
+    let out = node.resize("4", &["-o", "json"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
     let grown: Value = serde_json::from_str(&common::stdout(&out)).expect("json");
     let grown = cpus(grown["cpus"].as_str().expect("cpus"));

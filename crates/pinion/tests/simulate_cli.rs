@@ -37,7 +37,7 @@ fn stdout_json_lines(out: &Output) -> Vec<Value> {
 
 #[test]
 fn example_scenario_json_reports_every_step() {
-    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", &example()], None));
+    let lines = stdout_json_lines(&pinion(&["simulate", "-o", "json", &example()], None));
     assert_eq!(lines.len(), 1);
     let out = &lines[0];
     assert!(out.get("name").is_none(), "single scenarios carry no name");
@@ -85,7 +85,7 @@ fn example_scenario_text_shows_a_cpu_map() {
 #[test]
 fn hybrid_example_keeps_half_used_p_cores_and_the_reserved_cpu() {
     let path = scenario("hybrid-p-e-cores.yaml");
-    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", &path], None));
+    let lines = stdout_json_lines(&pinion(&["simulate", "-o", "json", &path], None));
     let steps = lines[0]["steps"].as_array().expect("steps");
     let cpus: Vec<&str> = steps[1..]
         .iter()
@@ -104,7 +104,7 @@ fn hybrid_example_keeps_half_used_p_cores_and_the_reserved_cpu() {
 #[test]
 fn resize_example_grows_in_place_and_keeps_the_promised_cpus() {
     let path = scenario("resize-exclusive-cpus.yaml");
-    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", &path], None));
+    let lines = stdout_json_lines(&pinion(&["simulate", "-o", "json", &path], None));
     let steps = lines[0]["steps"].as_array().expect("steps");
     let cpus = |i: usize| steps[i]["cpus"].as_str().unwrap_or("");
     let reason = |i: usize| steps[i]["reason"].as_str().unwrap_or("");
@@ -139,7 +139,7 @@ fn batch_prints_one_named_line_per_scenario_including_construction_errors() {
       {"name": "ok", "machine": {"sockets": 1, "numa_per_socket": 1, "cores_per_socket": 2, "threads_per_core": 1},
        "num_reserved": 1, "steps": [{"op": "start"}]}
     ]"#;
-    let lines = stdout_json_lines(&pinion(&["simulate", "--format", "json", "-"], Some(batch)));
+    let lines = stdout_json_lines(&pinion(&["simulate", "-o", "json", "-"], Some(batch)));
     assert_eq!(lines.len(), 3);
     assert_eq!(lines[0]["name"], "bad option");
     assert_eq!(
@@ -177,7 +177,7 @@ fn corpus_policy_file_runs_through_the_binary() {
     let cases: Vec<Value> =
         serde_json::from_str(&std::fs::read_to_string(&file).expect("read")).expect("json");
     let lines = stdout_json_lines(&pinion(
-        &["simulate", "--format", "json", &file.to_string_lossy()],
+        &["simulate", "-o", "json", &file.to_string_lossy()],
         None,
     ));
     assert_eq!(lines.len(), cases.len());

@@ -36,7 +36,7 @@ fn json(out: &Output) -> Value {
 }
 
 fn run_json(path: &str) -> Value {
-    json(&pinion(&["simulate", "--format", "json", path], ""))
+    json(&pinion(&["simulate", "-o", "json", path], ""))
 }
 
 /// Compares `text` with `tests/golden/<name>.txt` (or rewrites it when
@@ -211,7 +211,7 @@ steps:
 /// never touching the dedicated or the reserved CPUs.
 #[test]
 fn pressure_moves_cpus_between_share_and_reclaim_only() {
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], LOOP));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], LOOP));
     let db = cpus(&placement(&out, 1, "db", "app")["cpus"]);
     let reserved = cpus(&out["initial"]["pools"]["reserved"]);
     assert_eq!((db.len(), reserved.len()), (4, 2));
@@ -317,7 +317,7 @@ steps:
 "#,
         root = root.display()
     );
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], &scenario));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], &scenario));
     let db = placement(&out, 2, "db", "app");
     let db_cpus = cpus(&db["cpus"]);
     assert_eq!(db_cpus.len(), 8);

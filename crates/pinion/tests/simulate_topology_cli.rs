@@ -1,5 +1,5 @@
 //! `pinion simulate` with the Topology Manager: the SNC example scenario
-//! (read from `../shared` in place), kubelet's camelCase keys, extra
+//! (on its own machine shape, and on the real machine from `../shared`), kubelet's camelCase keys, extra
 //! providers' hints, the pod scope, and bad Topology Manager input.
 
 mod common;
@@ -28,19 +28,14 @@ fn cpus(value: &Value) -> Vec<u32> {
 
 const REJECTION: &str = "Resources cannot be allocated with Topology locality";
 
-#[test]
-fn snc_example_aligns_one_pod_and_rejects_others() {
-    // The scenario reads its machine from ../shared.
-    if common::shared("topologies/x86-2s-intel-xeon-gold-6230-ht-snc2").is_none() {
-        return;
-    }
-    let example = common::workspace().join("examples/scenarios/snc-single-numa-node.yaml");
-    let example = example.to_string_lossy();
-    let out = json(&pinion(&["simulate", "--format", "json", &example], ""));
+/// The SNC example's story on a machine whose NUMA node of CPU n is
+/// `node(n)`: the trading pod next to its NIC on node 1, analytics on one
+/// node, the two pods no node can hold rejected, the Burstable one shared.
+fn check_snc_story(scenario: &str, node: impl Fn(u32) -> u32) {
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], scenario));
     let steps = out["steps"].as_array().expect("steps");
-    // SNC2 numbering: NUMA node of CPU n is n mod 4.
     let trading = &steps[1];
-    assert!(cpus(&trading["cpus"]).iter().all(|cpu| cpu % 4 == 1));
+    assert!(cpus(&trading["cpus"]).iter().all(|&cpu| node(cpu) == 1));
     assert_eq!(
         trading["topology"]["merged"]["mask"],
         serde_json::json!([1])
@@ -48,7 +43,7 @@ fn snc_example_aligns_one_pod_and_rejects_others() {
     assert_eq!(trading["topology"]["merged"]["preferred"], true);
     let analytics = &steps[2];
     assert_eq!(cpus(&analytics["cpus"]).len(), 16);
-    assert!(cpus(&analytics["cpus"]).iter().all(|cpu| cpu % 4 == 0));
+    assert!(cpus(&analytics["cpus"]).iter().all(|&cpu| node(cpu) == 0));
     for rejected in [&steps[3], &steps[4]] {
         assert_eq!(rejected["error"], REJECTION);
         assert_eq!(rejected["reason"], "TopologyAffinityError");
@@ -57,12 +52,40 @@ fn snc_example_aligns_one_pod_and_rejects_others() {
         assert!(rejected["topology"]["why"].is_string());
     }
     assert_eq!(steps[5]["cpus"], Value::Null, "burstable pod: shared pool");
-    let text = pinion(&["simulate", &example], "");
+    let text = pinion(&["simulate", "-"], scenario);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("topology manager: single-numa-node, scope container"));
     assert!(
         text.contains("-> rejected: single-numa-node: cpu has no preferred single-NUMA-node hint")
     );
+}
+
+fn snc_example() -> String {
+    let path = common::workspace().join("examples/scenarios/snc-single-numa-node.yaml");
+    std::fs::read_to_string(path).expect("the SNC example")
+}
+
+#[test]
+fn snc_example_aligns_one_pod_and_rejects_others() {
+    // The example's machine shape: node n holds cores 10n..10n+9, CPU n is
+    // a thread of core n mod 40.
+    check_snc_story(&snc_example(), |cpu| (cpu % 40) / 10);
+}
+
+#[test]
+fn snc_example_decides_the_same_on_the_real_machine() {
+    // The real Xeon Gold 6230 (SNC2) numbers its nodes round-robin: the
+    // NUMA node of CPU n is n mod 4.
+    let Some(sysroot) = common::shared("topologies/x86-2s-intel-xeon-gold-6230-ht-snc2") else {
+        return;
+    };
+    let example = snc_example();
+    let machine = example
+        .lines()
+        .find(|line| line.starts_with("machine:"))
+        .expect("the example's machine line");
+    let real = example.replace(machine, &format!("sysroot: {}", sysroot.display()));
+    check_snc_story(&real, |cpu| cpu % 4);
 }
 
 const POD_SCOPE: &str = r#"{
@@ -81,7 +104,7 @@ const POD_SCOPE: &str = r#"{
 
 #[test]
 fn pod_scope_with_kubelet_keys_and_extra_hints() {
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], POD_SCOPE));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], POD_SCOPE));
     let steps = out["steps"].as_array().expect("steps");
     let (a, b) = (&steps[1], &steps[2]);
     assert_eq!(a["topology"]["scope"], "pod");
@@ -99,14 +122,14 @@ fn pod_scope_with_kubelet_keys_and_extra_hints() {
 #[test]
 fn bad_topology_manager_input_is_reported() {
     let bad_scope = POD_SCOPE.replace("\"pod\",", "\"node\",");
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], &bad_scope));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], &bad_scope));
     assert_eq!(out["error"], "unknown scope: \"node\"");
     let bad_node = POD_SCOPE.replace("\"numa\": [1]", "\"numa\": [64]");
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], &bad_node));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], &bad_node));
     let error = out["error"].as_str().expect("error text");
     assert!(error.contains("\"p\"") && error.contains("64"), "{error}");
     let typo = POD_SCOPE.replace(r#""hints": {"p":"#, r#""hints": {"p/c":"#);
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], &typo));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], &typo));
     let error = out["error"].as_str().expect("error text");
     assert!(
         error.starts_with("hints key \"p/c\" names no pod"),
@@ -116,7 +139,7 @@ fn bad_topology_manager_input_is_reported() {
         r#""hints": {"p": {"gpu": [{"numa": [1], "preferred": true}]}}"#,
         r#""hints": {"p/a": {"nic": null}, "p/b": {"nic": null}}"#,
     );
-    let out = json(&pinion(&["simulate", "--format", "json", "-"], &ambiguous));
+    let out = json(&pinion(&["simulate", "-o", "json", "-"], &ambiguous));
     let error = out["error"].as_str().expect("error text");
     assert!(error.contains("give a \"p\" entry"), "{error}");
 }

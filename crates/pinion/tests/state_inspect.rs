@@ -99,7 +99,7 @@ fn json_view_has_stored_and_computed_checksums() {
     let output = pinion(&[
         "state",
         "inspect",
-        "--format",
+        "-o",
         "json",
         path.to_str().expect("path"),
     ]);
@@ -217,7 +217,7 @@ mod journal {
     fn inspect(path: &Path, json: bool) -> std::process::Output {
         let mut args = vec!["state", "inspect", path.to_str().expect("path")];
         if json {
-            args.extend(["--format", "json"]);
+            args.extend(["-o", "json"]);
         }
         pinion(&args)
     }
@@ -267,7 +267,7 @@ mod journal {
     }
 
     /// The e2e scripts and other tools read the durable state between
-    /// compactions with `--format effective`: kubelet's file, journal replayed.
+    /// compactions with `--effective`: kubelet's file, journal replayed.
     #[test]
     fn effective_format_prints_the_checkpoint_a_restart_would_start_from() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -277,8 +277,7 @@ mod journal {
                 "state",
                 "inspect",
                 file.to_str().expect("path"),
-                "--format",
-                "effective",
+                "--effective",
             ]);
             assert!(output.status.success(), "{}", stderr(&output));
             let checkpoint =
@@ -308,8 +307,7 @@ mod journal {
             "state",
             "inspect",
             dir.path().join(CPU_MANAGER_STATE).to_str().expect("path"),
-            "--format",
-            "effective",
+            "--effective",
         ]);
         assert!(!output.status.success());
         assert!(stdout(&output).is_empty(), "{}", stdout(&output));
@@ -459,7 +457,7 @@ fn a_file_cut_before_its_checksum_says_which_checksum_it_should_have() {
     let output = pinion(&[
         "state",
         "inspect",
-        "--format",
+        "-o",
         "json",
         path.to_str().expect("path"),
     ]);

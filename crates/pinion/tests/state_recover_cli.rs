@@ -169,7 +169,7 @@ fn migrate_keeps_valid_assignments_and_the_old_file() {
         "0-1",
     ]);
     assert!(verify.status.success(), "{}", text(&verify));
-    let inspect = pinion(&["state", "inspect", path, "--format", "json"]);
+    let inspect = pinion(&["state", "inspect", path, "-o", "json"]);
     let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).expect("json");
     assert_eq!(json["checksum"]["status"], "valid", "{json}");
 }

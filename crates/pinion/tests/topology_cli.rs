@@ -120,7 +120,7 @@ fn json_output_is_the_model() {
     let root = dir.join("x86-2s-intel-xeon-cascadelake-28c-ht-snc2-pmem-isolcpus");
     let out = pinion(&[
         "topology",
-        "--format",
+        "-o",
         "json",
         "--sysroot",
         root.to_str().expect("utf-8"),

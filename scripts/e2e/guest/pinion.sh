@@ -12,7 +12,7 @@ pinion_ps() { "$PINION" ps --socket "$SOCK" "$@"; }
 
 # The durable state: kubelet's cpu_manager_state with Pinion's journal
 # replayed (the file itself is only rewritten at compaction).
-durable_state() { "$PINION" state inspect "$E2E_STATE/state/cpu_manager_state" --format effective; }
+durable_state() { "$PINION" state inspect "$E2E_STATE/state/cpu_manager_state" --effective; }
 
 # agent_start [ARGS...]: starts the agent (through `pinion agent`, which
 # also works where the daemon has its own binary) and waits until it answers.

@@ -31,6 +31,13 @@ pub enum SetPoolError {
     },
     #[error("pool name must be non-empty and at most 253 characters, got {0:?}")]
     Name(String),
+    #[error(
+        "no pool {pool:?} (pools now: {}); a shared pool exists while it has members \
+         (annotation cpuset_pool); to size one before its first member arrives, \
+         `pinion pools set --new {pool}=SIZE`",
+        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+    )]
+    Unknown { pool: String, known: Vec<String> },
     #[error(transparent)]
     Plugin(#[from] PluginError),
 }
@@ -150,13 +157,25 @@ impl CpuPluginHandle {
             reclaim: pools.plan().reclaim.to_string(),
             reclaim_min: pools.params().reclaim_min,
             period: pools.period(),
+            pending_pins: pools
+                .pins()
+                .iter()
+                .filter(|(name, _)| !pools.entries().contains_key(*name))
+                .map(|(name, pin)| (name.clone(), pin.to_string()))
+                .collect(),
         }
     }
 
     /// Pins pool `name` to `size` (`N`, `MIN-MAX`) or hands it back to the
     /// closed loop (`auto`). A pin on a pool that does not exist yet is kept
-    /// for when it does.
-    pub fn set(&self, name: &str, size: &str) -> Result<ReconcileReport, SetPoolError> {
+    /// for when it does when `create` is set; without it such a name is
+    /// refused with the names that exist (a typo must not pin nothing).
+    pub fn set(
+        &self,
+        name: &str,
+        size: &str,
+        create: bool,
+    ) -> Result<ReconcileReport, SetPoolError> {
         if name.is_empty() || name.len() > 253 {
             return Err(SetPoolError::Name(name.to_string()));
         }
@@ -164,7 +183,16 @@ impl CpuPluginHandle {
             pool: name.to_string(),
             source,
         })?;
-        Ok(self.lock().set_pool_size(name, size)?)
+        let mut plugin = self.lock();
+        let pools = plugin.pools();
+        if !create && !pools.entries().contains_key(name) && !pools.pins().contains_key(name) {
+            let known = pools.entries().keys().cloned().collect();
+            return Err(SetPoolError::Unknown {
+                pool: name.to_string(),
+                known,
+            });
+        }
+        Ok(plugin.set_pool_size(name, size)?)
     }
 
     /// One period of the closed loop with `loads` (pool name → load).

@@ -23,6 +23,8 @@ use pinion_core::{CpuSet, Topology};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::output::{self, Output, OutputArgs, Table};
+
 /// Arguments of `pinion alloc`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -50,20 +52,36 @@ pub struct Args {
     /// (repeatable).
     #[arg(long = "option", value_name = "NAME=VALUE")]
     pub options: Vec<String>,
+    /// Print an example case file (`examples/alloc/two-sockets-smt.json`;
+    /// the format: docs/alloc-and-hints.md) and exit.
+    #[arg(long, exclusive = true)]
+    pub example: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
+
+/// The example `--example` prints; the same file runs in the tests.
+pub const EXAMPLE: &str = include_str!("../../../../examples/alloc/two-sockets-smt.json");
 
 /// Runs `pinion alloc`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.example {
+        print!("{EXAMPLE}");
+        return Ok(());
+    }
+    let output = args.output.output();
     if let Some(file) = &args.file {
-        return run_cases(file, args.repeat);
+        return run_cases(file, args.repeat, output);
     }
     let Some(request) = args.request else {
         bail!(
-            "give a case FILE (or - for stdin), or --topology FILE --request N for the human form"
+            "nothing to allocate: give --request N (on this machine's topology; --sysroot DIR or \
+             --topology FILE for another), or a case FILE (- for stdin); \
+             `pinion alloc --example` prints a case file, docs/alloc-and-hints.md explains both"
         );
     };
     let topology = load_topology(args)?;
-    run_human(&topology, args, request)
+    run_human(&topology, args, request, output)
 }
 
 /// The topology of the human form: `--topology FILE`, else discovered under
@@ -106,6 +124,25 @@ struct Line {
 }
 
 impl Line {
+    /// Its row of the table: name, CPUs, what happened.
+    fn row(&self) -> Vec<String> {
+        let result = match (&self.error, &self.skipped, &self.invalid) {
+            (Some(error), _, _) => format!("error: {error}"),
+            (_, Some(skipped), _) => format!("skipped: {skipped}"),
+            (_, _, Some(invalid)) => format!("invalid: {invalid}"),
+            _ => "allocated".to_string(),
+        };
+        let mut row = vec![
+            self.name.clone(),
+            self.cpus.clone().unwrap_or_default(),
+            result,
+        ];
+        if let Some(ns) = self.ns_per_call {
+            row.push(ns.to_string());
+        }
+        row
+    }
+
     fn new(name: String) -> Self {
         Line {
             name,
@@ -118,24 +155,37 @@ impl Line {
     }
 }
 
-fn run_cases(path: &Path, repeat: Option<u32>) -> anyhow::Result<()> {
+/// Runs the cases of `path`: a table of them, or one JSON line (YAML
+/// document) per case as it is decided.
+fn run_cases(path: &Path, repeat: Option<u32>, output: Output) -> anyhow::Result<()> {
     let cases = match read_json(path)? {
         Value::Array(cases) => cases,
         single => vec![single],
     };
     let mut invalid = 0;
     let mut out = std::io::stdout().lock();
+    let mut columns = vec!["CASE", "CPUS", "RESULT"];
+    if repeat.is_some() {
+        columns.push("NS/CALL>");
+    }
+    let mut table = Table::new(&columns);
     for (i, raw) in cases.iter().enumerate() {
         let line = run_case(i, raw, repeat);
         if let Some(reason) = &line.invalid {
             eprintln!("pinion: case {i} ({:?}): {reason}", line.name);
             invalid += 1;
         }
-        let text = serde_json::to_string(&line)?;
-        match writeln!(out, "{text}") {
+        let Some(text) = output::object_line(output, &serde_json::to_string(&line)?)? else {
+            table.row(line.row());
+            continue;
+        };
+        match write!(out, "{text}") {
             Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
             other => other.context("writing to standard output")?,
         }
+    }
+    if matches!(output, Output::Table | Output::Wide) {
+        write!(out, "{}", table.render()).context("writing to standard output")?;
     }
     if invalid > 0 {
         bail!("{invalid} of {} cases had invalid input", cases.len());
@@ -206,7 +256,27 @@ fn parse_options(pairs: &[String]) -> anyhow::Result<AllocOptions> {
     AllocOptions::from_named(split).context("--option")
 }
 
-fn run_human(topology: &Topology, args: &Args, request: usize) -> anyhow::Result<()> {
+/// What the human form decided, as `-o json|yaml` print it.
+#[derive(Debug, Serialize)]
+struct Decision {
+    algorithm: String,
+    cpus: String,
+    count: usize,
+    numa: String,
+    sockets: String,
+    uncore: String,
+    whole_cores: usize,
+    partial_cores: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ns_per_call: Option<u64>,
+}
+
+fn run_human(
+    topology: &Topology,
+    args: &Args,
+    request: usize,
+    output: Output,
+) -> anyhow::Result<()> {
     let available = match &args.available {
         Some(list) => CpuSet::parse_list(list).context("--available")?,
         None => topology.all_cpus().clone(),
@@ -215,11 +285,6 @@ fn run_human(topology: &Topology, args: &Args, request: usize) -> anyhow::Result
     let algorithm = Algorithm::select(&options, topology);
     let cpus = take_by_topology(topology, &available, request, algorithm)
         .with_context(|| format!("allocating {request} cpus from {available}"))?;
-    println!("algorithm: {}", describe(algorithm));
-    println!("cpus:      {cpus} ({} cpus)", cpus.len());
-    println!("numa:      {}", spread_over(topology.numa_cpus(), &cpus));
-    println!("sockets:   {}", spread_over(topology.sockets(), &cpus));
-    println!("uncore:    {}", spread_over(topology.uncores(), &cpus));
     let cores = topology.cores().values().filter(|c| !c.is_disjoint(&cpus));
     let (whole, partial) = cores.fold((0, 0), |(w, p), core| {
         if core.is_subset(&cpus) {
@@ -228,13 +293,43 @@ fn run_human(topology: &Topology, args: &Args, request: usize) -> anyhow::Result
             (w, p + 1)
         }
     });
-    println!("cores:     {whole} whole, {partial} partial");
-    if let Some(repeat) = args.repeat {
-        let ns = median_ns(repeat, || {
+    let ns_per_call = args.repeat.map(|repeat| {
+        median_ns(repeat, || {
             take_by_topology(topology, &available, request, algorithm)
-        });
-        println!("time:      {ns} ns per call (median of {repeat})");
-    }
+        })
+    });
+    let decision = Decision {
+        algorithm: describe(algorithm),
+        cpus: cpus.to_string(),
+        count: cpus.len(),
+        numa: spread_over(topology.numa_cpus(), &cpus),
+        sockets: spread_over(topology.sockets(), &cpus),
+        uncore: spread_over(topology.uncores(), &cpus),
+        whole_cores: whole,
+        partial_cores: partial,
+        ns_per_call,
+    };
+    let text = output::render(output, &decision, |d, _| {
+        let mut text = format!(
+            "algorithm: {}\ncpus:      {} ({} cpus)\nnuma:      {}\nsockets:   {}\n\
+             uncore:    {}\ncores:     {} whole, {} partial\n",
+            d.algorithm,
+            d.cpus,
+            d.count,
+            d.numa,
+            d.sockets,
+            d.uncore,
+            d.whole_cores,
+            d.partial_cores
+        );
+        if let (Some(ns), Some(repeat)) = (d.ns_per_call, args.repeat) {
+            text.push_str(&format!(
+                "time:      {ns} ns per call (median of {repeat})\n"
+            ));
+        }
+        text
+    })?;
+    print!("{text}");
     Ok(())
 }
 

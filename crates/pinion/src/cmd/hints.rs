@@ -17,22 +17,25 @@ use pinion_core::topomgr::{Admission, ProviderHints, TopologyAffinityError, Topo
 use serde::Serialize;
 use serde_json::Value;
 
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Json,
-    Text,
-}
+use crate::output::{self, OutputArgs};
 
 /// Arguments of `pinion hints`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Case file (JSON or YAML: one case or an array), or `-` for stdin.
-    pub file: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "json")]
-    pub format: Format,
+    /// Case file (JSON or YAML: one case or an array), or `-` for stdin;
+    /// `pinion hints --example` prints one (format: docs/alloc-and-hints.md).
+    #[arg(required_unless_present = "example")]
+    pub file: Option<PathBuf>,
+    /// Print an example case file (`examples/hints/merge-and-cpu-hints.yaml`)
+    /// and exit.
+    #[arg(long, conflicts_with = "file")]
+    pub example: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
+
+/// The example `--example` prints; the same file runs in the tests.
+pub const EXAMPLE: &str = include_str!("../../../../examples/hints/merge-and-cpu-hints.yaml");
 
 /// What one case produced.
 enum Outcome {
@@ -43,10 +46,15 @@ enum Outcome {
 
 /// Runs `pinion hints`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let text = crate::input::read_text(&args.file)?;
-    let cases = parse_cases(&text)
-        .with_context(|| format!("reading cases from {}", args.file.display()))?;
+    let Some(file) = args.file.as_ref().filter(|_| !args.example) else {
+        print!("{EXAMPLE}");
+        return Ok(());
+    };
+    let text = crate::input::read_text(file)?;
+    let cases =
+        parse_cases(&text).with_context(|| format!("reading cases from {}", file.display()))?;
     let mut failed = 0usize;
+    let output = args.output.output();
     let mut stdout = std::io::stdout().lock();
     for case in &cases {
         let name = case.get("name").and_then(Value::as_str).unwrap_or("");
@@ -54,10 +62,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if matches!(outcome, Outcome::Error(_)) {
             failed += 1;
         }
-        let written = match args.format {
-            Format::Json => writeln!(stdout, "{}", json_line(name, &outcome)?),
-            Format::Text => write!(stdout, "{}", text_block(name, &outcome)),
+        let text = match output::object_line(output, &json_line(name, &outcome)?)? {
+            Some(text) => text,
+            None => text_block(name, &outcome),
         };
+        let written = write!(stdout, "{text}");
         match written {
             // A closed pipe (`pinion hints … | head`) ends the output quietly.
             Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

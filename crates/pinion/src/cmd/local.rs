@@ -1,17 +1,12 @@
 //! What the commands that talk to the agent's local API share: where its
-//! socket is and the output formats.
+//! socket is, the output options and the one hint for a missing agent.
 
 use std::path::PathBuf;
 
 use pinion_api::{Client, DefaultPaths};
 use serde::Serialize;
 
-/// Output format of a local-API command.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-}
+use crate::output::{self, OutputArgs};
 
 /// The agent's socket: `socket` when given (`--socket`), else the default
 /// for this user.
@@ -21,14 +16,17 @@ pub fn socket_or_default(socket: Option<&PathBuf>) -> PathBuf {
         .unwrap_or_else(|| DefaultPaths::current().socket)
 }
 
+/// The one hint every command gives when the agent cannot be reached.
+pub use pinion_api::client::unreachable as agent_unreachable;
+
 /// The options of every command that reads the agent's local API.
 #[derive(Debug, clap::Args)]
 pub struct Local {
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
-    pub format: Format,
-    /// Unix socket of the agent's local API.
-    #[arg(long, global = true)]
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Unix socket of the agent's local API (default: /run/pinion/pinion.sock
+    /// for root, under ~/.local/state/pinion otherwise).
+    #[arg(long, global = true, env = "PINION_SOCKET")]
     pub socket: Option<PathBuf>,
 }
 
@@ -38,16 +36,14 @@ impl Local {
         Client::new(&socket_or_default(self.socket.as_ref()))
     }
 
-    /// Prints `value` as pretty JSON, or as the text `table` makes of it.
+    /// Prints `value` in the chosen output; `table` makes the text of the
+    /// `table`/`wide` formats (its flag: `wide`).
     pub fn print<T: Serialize>(
         &self,
         value: &T,
-        table: impl FnOnce(&T) -> String,
+        table: impl FnOnce(&T, bool) -> String,
     ) -> anyhow::Result<()> {
-        match self.format {
-            Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
-            Format::Table => print!("{}", table(value)),
-        }
+        print!("{}", output::render(self.output.output(), value, table)?);
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ pub mod agent_config;
 pub mod alloc;
 pub mod hints;
 mod local;
+pub mod package;
 pub mod plugin;
 pub mod plugins;
 pub mod podresources;

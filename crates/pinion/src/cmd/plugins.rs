@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use pinion_api::local::Plugin as PluginView;
 
 use super::local::Local;
+use crate::output::{Clock, Table};
 
 /// Arguments of `pinion plugins`.
 #[derive(Debug, clap::Args)]
@@ -17,19 +18,37 @@ pub struct Args {
 /// Prints the agent's resource plugins.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let plugins = args.local.client().plugins()?;
-    args.local.print(&plugins, |plugins| table(plugins))
+    let clock = Clock::system();
+    args.local
+        .print(&plugins, |plugins, wide| table(plugins, wide, &clock))
 }
 
 fn flag(value: Option<bool>, name: &str) -> Option<String> {
     value.filter(|v| *v).map(|_| name.to_string())
 }
 
-fn table(plugins: &[PluginView]) -> String {
-    let mut out = String::new();
+/// One row per plugin, then its stop reason and last error; `wide` adds
+/// the socket and a row per gRPC method with its calls.
+pub(crate) fn table(plugins: &[PluginView], wide: bool, clock: &Clock) -> String {
     if plugins.is_empty() {
-        out.push_str("no resource plugins (is qosResourceManager.enabled set, and have plugins registered?)\n");
-        return out;
+        return "no resource plugins (is qosResourceManager.enabled set, and have plugins \
+                registered?)\n"
+            .to_string();
     }
+    let mut columns = vec![
+        "RESOURCE",
+        "STATE",
+        "OPTIONS",
+        "CALLS>",
+        "ERRORS>",
+        "RECONCILED>",
+        "LAST RECONCILE",
+    ];
+    if wide {
+        columns.push("SOCKET");
+    }
+    let mut table = Table::new(&columns);
+    let mut notes = String::new();
     for p in plugins {
         let options: Vec<String> = [
             flag(p.topology_aligned, "topology-aligned"),
@@ -39,48 +58,54 @@ fn table(plugins: &[PluginView]) -> String {
         .into_iter()
         .flatten()
         .collect();
-        let _ = writeln!(
-            out,
-            "{}  {}  socket {}  options: {}",
-            p.resource,
-            p.state,
-            if p.socket.is_empty() {
-                "-"
-            } else {
-                p.socket.as_str()
-            },
-            if options.is_empty() {
-                "-".to_string()
-            } else {
-                options.join(",")
-            }
-        );
+        let calls: u64 = p.stats.calls.values().map(|c| c.calls).sum();
+        let errors: u64 = p.stats.calls.values().map(|c| c.errors).sum();
+        let mut row = vec![
+            p.resource.clone(),
+            p.state.clone(),
+            options.join(","),
+            calls.to_string(),
+            errors.to_string(),
+            p.stats.reconcile_changes.to_string(),
+            p.stats
+                .last_reconcile
+                .map(|at| clock.time(at))
+                .unwrap_or_default(),
+        ];
+        if wide {
+            row.push(p.socket.clone());
+        }
+        table.row(row);
         if let Some(why) = &p.stop_reason {
-            let _ = writeln!(out, "  stopped: {why}");
+            let _ = writeln!(notes, "{}: stopped: {why}", p.resource);
         }
         if let Some(error) = &p.stats.last_error {
-            let _ = writeln!(out, "  last error: {error}");
+            let _ = writeln!(notes, "{}: last error: {error}", p.resource);
         }
-        if let Some(at) = p.stats.last_reconcile {
-            let _ = writeln!(
-                out,
-                "  last reconcile: {at} (unix time), containers changed so far: {}",
-                p.stats.reconcile_changes
-            );
+    }
+    let mut out = table.render();
+    out.push_str(&notes);
+    if wide {
+        let mut methods = Table::new(&["RESOURCE", "METHOD", "CALLS>", "ERRORS>", "MEAN MS>"]);
+        for p in plugins {
+            for (method, calls) in &p.stats.calls {
+                #[allow(clippy::cast_precision_loss)]
+                let mean_ms = if calls.calls == 0 {
+                    0.0
+                } else {
+                    calls.seconds * 1000.0 / calls.calls as f64
+                };
+                methods.row(vec![
+                    p.resource.clone(),
+                    method.clone(),
+                    calls.calls.to_string(),
+                    calls.errors.to_string(),
+                    format!("{mean_ms:.3}"),
+                ]);
+            }
         }
-        for (method, calls) in &p.stats.calls {
-            #[allow(clippy::cast_precision_loss)]
-            let mean_ms = if calls.calls == 0 {
-                0.0
-            } else {
-                calls.seconds * 1000.0 / calls.calls as f64
-            };
-            let _ = writeln!(
-                out,
-                "  {method}: {} calls, {} errors, mean {mean_ms:.3} ms",
-                calls.calls, calls.errors
-            );
-        }
+        out.push('\n');
+        out.push_str(&methods.render());
     }
     out
 }

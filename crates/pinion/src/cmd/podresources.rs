@@ -12,6 +12,9 @@ use pinion_api::DefaultPaths;
 use pinion_core::CpuSet;
 use serde_json::{json, Value};
 
+use super::local::agent_unreachable;
+use crate::output::{self, Output, OutputArgs, Table};
+
 /// Arguments of `pinion podresources`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -19,11 +22,10 @@ pub struct Args {
     what: Option<What>,
     /// The agent's podresources socket (default: under the default state
     /// directory, `/var/lib/pinion/pod-resources/pinion.sock` for root).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, env = "PINION_PODRESOURCES_SOCKET")]
     socket: Option<PathBuf>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", alias = "format", value_enum, default_value_t = Format::Table, global = true)]
-    output: Format,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -43,12 +45,6 @@ enum What {
     Allocatable,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Json,
-}
-
 /// How long to wait for the agent.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Answers list every container of the node.
@@ -64,18 +60,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let text = runtime.block_on(query(socket, args))?;
+    let output = args.output.output();
+    let text = runtime.block_on(query(socket, args, output))?;
     print!("{text}");
     Ok(())
 }
 
-async fn query(socket: PathBuf, args: &Args) -> anyhow::Result<String> {
-    let channel = pinion_api::uds::connect(&socket, TIMEOUT).await?;
+async fn query(socket: PathBuf, args: &Args, output: Output) -> anyhow::Result<String> {
+    let channel = pinion_api::uds::connect(&socket, TIMEOUT)
+        .await
+        .map_err(|err| anyhow::anyhow!(agent_unreachable(&socket, &root_cause(&err))))?;
     let mut client = v1::pod_resources_lister_client::PodResourcesListerClient::new(channel)
         .max_decoding_message_size(MAX_ANSWER);
     let call =
         |status: tonic::Status| anyhow::anyhow!("{} (gRPC {:?})", status.message(), status.code());
-    let json = matches!(args.output, Format::Json);
     Ok(match args.what.as_ref().unwrap_or(&What::List) {
         What::List => {
             let pods = client
@@ -84,11 +82,7 @@ async fn query(socket: PathBuf, args: &Args) -> anyhow::Result<String> {
                 .map_err(call)?
                 .into_inner()
                 .pod_resources;
-            if json {
-                pretty(&Value::Array(pods.iter().map(pod_json).collect()))
-            } else {
-                pods_table(&pods)
-            }
+            render_list(output, &pods)?
         }
         What::Get { name, namespace } => {
             let pod = client
@@ -101,11 +95,9 @@ async fn query(socket: PathBuf, args: &Args) -> anyhow::Result<String> {
                 .into_inner()
                 .pod_resources
                 .unwrap_or_default();
-            if json {
-                pretty(&pod_json(&pod))
-            } else {
+            shown(output, &pod_json(&pod), || {
                 pods_table(std::slice::from_ref(&pod))
-            }
+            })?
         }
         What::Allocatable => {
             let answer = client
@@ -113,20 +105,122 @@ async fn query(socket: PathBuf, args: &Args) -> anyhow::Result<String> {
                 .await
                 .map_err(call)?
                 .into_inner();
-            if json {
-                pretty(&allocatable_json(&answer))
-            } else {
-                allocatable_table(&answer)
-            }
+            render_allocatable(output, &answer)?
         }
     })
 }
 
-fn pretty(value: &Value) -> String {
-    format!(
-        "{}\n",
-        serde_json::to_string_pretty(value).unwrap_or_default()
+/// `List`'s answer in `output`.
+pub(crate) fn render_list(output: Output, pods: &[v1::PodResources]) -> anyhow::Result<String> {
+    shown(
+        output,
+        &Value::Array(pods.iter().map(pod_json).collect()),
+        || pods_table(pods),
     )
+}
+
+/// `GetAllocatableResources`' answer in `output`.
+pub(crate) fn render_allocatable(
+    output: Output,
+    answer: &v1::AllocatableResourcesResponse,
+) -> anyhow::Result<String> {
+    shown(output, &allocatable_json(answer), || {
+        allocatable_table(answer)
+    })
+}
+
+/// A node's answers for the golden tests: a run with an exclusive CPU and
+/// its memory, a plugin pod with a NIC, an empty pod; two NUMA nodes.
+#[cfg(test)]
+pub(crate) fn fixture() -> (Vec<v1::PodResources>, v1::AllocatableResourcesResponse) {
+    let numa = |id: i64| {
+        Some(v1::TopologyInfo {
+            nodes: vec![v1::NumaNode { id }],
+        })
+    };
+    let memory = |size: u64, node: i64| v1::ContainerMemory {
+        memory_type: "memory".into(),
+        size,
+        topology: numa(node),
+    };
+    let pods = vec![
+        v1::PodResources {
+            name: "pinion-run-42-1795821397".into(),
+            namespace: "pinion".into(),
+            containers: vec![v1::ContainerResources {
+                name: "main".into(),
+                cpu_ids: vec![1],
+                memory: vec![memory(1 << 30, 0)],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        v1::PodResources {
+            name: "web".into(),
+            namespace: "shop".into(),
+            containers: vec![v1::ContainerResources {
+                name: "nginx".into(),
+                resources: vec![v1::TopologyAwareResource {
+                    resource_name: "example.com/nic".into(),
+                    is_scalar_resource: true,
+                    aggregated_quantity: 1.0,
+                    topology_aware_quantity_list: vec![v1::TopologyAwareQuantity {
+                        resource_value: 1.0,
+                        node: 1,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+        v1::PodResources {
+            name: "empty".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        },
+    ];
+    let allocatable = v1::AllocatableResourcesResponse {
+        cpu_ids: vec![1, 2, 3, 5, 6, 7],
+        memory: vec![memory(8 << 30, 0), memory(8 << 30, 1)],
+        resources: vec![v1::AllocatableTopologyAwareResource {
+            resource_name: "example.com/nic".into(),
+            is_scalar_resource: true,
+            aggregated_allocatable_quantity: 2.0,
+            aggregated_capacity_quantity: 2.0,
+            topology_aware_allocatable_quantity_list: vec![
+                v1::TopologyAwareQuantity {
+                    resource_value: 1.0,
+                    node: 0,
+                    ..Default::default()
+                },
+                v1::TopologyAwareQuantity {
+                    resource_value: 1.0,
+                    node: 1,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    (pods, allocatable)
+}
+
+/// `value` as JSON or YAML, or the table `table` makes.
+fn shown(output: Output, value: &Value, table: impl FnOnce() -> String) -> anyhow::Result<String> {
+    output::render(output, value, |_, _| table())
+}
+
+/// The innermost cause of `err` (a connect error's text is the transport's
+/// wrapper; its cause says what happened, e.g. no such file).
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }
 
 /// CPU ids as a cpulist (`1-3,8`); `-` when empty; the ids as given when
@@ -173,19 +267,17 @@ fn resources_text(resources: &[v1::TopologyAwareResource]) -> String {
 }
 
 fn pods_table(pods: &[v1::PodResources]) -> String {
-    let header = [
+    let mut table = Table::new(&[
         "NAMESPACE",
         "POD",
         "CONTAINER",
         "CPU_IDS",
         "MEMORY",
         "RESOURCES",
-    ]
-    .map(str::to_string);
-    let mut rows = Vec::new();
+    ]);
     for pod in pods {
         for c in &pod.containers {
-            rows.push([
+            table.row(vec![
                 pod.namespace.clone(),
                 pod.name.clone(),
                 c.name.clone(),
@@ -195,62 +287,31 @@ fn pods_table(pods: &[v1::PodResources]) -> String {
             ]);
         }
         if pod.containers.is_empty() {
-            let dash = "-".to_string();
-            rows.push([
-                pod.namespace.clone(),
-                pod.name.clone(),
-                dash.clone(),
-                dash.clone(),
-                dash.clone(),
-                dash,
-            ]);
+            table.row(vec![pod.namespace.clone(), pod.name.clone()]);
         }
     }
-    table(&header, &rows)
-}
-
-fn table<const N: usize>(header: &[String; N], rows: &[[String; N]]) -> String {
-    let mut widths = header.clone().map(|h| h.len());
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let mut out = String::new();
-    for row in std::iter::once(header).chain(rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
-    out
+    table.render()
 }
 
 fn allocatable_table(answer: &v1::AllocatableResourcesResponse) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "cpu_ids: {}", cpulist(&answer.cpu_ids));
     let _ = writeln!(out, "memory: {}", memory_text(&answer.memory));
-    let header = ["RESOURCE", "ALLOCATABLE", "CAPACITY", "PER_NUMA"].map(str::to_string);
-    let rows: Vec<[String; 4]> = answer
-        .resources
-        .iter()
-        .map(|r| {
-            let per_numa: Vec<String> = r
-                .topology_aware_allocatable_quantity_list
-                .iter()
-                .map(|q| format!("{}:{}", q.node, q.resource_value))
-                .collect();
-            [
-                r.resource_name.clone(),
-                r.aggregated_allocatable_quantity.to_string(),
-                r.aggregated_capacity_quantity.to_string(),
-                per_numa.join(","),
-            ]
-        })
-        .collect();
-    out.push_str(&table(&header, &rows));
+    let mut table = Table::new(&["RESOURCE", "ALLOCATABLE>", "CAPACITY>", "PER_NUMA"]);
+    for r in &answer.resources {
+        let per_numa: Vec<String> = r
+            .topology_aware_allocatable_quantity_list
+            .iter()
+            .map(|q| format!("{}:{}", q.node, q.resource_value))
+            .collect();
+        table.row(vec![
+            r.resource_name.clone(),
+            r.aggregated_allocatable_quantity.to_string(),
+            r.aggregated_capacity_quantity.to_string(),
+            per_numa.join(","),
+        ]);
+    }
+    out.push_str(&table.render());
     out
 }
 

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use pinion_api::local::Pools;
 
 use super::local::Local;
+use crate::output::Table;
 
 /// Arguments of `pinion pools`.
 #[derive(Debug, clap::Args)]
@@ -23,10 +24,14 @@ pub struct Args {
 enum PoolsCommand {
     /// Pin pools: `NAME=N` (exactly N CPUs, never below its requests),
     /// `NAME=MIN-MAX` (the closed loop stays within), `NAME=auto` (back to
-    /// the closed loop). A pool that does not exist yet keeps the pin.
+    /// the closed loop). An unknown pool is refused with the pools that
+    /// exist; `--new` keeps a pin for a pool that has no member yet.
     Set {
         #[arg(required = true, value_name = "NAME=SIZE")]
         pins: Vec<String>,
+        /// Pin pools that do not exist yet (kept for their first member).
+        #[arg(long)]
+        new: bool,
     },
 }
 
@@ -35,13 +40,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let client = args.local.client();
     let pools = match &args.command {
         None => client.pools()?,
-        Some(PoolsCommand::Set { pins }) => {
+        Some(PoolsCommand::Set { pins, new }) => {
             let mut last = None;
             for pin in pins {
                 let (name, size) = pin.split_once('=').with_context(|| {
                     format!("{pin:?}: expected NAME=SIZE, NAME=MIN-MAX or NAME=auto")
                 })?;
-                last = Some(client.set_pool(name, size)?);
+                last = Some(client.set_pool(name, size, *new)?);
             }
             last.unwrap_or_default()
         }
@@ -49,34 +54,58 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     args.local.print(&pools, table)
 }
 
-fn table(pools: &Pools) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7} {:>9}  LAST CHANGE",
-        "POOL", "CPUS", "SIZE", "BOUNDS", "PIN", "MEMBERS", "PRESSURE", "PSI", "THROTTLED"
-    );
-    let percent = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}%"));
-    for p in &pools.pools {
-        let _ = writeln!(
-            out,
-            "{:<16} {:<16} {:>4} {:>7} {:<6} {:>7} {:>9} {:>7} {:>9}  {}",
-            p.name,
-            if p.cpus.is_empty() { "-" } else { &p.cpus },
-            p.size,
-            format!("{}-{}", p.min, p.max),
-            p.pin,
-            p.members.len(),
-            percent(p.pressure),
-            percent(p.psi),
-            percent(p.throttled),
-            p.last_change.as_deref().unwrap_or("-"),
-        );
+/// The pools' table; `wide` adds the members' PSI and throttling, their
+/// requests, the NUMA binding and the last change.
+pub(crate) fn table(pools: &Pools, wide: bool) -> String {
+    let percent = |v: Option<f64>| v.map(|v| format!("{v:.1}%")).unwrap_or_default();
+    let mut columns = vec![
+        "POOL",
+        "CPUS",
+        "SIZE>",
+        "BOUNDS>",
+        "PIN",
+        "MEMBERS>",
+        "PRESSURE>",
+    ];
+    if wide {
+        columns.extend(["PSI>", "THROTTLED>", "REQUESTS>", "NUMA", "LAST CHANGE"]);
     }
+    let mut table = Table::new(&columns);
+    for p in &pools.pools {
+        let mut row = vec![
+            p.name.clone(),
+            p.cpus.clone(),
+            p.size.to_string(),
+            format!("{}-{}", p.min, p.max),
+            p.pin.clone(),
+            p.members.len().to_string(),
+            percent(p.pressure),
+        ];
+        if wide {
+            row.extend([
+                percent(p.psi),
+                percent(p.throttled),
+                format!("{}m", p.requests_milli),
+                p.numa.clone().unwrap_or_default(),
+                p.last_change.clone().unwrap_or_default(),
+            ]);
+        }
+        table.row(row);
+    }
+    for (name, pin) in &pools.pending_pins {
+        table.row(vec![
+            name.clone(),
+            String::new(),
+            "0".into(),
+            String::new(),
+            format!("{pin} (no member yet)"),
+            "0".into(),
+        ]);
+    }
+    let mut out = table.render();
     let _ = writeln!(
         out,
-        "{:<16} {:<16}  (minimum {})  period {}",
-        "reclaim",
+        "reclaim pool: {} (minimum {}); reconcile period {}",
         if pools.reclaim.is_empty() {
             "-"
         } else {
@@ -84,6 +113,10 @@ fn table(pools: &Pools) -> String {
         },
         pools.reclaim_min,
         pools.period
+    );
+    out.push_str(
+        "BOUNDS: the closed loop's range, the members' requests up to maxHeadroom more; \
+         a pool never grows past the CPUs free on the node.\n",
     );
     out
 }
@@ -110,12 +143,16 @@ mod tests {
             throttled,
             ..PoolView::default()
         };
-        let text = table(&Pools {
-            pools: vec![pool("v2", Some(12.5), None), pool("v1", None, Some(80.0))],
-            reclaim: "4-7".to_string(),
-            reclaim_min: 1,
-            period: 3,
-        });
+        let text = table(
+            &Pools {
+                pools: vec![pool("v2", Some(12.5), None), pool("v1", None, Some(80.0))],
+                reclaim: "4-7".to_string(),
+                reclaim_min: 1,
+                period: 3,
+                ..Pools::default()
+            },
+            true,
+        );
         let lines: Vec<Vec<&str>> = text
             .lines()
             .map(|l| l.split_whitespace().collect())

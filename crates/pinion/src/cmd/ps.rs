@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use pinion_api::local::Snapshot;
 
 use super::local::Local;
+use crate::output::Table;
 
 /// Arguments of `pinion ps`.
 #[derive(Debug, clap::Args)]
@@ -19,7 +20,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     args.local.print(&snapshot, table)
 }
 
-fn table(snapshot: &Snapshot) -> String {
+/// The workloads' table; `wide` adds each one's cgroup and container id.
+pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -39,46 +41,37 @@ fn table(snapshot: &Snapshot) -> String {
     for line in &snapshot.hotplug {
         let _ = writeln!(out, "cpu hot-plug: {line}");
     }
-    let rows: Vec<[String; 7]> = snapshot
-        .workloads
-        .iter()
-        .map(|w| {
-            let applied = if w.applied { "" } else { " (pending)" };
-            [
-                w.pod.clone(),
-                w.container.clone(),
-                w.frontend.clone(),
-                format!("{}{applied}", w.pool),
-                w.cpus.clone(),
-                w.mems.clone(),
-                w.pid.map_or_else(|| "-".to_string(), |p| p.to_string()),
-            ]
-        })
-        .collect();
-    let header = [
+    let mut columns = vec![
         "POD",
         "CONTAINER",
         "FRONTEND",
         "POOL",
         "CPUS",
         "MEMS",
-        "PID",
-    ]
-    .map(str::to_string);
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+        "PID>",
+    ];
+    if wide {
+        columns.extend(["CONTAINER ID", "CGROUP"]);
+    }
+    let mut table = Table::new(&columns);
+    for w in &snapshot.workloads {
+        let applied = if w.applied { "" } else { " (pending)" };
+        let mut row = vec![
+            w.pod.clone(),
+            w.container.clone(),
+            w.frontend.clone(),
+            format!("{}{applied}", w.pool),
+            w.cpus.clone(),
+            w.mems.clone(),
+            w.pid.map(|p| p.to_string()).unwrap_or_default(),
+        ];
+        if wide {
+            row.push(w.container_id.clone().unwrap_or_default());
+            row.push(w.cgroup.clone().unwrap_or_default());
         }
+        table.row(row);
     }
-    for row in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        let _ = writeln!(out, "{}", line.join("  ").trim_end());
-    }
+    out.push_str(&table.render());
     for w in snapshot.workloads.iter().filter(|w| !w.plugins.is_empty()) {
         let _ = writeln!(out, "{}/{} resource plugins:", w.pod, w.container);
         for (resource, allocation) in &w.plugins {

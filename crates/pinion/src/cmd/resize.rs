@@ -32,7 +32,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         cpus: args.cpus.clone(),
     };
     let done = args.local.client().resize(&request)?;
-    args.local.print(&done, |done| {
+    args.local.print(&done, |done, _| {
         format!(
             "{} {}: {} cpus {} (mems {})\n",
             done.pod,

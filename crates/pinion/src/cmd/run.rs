@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
 use pinion_api::Client;
+use pinion_core::qos;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::local::socket_or_default;
@@ -57,7 +58,7 @@ pub struct Args {
     #[arg(long)]
     namespace: Option<String>,
     /// Unix socket of the agent's local API.
-    #[arg(long)]
+    #[arg(long, env = "PINION_SOCKET")]
     socket: Option<PathBuf>,
     /// Internal: act as the launcher of run ID.
     #[arg(long, hide = true)]
@@ -72,6 +73,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let socket = socket_or_default(args.socket.as_ref());
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
+    }
+    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations) {
+        eprintln!("pinion run: {why}");
+        std::process::exit(EXIT_PINION_FAILED);
     }
     let client = Client::new(&socket);
     if let Err(err) = client.health() {
@@ -120,6 +125,41 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .or_else(|| status.signal().map(|signal| 128 + signal))
         .unwrap_or(EXIT_PINION_FAILED);
     std::process::exit(code);
+}
+
+/// Refuses QoS annotations that would be ignored: a level that is none of
+/// katalyst's, and any `katalyst.kubewharf.io/` annotation without a CPU
+/// request (resource plugins see only pods that request CPUs, so the run
+/// would land in the shared pool whatever the annotation says).
+fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(), String> {
+    let level = annotations
+        .iter()
+        .find(|(key, _)| key == qos::QOS_LEVEL_KEY)
+        .map(|(_, value)| value.as_str());
+    if let Some(level) = level {
+        if level.parse::<qos::QosLevel>().is_err() {
+            return Err(format!(
+                "{}={level}: not a QoS level (dedicated_cores, shared_cores, reclaimed_cores, \
+                 system_cores)",
+                qos::QOS_LEVEL_KEY
+            ));
+        }
+    }
+    let katalyst = annotations
+        .iter()
+        .find(|(key, _)| key.starts_with("katalyst.kubewharf.io/"));
+    if let (None, Some((key, value))) = (cpus, katalyst) {
+        let example = match level {
+            Some("dedicated_cores") => "--cpus 2",
+            _ => "--cpus 500m",
+        };
+        return Err(format!(
+            "--annotation {key}={value} needs a CPU request, or the resource plugins never see \
+             the run: add {example} (shared_cores and reclaimed_cores take a fraction such as \
+             500m, dedicated_cores a whole number)"
+        ));
+    }
+    Ok(())
 }
 
 /// The launcher: admit and place this process, then become the command.
@@ -241,4 +281,43 @@ fn forward_signals() -> anyhow::Result<std::sync::mpsc::Sender<u32>> {
         .context("signal thread ended early")?
         .context("cannot install signal handlers")?;
     Ok(pid_tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn annotation(key: &str, value: &str) -> Vec<(String, String)> {
+        vec![(key.to_string(), value.to_string())]
+    }
+
+    #[test]
+    fn qos_annotations_without_cpus_are_refused_with_the_fix() {
+        let reclaimed = annotation(qos::QOS_LEVEL_KEY, "reclaimed_cores");
+        let why = check_qos(None, &reclaimed).expect_err("no cpus");
+        assert!(why.contains("add --cpus 500m"), "{why}");
+        let dedicated = annotation(qos::QOS_LEVEL_KEY, "dedicated_cores");
+        let why = check_qos(None, &dedicated).expect_err("no cpus");
+        assert!(why.contains("add --cpus 2"), "{why}");
+        assert_eq!(check_qos(Some("500m"), &reclaimed), Ok(()));
+    }
+
+    #[test]
+    fn an_unknown_qos_level_is_refused_with_the_known_ones() {
+        let gold = annotation(qos::QOS_LEVEL_KEY, "gold");
+        let why = check_qos(Some("1"), &gold).expect_err("gold");
+        assert!(
+            why.contains("gold") && why.contains("reclaimed_cores"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn other_annotations_need_no_cpus() {
+        assert_eq!(
+            check_qos(None, &annotation("example.com/team", "a")),
+            Ok(())
+        );
+        assert_eq!(check_qos(None, &[]), Ok(()));
+    }
 }

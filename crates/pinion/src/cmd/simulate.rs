@@ -20,23 +20,16 @@ use pinion_core::Topology;
 
 use super::simulate_qrm;
 use crate::input;
+use crate::output::{self, OutputArgs};
 use crate::render;
-
-/// Output format of `pinion simulate`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-}
 
 /// Arguments of `pinion simulate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Scenario file (JSON or YAML), or `-` for standard input.
     pub scenario: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Runs `pinion simulate`.
@@ -52,9 +45,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
+    let output = args.output.output();
     for (index, item) in items.into_iter().enumerate() {
         if simulate_qrm::is_qrm(&item) {
-            simulate_qrm::run(item, &args.scenario, index, &base, args.format)?;
+            simulate_qrm::run(item, &args.scenario, index, &base, output)?;
             continue;
         }
         let scenario: Scenario = serde_json::from_value(item).with_context(|| {
@@ -65,9 +59,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         })?;
         let topology = resolve_topology(&scenario, &base)?;
         let result = scenario::run(&scenario, &topology);
-        match args.format {
-            Format::Json => println!("{}", to_json(&scenario, &result, batch)?),
-            Format::Text => print!("{}", to_text(&scenario, &topology, &result)),
+        match output::object_line(output, &to_json(&scenario, &result, batch)?)? {
+            Some(text) => print!("{text}"),
+            None => print!("{}", to_text(&scenario, &topology, &result)),
         }
     }
     Ok(())

@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use pinion_core::{CpuSet, Topology};
 use pinion_plugins::scenario::{self, Outcome, PoolMap, QrmScenario, Snapshot, StepOutcome};
 
-use super::simulate::Format;
+use crate::output::{self, Output};
 use crate::render;
 
 /// True when a scenario document is a QRM scenario.
@@ -26,7 +26,7 @@ pub fn run(
     source: &Path,
     index: usize,
     base: &Path,
-    format: Format,
+    output: Output,
 ) -> anyhow::Result<()> {
     let scenario: QrmScenario = serde_json::from_value(value)
         .with_context(|| format!("scenario {index} of {} is malformed", source.display()))?;
@@ -40,9 +40,9 @@ pub fn run(
         }
     };
     let outcome = scenario::run(&scenario, &topology)?;
-    match format {
-        Format::Json => println!("{}", serde_json::to_string(&outcome)?),
-        Format::Text => print!("{}", to_text(&topology, &outcome)),
+    match output::object_line(output, &serde_json::to_string(&outcome)?)? {
+        Some(text) => print!("{text}"),
+        None => print!("{}", to_text(&topology, &outcome)),
     }
     Ok(())
 }

@@ -13,6 +13,7 @@
 //! leaves) is shown, not an error. A checkpoint that does not decode is
 //! shown as far as it can be read (`state_salvage`).
 
+use crate::output::{self, OutputArgs};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -66,18 +67,12 @@ struct InspectArgs {
     /// checkpoint is).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    format: Format,
-}
-
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Text,
-    Json,
-    /// The `cpu_manager_state` a restart would start from: the checkpoint
-    /// with the journal beside it replayed, in kubelet's format.
-    Effective,
+    /// Print the `cpu_manager_state` a restart would start from: the
+    /// checkpoint with the journal beside it replayed, in kubelet's format.
+    #[arg(long)]
+    effective: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// Runs `pinion state`.
@@ -100,7 +95,8 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&file).with_context(|| format!("cannot read {path}"))?;
     let dir = file.parent().unwrap_or_else(|| Path::new("."));
     let is_journal = journal::is_journal(&bytes);
-    if let Format::Effective = args.format {
+    let output = args.output.output();
+    if args.effective || args.output.legacy_effective() {
         let (checkpoint, journal) = if is_journal {
             (dir.join(CPU_MANAGER_STATE), file.clone())
         } else {
@@ -115,12 +111,7 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
     }
     if is_journal {
         let report = state_journal::report(&dir.join(CPU_MANAGER_STATE), &file)?;
-        match args.format {
-            Format::Text => print!("{}", report.to_text()),
-            Format::Json | Format::Effective => {
-                println!("{}", serde_json::to_string_pretty(&report)?);
-            }
-        }
+        print!("{}", output::render(output, &report, |r, _| r.to_text())?);
         return fail_on(&path, &report.problems);
     }
     let checkpoint = match checkpoint::decode(&bytes) {
@@ -128,12 +119,7 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         Err(err) => {
             // Show what can be read, then fail as before.
             let damaged = DamagedReport::new(path.clone(), &checkpoint::salvage(&bytes));
-            match args.format {
-                Format::Text => print!("{}", damaged.to_text()),
-                Format::Json | Format::Effective => {
-                    println!("{}", serde_json::to_string_pretty(&damaged)?);
-                }
-            }
+            print!("{}", output::render(output, &damaged, |d, _| d.to_text())?);
             return Err(err).with_context(|| {
                 format!(
                     "cannot decode checkpoint {path}; {}",
@@ -150,17 +136,14 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         report.problems.extend(journal.problems.iter().cloned());
         report.journal = Some(journal);
     }
-    match args.format {
-        Format::Text => {
-            print!("{}", report.to_text());
-            if let Some(journal) = &report.journal {
-                print!("{}", journal.to_text());
-            }
+    let text = output::render(output, &report, |report, _| {
+        let mut text = report.to_text();
+        if let Some(journal) = &report.journal {
+            text.push_str(&journal.to_text());
         }
-        Format::Json | Format::Effective => {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        }
-    }
+        text
+    })?;
+    print!("{text}");
     fail_on(&path, &report.problems)
 }
 

@@ -5,14 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
+use crate::output::{self, OutputArgs};
 use crate::render;
-
-/// Output format of `pinion topology`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Text,
-    Json,
-}
 
 /// Arguments of `pinion topology`.
 #[derive(Debug, clap::Args)]
@@ -21,9 +15,8 @@ pub struct Args {
     /// sysfs tree, or `/` for this machine).
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub sysroot: PathBuf,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Runs `pinion topology`.
@@ -34,14 +27,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.sysroot.display()
         )
     })?;
-    let text = match args.format {
-        Format::Text => render::topology::render(&topology),
-        Format::Json => {
-            let mut json = serde_json::to_string_pretty(&topology)?;
-            json.push('\n');
-            json
-        }
-    };
+    let text = output::render(args.output.output(), &topology, |topology, _| {
+        render::topology::render(topology)
+    })?;
     print!("{text}");
     Ok(())
 }

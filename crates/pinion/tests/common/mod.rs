@@ -18,6 +18,10 @@ mod locator;
 #[allow(unused_imports)]
 pub use locator::{shared, workspace};
 
+/// The golden-output harness (`src/golden.rs`, shared with the unit tests).
+#[path = "../../src/golden.rs"]
+pub mod golden;
+
 /// Runs `pinion ARGS…` with an empty standard input.
 pub fn pinion(args: &[&str]) -> Output {
     pinion_with_stdin(args, "")

@@ -1,7 +1,7 @@
 # Discovery: `pinion topology` sees the shape qemu was given (sockets, NUMA
 # nodes, cores, threads, distances), and groups threads as sysfs does.
 
-"$PINION" topology --format json >"$E2E_STATE/topology.json" 2>"$E2E_STATE/topology.err" ||
+"$PINION" topology -o json >"$E2E_STATE/topology.json" 2>"$E2E_STATE/topology.err" ||
     fail "pinion topology" "$(cat "$E2E_STATE/topology.err")"
 
 # One "cpu socket core numa" line per CPU from the pretty-printed JSON.
