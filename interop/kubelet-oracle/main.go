@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sort"
 	"time"
@@ -25,6 +26,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/state"
 	"k8s.io/kubernetes/pkg/kubelet/cm/cpumanager/topology"
@@ -76,6 +78,9 @@ type Scenario struct {
 	TMPolicy    string            `json:"topology_manager_policy"`
 	Pods        map[string]Pod    `json:"pods"`
 	Steps       []Step            `json:"steps"`
+	// Checkpoint: keep the state in kubelet's checkpoint file (a temporary
+	// directory) and answer its bytes after the last step.
+	Checkpoint bool `json:"checkpoint"`
 }
 
 // StepResult is kubelet's answer to one step.
@@ -95,12 +100,17 @@ type Result struct {
 	Error      *string      `json:"error"`
 	Reserved   string       `json:"reserved,omitempty"`
 	Steps      []StepResult `json:"steps"`
-	Panic      string       `json:"panic,omitempty"`
+	// Checkpoint is cpu_manager_state after the last step (when asked).
+	Checkpoint *string `json:"checkpoint,omitempty"`
+	Panic      string  `json:"panic,omitempty"`
 	// Hung: kubelet's Allocate did not return within allocateTimeout; the
 	// last step's error is hangError and the oracle exits (status 3) after
 	// this line, so the caller restarts it for the remaining scenarios.
 	Hung bool `json:"hung,omitempty"`
 }
+
+// checkpointName is kubelet's file name for the CPU manager's checkpoint.
+const checkpointName = "cpu_manager_state"
 
 const hangError = "oracle: kubelet's Allocate did not return"
 
@@ -287,7 +297,25 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 		res.Error = strp(err.Error())
 		return res
 	}
-	st := state.NewMemoryState(logger)
+	var st state.State = state.NewMemoryState(logger)
+	if sc.Checkpoint {
+		dir, err := os.MkdirTemp("", "kubelet-oracle-")
+		if err != nil {
+			res.Error = strp("oracle: " + err.Error())
+			return res
+		}
+		defer os.RemoveAll(dir)
+		st, err = state.NewCheckpointState(logger, dir, checkpointName, policy.Name(), containermap.ContainerMap{})
+		if err != nil {
+			res.Error = strp(err.Error())
+			return res
+		}
+		defer func() {
+			if b, err := os.ReadFile(filepath.Join(dir, checkpointName)); err == nil {
+				res.Checkpoint = strp(string(b))
+			}
+		}()
+	}
 	if err := policy.Start(logger, st); err != nil {
 		res.Error = strp(err.Error())
 		return res
@@ -361,6 +389,19 @@ func kubernetesVersion() string {
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "--version" {
 		fmt.Println(kubernetesVersion())
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "--restore" {
+		// kubelet restoring DIR/cpu_manager_state (policy static), as at its
+		// start: prints the restored state, or kubelet's error (exit 1).
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(false)
+		st, err := state.NewCheckpointState(klog.Background(), os.Args[2], checkpointName, "static", containermap.ContainerMap{})
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("restored: default %s, assignments %v\n", st.GetDefaultCPUSet(), st.GetCPUAssignments())
 		return
 	}
 	// kubelet logs every allocation at V(0); keep stdout for answers.
