@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"time"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
@@ -81,6 +82,12 @@ type Scenario struct {
 	// Checkpoint: keep the state in kubelet's checkpoint file (a temporary
 	// directory) and answer its bytes after the last step.
 	Checkpoint bool `json:"checkpoint"`
+	// InitialState is loaded before Start, as kubelet's tests mock a
+	// restored checkpoint: the shared pool and "<pod>/<container>" → CPUs.
+	InitialState *struct {
+		Default     string            `json:"default"`
+		Assignments map[string]string `json:"assignments"`
+	} `json:"initial_state"`
 }
 
 // StepResult is kubelet's answer to one step.
@@ -315,6 +322,23 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 				res.Checkpoint = strp(string(b))
 			}
 		}()
+	}
+	if is := sc.InitialState; is != nil {
+		def, err := cpuset.Parse(is.Default)
+		if err != nil {
+			res.Error = strp("oracle: initial_state: " + err.Error())
+			return res
+		}
+		st.SetDefaultCPUSet(def)
+		for key, list := range is.Assignments {
+			pod, container, ok := strings.Cut(key, "/")
+			cs, err := cpuset.Parse(list)
+			if !ok || err != nil {
+				res.Error = strp("oracle: initial_state: bad assignment " + key)
+				return res
+			}
+			st.SetCPUSet(pod, container, cs)
+		}
 	}
 	if err := policy.Start(logger, st); err != nil {
 		res.Error = strp(err.Error())
