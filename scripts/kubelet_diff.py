@@ -131,7 +131,13 @@ def gen_container(rng, name, ncpus, qos):
     """qos: G (guaranteed, integral), F (guaranteed, fractional), B, E."""
     mem = rng.choice(["128Mi", "1Gi", "2Gi"])
     if qos == "G":
-        n = rng.choice([1, 1, 2, 2, 3, 4, 4, 6, 8]) if rng.random() < 0.85 else rng.randint(1, max(1, ncpus))
+        r = rng.random()
+        if r < 0.7:
+            n = rng.choice([1, 1, 2, 2, 3, 4, 4, 5, 6, 8])
+        elif r < 0.9:  # a sizeable share of the machine: spans cores, caches, NUMA nodes
+            n = max(1, rng.choice([ncpus // 8, ncpus // 4, ncpus // 3, ncpus // 2]) + rng.choice([-1, 0, 0, 1]))
+        else:
+            n = rng.randint(1, max(1, ncpus))
         return {"name": name, "cpu_request": str(n), "cpu_limit": str(n),
                 "memory_request": mem, "memory_limit": mem}
     if qos == "F":
@@ -248,7 +254,7 @@ def gen_case(rng, index, machines):
     mname, sysroot, cpus = rng.choice(machines)
     opts, gates = gen_options(rng, cpus)
     num_reserved, reserved = gen_reserved(rng, cpus)
-    npods = rng.randint(1, 6)
+    npods = rng.randint(1, 6) if rng.random() < 0.7 else rng.randint(6, 12)
     pods = {"pod%d" % i: gen_pod(rng, len(cpus)) for i in range(npods)}
     steps = gen_steps(rng, pods)
     # single-numa-node only with align-by-socket on: kubelet refuses the pair at
@@ -534,6 +540,12 @@ def main():
             print("%s: %d" % (name.split("\n")[1], count))
         else:
             print("documented difference (%d cases): %s" % (count, name))
+    steps = sum(len(k["steps"]) for k in kube)
+    exclusive = sum(1 for k in kube for st in k["steps"] if st["cpus"])
+    errors = sum(1 for k in kube for st in k["steps"] if st["error"])
+    refused = sum(1 for k in kube if k.get("error"))
+    print("compared: %d steps (%d exclusive allocations, %d step errors), %d configurations "
+          "kubelet refused" % (steps, exclusive, errors, refused))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
