@@ -24,4 +24,5 @@ cargo build --quiet -p pinion --manifest-path "$ROOT/Cargo.toml"
 PINION="${CARGO_TARGET_DIR:-$ROOT/target}/debug/pinion"
 
 exec python3 "$ROOT/scripts/kubelet_diff.py" --n "$N" --seed "$SEED" \
-    --oracle "$OUT/kubelet-oracle" --pinion "$PINION" --out "$OUT"
+    --oracle "$OUT/kubelet-oracle" --pinion "$PINION" --out "$OUT" \
+    --topologies "${PINION_TOPOLOGIES:-$ROOT/../shared/topologies}"

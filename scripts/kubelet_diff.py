@@ -25,7 +25,7 @@ import random
 import subprocess
 import sys
 
-TOPOLOGIES = "/work/shared/topologies"
+TOPOLOGIES = ""  # ../shared/topologies of the checkout, from --topologies
 # Real machines read in place (sysfs roots); each is discovered once by
 # `pinion topology` so that the oracle gets the same CPUs as Pinion.
 SYSROOT_MACHINES = [
@@ -466,7 +466,11 @@ def main():
     ap.add_argument("--oracle", required=True)
     ap.add_argument("--pinion", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--topologies", required=True,
+                    help="../shared/topologies (machines read in place; missing = synthetic only)")
     args = ap.parse_args()
+    global TOPOLOGIES
+    TOPOLOGIES = os.path.abspath(args.topologies)
     os.makedirs(args.out, exist_ok=True)
     for f in os.listdir(args.out):
         if f.startswith("fail-") and f.endswith(".json"):
@@ -480,7 +484,7 @@ def main():
 
     rng = random.Random(args.seed)
     machines = []
-    for name in SYSROOT_MACHINES:
+    for name in SYSROOT_MACHINES if os.path.isdir(TOPOLOGIES) else []:
         cpus = discover(args.pinion, name)
         if cpus is None:
             print("warning: pinion cannot discover %s; skipped" % name, file=sys.stderr)
