@@ -1,0 +1,558 @@
+#!/usr/bin/env python3
+"""Differential testing of `pinion simulate` against kubelet's own CPU manager.
+
+Driven by scripts/kubelet-diff.sh (which builds both programs); stdlib only.
+
+Generates N random scenarios deterministically from SEED, runs every one
+through the kubelet oracle (interop/kubelet-oracle: kubelet's static policy
+linked from k8s.io/kubernetes) and through `pinion simulate --format json`
+(one batch), and compares them step by step: the construction error, and for
+each step the error text, the container's exclusive CPUs (add steps) and the
+shared pool afterwards.
+
+A difference passes only when it belongs to a documented difference class: a
+named predicate below that cites its row of docs/differences-from-kubelet.md.
+Every other difference fails; the case is written to OUT/fail-<id>.json, a
+self-contained scenario that replays with `pinion simulate` (machines of
+../shared/topologies are referenced in place by absolute `sysroot`), with
+kubelet's answer under the key `kubelet` (ignored by Pinion).
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+TOPOLOGIES = ""  # ../shared/topologies of the checkout, from --topologies
+# Real machines read in place (sysfs roots); each is discovered once by
+# `pinion topology` so that the oracle gets the same CPUs as Pinion.
+SYSROOT_MACHINES = [
+    "x86-1s-intel-skylake-x-10c-ht",
+    "x86-1s-intel-i7-1165g7-4c-ht",
+    "x86-2s-intel-xeon-gold-6230-ht-snc2",
+    "x86-2s-intel-xeon-silver-4108-ht",
+    "x86-2s-amd-epyc-7451-ht-16ccx-8numa",
+    "x86-1s-amd-ryzen5-1600-ht-2ccx-nopossible",
+    "x86-2s-intel-xeon-e5345-no-l3",
+    "x86-2s-intel-xeon-e5-2680-noht",
+    "x86-1s-intel-alderlake-p-hybrid-12c",
+    "x86-1s-intel-i7-1370p-hybrid",
+    "x86-4s-amd-opteron-6134-8numa",
+    "arm64-2s-hisilicon-kunpeng920-128c-4numa",
+]
+
+OPTIONS = [
+    ("full-pcpus-only", "stable"),
+    ("distribute-cpus-across-numa", "beta"),
+    ("align-by-socket", "alpha"),
+    ("distribute-cpus-across-cores", "alpha"),
+    ("strict-cpu-reservation", "stable"),
+    ("prefer-align-cpus-by-uncorecache", "beta"),
+]
+INCOMPATIBLE = [
+    {"full-pcpus-only", "distribute-cpus-across-cores"},
+    {"distribute-cpus-across-numa", "distribute-cpus-across-cores"},
+    {"prefer-align-cpus-by-uncorecache", "distribute-cpus-across-cores"},
+    {"prefer-align-cpus-by-uncorecache", "distribute-cpus-across-numa"},
+]
+
+
+# --------------------------------------------------------------------------
+# machines
+
+def synthetic(rng):
+    """A synthetic machine: (description, cpu list). Regular SMT machines with
+    several NUMA nodes per socket and several uncore caches per NUMA node,
+    machines without an L3 (uncore = socket, what cAdvisor/kubelet fall back
+    to), and hybrid parts (P-cores with 2 threads beside 1-thread E-cores)."""
+    kind = rng.choice(["regular", "regular", "no-l3", "hybrid"])
+    cpus = []
+    if kind == "hybrid":
+        p, e = rng.choice([(2, 8), (4, 4), (6, 8), (8, 8), (1, 4)])
+        ecluster = rng.choice([4, 8, 0])  # E-cores per uncore group; 0 = one L3
+        nid = 0
+        for i in range(p):
+            for _t in range(2):
+                cpus.append({"id": nid, "core": 2 * i, "socket": 0, "numa": 0, "uncore": 0,
+                             "core_type": "intel_core"})
+                nid += 1
+        base = nid
+        for j in range(e):
+            unc = 0 if ecluster == 0 else 1 + j // ecluster
+            cpus.append({"id": nid, "core": base + j, "socket": 0, "numa": 0, "uncore": unc,
+                         "core_type": "intel_atom"})
+            nid += 1
+        return "hybrid-%dp-%de-u%d" % (p, e, ecluster), cpus
+    sockets = rng.choice([1, 2, 2, 4])
+    numa_per = rng.choice([1, 1, 2])
+    cores_per_numa = rng.choice([2, 3, 4, 6, 8])
+    threads = rng.choice([1, 2, 2])
+    uncore_per_numa = 1 if kind == "no-l3" else rng.choice([1, 1, 2])
+    if cores_per_numa % uncore_per_numa:
+        uncore_per_numa = 1
+    ncores = sockets * numa_per * cores_per_numa
+    # Linux numbering: thread t of core c is CPU c + t * ncores.
+    for s in range(sockets):
+        for n in range(numa_per):
+            numa = s * numa_per + n
+            for k in range(cores_per_numa):
+                c = numa * cores_per_numa + k
+                if kind == "no-l3":
+                    unc = s
+                else:
+                    unc = numa * uncore_per_numa + k // (cores_per_numa // uncore_per_numa)
+                for t in range(threads):
+                    cpus.append({"id": c + t * ncores, "core": c, "socket": s, "numa": numa,
+                                 "uncore": unc})
+    cpus.sort(key=lambda x: x["id"])
+    return "%s-%ds-%dn-%dc-%dt-%du" % (kind, sockets, numa_per, cores_per_numa, threads,
+                                       uncore_per_numa), cpus
+
+
+def discover(pinion, name):
+    out = subprocess.run([pinion, "topology", "--sysroot", os.path.join(TOPOLOGIES, name),
+                          "--format", "json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    topo = json.loads(out.stdout)
+    return [{k: c[k] for k in ("id", "core", "socket", "numa", "uncore")} for c in topo["cpus"]]
+
+
+# --------------------------------------------------------------------------
+# scenarios
+
+def quantity_cpu(rng, n):
+    return str(n)
+
+
+def gen_container(rng, name, ncpus, qos):
+    """qos: G (guaranteed, integral), F (guaranteed, fractional), B, E."""
+    mem = rng.choice(["128Mi", "1Gi", "2Gi"])
+    if qos == "G":
+        r = rng.random()
+        if r < 0.7:
+            n = rng.choice([1, 1, 2, 2, 3, 4, 4, 5, 6, 8])
+        elif r < 0.9:  # a sizeable share of the machine: spans cores, caches, NUMA nodes
+            n = max(1, rng.choice([ncpus // 8, ncpus // 4, ncpus // 3, ncpus // 2]) + rng.choice([-1, 0, 0, 1]))
+        else:
+            n = rng.randint(1, max(1, ncpus))
+        return {"name": name, "cpu_request": str(n), "cpu_limit": str(n),
+                "memory_request": mem, "memory_limit": mem}
+    if qos == "F":
+        m = rng.choice(["500m", "1500m", "250m"])
+        return {"name": name, "cpu_request": m, "cpu_limit": m, "memory_request": mem,
+                "memory_limit": mem}
+    if qos == "B":
+        return {"name": name, "cpu_request": rng.choice(["100m", "1", "2"]),
+                "memory_request": mem}
+    return {"name": name}
+
+
+def gen_pod(rng, ncpus):
+    """A pod; its QoS class comes from all of its containers."""
+    r = rng.random()
+    pod_qos = "G" if r < 0.7 else ("B" if r < 0.9 else "E")
+    ninit = rng.choice([0, 0, 0, 1, 1, 2])
+    napp = rng.choice([1, 1, 1, 2, 2, 3])
+    inits, apps = [], []
+    for i in range(ninit):
+        q = pod_qos if pod_qos != "G" else ("G" if rng.random() < 0.85 else "F")
+        c = gen_container(rng, "init%d" % i, ncpus, q)
+        if rng.random() < 0.25:
+            c["restart_policy"] = "Always"  # a sidecar (restartable init container)
+        inits.append(c)
+    for i in range(napp):
+        q = pod_qos if pod_qos != "G" else ("G" if rng.random() < 0.85 else "F")
+        apps.append(gen_container(rng, "app%d" % i, ncpus, q))
+    if pod_qos == "B" and all(("cpu_request" not in c and "memory_request" not in c)
+                              for c in inits + apps):
+        apps[0] = gen_container(rng, "app0", ncpus, "B")
+    return {"init_containers": inits, "containers": apps}
+
+
+def gen_options(rng, cpus):
+    opts = {}
+    for name, _level in OPTIONS:
+        if rng.random() < 0.3:
+            opts[name] = "true" if rng.random() < 0.92 else "false"
+    if rng.random() < 0.9:
+        # mostly combinations kubelet accepts; a few incompatible pairs stay.
+        for pair in INCOMPATIBLE:
+            if pair <= {k for k, v in opts.items() if v == "true"}:
+                opts.pop(rng.choice(sorted(pair)))
+    gates = {"CPUManagerPolicyAlphaOptions": True, "CPUManagerPolicyBetaOptions": True}
+    if rng.random() < 0.08:
+        gates = {"CPUManagerPolicyAlphaOptions": False, "CPUManagerPolicyBetaOptions": True}
+        # at most one option that the gates refuse: with several, the one kubelet
+        # reports depends on Go map order (documented difference, avoided here).
+        alpha = [k for k in opts if dict(OPTIONS)[k] == "alpha"]
+        for k in alpha[1:]:
+            opts.pop(k)
+    return opts, gates
+
+
+def gen_reserved(rng, cpus):
+    ids = [c["id"] for c in cpus]
+    n = rng.choice([1, 1, 2, 2, 3, 4])
+    n = min(n, max(1, len(ids) // 4))
+    if rng.random() < 0.5:
+        return n, ""
+    if rng.random() < 0.5:
+        picked = sorted(rng.sample(ids, n))
+    else:  # whole cores from the top or the bottom, as admins usually do
+        by_core = {}
+        for c in cpus:
+            by_core.setdefault(c["core"], []).append(c["id"])
+        cores = sorted(by_core)
+        if rng.random() < 0.5:
+            cores.reverse()
+        picked = []
+        for core in cores:
+            if len(picked) >= n:
+                break
+            picked += by_core[core]
+        picked = sorted(picked)
+    return len(picked), cpulist(picked)
+
+
+def cpulist(ids):
+    ids = sorted(ids)
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else "%d-%d" % (ids[i], ids[j]))
+        i = j + 1
+    return ",".join(out)
+
+
+def gen_steps(rng, pods):
+    """Adds follow each pod's order (init containers first); pods interleave;
+    removals of containers added earlier (an exited init container, a
+    finished pod) happen at random points."""
+    queues = {uid: [c["name"] for c in p["init_containers"]] + [c["name"] for c in p["containers"]]
+              for uid, p in pods.items()}
+    added = []
+    steps = []
+    while any(queues.values()):
+        uid = rng.choice(sorted(u for u, q in queues.items() if q))
+        steps.append({"op": "add", "pod": uid, "container": queues[uid].pop(0)})
+        added.append((uid, steps[-1]["container"]))
+        if added and rng.random() < 0.2:
+            u, c = added.pop(rng.randrange(len(added)))
+            steps.append({"op": "remove", "pod": u, "container": c})
+    if rng.random() < 0.3:
+        for u, c in rng.sample(added, min(len(added), rng.randint(1, 3))):
+            steps.append({"op": "remove", "pod": u, "container": c})
+    return steps
+
+
+def gen_case(rng, index, machines):
+    mname, sysroot, cpus = rng.choice(machines)
+    opts, gates = gen_options(rng, cpus)
+    num_reserved, reserved = gen_reserved(rng, cpus)
+    npods = rng.randint(1, 6) if rng.random() < 0.7 else rng.randint(6, 12)
+    pods = {"pod%d" % i: gen_pod(rng, len(cpus)) for i in range(npods)}
+    steps = gen_steps(rng, pods)
+    # single-numa-node only with align-by-socket on: kubelet refuses the pair at
+    # construction (the oracle does not run the Topology Manager yet).
+    tm = "single-numa-node" if (opts.get("align-by-socket") == "true" and rng.random() < 0.1) else "none"
+    return {"id": "c%05d" % index, "machine": mname, "sysroot": sysroot, "cpus": cpus,
+            "options": opts, "gates": gates, "num_reserved": num_reserved,
+            "reserved": reserved, "topology_manager_policy": tm, "pods": pods, "steps": steps}
+
+
+def oracle_input(case):
+    return {k: case[k] for k in ("id", "cpus", "options", "gates", "num_reserved", "reserved",
+                                 "topology_manager_policy", "pods", "steps")}
+
+
+def pinion_scenario(case):
+    sc = {"name": case["id"] + " " + case["machine"]}
+    if case["sysroot"]:
+        sc["sysroot"] = case["sysroot"]
+    else:
+        sc["topology"] = {"cpus": case["cpus"]}
+    sc["options"] = case["options"]
+    sc["feature_gates"] = {"alpha": case["gates"]["CPUManagerPolicyAlphaOptions"],
+                           "beta": case["gates"]["CPUManagerPolicyBetaOptions"]}
+    sc["num_reserved"] = case["num_reserved"]
+    if case["reserved"]:
+        sc["reserved"] = case["reserved"]
+    if case["topology_manager_policy"] != "none":
+        # kubelet's single-numa-node only matters here for option validation;
+        # the oracle's CPU-manager-only run gives every container "any node".
+        sc["topologyManagerPolicy"] = case["topology_manager_policy"]
+    sc["pods"] = case["pods"]
+    sc["steps"] = [{"op": "start"}] + case["steps"]
+    return sc
+
+
+# --------------------------------------------------------------------------
+# documented difference classes (docs/differences-from-kubelet.md)
+
+def diff_strict_reservation_empties_shared_pool(case, kube, pin, where):
+    """Row "`strict-cpu-reservation` and an allocation ... that would take the
+    last shared CPU": kubelet allows it, Pinion refuses (shared pool never empty)."""
+    if case["options"].get("strict-cpu-reservation") != "true":
+        return False
+    i = where
+    if i is None:
+        return False
+    ks, ps = kube["steps"][i], pin["steps"][i + 1]
+    return (ks["error"] is None and ps.get("error") is not None
+            and "would leave the shared pool empty" in ps["error"] and ks["default"] == "")
+
+
+def diff_distributed_full_pcpus_hang(case, kube, pin, where):
+    """Row "`full-pcpus-only` + `distribute-cpus-across-numa` with odd free
+    counts per NUMA node": kubelet's admission never returns (the oracle
+    gives up after a timeout), Pinion answers. Steps before the hang agree
+    (compare() stopped at the first difference, the hanging step)."""
+    opts = case["options"]
+    return (kube.get("hung") is True and where == len(kube["steps"]) - 1
+            and opts.get("full-pcpus-only") == "true"
+            and opts.get("distribute-cpus-across-numa") == "true")
+
+
+def uneven_cores_or_sockets(cpus):
+    """Cores with different thread counts, or sockets with different CPU
+    counts: kubelet's CPUsPerCore()/CPUsPerSocket() averages match no real
+    core or socket."""
+    cores, sockets = {}, {}
+    for c in cpus:
+        cores[c["core"]] = cores.get(c["core"], 0) + 1
+        sockets[c["socket"]] = sockets.get(c["socket"], 0) + 1
+    return len(set(cores.values())) > 1 or len(set(sockets.values())) > 1
+
+
+def diff_hybrid_free_core_rule(case, kube, pin, where):
+    """Section "Hybrid machines": Pinion follows kubernetes/kubernetes PR
+    #140498 (a core / socket is free when all of its own CPUs are), which the
+    linked kubelet does not have when its isCoreFree still compares with the
+    machine-wide average (checked by the oracle's version: v1.37.x). Any
+    difference on a machine with uneven cores or sockets falls here."""
+    return uneven_cores_or_sockets(case["cpus"]) and not KUBELET_HAS_PR_140498
+
+
+def kubelet_gave_busy_cpu(case, kube, pin, where):
+    """Sub-class of the hybrid one, counted for information: at the first
+    differing step kubelet handed out a reserved CPU or one another pod's
+    container holds (issue #140495's symptom: a half-used P-core taken whole)."""
+    if where is None or kube["steps"][where]["cpus"] is None:
+        return False
+    step = kube["steps"][where]
+    cpus = set(parse_cpulist(step["cpus"]))
+    reserved = set(parse_cpulist(kube.get("reserved") or ""))
+    if cpus & reserved:
+        return True
+    if where == 0:
+        return False
+    free = set(parse_cpulist(kube["steps"][where - 1]["default"]))
+    held = {}  # CPUs each pod's containers hold before the step
+    for s in kube["steps"][:where]:
+        key = (s["pod"], s["container"])
+        if s["op"] == "add" and s["cpus"]:
+            held[key] = set(parse_cpulist(s["cpus"]))
+        elif s["op"] == "remove":
+            held.pop(key, None)
+    same_pod = set().union(*[c for (p, _), c in held.items() if p == step["pod"]] or [set()])
+    return bool(cpus - free - same_pod)
+
+
+def parse_cpulist(text):
+    out = []
+    for part in filter(None, (text or "").split(",")):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out
+
+
+# KUBELET_DIFF_NO_EXCUSES=1: every difference fails (to look at the
+# documented ones too).
+NO_EXCUSES = os.environ.get("KUBELET_DIFF_NO_EXCUSES") == "1"
+
+# Whether the linked kubelet has PR #140498 (isCoreFree by the core's own
+# CPUs); set in main() from the Go module cache's cpu_assignment.go.
+KUBELET_HAS_PR_140498 = False
+
+
+DOCUMENTED = [
+    ("differences-from-kubelet.md, Hybrid machines: PR #140498 rule (not in the linked kubelet)",
+     diff_hybrid_free_core_rule),
+    ("differences-from-kubelet.md: full-pcpus-only + distribute-cpus-across-numa, kubelet never returns",
+     diff_distributed_full_pcpus_hang),
+    ("differences-from-kubelet.md: strict-cpu-reservation never empties the shared pool",
+     diff_strict_reservation_empties_shared_pool),
+]
+
+
+# --------------------------------------------------------------------------
+# comparison
+
+def norm(s):
+    return s if s not in (None, "") else ""
+
+
+def compare(case, kube, pin):
+    """Returns None when equal, else (step index or None, description)."""
+    if kube.get("panic"):
+        return None, "kubelet panicked: " + kube["panic"].splitlines()[0]
+    kerr, perr = kube.get("error"), pin.get("error") if "steps" not in pin else None
+    if kerr is not None or perr is not None:
+        if kerr != perr:
+            return None, "construction: kubelet %r, pinion %r" % (kerr, perr)
+        return None
+    psteps = pin["steps"]
+    if len(psteps) != len(kube["steps"]) + 1 and not kube.get("hung"):
+        return None, "step count: kubelet %d, pinion %d" % (len(kube["steps"]), len(psteps) - 1)
+    if pin.get("reserved") is not None and kube.get("reserved") is not None \
+            and norm(pin["reserved"]) != norm(kube["reserved"]):
+        return None, "reserved: kubelet %r, pinion %r" % (kube["reserved"], pin["reserved"])
+    for i, ks in enumerate(kube["steps"]):
+        ps = psteps[i + 1]
+        what = "step %d %s %s/%s" % (i + 1, ks["op"], ks["pod"], ks["container"])
+        if ks["error"] != ps.get("error"):
+            return i, "%s: error: kubelet %r, pinion %r" % (what, ks["error"], ps.get("error"))
+        if ks["op"] == "add" and norm(ks["cpus"]) != norm(ps.get("cpus")):
+            return i, "%s: cpus: kubelet %r, pinion %r" % (what, ks["cpus"], ps.get("cpus"))
+        if norm(ks["default"]) != norm(ps.get("default")):
+            return i, "%s: shared pool: kubelet %r, pinion %r" % (what, ks["default"],
+                                                                  ps.get("default"))
+    return None
+
+
+def has_pr_140498(version):
+    """Reads the linked kubelet's isCoreFree from the Go module cache."""
+    mod, ver = version.split()
+    gomodcache = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True,
+                                text=True).stdout.strip()
+    path = os.path.join(gomodcache, "%s@%s" % (mod, ver),
+                        "pkg/kubelet/cm/cpumanager/cpu_assignment.go")
+    try:
+        src = open(path).read()
+    except OSError:
+        return True  # unknown: do not excuse hybrid differences
+    return "a.details.CPUsInCores(coreID).Size() == a.topo.CPUsPerCore()" not in src
+
+
+def pred_of(cls):
+    return dict(DOCUMENTED)[cls]
+
+
+def run_oracle(oracle, cases):
+    """kubelet's answers, in order. The oracle exits with status 3 right after
+    a scenario whose Allocate never returned; it is restarted for the rest."""
+    kube = []
+    while len(kube) < len(cases):
+        rest = cases[len(kube):]
+        oin = "".join(json.dumps(oracle_input(c)) + "\n" for c in rest)
+        kres = subprocess.run([oracle], input=oin, capture_output=True, text=True)
+        got = [json.loads(line) for line in kres.stdout.splitlines()]
+        if kres.returncode not in (0, 3) or not got:
+            print("oracle failed (status %d): %s" % (kres.returncode, kres.stderr), file=sys.stderr)
+            return None
+        kube += got
+    return kube
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--oracle", required=True)
+    ap.add_argument("--pinion", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--topologies", required=True,
+                    help="../shared/topologies (machines read in place; missing = synthetic only)")
+    args = ap.parse_args()
+    global TOPOLOGIES
+    TOPOLOGIES = os.path.abspath(args.topologies)
+    os.makedirs(args.out, exist_ok=True)
+    for f in os.listdir(args.out):
+        if f.startswith("fail-") and f.endswith(".json"):
+            os.remove(os.path.join(args.out, f))
+
+    version = subprocess.run([args.oracle, "--version"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    print("kubelet oracle: %s" % version)
+    global KUBELET_HAS_PR_140498
+    KUBELET_HAS_PR_140498 = has_pr_140498(version)
+
+    rng = random.Random(args.seed)
+    machines = []
+    for name in SYSROOT_MACHINES if os.path.isdir(TOPOLOGIES) else []:
+        cpus = discover(args.pinion, name)
+        if cpus is None:
+            print("warning: pinion cannot discover %s; skipped" % name, file=sys.stderr)
+            continue
+        machines.append((name, os.path.join(TOPOLOGIES, name), cpus))
+    synth_rng = random.Random(args.seed * 7919 + 1)
+    for _ in range(len(machines)):
+        name, cpus = synthetic(synth_rng)
+        machines.append((name, None, cpus))
+
+    cases = [gen_case(rng, i, machines) for i in range(args.n)]
+
+    kube = run_oracle(args.oracle, cases)
+    if kube is None:
+        return 2
+
+    batch = os.path.join(args.out, "batch.json")
+    with open(batch, "w") as f:
+        json.dump([pinion_scenario(c) for c in cases], f)
+    pres = subprocess.run([args.pinion, "simulate", batch, "--format", "json"],
+                          capture_output=True, text=True)
+    if pres.returncode != 0:
+        print("pinion simulate failed: " + pres.stderr, file=sys.stderr)
+        return 2
+    pin = [json.loads(line) for line in pres.stdout.splitlines()]
+    if len(pin) != len(cases) or len(kube) != len(cases):
+        print("answer count mismatch: %d cases, kubelet %d, pinion %d"
+              % (len(cases), len(kube), len(pin)), file=sys.stderr)
+        return 2
+
+    passed = failed = 0
+    documented = {}
+    for case, k, p in zip(cases, kube, pin):
+        d = compare(case, k, p)
+        if d is None:
+            passed += 1
+            continue
+        where, text = d
+        cls = None if NO_EXCUSES else next(
+            (name for name, pred in DOCUMENTED if pred(case, k, p, where)), None)
+        if cls is not None:
+            documented[cls] = documented.get(cls, 0) + 1
+            if pred_of(cls) is diff_hybrid_free_core_rule and kubelet_gave_busy_cpu(case, k, p, where):
+                sub = "  of which kubelet handed out a reserved or busy CPU (issue #140495)"
+                documented[cls + "\n" + sub] = documented.get(cls + "\n" + sub, 0) + 1
+            passed += 1
+            continue
+        failed += 1
+        path = os.path.join(args.out, "fail-%s.json" % case["id"])
+        sc = pinion_scenario(case)
+        sc["kubelet"] = {"version": version, "answer": k}
+        with open(path, "w") as f:
+            json.dump(sc, f, indent=1)
+        print("FAIL %s (%s): %s -> %s" % (case["id"], case["machine"], text, path))
+    for name, count in sorted(documented.items()):
+        if "\n" in name:
+            print("%s: %d" % (name.split("\n")[1], count))
+        else:
+            print("documented difference (%d cases): %s" % (count, name))
+    steps = sum(len(k["steps"]) for k in kube)
+    exclusive = sum(1 for k in kube for st in k["steps"] if st["cpus"])
+    errors = sum(1 for k in kube for st in k["steps"] if st["error"])
+    refused = sum(1 for k in kube if k.get("error"))
+    print("compared: %d steps (%d exclusive allocations, %d step errors), %d configurations "
+          "kubelet refused" % (steps, exclusive, errors, refused))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
