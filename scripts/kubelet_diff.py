@@ -5,7 +5,7 @@ Driven by scripts/kubelet-diff.sh (which builds both programs); stdlib only.
 
 Generates N random scenarios deterministically from SEED, runs every one
 through the kubelet oracle (interop/kubelet-oracle: kubelet's static policy
-linked from k8s.io/kubernetes) and through `pinion simulate --format json`
+linked from k8s.io/kubernetes) and through `pinion simulate -o json`
 (one batch), and compares them step by step: the construction error, and for
 each step the error text, the container's exclusive CPUs (add steps) and the
 shared pool afterwards.
@@ -113,7 +113,7 @@ def synthetic(rng):
 
 def discover(pinion, name):
     out = subprocess.run([pinion, "topology", "--sysroot", os.path.join(TOPOLOGIES, name),
-                          "--format", "json"], capture_output=True, text=True)
+                          "-o", "json"], capture_output=True, text=True)
     if out.returncode != 0:
         return None
     topo = json.loads(out.stdout)
@@ -504,7 +504,7 @@ def main():
     batch = os.path.join(args.out, "batch.json")
     with open(batch, "w") as f:
         json.dump([pinion_scenario(c) for c in cases], f)
-    pres = subprocess.run([args.pinion, "simulate", batch, "--format", "json"],
+    pres = subprocess.run([args.pinion, "simulate", batch, "-o", "json"],
                           capture_output=True, text=True)
     if pres.returncode != 0:
         print("pinion simulate failed: " + pres.stderr, file=sys.stderr)
