@@ -522,9 +522,9 @@ pub async fn serve_with(
         listener,
         limits.max_connections,
         stop,
-        move |stream| {
+        move |stream, slot| {
             let handle = handle.clone();
-            server::serve_http1(stream, limits, move |request: Request<Incoming>| {
+            server::serve_http1(stream, limits, slot, move |request: Request<Incoming>| {
                 let answer = route(request.method(), request.uri().path(), &handle);
                 async move { answer }
             })
