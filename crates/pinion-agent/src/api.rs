@@ -87,7 +87,7 @@ async fn route(
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     match (path.as_str(), &method) {
-        (wire::HEALTH_PATH, &Method::GET | &Method::HEAD) => {
+        (wire::HEALTH_PATH | wire::READY_PATH, &Method::GET | &Method::HEAD) => {
             server::text(StatusCode::OK, "ok\n".into())
         }
         (wire::PS_PATH, &Method::GET | &Method::HEAD) => {
@@ -135,7 +135,14 @@ async fn route(
                 Err(answer) => answer,
             }
         }
-        (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH | wire::POOLS_PATH, _) => {
+        (
+            wire::HEALTH_PATH
+            | wire::READY_PATH
+            | wire::PS_PATH
+            | wire::PLUGINS_PATH
+            | wire::POOLS_PATH,
+            _,
+        ) => {
             not_allowed(&method, &path, "GET, HEAD")
         }
         (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH | wire::RESIZE_PATH, _) => {

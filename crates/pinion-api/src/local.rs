@@ -14,6 +14,9 @@ pub const RELEASE_PATH: &str = "/v1/release";
 pub const PS_PATH: &str = "/v1/ps";
 /// `GET` here answers `ok` while the agent serves.
 pub const HEALTH_PATH: &str = "/healthz";
+/// `GET` here answers `ok` once the agent serves (as the metrics port's
+/// `/readyz`: the socket is bound only after the start finished).
+pub const READY_PATH: &str = "/readyz";
 /// `GET` here returns the resource plugins the agent hosts ([`Plugin`]s).
 pub const PLUGINS_PATH: &str = "/v1/plugins";
 /// `GET`: the CPU plugin's shared pools ([`Pools`]).

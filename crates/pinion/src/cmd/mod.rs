@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod agent_config;
 pub mod alloc;
+pub mod health;
 pub mod hints;
 mod local;
 pub mod plugin;
