@@ -85,6 +85,9 @@ impl CpusetHost for FakeCgroups {
         mems: &CpuSet,
     ) -> Result<(), CgroupError> {
         let mut tree = self.tree();
+        // As cgroupfs: the directory is made before its cpuset is written,
+        // and stays when that write fails.
+        tree.children.entry(name.clone()).or_default();
         check_writable(&tree, name)?;
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();

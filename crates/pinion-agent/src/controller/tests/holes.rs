@@ -1,0 +1,78 @@
+//! Issue 27's smaller holes in admission and the executor, at the
+//! controller level with the fake host.
+
+use super::*;
+
+/// Regression (issue 27, item 7c): a run id whose process had died was
+/// refused with a 409 naming the dead process until the next reconcile.
+/// Now the ended run is released and the new one admitted at once.
+#[test]
+fn regression_a_run_id_whose_process_died_is_admitted_again_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    // Its process exits; no reconcile has run yet.
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("cgroup")
+        .pids
+        .clear();
+    let second = admit(&mut controller, &run("pinion-run-a", Some("1"), 11))
+        .expect("the id is free once its process ended");
+    assert_eq!(second.placement.cpus.len(), 1);
+    let tree = host.tree();
+    let cgroup = &tree.children[&name("pinion-run-a")];
+    assert_eq!(cgroup.pids, vec![11], "the new process is in the run's cgroup");
+    assert_eq!(cgroup.cpus, second.placement.cpus);
+    drop(tree);
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", "main"),
+        Some(&second.placement.cpus)
+    );
+    assert_eq!(on_disk(dir.path()), *controller.state(), "durable");
+    assert_eq!(controller.counters.released_gone_total, 1);
+}
+
+/// The ended run is released even when the new run is refused, and then
+/// its cgroup goes too.
+#[test]
+fn a_refused_run_with_an_ended_runs_id_releases_it_and_leaves_no_cgroup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("cgroup")
+        .pids
+        .clear();
+    // 7 allocatable CPUs: 64 are refused by the policy.
+    let err = admit(&mut controller, &run("pinion-run-a", Some("64"), 11)).expect_err("too many");
+    assert!(matches!(err, ControlError::Admission { .. }), "{err}");
+    assert_eq!(controller.state().assignment("pinion-run-a", "main"), None);
+    assert!(host.tree().children.is_empty(), "no cgroup left behind");
+}
+
+/// Regression (issue 27, item 7d): a standalone run whose cgroup was made
+/// but whose cpuset the kernel refused left an empty cgroup directory
+/// behind. Now the refusal removes it.
+#[test]
+fn regression_a_refused_admission_leaves_no_cgroup_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let before = controller.state().clone();
+    host.tree().fail_writes = true;
+    let err = admit(&mut controller, &run("pinion-run-b", Some("2"), 10)).expect_err("refused");
+    assert!(matches!(err, ControlError::Cgroup { .. }), "{err}");
+    host.tree().fail_writes = false;
+    assert!(host.tree().children.is_empty(), "no cgroup left behind");
+    assert_eq!(controller.state(), &before);
+    // Refused by the policy: nothing was made in the first place.
+    let err = admit(&mut controller, &run("pinion-run-c", Some("64"), 11)).expect_err("too many");
+    assert!(matches!(err, ControlError::Admission { .. }), "{err}");
+    assert!(host.tree().children.is_empty(), "no cgroup left behind");
+}
