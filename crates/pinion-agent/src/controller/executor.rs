@@ -6,7 +6,9 @@
 //! * cgroup writes for standalone runs (Pinion's own cgroups), or
 //! * one batch of runtime updates for runtime containers, handed to the NRI
 //!   front-end, which sends them after the handler that caused them returned
-//!   (containerd holds its lock while it waits for a handler's reply).
+//!   (containerd holds its lock while it waits for a handler's reply) — only
+//!   for containers whose CPUs, memory nodes or resource settings changed:
+//!   an env- or annotation-only change is recorded as applied without one.
 //!
 //! Admission, release, shared-pool changes, drift repair and restart
 //! recovery all end here; nothing else writes a cpuset.
@@ -145,10 +147,19 @@ impl Controller {
                 Frontend::Runtime {
                     container_id: Some(id),
                 } => {
-                    runtime.push(RuntimeUpdate {
-                        container_id: id.clone(),
-                        placement: desired.clone(),
-                    });
+                    // An update carrying only what the container has is
+                    // noise (an env- or annotation-only change cannot reach
+                    // a running container).
+                    let unchanged = workload
+                        .applied
+                        .as_ref()
+                        .is_some_and(|applied| applied.same_resources(&desired));
+                    if !unchanged {
+                        runtime.push(RuntimeUpdate {
+                            container_id: id.clone(),
+                            placement: desired.clone(),
+                        });
+                    }
                     workload.applied = Some(desired);
                 }
                 // Known from the checkpoint only: the runtime's next

@@ -76,3 +76,37 @@ fn regression_a_refused_admission_leaves_no_cgroup_behind() {
     assert!(matches!(err, ControlError::Admission { .. }), "{err}");
     assert!(host.tree().children.is_empty(), "no cgroup left behind");
 }
+
+/// Regression (issue 27, item 10f): a change of a runtime container's
+/// environment or annotations alone sent an NRI update carrying the
+/// resources it already had (`UpdateContainers` cannot change envs).
+#[test]
+fn regression_an_env_only_change_sends_no_runtime_update() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    admit(&mut controller, &runtime_request("pod-1", Some("2"), "c1")).expect("admit");
+    while updates.try_recv().is_ok() {}
+    let key = ("pod-1".to_string(), "main".to_string());
+    let applied_with_other_env = |controller: &mut Controller| {
+        let workload = controller.workloads.get_mut(&key).expect("workload");
+        let mut applied = workload.desired.clone();
+        applied.env.insert("NIC".into(), "eth9".into());
+        applied.annotations.insert("team".into(), "b".into());
+        workload.applied = Some(applied);
+    };
+    applied_with_other_env(&mut controller);
+    controller.converge();
+    assert!(updates.try_recv().is_err(), "no update for env/annotations alone");
+    let workload = &controller.workloads[&key];
+    assert_eq!(workload.applied.as_ref(), Some(&workload.desired));
+    // A change of its resources still sends one.
+    let workload = controller.workloads.get_mut(&key).expect("workload");
+    let mut applied = workload.desired.clone();
+    applied.resources.cpu_quota = Some(50_000);
+    workload.applied = Some(applied);
+    controller.converge();
+    let batch = updates.try_recv().expect("an update for changed resources");
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].container_id, "c1");
+}
