@@ -25,6 +25,7 @@ mod plugins;
 mod pod_level;
 mod rebuild;
 mod reconcile;
+pub mod removal_wait;
 mod recover;
 mod resize;
 mod runtime;
