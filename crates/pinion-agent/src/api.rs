@@ -405,6 +405,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
                 applied: w.applied,
                 container_id: w.container_id.clone(),
                 plugins: plugins(&w.plugins),
+                apply_error: w.apply_error.clone(),
             })
             .collect(),
         assignments: snapshot
@@ -520,6 +521,7 @@ mod tests {
                 pid: Some(4242),
                 container_id: None,
                 plugins: BTreeMap::new(),
+                apply_error: None,
             }],
             assignments,
             ..controller::Snapshot::default()

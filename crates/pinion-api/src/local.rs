@@ -238,6 +238,10 @@ pub struct Workload {
     /// What resource plugins allocated, by resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugins: BTreeMap<String, PluginAllocation>,
+    /// Why the agent could not write its cgroup settings (standalone runs,
+    /// after admission; until a write succeeds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_error: Option<String>,
 }
 
 fn yes() -> bool {

@@ -137,9 +137,23 @@ impl Controller {
                         &desired,
                         workload.applied.as_ref(),
                     ) {
-                        Ok(()) => workload.applied = Some(desired),
+                        Ok(()) => {
+                            if workload.apply_failure.take().is_some() {
+                                tracing::info!(cgroup = %cgroup, "applied after earlier failures");
+                            }
+                            workload.applied = Some(desired);
+                        }
                         Err(err) => {
-                            tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err}", desired.cpus, desired.mems, desired.resources);
+                            // Marked and counted once; retried at each pass
+                            // (a transient failure heals) without a log
+                            // line each time.
+                            if workload.apply_failure.is_none() {
+                                tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err} (shown by `pinion ps` until a write succeeds)", desired.cpus, desired.mems, desired.resources);
+                                self.counters.cgroup_apply_failures_total += 1;
+                            } else {
+                                tracing::debug!(cgroup = %cgroup, "applying again: {err}");
+                            }
+                            workload.apply_failure = Some(err.to_string());
                             workload.applied = None;
                         }
                     }

@@ -43,7 +43,11 @@ fn table(snapshot: &Snapshot) -> String {
         .workloads
         .iter()
         .map(|w| {
-            let applied = if w.applied { "" } else { " (pending)" };
+            let applied = match (&w.apply_error, w.applied) {
+                (Some(_), _) => " (apply failed)",
+                (None, true) => "",
+                (None, false) => " (pending)",
+            };
             [
                 w.pod.clone(),
                 w.container.clone(),
@@ -78,6 +82,11 @@ fn table(snapshot: &Snapshot) -> String {
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    for w in &snapshot.workloads {
+        if let Some(error) = &w.apply_error {
+            let _ = writeln!(out, "{}/{} apply failed: {error}", w.pod, w.container);
+        }
     }
     for w in snapshot.workloads.iter().filter(|w| !w.plugins.is_empty()) {
         let _ = writeln!(out, "{}/{} resource plugins:", w.pod, w.container);

@@ -110,3 +110,44 @@ fn regression_an_env_only_change_sends_no_runtime_update() {
     assert_eq!(batch.len(), 1);
     assert_eq!(batch[0].container_id, "c1");
 }
+
+/// Regression (issue 27, item 10g): a run whose cgroup settings could not
+/// be written after its admission was retried at every pass with nothing
+/// to show for it but a log line each time. Now the failure is marked on
+/// the workload (`pinion ps`) and counted once, and cleared when a write
+/// succeeds.
+#[test]
+fn regression_a_cgroup_write_failing_after_admission_is_marked_and_counted_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let snapshots = controller.subscribe_snapshots();
+    let admitted = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    // Someone rewrites the run's cpuset, and cgroupfs then refuses writes.
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("cgroup")
+        .cpus = set("0-7");
+    host.tree().fail_writes = true;
+    for _ in 0..3 {
+        controller.reconcile();
+    }
+    assert_eq!(controller.counters.cgroup_apply_failures_total, 1);
+    let snapshot = snapshots.borrow().clone();
+    let view = &snapshot.workloads[0];
+    assert!(!view.applied);
+    let error = view.apply_error.as_deref().expect("marked");
+    assert!(error.contains("pinion-run-a"), "{error}");
+    // Writes work again: repaired, the mark goes.
+    host.tree().fail_writes = false;
+    controller.reconcile();
+    let snapshot = snapshots.borrow().clone();
+    assert_eq!(snapshot.workloads[0].apply_error, None);
+    assert!(snapshot.workloads[0].applied);
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].cpus,
+        admitted.placement.cpus
+    );
+    assert_eq!(controller.counters.cgroup_apply_failures_total, 1);
+}
