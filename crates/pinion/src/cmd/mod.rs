@@ -21,4 +21,5 @@ pub mod state_import;
 pub mod state_journal;
 pub mod state_rebuild;
 mod state_salvage;
+mod state_side;
 pub mod topology;
