@@ -142,9 +142,7 @@ async fn route(
             | wire::PLUGINS_PATH
             | wire::POOLS_PATH,
             _,
-        ) => {
-            not_allowed(&method, &path, "GET, HEAD")
-        }
+        ) => not_allowed(&method, &path, "GET, HEAD"),
         (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH | wire::RESIZE_PATH, _) => {
             not_allowed(&method, &path, "POST")
         }

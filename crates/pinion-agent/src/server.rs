@@ -282,11 +282,9 @@ where
             // request in flight: answered first, within the body timeout.
             match tokio::time::timeout(EVICTION_GRACE, connection.as_mut()).await {
                 Ok(outcome) => outcome,
-                Err(_) if slot.busy() => {
-                    tokio::time::timeout(limits.body_read_timeout, connection)
-                        .await
-                        .unwrap_or(Ok(()))
-                }
+                Err(_) if slot.busy() => tokio::time::timeout(limits.body_read_timeout, connection)
+                    .await
+                    .unwrap_or(Ok(())),
                 Err(_) => Ok(()),
             }
         }

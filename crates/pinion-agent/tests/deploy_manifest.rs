@@ -274,8 +274,13 @@ fn probes_run_pinion_health_against_the_local_api_socket() {
             .position(|arg| *arg == "--timeout")
             .unwrap_or_else(|| panic!("{probe} bounds its call"));
         let timeout: u64 = command[at + 1].parse().expect("seconds");
-        let kubelet = container[probe]["timeoutSeconds"].as_u64().expect("timeoutSeconds");
-        assert!(timeout < kubelet, "{probe}: {timeout}s within kubelet's {kubelet}s");
+        let kubelet = container[probe]["timeoutSeconds"]
+            .as_u64()
+            .expect("timeoutSeconds");
+        assert!(
+            timeout < kubelet,
+            "{probe}: {timeout}s within kubelet's {kubelet}s"
+        );
     }
 }
 

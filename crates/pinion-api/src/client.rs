@@ -16,7 +16,7 @@ use tokio::net::UnixStream;
 
 use crate::local::{
     Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, ResizeRequest, RunRequest,
-    SetPool, Snapshot, HEALTH_PATH, READY_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH,
+    SetPool, Snapshot, HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, READY_PATH,
     RELEASE_PATH, RESIZE_PATH, RUN_PATH,
 };
 

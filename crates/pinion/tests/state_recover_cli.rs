@@ -303,7 +303,15 @@ fn regression_verify_checks_the_journals_side_data_against_the_state() {
             ("plugin-state/cpu", "pod-left", serde_json::json!({})),
         ],
     );
-    let verify = pinion(&["state", "verify", path, "--sysroot", root, "--num-reserved", "2"]);
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
     let out = text(&verify);
     assert!(!verify.status.success(), "{out}");
     assert!(
@@ -318,8 +326,14 @@ fn regression_verify_checks_the_journals_side_data_against_the_state() {
         out.contains("pod-c/web was promised cpus 3 but has no assignment"),
         "{out}"
     );
-    assert!(out.contains("warning: plugin-state/cpu: pod pod-left"), "{out}");
-    assert!(out.contains("side data disagrees with the state (2 problems)"), "{out}");
+    assert!(
+        out.contains("warning: plugin-state/cpu: pod pod-left"),
+        "{out}"
+    );
+    assert!(
+        out.contains("side data disagrees with the state (2 problems)"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -333,7 +347,15 @@ fn verify_accepts_side_data_that_agrees_with_the_state() {
             ("promised-cpus", "pod-b", serde_json::json!({"db": "2"})),
         ],
     );
-    let verify = pinion(&["state", "verify", path, "--sysroot", root, "--num-reserved", "2"]);
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
     assert!(verify.status.success(), "{}", text(&verify));
     assert!(
         text(&verify).contains("side data: pod-cpus: 1 pod, promised-cpus: 1 pod"),
@@ -369,7 +391,9 @@ fn migrate_names_the_side_data_it_does_not_carry_over() {
     let out = text(&migrate);
     assert!(migrate.status.success(), "{out}");
     assert!(
-        out.contains("not carried over: the journal's side data (plugin-state/cpu: 1 pod, pod-cpus: 1 pod)"),
+        out.contains(
+            "not carried over: the journal's side data (plugin-state/cpu: 1 pod, pod-cpus: 1 pod)"
+        ),
         "{out}"
     );
 }

@@ -1,8 +1,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::*;
 use super::slots::{Room, Slots};
+use super::*;
 
 /// A listener whose `accept` fails with `EMFILE` until `heal_after`
 /// attempts, then hands out in-memory connections.
@@ -142,10 +142,16 @@ async fn no_more_than_the_cap_are_accepted_at_once() {
         accepted: Arc::clone(&accepted),
     };
     let (stop, stop_rx) = watch::channel(false);
-    let loop_task = tokio::spawn(accept_loop("test", listener, 3, stop_rx, |_io, slot| async move {
-        let _held = slot;
-        std::future::pending::<()>().await;
-    }));
+    let loop_task = tokio::spawn(accept_loop(
+        "test",
+        listener,
+        3,
+        stop_rx,
+        |_io, slot| async move {
+            let _held = slot;
+            std::future::pending::<()>().await;
+        },
+    ));
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(accepted.load(Ordering::SeqCst), 3);
     let _ = stop.send(true);
@@ -259,7 +265,9 @@ async fn regression_idle_connections_at_the_cap_do_not_crowd_out_a_request() {
         probe.write_all(GET).await.expect("write");
         let answered = tokio::time::timeout(Duration::from_secs(60), status_line(&mut probe));
         assert_eq!(
-            answered.await.expect("answered while the cap is full of idle connections"),
+            answered
+                .await
+                .expect("answered while the cap is full of idle connections"),
             "HTTP/1.1 200 OK"
         );
     }
@@ -298,7 +306,10 @@ async fn a_connection_with_a_request_in_flight_is_never_evicted() {
     let server = Server::start(limits, service);
     let mut first = server.connect();
     first.write_all(GET).await.expect("write");
-    entered.recv().await.expect("the first request is in flight");
+    entered
+        .recv()
+        .await
+        .expect("the first request is in flight");
     let mut second = server.connect();
     second.write_all(GET).await.expect("write");
     // An hour of (paused) time later the first is still being served and
@@ -307,7 +318,10 @@ async fn a_connection_with_a_request_in_flight_is_never_evicted() {
     assert!(entered.try_recv().is_err(), "the second was not accepted");
     release.notify_one();
     assert_eq!(status_line(&mut first).await, "HTTP/1.1 200 OK");
-    entered.recv().await.expect("the second is served after the first");
+    entered
+        .recv()
+        .await
+        .expect("the second is served after the first");
     release.notify_one();
     assert_eq!(status_line(&mut second).await, "HTTP/1.1 200 OK");
     let _ = server.stop.send(true);

@@ -59,7 +59,9 @@ pub fn run(args: &RebuildArgs) -> anyhow::Result<()> {
     let rebuilt = rebuild(&claims, &policy);
     print_report(&rebuilt, cgroups.root());
     // The journal goes aside with the checkpoint it was replayed on.
-    if let Some(dropped) = state_side::dropped(state_side::read(&state_dir.join(CPU_MANAGER_STATE)).as_ref()) {
+    if let Some(dropped) =
+        state_side::dropped(state_side::read(&state_dir.join(CPU_MANAGER_STATE)).as_ref())
+    {
         println!("{dropped}");
     }
     if let Policy::Static(static_policy) = &policy {

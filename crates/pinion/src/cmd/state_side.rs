@@ -72,8 +72,11 @@ pub fn check(side: &SideData, state: &State) -> SideCheck {
     let mut out = SideCheck::default();
     for (pod, value) in side.get(kinds::POD_CPUS).into_iter().flatten() {
         let Ok(cpus) = value.decode::<CpuSet>() else {
-            out.problems
-                .push(format!("{}: pod {pod}: unreadable value {}", kinds::POD_CPUS, value.json()));
+            out.problems.push(format!(
+                "{}: pod {pod}: unreadable value {}",
+                kinds::POD_CPUS,
+                value.json()
+            ));
             continue;
         };
         if !state.assignments.contains_key(pod) {
@@ -96,8 +99,11 @@ pub fn check(side: &SideData, state: &State) -> SideCheck {
     }
     for (pod, value) in side.get(kinds::PROMISED).into_iter().flatten() {
         let Ok(containers) = value.decode::<BTreeMap<String, CpuSet>>() else {
-            out.problems
-                .push(format!("{}: pod {pod}: unreadable value {}", kinds::PROMISED, value.json()));
+            out.problems.push(format!(
+                "{}: pod {pod}: unreadable value {}",
+                kinds::PROMISED,
+                value.json()
+            ));
             continue;
         };
         for (container, promised) in containers {
@@ -118,7 +124,10 @@ pub fn check(side: &SideData, state: &State) -> SideCheck {
         if !kind.starts_with(kinds::PLUGIN_STATE_PREFIX) {
             continue;
         }
-        for pod in entries.keys().filter(|k| k.as_str() != kinds::PLUGIN_STATE_REST) {
+        for pod in entries
+            .keys()
+            .filter(|k| k.as_str() != kinds::PLUGIN_STATE_REST)
+        {
             if !state.assignments.contains_key(pod) {
                 out.warnings.push(format!(
                     "{kind}: pod {pod} has no assignment in the checkpoint (fine for a shared-pool pod; stale if the pod has left)"
@@ -169,30 +178,75 @@ mod tests {
     #[test]
     fn consistent_side_data_passes() {
         let mut side = SideData::new();
-        put(&mut side, kinds::POD_CPUS, "pod-a", serde_json::json!("1-2"));
-        put(&mut side, kinds::PROMISED, "pod-b", serde_json::json!({"db": "3"}));
-        put(&mut side, "plugin-state/cpu", "pod-a", serde_json::json!({}));
+        put(
+            &mut side,
+            kinds::POD_CPUS,
+            "pod-a",
+            serde_json::json!("1-2"),
+        );
+        put(
+            &mut side,
+            kinds::PROMISED,
+            "pod-b",
+            serde_json::json!({"db": "3"}),
+        );
+        put(
+            &mut side,
+            "plugin-state/cpu",
+            "pod-a",
+            serde_json::json!({}),
+        );
         put(&mut side, "plugin-state/cpu", "rest", serde_json::json!({}));
         assert_eq!(check(&side, &state()), SideCheck::default());
         assert_eq!(
             summary(&side),
-            ["plugin-state/cpu: 1 pod", "pod-cpus: 1 pod", "promised-cpus: 1 pod"]
+            [
+                "plugin-state/cpu: 1 pod",
+                "pod-cpus: 1 pod",
+                "promised-cpus: 1 pod"
+            ]
         );
     }
 
     #[test]
     fn overlapping_pod_cpus_and_promises_outside_the_state_are_problems() {
         let mut side = SideData::new();
-        put(&mut side, kinds::POD_CPUS, "pod-a", serde_json::json!("1-3"));
-        put(&mut side, kinds::POD_CPUS, "pod-gone", serde_json::json!("6"));
-        put(&mut side, kinds::PROMISED, "pod-b", serde_json::json!({"db": "3,5"}));
-        put(&mut side, kinds::PROMISED, "pod-c", serde_json::json!({"web": "7"}));
-        put(&mut side, "plugin-state/cpu", "pod-left", serde_json::json!({}));
+        put(
+            &mut side,
+            kinds::POD_CPUS,
+            "pod-a",
+            serde_json::json!("1-3"),
+        );
+        put(
+            &mut side,
+            kinds::POD_CPUS,
+            "pod-gone",
+            serde_json::json!("6"),
+        );
+        put(
+            &mut side,
+            kinds::PROMISED,
+            "pod-b",
+            serde_json::json!({"db": "3,5"}),
+        );
+        put(
+            &mut side,
+            kinds::PROMISED,
+            "pod-c",
+            serde_json::json!({"web": "7"}),
+        );
+        put(
+            &mut side,
+            "plugin-state/cpu",
+            "pod-left",
+            serde_json::json!({}),
+        );
         let found = check(&side, &state());
         assert_eq!(found.problems.len(), 4, "{:#?}", found.problems);
         assert!(found.problems[0].contains("overlap the exclusive cpus 3-4 of pod-b/db (cpus 3)"));
         assert!(found.problems[1].contains("pod pod-gone has cpus 6 but no assignment"));
-        assert!(found.problems[2].contains("pod-b/db was promised cpus 3,5, not all within its cpus 3-4"));
+        assert!(found.problems[2]
+            .contains("pod-b/db was promised cpus 3,5, not all within its cpus 3-4"));
         assert!(found.problems[3].contains("pod-c/web was promised cpus 7 but has no assignment"));
         assert_eq!(found.warnings.len(), 1);
         assert!(found.warnings[0].starts_with("plugin-state/cpu: pod pod-left"));
@@ -203,7 +257,12 @@ mod tests {
         assert_eq!(dropped(None), None);
         assert_eq!(dropped(Some(&SideData::new())), None);
         let mut side = SideData::new();
-        put(&mut side, kinds::POD_CPUS, "pod-a", serde_json::json!("1-2"));
+        put(
+            &mut side,
+            kinds::POD_CPUS,
+            "pod-a",
+            serde_json::json!("1-2"),
+        );
         let text = dropped(Some(&side)).expect("something dropped");
         assert!(text.contains("(pod-cpus: 1 pod)"), "{text}");
     }

@@ -24,7 +24,11 @@ fn regression_a_run_id_whose_process_died_is_admitted_again_at_once() {
     assert_eq!(second.placement.cpus.len(), 1);
     let tree = host.tree();
     let cgroup = &tree.children[&name("pinion-run-a")];
-    assert_eq!(cgroup.pids, vec![11], "the new process is in the run's cgroup");
+    assert_eq!(
+        cgroup.pids,
+        vec![11],
+        "the new process is in the run's cgroup"
+    );
     assert_eq!(cgroup.cpus, second.placement.cpus);
     drop(tree);
     assert_eq!(
@@ -97,7 +101,10 @@ fn regression_an_env_only_change_sends_no_runtime_update() {
     };
     applied_with_other_env(&mut controller);
     controller.converge();
-    assert!(updates.try_recv().is_err(), "no update for env/annotations alone");
+    assert!(
+        updates.try_recv().is_err(),
+        "no update for env/annotations alone"
+    );
     let workload = &controller.workloads[&key];
     assert_eq!(workload.applied.as_ref(), Some(&workload.desired));
     // A change of its resources still sends one.
