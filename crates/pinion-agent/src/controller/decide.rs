@@ -195,8 +195,8 @@ impl Controller {
     /// Whether `request` is a new standalone run (another process, or
     /// another request) with the id of an admitted run whose processes have
     /// all ended: its cgroup holds none (the host's view, as the reconcile
-    /// pass has it). Such a run is released at once instead of being a
-    /// conflict until the next reconcile.
+    /// pass has it), and held no plugin resources. Such a run is released
+    /// at once instead of being a conflict until the next reconcile.
     fn run_has_ended(&self, key: &Key, request: &AdmitRequest) -> bool {
         let Some(existing) = self.workloads.get(key) else {
             return false;
@@ -207,7 +207,11 @@ impl Controller {
             return false;
         };
         let retry = held == asked && existing.spec.as_ref().is_none_or(|s| **s == request.pod);
-        !retry && self.host.pids(cgroup).is_ok_and(|pids| pids.is_empty())
+        // A run that held plugin resources waits for the reconcile pass:
+        // its release sends the plugins `RemovePod` for the id, which would
+        // also take what they allocate for the new run of that id.
+        let plugins = !existing.plugins.is_empty() || !existing.plugin_resources.is_empty();
+        !retry && !plugins && self.host.pids(cgroup).is_ok_and(|pids| pids.is_empty())
     }
 
     /// Releases the ended run `key` in `batch`, keeping its cgroup for the
