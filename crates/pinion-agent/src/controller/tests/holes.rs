@@ -158,3 +158,23 @@ fn regression_a_cgroup_write_failing_after_admission_is_marked_and_counted_once(
     );
     assert_eq!(controller.counters.cgroup_apply_failures_total, 1);
 }
+
+/// Issue 27, item 10g, at admission: a run whose OCI setting the kernel
+/// refuses is refused with the reason (the file and the value), leaving no
+/// cgroup and no assignment behind, and nothing to retry later.
+#[test]
+fn a_run_whose_cgroup_setting_is_refused_at_admission_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let before = controller.state().clone();
+    host.tree().fail_files.insert("cpu.max".to_string());
+    let err = admit(&mut controller, &run("pinion-run-q", Some("2"), 10)).expect_err("refused");
+    assert!(matches!(err, ControlError::Cgroup { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("cpu.max") && text.contains("max"), "{text}");
+    assert!(host.tree().children.is_empty(), "no cgroup left behind");
+    assert_eq!(controller.state(), &before);
+    controller.reconcile();
+    assert_eq!(controller.counters.cgroup_apply_failures_total, 0);
+}
