@@ -200,11 +200,19 @@ pub async fn accept_loop<L, F, Fut>(
         }
         loop {
             let changed = slots.changed();
-            if slots.room() != Room::Full {
-                break;
-            }
+            let recheck = match slots.room() {
+                Room::Free | Room::ByEviction => break,
+                Room::Full(recheck) => recheck,
+            };
+            let aged = async {
+                match recheck {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = changed => {}
+                () = aged => {}
                 _ = stop.changed() => break 'accepting,
             }
         }

@@ -6,7 +6,10 @@
 //!
 //! At the cap the accept loop keeps accepting while some connection is
 //! evictable, and evicts the oldest such one for each newcomer, so idle or
-//! slow-header connections cannot crowd out new requests. Evicted
+//! slow-header connections cannot crowd out new requests. A connection
+//! becomes evictable [`EVICTABLE_AFTER`] after it was accepted or last
+//! answered, so a burst of clients cannot evict each other before their
+//! heads are read. Evicted
 //! connections count until they have ended, and at most as many as the cap
 //! are ending at once: descriptors stay below twice the cap.
 
@@ -15,6 +18,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::Notify;
+use tokio::time::{Duration, Instant};
+
+/// A connection is evictable only once it has been without a request in
+/// flight this long: a burst of clients whose heads are in the socket but
+/// not read yet (their tasks not polled) must not evict each other.
+pub(crate) const EVICTABLE_AFTER: Duration = Duration::from_millis(500);
 
 /// One listener's connections.
 #[derive(Debug)]
@@ -33,20 +42,45 @@ struct Inner {
 }
 
 /// What a connection and its accept loop share.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Conn {
     /// The server allows evicting it while no request is in flight.
     evictable_when_idle: AtomicBool,
     in_flight: AtomicUsize,
+    /// Since when it has had no request in flight (accepted, or its last
+    /// request answered).
+    idle_since: Mutex<Instant>,
     evicted: AtomicBool,
     evict: Notify,
 }
 
 impl Conn {
-    fn evictable(&self) -> bool {
-        self.evictable_when_idle.load(Ordering::SeqCst)
+    fn new() -> Self {
+        Self {
+            evictable_when_idle: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            evicted: AtomicBool::new(false),
+            evict: Notify::new(),
+        }
+    }
+
+    /// When it is (or was) evictable from: `None` while it cannot be.
+    fn evictable_from(&self) -> Option<Instant> {
+        let idle = self.evictable_when_idle.load(Ordering::SeqCst)
             && self.in_flight.load(Ordering::SeqCst) == 0
-            && !self.evicted.load(Ordering::SeqCst)
+            && !self.evicted.load(Ordering::SeqCst);
+        idle.then(|| {
+            *self
+                .idle_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                + EVICTABLE_AFTER
+        })
+    }
+
+    fn evictable(&self, now: Instant) -> bool {
+        self.evictable_from().is_some_and(|from| from <= now)
     }
 }
 
@@ -57,8 +91,9 @@ pub(crate) enum Room {
     Free,
     /// At the cap, but the oldest evictable connection can make room.
     ByEviction,
-    /// At the cap with nothing evictable (or too many ending): wait.
-    Full,
+    /// At the cap with nothing evictable (or too many ending): wait, until
+    /// the time given when a connection becomes evictable then.
+    Full(Option<Instant>),
 }
 
 impl Slots {
@@ -83,11 +118,16 @@ impl Slots {
             .filter(|c| c.evicted.load(Ordering::SeqCst))
             .count();
         if inner.live.len() - ending < self.cap {
-            Room::Free
-        } else if ending < self.cap && inner.live.values().any(|c| c.evictable()) {
-            Room::ByEviction
-        } else {
-            Room::Full
+            return Room::Free;
+        }
+        if ending >= self.cap {
+            return Room::Full(None);
+        }
+        let now = Instant::now();
+        let soonest = inner.live.values().filter_map(|c| c.evictable_from()).min();
+        match soonest {
+            Some(from) if from <= now => Room::ByEviction,
+            later => Room::Full(later),
         }
     }
 
@@ -107,14 +147,15 @@ impl Slots {
             .filter(|c| !c.evicted.load(Ordering::SeqCst))
             .count();
         if active >= self.cap {
-            if let Some(oldest) = inner.live.values().find(|c| c.evictable()) {
+            let now = Instant::now();
+            if let Some(oldest) = inner.live.values().find(|c| c.evictable(now)) {
                 oldest.evicted.store(true, Ordering::SeqCst);
                 oldest.evict.notify_one();
             }
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        let conn = Arc::new(Conn::default());
+        let conn = Arc::new(Conn::new());
         inner.live.insert(id, Arc::clone(&conn));
         Slot {
             slots: Arc::clone(self),
@@ -190,6 +231,11 @@ pub struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if self.conn.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            *self
+                .conn
+                .idle_since
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Instant::now();
             self.slots.changed.notify_waiters();
         }
     }

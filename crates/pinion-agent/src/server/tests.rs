@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::slots::{Room, Slots};
+use super::slots::{self, Room, Slots};
 use super::*;
 
 /// A listener whose `accept` fails with `EMFILE` until `heal_after`
@@ -332,18 +332,42 @@ async fn evicted_connections_count_until_they_end() {
     let slots = Slots::new(1);
     let first = slots.admit();
     first.allow_eviction();
+    // Fresh: not evictable until it has been idle a while.
+    assert!(matches!(slots.room(), Room::Full(Some(_))));
+    tokio::time::sleep(slots::EVICTABLE_AFTER).await;
     assert_eq!(slots.room(), Room::ByEviction);
     let second = slots.admit();
     // The first is ending: room again only when one of them is evictable
     // and fewer than the cap are ending.
     second.allow_eviction();
+    tokio::time::sleep(slots::EVICTABLE_AFTER).await;
     assert_eq!(slots.len(), 2);
-    assert_eq!(slots.room(), Room::Full);
+    assert_eq!(slots.room(), Room::Full(None));
     drop(first);
     assert_eq!(slots.room(), Room::ByEviction);
     let busy = second.request();
-    assert_eq!(slots.room(), Room::Full);
+    assert_eq!(slots.room(), Room::Full(None));
     drop(busy);
+    // Idle again: evictable once it has been idle a while.
+    assert!(matches!(slots.room(), Room::Full(Some(_))));
+    tokio::time::sleep(slots::EVICTABLE_AFTER).await;
+    assert_eq!(slots.room(), Room::ByEviction);
     drop(second);
     assert_eq!(slots.room(), Room::Free);
+}
+
+/// A burst of fresh connections (heads sent, not read yet) at the cap does
+/// not evict its own members: the newcomer waits until one has been idle
+/// for [`slots::EVICTABLE_AFTER`].
+#[tokio::test(start_paused = true)]
+async fn fresh_connections_are_not_evicted_by_a_burst() {
+    let slots = Slots::new(2);
+    let a = slots.admit();
+    a.allow_eviction();
+    let b = slots.admit();
+    b.allow_eviction();
+    assert!(matches!(slots.room(), Room::Full(Some(_))));
+    let c = slots.admit();
+    assert_eq!(slots.len(), 3, "nothing evicted");
+    drop((a, b, c));
 }
