@@ -83,6 +83,7 @@ fn snapshot() -> Snapshot {
                 pid: None,
                 container_id: Some(format!("c-{n}-{i}")),
                 plugins: BTreeMap::new(),
+                apply_error: None,
             });
         }
     }

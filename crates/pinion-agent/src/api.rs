@@ -62,14 +62,14 @@ pub async fn serve_with(
         listener,
         limits.max_connections,
         stop,
-        move |stream: UnixStream| {
+        move |stream: UnixStream, slot| {
             let peer = stream
                 .peer_cred()
                 .ok()
                 .and_then(|c| c.pid())
                 .and_then(|p| u32::try_from(p).ok());
             let handle = handle.clone();
-            server::serve_http1(stream, limits, move |request| {
+            server::serve_http1(stream, limits, slot, move |request| {
                 route(request, peer, handle.clone(), limits)
             })
         },
@@ -87,7 +87,7 @@ async fn route(
     let path = request.uri().path().to_string();
     let method = request.method().clone();
     match (path.as_str(), &method) {
-        (wire::HEALTH_PATH, &Method::GET | &Method::HEAD) => {
+        (wire::HEALTH_PATH | wire::READY_PATH, &Method::GET | &Method::HEAD) => {
             server::text(StatusCode::OK, "ok\n".into())
         }
         (wire::PS_PATH, &Method::GET | &Method::HEAD) => {
@@ -135,9 +135,14 @@ async fn route(
                 Err(answer) => answer,
             }
         }
-        (wire::HEALTH_PATH | wire::PS_PATH | wire::PLUGINS_PATH | wire::POOLS_PATH, _) => {
-            not_allowed(&method, &path, "GET, HEAD")
-        }
+        (
+            wire::HEALTH_PATH
+            | wire::READY_PATH
+            | wire::PS_PATH
+            | wire::PLUGINS_PATH
+            | wire::POOLS_PATH,
+            _,
+        ) => not_allowed(&method, &path, "GET, HEAD"),
         (wire::RUN_PATH | wire::RELEASE_PATH | wire::POOLS_SET_PATH | wire::RESIZE_PATH, _) => {
             not_allowed(&method, &path, "POST")
         }
@@ -178,13 +183,31 @@ async fn parse<T: serde::de::DeserializeOwned>(
     let body = server::read_body(request, limits)
         .await
         .map_err(|err| error(err.status(), err.to_string(), None))?;
-    serde_json::from_slice(&body).map_err(|err| {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("invalid request body: {err}"),
-            None,
-        )
-    })
+    json_object(&body).map_err(|message| error(StatusCode::BAD_REQUEST, message, None))
+}
+
+/// `body` as `T`, which must be written as a JSON object: serde would also
+/// take an array of the fields in order (`["pinion-run-1"]` as a run).
+fn json_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let first = body
+        .iter()
+        .find(|byte| !matches!(byte, b' ' | b'\t' | b'\n' | b'\r'));
+    let found = match first {
+        Some(b'{') => {
+            return serde_json::from_slice(body)
+                .map_err(|err| format!("invalid request body: {err}"))
+        }
+        None => "nothing",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        Some(b'-' | b'0'..=b'9') => "a number",
+        Some(_) => "something that is not JSON",
+    };
+    Err(format!(
+        "invalid request body: expected a JSON object, found {found}"
+    ))
 }
 
 async fn run_request(run: &RunRequest, peer: Option<u32>, handle: &ControllerHandle) -> Answer {
@@ -380,6 +403,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
                 applied: w.applied,
                 container_id: w.container_id.clone(),
                 plugins: plugins(&w.plugins),
+                apply_error: w.apply_error.clone(),
             })
             .collect(),
         assignments: snapshot
@@ -438,6 +462,31 @@ fn control_error(err: &ControlError) -> Answer {
 mod tests {
     use super::*;
 
+    /// Regression (issue 27, item 7b): a JSON array was taken as the fields
+    /// in order, so `["pinion-run-1"]` admitted a run and `[]` answered
+    /// serde's "invalid length 0, expected struct RunRequest".
+    #[test]
+    fn regression_a_json_array_body_is_refused_as_not_an_object() {
+        for (body, found) in [
+            ("[]", "an array"),
+            (" [\"pinion-run-1\"]", "an array"),
+            ("\"pinion-run-1\"", "a string"),
+            ("42", "a number"),
+            ("null", "null"),
+            ("", "nothing"),
+        ] {
+            let err = json_object::<RunRequest>(body.as_bytes()).expect_err(body);
+            assert_eq!(
+                err,
+                format!("invalid request body: expected a JSON object, found {found}"),
+                "{body}"
+            );
+        }
+        let run: RunRequest =
+            json_object(b"\n {\"id\": \"pinion-run-1\"}").expect("an object is parsed");
+        assert_eq!(run, RunRequest::new("pinion-run-1"));
+    }
+
     #[test]
     fn the_wire_and_the_controller_agree_on_runs() {
         assert_eq!(wire::RUN_CONTAINER, RUN_CONTAINER);
@@ -471,6 +520,7 @@ mod tests {
                 pid: Some(4242),
                 container_id: None,
                 plugins: BTreeMap::new(),
+                apply_error: None,
             }],
             assignments,
             ..controller::Snapshot::default()

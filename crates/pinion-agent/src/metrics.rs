@@ -54,6 +54,9 @@ impl Histogram {
 pub struct Counters {
     pub drift_repairs_total: u64,
     pub released_gone_total: u64,
+    /// Standalone runs whose cgroup settings could not be written after
+    /// their admission (once per failure, until a write succeeds).
+    pub cgroup_apply_failures_total: u64,
     /// Starts that rebuilt the state from the node (checkpoint missing or
     /// unreadable), and the workloads those rebuilds could not leave as
     /// they were.
@@ -185,6 +188,12 @@ impl Collector for SnapshotCollector {
             "pinion_released_gone",
             "Containers released because their processes had ended.",
             c.released_gone_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_cgroup_apply_failures",
+            "Standalone runs whose cgroup settings could not be written after admission (once per failure until a write succeeds).",
+            c.cgroup_apply_failures_total,
         )?;
         counter(
             &mut out,
@@ -522,9 +531,9 @@ pub async fn serve_with(
         listener,
         limits.max_connections,
         stop,
-        move |stream| {
+        move |stream, slot| {
             let handle = handle.clone();
-            server::serve_http1(stream, limits, move |request: Request<Incoming>| {
+            server::serve_http1(stream, limits, slot, move |request: Request<Incoming>| {
                 let answer = route(request.method(), request.uri().path(), &handle);
                 async move { answer }
             })

@@ -194,7 +194,8 @@ pub async fn serve(
         listener,
         MAX_CONNECTIONS,
         stop.clone(),
-        move |io| {
+        // gRPC connections are never evicted (their slot never allows it).
+        move |io, place| {
             let (slot, freed) = oneshot::channel::<()>();
             let _ = conn_tx.send(Ok::<_, std::io::Error>(conn::Conn::new(
                 io,
@@ -203,6 +204,7 @@ pub async fn serve(
             )));
             async move {
                 let _ = freed.await;
+                drop(place);
             }
         },
     ));

@@ -4,11 +4,15 @@
 //! connection lifetime. The local API (`api.rs`) and the metrics endpoint
 //! (`metrics.rs`) are routes on top of it.
 //!
-//! Excess connections are not refused: the accept loop stops accepting
-//! while the cap is reached, so they wait in the kernel's listen backlog and
-//! are served as earlier ones end (or time out). The agent's descriptors
-//! stay bounded by the sum of the caps, and one listener's crowd never
-//! takes another listener's connections.
+//! At the cap an HTTP listener keeps accepting while one of its connections
+//! has no request in flight (idle, or not done sending its request head),
+//! and evicts the oldest such connection for each newcomer: idle or
+//! slowloris connections cannot crowd out probes and scrapes. Without such a
+//! connection the accept loop stops accepting, so newcomers wait in the
+//! kernel's listen backlog until earlier ones end (or time out). The agent's
+//! descriptors stay bounded (below twice the sum of the caps, see
+//! `server/slots.rs`), and one listener's crowd never takes another
+//! listener's connections.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,7 +27,7 @@ use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The answer type of every route.
@@ -32,7 +36,9 @@ pub type Answer = Response<Full<Bytes>>;
 /// Bounds of one listener's connections and requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Connections served at once; more wait in the listen backlog.
+    /// Connections served at once; beyond it a newcomer evicts the oldest
+    /// connection without a request in flight, or waits in the listen
+    /// backlog when there is none.
     pub max_connections: usize,
     /// Time a client has to send a complete request head (also the idle
     /// time allowed between requests of a kept-alive connection).
@@ -169,9 +175,12 @@ impl AcceptErrors {
     }
 }
 
-/// Accepts connections until `stop` turns true (or its sender is gone),
-/// at most `max_connections` at once, and runs `serve` on each in its own
-/// task.
+/// Accepts connections until `stop` turns true (or its sender is gone) and
+/// runs `serve` on each in its own task with its [`Slot`]. At most
+/// `max_connections` are served at once, except that a connection whose
+/// server allowed eviction ([`Slot::allow_eviction`]) and has no request in
+/// flight makes room for a newcomer (see `slots.rs`); without such a
+/// connection the loop stops accepting until one ends.
 pub async fn accept_loop<L, F, Fut>(
     name: &'static str,
     listener: L,
@@ -180,22 +189,35 @@ pub async fn accept_loop<L, F, Fut>(
     mut serve: F,
 ) where
     L: Listener,
-    F: FnMut(L::Io) -> Fut,
+    F: FnMut(L::Io, Slot) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(max_connections.max(1)));
+    let slots = Slots::new(max_connections);
     let mut errors = AcceptErrors::new(name);
-    loop {
+    'accepting: loop {
         if *stop.borrow() {
             break;
         }
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-            _ = stop.changed() => break,
-        };
+        loop {
+            let changed = slots.changed();
+            let recheck = match slots.room() {
+                Room::Free | Room::ByEviction => break,
+                Room::Full(recheck) => recheck,
+            };
+            let aged = async {
+                match recheck {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = changed => {}
+                () = aged => {}
+                _ = stop.changed() => break 'accepting,
+            }
+        }
+        // A listener that is always ready must not starve the runtime.
+        tokio::task::consume_budget().await;
         let accepted = tokio::select! {
             accepted = listener.accept_one() => accepted,
             _ = stop.changed() => break,
@@ -203,14 +225,10 @@ pub async fn accept_loop<L, F, Fut>(
         match accepted {
             Ok(io) => {
                 errors.succeeded();
-                let connection = serve(io);
-                tokio::spawn(async move {
-                    connection.await;
-                    drop(permit);
-                });
+                let connection = serve(io, slots.admit());
+                tokio::spawn(connection);
             }
             Err(err) => {
-                drop(permit);
                 let pause = errors.failed(&err);
                 if !pause.is_zero() {
                     tokio::select! {
@@ -223,16 +241,31 @@ pub async fn accept_loop<L, F, Fut>(
     }
 }
 
-/// Serves HTTP/1.1 on one connection with `limits`.
-pub async fn serve_http1<I, S, Fut>(io: I, limits: Limits, service: S)
+/// How long an evicted connection may take to finish what it was writing
+/// (or, with half a request head sent, before it is cut).
+pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves HTTP/1.1 on one connection with `limits`. The connection may be
+/// evicted ([`Slot::allow_eviction`]) while it has no request in flight:
+/// then it is closed (after answering a request that raced the eviction).
+pub async fn serve_http1<I, S, Fut>(io: I, limits: Limits, slot: Slot, service: S)
 where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     S: Fn(Request<Incoming>) -> Fut + Send + 'static,
     Fut: Future<Output = Answer> + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |request| {
-        let answer = service(request);
-        async move { Ok::<_, Infallible>(answer.await) }
+    let slot = Arc::new(slot);
+    let service = hyper::service::service_fn({
+        let slot = Arc::clone(&slot);
+        move |request| {
+            let in_flight = slot.request();
+            let answer = service(request);
+            async move {
+                let answer = answer.await;
+                drop(in_flight);
+                Ok::<_, Infallible>(answer)
+            }
+        }
     });
     let mut builder = http1::Builder::new();
     builder
@@ -243,16 +276,27 @@ where
         .keep_alive(limits.keep_alive);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
-    let outcome =
-        match tokio::time::timeout(limits.max_connection_lifetime, connection.as_mut()).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                connection.as_mut().graceful_shutdown();
-                tokio::time::timeout(limits.body_read_timeout, connection)
+    slot.allow_eviction();
+    let ended = tokio::select! {
+        outcome = connection.as_mut() => Some(outcome),
+        () = tokio::time::sleep(limits.max_connection_lifetime) => None,
+        () = slot.evicted() => None,
+    };
+    let outcome = match ended {
+        Some(outcome) => outcome,
+        None => {
+            connection.as_mut().graceful_shutdown();
+            // Idle: closed at once. Half a head: cut after the grace. A
+            // request in flight: answered first, within the body timeout.
+            match tokio::time::timeout(EVICTION_GRACE, connection.as_mut()).await {
+                Ok(outcome) => outcome,
+                Err(_) if slot.busy() => tokio::time::timeout(limits.body_read_timeout, connection)
                     .await
-                    .unwrap_or(Ok(()))
+                    .unwrap_or(Ok(())),
+                Err(_) => Ok(()),
             }
-        };
+        }
+    };
     if let Err(err) = outcome {
         tracing::debug!("http connection: {err}");
     }
@@ -339,6 +383,11 @@ pub fn allow(mut answer: Answer, methods: &'static str) -> Answer {
         .insert(ALLOW, HeaderValue::from_static(methods));
     answer
 }
+
+mod slots;
+
+pub use slots::{InFlight, Slot};
+use slots::{Room, Slots};
 
 #[cfg(test)]
 mod tests;

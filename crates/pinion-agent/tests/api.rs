@@ -242,7 +242,7 @@ async fn bad_requests_get_clear_errors() {
             body.len()
         )
     };
-    let raw_cases: [(String, u16, &str); 6] = [
+    let raw_cases: [(String, u16, &str); 7] = [
         (
             "GET /nope HTTP/1.1\r\nHost: t\r\n\r\n".into(),
             404,
@@ -259,6 +259,11 @@ async fn bad_requests_get_clear_errors() {
             "allowed: GET, HEAD",
         ),
         (post("/v1/run", "{\"id\": 1}"), 400, "invalid request body"),
+        (
+            post("/v1/run", "[]"),
+            400,
+            "invalid request body: expected a JSON object, found an array",
+        ),
         (
             post("/v1/run", "{\"id\":\"pinion-run-z\",\"cpu\":1}"),
             400,
@@ -380,9 +385,10 @@ fn open_descriptors() -> usize {
 /// Regression (issue 10): 1,100 idle TCP connections to the metrics port
 /// exhausted the agent's descriptors, its accept loops spun on EMFILE with
 /// a WARN per retry and `pinion run` timed out. Now each listener serves
-/// at most its cap of connections at once (the rest wait in the backlog):
-/// with more idle connections than the cap the local API still answers,
-/// the agent's descriptors stay bounded and nothing is logged.
+/// at most its cap of connections at once (idle ones make room for
+/// newcomers, see `server/slots.rs`): with more idle connections than the
+/// cap the local API and the metrics port's probe still answer, the agent's
+/// descriptors stay bounded and nothing is logged.
 #[tokio::test(flavor = "current_thread")]
 async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
     let log = Captured::default();
@@ -429,6 +435,17 @@ async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
     .expect("the local api answers while the metrics port is crowded");
     let snapshot = blocking(move || c.ps()).await.expect("ps answers");
     assert!(snapshot.workloads.is_empty());
+    // The metrics port's own probe is answered too: idle connections make
+    // room for it (issue 27, item 7a).
+    let (status, _) = blocking(move || {
+        tcp_exchange(
+            address,
+            b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        )
+    })
+    .await
+    .expect("healthz answers while the metrics port is crowded");
+    assert_eq!(status, 200);
 
     // Once the crowd leaves, the metrics endpoint serves again.
     drop(idle);

@@ -137,7 +137,7 @@ fn agent_config_loads_with_the_agents_loader() {
     );
     assert!(
         !config.metrics_addr.ip().is_loopback(),
-        "kubelet's probes come from outside the pod: metricsAddr {} must not be loopback",
+        "Prometheus scrapes from outside the pod: metricsAddr {} must not be loopback",
         config.metrics_addr
     );
 }
@@ -241,34 +241,47 @@ fn nri_settings_match_the_runtime_snippets() {
     assert!(crio.contains("enable_nri = true"));
 }
 
+/// Issue 27, item 7a: the probes ask the local API socket with the image's
+/// own binary (`pinion health`), so a crowd on the metrics port cannot fail
+/// them.
 #[test]
-fn probes_reach_the_metrics_address() {
+fn probes_run_pinion_health_against_the_local_api_socket() {
     let deployment = Deployment::load();
     let config = load_config(&deployment);
     let container = deployment.container();
-    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
-        let get = &container[probe]["httpGet"];
-        assert_eq!(get["path"], path, "{probe}");
-        assert_eq!(
-            probe_port(container, &get["port"]),
-            config.metrics_addr.port()
+    let binary = text(&list(&container["command"], "command")[0], "command");
+    let socket = config.socket.display().to_string();
+    for (probe, ready) in [("livenessProbe", false), ("readinessProbe", true)] {
+        assert!(
+            container[probe]["httpGet"].is_null(),
+            "{probe} must not probe the metrics port"
+        );
+        let command: Vec<&str> = list(&container[probe]["exec"]["command"], probe)
+            .iter()
+            .map(|arg| text(arg, probe))
+            .collect();
+        assert_eq!(command[0], binary, "{probe} runs the image's pinion");
+        assert_eq!(command[1], "health", "{probe}");
+        assert_eq!(command.contains(&"--ready"), ready, "{probe}");
+        let at = command
+            .iter()
+            .position(|arg| *arg == "--socket")
+            .unwrap_or_else(|| panic!("{probe} names the socket"));
+        assert_eq!(command[at + 1], socket, "{probe} asks the agent's socket");
+        // The client gives up before kubelet does.
+        let at = command
+            .iter()
+            .position(|arg| *arg == "--timeout")
+            .unwrap_or_else(|| panic!("{probe} bounds its call"));
+        let timeout: u64 = command[at + 1].parse().expect("seconds");
+        let kubelet = container[probe]["timeoutSeconds"]
+            .as_u64()
+            .expect("timeoutSeconds");
+        assert!(
+            timeout < kubelet,
+            "{probe}: {timeout}s within kubelet's {kubelet}s"
         );
     }
-}
-
-/// A probe's port: a number, or the name of a container port.
-fn probe_port(container: &Value, port: &Value) -> u16 {
-    let number = match port {
-        Value::Number(n) => n.as_u64(),
-        Value::String(name) => list(&container["ports"], "ports")
-            .iter()
-            .find(|p| p["name"] == name.as_str())
-            .and_then(|p| p["containerPort"].as_u64()),
-        _ => None,
-    };
-    number
-        .and_then(|n| u16::try_from(n).ok())
-        .unwrap_or_else(|| panic!("probe port {port:?} does not resolve"))
 }
 
 #[test]

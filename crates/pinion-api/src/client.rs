@@ -16,7 +16,7 @@ use tokio::net::UnixStream;
 
 use crate::local::{
     Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, ResizeRequest, RunRequest,
-    SetPool, Snapshot, HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH,
+    SetPool, Snapshot, HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, READY_PATH,
     RELEASE_PATH, RESIZE_PATH, RUN_PATH,
 };
 
@@ -97,6 +97,11 @@ impl Client {
     /// Checks that the agent answers (`GET /healthz`).
     pub fn health(&self) -> Result<(), ClientError> {
         self.call(Method::GET, HEALTH_PATH, None).map(drop)
+    }
+
+    /// Checks that the agent is ready (`GET /readyz`).
+    pub fn ready(&self) -> Result<(), ClientError> {
+        self.call(Method::GET, READY_PATH, None).map(drop)
     }
 
     /// Admits and places the calling process.

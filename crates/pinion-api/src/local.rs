@@ -14,6 +14,9 @@ pub const RELEASE_PATH: &str = "/v1/release";
 pub const PS_PATH: &str = "/v1/ps";
 /// `GET` here answers `ok` while the agent serves.
 pub const HEALTH_PATH: &str = "/healthz";
+/// `GET` here answers `ok` once the agent serves (as the metrics port's
+/// `/readyz`: the socket is bound only after the start finished).
+pub const READY_PATH: &str = "/readyz";
 /// `GET` here returns the resource plugins the agent hosts ([`Plugin`]s).
 pub const PLUGINS_PATH: &str = "/v1/plugins";
 /// `GET`: the CPU plugin's shared pools ([`Pools`]).
@@ -235,6 +238,10 @@ pub struct Workload {
     /// What resource plugins allocated, by resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugins: BTreeMap<String, PluginAllocation>,
+    /// Why the agent could not write its cgroup settings (standalone runs,
+    /// after admission; until a write succeeds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_error: Option<String>,
 }
 
 fn yes() -> bool {

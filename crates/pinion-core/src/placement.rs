@@ -140,6 +140,15 @@ impl Placement {
     pub fn is_exclusive(&self) -> bool {
         self.pool == Pool::Exclusive
     }
+
+    /// Whether `other` asks a running container for the same: CPUs, memory
+    /// nodes and resource settings. Environment and annotations reach a
+    /// container only when it is created (NRI's `UpdateContainers` cannot
+    /// change them), and the pool is a name.
+    #[must_use]
+    pub fn same_resources(&self, other: &Self) -> bool {
+        self.cpus == other.cpus && self.mems == other.mems && self.resources == other.resources
+    }
 }
 
 /// The memory nodes of a workload running on `cpus`: the NUMA nodes of those

@@ -29,6 +29,21 @@ use crate::state::State;
 /// and replays it; the CPU state ignores it.
 pub type SideData = BTreeMap<String, BTreeMap<String, SideValue>>;
 
+/// The side-data kinds the agent keeps, named here so that offline tools
+/// (`pinion state`) read them as the agent writes them.
+pub mod kinds {
+    /// In-place resize: the CPUs each container was first given, which it
+    /// cannot shrink below. Pod UID → {container → cpulist}.
+    pub const PROMISED: &str = "promised-cpus";
+    /// Pod-level CPU sets. Pod UID → cpulist.
+    pub const POD_CPUS: &str = "pod-cpus";
+    /// The built-in resource plugins' state: `plugin-state/<plugin>`, keyed
+    /// by pod UID, plus [`PLUGIN_STATE_REST`].
+    pub const PLUGIN_STATE_PREFIX: &str = "plugin-state/";
+    /// The key of a plugin's state that belongs to no pod.
+    pub const PLUGIN_STATE_REST: &str = "rest";
+}
+
 /// One decision, as the journal stores it. See the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case", try_from = "decode::Fields")]

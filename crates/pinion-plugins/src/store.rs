@@ -105,7 +105,7 @@ impl StateFile {
 }
 
 /// The journal entry of the part of a state that is not per pod.
-pub const REST_KEY: &str = "rest";
+pub const REST_KEY: &str = pinion_core::record::kinds::PLUGIN_STATE_REST;
 /// The journal entries of pods are `pod/<uid>`.
 const POD_PREFIX: &str = "pod/";
 

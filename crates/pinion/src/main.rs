@@ -48,6 +48,9 @@ enum Command {
     Run(cmd::run::Args),
     /// Show who holds which CPUs, as the agent sees it.
     Ps(cmd::ps::Args),
+    /// Probe the agent's local API socket (`/healthz`, `--ready`: `/readyz`);
+    /// exits 0 when it answers, 1 otherwise.
+    Health(cmd::health::Args),
     /// Resize a running workload's CPUs in place (`pinion resize ID --cpus N`).
     Resize(cmd::resize::Args),
     /// Show what kubelet's podresources API on Pinion's socket reports
@@ -78,6 +81,7 @@ fn main() -> std::process::ExitCode {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Run(args) => cmd::run::run(&args),
         Command::Ps(args) => cmd::ps::run(&args),
+        Command::Health(args) => cmd::health::run(&args),
         Command::Resize(args) => cmd::resize::run(&args),
         Command::Podresources(args) => cmd::podresources::run(&args),
         Command::Plugins(args) => cmd::plugins::run(&args),

@@ -267,3 +267,133 @@ fn verify_and_migrate_replay_the_journal_beside_the_checkpoint() {
         text(&migrate)
     );
 }
+
+/// Appends side-data records (kind, key, JSON value) to the journal beside
+/// the node's checkpoint.
+fn journal_side(node: &Node, entries: &[(&str, &str, serde_json::Value)]) {
+    use pinion_core::record::{Record, SideValue};
+    use pinion_host::journal::StateStore;
+
+    let mut store = StateStore::open(node.dir.path(), "static")
+        .expect("open")
+        .store;
+    for (kind, key, value) in entries {
+        let record = Record::Side {
+            kind: (*kind).to_string(),
+            key: (*key).to_string(),
+            value: Some(SideValue::from(value.clone())),
+        };
+        store.record(&record).expect("record");
+    }
+    store.flush().expect("flush");
+}
+
+/// Regression (issue 27, item 10e): `verify` ignored the journal's side
+/// data, so pod-level CPUs overlapping another pod's exclusive CPUs and
+/// promises for containers without an assignment passed as a valid state.
+#[test]
+fn regression_verify_checks_the_journals_side_data_against_the_state() {
+    let node = Node::new(STATE);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
+    journal_side(
+        &node,
+        &[
+            ("pod-cpus", "pod-a", serde_json::json!("1-2,5")),
+            ("promised-cpus", "pod-c", serde_json::json!({"web": "3"})),
+            ("plugin-state/cpu", "pod-left", serde_json::json!({})),
+        ],
+    );
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
+    let out = text(&verify);
+    assert!(!verify.status.success(), "{out}");
+    assert!(
+        out.contains("side data: plugin-state/cpu: 1 pod, pod-cpus: 1 pod, promised-cpus: 1 pod"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pod pod-a's cpus 1-2,5 overlap the exclusive cpus 2,6 of pod-b/db (cpus 2)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pod-c/web was promised cpus 3 but has no assignment"),
+        "{out}"
+    );
+    assert!(
+        out.contains("warning: plugin-state/cpu: pod pod-left"),
+        "{out}"
+    );
+    assert!(
+        out.contains("side data disagrees with the state (2 problems)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn verify_accepts_side_data_that_agrees_with_the_state() {
+    let node = Node::new(STATE);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
+    journal_side(
+        &node,
+        &[
+            ("pod-cpus", "pod-a", serde_json::json!("1,5")),
+            ("promised-cpus", "pod-b", serde_json::json!({"db": "2"})),
+        ],
+    );
+    let verify = pinion(&[
+        "state",
+        "verify",
+        path,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "2",
+    ]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    assert!(
+        text(&verify).contains("side data: pod-cpus: 1 pod, promised-cpus: 1 pod"),
+        "{}",
+        text(&verify)
+    );
+}
+
+/// Issue 27, item 10e: `migrate` supersedes the journal, and now says which
+/// side data the agent will start without.
+#[test]
+fn migrate_names_the_side_data_it_does_not_carry_over() {
+    let node = Node::new(STATE);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
+    journal_side(
+        &node,
+        &[
+            ("pod-cpus", "pod-a", serde_json::json!("1,5")),
+            ("plugin-state/cpu", "pod-a", serde_json::json!({})),
+            ("plugin-state/cpu", "rest", serde_json::json!({})),
+        ],
+    );
+    let migrate = pinion(&[
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+        "--dry-run",
+    ]);
+    let out = text(&migrate);
+    assert!(migrate.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "not carried over: the journal's side data (plugin-state/cpu: 1 pod, pod-cpus: 1 pod)"
+        ),
+        "{out}"
+    );
+}

@@ -72,12 +72,33 @@ impl Controller {
         let key = (request.pod.uid.clone(), request.container.clone());
         batch.touch(&self.workloads, &key);
         if self.workloads.contains_key(&key) {
-            self.readmit(&key, request)?;
-            if let Some(plugins) = plugins {
-                self.keep_plugin_answers(&key, plugins, batch);
+            if !self.run_has_ended(&key, request) {
+                self.readmit(&key, request)?;
+                if let Some(plugins) = plugins {
+                    self.keep_plugin_answers(&key, plugins, batch);
+                }
+                return Ok(key);
             }
-            return Ok(key);
+            let retire = self.release_ended_run(&key, batch)?;
+            let admitted = self.decide_new(request, hints, plugins, batch);
+            if admitted.is_err() {
+                // Refused: the ended run's cgroup goes after the flush.
+                batch.after.extend(retire);
+            }
+            return admitted;
         }
+        self.decide_new(request, hints, plugins, batch)
+    }
+
+    /// An admission of a container not admitted yet.
+    fn decide_new(
+        &mut self,
+        request: &AdmitRequest,
+        hints: &GatheredHints,
+        plugins: Option<StoredAllocations>,
+        batch: &mut Batch,
+    ) -> Result<Key, ControlError> {
+        let key = (request.pod.uid.clone(), request.container.clone());
         let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
         let started = Instant::now();
         let report = self.engine.admit_container_as(
@@ -118,6 +139,12 @@ impl Controller {
         if let Frontend::Standalone { cgroup, .. } = &request.frontend {
             if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
                 self.engine.remove(&key.0, &key.1);
+                // The directory is made before its cpuset is written (and
+                // refused); no workload owns it, and removing a cgroup
+                // fails while processes are in it.
+                if let Err(err) = self.host.remove(cgroup) {
+                    tracing::warn!(pod = %key.0, "removing the refused run's cgroup: {err}");
+                }
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
             // The OCI settings before any process joins.
@@ -163,6 +190,47 @@ impl Controller {
         }
         batch.admitted.push(key.clone());
         Ok(key)
+    }
+
+    /// Whether `request` is a new standalone run (another process, or
+    /// another request) with the id of an admitted run whose processes have
+    /// all ended: its cgroup holds none (the host's view, as the reconcile
+    /// pass has it), and held no plugin resources. Such a run is released
+    /// at once instead of being a conflict until the next reconcile.
+    fn run_has_ended(&self, key: &Key, request: &AdmitRequest) -> bool {
+        let Some(existing) = self.workloads.get(key) else {
+            return false;
+        };
+        let (Frontend::Standalone { cgroup, pid: held }, Frontend::Standalone { pid: asked, .. }) =
+            (&existing.frontend, &request.frontend)
+        else {
+            return false;
+        };
+        let retry = held == asked && existing.spec.as_ref().is_none_or(|s| **s == request.pod);
+        // A run that held plugin resources waits for the reconcile pass:
+        // its release sends the plugins `RemovePod` for the id, which would
+        // also take what they allocate for the new run of that id.
+        let plugins = !existing.plugins.is_empty() || !existing.plugin_resources.is_empty();
+        !retry && !plugins && self.host.pids(cgroup).is_ok_and(|pids| pids.is_empty())
+    }
+
+    /// Releases the ended run `key` in `batch`, keeping its cgroup for the
+    /// new run of the same id (removing it after the flush would take it
+    /// from under the new run's process). Returns the cgroup's removal, for
+    /// when the new run is refused.
+    fn release_ended_run(
+        &mut self,
+        key: &Key,
+        batch: &mut Batch,
+    ) -> Result<Vec<AfterFlush>, ControlError> {
+        tracing::info!(pod = %key.0, container = %key.1, "the run's processes have ended; released for a new run of the same id");
+        self.decide_release_keys(std::slice::from_ref(key), batch)?;
+        let (retire, keep) = std::mem::take(&mut batch.after)
+            .into_iter()
+            .partition(|effect| matches!(effect, AfterFlush::Retire { key: k, .. } if k == key));
+        batch.after = keep;
+        self.counters.released_gone_total += 1;
+        Ok(retire)
     }
 
     /// A second admission of an admitted container: a retry (the same

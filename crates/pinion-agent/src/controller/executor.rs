@@ -6,7 +6,9 @@
 //! * cgroup writes for standalone runs (Pinion's own cgroups), or
 //! * one batch of runtime updates for runtime containers, handed to the NRI
 //!   front-end, which sends them after the handler that caused them returned
-//!   (containerd holds its lock while it waits for a handler's reply).
+//!   (containerd holds its lock while it waits for a handler's reply) — only
+//!   for containers whose CPUs, memory nodes or resource settings changed:
+//!   an env- or annotation-only change is recorded as applied without one.
 //!
 //! Admission, release, shared-pool changes, drift repair and restart
 //! recovery all end here; nothing else writes a cpuset.
@@ -135,9 +137,23 @@ impl Controller {
                         &desired,
                         workload.applied.as_ref(),
                     ) {
-                        Ok(()) => workload.applied = Some(desired),
+                        Ok(()) => {
+                            if workload.apply_failure.take().is_some() {
+                                tracing::info!(cgroup = %cgroup, "applied after earlier failures");
+                            }
+                            workload.applied = Some(desired);
+                        }
                         Err(err) => {
-                            tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err}", desired.cpus, desired.mems, desired.resources);
+                            // Marked and counted once; retried at each pass
+                            // (a transient failure heals) without a log
+                            // line each time.
+                            if workload.apply_failure.is_none() {
+                                tracing::error!(cgroup = %cgroup, "applying cpus {} mems {} and {:?}: {err} (shown by `pinion ps` until a write succeeds)", desired.cpus, desired.mems, desired.resources);
+                                self.counters.cgroup_apply_failures_total += 1;
+                            } else {
+                                tracing::debug!(cgroup = %cgroup, "applying again: {err}");
+                            }
+                            workload.apply_failure = Some(err.to_string());
                             workload.applied = None;
                         }
                     }
@@ -145,10 +161,19 @@ impl Controller {
                 Frontend::Runtime {
                     container_id: Some(id),
                 } => {
-                    runtime.push(RuntimeUpdate {
-                        container_id: id.clone(),
-                        placement: desired.clone(),
-                    });
+                    // An update carrying only what the container has is
+                    // noise (an env- or annotation-only change cannot reach
+                    // a running container).
+                    let unchanged = workload
+                        .applied
+                        .as_ref()
+                        .is_some_and(|applied| applied.same_resources(&desired));
+                    if !unchanged {
+                        runtime.push(RuntimeUpdate {
+                            container_id: id.clone(),
+                            placement: desired.clone(),
+                        });
+                    }
                     workload.applied = Some(desired);
                 }
                 // Known from the checkpoint only: the runtime's next

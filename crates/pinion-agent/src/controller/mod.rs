@@ -28,6 +28,7 @@ mod pod_level;
 mod rebuild;
 mod reconcile;
 mod recover;
+pub mod removal_wait;
 mod resize;
 mod runtime;
 mod side;
@@ -278,6 +279,9 @@ struct Workload {
     /// When `Allocate` answers were last recorded (reconcile polls older
     /// than that do not know of them).
     plugins_recorded: Option<Instant>,
+    /// Why its cgroup settings could not be written, since the last write
+    /// that succeeded (`pinion ps` shows it; counted once per failure).
+    apply_failure: Option<String>,
 }
 
 impl Workload {
@@ -291,6 +295,7 @@ impl Workload {
             plugin_resources: BTreeSet::new(),
             plugins: PluginAllocations::new(),
             plugins_recorded: None,
+            apply_failure: None,
         }
     }
 

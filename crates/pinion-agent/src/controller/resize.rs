@@ -29,9 +29,9 @@ use pinion_core::{CpuSet, Quantity};
 use super::{Admitted, ControlError, Controller, Frontend, Key};
 
 /// Side-data kind of the promised CPUs: pod UID → {container → cpulist}.
-pub const PROMISED: &str = "promised-cpus";
+pub const PROMISED: &str = pinion_core::record::kinds::PROMISED;
 /// Side-data kind of the pod-level CPU sets: pod UID → cpulist.
-pub const POD_CPUS: &str = "pod-cpus";
+pub const POD_CPUS: &str = pinion_core::record::kinds::POD_CPUS;
 
 /// The engine's promised CPUs and pod-level CPU sets as side data holds
 /// them (entries that do not decode are dropped with a warning: the engine

@@ -90,6 +90,10 @@ pub struct WorkloadView {
     /// What resource plugins allocated to it, by resource.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub plugins: PluginAllocations,
+    /// Why its cgroup settings could not be written (since the last write
+    /// that succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_error: Option<String>,
 }
 
 impl Controller {
@@ -191,5 +195,6 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         pid,
         container_id,
         plugins: workload.plugins.clone(),
+        apply_error: workload.apply_failure.clone(),
     }
 }

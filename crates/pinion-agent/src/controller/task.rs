@@ -33,10 +33,8 @@ use crate::qrm::{PluginRequest, Poll, Qrm};
 const QUEUE: usize = 1024;
 /// The most decisions one journal flush makes durable.
 const BATCH_MAX: usize = 256;
-/// How long a release waits for the resource plugins to hear that the pod
-/// left ([`ControllerHandle::release`]); a slower plugin is left to the
-/// removal loop, which retries until every plugin answered.
-pub const REMOVAL_WAIT: Duration = Duration::from_secs(1);
+pub use super::removal_wait::REMOVAL_WAIT;
+use super::removal_wait::{await_removal, RemovalWait};
 
 /// How long the controller keeps polling its queue once it is empty,
 /// before it sleeps. A command that comes within it (the next step of an
@@ -544,15 +542,20 @@ impl ControllerHandle {
 
     /// Waits, at most [`REMOVAL_WAIT`], until `pod` is off the list of
     /// pods whose plugins have yet to hear of their removal (at once when
-    /// it is not on it).
+    /// it is not on it, or when no removal loop runs to tell them).
     async fn plugins_forgot(&self, pod: &str) {
-        if self.qrm.is_none() {
+        let Some(qrm) = &self.qrm else {
             return;
-        }
-        let mut pending = self.plugin_removals.clone();
-        let forgot = pending.wait_for(|pods| !pods.iter().any(|p| p == pod));
-        if tokio::time::timeout(REMOVAL_WAIT, forgot).await.is_err() {
-            tracing::info!(%pod, wait = ?REMOVAL_WAIT, "released; the resource plugins have not all heard of it yet (the removal loop goes on)");
+        };
+        let running = qrm.removal_loop_running();
+        match await_removal(self.plugin_removals.clone(), running, pod).await {
+            RemovalWait::Heard => {}
+            RemovalWait::NoLoop => {
+                tracing::debug!(%pod, "released; no removal loop runs to tell the resource plugins (they hear of it when one does)");
+            }
+            RemovalWait::TimedOut => {
+                tracing::info!(%pod, wait = ?REMOVAL_WAIT, "released; the resource plugins have not all heard of it yet (the removal loop goes on)");
+            }
         }
     }
 

@@ -967,3 +967,5 @@ fn a_pod_every_plugin_heard_of_is_recorded_with_the_next_flush() {
     let controller = start(dir.path(), &host).expect("restart");
     assert!(pending(&controller).is_empty());
 }
+
+mod holes;

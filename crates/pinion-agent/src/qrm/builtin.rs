@@ -36,7 +36,7 @@ use crate::config::BuiltinPlugin;
 use crate::controller::ControllerHandle;
 
 /// The side-data kinds of the built-in plugins' state start with this.
-pub const STATE_KIND_PREFIX: &str = "plugin-state/";
+pub const STATE_KIND_PREFIX: &str = pinion_core::record::kinds::PLUGIN_STATE_PREFIX;
 
 /// How long a plugin's state change may wait for a flush that an
 /// admission would make anyway, before the backstop flushes it.

@@ -34,6 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::QrmConfig;
+use crate::controller::removal_wait::LoopRunning;
 use crate::controller::ControllerHandle;
 use crate::hints::{HintFuture, HintSource};
 pub use registry::{CallError, PluginView, Registry};
@@ -72,6 +73,8 @@ pub struct Qrm {
     reconcile_now: tokio::sync::Notify,
     /// The built-in plugins' state in the controller's journal.
     plugin_journal: Arc<builtin::PluginJournal>,
+    /// True while the removal loop runs (releases wait for it only then).
+    removal_loop_running: watch::Sender<bool>,
 }
 
 impl Qrm {
@@ -85,7 +88,15 @@ impl Qrm {
             cpu_pools: std::sync::OnceLock::new(),
             reconcile_now: tokio::sync::Notify::new(),
             plugin_journal: Arc::default(),
+            removal_loop_running: watch::channel(false).0,
         })
+    }
+
+    /// Whether the loop that tells plugins of departed pods (`RemovePod`)
+    /// runs.
+    #[must_use]
+    pub fn removal_loop_running(&self) -> watch::Receiver<bool> {
+        self.removal_loop_running.subscribe()
     }
 
     /// The built-in plugins' state in the controller's journal (empty
@@ -559,6 +570,7 @@ async fn reallocate(qrm: &Qrm, handle: &ControllerHandle, again: crate::controll
 /// Tells every plugin of each departed pod, retrying with back-off until
 /// all of them answered (§4.10).
 async fn removal_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
+    let _running = LoopRunning::new(&qrm.removal_loop_running);
     let mut removals = handle.plugin_removals();
     let mut attempts: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
     let mut retry = tokio::time::interval(Duration::from_secs(1));

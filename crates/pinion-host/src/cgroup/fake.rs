@@ -37,6 +37,9 @@ pub struct FakeTree {
     pub children: BTreeMap<CgroupName, FakeCgroup>,
     /// When set, every write fails (to test error paths).
     pub fail_writes: bool,
+    /// Resource files (`memory.max`, `cpu.max`…) whose writes fail, as the
+    /// kernel refuses a value it cannot take.
+    pub fail_files: std::collections::BTreeSet<String>,
     /// The layout of resource files (v2 unless a test says otherwise).
     pub version: CgroupVersion,
 }
@@ -85,6 +88,9 @@ impl CpusetHost for FakeCgroups {
         mems: &CpuSet,
     ) -> Result<(), CgroupError> {
         let mut tree = self.tree();
+        // As cgroupfs: the directory is made before its cpuset is written,
+        // and stays when that write fails.
+        tree.children.entry(name.clone()).or_default();
         check_writable(&tree, name)?;
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
@@ -125,7 +131,20 @@ impl CpusetHost for FakeCgroups {
             applied,
             &mut |_, file| Ok(files.get(file).cloned().unwrap_or_default()),
         )?;
+        let fail_files = tree.fail_files.clone();
+        let entry = tree
+            .children
+            .get_mut(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         for write in writes {
+            if fail_files.contains(write.file) {
+                return Err(CgroupError::Io {
+                    op: CgroupOp::Write,
+                    path: std::path::Path::new(name.as_str()).join(write.file),
+                    data: Some(write.value),
+                    source: std::io::ErrorKind::InvalidInput.into(),
+                });
+            }
             entry
                 .files
                 .insert(write.file.to_string(), write.value.clone());

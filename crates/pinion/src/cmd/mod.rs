@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod agent_config;
 pub mod alloc;
+pub mod health;
 pub mod hints;
 mod local;
 pub mod package;
@@ -21,4 +22,5 @@ pub mod state_import;
 pub mod state_journal;
 pub mod state_rebuild;
 mod state_salvage;
+mod state_side;
 pub mod topology;

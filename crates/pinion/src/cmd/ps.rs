@@ -55,7 +55,11 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     }
     let mut table = Table::new(&columns);
     for w in &snapshot.workloads {
-        let applied = if w.applied { "" } else { " (pending)" };
+        let applied = match (&w.apply_error, w.applied) {
+            (Some(_), _) => " (apply failed)",
+            (None, true) => "",
+            (None, false) => " (pending)",
+        };
         let mut row = vec![
             w.pod.clone(),
             w.container.clone(),
@@ -72,6 +76,11 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
         table.row(row);
     }
     out.push_str(&table.render());
+    for w in &snapshot.workloads {
+        if let Some(error) = &w.apply_error {
+            let _ = writeln!(out, "{}/{} apply failed: {error}", w.pod, w.container);
+        }
+    }
     for w in snapshot.workloads.iter().filter(|w| !w.plugins.is_empty()) {
         let _ = writeln!(out, "{}/{} resource plugins:", w.pod, w.container);
         for (resource, allocation) in &w.plugins {

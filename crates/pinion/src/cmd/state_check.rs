@@ -21,6 +21,7 @@ use pinion_host::journal::{inspect_paths, JOURNAL};
 use pinion_host::store::CPU_MANAGER_STATE;
 
 use super::agent_config::AgentConfig;
+use super::state_side;
 use crate::render;
 
 /// The machine and the policy configuration to check against: the agent's
@@ -184,6 +185,35 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
         state.default.len(),
         state.assignment_count()
     );
+    verify_side(&file, &state)
+}
+
+/// The journal's side data against the verified state (issue 27, item 10e).
+fn verify_side(file: &Path, state: &State) -> anyhow::Result<()> {
+    let Some(side) = state_side::read(file) else {
+        return Ok(());
+    };
+    let summary = state_side::summary(&side);
+    if summary.is_empty() {
+        println!("side data: none");
+    } else {
+        println!("side data: {}", summary.join(", "));
+    }
+    let found = state_side::check(&side, state);
+    for warning in &found.warnings {
+        println!("  warning: {warning}");
+    }
+    for problem in &found.problems {
+        println!("  PROBLEM: {problem}");
+    }
+    if !found.problems.is_empty() {
+        anyhow::bail!(
+            "{}: the journal's side data disagrees with the state ({} problems): {}",
+            file.display(),
+            found.problems.len(),
+            found.problems.join("; ")
+        );
+    }
     Ok(())
 }
 
@@ -214,11 +244,15 @@ pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
         .start(&mut started)
         .context("migrated state failed validation (a bug: please report)")?;
     print_report(&checkpoint, &policy, &outcomes, &new);
+    let side = state_side::read(&file);
     if let Policy::Static(static_policy) = &policy {
         print!(
             "{}",
             render::cpumap::render(&topology, &new, static_policy.reserved())
         );
+    }
+    if let Some(dropped) = state_side::dropped(side.as_ref()) {
+        println!("{dropped}");
     }
     if args.dry_run {
         println!("dry run: nothing written");

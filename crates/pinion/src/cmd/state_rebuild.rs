@@ -20,6 +20,7 @@ use pinion_host::runs::{self, RunRecords};
 use pinion_host::store::CPU_MANAGER_STATE;
 
 use super::state_check::PolicyArgs;
+use super::state_side;
 use crate::render;
 
 /// Arguments of `pinion state rebuild`.
@@ -57,6 +58,12 @@ pub fn run(args: &RebuildArgs) -> anyhow::Result<()> {
     }
     let rebuilt = rebuild(&claims, &policy);
     print_report(&rebuilt, cgroups.root());
+    // The journal goes aside with the checkpoint it was replayed on.
+    if let Some(dropped) =
+        state_side::dropped(state_side::read(&state_dir.join(CPU_MANAGER_STATE)).as_ref())
+    {
+        println!("{dropped}");
+    }
     if let Policy::Static(static_policy) = &policy {
         print!(
             "{}",
