@@ -73,6 +73,9 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
+        if buf.remaining() == 0 {
+            return Poll::Ready(Ok(()));
+        }
         loop {
             if this.taken < this.out.len() {
                 let n = buf.remaining().min(this.out.len() - this.taken);
