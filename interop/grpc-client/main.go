@@ -1,8 +1,9 @@
 // Command grpcclient calls one unary gRPC method on a unix socket the way
-// kubelet's older clients and grpc-java's domain sockets do: the target is
-// the raw socket path through the passthrough resolver, so the HTTP/2
-// :authority pseudo-header is that path (e.g. "/run/pinion/x.sock"), which
-// is not a valid URI authority.
+// kubelet's older clients dial it: the target is the raw socket path
+// through the passthrough resolver, with a context dialer. Its HTTP/2
+// :authority is then the path itself (as grpc-java's domain sockets and
+// older grpc-go send, e.g. "/run/pinion/x.sock") or, as this grpc-go
+// derives it, the percent-encoded path; neither is a valid URI authority.
 //
 // The request and the answer are raw protobuf bytes (hex on the command
 // line, hex on stdout), so the caller encodes and decodes the messages with
@@ -56,7 +57,7 @@ func main() {
 	request := flag.String("request", "", "request message as hex protobuf bytes")
 	timeout := flag.Duration("timeout", 10*time.Second, "deadline of the call")
 	authority := flag.String("authority", "raw", "raw: send the socket path itself as :authority (grpc-java's domain "+
-		"sockets, grpc-go before 1.57); default: whatever this grpc-go derives from the passthrough target "+
+		"sockets, older grpc-go); default: whatever this grpc-go derives from the passthrough target "+
 		"(the percent-encoded path)")
 	flag.Parse()
 	if *socket == "" || *method == "" || (*authority != "raw" && *authority != "default") {

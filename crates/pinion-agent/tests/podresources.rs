@@ -665,7 +665,7 @@ print(json.dumps({
 
 /// Regression (issue 27): a grpc-go client dialing the socket path through
 /// the passthrough resolver, as kubelet's older clients do, sends the raw
-/// path (or, in grpc-go ≥ 1.57, the percent-encoded path) as `:authority`;
+/// path (or, in recent grpc-go, the percent-encoded path) as `:authority`;
 /// h2 alone resets both. Both get the same answers as tonic. Skipped with a
 /// notice without `go`, except under CI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

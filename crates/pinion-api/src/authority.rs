@@ -2,7 +2,7 @@
 //!
 //! Over a unix socket the HTTP/2 `:authority` means nothing, and clients
 //! send what they like: gRPC C-core (Python's `grpcio`, C++, Ruby) and
-//! grpc-go ≥ 1.57 the percent-encoded socket path (`tmp%2Fx.sock`),
+//! recent grpc-go the percent-encoded socket path (`tmp%2Fx.sock`),
 //! grpc-java's domain sockets and older grpc-go the raw path
 //! (`/run/x.sock`). Go's `net/http2` (kubelet) takes anything; Rust's `h2`,
 //! under tonic, parses the value as a URI authority and resets the stream

@@ -100,7 +100,7 @@ pub fn run_python(stubs: &Path, socket: &Path, script: &str) -> serde_json::Valu
 /// What the Go client puts in `:authority`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GoAuthority {
-    /// The socket path itself (grpc-java, grpc-go before 1.57).
+    /// The socket path itself (grpc-java, older grpc-go).
     RawPath,
     /// What grpc-go derives from the passthrough target (percent-encoded).
     Derived,
