@@ -373,8 +373,8 @@ impl Qrm {
         }
         let dir = self.config.plugin_registration_dir.clone();
         let dir_watch = watcher::watch_dir(&dir).map_err(|err| QrmError::Start(err.to_string()))?;
-        let incoming =
-            pinion_api::uds::bind_grpc(&self.config.registration_socket, 0o600).map_err(|err| {
+        let incoming = pinion_api::uds::bind_grpc(&self.config.registration_socket, 0o600)
+            .map_err(|err| {
                 QrmError::Start(format!(
                     "registration socket {}: {err}",
                     self.config.registration_socket.display()
