@@ -107,8 +107,9 @@ pub enum GoAuthority {
 }
 
 /// The built Go client, or `None` (after the skip notice) without `go`.
-/// Built once per test process into the cargo target's scratch directory;
-/// Go caches the modules and the build under `$HOME`.
+/// Built once per test process into the cargo target's scratch directory
+/// (`target/tmp`); Go caches the modules and the build under `$HOME`, so
+/// every build after the first is a copy.
 #[track_caller]
 pub fn go_client() -> Option<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -117,7 +118,10 @@ pub fn go_client() -> Option<PathBuf> {
         if !version.is_ok_and(|out| out.status.success()) {
             return Err("go not available".to_string());
         }
-        let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop-grpcclient");
+        // One file per test process: another process may be running its
+        // copy while this one builds (overwriting it would fail with ETXTBSY).
+        let binary = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("interop-grpcclient-{}", std::process::id()));
         let out = Command::new("go")
             .args(["build", "-o"])
             .arg(&binary)
