@@ -17,13 +17,16 @@
 //! * [`entries`]: value presence of the plugin API's message-valued maps;
 //! * [`plugin`]: serving a resource plugin (both services on one socket);
 //! * [`uds`]: gRPC over unix sockets (server incoming stream, client
-//!   channel), as every one of these gRPC APIs uses.
+//!   channel), as every one of these gRPC APIs uses;
+//! * [`authority`]: the server side's repair of clients' `:authority` on
+//!   those sockets (what `h2` refuses and kubelet accepts).
 //!
 //! The protobuf code is generated at build time from our own `.proto`
 //! files (`proto/`). The agent converts its controller's types into the
 //! local API's wire types in one place (`pinion-agent/src/api.rs`), so the
 //! controller can change without changing the wire.
 
+pub mod authority;
 pub mod client;
 pub mod entries;
 pub mod local;

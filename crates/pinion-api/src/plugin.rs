@@ -112,7 +112,7 @@ pub async fn serve<P: ResourcePlugin>(
     plugin: P,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let incoming = uds::bind(socket, 0o600).map_err(|source| ServeError::Bind {
+    let incoming = uds::bind_grpc(socket, 0o600).map_err(|source| ServeError::Bind {
         path: socket.to_path_buf(),
         source,
     })?;

@@ -7,7 +7,10 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{Stream, StreamExt as _};
 use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::authority::AuthorityFix;
 
 /// Errors of connecting to a gRPC unix socket.
 #[derive(Debug, thiserror::Error)]
@@ -90,4 +93,22 @@ pub fn bind(path: &Path, mode: u32) -> io::Result<UnixListenerStream> {
     let listener = UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(UnixListenerStream::new(listener))
+}
+
+/// The connections of `listener` for a gRPC server: each behind
+/// [`AuthorityFix`], so clients that send their socket path as `:authority`
+/// (gRPC C-core, grpc-java, grpc-go) are served as kubelet serves them.
+/// Every gRPC server on a unix socket takes its connections from here.
+pub fn grpc_incoming(
+    listener: UnixListenerStream,
+) -> impl Stream<Item = io::Result<AuthorityFix<UnixStream>>> {
+    listener.map(|accepted| accepted.map(AuthorityFix::new))
+}
+
+/// [`bind`], then [`grpc_incoming`].
+pub fn bind_grpc(
+    path: &Path,
+    mode: u32,
+) -> io::Result<impl Stream<Item = io::Result<AuthorityFix<UnixStream>>>> {
+    bind(path, mode).map(grpc_incoming)
 }

@@ -4,9 +4,13 @@
 //! `GetTopologyHints`, `Allocate`, `GetResourcesAllocation`, `RemovePod`),
 //! on an 80-CPU machine's sysfs tree. Every answer must be the one the
 //! same plugin gives in-process (the agent's path), and its state must
-//! survive a restart.
+//! survive a restart. Python `grpcio` and grpc-go clients with their
+//! default options (their `:authority` is the socket path, issue 27) are
+//! answered too.
 
 mod common;
+#[path = "../../pinion-api/tests/common/peers.rs"]
+mod peers;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -487,4 +491,160 @@ fn write_atomically(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).expect("write");
     std::fs::rename(tmp, path).expect("rename");
+}
+
+/// The `cpu` allocation of `pod`'s `app` container as the manager sees it.
+fn allocation_of(rt: &tokio::runtime::Runtime, socket: &Path, pod: &str) -> String {
+    rt.block_on(all_allocations(socket))
+        .get(pod)
+        .and_then(|containers| containers.get("app"))
+        .and_then(|resources| resources.get("cpu"))
+        .cloned()
+        .unwrap_or_else(|| panic!("{pod} holds no cpu"))
+}
+
+/// Regression (issue 27): Python `grpcio` with its default options sends
+/// the percent-encoded socket path as `:authority`, which h2 alone resets
+/// with `PROTOCOL_ERROR`. `pinion plugin serve cpu` must answer it as a Go
+/// plugin would: `GetInfo`, `GetResourcePluginOptions`, `Allocate`,
+/// `GetTopologyAwareResources`. Skipped with a notice without `grpcio` /
+/// `grpcio-tools`, except under CI.
+#[test]
+fn grpcio_default_authority_is_accepted_on_plugin_serve() {
+    let Some(sysroot) = common::shared(MACHINE) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(stubs) = peers::python_stubs(dir.path()) else {
+        return;
+    };
+    let served = Served::start(
+        &sysroot,
+        &dir.path().join("plugins_registry"),
+        &dir.path().join("state"),
+    );
+    let script = format!(
+        r#"
+import json
+import grpc
+import pluginregistration_pb2 as prpb
+import pluginregistration_pb2_grpc as prg
+import resourceplugin_pb2 as rp
+import resourceplugin_pb2_grpc as rpg
+# Default options: the channel's :authority is the percent-encoded path.
+channel = grpc.insecure_channel("unix://" + sys.argv[1])
+info = prg.RegistrationStub(channel).GetInfo(prpb.InfoRequest(), timeout=20)
+stub = rpg.ResourcePluginStub(channel)
+options = stub.GetResourcePluginOptions(rp.Empty(), timeout=20)
+request = rp.ResourceRequest(
+    pod_uid="py-1", pod_namespace="ns", pod_name="py-1", container_name="app",
+    container_type=rp.MAIN, resource_name="cpu", resource_requests={{"cpu": 4.0}},
+    annotations={{"{qos}": "dedicated_cores", "{memory}": '{{"numa_binding":"true"}}'}},
+    native_qos_class="Guaranteed")
+answer = stub.Allocate(request, timeout=20)
+topology = stub.GetTopologyAwareResources(
+    rp.GetTopologyAwareResourcesRequest(pod_uid="py-1", container_name="app"), timeout=20)
+print(json.dumps({{
+    "info": [info.type, info.name],
+    "options": [options.pre_start_required, options.with_topology_alignment, options.need_reconcile],
+    "allocated": {{e.key: e.value.allocation_result for e in answer.allocation_result.resource_allocation}},
+    "topology": {{e.key: e.value.aggregated_quantity
+                  for e in topology.container_topology_aware_resources.allocated_resources}},
+}}))
+"#,
+        qos = qos::QOS_LEVEL_KEY,
+        memory = qos::MEMORY_ENHANCEMENT_KEY,
+    );
+    let seen = peers::run_python(&stubs, &served.socket, &script);
+    assert_eq!(seen["info"], serde_json::json!(["ResourcePlugin", "cpu"]));
+    let want = CpuPlugin::open(
+        pinion_host::discover(&sysroot).expect("topology"),
+        &CpuPluginConfig::default(),
+        None,
+    )
+    .expect("in-process plugin")
+    .options();
+    assert_eq!(
+        seen["options"],
+        serde_json::json!([
+            want.pre_start_required,
+            want.with_topology_alignment,
+            want.need_reconcile
+        ])
+    );
+    let cpus = seen["allocated"]["cpu"].as_str().expect("cpu allocated");
+    assert_eq!(CpuSet::parse_list(cpus).expect("cpulist").len(), 4);
+    assert_eq!(cpus, allocation_of(&runtime(), &served.socket, "py-1"));
+    assert_eq!(seen["topology"]["cpu"], serde_json::json!(4.0));
+    served.stop();
+}
+
+/// Regression (issue 27): a grpc-go client dialing the socket path through
+/// the passthrough resolver sends the raw path (or grpc-go's percent-encoded
+/// one) as `:authority`; h2 alone resets both. Skipped with a notice without
+/// `go`, except under CI.
+#[test]
+fn go_client_raw_path_authority_is_accepted_on_plugin_serve() {
+    let Some(sysroot) = common::shared(MACHINE) else {
+        return;
+    };
+    let Some(go) = peers::go_client() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let served = Served::start(
+        &sysroot,
+        &dir.path().join("plugins_registry"),
+        &dir.path().join("state"),
+    );
+    let rt = runtime();
+    for (pod, authority) in [
+        ("go-raw", peers::GoAuthority::RawPath),
+        ("go-derived", peers::GoAuthority::Derived),
+    ] {
+        let info: pr::PluginInfo = peers::go_call(
+            &go,
+            &served.socket,
+            "/pluginregistration.Registration/GetInfo",
+            &pr::InfoRequest {},
+            authority,
+        )
+        .unwrap_or_else(|err| panic!("{authority:?}: GetInfo: {err:?}"));
+        assert_eq!(
+            (info.r#type.as_str(), info.name.as_str()),
+            ("ResourcePlugin", "cpu")
+        );
+        let options: rp::ResourcePluginOptions = peers::go_call(
+            &go,
+            &served.socket,
+            "/resourceplugin.v1alpha1.ResourcePlugin/GetResourcePluginOptions",
+            &rp::Empty {},
+            authority,
+        )
+        .unwrap_or_else(|err| panic!("{authority:?}: options: {err:?}"));
+        assert!(options.with_topology_alignment, "{authority:?}");
+        let request = wire_request(pod, 2.0, &[(qos::QOS_LEVEL_KEY, "dedicated_cores")]);
+        let answer: rp::ResourceAllocationResponse = peers::go_call(
+            &go,
+            &served.socket,
+            "/resourceplugin.v1alpha1.ResourcePlugin/Allocate",
+            &request,
+            authority,
+        )
+        .unwrap_or_else(|err| panic!("{authority:?}: Allocate: {err:?}"));
+        let got = alloc_of(&answer);
+        let cpus = &got["cpu"].allocation_result;
+        assert_eq!(CpuSet::parse_list(cpus).expect("cpulist").len(), 2);
+        assert_eq!(*cpus, allocation_of(&rt, &served.socket, pod));
+        let bad = wire_request("bad", 1.0, &[(qos::QOS_LEVEL_KEY, "gold_cores")]);
+        let err = peers::go_call::<rp::ResourceAllocationResponse>(
+            &go,
+            &served.socket,
+            "/resourceplugin.v1alpha1.ResourcePlugin/Allocate",
+            &bad,
+            authority,
+        )
+        .expect_err("unknown qos level");
+        assert_eq!(err.code, "InvalidArgument", "{authority:?}: {err:?}");
+        assert!(err.message.contains("gold_cores"), "{}", err.message);
+    }
+    served.stop();
 }

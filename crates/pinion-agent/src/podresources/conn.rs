@@ -1,7 +1,7 @@
 //! Connections of the podresources socket: at most a fixed number at once
-//! (more wait in the listen backlog, see `server::accept_loop`), and a
-//! client that sends nothing within a deadline after connecting is
-//! disconnected.
+//! (more wait in the listen backlog, see `server::accept_loop`), a client
+//! that sends nothing within a deadline after connecting is disconnected,
+//! and clients' `:authority` is repaired (`pinion_api::authority`).
 
 use std::future::Future as _;
 use std::io;
@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pinion_api::authority::AuthorityFix;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
@@ -16,7 +17,7 @@ use tokio::time::Sleep;
 
 /// One accepted connection; dropping it frees its slot.
 pub struct Conn {
-    io: UnixStream,
+    io: AuthorityFix<UnixStream>,
     /// Pending until the client sent its first bytes.
     first_read: Option<Pin<Box<Sleep>>>,
     _slot: oneshot::Sender<()>,
@@ -28,7 +29,7 @@ impl Conn {
     #[must_use]
     pub fn new(io: UnixStream, slot: oneshot::Sender<()>, first_byte: Duration) -> Self {
         Self {
-            io,
+            io: AuthorityFix::new(io),
             first_read: Some(Box::pin(tokio::time::sleep(first_byte))),
             _slot: slot,
         }

@@ -408,8 +408,8 @@ impl Qrm {
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default();
         trusted_dirs(&dir, &socket_dir)?;
-        let incoming =
-            pinion_api::uds::bind(&self.config.registration_socket, 0o600).map_err(|err| {
+        let incoming = pinion_api::uds::bind_grpc(&self.config.registration_socket, 0o600)
+            .map_err(|err| {
                 QrmError::Start(format!(
                     "registration socket {}: {err}",
                     self.config.registration_socket.display()
