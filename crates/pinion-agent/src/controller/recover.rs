@@ -239,6 +239,7 @@ impl Controller {
 }
 
 /// What opening the state directory found wrong.
+#[derive(Clone, Copy)]
 struct Found<'a> {
     /// The checkpoint was unreadable and set aside.
     set_aside: Option<&'a SetAside>,
