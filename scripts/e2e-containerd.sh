@@ -56,6 +56,38 @@ e2e_oci_image "$E2E_WORK/images/pause.tar" pinion.test/pause:1 /bin/sleep 100000
     e2e_oci_image "$E2E_WORK/images/busybox.tar" pinion.test/busybox:1 /bin/sh ||
     e2e_die "cannot build the OCI images"
 
+# The DaemonSet's image (scripts/build-image.sh, no registry, no engine):
+# imported by this containerd's ctr and run with runc — the image `deploy/`
+# names is one a node accepts (issue 33).
+image_check() {
+    local dir=$E2E_WORK/image-check
+    mkdir -p "$dir" && printf 'version = 2\n' >"$dir/config.toml" || return 1
+    "$E2E_REPO/scripts/build-image.sh" --bin-dir "$E2E_BIN_DIR" --out "$dir/pinion.oci.tar" \
+        >"$dir/build.log" 2>&1 || { tail -5 "$dir/build.log"; return 1; }
+    PATH="$CTRD/usr/bin:$PATH" "$CTRD/usr/bin/containerd" --config "$dir/config.toml" \
+        --root "$dir/root" --state "$dir/state" --address "$dir/sock" >"$dir/containerd.log" 2>&1 &
+    local pid=$! waited=0
+    while [ ! -S "$dir/sock" ] && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+    local ctr=("$CTRD/usr/bin/ctr" --address "$dir/sock" -n k8s.io) out status=0
+    timeout 120 "${ctr[@]}" images import "$dir/pinion.oci.tar" >"$dir/import.log" 2>&1 || status=1
+    if [ "$status" -eq 0 ]; then
+        out=$(PATH="$CTRD/usr/bin:$PATH" timeout 60 "${ctr[@]}" run --rm --runc-binary "${PINION_E2E_RUNC:-$(command -v runc)}" \
+            docker.io/library/pinion:latest image-check /usr/local/bin/pinion --version 2>&1) || status=1
+        echo "$out"
+        case $out in "pinion "*) ;; *) status=1 ;; esac
+    else
+        tail -5 "$dir/import.log"
+    fi
+    kill "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    return "$status"
+}
+if out=$(image_check 2>&1); then
+    e2e_result PASS "host image: scripts/build-image.sh's archive imports with ctr and runs ($out)"
+else
+    e2e_result FAIL "host image: scripts/build-image.sh's archive: $(echo "$out" | tail -3 | tr '\n' ' ')"
+fi
+
 if [ "$where" != guest ]; then
     if [ -d /sys/fs/cgroup/cpuset ]; then cpuset_mount=/sys/fs/cgroup/cpuset; else cpuset_mount=/sys/fs/cgroup; fi
     e2e_log "host: containerd with pinion agent --nri"
