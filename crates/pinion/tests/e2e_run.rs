@@ -848,7 +848,10 @@ fn the_example_plugin_places_runs_through_the_agent() {
         loop {
             let out = s.pinion(&["plugins"]);
             let table = String::from_utf8_lossy(&out.stdout).to_string();
-            if table.lines().any(|l| l.starts_with("cpu  active")) {
+            if table
+                .lines()
+                .any(|l| l.split_whitespace().take(2).eq(["cpu", "active"]))
+            {
                 return child;
             }
             assert!(

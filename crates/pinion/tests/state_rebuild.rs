@@ -114,6 +114,25 @@ impl Node {
         }
     }
 
+    /// Runs the agent expecting it to stop (a refused start): its output.
+    fn start_to_failure(&self) -> std::process::Output {
+        Command::new(BIN)
+            .arg("agent")
+            .arg("--config")
+            .arg(self.config())
+            .arg("--state-dir")
+            .arg(self.state_dir())
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("--sysroot")
+            .arg(self.dir.path().join("sysroot"))
+            .arg("--cgroup-root")
+            .arg(self.cgroup_root())
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .output()
+            .expect("agent runs")
+    }
+
     fn kill(&mut self) {
         if let Some(mut agent) = self.agent.take() {
             agent.kill().expect("SIGKILL agent");
@@ -372,21 +391,7 @@ fn without_migrate_on_start_the_refusal_names_the_command() {
         "cpuManagerPolicy: static\nreservedSystemCPUs: \"0,{}\"\nmigrateOnStart: false\n",
         before["pinion-run-b"]
     ));
-    let status = Command::new(BIN)
-        .arg("agent")
-        .arg("--config")
-        .arg(node.config())
-        .arg("--state-dir")
-        .arg(node.state_dir())
-        .arg("--socket")
-        .arg(node.socket())
-        .arg("--sysroot")
-        .arg(node.dir.path().join("sysroot"))
-        .arg("--cgroup-root")
-        .arg(node.cgroup_root())
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .output()
-        .expect("agent runs");
+    let status = node.start_to_failure();
     assert!(!status.status.success());
     let text = String::from_utf8_lossy(&status.stderr);
     assert!(text.contains("pinion state migrate"), "{text}");
@@ -765,21 +770,7 @@ fn regression_a_migration_that_moves_a_run_needs_migrate_on_start() {
     let (mut node, _) = three_pinned_runs(&machine);
     let bytes = std::fs::read(node.checkpoint()).expect("checkpoint");
     node.configure("cpuManagerPolicy: none\n");
-    let out = Command::new(BIN)
-        .arg("agent")
-        .arg("--config")
-        .arg(node.config())
-        .arg("--state-dir")
-        .arg(node.state_dir())
-        .arg("--socket")
-        .arg(node.socket())
-        .arg("--sysroot")
-        .arg(node.dir.path().join("sysroot"))
-        .arg("--cgroup-root")
-        .arg(node.cgroup_root())
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .output()
-        .expect("agent runs");
+    let out = node.start_to_failure();
     assert!(!out.status.success());
     let text = String::from_utf8_lossy(&out.stderr);
     for part in [

@@ -27,7 +27,7 @@ run_with offline --cpus 500m --annotation "$QOS=reclaimed_cores" ||
 run_with dedicated --cpus 2 --annotation "$QOS=dedicated_cores" ||
     { fail "dedicated pod runs" "$(cat "$E2E_STATE/dedicated.log")"; exit 0; }
 
-pools() { "$PINION" pools --socket "$SOCK"; }
+pools() { "$PINION" pools --socket "$SOCK" -o wide; }
 share_size() { pools | awk '$1 == "share" { print $3 }'; }
 share_cpus() { pools | awk '$1 == "share" { print $2 }'; }
 dedicated=$(run_cpus dedicated)
@@ -58,7 +58,7 @@ note "pools under load:"
 pools | sed 's/^/  /'
 check_true "the online pool grows under load (from $initial cpus)" grown
 # The loop reads the members' cpu.pressure (PSI) besides the load on the
-# pool's cpus; column 8 of `pinion pools` is the PSI part ("-": not read).
+# pool's cpus; column 8 of `pinion pools -o wide` is the PSI part ("-": not read).
 if [ -r /proc/pressure/cpu ]; then
     check_ne "the online pod's cpu pressure (PSI) is read" "-" "$(pools | awk '$1 == "share" { print $8 }')"
 else
