@@ -475,9 +475,13 @@ impl Model {
                 live.key
             );
             if let Some(id) = &live.container_id {
-                assert_eq!(
-                    &self.runtime[id], desired,
-                    "{id}: the runtime holds another placement"
+                // What an update can change: NRI's `UpdateContainers` carries
+                // no env or annotations, so a change of only those is not sent
+                // (issue 27, item 10).
+                let held = &self.runtime[id];
+                assert!(
+                    held.same_resources(desired),
+                    "{id}: the runtime holds another placement: {held:?}, desired {desired:?}"
                 );
             }
             if let Some(cgroup) = &live.cgroup {
