@@ -36,15 +36,10 @@ pub enum LegacyFormat {
 /// The output options; flatten into a command's `Args`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct OutputArgs {
-    /// Output format.
-    #[arg(
-        short = 'o',
-        long = "output",
-        value_enum,
-        default_value_t = Output::Table,
-        global = true
-    )]
-    output: Output,
+    /// Output format [default: table; `pinion alloc FILE`'s cases: json,
+    /// one object per line].
+    #[arg(short = 'o', long = "output", value_enum, global = true)]
+    output: Option<Output>,
     /// Deprecated: use -o/--output (`text` is `table`).
     #[arg(long = "format", value_enum, hide = true, global = true)]
     format: Option<LegacyFormat>,
@@ -56,11 +51,18 @@ impl OutputArgs {
         self.format == Some(LegacyFormat::Effective)
     }
 
-    /// The chosen format; a deprecated `--format` wins (with a note on
-    /// standard error) so that old scripts keep their output.
+    /// The chosen format, `table` when none was given; a deprecated
+    /// `--format` wins (with a note on standard error) so that old scripts
+    /// keep their output.
     pub fn output(&self) -> Output {
+        self.output_or(Output::Table)
+    }
+
+    /// [`OutputArgs::output`] for a command whose default is `default`
+    /// (a machine form such as `pinion alloc FILE`, which prints JSON lines).
+    pub fn output_or(&self, default: Output) -> Output {
         match self.format {
-            None => self.output,
+            None => self.output.unwrap_or(default),
             Some(LegacyFormat::Effective) => {
                 eprintln!(
                     "pinion: warning: --format effective is deprecated and will be removed in \

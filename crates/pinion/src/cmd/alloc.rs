@@ -8,6 +8,7 @@
 //!   (+ `"ns_per_call"` with `--repeat`). Cases of another kind print
 //!   `{"name":…,"skipped":"…"}`; a case with bad input prints
 //!   `{"name":…,"invalid":"…"}` and makes the command fail at the end.
+//!   (`-o table` prints the same as aligned columns, `-o yaml` as YAML.)
 //! * Human form: `pinion alloc [--sysroot DIR | --topology FILE] --request N
 //!   [--available LIST] [--option NAME=VALUE]…` prints the chosen CPUs as
 //!   text (topology from a sysfs root, `/` by default, or a JSON file).
@@ -69,10 +70,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         print!("{EXAMPLE}");
         return Ok(());
     }
-    let output = args.output.output();
     if let Some(file) = &args.file {
-        return run_cases(file, args.repeat, output);
+        // The case form is the corpus tools' interface: JSON lines unless
+        // asked otherwise (the module documentation's contract).
+        return run_cases(file, args.repeat, args.output.output_or(Output::Json));
     }
+    let output = args.output.output();
     let Some(request) = args.request else {
         bail!(
             "nothing to allocate: give --request N (on this machine's topology; --sysroot DIR or \
