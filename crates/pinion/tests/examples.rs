@@ -108,11 +108,11 @@ fn golden_outputs_of_the_examples() {
         ),
         (
             "alloc.table",
-            &["alloc", "examples/alloc/two-sockets-smt.json"],
+            &["alloc", "-o", "table", "examples/alloc/two-sockets-smt.json"],
         ),
         (
             "alloc.json",
-            &["alloc", "-o", "json", "examples/alloc/two-sockets-smt.json"],
+            &["alloc", "examples/alloc/two-sockets-smt.json"],
         ),
         (
             "simulate.table",
