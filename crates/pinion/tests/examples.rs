@@ -108,7 +108,12 @@ fn golden_outputs_of_the_examples() {
         ),
         (
             "alloc.table",
-            &["alloc", "-o", "table", "examples/alloc/two-sockets-smt.json"],
+            &[
+                "alloc",
+                "-o",
+                "table",
+                "examples/alloc/two-sockets-smt.json",
+            ],
         ),
         (
             "alloc.json",

@@ -38,6 +38,17 @@ impl MigrateOnStart {
     }
 }
 
+/// The state a checkpoint's entries hold, without the policy's checks.
+pub(super) fn checkpoint_state(
+    checkpoint: &Checkpoint,
+) -> Result<State, pinion_core::checkpoint::CheckpointError> {
+    let parsed = checkpoint.migrate_v1(|_| None).and_then(|c| c.to_state())?;
+    Ok(State {
+        default: parsed.default_cpu_set,
+        assignments: parsed.assignments,
+    })
+}
+
 /// Why the start does not migrate.
 pub(super) enum NotMigrated {
     /// The checkpoint's entries cannot be read, or the migrated state is
@@ -57,14 +68,8 @@ pub(super) fn migrate_at_start(
     mode: MigrateOnStart,
     report: &mut StartReport,
 ) -> Result<(State, State), NotMigrated> {
-    let parsed = checkpoint
-        .migrate_v1(|_| None)
-        .and_then(|c| c.to_state())
+    let old = checkpoint_state(checkpoint)
         .map_err(|err| NotMigrated::Unmigratable(format!("its entries cannot be read: {err}")))?;
-    let old = State {
-        default: parsed.default_cpu_set,
-        assignments: parsed.assignments,
-    };
     let (new, outcomes) = migrate(&old, policy);
     let mut started = new.clone();
     policy.start(&mut started).map_err(|err| {

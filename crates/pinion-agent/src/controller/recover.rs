@@ -39,7 +39,7 @@ use pinion_host::runs::RunRecords;
 use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
-use super::migrate_start::{migrate_at_start, MigrateOnStart, NotMigrated};
+use super::migrate_start::{checkpoint_state, migrate_at_start, MigrateOnStart, NotMigrated};
 use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
@@ -283,9 +283,18 @@ fn initial_state(
         Some(checkpoint) => {
             let source = match restore(&checkpoint, &parts.policy) {
                 Ok(state) => {
-                    let Some(lost) = lost_decisions(parts, runs, &state, found.side)? else {
+                    let (claims, warnings) =
+                        pinion_host::runs::claims(parts.host.as_ref(), runs, RUN_CONTAINER)
+                            .map_err(|source| ControlError::Cgroup {
+                                pod: "(pinion root)".to_string(),
+                                source,
+                            })?;
+                    let Some(lost) = lost_decisions(parts, &claims, &state, found.side) else {
                         return Ok((state, None));
                     };
+                    for warning in warnings {
+                        tracing::warn!("rebuilding: {warning}");
+                    }
                     // The journal read back cleanly but lacks what the node
                     // shows (its last batches zeroed or cut at a frame
                     // boundary): the node is the truth, as above.
@@ -295,7 +304,6 @@ fn initial_state(
                     if parts.runtime_updates.is_some() {
                         report.runtime_rebuild = Some(why.clone());
                     }
-                    let claims = node_claims(parts, runs)?;
                     let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
                     return Ok((rebuilt.state, Some(state)));
                 }
@@ -378,21 +386,14 @@ fn initial_state(
 /// back cleanly. Only the static policy has exclusive CPUs.
 fn lost_decisions(
     parts: &StartParts,
-    runs: &RunRecords,
+    claims: &[Claim],
     state: &State,
     side: &SideData,
-) -> Result<Option<String>, ControlError> {
+) -> Option<String> {
     if !matches!(parts.policy, Policy::Static(_)) {
-        return Ok(None);
+        return None;
     }
     let owned_by_plugins = Controller::allocation_keys(side);
-    let (claims, _) =
-        pinion_host::runs::claims(parts.host.as_ref(), runs, RUN_CONTAINER).map_err(|source| {
-            ControlError::Cgroup {
-                pod: "(pinion root)".to_string(),
-                source,
-            }
-        })?;
     let lost: Vec<String> = claims
         .iter()
         .filter(|c| c.exclusive > 0 && c.cpus != state.default)
@@ -404,22 +405,16 @@ fn lost_decisions(
         })
         .map(|c| format!("{}/{} on cpus {}", c.pod, c.container, c.cpus))
         .collect();
-    Ok((!lost.is_empty()).then(|| lost.join(", ")))
+    (!lost.is_empty()).then(|| lost.join(", "))
 }
 
 /// The state a checkpoint holds, read without the policy's checks (empty
 /// when its entries cannot be read: then every assignment is recorded anew).
 fn state_of(checkpoint: &Checkpoint) -> State {
-    match checkpoint.migrate_v1(|_| None).and_then(|c| c.to_state()) {
-        Ok(parsed) => State {
-            default: parsed.default_cpu_set,
-            assignments: parsed.assignments,
-        },
-        Err(err) => {
-            tracing::warn!("reading the checkpoint's entries: {err}");
-            State::default()
-        }
-    }
+    checkpoint_state(checkpoint).unwrap_or_else(|err| {
+        tracing::warn!("reading the checkpoint's entries: {err}");
+        State::default()
+    })
 }
 
 fn node_claims(parts: &StartParts, runs: &RunRecords) -> Result<Vec<Claim>, ControlError> {
