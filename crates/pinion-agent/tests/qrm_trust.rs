@@ -121,9 +121,14 @@ fn helper_listen_as_nobody() {
 struct Helper(Child);
 
 impl Helper {
-    fn start(socket: &Path) -> Helper {
-        let exe = std::env::current_exe().unwrap();
-        let child = Command::new(exe)
+    /// `dir`: a directory nobody may enter; the test binary is copied there,
+    /// since the checkout it was built in may not be (a clone under a 0700
+    /// `mktemp -d`, as CI makes).
+    fn start(dir: &Path, socket: &Path) -> Helper {
+        let exe = dir.join("qrm-trust-helper");
+        std::fs::copy(std::env::current_exe().unwrap(), &exe).expect("copy the test binary");
+        chmod(&exe, 0o755);
+        let child = Command::new(&exe)
             .args([
                 "--exact",
                 "helper_listen_as_nobody",
@@ -167,7 +172,7 @@ async fn regression_a_plugin_served_by_another_user_is_refused() {
     std::os::unix::fs::chown(&theirs, Some(NOBODY), Some(NOBODY)).unwrap();
     chmod(node.registry_dir(), 0o755);
     let socket = theirs.join("cpu.sock");
-    let _helper = Helper::start(&socket);
+    let _helper = Helper::start(state.path(), &socket);
     wait_until("the helper listens", || socket.exists()).await;
 
     let err = node
