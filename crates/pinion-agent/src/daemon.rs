@@ -181,6 +181,16 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         })?;
     tracing::info!(socket = %config.socket.display(), podresources = %podresources_socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
     let (stop_tx, stop_rx) = watch::channel(false);
+    let mut podresources_service = PodResourcesService::new(
+        handle.snapshots(),
+        topology_for_readers,
+        config.pod_resources.qps,
+        config.pod_resources.burst,
+    );
+    if let Some(qrm) = &qrm {
+        podresources_service =
+            podresources_service.with_plugin_resources(qrm.registry().node_resources());
+    }
     let mut tasks = vec![
         tokio::spawn(metrics::serve(
             metrics_listener,
@@ -190,12 +200,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         tokio::spawn(podresources::serve(
             podresources_listener,
             podresources_socket.clone(),
-            PodResourcesService::new(
-                handle.snapshots(),
-                topology_for_readers,
-                config.pod_resources.qps,
-                config.pod_resources.burst,
-            ),
+            podresources_service,
             stop_rx.clone(),
         )),
         tokio::spawn(reconcile_timer(

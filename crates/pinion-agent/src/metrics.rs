@@ -656,6 +656,7 @@ mod tests {
             pre_start_required: Some(false),
             registered: 0,
             stats,
+            node_resources: Vec::new(),
         };
         let text = render(&m, &[plugin]);
         let series: Vec<&str> = text

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pinion_api::podresources::{v1, v1alpha1};
-use pinion_core::podresources::{self as model, Holding};
+use pinion_core::podresources::{self as model, AllocatableResource, Holding};
 use pinion_core::Topology;
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -56,6 +56,8 @@ pub fn not_found_text(name: &str, namespace: &str) -> String {
 #[derive(Clone)]
 pub struct PodResourcesService {
     snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The resource plugins' node resources (`qrm::Registry::node_resources`).
+    plugin_resources: watch::Receiver<Arc<Vec<AllocatableResource>>>,
     topology: Arc<Topology>,
     limiter: Arc<TokenBucket>,
 }
@@ -70,9 +72,21 @@ impl PodResourcesService {
     ) -> Self {
         Self {
             snapshots,
+            plugin_resources: watch::channel(Arc::default()).1,
             topology,
             limiter: Arc::new(TokenBucket::new(qps, burst, Instant::now())),
         }
+    }
+
+    /// The same service, also listing the resource plugins' node resources
+    /// among the allocatable ones.
+    #[must_use]
+    pub fn with_plugin_resources(
+        mut self,
+        plugin_resources: watch::Receiver<Arc<Vec<AllocatableResource>>>,
+    ) -> Self {
+        self.plugin_resources = plugin_resources;
+        self
     }
 
     fn admit(&self) -> Result<Arc<Snapshot>, Status> {
@@ -110,11 +124,17 @@ pub fn list(snapshot: &Snapshot) -> v1::ListPodResourcesResponse {
     }
 }
 
-/// `GetAllocatableResources`' answer for `snapshot` on `topology`.
+/// `GetAllocatableResources`' answer for `snapshot` on `topology`, with
+/// the resource plugins' node resources (`plugins`).
 #[must_use]
-pub fn allocatable(snapshot: &Snapshot, topology: &Topology) -> v1::AllocatableResourcesResponse {
+pub fn allocatable(
+    snapshot: &Snapshot,
+    topology: &Topology,
+    plugins: &[AllocatableResource],
+) -> v1::AllocatableResourcesResponse {
     let exclusive = snapshot.policy == "static";
-    wire::allocatable(model::allocatable(topology, exclusive, &snapshot.reserved))
+    let own = model::allocatable(topology, exclusive, &snapshot.reserved);
+    wire::allocatable(model::with_plugin_resources(own, plugins))
 }
 
 #[tonic::async_trait]
@@ -132,7 +152,12 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         _request: Request<v1::AllocatableResourcesRequest>,
     ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
         let snapshot = self.admit()?;
-        Ok(Response::new(allocatable(&snapshot, &self.topology)))
+        let plugins = self.plugin_resources.borrow().clone();
+        Ok(Response::new(allocatable(
+            &snapshot,
+            &self.topology,
+            &plugins,
+        )))
     }
 
     async fn get(

@@ -850,3 +850,168 @@ async fn a_plugin_over_a_socket_is_told_each_calls_deadline() {
     served.await.expect("served");
     agent.stop().await;
 }
+
+/// A plugin of `example.com/widget` that reports `allocatable` of 4
+/// widgets (2 per NUMA node) as its node resource.
+struct Widgets {
+    allocatable: f64,
+}
+
+impl ResourcePlugin for Widgets {
+    fn resource_name(&self) -> &str {
+        "example.com/widget"
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            pre_start_required: false,
+            with_topology_alignment: false,
+            need_reconcile: false,
+        }
+    }
+
+    fn allocate(&mut self, _request: &Request) -> Result<Option<Allocation>, PluginError> {
+        Ok(None)
+    }
+
+    fn allocations(&self) -> Allocations {
+        Allocations::new()
+    }
+
+    fn remove_pod(&mut self, _pod_uid: &str) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, pinion_plugins::AllocatableResource> {
+        let per_numa = |value: f64| {
+            (0..2)
+                .map(|node| pinion_plugins::TopologyAwareQuantity {
+                    resource_value: value,
+                    node,
+                    name: String::new(),
+                    kind: String::new(),
+                    topology_level: pinion_plugins::TopologyLevel::Numa,
+                    annotations: BTreeMap::new(),
+                })
+                .collect::<Vec<_>>()
+        };
+        BTreeMap::from([(
+            "example.com/widget".to_string(),
+            pinion_plugins::AllocatableResource {
+                is_node_resource: true,
+                is_scalar_resource: true,
+                aggregated_allocatable_quantity: self.allocatable,
+                topology_aware_allocatable_quantity_list: per_numa(self.allocatable / 2.0),
+                aggregated_capacity_quantity: 4.0,
+                topology_aware_capacity_quantity_list: per_numa(2.0),
+            },
+        )])
+    }
+}
+
+/// Issue 28 item 2 (`IsNodeResource`): the manager asks each plugin for
+/// `GetTopologyAwareAllocatableResources` and keeps capacity and
+/// allocatable per resource; podresources `GetAllocatableResources` and
+/// `pinion plugins` show them, and they go when the plugin goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_node_resources_show_in_podresources_and_go_with_the_plugin() {
+    let agent = Agent::start();
+    let served = agent.serve_as(Widgets { allocatable: 3.0 }, "widget.sock");
+    agent.wait_for_plugin("example.com/widget", "active").await;
+    let mut resources = agent.qrm.registry().node_resources();
+    tokio::time::timeout(
+        PATIENCE,
+        resources.wait_for(|r| r.iter().any(|r| r.resource_name == "example.com/widget")),
+    )
+    .await
+    .expect("the widget's node resource within the patience")
+    .expect("registry alive");
+    let reported = resources.borrow().clone();
+    let topology = machine(2, 4, 2);
+    let answer =
+        pinion_agent::podresources::allocatable(&agent.handle.snapshot(), &topology, &reported);
+    let widget = answer
+        .resources
+        .iter()
+        .find(|r| r.resource_name == "example.com/widget")
+        .unwrap_or_else(|| panic!("no widget among {:?}", answer.resources));
+    assert_eq!(
+        (
+            widget.aggregated_allocatable_quantity,
+            widget.aggregated_capacity_quantity,
+            widget.is_node_resource,
+            widget.is_scalar_resource
+        ),
+        (3.0, 4.0, true, true)
+    );
+    let per_numa: Vec<(u64, f64)> = widget
+        .topology_aware_allocatable_quantity_list
+        .iter()
+        .map(|q| (q.node, q.resource_value))
+        .collect();
+    assert_eq!(per_numa, [(0, 1.5), (1, 1.5)]);
+    assert!(answer.resources.iter().any(|r| r.resource_name == "cpu"));
+    let view = agent
+        .qrm
+        .registry()
+        .views()
+        .into_iter()
+        .find(|p| p.resource == "example.com/widget")
+        .expect("listed");
+    assert_eq!(view.node_resources.len(), 1, "{view:?}");
+    assert_eq!(
+        (
+            view.node_resources[0].allocatable,
+            view.node_resources[0].capacity
+        ),
+        (3.0, 4.0)
+    );
+    served.stop().await;
+    tokio::time::timeout(
+        PATIENCE,
+        resources.wait_for(|r| r.iter().all(|r| r.resource_name != "example.com/widget")),
+    )
+    .await
+    .expect("the widget's node resource gone with its plugin")
+    .expect("registry alive");
+    agent.stop().await;
+}
+
+/// A plugin reporting a node resource amount that is not a number is
+/// refused (counted as its error), and nothing of it is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_resource_that_is_not_a_number_is_refused_and_counted() {
+    let agent = Agent::start();
+    let _served = agent.serve_as(
+        Widgets {
+            allocatable: f64::NAN,
+        },
+        "widget.sock",
+    );
+    agent.wait_for_plugin("example.com/widget", "active").await;
+    let method = "GetTopologyAwareAllocatableResources";
+    qrm_common::wait_until("the refused answer counted", || {
+        agent
+            .qrm
+            .registry()
+            .views()
+            .iter()
+            .any(|p| p.stats.calls.get(method).is_some_and(|c| c.errors > 0))
+    })
+    .await;
+    let view = agent
+        .qrm
+        .registry()
+        .views()
+        .into_iter()
+        .find(|p| p.resource == "example.com/widget")
+        .expect("listed");
+    assert!(view.node_resources.is_empty(), "{view:?}");
+    let error = view.stats.last_error.expect("an error");
+    assert!(
+        error.contains("example.com/widget with allocatable NaN"),
+        "{error}"
+    );
+    assert!(agent.qrm.registry().node_resources().borrow().is_empty());
+    agent.stop().await;
+}

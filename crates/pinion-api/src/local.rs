@@ -262,6 +262,25 @@ pub struct Plugin {
     /// Seconds since the epoch.
     pub registered: u64,
     pub stats: PluginStats,
+    /// What it answered to `GetTopologyAwareAllocatableResources`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_resources: Vec<NodeResource>,
+}
+
+/// A node resource a plugin reports (`IsNodeResource`): its capacity and
+/// allocatable amounts, total and per NUMA node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeResource {
+    pub name: String,
+    pub is_node_resource: bool,
+    pub is_scalar_resource: bool,
+    pub allocatable: f64,
+    pub capacity: f64,
+    /// NUMA node → amount.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable_per_numa: BTreeMap<u64, f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity_per_numa: BTreeMap<u64, f64>,
 }
 
 /// Per-plugin call statistics.

@@ -17,11 +17,24 @@
 //!   `NAME=value` lines or C strings, where either splits or truncates
 //!   them).
 //! * `allocated_quantity` is a finite, non-negative number.
+//! * `GetTopologyAwareAllocatableResources` ([`check_node_resources`]): at
+//!   most [`MAX_NODE_RESOURCES`] resources with names a Node's status can
+//!   carry (a qualified resource name: 1–253 bytes of letters, digits, `-`,
+//!   `_`, `.`, one `/`), finite non-negative amounts, at most
+//!   [`MAX_NUMA_ENTRIES`] per-NUMA amounts each.
 
 use std::collections::BTreeMap;
 
 use crate::cpuset::CpuSet;
 use crate::plugin_allocation::PluginAllocations;
+use crate::podresources::AllocatableResource;
+
+/// Resources one plugin may report in `GetTopologyAwareAllocatableResources`.
+pub const MAX_NODE_RESOURCES: usize = 64;
+/// Per-NUMA amounts one reported resource may list.
+pub const MAX_NUMA_ENTRIES: usize = 1024;
+/// The longest resource name (a Kubernetes qualified name's bound).
+pub const MAX_RESOURCE_NAME: usize = 253;
 
 /// The resource whose plugin owns CPU placement: the only one that may set
 /// `CpusetCpus`.
@@ -65,6 +78,27 @@ pub enum AnswerError {
     },
     #[error("resource {resource}: allocated quantity {value} is not a finite non-negative number")]
     Quantity { resource: String, value: String },
+    #[error("the {plugin} plugin reported {count} node resources; at most {MAX_NODE_RESOURCES} are kept")]
+    TooManyResources { plugin: String, count: usize },
+    #[error("the {plugin} plugin reported the node resource name {name:?}, which {defect}")]
+    ResourceName {
+        plugin: String,
+        name: String,
+        defect: &'static str,
+    },
+    #[error("the {plugin} plugin reported node resource {name} with {what} {value}, not a finite non-negative number")]
+    ResourceAmount {
+        plugin: String,
+        name: String,
+        what: &'static str,
+        value: String,
+    },
+    #[error("the {plugin} plugin reported node resource {name} with {count} per-NUMA amounts; at most {MAX_NUMA_ENTRIES} are kept")]
+    TooManyNumaEntries {
+        plugin: String,
+        name: String,
+        count: usize,
+    },
     #[error("the answer is for pod {answered:?}, not for pod {asked:?} that was asked")]
     OtherPod { asked: String, answered: String },
     #[error("the allocation record of pod {pod} container {container} would be {size} bytes, more than the journal's limit of {limit} bytes")]
@@ -105,6 +139,83 @@ pub fn check(plugin: &str, allocations: &PluginAllocations) -> Result<(), Answer
         )?;
     }
     Ok(())
+}
+
+/// Checks `plugin`'s `GetTopologyAwareAllocatableResources` answer
+/// (`resources`, by name) before the manager keeps it for podresources,
+/// `pinion plugins` and the Node: bounded, named as a Node's status can
+/// name a resource, every amount finite and non-negative.
+pub fn check_node_resources(
+    plugin: &str,
+    resources: &[AllocatableResource],
+) -> Result<(), AnswerError> {
+    if resources.len() > MAX_NODE_RESOURCES {
+        return Err(AnswerError::TooManyResources {
+            plugin: plugin.to_string(),
+            count: resources.len(),
+        });
+    }
+    for resource in resources {
+        let name = &resource.resource_name;
+        if let Some(defect) = resource_name_defect(name) {
+            return Err(AnswerError::ResourceName {
+                plugin: plugin.to_string(),
+                name: name.clone(),
+                defect,
+            });
+        }
+        for (what, list) in [
+            ("allocatable", &resource.allocatable_per_numa),
+            ("capacity", &resource.capacity_per_numa),
+        ] {
+            if list.len() > MAX_NUMA_ENTRIES {
+                return Err(AnswerError::TooManyNumaEntries {
+                    plugin: plugin.to_string(),
+                    name: name.clone(),
+                    count: list.len(),
+                });
+            }
+            let amounts = list.iter().map(|q| q.value);
+            let total = if what == "allocatable" {
+                resource.allocatable
+            } else {
+                resource.capacity
+            };
+            if let Some(bad) = std::iter::once(total)
+                .chain(amounts)
+                .find(|v| !v.is_finite() || *v < 0.0)
+            {
+                return Err(AnswerError::ResourceAmount {
+                    plugin: plugin.to_string(),
+                    name: name.clone(),
+                    what,
+                    value: bad.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is wrong with `name` as a resource name of a Node's status, if
+/// anything: an optional DNS-subdomain-like prefix and `/`, then a name of
+/// letters, digits, `-`, `_`, `.`.
+fn resource_name_defect(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("is empty");
+    }
+    if name.len() > MAX_RESOURCE_NAME {
+        return Some("is longer than 253 bytes");
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let (prefix, base) = name.split_once('/').unwrap_or(("", name));
+    if base.is_empty() || name.matches('/').count() > 1 {
+        return Some("is not a qualified name (at most one '/', a name after it)");
+    }
+    if !prefix.chars().chain(base.chars()).all(allowed) {
+        return Some("has characters other than letters, digits, '-', '_', '.' and one '/'");
+    }
+    None
 }
 
 /// Checks that an `Allocate` answer for pod `answered` is for pod `asked`
@@ -362,5 +473,63 @@ mod tests {
             check_size("p", "c", 11, 10).expect_err("too large").to_string(),
             "the allocation record of pod p container c would be 11 bytes, more than the journal's limit of 10 bytes"
         );
+    }
+
+    fn node_resource(name: &str, allocatable: f64, per_numa: &[f64]) -> AllocatableResource {
+        let list = |values: &[f64]| {
+            values
+                .iter()
+                .enumerate()
+                .map(|(node, &value)| crate::podresources::NumaQuantity {
+                    node: node as u64,
+                    value,
+                })
+                .collect::<Vec<_>>()
+        };
+        AllocatableResource {
+            resource_name: name.to_string(),
+            is_node_resource: true,
+            is_scalar_resource: true,
+            allocatable,
+            allocatable_per_numa: list(per_numa),
+            capacity: allocatable,
+            capacity_per_numa: list(per_numa),
+        }
+    }
+
+    #[test]
+    fn node_resources_are_bounded_named_and_finite() {
+        let fine = [
+            node_resource("example.com/widget", 4.0, &[2.0, 2.0]),
+            node_resource("cpu", 0.0, &[]),
+            node_resource("resource.katalyst.kubewharf.io/net_bandwidth", 1e4, &[1e4]),
+        ];
+        assert_eq!(check_node_resources("widget", &fine), Ok(()));
+        let refused = |resources: &[AllocatableResource]| {
+            check_node_resources("widget", resources)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert_eq!(
+            refused(&[node_resource("", 1.0, &[])]),
+            "the widget plugin reported the node resource name \"\", which is empty"
+        );
+        assert!(refused(&[node_resource("a/b/c", 1.0, &[])]).contains("\"a/b/c\""));
+        assert!(refused(&[node_resource("a b", 1.0, &[])]).contains("has characters"));
+        assert!(refused(&[node_resource(&"x".repeat(254), 1.0, &[])]).contains("253"));
+        assert_eq!(
+            refused(&[node_resource("w", f64::NAN, &[])]),
+            "the widget plugin reported node resource w with allocatable NaN, not a finite non-negative number"
+        );
+        assert!(refused(&[node_resource("w", 1.0, &[1.0, -1.0])]).contains("allocatable -1"));
+        let mut infinite_capacity = node_resource("w", 1.0, &[]);
+        infinite_capacity.capacity = f64::INFINITY;
+        assert!(refused(&[infinite_capacity]).contains("capacity inf"));
+        let many: Vec<AllocatableResource> = (0..=MAX_NODE_RESOURCES)
+            .map(|i| node_resource(&format!("r{i}"), 1.0, &[]))
+            .collect();
+        assert!(refused(&many).contains("65 node resources"));
+        let wide = node_resource("w", 1.0, &vec![0.0; MAX_NUMA_ENTRIES + 1]);
+        assert!(refused(&[wide]).contains("1025 per-NUMA amounts"));
     }
 }

@@ -18,7 +18,11 @@
 //!   nodes (exclusive CPUs, or a plugin's cpuset): one block of type
 //!   `memory`, the container's memory request, on those nodes;
 //! * allocatable CPUs are every CPU minus the reserved ones when the policy
-//!   hands out exclusive CPUs (`static`), none otherwise.
+//!   hands out exclusive CPUs (`static`), none otherwise;
+//! * the allocatable `resources` are Pinion's `cpu` and `memory`, then what
+//!   the resource plugins report (`GetTopologyAwareAllocatableResources`,
+//!   [`with_plugin_resources`]): a plugin's answer for `cpu` or `memory`
+//!   replaces Pinion's, as the kubelet fork lists the plugins' answers.
 //!
 //! The resource plugins' allocations become kubewharf's
 //! `TopologyAwareResource`s (one per resource, per-NUMA amounts from the
@@ -224,6 +228,36 @@ pub fn allocatable(topology: &Topology, exclusive_cpus: bool, reserved: &CpuSet)
         out.resources.push(memory);
     }
     out
+}
+
+/// `allocatable` with the resource plugins' node resources (`plugins`, as
+/// `GetTopologyAwareAllocatableResources` answered them): one resource per
+/// name, a plugin's replacing Pinion's own of that name, then sorted by
+/// name after `cpu` and `memory`.
+#[must_use]
+pub fn with_plugin_resources(
+    mut allocatable: Allocatable,
+    plugins: &[AllocatableResource],
+) -> Allocatable {
+    for reported in plugins {
+        match allocatable
+            .resources
+            .iter_mut()
+            .find(|r| r.resource_name == reported.resource_name)
+        {
+            Some(own) => *own = reported.clone(),
+            None => allocatable.resources.push(reported.clone()),
+        }
+    }
+    let rank = |name: &str| match name {
+        "cpu" => 0,
+        MEMORY => 1,
+        _ => 2,
+    };
+    allocatable.resources.sort_by(|a, b| {
+        (rank(&a.resource_name), &a.resource_name).cmp(&(rank(&b.resource_name), &b.resource_name))
+    });
+    allocatable
 }
 
 /// Holdings sorted by pod UID (the snapshot's order already: sorting it

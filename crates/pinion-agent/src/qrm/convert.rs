@@ -32,6 +32,34 @@ pub fn wire_hint(hint: &TopologyHint) -> rp::TopologyHint {
     }
 }
 
+/// A plugin's `AllocatableTopologyAwareResource` for `name` as Pinion's
+/// node resource (per-NUMA amounts of the NUMA level only; other levels,
+/// which no plugin Pinion knows reports, are left out).
+#[must_use]
+pub fn node_resource(
+    name: &str,
+    wire: &rp::AllocatableTopologyAwareResource,
+) -> pinion_core::podresources::AllocatableResource {
+    let numa = |list: &[rp::TopologyAwareQuantity]| {
+        list.iter()
+            .filter(|q| q.topology_level == rp::TopologyLevel::Numa as i32)
+            .map(|q| pinion_core::podresources::NumaQuantity {
+                node: q.node,
+                value: q.resource_value,
+            })
+            .collect()
+    };
+    pinion_core::podresources::AllocatableResource {
+        resource_name: name.to_string(),
+        is_node_resource: wire.is_node_resource,
+        is_scalar_resource: wire.is_scalar_resource,
+        allocatable: wire.aggregated_allocatable_quantity,
+        allocatable_per_numa: numa(&wire.topology_aware_allocatable_quantity_list),
+        capacity: wire.aggregated_capacity_quantity,
+        capacity_per_numa: numa(&wire.topology_aware_capacity_quantity_list),
+    }
+}
+
 /// A wire allocation as Pinion's.
 #[must_use]
 pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {

@@ -506,9 +506,10 @@ impl HintSource for QrmHints {
     }
 }
 
-/// Every reconcile period: poll the plugins, hand the answers to the
-/// controller (which applies only what changed), re-allocate the containers
-/// a plugin forgot.
+/// Every reconcile period: ask every plugin for its node resources
+/// (`GetTopologyAwareAllocatableResources`), poll the plugins, hand the
+/// answers to the controller (which applies only what changed), re-allocate
+/// the containers a plugin forgot.
 async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
     let mut ticks = tokio::time::interval(qrm.config.reconcile_period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -518,6 +519,9 @@ async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch
             _ = ticks.tick() => {}
             () = qrm.reconcile_now.notified() => {}
             _ = stop.changed() => break,
+        }
+        for plugin in qrm.registry.all_active() {
+            qrm.registry.refresh_node_resources(&plugin).await;
         }
         let polled_at = Instant::now();
         let polls = qrm.poll().await;

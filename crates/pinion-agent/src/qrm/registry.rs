@@ -20,6 +20,8 @@ use pinion_api::pluginregistration as pr;
 use pinion_api::resourceplugin as rp;
 use pinion_api::resourceplugin::resource_plugin_client::ResourcePluginClient;
 use pinion_api::uds;
+use pinion_core::podresources::AllocatableResource;
+use tokio::sync::watch;
 use tonic::transport::Channel;
 
 /// The service a plugin implements (what `pinion plugin serve` serves).
@@ -80,6 +82,7 @@ client_calls! {
     allocate(rp::ResourceRequest) -> rp::ResourceAllocationResponse;
     remove_pod(rp::RemovePodRequest) -> rp::RemovePodResponse;
     get_resources_allocation(rp::GetResourcesAllocationRequest) -> rp::GetResourcesAllocationResponse;
+    get_topology_aware_allocatable_resources(rp::GetTopologyAwareAllocatableResourcesRequest) -> rp::GetTopologyAwareAllocatableResourcesResponse;
 }
 
 /// Why a plugin call did not give an answer.
@@ -167,6 +170,9 @@ struct Endpoint {
     registered: SystemTime,
     stopped: Option<(SystemTime, String)>,
     stats: Stats,
+    /// What it last answered to `GetTopologyAwareAllocatableResources`
+    /// (checked); empty while stopped.
+    node_resources: Vec<AllocatableResource>,
 }
 
 pub use pinion_api::local::{
@@ -182,6 +188,9 @@ pub struct Registry {
     /// The agent's effective uid: with root, the only one whose sockets
     /// may register.
     agent_uid: u32,
+    /// Every active plugin's node resources, republished on each change
+    /// (podresources `GetAllocatableResources` reads it).
+    node_resources: watch::Sender<Arc<Vec<AllocatableResource>>>,
 }
 
 /// An active plugin, ready to be called.
@@ -200,7 +209,101 @@ impl Registry {
             table: Mutex::new(BTreeMap::new()),
             timeout,
             agent_uid: pinion_host::trust::agent_uid(),
+            node_resources: watch::channel(Arc::default()).0,
         }
+    }
+
+    /// The active plugins' node resources (`IsNodeResource`: what each
+    /// answered to `GetTopologyAwareAllocatableResources`), by resource
+    /// name; updated when a plugin registers, stops or answers anew.
+    #[must_use]
+    pub fn node_resources(&self) -> watch::Receiver<Arc<Vec<AllocatableResource>>> {
+        self.node_resources.subscribe()
+    }
+
+    /// Publishes the active entries' node resources (after a change).
+    fn publish_node_resources(&self, table: &BTreeMap<String, Endpoint>) {
+        let mut all: Vec<AllocatableResource> = table
+            .values()
+            .filter(|e| e.client.is_some())
+            .flat_map(|e| e.node_resources.iter().cloned())
+            .collect();
+        all.sort_by(|a, b| a.resource_name.cmp(&b.resource_name));
+        all.dedup_by(|a, b| a.resource_name == b.resource_name);
+        self.node_resources.send_if_modified(|current| {
+            if **current == all {
+                false
+            } else {
+                *current = Arc::new(all);
+                true
+            }
+        });
+    }
+
+    /// Asks `plugin` for `GetTopologyAwareAllocatableResources` and keeps
+    /// the answer once checked (`plugin_answer::check_node_resources`). A
+    /// plugin that does not implement it has none; a failed or refused
+    /// answer keeps what it answered before (counted as its error).
+    pub async fn refresh_node_resources(&self, plugin: &Active) {
+        let answer = self
+            .call(
+                plugin,
+                "GetTopologyAwareAllocatableResources",
+                |mut client, timeout| async move {
+                    client
+                        .get_topology_aware_allocatable_resources(
+                            rp::GetTopologyAwareAllocatableResourcesRequest {},
+                            timeout,
+                        )
+                        .await
+                },
+            )
+            .await;
+        let resources = match answer {
+            Ok(response) => {
+                let resources: Vec<AllocatableResource> = response
+                    .allocatable_resources
+                    .iter()
+                    .filter_map(|entry| {
+                        entry
+                            .value
+                            .as_ref()
+                            .map(|value| super::convert::node_resource(&entry.key, value))
+                    })
+                    .collect();
+                if let Err(err) =
+                    pinion_core::plugin_answer::check_node_resources(&plugin.resource, &resources)
+                {
+                    let error = CallError::Malformed {
+                        resource: plugin.resource.clone(),
+                        method: "GetTopologyAwareAllocatableResources".to_string(),
+                        reason: err.to_string(),
+                    };
+                    tracing::warn!(resource = %plugin.resource, "{error}");
+                    self.note_error(
+                        &plugin.resource,
+                        "GetTopologyAwareAllocatableResources",
+                        &error,
+                    );
+                    return;
+                }
+                resources
+            }
+            Err(CallError::Unsupported { .. }) => Vec::new(),
+            Err(err) => {
+                tracing::warn!(resource = %plugin.resource, "node resources: {err}");
+                return;
+            }
+        };
+        let mut table = self.table();
+        let Some(endpoint) = table.get_mut(&plugin.resource) else {
+            return;
+        };
+        if endpoint.client.is_none() {
+            return;
+        }
+        endpoint.node_resources = resources;
+        self.publish_node_resources(&table);
     }
 
     /// Refuses a plugin socket whose file or server is not the agent's
@@ -388,28 +491,35 @@ impl Registry {
                 })?
                 .into_inner(),
         };
-        let mut table = self.table();
-        let stats = table
-            .get(resource)
-            .map(|e| e.stats.clone())
-            .unwrap_or_default();
-        if let Some(old) = table.get(resource) {
-            if old.client.is_some() && old.socket != socket {
-                tracing::info!(%resource, old = %old.socket.display(), new = %socket.display(), "a newer registration replaces the plugin");
+        {
+            let mut table = self.table();
+            let stats = table
+                .get(resource)
+                .map(|e| e.stats.clone())
+                .unwrap_or_default();
+            if let Some(old) = table.get(resource) {
+                if old.client.is_some() && old.socket != socket {
+                    tracing::info!(%resource, old = %old.socket.display(), new = %socket.display(), "a newer registration replaces the plugin");
+                }
             }
+            table.insert(
+                resource.to_string(),
+                Endpoint {
+                    socket: socket.to_path_buf(),
+                    options: Some(options.clone()),
+                    client: Some(client),
+                    registered: SystemTime::now(),
+                    stopped: None,
+                    stats,
+                    node_resources: Vec::new(),
+                },
+            );
+            self.publish_node_resources(&table);
         }
-        table.insert(
-            resource.to_string(),
-            Endpoint {
-                socket: socket.to_path_buf(),
-                options: Some(options.clone()),
-                client: Some(client),
-                registered: SystemTime::now(),
-                stopped: None,
-                stats,
-            },
-        );
         tracing::info!(%resource, socket = %socket.display(), topology_aligned = options.with_topology_alignment, need_reconcile = options.need_reconcile, "resource plugin registered");
+        if let Ok(active) = self.active(resource) {
+            self.refresh_node_resources(&active).await;
+        }
         Ok(())
     }
 
@@ -417,13 +527,17 @@ impl Registry {
     /// removed: de-registration).
     pub fn stop_socket(&self, socket: &Path, why: &str) -> Vec<String> {
         let mut stopped = Vec::new();
-        for (resource, endpoint) in self.table().iter_mut() {
+        let mut table = self.table();
+        for (resource, endpoint) in table.iter_mut() {
             if endpoint.socket == socket && endpoint.client.is_some() {
                 endpoint.client = None;
                 endpoint.stopped = Some((SystemTime::now(), why.to_string()));
+                endpoint.node_resources.clear();
                 stopped.push(resource.clone());
             }
         }
+        self.publish_node_resources(&table);
+        drop(table);
         for resource in &stopped {
             tracing::warn!(%resource, socket = %socket.display(), "resource plugin stopped: {why}");
         }
@@ -445,6 +559,7 @@ impl Registry {
                     "restored from the state; waiting for the plugin to register".to_string(),
                 )),
                 stats: Stats::default(),
+                node_resources: Vec::new(),
             });
     }
 
@@ -589,8 +704,25 @@ impl Registry {
                 pre_start_required: e.options.as_ref().map(|o| o.pre_start_required),
                 registered: epoch_seconds(e.registered),
                 stats: e.stats.clone(),
+                node_resources: e.node_resources.iter().map(node_resource_view).collect(),
             })
             .collect()
+    }
+}
+
+/// A node resource as `pinion plugins` shows it.
+fn node_resource_view(r: &AllocatableResource) -> pinion_api::local::NodeResource {
+    let per_numa = |list: &[pinion_core::podresources::NumaQuantity]| {
+        list.iter().map(|q| (q.node, q.value)).collect()
+    };
+    pinion_api::local::NodeResource {
+        name: r.resource_name.clone(),
+        is_node_resource: r.is_node_resource,
+        is_scalar_resource: r.is_scalar_resource,
+        allocatable: r.allocatable,
+        capacity: r.capacity,
+        allocatable_per_numa: per_numa(&r.allocatable_per_numa),
+        capacity_per_numa: per_numa(&r.capacity_per_numa),
     }
 }
 

@@ -296,3 +296,36 @@ fn regression_plugin_placed_dedicated_containers_list_their_cpus() {
         "a shared pool is not held: {cpus:?}"
     );
 }
+
+/// Issue 28 item 2 (`IsNodeResource`): the plugins' allocatable resources
+/// are listed beside Pinion's; a plugin's `cpu` replaces Pinion's own.
+#[test]
+fn plugin_node_resources_join_the_allocatable_resources() {
+    let topology = machine();
+    let own = allocatable(&topology, true, &list_of("0"));
+    let widget = AllocatableResource {
+        resource_name: "example.com/widget".into(),
+        is_node_resource: true,
+        is_scalar_resource: true,
+        allocatable: 3.0,
+        capacity: 4.0,
+        ..AllocatableResource::default()
+    };
+    let plugin_cpu = AllocatableResource {
+        resource_name: "cpu".into(),
+        allocatable: 5.0,
+        capacity: 8.0,
+        ..AllocatableResource::default()
+    };
+    let merged = with_plugin_resources(own.clone(), &[widget.clone(), plugin_cpu.clone()]);
+    let names: Vec<&str> = merged
+        .resources
+        .iter()
+        .map(|r| r.resource_name.as_str())
+        .collect();
+    assert_eq!(names, ["cpu", "memory", "example.com/widget"]);
+    assert_eq!(merged.resources[0], plugin_cpu);
+    assert_eq!(merged.resources[2], widget);
+    assert_eq!(merged.cpu_ids, own.cpu_ids);
+    assert_eq!(with_plugin_resources(own.clone(), &[]), own);
+}

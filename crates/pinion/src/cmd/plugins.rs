@@ -1,5 +1,6 @@
 //! `pinion plugins`: the resource plugins the agent knows (QoS Resource
-//! Manager): resource, socket, options, state, last error, calls.
+//! Manager): resource, socket, options, state, last error, calls, and the
+//! node resources they report.
 
 use std::fmt::Write as _;
 
@@ -25,6 +26,53 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 fn flag(value: Option<bool>, name: &str) -> Option<String> {
     value.filter(|v| *v).map(|_| name.to_string())
+}
+
+/// The node resources the plugins report (`IsNodeResource`), one row
+/// each with its per-NUMA amounts as `node:allocatable/capacity`; nothing
+/// when none reports any.
+fn node_resources(plugins: &[PluginView]) -> String {
+    if plugins.iter().all(|p| p.node_resources.is_empty()) {
+        return String::new();
+    }
+    let mut table = Table::new(&[
+        "NODE RESOURCE",
+        "PLUGIN",
+        "ALLOCATABLE>",
+        "CAPACITY>",
+        "PER NUMA (ALLOCATABLE/CAPACITY)",
+    ]);
+    for p in plugins {
+        for r in &p.node_resources {
+            let nodes: std::collections::BTreeSet<u64> = r
+                .allocatable_per_numa
+                .keys()
+                .chain(r.capacity_per_numa.keys())
+                .copied()
+                .collect();
+            let per_numa: Vec<String> = nodes
+                .iter()
+                .map(|node| {
+                    let amount = |map: &std::collections::BTreeMap<u64, f64>| {
+                        map.get(node).map_or("-".to_string(), |v| v.to_string())
+                    };
+                    format!(
+                        "{node}:{}/{}",
+                        amount(&r.allocatable_per_numa),
+                        amount(&r.capacity_per_numa)
+                    )
+                })
+                .collect();
+            table.row(vec![
+                r.name.clone(),
+                p.resource.clone(),
+                r.allocatable.to_string(),
+                r.capacity.to_string(),
+                per_numa.join(" "),
+            ]);
+        }
+    }
+    format!("\n{}", table.render())
 }
 
 /// One row per plugin, then its stop reason and last error; `wide` adds
@@ -85,6 +133,7 @@ pub(crate) fn table(plugins: &[PluginView], wide: bool, clock: &Clock) -> String
     }
     let mut out = table.render();
     out.push_str(&notes);
+    out.push_str(&node_resources(plugins));
     if wide {
         let mut methods = Table::new(&["RESOURCE", "METHOD", "CALLS>", "ERRORS>", "MEAN MS>"]);
         for p in plugins {
