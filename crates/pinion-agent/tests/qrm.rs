@@ -1015,3 +1015,56 @@ async fn a_node_resource_that_is_not_a_number_is_refused_and_counted() {
     assert!(agent.qrm.registry().node_resources().borrow().is_empty());
     agent.stop().await;
 }
+
+/// Issue 28 item 4: a plugin's `Unified` OCI property (cgroup v2 files)
+/// reaches the run's cgroup; a file outside the list fails the admission
+/// naming the file, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_unified_files_reach_the_cgroup_and_unlisted_ones_are_refused() {
+    const IO: &str = "example.com/io";
+    let agent = Agent::start();
+    let knob = Knob::one(
+        IO,
+        "Unified",
+        r#"{"io.weight":"default 300","memory.high":"1073741824"}"#,
+        "io",
+    );
+    let _served = agent.serve_as(knob.clone(), "io.sock");
+    agent.wait_for_plugin(IO, "active").await;
+    agent
+        .handle
+        .admit(admission("pinion-run-io", "500m", &[(IO, "1")], &[]))
+        .await
+        .expect("admitted");
+    agent
+        .wait_for_files("pinion-run-io", "io.weight and memory.high written", |c| {
+            c.files.get("io.weight").map(String::as_str) == Some("default 300")
+                && c.files.get("memory.high").map(String::as_str) == Some("1073741824")
+        })
+        .await;
+    knob.state().answer.values_mut().for_each(|info| {
+        info.allocation_result = r#"{"cpuset.cpus":"0"}"#.to_string();
+    });
+    let refused = agent
+        .handle
+        .admit(admission("pinion-run-owned", "500m", &[(IO, "1")], &[]))
+        .await
+        .expect_err("a plugin may not set cpuset.cpus");
+    assert!(
+        refused
+            .to_string()
+            .contains("sets \"cpuset.cpus\", which a resource plugin may not set"),
+        "{refused}"
+    );
+    let name = CgroupName::new("pinion-run-owned").expect("name");
+    assert!(
+        agent
+            .host
+            .tree()
+            .children
+            .get(&name)
+            .is_none_or(|c| c.files.is_empty()),
+        "nothing written for the refused run"
+    );
+    agent.stop().await;
+}

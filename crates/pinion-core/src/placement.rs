@@ -74,6 +74,10 @@ pub struct ResourceSettings {
     /// The OOM score adjustment of the container's processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_score_adj: Option<i64>,
+    /// cgroup v2 files and their values (OCI `unified`), only those of
+    /// [`crate::plugin_allocation::UNIFIED_FILES`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unified: BTreeMap<String, String>,
 }
 
 impl ResourceSettings {

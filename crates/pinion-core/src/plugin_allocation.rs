@@ -56,6 +56,12 @@ pub enum OciError {
     UnknownProperty { property: String, resource: String },
     #[error("parse: {value} to int failed with error: {reason}")]
     NotAnInteger { value: String, reason: String },
+    #[error("resource {resource}: Unified {value:?} {reason}")]
+    BadUnified {
+        resource: String,
+        value: String,
+        reason: String,
+    },
     #[error("resource {resource}: {property} {value:?} is not a valid list: {reason}")]
     BadList {
         resource: String,
@@ -104,6 +110,14 @@ pub fn apply(
             Setting::Memory(v) => placement.resources.memory_limit = Some(v),
             Setting::Swap(v) => placement.resources.memory_swap_limit = Some(v),
             Setting::Oom(v) => placement.resources.oom_score_adj = Some(v),
+            Setting::Unified(files) => {
+                merge_keys(
+                    &mut placement.resources.unified,
+                    &files,
+                    resource,
+                    &mut notes,
+                );
+            }
         }
         merge_keys(&mut placement.env, &allocation.envs, resource, &mut notes);
         merge_keys(
@@ -147,7 +161,33 @@ enum Setting {
     Memory(i64),
     Swap(i64),
     Oom(i64),
+    Unified(BTreeMap<String, String>),
 }
+
+/// The cgroup v2 files a plugin may set through the `Unified` OCI property
+/// (CRI's `LinuxContainerResources.unified`): memory protection and
+/// throttling, I/O weight and limits, CPU idle and utilisation clamps, the
+/// pid limit. Not the files Pinion or kubelet own — `cpuset.*` (the
+/// placement), `cpu.max` and `cpu.weight` (`CpuQuota`/`CpuPeriod`,
+/// `CpuShares`), `memory.max` and `memory.swap.max` (the memory limits) —
+/// nor anything else a plugin could use to escape its container's limits.
+pub const UNIFIED_FILES: &[&str] = &[
+    "cpu.idle",
+    "cpu.uclamp.max",
+    "cpu.uclamp.min",
+    "io.latency",
+    "io.max",
+    "io.weight",
+    "memory.high",
+    "memory.low",
+    "memory.min",
+    "memory.oom.group",
+    "memory.swap.high",
+    "pids.max",
+];
+
+/// The longest value of one `Unified` file.
+pub const MAX_UNIFIED_VALUE: usize = 1024;
 
 fn setting(resource: &str, allocation: &PluginAllocation) -> Result<Setting, OciError> {
     let property = allocation.oci_property_name.as_str();
@@ -162,6 +202,7 @@ fn setting(resource: &str, allocation: &PluginAllocation) -> Result<Setting, Oci
         "MemoryLimitInBytes" => Setting::Memory(integer(value)?),
         "MemorySwapLimitInBytes" => Setting::Swap(integer(value)?),
         "OomScoreAdj" => Setting::Oom(integer(value)?),
+        "Unified" => Setting::Unified(unified(resource, value)?),
         other => {
             return Err(OciError::UnknownProperty {
                 property: other.to_string(),
@@ -197,6 +238,36 @@ fn list(resource: &str, property: &str, value: &str) -> Result<CpuSet, OciError>
         value: value.to_string(),
         reason: err.to_string(),
     })
+}
+
+/// A `Unified` value: a JSON object of file name → value (CRI's map as
+/// text), every file one of [`UNIFIED_FILES`], every value one line of at
+/// most [`MAX_UNIFIED_VALUE`] bytes.
+fn unified(resource: &str, value: &str) -> Result<BTreeMap<String, String>, OciError> {
+    let bad = |reason: String| OciError::BadUnified {
+        resource: resource.to_string(),
+        value: value.to_string(),
+        reason,
+    };
+    let files: BTreeMap<String, String> = serde_json::from_str(value).map_err(|err| {
+        bad(format!(
+            "is not a JSON object of cgroup file names and values: {err}"
+        ))
+    })?;
+    for (file, text) in &files {
+        if !UNIFIED_FILES.contains(&file.as_str()) {
+            return Err(bad(format!(
+                "sets {file:?}, which a resource plugin may not set (allowed: {})",
+                UNIFIED_FILES.join(", ")
+            )));
+        }
+        if text.is_empty() || text.len() > MAX_UNIFIED_VALUE || text.contains(['\n', '\0']) {
+            return Err(bad(format!(
+                "gives {file} the value {text:?}: not one line of 1 to {MAX_UNIFIED_VALUE} bytes"
+            )));
+        }
+    }
+    Ok(files)
 }
 
 fn integer(value: &str) -> Result<i64, OciError> {
@@ -346,5 +417,64 @@ mod tests {
             let applied = apply(&topology, base.clone(), &allocations).err();
             assert_eq!(check(&allocations).err(), applied, "{property}={value}");
         }
+    }
+
+    /// Issue 28 item 4: the `Unified` OCI property (cgroup v2 files) is
+    /// applied for the files of the list, and refused naming the file
+    /// otherwise.
+    #[test]
+    fn unified_sets_listed_cgroup_v2_files_and_refuses_others() {
+        let topology = machine();
+        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let allocations = PluginAllocations::from([
+            (
+                "example.com/io".to_string(),
+                oci(
+                    "Unified",
+                    r#"{"io.weight":"default 200","memory.high":"1073741824"}"#,
+                ),
+            ),
+            (
+                "example.com/later".to_string(),
+                oci("Unified", r#"{"memory.high":"max","pids.max":"64"}"#),
+            ),
+        ]);
+        let (placement, notes) = apply(&topology, base, &allocations).expect("applied");
+        let files: Vec<(&str, &str)> = placement
+            .resources
+            .unified
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                ("io.weight", "default 200"),
+                ("memory.high", "1073741824"),
+                ("pids.max", "64")
+            ]
+        );
+        assert_eq!(
+            notes.conflicts,
+            [("memory.high".to_string(), "example.com/later".to_string())]
+        );
+        let refused = |value: &str| {
+            check(&PluginAllocations::from([(
+                "example.com/io".to_string(),
+                oci("Unified", value),
+            )]))
+            .expect_err("refused")
+            .to_string()
+        };
+        let owned = refused(r#"{"cpuset.cpus":"0-3"}"#);
+        assert!(
+            owned.starts_with("resource example.com/io: Unified")
+                && owned.contains("sets \"cpuset.cpus\", which a resource plugin may not set"),
+            "{owned}"
+        );
+        assert!(refused(r#"{"memory.max":"1"}"#).contains("\"memory.max\""));
+        assert!(refused("memory.high=1").contains("not a JSON object"));
+        assert!(refused(r#"{"memory.high":"1\n2"}"#).contains("not one line"));
+        assert!(refused(r#"{"memory.high":""}"#).contains("not one line"));
     }
 }

@@ -140,6 +140,7 @@ impl From<&Resources> for pb::LinuxResources {
                 limit: Some(pb::OptionalInt64 { value }),
                 ..pb::LinuxMemory::default()
             }),
+            ..pb::LinuxResources::default()
         }
     }
 }
@@ -165,6 +166,11 @@ impl From<&Placement> for pb::LinuxResources {
                 ..pb::LinuxCpu::default()
             }),
             memory,
+            unified: r
+                .unified
+                .iter()
+                .map(|(file, value)| (file.clone(), value.clone()))
+                .collect(),
         }
     }
 }
@@ -266,6 +272,7 @@ mod tests {
             memory_limit: Some(1 << 30),
             memory_swap_limit: Some(2 << 30),
             oom_score_adj: Some(-998),
+            unified: [("memory.high".to_string(), "1073741824".to_string())].into(),
         };
         let adjust = pb::ContainerAdjustment::from(&placement);
         assert_eq!(
@@ -290,6 +297,10 @@ mod tests {
         let memory = resources.memory.unwrap();
         assert_eq!(memory.limit.map(|q| q.value), Some(1 << 30));
         assert_eq!(memory.swap.map(|q| q.value), Some(2 << 30));
+        assert_eq!(
+            resources.unified.get("memory.high").map(String::as_str),
+            Some("1073741824")
+        );
     }
 
     #[test]

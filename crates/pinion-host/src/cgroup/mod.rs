@@ -336,6 +336,8 @@ impl Cgroups {
             }
             (CgroupVersion::V1, Controller::Cpu) => &self.v1_cpu,
             (CgroupVersion::V1, Controller::Memory) => &self.v1_memory,
+            // Only cgroup v2 files (a plugin's Unified) use them.
+            (CgroupVersion::V1, Controller::Io | Controller::Pids) => return Ok(false),
         };
         Ok(match hierarchy {
             Hierarchy::Absent => false,
@@ -365,6 +367,7 @@ impl Cgroups {
         let hierarchy = match controller {
             Controller::Cpu => &self.v1_cpu,
             Controller::Memory => &self.v1_memory,
+            Controller::Io | Controller::Pids => return self.path_of(name),
         };
         match hierarchy {
             Hierarchy::Separate(mount) if self.version == CgroupVersion::V1 => {

@@ -8,6 +8,7 @@
 //! | shares | `cpu.weight` = 1 + ((shares − 2) × 9999) / 262142 | `cpu.shares` (cpu) |
 //! | memory limit | `memory.max` (`max` for unlimited) | `memory.limit_in_bytes` (`-1`) (memory) |
 //! | memory+swap limit | `memory.swap.max` = memory+swap − memory (`max`) | `memory.memsw.limit_in_bytes` (`-1`) (memory) |
+//! | unified (a plugin's `Unified`) | each listed file (`memory.high`, `io.weight`, … — `pinion_core::plugin_allocation::UNIFIED_FILES`) as given | refused: cgroup v2 files |
 //!
 //! Only settings the placement gives are written, and only when they differ
 //! from what was applied last (`None`: unknown, everything given is
@@ -21,6 +22,7 @@
 use std::path::Path;
 
 use pinion_core::placement::ResourceSettings;
+use pinion_core::plugin_allocation::UNIFIED_FILES;
 
 use super::{CgroupError, CgroupVersion};
 
@@ -29,6 +31,8 @@ use super::{CgroupError, CgroupVersion};
 pub enum Controller {
     Cpu,
     Memory,
+    Io,
+    Pids,
 }
 
 impl std::fmt::Display for Controller {
@@ -36,6 +40,8 @@ impl std::fmt::Display for Controller {
         f.write_str(match self {
             Self::Cpu => "cpu",
             Self::Memory => "memory",
+            Self::Io => "io",
+            Self::Pids => "pids",
         })
     }
 }
@@ -90,6 +96,23 @@ fn changed(desired: &ResourceSettings, applied: Option<&ResourceSettings>) -> Re
         ),
         // Set by the launcher on itself before exec (not a cgroup file).
         oom_score_adj: None,
+        unified: desired
+            .unified
+            .iter()
+            .filter(|(file, value)| applied.and_then(|a| a.unified.get(*file)) != Some(*value))
+            .map(|(file, value)| (file.clone(), value.clone()))
+            .collect(),
+    }
+}
+
+/// The controller of cgroup v2 file `file` (`memory.high` → memory).
+fn controller_of(file: &str) -> Option<Controller> {
+    match file.split('.').next()? {
+        "cpu" => Some(Controller::Cpu),
+        "memory" => Some(Controller::Memory),
+        "io" => Some(Controller::Io),
+        "pids" => Some(Controller::Pids),
+        _ => None,
     }
 }
 
@@ -116,7 +139,7 @@ pub fn plan(
     let change = changed(desired, applied);
     match version {
         CgroupVersion::V2 => plan_v2(dir, desired, &change, applied, current),
-        CgroupVersion::V1 => plan_v1(&change, current),
+        CgroupVersion::V1 => plan_v1(dir, &change, current),
     }
 }
 
@@ -175,6 +198,17 @@ fn plan_v2(
             ));
         }
     }
+    for (file, value) in &change.unified {
+        let listed = UNIFIED_FILES.iter().find(|f| **f == file.as_str());
+        let Some((file, controller)) = listed.and_then(|f| Some((*f, controller_of(f)?))) else {
+            return Err(CgroupError::Setting {
+                path: dir.to_path_buf(),
+                file: "unified",
+                reason: format!("{file:?} is not a cgroup file a resource plugin may set"),
+            });
+        };
+        writes.push(SettingWrite::new(controller, file, value.clone()));
+    }
     Ok(writes)
 }
 
@@ -195,9 +229,19 @@ fn swap_v2(swap: i64, memory: Option<i64>) -> Result<String, String> {
 }
 
 fn plan_v1(
+    dir: &Path,
     change: &ResourceSettings,
     current: &mut dyn FnMut(Controller, &'static str) -> Result<String, CgroupError>,
 ) -> Result<Vec<SettingWrite>, CgroupError> {
+    if let Some(file) = change.unified.keys().next() {
+        return Err(CgroupError::Setting {
+            path: dir.to_path_buf(),
+            file: "unified",
+            reason: format!(
+                "{file} (a resource plugin's Unified setting) is a cgroup v2 file; this node runs cgroup v1"
+            ),
+        });
+    }
     let mut writes = Vec::new();
     if let Some(period) = change.cpu_period {
         writes.push(SettingWrite::new(
@@ -289,6 +333,7 @@ mod tests {
             memory_limit: Some(1 << 30),
             memory_swap_limit: Some(3 << 29),
             oom_score_adj: Some(500),
+            ..ResourceSettings::default()
         };
         let writes = plan(
             CgroupVersion::V2,
@@ -517,5 +562,62 @@ mod tests {
         assert!(writes[2..]
             .iter()
             .all(|w| w.controller == Controller::Memory));
+    }
+
+    /// Issue 28 item 4: a plugin's `Unified` files are written on v2 under
+    /// their controllers, only when changed, and refused on v1.
+    #[test]
+    fn unified_files_are_written_on_v2_when_changed_and_refused_on_v1() {
+        let dir = Path::new("/sys/fs/cgroup/pinion/run");
+        let desired = ResourceSettings {
+            unified: [
+                ("io.weight".to_string(), "default 200".to_string()),
+                ("memory.high".to_string(), "1073741824".to_string()),
+                ("pids.max".to_string(), "64".to_string()),
+            ]
+            .into(),
+            ..ResourceSettings::default()
+        };
+        let writes = plan(CgroupVersion::V2, dir, &desired, None, &mut no_files).expect("plan");
+        assert_eq!(
+            files(&writes),
+            [
+                ("io.weight", "default 200"),
+                ("memory.high", "1073741824"),
+                ("pids.max", "64")
+            ]
+        );
+        let controllers: Vec<Controller> = writes.iter().map(|w| w.controller).collect();
+        assert_eq!(
+            controllers,
+            [Controller::Io, Controller::Memory, Controller::Pids]
+        );
+        let mut applied = desired.clone();
+        applied.unified.insert("memory.high".into(), "max".into());
+        let again = plan(
+            CgroupVersion::V2,
+            dir,
+            &desired,
+            Some(&applied),
+            &mut no_files,
+        )
+        .expect("plan");
+        assert_eq!(files(&again), [("memory.high", "1073741824")]);
+        let v1 = plan(CgroupVersion::V1, dir, &desired, None, &mut no_files)
+            .expect_err("v1 has no unified files")
+            .to_string();
+        assert!(
+            v1.contains("is a cgroup v2 file; this node runs cgroup v1"),
+            "{v1}"
+        );
+        let mut unlisted = ResourceSettings::default();
+        unlisted.unified.insert("cpuset.cpus".into(), "0".into());
+        let refused = plan(CgroupVersion::V2, dir, &unlisted, None, &mut no_files)
+            .expect_err("not a plugin's file")
+            .to_string();
+        assert!(
+            refused.contains("\"cpuset.cpus\" is not a cgroup file"),
+            "{refused}"
+        );
     }
 }

@@ -228,6 +228,7 @@ fn oci_settings() -> ResourceSettings {
         memory_limit: Some(256 << 20),
         memory_swap_limit: Some(512 << 20),
         oom_score_adj: Some(100),
+        ..ResourceSettings::default()
     }
 }
 
