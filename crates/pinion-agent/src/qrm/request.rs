@@ -119,6 +119,7 @@ pub fn container_type(pod: &Pod, container: &str) -> (rp::ContainerType, u64) {
     (kind, index as u64)
 }
 
+// difference-from-kubelet: qrm-request-without-limits
 /// The `ResourceRequest` for `request` of `container` (§4.2). `hint` is the
 /// Topology Manager's affinity, sent only to topology-aligned plugins.
 #[must_use]

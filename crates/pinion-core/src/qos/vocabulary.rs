@@ -75,6 +75,7 @@ const fn shape(level: QosLevel, numa: Option<NumaHolding>) -> Shape {
 /// The proposal's roles (its worked examples and story 2), mapped onto
 /// Pinion's QoS levels and NUMA holding. The one table both the agent and
 /// the simulator use; `docs/qrm.md` prints it.
+// difference-from-kubelet: qrm-follows-katalyst
 pub const ROLES: &[Role] = &[
     Role {
         names: &["online-micro_service"],
