@@ -427,10 +427,16 @@ fn policy_config(file: &FileConfig) -> Result<(PolicyConfig, Features), ConfigEr
     };
     let kube = reserved_cpu(file.kube_reserved.as_ref(), "kubeReserved.cpu")?;
     let system = reserved_cpu(file.system_reserved.as_ref(), "systemReserved.cpu")?;
-    let num_reserved = defaults::reserved_count(reserved.as_ref().map(CpuSet::len), kube, system);
-    if name == "static" && num_reserved == 0 {
-        return Err(ConfigError::NoReservation);
-    }
+    // kubelet's path: the container manager's reservation entry (zero
+    // left out), then the CPU manager's `getNumReservedCPUs`. The entry is
+    // never zero here, so a static policy without one gets kubelet's
+    // "unable to determine" (`defaults::reservation_entry`).
+    let entry = defaults::reservation_entry(reserved.as_ref().map(CpuSet::len), kube, system);
+    let num_reserved = match defaults::num_reserved_cpus(entry) {
+        Ok(count) => count,
+        Err(_) if name != "static" => 0,
+        Err(_) => return Err(ConfigError::NoReservation),
+    };
     let config = PolicyConfig {
         policy: Some(name),
         options,

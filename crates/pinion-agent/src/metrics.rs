@@ -104,6 +104,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// The exposition (OpenMetrics text) of one snapshot and the resource
 /// plugins' statistics.
 #[must_use]
+// difference-from-kubelet: metric-names-without-kubelet-prefix
 pub fn render(m: &MetricsSnapshot, plugins: &[wire::Plugin]) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(SnapshotCollector(m.clone(), plugins.to_vec())));

@@ -8,7 +8,9 @@
 //! as a [`QosWarning`] (katalyst logs it and carries on). On top of those:
 //! `numa_ids` (a NUMA id list in cpulist syntax, which wins over
 //! `numa_number`), `numa_number`, the pod role label, the pod type
-//! annotation and `kubernetes.io/main-container-name`.
+//! annotation and `kubernetes.io/main-container-name`. The QRM proposal's
+//! own annotations (`kubernetes.io/pod-role`, `kubernetes.io/resource-type`)
+//! are read through the one role table of [`vocabulary`].
 //!
 //! [`parse`] is pure and total: every input gives a request or a
 //! [`QosError`], never a panic.
@@ -20,6 +22,10 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
+
+pub mod vocabulary;
+
+pub use vocabulary::VocabularyError;
 
 /// The QoS level annotation (also a label in katalyst).
 pub const QOS_LEVEL_KEY: &str = "katalyst.kubewharf.io/qos_level";
@@ -148,6 +154,9 @@ pub enum QosError {
     InvalidNumaNumber { value: String },
     #[error("invalid cpuset pool name {value:?}: {reason}")]
     InvalidPoolName { value: String, reason: &'static str },
+    /// The proposal's annotations contradict themselves or katalyst's.
+    #[error(transparent)]
+    Vocabulary(#[from] VocabularyError),
 }
 
 /// Something odd but harmless in the annotations.
@@ -161,6 +170,8 @@ pub enum QosWarning {
     UnknownNamespaceType { value: String },
     #[error("both {NUMA_IDS_KEY} and {NUMA_NUMBER_KEY} are set; numa_number {value} ignored")]
     NumaNumberIgnored { value: u32 },
+    #[error("role {value:?} in annotation {} is not in the role table; sent to plugins as it is, no qos level derived from it", vocabulary::POD_ROLE_ANNOTATION)]
+    UnknownRole { value: String },
 }
 
 /// What a pod asks for, as katalyst's annotations say it.
@@ -197,21 +208,34 @@ pub struct QosRequest {
 /// Longest pool name accepted (it appears in pool listings and state).
 pub const MAX_POOL_NAME: usize = 63;
 
-/// Reads katalyst's annotations. Only `qos_level`, `numa_ids`,
-/// `numa_number` and an unusable `cpuset_pool` are errors; everything else
+/// Reads katalyst's annotations and the proposal's (`kubernetes.io/pod-role`,
+/// `kubernetes.io/resource-type`, through the role table of
+/// [`vocabulary`]). Only `qos_level`, `numa_ids`, `numa_number`, an unusable
+/// `cpuset_pool` and contradictory values are errors; everything else
 /// degrades to the default with a warning.
 pub fn parse(annotations: &BTreeMap<String, String>) -> Result<QosRequest, QosError> {
     let mut warnings = Vec::new();
-    let (level, level_explicit) = match annotations.get(QOS_LEVEL_KEY) {
-        Some(value) => (value.parse::<QosLevel>()?, true),
-        None => (QosLevel::SharedCores, false),
+    let proposal = vocabulary::read(annotations)?;
+    let (level, level_explicit) = match (annotations.get(QOS_LEVEL_KEY), proposal.level()) {
+        (Some(value), _) => (value.parse::<QosLevel>()?, true),
+        (None, Some(level)) => (level, true),
+        (None, None) => (QosLevel::SharedCores, false),
     };
     let cpu_enhancement = enhancement(annotations, CPU_ENHANCEMENT_KEY, &mut warnings);
     let memory_enhancement = enhancement(annotations, MEMORY_ENHANCEMENT_KEY, &mut warnings);
     let network_enhancement = enhancement(annotations, NETWORK_ENHANCEMENT_KEY, &mut warnings);
+    vocabulary::check_katalyst(&proposal, annotations, &memory_enhancement)?;
+    if let Some(value) = &proposal.unknown_role {
+        warnings.push(QosWarning::UnknownRole {
+            value: value.clone(),
+        });
+    }
+    let numa = proposal.numa();
     let numa_binding = is_true(memory_enhancement.get(keys::NUMA_BINDING))
-        || is_true(annotations.get(NUMA_BINDING_KEY));
-    let mut numa_exclusive = is_true(memory_enhancement.get(keys::NUMA_EXCLUSIVE));
+        || is_true(annotations.get(NUMA_BINDING_KEY))
+        || numa.is_some();
+    let mut numa_exclusive = is_true(memory_enhancement.get(keys::NUMA_EXCLUSIVE))
+        || numa == Some(vocabulary::NumaHolding::Exclusive);
     if numa_exclusive && !(numa_binding && level == QosLevel::DedicatedCores) {
         warnings.push(QosWarning::ExclusiveIgnored { level });
         numa_exclusive = false;

@@ -35,6 +35,7 @@ pub struct StoredAllocations {
 }
 
 /// Side-data kind of a container's plugin allocations.
+// difference-from-kubelet: qrm-journal-not-state-file
 pub const ALLOCATIONS: &str = "qrm-allocation";
 
 /// The side-data key of a container.

@@ -2,13 +2,17 @@
 //! and the simulator (`pinion_plugins::scenario`), so both decide alike.
 
 use crate::pod::{guaranteed_cpus, Pod};
-use crate::qos::{QosLevel, QOS_LEVEL_KEY};
+#[cfg(test)]
+use crate::qos::QOS_LEVEL_KEY;
+use crate::qos::{self, QosLevel};
 
 /// Whether a failed `Allocate` of `container` in `pod` is skipped (the
 /// container runs without that resource) rather than failing the admission.
 ///
 /// The kubelet fork tolerates the failure for pods whose QoS level is
-/// `shared_cores` or not set (spec `qrm.md` §4.6). Pinion narrows that to
+/// `shared_cores` or not set (spec `qrm.md` §4.6) — the level as
+/// [`qos::parse`] reads it, so a level the proposal's role gives counts
+/// (an `ETL` pod is `reclaimed_cores`). Pinion narrows that to
 /// containers that asked for no exclusivity: a container with exclusive
 /// CPUs asked (a Guaranteed pod's whole-CPU request — `pinion run --cpus N`
 /// — kubelet's `guaranteedCPUs`) either gets them or fails with the reason;
@@ -16,10 +20,8 @@ use crate::qos::{QosLevel, QOS_LEVEL_KEY};
 /// hung.
 #[must_use]
 pub fn allocation_failure_is_tolerated(pod: &Pod, container: &str) -> bool {
-    let shared_level = pod
-        .annotations
-        .get(QOS_LEVEL_KEY)
-        .is_none_or(|level| level == QosLevel::SharedCores.as_str());
+    let shared_level = qos::parse(&pod.annotations)
+        .is_ok_and(|request| !request.level_explicit || request.level == QosLevel::SharedCores);
     shared_level && !asks_exclusive_cpus(pod, container)
 }
 
@@ -102,6 +104,32 @@ mod tests {
                 allocation_failure_is_tolerated(&pod, "main"),
                 tolerated,
                 "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_proposals_roles_count_as_the_levels_they_map_to() {
+        let with_role = |role: &str| {
+            let mut pod = pod(None, "1", None);
+            pod.annotations.insert(
+                qos::vocabulary::POD_ROLE_ANNOTATION.to_string(),
+                role.to_string(),
+            );
+            pod
+        };
+        let cases = [
+            ("online-micro_service", true),
+            ("ETL", false),
+            ("storage-service", false),
+            ("numa-enhancement", false),
+            ("a role the table does not know", true),
+        ];
+        for (role, tolerated) in cases {
+            assert_eq!(
+                allocation_failure_is_tolerated(&with_role(role), "main"),
+                tolerated,
+                "{role}"
             );
         }
     }

@@ -72,6 +72,7 @@ impl From<KubeError> for HandlerError {
 
 /// The one mapping from handler errors to NRI statuses.
 #[must_use]
+// difference-from-kubelet: refusal-is-create-container-error
 pub fn to_status(err: &HandlerError) -> Status {
     let code = match err.kind {
         ErrorKind::InvalidInput => Code::InvalidArgument,

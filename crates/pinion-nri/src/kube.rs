@@ -19,6 +19,7 @@ pub const INIT_CONTAINERS_ANNOTATION: &str = "pinion.dev/init-containers";
 /// Pod annotation with the requests of resources NRI does not show (extended
 /// resources served by resource plugins), as JSON:
 /// `{"<container>": {"<resource>": "<quantity>", …}, …}`.
+// difference-from-kubelet: qrm-annotations-over-nri
 pub const REQUESTS_ANNOTATION: &str = "pinion.dev/requests";
 /// Pod annotation `"true"` when the pod spec sets pod-level resources
 /// (`spec.resources`, KEP-2837). NRI sends the pod cgroup's resources for

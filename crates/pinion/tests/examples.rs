@@ -83,7 +83,7 @@ fn example_flags_print_the_example_files() {
 /// The golden outputs of the commands that read files: the examples'.
 #[test]
 fn golden_outputs_of_the_examples() {
-    let cases: [(&str, &[&str]); 7] = [
+    let cases: [(&str, &[&str]); 9] = [
         (
             "hints.table",
             &["hints", "examples/hints/merge-and-cpu-hints.yaml"],
@@ -131,6 +131,17 @@ fn golden_outputs_of_the_examples() {
                 "json",
                 "examples/scenarios/dual-socket-smt.yaml",
             ],
+        ),
+        (
+            "simulate-kep-4800-partial-uncore.table",
+            &[
+                "simulate",
+                "examples/scenarios/kep-4800-partial-uncore.yaml",
+            ],
+        ),
+        (
+            "simulate-kep-4800-full-uncore.table",
+            &["simulate", "examples/scenarios/kep-4800-full-uncore.yaml"],
         ),
     ];
     let root = workspace();

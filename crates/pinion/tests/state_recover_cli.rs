@@ -69,6 +69,58 @@ impl Node {
     }
 }
 
+/// kubelet's two texts for a static policy without reserved CPUs, each
+/// where kubelet prints it: a reservation of zero handed in directly
+/// (`--num-reserved 0`, as a zero `cpu` entry reaching the CPU manager's
+/// `NewManager`) is "greater than zero"; a config file reserving zero CPUs
+/// (which kubelet's container manager turns into no entry at all) is
+/// "unable to determine".
+#[test]
+fn zero_reservations_get_kubelets_text_for_where_they_come_from() {
+    let node = Node::new(STATE);
+    let (root, file) = (node.root.as_str(), node.path.as_str());
+    let zero = pinion(&[
+        "state",
+        "verify",
+        file,
+        "--sysroot",
+        root,
+        "--num-reserved",
+        "0",
+    ]);
+    assert!(!zero.status.success());
+    assert!(
+        text(&zero).contains(
+            "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"
+        ),
+        "{}",
+        text(&zero)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config.yaml");
+    fs::write(
+        &config,
+        "cpuManagerPolicy: static\nsystemReserved: {cpu: \"0\"}\n",
+    )
+    .expect("config");
+    let file_zero = pinion(&[
+        "state",
+        "verify",
+        file,
+        "--sysroot",
+        root,
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]);
+    assert!(!file_zero.status.success());
+    assert!(
+        text(&file_zero)
+            .contains("[cpumanager] unable to determine reserved CPU resources for static policy"),
+        "{}",
+        text(&file_zero)
+    );
+}
+
 #[test]
 fn verify_accepts_a_valid_state_and_names_kubelets_refusal() {
     let node = Node::new(STATE);

@@ -55,6 +55,7 @@ impl Controller {
     /// Recomputes every desired placement, applies the differences (runtime
     /// updates sent to the front-end) and publishes the shared pool and a
     /// snapshot.
+    // difference-from-kubelet: shared-pool-pushed-at-once
     pub(super) fn converge(&mut self) {
         self.execute(Delivery::Send);
     }

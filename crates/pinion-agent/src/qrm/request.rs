@@ -1,17 +1,18 @@
 //! What a container asks of resource plugins (spec `qrm.md` §4.1–4.3): the
 //! resources it requests that a plugin serves, under their mapped names,
-//! and the `ResourceRequest` sent for each.
+//! and the `ResourceRequest` sent for each. The pod's role and type come
+//! from either vocabulary — katalyst's label and annotation or the QRM
+//! proposal's `kubernetes.io/pod-role` and `kubernetes.io/resource-type` —
+//! through `pinion_core::qos::vocabulary`, which refuses a pod whose values
+//! contradict each other.
 
 use std::collections::BTreeMap;
 
 use pinion_api::resourceplugin as rp;
 use pinion_core::pod::Pod;
+use pinion_core::qos::vocabulary::{self, Identity, VocabularyError};
 use pinion_core::Quantity;
 
-/// Pod label with the pod's role (copied into `pod_role`).
-pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
-/// Pod annotation with the pod's type (copied into `pod_type`).
-pub const POD_TYPE_ANNOTATION: &str = "katalyst.kubewharf.io/pod_type";
 /// Pod annotation naming the main container.
 pub const MAIN_CONTAINER_ANNOTATION: &str = "kubernetes.io/main-container-name";
 
@@ -24,6 +25,8 @@ pub struct PluginRequest {
     pub requested: String,
     /// The quantity as plugins receive it (the raw value: `2` CPUs, bytes).
     pub quantity: f64,
+    /// The pod's role and type as every request of the pod carries them.
+    pub identity: Identity,
 }
 
 /// Why a container's requests cannot go to plugins.
@@ -33,10 +36,17 @@ pub enum RequestError {
     BothMapped { requested: String, mapped: String },
     #[error("pod {pod} has no container {container:?}")]
     UnknownContainer { pod: String, container: String },
+    #[error("pod {pod}: {source}")]
+    Vocabulary {
+        pod: String,
+        source: VocabularyError,
+    },
 }
 
 /// The plugin resources `container` of `pod` requests, in name order:
-/// every request whose (mapped) name `served` accepts.
+/// every request whose (mapped) name `served` accepts. A pod whose role or
+/// type metadata contradicts itself is refused here, before any plugin
+/// hears of it.
 pub fn plugin_requests(
     pod: &Pod,
     container: &str,
@@ -49,6 +59,12 @@ pub fn plugin_requests(
             pod: pod.uid.clone(),
             container: container.to_string(),
         })?;
+    let identity = vocabulary::identity(&pod.labels, &pod.annotations).map_err(|source| {
+        RequestError::Vocabulary {
+            pod: format!("{}/{}", pod.namespace, pod.name),
+            source,
+        }
+    })?;
     let requests = spec.requests();
     let mut out = Vec::new();
     for (name, quantity) in &requests {
@@ -64,6 +80,7 @@ pub fn plugin_requests(
                 resource: mapped,
                 requested: name.clone(),
                 quantity: as_float(quantity),
+                identity: identity.clone(),
             });
         }
     }
@@ -102,6 +119,7 @@ pub fn container_type(pod: &Pod, container: &str) -> (rp::ContainerType, u64) {
     (kind, index as u64)
 }
 
+// difference-from-kubelet: qrm-request-without-limits
 /// The `ResourceRequest` for `request` of `container` (§4.2). `hint` is the
 /// Topology Manager's affinity, sent only to topology-aligned plugins.
 #[must_use]
@@ -119,12 +137,8 @@ pub fn resource_request(
         container_name: container.to_string(),
         container_type: kind as i32,
         container_index: index,
-        pod_role: pod.labels.get(POD_ROLE_LABEL).cloned().unwrap_or_default(),
-        pod_type: pod
-            .annotations
-            .get(POD_TYPE_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
+        pod_role: request.identity.pod_role.clone(),
+        pod_type: request.identity.pod_type.clone(),
         resource_name: request.resource.clone(),
         hint,
         resource_requests: [(request.resource.clone(), request.quantity)].into(),
@@ -138,6 +152,7 @@ pub fn resource_request(
 #[cfg(test)]
 mod tests {
     use pinion_core::pod::Container;
+    use pinion_core::qos::{POD_ROLE_LABEL, POD_TYPE_KEY as POD_TYPE_ANNOTATION};
 
     use super::*;
 
@@ -219,6 +234,7 @@ mod tests {
             resource: "cpu".into(),
             requested: "cpu".into(),
             quantity: 2.0,
+            identity: vocabulary::identity(&pod.labels, &pod.annotations).expect("identity"),
         };
         let hint = rp::TopologyHint {
             nodes: vec![1],
@@ -242,5 +258,53 @@ mod tests {
         assert_eq!(r.native_qos_class, "Burstable");
         assert_eq!(container_type(&pod, "log"), (rp::ContainerType::Sidecar, 1));
         assert_eq!(container_type(&pod, "setup"), (rp::ContainerType::Init, 0));
+    }
+
+    #[test]
+    fn the_proposals_annotations_become_pod_role_and_pod_type() {
+        let mut pod = pod();
+        pod.labels.clear();
+        pod.annotations = [
+            (
+                vocabulary::POD_ROLE_ANNOTATION.to_string(),
+                "storage-service".to_string(),
+            ),
+            (
+                vocabulary::RESOURCE_TYPE_ANNOTATION.to_string(),
+                "numa-exclusive && cpu-exclusive".to_string(),
+            ),
+        ]
+        .into();
+        let requests =
+            plugin_requests(&pod, "app", &BTreeMap::new(), |n| n == "cpu").expect("requests");
+        let r = resource_request(&pod, "app", &requests[0], None);
+        assert_eq!(r.pod_role, "storage-service");
+        assert_eq!(r.pod_type, "numa-exclusive && cpu-exclusive");
+        // The raw annotations and labels go along, as for katalyst's keys.
+        assert_eq!(r.annotations, pod.annotations);
+        assert_eq!(r.labels, pod.labels);
+    }
+
+    #[test]
+    fn contradictory_vocabularies_refuse_the_pod_naming_both() {
+        let mut pod = pod();
+        pod.annotations.insert(
+            vocabulary::POD_ROLE_ANNOTATION.to_string(),
+            "reranker".to_string(),
+        );
+        let err = plugin_requests(&pod, "app", &BTreeMap::new(), |_| true)
+            .expect_err("label frontend, annotation reranker");
+        assert_eq!(
+            err.to_string(),
+            "pod prod/web: contradictory pod metadata: kubernetes.io/pod-role: \"reranker\" \
+             contradicts katalyst.kubewharf.io/pod_role: \"frontend\""
+        );
+        assert!(matches!(
+            err,
+            RequestError::Vocabulary {
+                source: VocabularyError::Contradiction { .. },
+                ..
+            }
+        ));
     }
 }

@@ -33,8 +33,15 @@ pub enum PolicyError {
         "strict-cpu-reservation with reserved cpus {reserved} leaves no cpu for the shared pool"
     )]
     NoSharedCpus { reserved: String },
+    /// kubelet's `getNumReservedCPUs` without a `cpu` entry in the
+    /// reservation (what a zero reservation in a config file becomes:
+    /// [`defaults::reservation_entry`]).
     #[error("[cpumanager] unable to determine reserved CPU resources for static policy")]
     NoReservation,
+    /// kubelet's `getNumReservedCPUs` with a `cpu` entry of zero (a
+    /// reservation handed in directly: [`defaults::num_reserved_cpus`]).
+    #[error("[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero")]
+    ZeroReservation,
     #[error("unknown cpu manager policy {name:?} (expected \"none\" or \"static\")")]
     UnknownPolicy { name: String },
     #[error("pod {pod} has no container {container:?}")]

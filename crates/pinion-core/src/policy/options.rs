@@ -42,6 +42,7 @@ pub enum Maturity {
 }
 
 /// Every option kubelet knows, with its maturity.
+// difference-from-kubelet: option-maturities
 pub const KNOWN_OPTIONS: [(&str, Maturity); 6] = [
     (FULL_PCPUS_ONLY, Maturity::Ga),
     (STRICT_CPU_RESERVATION, Maturity::Ga),

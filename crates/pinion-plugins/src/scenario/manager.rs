@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use pinion_core::cpuset::CpuSet;
 use pinion_core::pod::Pod;
 use pinion_core::pools::{Change, PoolLoad};
+use pinion_core::qos::vocabulary::{self, Identity};
 use pinion_core::qos::{self, QosLevel};
 use pinion_core::qrm_rules::allocation_failure_is_tolerated;
 use pinion_core::topomgr::{NumaMask, Policy, TopologyHint, TopologyManager};
@@ -23,6 +24,8 @@ use crate::PluginError;
 struct Ask {
     resource: String,
     quantity: f64,
+    /// The pod's role and type (either vocabulary, checked).
+    identity: Identity,
 }
 
 /// Why an admission stopped.
@@ -422,6 +425,8 @@ impl<'a> Manager<'a> {
             .into_iter()
             .map(|p| p.resource_name().to_string())
             .collect();
+        let identity = vocabulary::identity(&pod.labels, &pod.annotations)
+            .map_err(|err| Refusal::Input(err.to_string()))?;
         let requests = container.requests();
         let mut asks = Vec::new();
         for (requested, quantity) in &requests {
@@ -440,6 +445,7 @@ impl<'a> Manager<'a> {
                     resource: resource.clone(),
                     #[allow(clippy::cast_precision_loss)]
                     quantity: quantity.milli_value() as f64 / 1000.0,
+                    identity: identity.clone(),
                 });
             }
         }
@@ -571,16 +577,8 @@ fn build_request(pod: &Pod, container: &str, ask: &Ask, hint: Option<Hint>) -> R
         container_name: container.to_string(),
         container_type,
         container_index,
-        pod_role: pod
-            .labels
-            .get(qos::POD_ROLE_LABEL)
-            .cloned()
-            .unwrap_or_default(),
-        pod_type: pod
-            .annotations
-            .get(qos::POD_TYPE_KEY)
-            .cloned()
-            .unwrap_or_default(),
+        pod_role: ask.identity.pod_role.clone(),
+        pod_type: ask.identity.pod_type.clone(),
         resource_name: ask.resource.clone(),
         hint,
         resource_requests: BTreeMap::from([(ask.resource.clone(), ask.quantity)]),

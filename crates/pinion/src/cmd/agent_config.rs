@@ -116,14 +116,18 @@ fn policy_config(keys: &FileKeys) -> anyhow::Result<PolicyConfig> {
                 .with_context(|| format!("invalid reservedSystemCPUs {text:?}"))?,
         ),
     };
-    let num_reserved = defaults::reserved_count(
+    let entry = defaults::reservation_entry(
         reserved.as_ref().map(CpuSet::len),
         millicores(keys.kube_reserved.as_ref(), "kubeReserved.cpu")?,
         millicores(keys.system_reserved.as_ref(), "systemReserved.cpu")?,
     );
-    if name == "static" && num_reserved == 0 {
-        anyhow::bail!("[cpumanager] unable to determine reserved CPU resources for static policy");
-    }
+    // kubelet's texts: a file reserving nothing has no entry ("unable to
+    // determine reserved CPU resources"), as the agent's config says.
+    let num_reserved = match defaults::num_reserved_cpus(entry) {
+        Ok(count) => count,
+        Err(_) if name != "static" => 0,
+        Err(err) => return Err(err.into()),
+    };
     Ok(PolicyConfig {
         policy: Some(name),
         options,

@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Context as _;
 use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
 use pinion_api::Client;
-use pinion_core::qos;
+use pinion_core::qos::{self, vocabulary};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::local::socket_or_default;
@@ -128,8 +128,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 /// Refuses QoS annotations that would be ignored: a level that is none of
-/// katalyst's, and any `katalyst.kubewharf.io/` annotation without a CPU
-/// request (resource plugins see only pods that request CPUs, so the run
+/// katalyst's, contradictory values (the QRM proposal's
+/// `kubernetes.io/pod-role` / `kubernetes.io/resource-type` against each
+/// other or katalyst's keys), and any `katalyst.kubewharf.io/` or proposal
+/// annotation without a CPU request (resource plugins see only pods that request CPUs, so the run
 /// would land in the shared pool whatever the annotation says).
 fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(), String> {
     let level = annotations
@@ -145,14 +147,17 @@ fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(),
             ));
         }
     }
-    let katalyst = annotations
-        .iter()
-        .find(|(key, _)| key.starts_with("katalyst.kubewharf.io/"));
-    if let (None, Some((key, value))) = (cpus, katalyst) {
-        let example = match level {
-            Some("dedicated_cores") => "--cpus 2",
-            _ => "--cpus 500m",
-        };
+    let map: std::collections::BTreeMap<String, String> = annotations.iter().cloned().collect();
+    vocabulary::identity(&std::collections::BTreeMap::new(), &map)
+        .map_err(|err| err.to_string())?;
+    let qos_key = annotations.iter().find(|(key, _)| {
+        key.starts_with("katalyst.kubewharf.io/")
+            || key == vocabulary::POD_ROLE_ANNOTATION
+            || key == vocabulary::RESOURCE_TYPE_ANNOTATION
+    });
+    if let (None, Some((key, value))) = (cpus, qos_key) {
+        let dedicated = qos::parse(&map).is_ok_and(|r| r.level == qos::QosLevel::DedicatedCores);
+        let example = if dedicated { "--cpus 2" } else { "--cpus 500m" };
         return Err(format!(
             "--annotation {key}={value} needs a CPU request, or the resource plugins never see \
              the run: add {example} (shared_cores and reclaimed_cores take a fraction such as \
@@ -308,6 +313,26 @@ mod tests {
         let why = check_qos(Some("1"), &gold).expect_err("gold");
         assert!(
             why.contains("gold") && why.contains("reclaimed_cores"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_proposals_keys_need_cpus_and_must_agree_with_katalysts() {
+        let role = annotation(qos::vocabulary::POD_ROLE_ANNOTATION, "storage-service");
+        let why = check_qos(None, &role).expect_err("no cpus");
+        assert!(
+            why.contains("kubernetes.io/pod-role=storage-service"),
+            "{why}"
+        );
+        assert!(why.contains("add --cpus 2"), "{why}");
+        assert_eq!(check_qos(Some("2"), &role), Ok(()));
+        let mut both = role.clone();
+        both.extend(annotation(qos::QOS_LEVEL_KEY, "shared_cores"));
+        let why = check_qos(Some("2"), &both).expect_err("contradiction");
+        assert!(
+            why.contains("kubernetes.io/pod-role: \"storage-service\"")
+                && why.contains("katalyst.kubewharf.io/qos_level: \"shared_cores\""),
             "{why}"
         );
     }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use pinion_core::checkpoint::{self, Checkpoint};
 use pinion_core::migrate::{migrate, Outcome};
-use pinion_core::policy::{FeatureGates, Policy};
+use pinion_core::policy::{defaults, FeatureGates, Policy};
 use pinion_core::restore::{restore, to_checkpoint};
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
@@ -96,8 +96,17 @@ impl PolicyArgs {
             config.topology_manager_policy = Some(tmp.clone());
         }
         let is_static = config.policy.as_deref().unwrap_or("static") == "static";
-        if is_static && config.num_reserved.unwrap_or(0) == 0 {
-            anyhow::bail!("the static policy needs reserved cpus: --num-reserved N, --reserved-cpus LIST, or the agent's --config FILE");
+        if is_static {
+            // `--num-reserved N` hands the CPU manager a reservation
+            // directly, as kubelet's container manager hands `NewManager`
+            // its entry: zero is kubelet's "greater than zero" refusal, no
+            // entry its "unable to determine" one.
+            let entry = config
+                .num_reserved
+                .map(|n| u128::try_from(n).unwrap_or(u128::MAX) * 1000);
+            defaults::num_reserved_cpus(entry).map_err(|err| {
+                anyhow::anyhow!("{err} (give --num-reserved N, --reserved-cpus LIST, or the agent's --config FILE)")
+            })?;
         }
         Ok(agent)
     }
