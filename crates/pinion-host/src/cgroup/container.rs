@@ -42,7 +42,11 @@ impl ContainerCgroup {
         let relative = match parts.as_slice() {
             [slice, prefix, name] => systemd_path(slice, prefix, name).map_err(invalid)?,
             [path] => cgroupfs_path(path).map_err(invalid)?,
-            _ => return Err(invalid("neither a cgroupfs path nor systemd's slice:prefix:name")),
+            _ => {
+                return Err(invalid(
+                    "neither a cgroupfs path nor systemd's slice:prefix:name",
+                ))
+            }
         };
         Ok(Self(relative))
     }
@@ -87,7 +91,11 @@ fn systemd_path(slice: &str, prefix: &str, name: &str) -> Result<PathBuf, &'stat
     if name.is_empty() {
         return Err("empty unit name in slice:prefix:name");
     }
-    let mut relative = expand_slice(if slice.is_empty() { "system.slice" } else { slice })?;
+    let mut relative = expand_slice(if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    })?;
     let unit = if name.ends_with(".slice") {
         name.to_string()
     } else {

@@ -495,9 +495,7 @@ fn container_cpusets_are_read_below_the_mount_for_both_drivers() {
     fs::create_dir_all(&cgroupfs).expect("mkdir");
     fs::write(cgroupfs.join("cpuset.cpus"), "2-3\n").expect("write");
     fs::write(cgroupfs.join("cpuset.mems"), "1\n").expect("write");
-    let read = |path: &str| {
-        cg.container_cpuset(&ContainerCgroup::resolve(path).expect("resolves"))
-    };
+    let read = |path: &str| cg.container_cpuset(&ContainerCgroup::resolve(path).expect("resolves"));
     assert_eq!(
         read("/kubepods/pod1/ctr-a").expect("read"),
         ContainerCpuset {
@@ -525,5 +523,8 @@ fn container_cpusets_are_read_below_the_mount_for_both_drivers() {
     );
     fs::write(cgroupfs.join("cpuset.cpus"), "2-x\n").expect("write");
     let malformed = read("/kubepods/pod1/ctr-a").expect_err("malformed");
-    assert!(matches!(malformed, CgroupError::Malformed { ref text, .. } if text == "2-x"), "{malformed}");
+    assert!(
+        matches!(malformed, CgroupError::Malformed { ref text, .. } if text == "2-x"),
+        "{malformed}"
+    );
 }
