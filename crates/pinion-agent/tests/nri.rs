@@ -512,7 +512,7 @@ async fn regression_a_lost_checkpoint_is_rebuilt_from_the_runtimes_synchronize()
 /// cgroup, from NRI's `linux.cgroups_path`) is found by the reconcile pass
 /// and its placement sent again in an unsolicited `UpdateContainers`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reconcile_sends_a_hand_changed_cpuset_again_through_update_containers() {
+async fn regression_a_hand_changed_cpuset_of_an_nri_container_is_sent_again_by_reconcile() {
     use pinion_host::cgroup::{ContainerCgroup, ContainerCpuset};
 
     let node = Node::new();

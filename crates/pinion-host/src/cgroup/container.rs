@@ -195,4 +195,18 @@ mod tests {
         let long = format!("/{}", "a".repeat(MAX_CGROUPS_PATH_LEN));
         assert!(ContainerCgroup::resolve(&long).is_err());
     }
+
+    proptest::proptest! {
+        /// Whatever the runtime sends, a resolved path stays below the
+        /// mount: relative, without `.` or `..` components.
+        #[test]
+        fn a_resolved_path_never_leaves_the_mount(text in "[a-z./:_-]{0,40}") {
+            if let Ok(cgroup) = ContainerCgroup::resolve(&text) {
+                let path = cgroup.relative();
+                proptest::prop_assert!(path.is_relative(), "{text:?} -> {path:?}");
+                proptest::prop_assert!(path.components().all(|c| matches!(c, std::path::Component::Normal(_))), "{text:?} -> {path:?}");
+                proptest::prop_assert!(path.components().count() > 0, "{text:?}");
+            }
+        }
+    }
 }

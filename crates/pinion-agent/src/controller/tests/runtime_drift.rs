@@ -137,7 +137,8 @@ fn late(request: &AdmitRequest, id: &str, hints: Option<GatheredHints>) -> Runni
 }
 
 #[test]
-fn a_guaranteed_container_created_while_no_plugin_was_connected_is_admitted_at_synchronize() {
+fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_admitted_at_synchronize(
+) {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
