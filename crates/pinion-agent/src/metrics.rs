@@ -53,6 +53,9 @@ impl Histogram {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Counters {
     pub drift_repairs_total: u64,
+    /// Runtime (NRI) containers whose cgroup cpuset was found changed and
+    /// sent again through an `UpdateContainers`.
+    pub runtime_drift_repairs_total: u64,
     pub released_gone_total: u64,
     /// Standalone runs whose cgroup settings could not be written after
     /// their admission (once per failure, until a write succeeds).
@@ -183,6 +186,12 @@ impl Collector for SnapshotCollector {
             "pinion_reconcile_drift_repairs",
             "Cgroup cpusets found changed outside Pinion and rewritten.",
             c.drift_repairs_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_reconcile_runtime_drift_repairs",
+            "Runtime containers whose cgroup cpuset was found changed outside Pinion and sent again in an NRI UpdateContainers.",
+            c.runtime_drift_repairs_total,
         )?;
         counter(
             &mut out,

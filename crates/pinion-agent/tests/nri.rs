@@ -253,20 +253,29 @@ async fn agent_restart_moves_nothing_and_releases_what_ended_meanwhile() {
     let agent = node.agent(2).await;
     assert_eq!(node.runtime.cpus(&db), db_cpus, "nothing moved");
     assert_eq!(node.runtime.quota(&db), Some(-1));
-    let pool = set("0-7").difference(&set(&db_cpus)).to_string();
+    // Issue 28 item 5: admitted at Synchronize, exclusive cpus by an update
+    // (as kubelet's reconcile would give them), none of db's.
+    let late_cpus = set(&node.runtime.cpus(&late));
+    assert_eq!(late_cpus.len(), 2, "late: {late_cpus}");
+    assert!(
+        late_cpus.is_disjoint(&set(&db_cpus)),
+        "no cpu handed out twice"
+    );
+    assert!(!late_cpus.contains(0), "not the reserved cpu");
+    assert_eq!(node.runtime.quota(&late), Some(-1));
+    let pool = set("0-7")
+        .difference(&set(&db_cpus))
+        .difference(&late_cpus)
+        .to_string();
     assert_eq!(
         node.runtime.cpus(&web),
         pool,
-        "the freed cpus are shared again"
-    );
-    assert_eq!(
-        node.runtime.cpus(&late),
-        pool,
-        "unknown container: shared pool"
+        "the freed cpus are shared again, less the late container's"
     );
     let snapshot = agent.handle.snapshot();
-    assert_eq!(snapshot.assignments.len(), 1, "{:?}", snapshot.assignments);
+    assert_eq!(snapshot.assignments.len(), 2, "{:?}", snapshot.assignments);
     assert!(snapshot.assignments.contains_key("db"));
+    assert_eq!(snapshot.assignments["late"]["late"], late_cpus);
     assert_eq!(snapshot.workloads.len(), 3, "db, web, late");
     let disk = String::from_utf8(node.checkpoint()).unwrap();
     assert!(!disk.contains("\"gone\""), "{disk}");
@@ -497,4 +506,75 @@ async fn regression_a_lost_checkpoint_is_rebuilt_from_the_runtimes_synchronize()
         assert!(late.intersection(&set(&cache_cpus)).is_empty(), "{damage}");
         agent.stop().await;
     }
+}
+
+/// Issue 28 item 5: a runtime container's cpuset changed by hand (its
+/// cgroup, from NRI's `linux.cgroups_path`) is found by the reconcile pass
+/// and its placement sent again in an unsolicited `UpdateContainers`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_hand_changed_cpuset_of_an_nri_container_is_sent_again_by_reconcile() {
+    use pinion_host::cgroup::{ContainerCgroup, ContainerCpuset};
+
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let cgroups_path = node
+        .runtime
+        .container(&db)
+        .and_then(|c| c.linux)
+        .map(|l| l.cgroups_path)
+        .unwrap();
+    assert_eq!(cgroups_path, format!("/kubepods/poddb/{db}"));
+    let cgroup = ContainerCgroup::resolve(&cgroups_path).unwrap();
+    let (cpus, mems) = (set(&node.runtime.cpus(&db)), set(&node.mems(&db)));
+    let runtime_wrote = |cpus: pinion_core::CpuSet| {
+        node.host.tree().containers.insert(
+            cgroup.clone(),
+            ContainerCpuset {
+                cpus: Some(cpus),
+                mems: Some(mems.clone()),
+            },
+        );
+    };
+    runtime_wrote(cpus.clone());
+    let report = agent.handle.reconcile().await.unwrap();
+    assert!(report.repaired.is_empty(), "{report:?}");
+
+    runtime_wrote(set("0-7"));
+    let applied = |log: &[String]| {
+        log.iter()
+            .filter(|l| **l == format!("UpdateContainers applied to {db}"))
+            .count()
+    };
+    let before = applied(&node.runtime.log());
+    let report = agent.handle.reconcile().await.unwrap();
+    assert_eq!(report.repaired, vec![format!("db/db ({cgroups_path})")]);
+    for _ in 0..1000 {
+        if applied(&node.runtime.log()) > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        applied(&node.runtime.log()),
+        before + 1,
+        "{:?}",
+        node.runtime.log()
+    );
+    assert_eq!(
+        node.runtime.cpus(&db),
+        cpus.to_string(),
+        "its exclusive cpus again"
+    );
+    assert_eq!(node.runtime.quota(&db), Some(-1));
+    let counters = agent.handle.snapshot().metrics.counters.clone();
+    assert_eq!(counters.runtime_drift_repairs_total, 1);
+
+    // The runtime wrote it back: nothing more to do.
+    runtime_wrote(cpus);
+    let report = agent.handle.reconcile().await.unwrap();
+    assert!(report.repaired.is_empty(), "{report:?}");
+    agent.stop().await;
 }

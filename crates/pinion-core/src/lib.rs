@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod checkpoint;
 pub mod cpuset;
+pub mod drift;
 pub mod engine;
 pub mod hotplug;
 pub mod migrate;

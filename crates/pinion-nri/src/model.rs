@@ -47,6 +47,9 @@ pub struct Container {
     pub annotations: BTreeMap<String, String>,
     pub resources: Resources,
     pub oom_score_adj: Option<i64>,
+    /// The OCI `linux.cgroupsPath` the runtime created it with ("" = not
+    /// sent): a cgroupfs path or systemd's `slice:prefix:name`.
+    pub cgroups_path: String,
 }
 
 /// The Linux resources Pinion reads (absent = not set).
@@ -107,6 +110,7 @@ impl From<pb::Container> for Container {
             annotations: container.annotations.into_iter().collect(),
             resources: linux.resources.map(Resources::from).unwrap_or_default(),
             oom_score_adj: linux.oom_score_adj.map(|v| v.value),
+            cgroups_path: linux.cgroups_path,
         }
     }
 }

@@ -245,13 +245,20 @@ impl Controller {
             });
         };
         match (&existing.frontend, &request.frontend) {
-            (Frontend::Runtime { container_id }, Frontend::Runtime { container_id: new }) => {
+            (
+                Frontend::Runtime { container_id, .. },
+                Frontend::Runtime {
+                    container_id: new, ..
+                },
+            ) => {
                 if container_id != new {
                     tracing::info!(pod = %key.0, container = %key.1, id = ?new, "a new runtime container of an admitted container keeps its placement");
                     if let Some(workload) = self.workloads.get_mut(key) {
-                        workload.frontend = request.frontend.clone();
                         workload.applied = Some(workload.desired.clone());
                     }
+                }
+                if let Some(workload) = self.workloads.get_mut(key) {
+                    workload.frontend = request.frontend.clone();
                 }
                 // The runtime's latest view of the pod (names, siblings).
                 if let Some(workload) = self.workloads.get_mut(key) {

@@ -161,6 +161,7 @@ impl Controller {
                 }
                 Frontend::Runtime {
                     container_id: Some(id),
+                    ..
                 } => {
                     // An update carrying only what the container has is
                     // noise (an env- or annotation-only change cannot reach
@@ -179,7 +180,9 @@ impl Controller {
                 }
                 // Known from the checkpoint only: the runtime's next
                 // Synchronize tells its id and current placement.
-                Frontend::Runtime { container_id: None } => {}
+                Frontend::Runtime {
+                    container_id: None, ..
+                } => {}
             }
         }
         runtime
@@ -207,7 +210,7 @@ impl Controller {
     /// failed to apply it, or it could not be sent): the next pass retries.
     pub(super) fn forget_applied(&mut self, container_id: &str) {
         for workload in self.workloads.values_mut() {
-            if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id) } if id == container_id)
+            if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id), .. } if id == container_id)
             {
                 workload.applied = None;
             }

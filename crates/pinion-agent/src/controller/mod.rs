@@ -53,7 +53,7 @@ use pinion_core::restore::RestoreError;
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement};
-use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
+use pinion_host::cgroup::{CgroupError, CgroupName, ContainerCgroup, CpusetHost};
 use pinion_host::journal::{JournalError, StateStore};
 use pinion_host::runs::RunRecords;
 use pinion_host::store::StoreError;
@@ -174,8 +174,13 @@ pub enum Frontend {
     },
     /// The container runtime (NRI) applies the placement. The container's
     /// runtime id is unknown for containers restored from the checkpoint
-    /// until the runtime's next `Synchronize`.
-    Runtime { container_id: Option<String> },
+    /// until the runtime's next `Synchronize`; its cgroup (from NRI's
+    /// `linux.cgroups_path`) is what the reconcile pass reads back, when the
+    /// runtime sent one.
+    Runtime {
+        container_id: Option<String>,
+        cgroup: Option<ContainerCgroup>,
+    },
 }
 
 impl Frontend {
@@ -186,11 +191,27 @@ impl Frontend {
         Ok(Self::Standalone { cgroup, pid })
     }
 
-    /// A runtime container.
+    /// A runtime container (its cgroup not known).
     #[must_use]
     pub fn runtime(container_id: impl Into<String>) -> Self {
+        Self::runtime_in(container_id, None)
+    }
+
+    /// A runtime container in `cgroup`.
+    #[must_use]
+    pub fn runtime_in(container_id: impl Into<String>, cgroup: Option<ContainerCgroup>) -> Self {
         Self::Runtime {
             container_id: Some(container_id.into()),
+            cgroup,
+        }
+    }
+
+    /// A runtime container known from the checkpoint only.
+    #[must_use]
+    pub fn runtime_unknown() -> Self {
+        Self::Runtime {
+            container_id: None,
+            cgroup: None,
         }
     }
 
@@ -428,8 +449,11 @@ fn describe_holder(frontend: &Frontend, placement: &Placement) -> String {
         Frontend::Standalone { pid: None, .. } => "by a `pinion run`".to_string(),
         Frontend::Runtime {
             container_id: Some(id),
+            ..
         } => format!("by runtime container {id}"),
-        Frontend::Runtime { container_id: None } => "by a runtime container".to_string(),
+        Frontend::Runtime {
+            container_id: None, ..
+        } => "by a runtime container".to_string(),
     };
     format!("{who} on {} cpus {}", placement.pool, placement.cpus)
 }

@@ -424,7 +424,7 @@ impl Controller {
                 let desired = self.engine.placement(&key.0, &key.1);
                 self.workloads.insert(
                     key.clone(),
-                    Workload::new(Frontend::Runtime { container_id: None }, None, desired),
+                    Workload::new(Frontend::runtime_unknown(), None, desired),
                 );
             }
             if let Some(workload) = self.workloads.get_mut(&key) {

@@ -1,6 +1,13 @@
 //! The reconcile pass: release what has ended, notice cpusets changed
-//! behind Pinion's back and let the executor repair them (and retry runtime
-//! updates that failed), remove empty stray cgroups.
+//! behind Pinion's back — in Pinion's own cgroups and in the cgroups of the
+//! runtime's containers — and let the executor repair them (cgroup writes,
+//! or an NRI `UpdateContainers`; also retrying runtime updates that
+//! failed), remove empty stray cgroups.
+
+use std::io::ErrorKind;
+
+use pinion_core::drift::{cpuset_drift, SeenCpuset};
+use pinion_host::cgroup::CgroupError;
 
 use super::{Controller, Decision, Frontend, Key, ReconcileReport};
 
@@ -31,14 +38,18 @@ impl Controller {
             }
         }
         let drifted = self.notice_drift();
+        let runtime_drifted = self.notice_runtime_drift();
         self.converge();
         for (key, cgroup) in drifted {
-            let repaired = self
-                .workloads
-                .get(&key)
-                .is_some_and(|w| w.applied.as_ref() == Some(&w.desired));
-            if repaired {
+            if self.is_applied(&key) {
                 self.counters.drift_repairs_total += 1;
+                report.repaired.push(cgroup);
+            }
+        }
+        // Applied here means the update was handed to the NRI front-end.
+        for (key, cgroup) in runtime_drifted {
+            if self.is_applied(&key) {
+                self.counters.runtime_drift_repairs_total += 1;
                 report.repaired.push(cgroup);
             }
         }
@@ -46,6 +57,54 @@ impl Controller {
         self.maybe_compact(false);
         self.publish();
         report
+    }
+
+    fn is_applied(&self, key: &Key) -> bool {
+        self.workloads
+            .get(key)
+            .is_some_and(|w| w.applied.as_ref() == Some(&w.desired))
+    }
+
+    /// Runtime containers whose cgroup (NRI's `linux.cgroups_path`) holds
+    /// another cpuset than the one the runtime last accepted from Pinion:
+    /// marked as not applied (the executor sends their placement again).
+    /// Containers with an update in flight (not applied), without a known
+    /// cgroup, or whose cgroup is gone (the runtime's stop event releases
+    /// them) are left alone. Returns them with their cgroup.
+    fn notice_runtime_drift(&mut self) -> Vec<(Key, String)> {
+        let mut drifted = Vec::new();
+        for (key, workload) in &mut self.workloads {
+            let Frontend::Runtime {
+                container_id: Some(id),
+                cgroup: Some(cgroup),
+            } = &workload.frontend
+            else {
+                continue;
+            };
+            let Some(applied) = &workload.applied else {
+                continue;
+            };
+            let seen = match self.host.container_cpuset(cgroup) {
+                Ok(seen) => SeenCpuset {
+                    cpus: seen.cpus,
+                    mems: seen.mems,
+                },
+                Err(CgroupError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+                    continue
+                }
+                Err(err) => {
+                    tracing::debug!(pod = %key.0, container = %key.1, "reading the container's cgroup: {err}");
+                    continue;
+                }
+            };
+            let Some(drift) = cpuset_drift(applied, &seen) else {
+                continue;
+            };
+            tracing::warn!(pod = %key.0, container = %key.1, id = %id, cgroup = %cgroup, "{drift}: changed outside Pinion; updating the container");
+            workload.applied = None;
+            drifted.push((key.clone(), format!("{}/{} ({cgroup})", key.0, key.1)));
+        }
+        drifted
     }
 
     fn gone_workloads(&self) -> Vec<Key> {

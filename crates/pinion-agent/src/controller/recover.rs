@@ -214,7 +214,7 @@ impl Controller {
                 let desired = next.placement(&key.0, &key.1);
                 self.workloads.insert(
                     key,
-                    Workload::new(Frontend::Runtime { container_id: None }, None, desired),
+                    Workload::new(Frontend::runtime_unknown(), None, desired),
                 );
             }
         } else {

@@ -5,11 +5,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use pinion_core::engine::CpuOwner;
 use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement};
+use pinion_host::cgroup::ContainerCgroup;
 
+use super::batch::Batch;
 use super::executor::Delivery;
-use super::{ControlError, Controller, Frontend, Key, Released, RuntimeUpdate, Workload};
+use super::{
+    AdmitRequest, ControlError, Controller, Frontend, Key, Released, RuntimeUpdate, Workload,
+};
+use crate::hints::GatheredHints;
 
 /// What the runtime says a container currently has (`None` = not set or
 /// unreadable).
@@ -45,6 +51,14 @@ pub struct RunningContainer {
     /// The pod as the runtime describes it (Kubernetes pods), so that a
     /// container recovered after a restart is known by name again.
     pub pod: Option<Arc<Pod>>,
+    /// Its cgroup (NRI's `linux.cgroups_path`), when the runtime sent one.
+    pub cgroup: Option<ContainerCgroup>,
+    /// `Some`: the container may be admitted at this synchronization when
+    /// Pinion does not know it (created while no plugin was connected),
+    /// with these outside providers' hints (gathered before the command
+    /// reached the controller). `None`: it follows the shared pool (no pod
+    /// spec, or resource plugins must be asked for it).
+    pub late: Option<GatheredHints>,
 }
 
 impl Controller {
@@ -61,6 +75,7 @@ impl Controller {
         &mut self,
         running: &[RunningContainer],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        let rebuilt = self.start_report.runtime_rebuild.is_some();
         if let Some(why) = self.start_report.runtime_rebuild.take() {
             if let Err(err) = self.rebuild_from_runtime(running, &why) {
                 // Nothing changed: the next Synchronize tries again.
@@ -77,9 +92,18 @@ impl Controller {
             .collect();
         let mut batch = self.begin();
         let freed = self.decide_release_keys(&stale, &mut batch)?;
+        let late = if rebuilt {
+            Vec::new()
+        } else {
+            self.decide_late_admissions(running, &mut batch)
+        };
         self.commit(batch)?;
         for key in &stale {
             tracing::info!(pod = %key.0, container = %key.1, "released: not running any more");
+        }
+        for key in &late {
+            let cpus = self.engine.placement(&key.0, &key.1).cpus;
+            tracing::info!(pod = %key.0, container = %key.1, %cpus, "admitted at synchronization: created while no plugin was connected; exclusive cpus given by an update");
         }
         for container in running {
             let desired = self.engine.placement(&container.key.0, &container.key.1);
@@ -87,7 +111,7 @@ impl Controller {
                 .observed
                 .matches(&desired)
                 .then(|| desired.clone());
-            let frontend = Frontend::runtime(&container.container_id);
+            let frontend = Frontend::runtime_in(&container.container_id, container.cgroup.clone());
             match self.workloads.get_mut(&container.key) {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
@@ -116,13 +140,58 @@ impl Controller {
         ))
     }
 
+    /// Admits, in `batch`, the running Kubernetes containers Pinion does not
+    /// know (no workload, no assignment) that ask for exclusive CPUs: the
+    /// runtime created them while no plugin was connected, and kubelet's
+    /// reconcile would give them their CPUs. Only free CPUs are handed out
+    /// (the engine never gives a CPU held by another container, and no
+    /// container Pinion placed moves); one that does not fit stays in the
+    /// shared pool, logged with kubelet's reason. Returns the admitted.
+    fn decide_late_admissions(
+        &mut self,
+        running: &[RunningContainer],
+        batch: &mut Batch,
+    ) -> Vec<Key> {
+        let mut admitted = Vec::new();
+        for container in running {
+            let (Some(pod), Some(hints)) = (&container.pod, &container.late) else {
+                continue;
+            };
+            let key = &container.key;
+            let known = self.workloads.contains_key(key)
+                || self
+                    .engine
+                    .state()
+                    .assignments
+                    .get(&key.0)
+                    .is_some_and(|c| c.contains_key(&key.1));
+            if known || self.engine.exclusive_cpus_asked(pod, &key.1) == 0 {
+                continue;
+            }
+            let request = AdmitRequest {
+                pod: (**pod).clone(),
+                container: key.1.clone(),
+                frontend: Frontend::runtime_in(&container.container_id, container.cgroup.clone()),
+                cpu_owner: CpuOwner::Policy,
+            };
+            match self.decide_admit(&request, hints, None, batch) {
+                Ok(key) => admitted.push(key),
+                Err(err) => {
+                    tracing::warn!(pod = %key.0, container = %key.1, "created while no plugin was connected and not admitted now, stays in the shared pool: {err}");
+                }
+            }
+        }
+        admitted
+    }
+
     /// Records a runtime container that is not admitted (a pod outside
     /// Kubernetes): it follows the shared pool. Returns its placement.
     pub fn follow(&mut self, key: Key, container_id: String) -> Placement {
         let desired = self.engine.placement(&key.0, &key.1);
-        let workload = self.workloads.entry(key).or_insert_with(|| {
-            Workload::new(Frontend::Runtime { container_id: None }, None, desired)
-        });
+        let workload = self
+            .workloads
+            .entry(key)
+            .or_insert_with(|| Workload::new(Frontend::runtime_unknown(), None, desired));
         workload.frontend = Frontend::runtime(container_id);
         workload.applied = Some(workload.desired.clone());
         let placement = workload.desired.clone();

@@ -183,7 +183,7 @@ fn recovered_run(uid: &str, container: &str) -> Pod {
 fn view(key: &Key, workload: &Workload) -> WorkloadView {
     let (cgroup, pid, container_id) = match &workload.frontend {
         Frontend::Standalone { cgroup, pid } => (Some(cgroup.to_string()), *pid, None),
-        Frontend::Runtime { container_id } => (None, None, container_id.clone()),
+        Frontend::Runtime { container_id, .. } => (None, None, container_id.clone()),
     };
     WorkloadView {
         pod: key.0.clone(),

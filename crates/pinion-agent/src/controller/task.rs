@@ -561,10 +561,39 @@ impl ControllerHandle {
 
     /// Agrees with the runtime's running containers (see
     /// [`Controller::sync_runtime`]).
+    /// Kubernetes containers that no exclusive assignment names may be
+    /// admitted there (created while no plugin was connected): their
+    /// outside providers' hints are gathered first, as for an admission;
+    /// containers the resource plugins must be asked for are not (they
+    /// follow the shared pool until re-created).
     pub async fn sync_runtime(
         &self,
-        running: Vec<RunningContainer>,
+        mut running: Vec<RunningContainer>,
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        let held = self.snapshot().assignments.clone();
+        for container in &mut running {
+            let Some(pod) = container.pod.clone() else {
+                continue;
+            };
+            let (uid, name) = &container.key;
+            if held.get(uid).is_some_and(|c| c.contains_key(name))
+                || pod.qos() != pinion_core::pod::QosClass::Guaranteed
+            {
+                continue;
+            }
+            if let Some(qrm) = &self.qrm {
+                if !qrm.plugin_requests(&pod, name).is_ok_and(|r| r.is_empty()) {
+                    tracing::warn!(pod = %uid, container = %name, "created while no plugin was connected; resource plugins are not asked at synchronization, so it stays in the shared pool until it is re-created");
+                    continue;
+                }
+            }
+            match self.hints.gather(&pod, name).await {
+                Ok(hints) => container.late = Some(hints),
+                Err(err) => {
+                    tracing::warn!(pod = %uid, container = %name, "hints for an admission at synchronization: {err}; it stays in the shared pool");
+                }
+            }
+        }
         self.ask(|reply| Command::SyncRuntime { running, reply })
             .await
     }

@@ -298,6 +298,8 @@ fn regression_a_runtime_pod_named_like_a_run_keeps_its_cpus_across_a_restart() {
             cpu_quota: Some(-1),
         },
         pod: None,
+        cgroup: None,
+        late: None,
     }];
     let (released, updates) = controller.sync_runtime(&running).expect("sync");
     assert!(released.containers.is_empty(), "{released:?}");
@@ -686,6 +688,8 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
             ..Observed::default()
         },
         pod: None,
+        cgroup: None,
+        late: None,
     };
     let list = vec![
         running("ca", "pod-a", "main", Some(&kept.placement.cpus)),
@@ -969,3 +973,4 @@ fn a_pod_every_plugin_heard_of_is_recorded_with_the_next_flush() {
 }
 
 mod holes;
+mod runtime_drift;

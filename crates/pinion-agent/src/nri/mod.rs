@@ -15,6 +15,7 @@ mod tests;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use pinion_core::{CpuSet, Placement};
+use pinion_host::cgroup::ContainerCgroup;
 use pinion_nri::kube::milli_cpu_from_shares;
 use pinion_nri::{
     Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, PodSandbox,
@@ -105,6 +106,21 @@ impl NriFrontend {
     }
 }
 
+/// The container's cgroup from NRI's `linux.cgroups_path`, for the
+/// reconcile pass; `None` (logged) when the runtime sent none or one that
+/// does not resolve — the container is placed all the same, only its
+/// cpuset is not checked.
+fn cgroup_of(container: &Container) -> Option<ContainerCgroup> {
+    if container.cgroups_path.is_empty() {
+        return None;
+    }
+    ContainerCgroup::resolve(&container.cgroups_path)
+        .map_err(|err| {
+            tracing::warn!(container = %container.id, "{err}; its cpuset is not reconciled");
+        })
+        .ok()
+}
+
 fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {
     batch
         .into_iter()
@@ -155,6 +171,8 @@ impl NriHandler for NriFrontend {
                     .get(&entry.container.pod_sandbox_id)
                     .filter(|spec| spec.uid == entry.key.0)
                     .cloned(),
+                cgroup: cgroup_of(&entry.container),
+                late: None,
             })
             .collect();
         let (released, updates) = self
@@ -189,7 +207,7 @@ impl NriHandler for NriFrontend {
                 let request = AdmitRequest {
                     pod: spec,
                     container: key.1.clone(),
-                    frontend: Frontend::runtime(&container.id),
+                    frontend: Frontend::runtime_in(&container.id, cgroup_of(&container)),
                     cpu_owner: pinion_core::engine::CpuOwner::Policy,
                 };
                 let admitted = self.handle.admit(request).await.map_err(handler_error)?;

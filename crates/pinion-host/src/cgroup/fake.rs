@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
-use super::{resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, CpusetHost};
+use super::{
+    resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup, ContainerCpuset,
+    CpusetHost,
+};
 
 /// One fake cgroup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,6 +45,9 @@ pub struct FakeTree {
     pub fail_files: std::collections::BTreeSet<String>,
     /// The layout of resource files (v2 unless a test says otherwise).
     pub version: CgroupVersion,
+    /// The runtime's containers' cgroups, as a test says the runtime set
+    /// them (absent: gone).
+    pub containers: BTreeMap<ContainerCgroup, ContainerCpuset>,
 }
 
 impl FakeCgroups {
@@ -198,5 +204,18 @@ impl CpusetHost for FakeCgroups {
 
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
         Ok(self.tree().children.keys().cloned().collect())
+    }
+
+    fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError> {
+        self.tree()
+            .containers
+            .get(cgroup)
+            .cloned()
+            .ok_or_else(|| CgroupError::Io {
+                op: CgroupOp::Read,
+                path: cgroup.relative().to_path_buf(),
+                data: None,
+                source: std::io::ErrorKind::NotFound.into(),
+            })
     }
 }

@@ -15,6 +15,7 @@
 //!
 //! [`CpusetHost`] is the seam the agent's tests replace ([`fake::FakeCgroups`]).
 
+pub mod container;
 pub mod fake;
 mod fs_ops;
 pub mod mountinfo;
@@ -27,6 +28,7 @@ use std::path::{Path, PathBuf};
 use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
+pub use container::ContainerCgroup;
 pub use name::{CgroupName, MAX_NAME_LEN};
 use resources::Controller;
 
@@ -110,7 +112,16 @@ fn data_suffix(data: Option<&str>) -> String {
     data.map(|d| format!(" (data {d:?})")).unwrap_or_default()
 }
 
-/// What the agent needs from cgroupfs: Pinion's root and its children.
+/// What a runtime container's cgroup holds (`None`: the file is empty,
+/// nothing set there).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerCpuset {
+    pub cpus: Option<CpuSet>,
+    pub mems: Option<CpuSet>,
+}
+
+/// What the agent needs from cgroupfs: Pinion's root and its children, and
+/// reading the cpusets of the runtime's containers.
 pub trait CpusetHost: Send {
     /// Creates Pinion's root (and its ancestors) as needed and sets its
     /// cpus and memory nodes.
@@ -144,6 +155,11 @@ pub trait CpusetHost: Send {
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
     /// Pinion's children (directories with a valid name).
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError>;
+    /// The `cpuset.cpus` and `cpuset.mems` of a container the runtime
+    /// created, below the cpuset hierarchy's mount (read only: the runtime
+    /// writes them). A cgroup that is gone is an I/O error of kind
+    /// `NotFound`.
+    fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError>;
 }
 
 /// The real cgroupfs under one Pinion root.
@@ -525,6 +541,29 @@ impl CpusetHost for Cgroups {
 
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {
         fs_ops::list_children(&self.root)
+    }
+
+    fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError> {
+        let dir = self.mount.join(cgroup.relative());
+        if !dir.is_dir() {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Read,
+                path: dir,
+                data: None,
+                source: io::ErrorKind::NotFound.into(),
+            });
+        }
+        let read = |file: &str| -> Result<Option<CpuSet>, CgroupError> {
+            let path = dir.join(file);
+            if fs_ops::read(&path)?.trim().is_empty() {
+                return Ok(None);
+            }
+            fs_ops::read_cpuset(&path).map(Some)
+        };
+        Ok(ContainerCpuset {
+            cpus: read("cpuset.cpus")?,
+            mems: read("cpuset.mems")?,
+        })
     }
 }
 

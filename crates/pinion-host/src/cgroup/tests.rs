@@ -486,3 +486,46 @@ fn v1_cpu_root_is_the_mirror_or_the_cpuset_root() {
     let v2 = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
     assert_eq!(v2.v1_cpu_root(), None);
 }
+
+#[test]
+fn container_cpusets_are_read_below_the_mount_for_both_drivers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    let cgroupfs = mount.join("kubepods/pod1/ctr-a");
+    fs::create_dir_all(&cgroupfs).expect("mkdir");
+    fs::write(cgroupfs.join("cpuset.cpus"), "2-3\n").expect("write");
+    fs::write(cgroupfs.join("cpuset.mems"), "1\n").expect("write");
+    let read = |path: &str| cg.container_cpuset(&ContainerCgroup::resolve(path).expect("resolves"));
+    assert_eq!(
+        read("/kubepods/pod1/ctr-a").expect("read"),
+        ContainerCpuset {
+            cpus: Some(set("2-3")),
+            mems: Some(set("1")),
+        }
+    );
+    let systemd =
+        mount.join("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod2.slice/cri-containerd-b.scope");
+    fs::create_dir_all(&systemd).expect("mkdir");
+    fs::write(systemd.join("cpuset.cpus"), "\n").expect("write");
+    fs::write(systemd.join("cpuset.mems"), "0-1\n").expect("write");
+    assert_eq!(
+        read("kubepods-besteffort-pod2.slice:cri-containerd:b").expect("read"),
+        ContainerCpuset {
+            cpus: None,
+            mems: Some(set("0-1")),
+        }
+    );
+    let gone = read("/kubepods/pod1/ctr-gone").expect_err("gone");
+    assert!(
+        matches!(&gone, CgroupError::Io { op: CgroupOp::Read, source, path, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && path.ends_with("kubepods/pod1/ctr-gone")),
+        "{gone}"
+    );
+    fs::write(cgroupfs.join("cpuset.cpus"), "2-x\n").expect("write");
+    let malformed = read("/kubepods/pod1/ctr-a").expect_err("malformed");
+    assert!(
+        matches!(malformed, CgroupError::Malformed { ref text, .. } if text == "2-x"),
+        "{malformed}"
+    );
+}

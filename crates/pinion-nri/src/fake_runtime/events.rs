@@ -192,14 +192,23 @@ impl FakeRuntime {
         let mut container = {
             let mut model = inner.model();
             model.next_id += 1;
+            let id = format!("ctr-{}", model.next_id);
+            // containerd with the cgroupfs driver: `<parent>/<id>`.
+            let parent = pod.linux.as_ref().map_or("", |l| l.cgroup_parent.as_str());
+            let cgroups_path = if parent.is_empty() {
+                String::new()
+            } else {
+                format!("{}/{id}", parent.trim_end_matches('/'))
+            };
             pb::Container {
-                id: format!("ctr-{}", model.next_id),
+                id,
                 pod_sandbox_id: pod_id.to_string(),
                 name: spec.name,
                 state: pb::ContainerState::ContainerCreated.into(),
                 annotations: spec.annotations.into_iter().collect(),
                 linux: Some(pb::LinuxContainer {
                     resources: Some((&spec.resources).into()),
+                    cgroups_path,
                     ..pb::LinuxContainer::default()
                 }),
                 ..pb::Container::default()

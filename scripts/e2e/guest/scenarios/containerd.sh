@@ -17,6 +17,7 @@ POD_G=11111111-0000-4000-8000-00000000e2e1
 POD_B=11111111-0000-4000-8000-00000000e2e2
 POD_N=11111111-0000-4000-8000-00000000e2e3
 POD_NG=11111111-0000-4000-8000-00000000e2e4
+POD_L=11111111-0000-4000-8000-00000000e2e5
 IMAGE=pinion.test/busybox:1
 SLEEP="sleep 1000000"
 
@@ -128,7 +129,7 @@ containerd_cleanup() {
         while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     # The pod cgroups runc created under kubepods (kubelet's job on a node).
     for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG"; do
+        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG" "$POD_L"; do
             for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
                 [ -d "$d" ] && rmdir "$d" 2>/dev/null
             done
@@ -156,6 +157,9 @@ for image in pause busybox; do
     check_true "image $image imported" test $? -eq 0 || note "$out"
 done
 
+# A short reconcile period: a cpuset changed by hand is repaired within one.
+RECONCILE_PERIOD=2
+printf 'cpuManagerReconcilePeriod: %ss\n' "$RECONCILE_PERIOD" >>"$E2E_STATE/config.yaml"
 set --
 [ -n "${E2E_CGROUP_ROOT:-}" ] && set -- --cgroup-root "$E2E_CGROUP_ROOT"
 if agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than 0; then
@@ -244,6 +248,33 @@ check_true "the agent reconnected and synchronized after containerd restarted" s
 check_eq "containerd restart: nothing moved" "$before" "$(placements)"
 check_eq "guaranteed container still running" CONTAINER_RUNNING "$(ctr_state "$G")"
 
+# --- Drift: a cpuset changed by hand is repaired by the reconcile loop --------
+#
+# The agent reads the container's cgroup (NRI's linux.cgroups_path) at each
+# reconcile pass and sends its placement again in an UpdateContainers;
+# containerd applies it with runc update. Allowed: one reconcile period, plus
+# what containerd and runc take to apply the update (seconds in a TCG guest).
+
+gpid=$(ctr_pid "$G")
+gcpus=$(proc_field "$gpid" Cpus_allowed_list)
+gdir=$(cpuset_dir "$gpid")
+if echo "$all" >"$gdir/cpuset.cpus" 2>"$S/drift.err"; then
+    changed=$(date +%s)
+    check_eq "drift: the guaranteed container's cpuset was changed by hand" "$(cpus_expand "$all")" \
+        "$(cpus_expand "$(cat "$gdir/cpuset.cpus")")"
+    repaired() { [ "$(cpus_expand "$(cat "$gdir/cpuset.cpus")")" = "$(cpus_expand "$gcpus")" ]; }
+    wait_for $((RECONCILE_PERIOD + 10)) repaired || true
+    note "drift repaired after $(($(date +%s) - changed)) s (reconcile period ${RECONCILE_PERIOD} s)"
+    check_eq "drift: the reconcile loop gave the container its exclusive cpus back" \
+        "$(cpus_expand "$gcpus")" "$(cpus_expand "$(cat "$gdir/cpuset.cpus")")"
+    check_eq "drift: the process runs on them again" "$(cpus_expand "$gcpus")" \
+        "$(cpus_expand "$(proc_field "$gpid" Cpus_allowed_list)")"
+    check_contains "drift: the agent logged the repair" "changed outside Pinion; updating the container" \
+        "$(grep 'changed outside Pinion' "$S/agent.log" | tail -1)"
+else
+    fail "drift: the guaranteed container's cpuset can be changed by hand" "$(cat "$S/drift.err")"
+fi
+
 # --- Removal: the shared pool grows back ---------------------------------------
 
 cri stop "$G" && cri rm "$G" || fail "guaranteed container removed" "CRI stop/remove failed"
@@ -253,6 +284,48 @@ check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
     "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
 check_eq "checkpoint released the container" "" \
     "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
+
+# --- A Guaranteed container created while the agent was stopped ---------------
+#
+# containerd creates it without the plugin (fail-open): it runs on every cpu.
+# The agent's next Synchronize admits it and gives it exclusive cpus by an
+# update, as kubelet's reconcile would; the shared pool shrinks around them.
+
+n=$(synced)
+agent_stop TERM
+if LP=$(cri runp --pod-name late --pod-uid "$POD_L" --qos guaranteed 2>"$S/cri.err") &&
+    L=$(cri create --pod-id "$LP" --pod-name late --pod-uid "$POD_L" --qos guaranteed \
+        --name late --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+    cri start "$L" 2>"$S/cri.err"; then
+    lpid=$(ctr_pid "$L")
+    check_eq "late: created while the agent was stopped, it runs on every cpu" "$(cpus_expand "$all")" \
+        "$(cpus_expand "$(proc_field "$lpid" Cpus_allowed_list)")"
+    agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+    check_true "late: the restarted agent synchronized" synced_more_than "$n"
+    pinned() { [ "$(cpus_count "$(proc_field "$lpid" Cpus_allowed_list)")" = "$want" ]; }
+    wait_for 60 pinned || true
+    lcpus=$(proc_field "$lpid" Cpus_allowed_list)
+    check_eq "late: admitted at synchronize with $want exclusive cpu(s)" "$want" "$(cpus_count "$lcpus")"
+    if [ "$threads" -gt 1 ]; then
+        check_true "late: on sibling threads of one core ($lcpus)" is_sibling_group "$lcpus"
+    fi
+    check_eq "late: off the reserved cpu" "" "$(cpus_intersect "$lcpus" "$RESERVED")"
+    check_eq "late: no cfs quota" -1 "$(cfs_quota "$lpid")"
+    check_eq "late: the checkpoint holds it" "$(cpus_expand "$lcpus")" \
+        "$(cpus_expand "$(durable_state | sed -n 's/.*"late":"\([0-9,-]*\)".*/\1/p')")"
+    apart() { [ -z "$(cpus_intersect "$(proc_field "$bpid" Cpus_allowed_list)" "$lcpus")" ]; }
+    wait_for 60 apart || true
+    check_eq "late: the burstable container left its cpus" "" \
+        "$(cpus_intersect "$(proc_field "$bpid" Cpus_allowed_list)" "$lcpus")"
+    cri stop "$L" && cri rm "$L" && cri stopp "$LP" && cri rmp "$LP" ||
+        fail "late pod removed" "CRI stop/remove failed"
+    wait_for 60 grown || true
+    check_eq "late: the burstable container back on every cpu" "$(cpus_expand "$all")" \
+        "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
+else
+    fail "late: a guaranteed pod created while the agent was stopped runs" "$(cat "$S/cri.err")"
+    agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+fi
 
 # --- A resource plugin: Pinion's NIC plugin as its own process -----------------
 #

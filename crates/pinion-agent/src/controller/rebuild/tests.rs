@@ -28,6 +28,8 @@ fn running(uid: &str, cpus: &str, on: &str) -> RunningContainer {
             cpu_quota: exclusive.then_some(-1),
         },
         pod: Some(Arc::new(request.pod)),
+        cgroup: None,
+        late: None,
     }
 }
 

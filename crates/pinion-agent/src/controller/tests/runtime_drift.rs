@@ -1,0 +1,250 @@
+//! Issue 28 item 5: the reconcile pass covers runtime (NRI) containers —
+//! their cgroup is read back and a changed cpuset is sent again through
+//! the executor — and a Guaranteed container the runtime created while no
+//! plugin was connected is admitted at `Synchronize`.
+
+use std::sync::Arc;
+
+use pinion_host::cgroup::{ContainerCgroup, ContainerCpuset};
+
+use super::*;
+
+fn cgroup(id: &str) -> ContainerCgroup {
+    ContainerCgroup::resolve(&format!("/kubepods/pod-x/{id}")).expect("path")
+}
+
+/// A runtime container `id` of pod `uid` asking for `cpus`, in its cgroup.
+fn in_cgroup(uid: &str, cpus: &str, id: &str) -> AdmitRequest {
+    let mut request = runtime_request(uid, Some(cpus), id);
+    request.frontend = Frontend::runtime_in(id, Some(cgroup(id)));
+    request
+}
+
+/// What the runtime wrote into container `id`'s cgroup.
+fn runtime_wrote(host: &FakeCgroups, id: &str, cpus: &CpuSet, mems: &CpuSet) {
+    host.tree().containers.insert(
+        cgroup(id),
+        ContainerCpuset {
+            cpus: Some(cpus.clone()),
+            mems: Some(mems.clone()),
+        },
+    );
+}
+
+#[test]
+fn reconcile_sends_a_runtime_containers_changed_cpuset_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let g = admit(&mut controller, &in_cgroup("pod-g", "2", "cg")).expect("g");
+    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
+    while updates.try_recv().is_ok() {}
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
+    assert_eq!(
+        controller.reconcile(),
+        ReconcileReport::default(),
+        "nothing changed"
+    );
+    assert!(updates.try_recv().is_err(), "no update without drift");
+
+    // Someone widens the Guaranteed container's cpuset by hand.
+    runtime_wrote(&host, "cg", &set("0-7"), &g.placement.mems);
+    let report = controller.reconcile();
+    assert_eq!(
+        report.repaired,
+        vec!["pod-g/main (/kubepods/pod-x/cg)".to_string()]
+    );
+    let sent = updates.try_recv().expect("an update");
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].container_id, "cg");
+    assert_eq!(sent[0].placement, g.placement, "its placement again");
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.metrics.counters.runtime_drift_repairs_total, 1);
+    assert_eq!(
+        snapshot.metrics.counters.drift_repairs_total, 0,
+        "no cgroup of Pinion's"
+    );
+
+    // The runtime applied it: the next pass finds nothing.
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    assert!(updates.try_recv().is_err());
+}
+
+#[test]
+fn changed_memory_nodes_are_drift_and_a_gone_cgroup_is_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
+    admit(&mut controller, &in_cgroup("pod-c", "1", "cc")).expect("c");
+    while updates.try_recv().is_ok() {}
+    // cc's cgroup is gone (the container ended; its stop event releases it).
+    host.tree().containers.insert(
+        cgroup("cb"),
+        ContainerCpuset {
+            cpus: Some(b.placement.cpus.clone()),
+            mems: None,
+        },
+    );
+    let report = controller.reconcile();
+    assert_eq!(
+        report.repaired,
+        vec!["pod-b/main (/kubepods/pod-x/cb)".to_string()]
+    );
+    let sent = updates.try_recv().expect("an update");
+    assert_eq!(
+        sent.iter()
+            .map(|u| u.container_id.as_str())
+            .collect::<Vec<_>>(),
+        ["cb"]
+    );
+}
+
+#[test]
+fn an_update_in_flight_is_not_counted_as_drift() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
+    runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
+    // The runtime failed to apply an update: not applied, retried by the
+    // executor, not drift.
+    controller.runtime_updates_failed(&["cb".to_string()]);
+    while updates.try_recv().is_ok() {}
+    let report = controller.reconcile();
+    assert!(report.repaired.is_empty(), "{report:?}");
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.metrics.counters.runtime_drift_repairs_total, 0);
+    let sent = updates.try_recv().expect("the retry");
+    assert_eq!(sent[0].container_id, "cb");
+}
+
+fn late(request: &AdmitRequest, id: &str, hints: Option<GatheredHints>) -> RunningContainer {
+    RunningContainer {
+        key: (request.pod.uid.clone(), request.container.clone()),
+        container_id: id.to_string(),
+        observed: Observed {
+            cpus: None,
+            mems: None,
+            cpu_quota: Some(100_000),
+        },
+        pod: Some(Arc::new(request.pod.clone())),
+        cgroup: Some(cgroup(id)),
+        late: hints,
+    }
+}
+
+#[test]
+fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_admitted_at_synchronize(
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let known = admit(&mut controller, &in_cgroup("pod-k", "2", "ck")).expect("k");
+    drop(controller);
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("restart");
+    let mut running_known = late(
+        &in_cgroup("pod-k", "2", "ck"),
+        "ck",
+        Some(GatheredHints::default()),
+    );
+    running_known.observed = Observed {
+        cpus: Some(known.placement.cpus.clone()),
+        mems: Some(known.placement.mems.clone()),
+        cpu_quota: Some(-1),
+    };
+    let g = in_cgroup("pod-late", "2", "cl");
+    let shared = in_cgroup("pod-shared", "500m", "cs");
+    let running = [
+        running_known,
+        late(&g, "cl", Some(GatheredHints::default())),
+        late(&shared, "cs", Some(GatheredHints::default())),
+    ];
+    let (released, updates) = controller.sync_runtime(&running).expect("sync");
+    assert!(released.containers.is_empty(), "{released:?}");
+    let state = controller.state().clone();
+    assert_eq!(
+        state.assignment("pod-k", "main"),
+        Some(&known.placement.cpus),
+        "nothing moved"
+    );
+    let given = state
+        .assignment("pod-late", "main")
+        .expect("admitted")
+        .clone();
+    assert_eq!(given.len(), 2);
+    assert!(
+        given.is_disjoint(&known.placement.cpus),
+        "no cpu handed out twice"
+    );
+    assert_eq!(
+        state.assignment("pod-shared", "main"),
+        None,
+        "a shared container is not admitted"
+    );
+    let update = |id: &str| updates.iter().find(|u| u.container_id == id).cloned();
+    let late_update = update("cl").expect("the late container gets an update");
+    assert_eq!(late_update.placement.cpus, given);
+    assert!(late_update.placement.is_exclusive());
+    assert_eq!(late_update.placement.resources.cpu_quota, Some(-1));
+    assert!(
+        update("ck").is_none(),
+        "the known container already runs where it should"
+    );
+    let pool = update("cs")
+        .expect("the shared container follows the pool")
+        .placement
+        .cpus;
+    assert!(pool.is_disjoint(&given) && pool.is_disjoint(&known.placement.cpus));
+    assert_eq!(&on_disk(dir.path()), &state, "durable before the answer");
+}
+
+#[test]
+fn a_late_container_that_does_not_fit_stays_shared_and_takes_no_held_cpu() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    // 8 cpus, one reserved: 6 held leaves 1 free.
+    let big = admit(&mut controller, &in_cgroup("pod-big", "6", "cbig")).expect("big");
+    let g = in_cgroup("pod-late", "2", "cl");
+    let (_, updates) = controller
+        .sync_runtime(&[
+            {
+                let mut r = late(&in_cgroup("pod-big", "6", "cbig"), "cbig", None);
+                r.observed = Observed {
+                    cpus: Some(big.placement.cpus.clone()),
+                    mems: Some(big.placement.mems.clone()),
+                    cpu_quota: Some(-1),
+                };
+                r
+            },
+            late(&g, "cl", Some(GatheredHints::default())),
+        ])
+        .expect("sync");
+    assert_eq!(controller.state().assignment("pod-late", "main"), None);
+    assert_eq!(
+        controller.state().assignment("pod-big", "main"),
+        Some(&big.placement.cpus)
+    );
+    let sent = updates
+        .iter()
+        .find(|u| u.container_id == "cl")
+        .expect("shared pool");
+    assert!(!sent.placement.is_exclusive());
+    assert!(sent.placement.cpus.is_disjoint(&big.placement.cpus));
+}
+
+#[test]
+fn a_container_the_handle_did_not_clear_for_admission_follows_the_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let g = in_cgroup("pod-late", "2", "cl");
+    let (_, updates) = controller
+        .sync_runtime(&[late(&g, "cl", None)])
+        .expect("sync");
+    assert_eq!(controller.state().assignment("pod-late", "main"), None);
+    assert!(!updates[0].placement.is_exclusive());
+}
