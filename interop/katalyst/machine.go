@@ -26,6 +26,9 @@ func prepareMachine(topology, root string) (*machine, error) {
 	if err := os.RemoveAll(root); err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(filepath.Dir(root), 0o755); err != nil {
+		return nil, err
+	}
 	// cp -a keeps the tree's relative symlinks (cpuN/nodeM, nodeN/cpuM).
 	if out, err := exec.Command("cp", "-a", topology, root).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("cp -a %s %s: %v: %s", topology, root, err, out)

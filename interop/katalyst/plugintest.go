@@ -125,6 +125,23 @@ func (a *agentRun) pluginState(resource string) string {
 	return "absent"
 }
 
+// workloadPid is the pid of the one workload `pinion ps` lists (0: none).
+func (a *agentRun) workloadPid() int {
+	out, err := a.pinionCmd("ps", "-o", "json").Output()
+	if err != nil {
+		return 0
+	}
+	var snapshot struct {
+		Workloads []struct {
+			Pid int `json:"pid"`
+		} `json:"workloads"`
+	}
+	if json.Unmarshal(out, &snapshot) != nil || len(snapshot.Workloads) != 1 {
+		return 0
+	}
+	return snapshot.Workloads[0].Pid
+}
+
 func waitFor(what string, ok func() bool) error {
 	deadline := time.Now().Add(patience)
 	for !ok() {
@@ -313,8 +330,11 @@ func checkRunning(r *report, agent *agentRun, cpu, bw *qrmPlugin, cpus, moved st
 		_ = run.Process.Signal(syscall.SIGTERM)
 		_ = run.Wait()
 	}()
-	pid := run.Process.Pid
 	var p problems
+	// The launcher `pinion run` starts execs the command; its pid is the
+	// workload's in `pinion ps`.
+	pid := 0
+	p.expect(waitFor("pinion ps", func() bool { pid = agent.workloadPid(); return pid > 0 }) == nil, "pinion ps lists no workload")
 	p.expect(waitFor("cpuset", func() bool { return allowedCPUs(pid) == cpus }) == nil, "the run's Cpus_allowed_list %q, want %q", allowedCPUs(pid), cpus)
 
 	var uid string
@@ -341,14 +361,24 @@ func checkRunning(r *report, agent *agentRun, cpu, bw *qrmPlugin, cpus, moved st
 		}
 	}
 	p.expect(found["cpu"] == 1 && found[bandwidth] == 100, "List resources %v, want cpu=1 and %s=100 (pod %s)", found, bandwidth, uid)
-	ctx, cancel = call()
-	alloc, err := lister.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
-	cancel()
-	p.expect(err == nil, "GetAllocatableResources: %v", err)
+	// Pinion refreshes the plugins' allocatable resources every reconcile
+	// period (1 s here): wait for the first refresh after registration.
 	allocatable := map[string]float64{}
-	for _, res := range alloc.GetResources() {
-		allocatable[res.ResourceName] = res.AggregatedAllocatableQuantity
+	readAllocatable := func() bool {
+		ctx, cancel := call()
+		defer cancel()
+		alloc, err := lister.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+		if err != nil {
+			allocatable = map[string]float64{"error: " + err.Error(): 0}
+			return false
+		}
+		allocatable = map[string]float64{}
+		for _, res := range alloc.GetResources() {
+			allocatable[res.ResourceName] = res.AggregatedAllocatableQuantity
+		}
+		return allocatable["cpu"] == allocatableTotal && allocatable[bandwidth] == allocatableTotal
 	}
+	_ = waitFor("allocatable", readAllocatable)
 	p.expect(allocatable["cpu"] == allocatableTotal && allocatable[bandwidth] == allocatableTotal, "GetAllocatableResources resources %v, want both plugins' %d", allocatable, allocatableTotal)
 	r.check("plugin podresources", p, fmt.Sprintf("podresources v1 (kubewharf fields) List %v, allocatable %v", found, allocatable))
 
@@ -356,7 +386,7 @@ func checkRunning(r *report, agent *agentRun, cpu, bw *qrmPlugin, cpus, moved st
 	polls := cpu.seen().calls["GetResourcesAllocation"]
 	cpu.setAnswer(moved)
 	p.expect(waitFor("reconcile", func() bool { return allowedCPUs(pid) == moved }) == nil, "after the plugin's change the run is on %q, want %q", allowedCPUs(pid), moved)
-	p.expect(cpu.seen().calls["GetResourcesAllocation"] > polls, "no GetResourcesAllocation since the change")
+	p.expect(cpu.seen().calls["GetResourcesAllocation"] > polls, "no GetResourcesAllocation since the change (%s)", cpu.seen())
 	r.check("plugin reconcile", p, fmt.Sprintf("GetResourcesAllocation answer %s → the running process's Cpus_allowed_list %s", moved, allowedCPUs(pid)))
 }
 

@@ -190,12 +190,18 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         tokio::spawn(podresources::serve(
             podresources_listener,
             podresources_socket.clone(),
-            PodResourcesService::new(
-                handle.snapshots(),
-                topology_for_readers,
-                config.pod_resources.qps,
-                config.pod_resources.burst,
-            ),
+            {
+                let service = PodResourcesService::new(
+                    handle.snapshots(),
+                    topology_for_readers,
+                    config.pod_resources.qps,
+                    config.pod_resources.burst,
+                );
+                match &qrm {
+                    Some(qrm) => service.with_plugin_allocatable(qrm.plugin_allocatable()),
+                    None => service,
+                }
+            },
             stop_rx.clone(),
         )),
         tokio::spawn(reconcile_timer(

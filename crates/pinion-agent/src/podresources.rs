@@ -26,6 +26,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::PodResourcesConfig;
 use crate::controller::Snapshot;
+use crate::qrm::PluginAllocatable;
 use crate::server;
 pub use ratelimit::{TokenBucket, REJECTED};
 
@@ -58,6 +59,9 @@ pub struct PodResourcesService {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     topology: Arc<Topology>,
     limiter: Arc<TokenBucket>,
+    /// The resource plugins' allocatable resources, when the QoS Resource
+    /// Manager runs.
+    plugins: Option<watch::Receiver<Arc<PluginAllocatable>>>,
 }
 
 impl PodResourcesService {
@@ -72,7 +76,20 @@ impl PodResourcesService {
             snapshots,
             topology,
             limiter: Arc::new(TokenBucket::new(qps, burst, Instant::now())),
+            plugins: None,
         }
+    }
+
+    /// Adds the resource plugins' allocatable resources to
+    /// `GetAllocatableResources` (the QoS Resource Manager's
+    /// [`crate::qrm::Qrm::plugin_allocatable`]).
+    #[must_use]
+    pub fn with_plugin_allocatable(
+        mut self,
+        plugins: watch::Receiver<Arc<PluginAllocatable>>,
+    ) -> Self {
+        self.plugins = Some(plugins);
+        self
     }
 
     fn admit(&self) -> Result<Arc<Snapshot>, Status> {
@@ -113,8 +130,31 @@ pub fn list(snapshot: &Snapshot) -> v1::ListPodResourcesResponse {
 /// `GetAllocatableResources`' answer for `snapshot` on `topology`.
 #[must_use]
 pub fn allocatable(snapshot: &Snapshot, topology: &Topology) -> v1::AllocatableResourcesResponse {
+    allocatable_with_plugins(snapshot, topology, &PluginAllocatable::new())
+}
+
+/// [`allocatable`] with the resource plugins' allocatable resources in
+/// `resources`, as the kubelet fork and katalyst's ORM answer (spec
+/// `qrm.md` §6.4): a plugin's resource replaces Pinion's own entry of that
+/// name (a plugin serving `cpu` decides what is allocatable), the others
+/// are added in name order.
+#[must_use]
+pub fn allocatable_with_plugins(
+    snapshot: &Snapshot,
+    topology: &Topology,
+    plugins: &PluginAllocatable,
+) -> v1::AllocatableResourcesResponse {
     let exclusive = snapshot.policy == "static";
-    wire::allocatable(model::allocatable(topology, exclusive, &snapshot.reserved))
+    let mut answer = wire::allocatable(model::allocatable(topology, exclusive, &snapshot.reserved));
+    answer
+        .resources
+        .retain(|own| !plugins.contains_key(&own.resource_name));
+    answer.resources.extend(
+        plugins
+            .iter()
+            .map(|(name, resource)| wire::plugin_allocatable(name, resource)),
+    );
+    answer
 }
 
 #[tonic::async_trait]
@@ -132,7 +172,16 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
         _request: Request<v1::AllocatableResourcesRequest>,
     ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
         let snapshot = self.admit()?;
-        Ok(Response::new(allocatable(&snapshot, &self.topology)))
+        let plugins = self
+            .plugins
+            .as_ref()
+            .map(|plugins| Arc::clone(&plugins.borrow()))
+            .unwrap_or_default();
+        Ok(Response::new(allocatable_with_plugins(
+            &snapshot,
+            &self.topology,
+            &plugins,
+        )))
     }
 
     async fn get(

@@ -2,6 +2,7 @@
 //! types of `v1` and `v1alpha1`: the one place where they meet the wire.
 
 use pinion_api::podresources::{v1, v1alpha1};
+use pinion_api::resourceplugin as rp;
 use pinion_core::podresources::{
     Allocatable, AllocatableResource, ContainerResources, MemoryBlock, NumaQuantity, PodResources,
     TopologyAwareResource,
@@ -87,6 +88,39 @@ fn allocatable_resource(r: AllocatableResource) -> v1::AllocatableTopologyAwareR
             .into_iter()
             .map(quantity)
             .collect(),
+    }
+}
+
+/// A resource plugin's allocatable resource `name` (its
+/// `GetTopologyAwareAllocatableResources` entry) as podresources carries it:
+/// the same fields, the name moved into the message.
+#[must_use]
+pub fn plugin_allocatable(
+    name: &str,
+    r: &rp::AllocatableTopologyAwareResource,
+) -> v1::AllocatableTopologyAwareResource {
+    let quantities = |list: &[rp::TopologyAwareQuantity]| -> Vec<v1::TopologyAwareQuantity> {
+        list.iter()
+            .map(|q| v1::TopologyAwareQuantity {
+                resource_value: q.resource_value,
+                node: q.node,
+                name: q.name.clone(),
+                r#type: q.r#type.clone(),
+                topology_level: q.topology_level,
+                annotations: q.annotations.clone(),
+            })
+            .collect()
+    };
+    v1::AllocatableTopologyAwareResource {
+        resource_name: name.to_string(),
+        is_node_resource: r.is_node_resource,
+        is_scalar_resource: r.is_scalar_resource,
+        aggregated_allocatable_quantity: r.aggregated_allocatable_quantity,
+        topology_aware_allocatable_quantity_list: quantities(
+            &r.topology_aware_allocatable_quantity_list,
+        ),
+        aggregated_capacity_quantity: r.aggregated_capacity_quantity,
+        topology_aware_capacity_quantity_list: quantities(&r.topology_aware_capacity_quantity_list),
     }
 }
 

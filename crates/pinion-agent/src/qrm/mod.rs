@@ -11,6 +11,7 @@
 //! only what changed; the removal loop tells plugins of departed pods until
 //! every one of them has heard.
 
+mod allocatable;
 pub mod builtin;
 mod convert;
 mod register;
@@ -37,6 +38,7 @@ use crate::config::QrmConfig;
 use crate::controller::removal_wait::LoopRunning;
 use crate::controller::ControllerHandle;
 use crate::hints::{HintFuture, HintSource};
+pub use allocatable::PluginAllocatable;
 pub use registry::{CallError, PluginView, Registry};
 pub use request::{PluginRequest, RequestError};
 
@@ -75,6 +77,8 @@ pub struct Qrm {
     plugin_journal: Arc<builtin::PluginJournal>,
     /// True while the removal loop runs (releases wait for it only then).
     removal_loop_running: watch::Sender<bool>,
+    /// The plugins' allocatable resources, for podresources.
+    allocatable: watch::Sender<Arc<PluginAllocatable>>,
 }
 
 impl Qrm {
@@ -89,6 +93,7 @@ impl Qrm {
             reconcile_now: tokio::sync::Notify::new(),
             plugin_journal: Arc::default(),
             removal_loop_running: watch::channel(false).0,
+            allocatable: allocatable::channel(),
         })
     }
 
@@ -514,10 +519,15 @@ async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            () = qrm.reconcile_now.notified() => {}
+        // The plugins' allocatable resources on the period only: a pass
+        // woken by an admission polls allocations alone.
+        let period = tokio::select! {
+            _ = ticks.tick() => true,
+            () = qrm.reconcile_now.notified() => false,
             _ = stop.changed() => break,
+        };
+        if period {
+            qrm.refresh_allocatable().await;
         }
         let polled_at = Instant::now();
         let polls = qrm.poll().await;

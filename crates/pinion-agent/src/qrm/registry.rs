@@ -80,6 +80,7 @@ client_calls! {
     allocate(rp::ResourceRequest) -> rp::ResourceAllocationResponse;
     remove_pod(rp::RemovePodRequest) -> rp::RemovePodResponse;
     get_resources_allocation(rp::GetResourcesAllocationRequest) -> rp::GetResourcesAllocationResponse;
+    get_topology_aware_allocatable_resources(rp::GetTopologyAwareAllocatableResourcesRequest) -> rp::GetTopologyAwareAllocatableResourcesResponse;
 }
 
 /// Why a plugin call did not give an answer.
