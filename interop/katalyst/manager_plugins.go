@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/resourceplugin/v1alpha1"
 )
 
@@ -137,6 +139,23 @@ func driveCPU(r *report, e *endpoint, m *machine) {
 		p.expect(len(cpus) == 4, "after RemovePod: %q", infoAgain.AllocationResult)
 	}
 	r.check("cpu remove pod", p, "RemovePod forgets the pod (twice, and an unknown pod, succeed)")
+
+	// RPCs the managers do not need: pod-level and associated-device calls
+	// must say Unimplemented (the managers then treat them as unsupported),
+	// PreStartContainer must succeed.
+	p = nil
+	ctx, cancel := call()
+	defer cancel()
+	podRequest := &pluginapi.PodResourceRequest{PodUid: "pod-level", ResourceName: "cpu"}
+	_, err = e.client.GetPodTopologyHints(ctx, podRequest)
+	p.expect(status.Code(err) == codes.Unimplemented, "GetPodTopologyHints: %v", err)
+	_, err = e.client.AllocateForPod(ctx, podRequest)
+	p.expect(status.Code(err) == codes.Unimplemented, "AllocateForPod: %v", err)
+	_, err = e.client.GetAssociatedDeviceTopologyHints(ctx, &pluginapi.AssociatedDeviceRequest{})
+	p.expect(status.Code(err) == codes.Unimplemented, "GetAssociatedDeviceTopologyHints: %v", err)
+	_, err = e.client.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{PodUid: again.PodUid, ContainerName: "app"})
+	p.expect(err == nil, "PreStartContainer: %v", err)
+	r.check("cpu optional rpcs", p, "pod-level and associated-device RPCs: Unimplemented; PreStartContainer: OK")
 }
 
 func driveMemory(r *report, e *endpoint, m *machine) {
