@@ -2,7 +2,7 @@
 # katalyst's own wire code against Pinion (issue 29, item 5). Builds
 # interop/katalyst (Go; the kubewharf kubelet fork katalyst-core pins, module
 # and build caches under $HOME so a second run only links) and the pinion
-# CLI and agent (debug), then runs both directions:
+# CLI and agent (debug; `cargo build --workspace --bins`), then runs both directions:
 #
 # * manager: katalyst-peer plays the fork's plugin watcher and QRM manager
 #   against `pinion plugin serve cpu|memory|nic` on a real machine's
@@ -71,8 +71,10 @@ if ! (cd "$ROOT/interop/katalyst" && go build -o "$OUT/katalyst-peer" .); then
 fi
 echo "katalyst-peer built in $((SECONDS - start)) s"
 echo "linked: $("$OUT/katalyst-peer" version)"
-if ! cargo build --quiet --locked -p pinion -p pinion-agent --bins --manifest-path "$ROOT/Cargo.toml"; then
-    fail "build" "cargo build of pinion and pinion-agent failed"
+# The workspace's binaries, as .ci/run's end-to-end block builds them (the
+# same features, so neither build redoes the other's work).
+if ! cargo build --quiet --locked --workspace --bins --manifest-path "$ROOT/Cargo.toml"; then
+    fail "build" "cargo build of the workspace binaries failed"
     finish
 fi
 PINION="$TARGET/debug/pinion"
