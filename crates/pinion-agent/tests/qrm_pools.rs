@@ -449,3 +449,34 @@ async fn regression_a_pod_admitted_right_after_a_release_gets_the_released_cpus(
     }
     agent.stop().await;
 }
+
+/// Issue 28 item 2: podresources `List` showed no `cpu_ids` for a
+/// container whose CPUs the built-in CPU plugin dedicated to it, so a
+/// topology exporter counted them as free. A shared-cores container keeps
+/// an empty list (its pool is not held alone).
+#[tokio::test]
+async fn regression_podresources_lists_the_cpus_a_plugin_dedicated() {
+    let sysroot = meminfo_root();
+    let agent = Agent::fresh_with_builtin(&["cpu"], sysroot.path()).await;
+    let dedicated = admit_at(&agent, "pinion-run-dedicated", "4", "dedicated_cores").await;
+    let shared = admit_at(&agent, "pinion-run-shared", "1", "shared_cores").await;
+    assert_eq!(dedicated.placement.cpus.len(), 4, "{dedicated:?}");
+    let answer = pinion_agent::podresources::list(&agent.handle.snapshot());
+    let cpus = |name: &str| -> Vec<i64> {
+        answer
+            .pod_resources
+            .iter()
+            .find(|p| p.name == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {answer:?}"))
+            .containers[0]
+            .cpu_ids
+            .clone()
+    };
+    let want: Vec<i64> = dedicated.placement.cpus.iter().map(i64::from).collect();
+    assert_eq!(cpus("pinion-run-dedicated"), want);
+    assert!(
+        cpus("pinion-run-shared").is_empty(),
+        "shared cores are not held alone: {shared:?}"
+    );
+    agent.stop().await;
+}

@@ -7,8 +7,13 @@
 //! * only the pods Pinion holds (active ones: released pods are gone);
 //! * per pod, first the restartable init containers, then the app
 //!   containers, in spec order; other init containers are not listed;
-//! * `cpu_ids` are the exclusively assigned CPUs only (empty for a
-//!   container in the shared pool or placed by a resource plugin);
+//! * `cpu_ids` are the exclusively assigned CPUs only: the static policy's
+//!   exclusive CPUs, and the cpuset a resource plugin chose for a container
+//!   that holds them alone ([`holds_plugin_cpus_exclusively`]: katalyst's
+//!   `dedicated_cores`, or without a QoS level a Guaranteed container's
+//!   whole-CPU request) —
+//!   so a topology exporter reading `List` does not count them as free;
+//!   empty for a container in a shared pool;
 //! * `memory` is reported for containers whose memory is bound to NUMA
 //!   nodes (exclusive CPUs, or a plugin's cpuset): one block of type
 //!   `memory`, the container's memory request, on those nodes;
@@ -25,6 +30,7 @@ use crate::cpuset::CpuSet;
 use crate::placement::{Placement, Pool};
 use crate::plugin_allocation::PluginAllocations;
 use crate::pod::Pod;
+use crate::qos::{QosLevel, QOS_LEVEL_KEY};
 use crate::topology::Topology;
 
 /// The label kubewharf's kubelet copies into `pod_role`.
@@ -255,7 +261,7 @@ fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
                 .or(spec.memory_limit.as_ref())
                 .map_or(0, crate::quantity::Quantity::value);
             match held.iter().find(|h| h.container == spec.name) {
-                Some(holding) => container_resources(holding, memory_request),
+                Some(holding) => container_resources(pod, holding, memory_request),
                 None => ContainerResources {
                     name: spec.name.clone(),
                     ..ContainerResources::default()
@@ -291,9 +297,33 @@ pub fn with_pod_cpus(mut pod: PodResources, pod_cpus: &crate::state::PodCpus) ->
     pod
 }
 
-fn container_resources(holding: &Holding<'_>, memory_request: u64) -> ContainerResources {
+/// Whether `container` of `pod`, placed by a resource plugin, holds the
+/// plugin's cpuset alone, as the CPU plugins decide it: katalyst's
+/// `dedicated_cores` QoS level, or — without a QoS level — a whole-CPU
+/// request of a Guaranteed pod (kubelet's static rule,
+/// [`crate::qrm_rules::asks_exclusive_cpus`]). Any other explicit level
+/// (`shared_cores`, `reclaimed_cores`, `system_cores`) runs in a pool that
+/// others use too, Guaranteed or not.
+#[must_use]
+pub fn holds_plugin_cpus_exclusively(pod: &Pod, container: &str) -> bool {
+    match pod.annotations.get(QOS_LEVEL_KEY) {
+        Some(level) => level == QosLevel::DedicatedCores.as_str(),
+        None => crate::qrm_rules::asks_exclusive_cpus(pod, container),
+    }
+}
+
+fn container_resources(
+    pod: &Pod,
+    holding: &Holding<'_>,
+    memory_request: u64,
+) -> ContainerResources {
     let placement = holding.placement;
-    let cpu_ids = if placement.pool == Pool::Exclusive {
+    let exclusive = match placement.pool {
+        Pool::Exclusive => true,
+        Pool::Plugin => holds_plugin_cpus_exclusively(pod, holding.container),
+        Pool::Shared => false,
+    };
+    let cpu_ids = if exclusive {
         placement.cpus.iter().collect()
     } else {
         Vec::new()

@@ -229,3 +229,70 @@ fn allocatable_cpus_are_all_but_reserved_only_with_exclusive_cpus() {
     let none_policy = allocatable(&topology, false, &CpuSet::new());
     assert!(none_policy.cpu_ids.is_empty());
 }
+
+/// Issue 28 item 2: a topology exporter reading `List` counted the CPUs a
+/// resource plugin had dedicated to a container as free, because plugin
+/// placements reported no `cpu_ids`.
+#[test]
+fn regression_plugin_placed_dedicated_containers_list_their_cpus() {
+    let q = |text: &str| Quantity::parse(text).expect("quantity");
+    let mut dedicated = pod("u1", "dedicated", "ns");
+    dedicated.annotations.insert(
+        crate::qos::QOS_LEVEL_KEY.into(),
+        crate::qos::QosLevel::DedicatedCores.as_str().into(),
+    );
+    dedicated.containers = vec![container("c", None)];
+    let mut guaranteed = pod("u2", "guaranteed", "ns");
+    guaranteed.containers = vec![Container {
+        cpu_request: Some(q("2")),
+        cpu_limit: Some(q("2")),
+        memory_request: Some(q("1Gi")),
+        memory_limit: Some(q("1Gi")),
+        ..container("c", None)
+    }];
+    let mut shared_level = pod("u3", "shared", "ns");
+    shared_level.annotations.insert(
+        crate::qos::QOS_LEVEL_KEY.into(),
+        crate::qos::QosLevel::SharedCores.as_str().into(),
+    );
+    // Guaranteed with a whole CPU, but in a shared pool by its level.
+    shared_level.containers = guaranteed.containers.clone();
+    let pods = pods(vec![dedicated, guaranteed, shared_level]);
+    let in_plugin = |cpus: &str| Placement {
+        pool: Pool::Plugin,
+        ..exclusive(cpus, "0")
+    };
+    let (a, b, c) = (in_plugin("1-2"), in_plugin("3,5"), in_plugin("0-7"));
+    let none = PluginAllocations::new();
+    let holdings = [
+        Holding {
+            pod: "u1",
+            container: "c",
+            placement: &a,
+            plugins: &none,
+        },
+        Holding {
+            pod: "u2",
+            container: "c",
+            placement: &b,
+            plugins: &none,
+        },
+        Holding {
+            pod: "u3",
+            container: "c",
+            placement: &c,
+            plugins: &none,
+        },
+    ];
+    let listed = list(&pods, &holdings);
+    let cpus: BTreeMap<&str, Vec<u32>> = listed
+        .iter()
+        .map(|p| (p.name.as_str(), p.containers[0].cpu_ids.clone()))
+        .collect();
+    assert_eq!(cpus["dedicated"], vec![1, 2]);
+    assert_eq!(cpus["guaranteed"], vec![3, 5]);
+    assert!(
+        cpus["shared"].is_empty(),
+        "a shared pool is not held: {cpus:?}"
+    );
+}
