@@ -353,13 +353,18 @@ func checkRunning(r *report, agent *agentRun, cpu, bw *qrmPlugin, cpus, moved st
 	cancel()
 	p.expect(err == nil, "List: %v", err)
 	found := map[string]float64{}
+	var cpuIDs []int64
 	for _, pod := range list.GetPodResources() {
 		for _, c := range pod.Containers {
 			for _, res := range c.Resources {
 				found[res.ResourceName] += res.AggregatedQuantity
 			}
+			cpuIDs = append(cpuIDs, c.CpuIds...)
 		}
 	}
+	// A dedicated_cores container's CPUs are its own: cpu_ids name them,
+	// for the topology exporters reading field 3.
+	p.expect(fmt.Sprint(cpuIDs) == "["+strings.ReplaceAll(cpus, ",", " ")+"]", "List cpu_ids %v, the cpu plugin dedicated %s", cpuIDs, cpus)
 	p.expect(found["cpu"] == 1 && found[bandwidth] == 100, "List resources %v, want cpu=1 and %s=100 (pod %s)", found, bandwidth, uid)
 	// Pinion refreshes the plugins' allocatable resources every reconcile
 	// period (1 s here): wait for the first refresh after registration.
@@ -380,7 +385,7 @@ func checkRunning(r *report, agent *agentRun, cpu, bw *qrmPlugin, cpus, moved st
 	}
 	_ = waitFor("allocatable", readAllocatable)
 	p.expect(allocatable["cpu"] == allocatableTotal && allocatable[bandwidth] == allocatableTotal, "GetAllocatableResources resources %v, want both plugins' %d", allocatable, allocatableTotal)
-	r.check("plugin podresources", p, fmt.Sprintf("podresources v1 (kubewharf fields) List %v, allocatable %v", found, allocatable))
+	r.check("plugin podresources", p, fmt.Sprintf("podresources v1 (kubewharf fields) List %v cpu_ids %v, allocatable %v", found, cpuIDs, allocatable))
 
 	p = nil
 	polls := cpu.seen().calls["GetResourcesAllocation"]
