@@ -480,10 +480,7 @@ mod tests {
             values
                 .iter()
                 .enumerate()
-                .map(|(node, &value)| crate::podresources::NumaQuantity {
-                    node: node as u64,
-                    value,
-                })
+                .map(|(node, &value)| crate::podresources::NumaQuantity::new(node as u64, value))
                 .collect::<Vec<_>>()
         };
         AllocatableResource {

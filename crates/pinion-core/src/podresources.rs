@@ -90,11 +90,26 @@ pub struct MemoryBlock {
     pub numa_nodes: Vec<u32>,
 }
 
-/// An amount on one NUMA node.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// An amount on one NUMA node; a plugin may name what provides it there
+/// (a NIC: `name` = `eth0`, `kind` = `NIC`), empty for CPUs and memory.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct NumaQuantity {
     pub node: u64,
     pub value: f64,
+    pub name: String,
+    pub kind: String,
+}
+
+impl NumaQuantity {
+    /// `value` on NUMA node `node`, provided by nothing named.
+    #[must_use]
+    pub fn new(node: u64, value: f64) -> Self {
+        Self {
+            node,
+            value,
+            ..Self::default()
+        }
+    }
 }
 
 /// A resource plugin's allocation to a container.
@@ -188,14 +203,10 @@ pub fn allocatable(topology: &Topology, exclusive_cpus: bool, reserved: &CpuSet)
         } else {
             cpus.len()
         };
-        cpu.allocatable_per_numa.push(NumaQuantity {
-            node: u64::from(node),
-            value: count(free),
-        });
-        cpu.capacity_per_numa.push(NumaQuantity {
-            node: u64::from(node),
-            value: count(cpus.len()),
-        });
+        cpu.allocatable_per_numa
+            .push(NumaQuantity::new(u64::from(node), count(free)));
+        cpu.capacity_per_numa
+            .push(NumaQuantity::new(u64::from(node), count(cpus.len())));
     }
     cpu.allocatable = cpu.allocatable_per_numa.iter().map(|q| q.value).sum();
     cpu.capacity = cpu.capacity_per_numa.iter().map(|q| q.value).sum();
@@ -215,11 +226,8 @@ pub fn allocatable(topology: &Topology, exclusive_cpus: bool, reserved: &CpuSet)
             size: bytes,
             numa_nodes: vec![node.id],
         });
-        let quantity = NumaQuantity {
-            node: u64::from(node.id),
-            value: bytes_f64(bytes),
-        };
-        memory.allocatable_per_numa.push(quantity);
+        let quantity = NumaQuantity::new(u64::from(node.id), bytes_f64(bytes));
+        memory.allocatable_per_numa.push(quantity.clone());
         memory.capacity_per_numa.push(quantity);
     }
     if !memory.capacity_per_numa.is_empty() {
@@ -383,10 +391,7 @@ fn container_resources(
             per_numa: allocation
                 .topology_assignments
                 .iter()
-                .map(|(&node, &amount)| NumaQuantity {
-                    node,
-                    value: bytes_f64(amount),
-                })
+                .map(|(&node, &amount)| NumaQuantity::new(node, bytes_f64(amount)))
                 .collect(),
         })
         .collect();

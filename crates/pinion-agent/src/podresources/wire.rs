@@ -52,6 +52,8 @@ fn quantity(q: NumaQuantity) -> v1::TopologyAwareQuantity {
     v1::TopologyAwareQuantity {
         resource_value: q.value,
         node: q.node,
+        name: q.name,
+        r#type: q.kind,
         topology_level: v1::TopologyLevel::Numa.into(),
         ..v1::TopologyAwareQuantity::default()
     }

@@ -33,8 +33,9 @@ pub fn wire_hint(hint: &TopologyHint) -> rp::TopologyHint {
 }
 
 /// A plugin's `AllocatableTopologyAwareResource` for `name` as Pinion's
-/// node resource (per-NUMA amounts of the NUMA level only; other levels,
-/// which no plugin Pinion knows reports, are left out).
+/// node resource (per-NUMA amounts of the NUMA level only, with what
+/// provides them — a NIC's name and type; other levels, which no plugin
+/// Pinion knows reports, are left out).
 #[must_use]
 pub fn node_resource(
     name: &str,
@@ -46,6 +47,8 @@ pub fn node_resource(
             .map(|q| pinion_core::podresources::NumaQuantity {
                 node: q.node,
                 value: q.resource_value,
+                name: q.name.clone(),
+                kind: q.r#type.clone(),
             })
             .collect()
     };

@@ -515,13 +515,17 @@ async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            () = qrm.reconcile_now.notified() => {}
+        // Node resources on the period only: a pass woken by an admission
+        // or a removal polls allocations alone.
+        let period = tokio::select! {
+            _ = ticks.tick() => true,
+            () = qrm.reconcile_now.notified() => false,
             _ = stop.changed() => break,
-        }
-        for plugin in qrm.registry.all_active() {
-            qrm.registry.refresh_node_resources(&plugin).await;
+        };
+        if period {
+            for plugin in qrm.registry.all_active() {
+                qrm.registry.refresh_node_resources(&plugin).await;
+            }
         }
         let polled_at = Instant::now();
         let polls = qrm.poll().await;

@@ -194,10 +194,7 @@ fn plugin_allocations_become_topology_aware_resources() {
             is_node_resource: false,
             is_scalar_resource: true,
             aggregated_quantity: 2.0,
-            per_numa: vec![NumaQuantity {
-                node: 1,
-                value: 2.0
-            }],
+            per_numa: vec![NumaQuantity::new(1, 2.0)],
         }]
     );
 }
@@ -212,16 +209,7 @@ fn allocatable_cpus_are_all_but_reserved_only_with_exclusive_cpus() {
     assert_eq!((cpu.allocatable, cpu.capacity), (6.0, 8.0));
     assert_eq!(
         cpu.allocatable_per_numa,
-        vec![
-            NumaQuantity {
-                node: 0,
-                value: 3.0
-            },
-            NumaQuantity {
-                node: 1,
-                value: 3.0
-            }
-        ]
+        vec![NumaQuantity::new(0, 3.0), NumaQuantity::new(1, 3.0)]
     );
     assert_eq!(static_policy.memory.len(), 2);
     assert_eq!(static_policy.memory[1].numa_nodes, vec![1]);
