@@ -290,6 +290,20 @@ impl<'h, 'a> ByPod<'h, 'a> {
 }
 
 fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
+    // The role and type as the manager sent them (the proposal's
+    // annotations or katalyst's keys); a pod the manager would refuse for
+    // a contradiction was never admitted, so the fallback is katalyst's.
+    let identity =
+        crate::qos::vocabulary::identity(&pod.labels, &pod.annotations).unwrap_or_else(|_| {
+            crate::qos::vocabulary::Identity {
+                pod_role: pod.labels.get(POD_ROLE_LABEL).cloned().unwrap_or_default(),
+                pod_type: pod
+                    .annotations
+                    .get(POD_TYPE_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default(),
+            }
+        });
     let listed = pod
         .init_containers
         .iter()
@@ -315,12 +329,8 @@ fn pod_resources(uid: &str, pod: &Pod, held: &[&Holding<'_>]) -> PodResources {
         uid: uid.to_string(),
         name: pod.name.clone(),
         namespace: pod.namespace.clone(),
-        pod_role: pod.labels.get(POD_ROLE_LABEL).cloned().unwrap_or_default(),
-        pod_type: pod
-            .annotations
-            .get(POD_TYPE_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
+        pod_role: identity.pod_role,
+        pod_type: identity.pod_type,
         labels: pod.labels.clone(),
         annotations: pod.annotations.clone(),
         containers,
