@@ -198,8 +198,10 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
 
 /// Runs a scenario on `topology`.
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
-    let policy = scenario.config.build_with(topology, scenario.features)?;
+    // kubelet's container manager builds the Topology Manager before the CPU
+    // manager: a configuration both refuse fails with the former's error.
     let manager = scenario.config.build_topology_manager(topology)?;
+    let policy = scenario.config.build_with(topology, scenario.features)?;
     check_hint_keys(scenario)?;
     let hints = topology::static_hints(&scenario.hints)?;
     let reserved = policy.reserved();

@@ -132,6 +132,19 @@ impl Engine {
         }
         let affinity = hint.affinity.map(|mask| mask.ids());
         let result = self.admit(&request, affinity.as_deref());
+        if scope == AlignScope::Pod && decision.as_ref().is_some_and(|d| !d.reused) {
+            if result.is_ok() {
+                // kubelet's pod scope stores the pod's hint for every one of
+                // its containers at admission: a container removed before
+                // its siblings are added leaves them the pod's affinity.
+                for container in pod.all_containers() {
+                    self.store_affinity(pod, &container.name, hint);
+                }
+            } else {
+                // kubelet rejects the pod; the next container is admitted afresh.
+                self.forget_affinity(&pod.uid, name);
+            }
+        }
         if result.is_err() {
             self.metrics.topology.errors_total += 1;
         } else if guaranteed {
