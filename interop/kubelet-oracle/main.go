@@ -569,6 +569,10 @@ func main() {
 	// kubelet logs every allocation at V(0); keep stdout for answers.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
+	if len(os.Args) == 2 && os.Args[1] == "--bench" {
+		runBench()
+		return
+	}
 	logger := klog.Background()
 	version := kubernetesVersion()
 	in := bufio.NewScanner(os.Stdin)
