@@ -351,9 +351,7 @@ def gen_case(rng, index, machines):
     tm, scope, tm_opts = gen_topology_manager(rng, nodes)
     pod_level = rng.random() < 0.1
     if pod_level:
-        # Gate on: differences found and not fixed yet (docs/testing.md); the
-        # pods still run through kubelet's and Pinion's gate-off skip.
-        gates = dict(gates, PodLevelResourceManagers=POD_LEVEL_MANAGERS and rng.random() < 0.8)
+        gates = dict(gates, PodLevelResourceManagers=rng.random() < 0.8)
     pods = {}
     for i in range(npods):
         if pod_level and rng.random() < 0.6:
@@ -480,10 +478,6 @@ def parse_cpulist(text):
         out += range(int(a), int(b or a) + 1)
     return out
 
-
-# KUBELET_DIFF_POD_LEVEL_MANAGERS=1: pods with pod-level resources also run
-# with the PodLevelResourceManagers gate on (differences known, not fixed).
-POD_LEVEL_MANAGERS = os.environ.get("KUBELET_DIFF_POD_LEVEL_MANAGERS") == "1"
 
 # KUBELET_DIFF_NO_EXCUSES=1: every difference fails (to look at the
 # documented ones too).

@@ -214,6 +214,17 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
     let mut pods = BTreeMap::new();
     let mut admitted = std::collections::BTreeSet::new();
     for (index, step) in scenario.steps.iter().enumerate() {
+        // The pod spec keeps its pod-level resources while the pod exists:
+        // the engine forgets them with the pod's last held container, so a
+        // container added after its siblings were all removed registers
+        // them again (kubelet reads them from the spec at every admission).
+        if let Some(uid) = step.pod.as_deref() {
+            if let Some(resources) = scenario.pod_resources.get(uid) {
+                if engine.pod_resources(uid).is_none() {
+                    engine.set_pod_resources(uid, Some(resources.clone()));
+                }
+            }
+        }
         let outcome = run_step(&mut engine, scenario, &hints, step, index, &mut pods)?;
         if let (Some(pod), Some(container)) = (&outcome.pod, &outcome.container) {
             let key = (pod.clone(), container.clone());

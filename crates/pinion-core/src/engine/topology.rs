@@ -19,13 +19,11 @@ use std::time::Duration;
 use super::metrics::{AlignBoundary, AlignScope};
 use super::Engine;
 use crate::cpuset::CpuSet;
-use crate::pod::Pod;
+use crate::pod::{Pod, PodLevel};
 use crate::policy::hints::{CpuManagerHints, Operation};
 use crate::policy::PolicyError;
 use crate::topomgr::provider::HintProvider;
-use crate::topomgr::{
-    Policy as TmPolicy, ProviderHints, Scope, TopologyAffinityError, TopologyHint, TopologyManager,
-};
+use crate::topomgr::{Policy as TmPolicy, ProviderHints, Scope, TopologyHint, TopologyManager};
 
 /// What the Topology Manager decided for one admission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,8 +116,12 @@ impl Engine {
                     .aligned_failures
                     .inc(scope, AlignBoundary::NumaNode);
             }
+            let pod_level = self.pod_level(&pod.uid) == PodLevel::Managed;
             return AdmitReport {
-                result: Err(TopologyAffinityError.into()),
+                result: Err(PolicyError::topology_refusal(
+                    pod_level,
+                    scope == AlignScope::Pod,
+                )),
                 topology: decision,
             };
         }
