@@ -67,7 +67,7 @@ def synthetic(rng):
     several NUMA nodes per socket and several uncore caches per NUMA node,
     machines without an L3 (uncore = socket, what cAdvisor/kubelet fall back
     to), and hybrid parts (P-cores with 2 threads beside 1-thread E-cores)."""
-    kind = rng.choice(["regular", "regular", "no-l3", "hybrid"])
+    kind = rng.choice(["regular", "regular", "no-l3", "hybrid", "large"])
     cpus = []
     if kind == "hybrid":
         p, e = rng.choice([(2, 8), (4, 4), (6, 8), (8, 8), (1, 4)])
@@ -84,12 +84,18 @@ def synthetic(rng):
             cpus.append({"id": nid, "core": base + j, "socket": 0, "numa": 0, "uncore": unc,
                          "core_type": "intel_atom"})
             nid += 1
-        return "hybrid-%dp-%de-u%d" % (p, e, ecluster), cpus
-    sockets = rng.choice([1, 2, 2, 4])
-    numa_per = rng.choice([1, 1, 2])
-    cores_per_numa = rng.choice([2, 3, 4, 6, 8])
-    threads = rng.choice([1, 2, 2])
-    uncore_per_numa = 1 if kind == "no-l3" else rng.choice([1, 1, 2])
+        return "hybrid-%dp-%de-u%d" % (p, e, ecluster), cpus, numa_nodes(cpus)
+    if kind == "large":
+        # up to 1,024 CPUs; 16 NUMA nodes need max-allowable-numa-nodes
+        sockets, numa_per, cores_per_numa, threads, uncore_per_numa = rng.choice([
+            (2, 4, 64, 2, 8), (2, 2, 48, 2, 4), (4, 4, 32, 2, 4), (1, 4, 32, 2, 4),
+            (2, 1, 96, 2, 12), (8, 2, 32, 2, 4), (2, 4, 16, 1, 2)])
+    else:
+        sockets = rng.choice([1, 2, 2, 4])
+        numa_per = rng.choice([1, 1, 2])
+        cores_per_numa = rng.choice([2, 3, 4, 6, 8])
+        threads = rng.choice([1, 2, 2])
+        uncore_per_numa = 1 if kind == "no-l3" else rng.choice([1, 1, 2])
     if cores_per_numa % uncore_per_numa:
         uncore_per_numa = 1
     ncores = sockets * numa_per * cores_per_numa
@@ -108,7 +114,28 @@ def synthetic(rng):
                                  "uncore": unc})
     cpus.sort(key=lambda x: x["id"])
     return "%s-%ds-%dn-%dc-%dt-%du" % (kind, sockets, numa_per, cores_per_numa, threads,
-                                       uncore_per_numa), cpus
+                                       uncore_per_numa), cpus, numa_nodes(cpus)
+
+
+def numa_nodes(cpus):
+    """Distances as firmware gives them: 10 local, 12 within a socket, 21
+    across sockets, 31 across two socket hops (socket ids differing by > 1)."""
+    socket_of = {}
+    for c in cpus:
+        socket_of[c["numa"]] = c["socket"]
+    ids = sorted(socket_of)
+    out = []
+    for a in ids:
+        d = []
+        for b in ids:
+            if a == b:
+                d.append(10)
+            elif socket_of[a] == socket_of[b]:
+                d.append(12)
+            else:
+                d.append(21 if abs(socket_of[a] - socket_of[b]) == 1 else 31)
+        out.append({"id": a, "distances": d})
+    return out
 
 
 def discover(pinion, name):
@@ -117,7 +144,8 @@ def discover(pinion, name):
     if out.returncode != 0:
         return None
     topo = json.loads(out.stdout)
-    return [{k: c[k] for k in ("id", "core", "socket", "numa", "uncore")} for c in topo["cpus"]]
+    return ([{k: c[k] for k in ("id", "core", "socket", "numa", "uncore")} for c in topo["cpus"]],
+            topo.get("numa_nodes") or [])
 
 
 # --------------------------------------------------------------------------
@@ -229,20 +257,81 @@ def cpulist(ids):
     return ",".join(out)
 
 
-def gen_steps(rng, pods):
+def gen_pod_level(rng, ncpus):
+    """A pod with pod-level resources (spec.resources): Guaranteed at the pod
+    level; its containers without resources or with integral CPUs that fit."""
+    n = rng.choice([1, 2, 2, 3, 4, 4, 6, 8])
+    n = min(n, max(1, ncpus // 2))
+    mem = rng.choice(["1Gi", "2Gi"])
+    if rng.random() < 0.15:  # Burstable at the pod level
+        res = {"cpu_request": str(n), "memory_request": mem}
+    else:
+        res = {"cpu_request": str(n), "cpu_limit": str(n), "memory_request": mem,
+               "memory_limit": mem}
+    inits, apps = [], []
+    left = n
+    for i in range(rng.choice([0, 0, 1])):
+        c = {"name": "init%d" % i}
+        if rng.random() < 0.3:
+            c["restart_policy"] = "Always"
+        inits.append(c)
+    for i in range(rng.choice([1, 1, 2, 3])):
+        c = {"name": "app%d" % i}
+        if left > 1 and rng.random() < 0.4:
+            k = rng.randint(1, left - 1)
+            left -= k
+            c.update({"cpu_request": str(k), "cpu_limit": str(k), "memory_request": "128Mi",
+                      "memory_limit": "128Mi"})
+        apps.append(c)
+    return {"init_containers": inits, "containers": apps, "pod_resources": res}
+
+
+def gen_topology_manager(rng, nodes):
+    """kubelet's Topology Manager configuration: every policy with both
+    scopes, its options (valid ones mostly)."""
+    policy = rng.choice(["none", "none", "best-effort", "restricted", "single-numa-node"])
+    if len(nodes) > 8:
+        # kubelet's hint generation visits every NUMA-node mask (2^16 here) for
+        # every CPU count: seconds per admission, beyond the oracle's timeout.
+        policy = "none"
+    scope = rng.choice(["container", "pod"])
+    opts = {}
+    if rng.random() < 0.3:
+        opts["prefer-closest-numa-nodes"] = rng.choice(["true", "true", "false"])
+    if len(nodes) > 8:
+        if rng.random() < 0.9:
+            opts["max-allowable-numa-nodes"] = str(len(nodes) + rng.choice([0, 0, 4]))
+    elif rng.random() < 0.05:
+        opts["max-allowable-numa-nodes"] = rng.choice(["8", "12"])
+    if rng.random() < 0.02:  # kubelet's option errors
+        opts[rng.choice(["max-allowable-numa-nodes", "prefer-closest-numa-nodes",
+                         "no-such-option"])] = rng.choice(["4", "x"])
+    return policy, scope, opts
+
+
+def gen_steps(rng, pods, grouped=False):
     """Adds follow each pod's order (init containers first); pods interleave;
     removals of containers added earlier (an exited init container, a
-    finished pod) happen at random points."""
+    finished pod) happen at random points. `grouped` (a Topology Manager
+    policy other than none): a pod's adds are consecutive and its containers
+    are removed only once all of them are added, as kubelet admits a pod's
+    containers together."""
     queues = {uid: [c["name"] for c in p["init_containers"]] + [c["name"] for c in p["containers"]]
               for uid, p in pods.items()}
     added = []
     steps = []
+    current = None
     while any(queues.values()):
-        uid = rng.choice(sorted(u for u, q in queues.items() if q))
+        if grouped and current is not None and queues[current]:
+            uid = current  # kubelet admits a pod's containers together
+        else:
+            uid = rng.choice(sorted(u for u, q in queues.items() if q))
+        current = uid
         steps.append({"op": "add", "pod": uid, "container": queues[uid].pop(0)})
         added.append((uid, steps[-1]["container"]))
-        if added and rng.random() < 0.2:
-            u, c = added.pop(rng.randrange(len(added)))
+        removable = [i for i, (u, _c) in enumerate(added) if not grouped or not queues[u]]
+        if removable and rng.random() < 0.2:
+            u, c = added.pop(rng.choice(removable))
             steps.append({"op": "remove", "pod": u, "container": c})
     if rng.random() < 0.3:
         for u, c in rng.sample(added, min(len(added), rng.randint(1, 3))):
@@ -251,23 +340,36 @@ def gen_steps(rng, pods):
 
 
 def gen_case(rng, index, machines):
-    mname, sysroot, cpus = rng.choice(machines)
+    mname, sysroot, cpus, nodes = rng.choice(machines)
     opts, gates = gen_options(rng, cpus)
+    if len(nodes) > 8:
+        # kubelet's distributed allocator tries NUMA-node combinations: on 16
+        # nodes one admission takes longer than the oracle's timeout.
+        opts.pop("distribute-cpus-across-numa", None)
     num_reserved, reserved = gen_reserved(rng, cpus)
     npods = rng.randint(1, 6) if rng.random() < 0.7 else rng.randint(6, 12)
-    pods = {"pod%d" % i: gen_pod(rng, len(cpus)) for i in range(npods)}
-    steps = gen_steps(rng, pods)
-    # single-numa-node only with align-by-socket on: kubelet refuses the pair at
-    # construction (the oracle does not run the Topology Manager yet).
-    tm = "single-numa-node" if (opts.get("align-by-socket") == "true" and rng.random() < 0.1) else "none"
+    tm, scope, tm_opts = gen_topology_manager(rng, nodes)
+    pod_level = rng.random() < 0.1
+    if pod_level:
+        gates = dict(gates, PodLevelResourceManagers=rng.random() < 0.8)
+    pods = {}
+    for i in range(npods):
+        if pod_level and rng.random() < 0.6:
+            pods["pod%d" % i] = gen_pod_level(rng, len(cpus))
+        else:
+            pods["pod%d" % i] = gen_pod(rng, len(cpus))
+    steps = gen_steps(rng, pods, grouped=tm != "none")
     return {"id": "c%05d" % index, "machine": mname, "sysroot": sysroot, "cpus": cpus,
-            "options": opts, "gates": gates, "num_reserved": num_reserved,
-            "reserved": reserved, "topology_manager_policy": tm, "pods": pods, "steps": steps}
+            "numa_nodes": nodes, "options": opts, "gates": gates, "num_reserved": num_reserved,
+            "reserved": reserved, "topology_manager_policy": tm, "topology_manager_scope": scope,
+            "topology_manager_policy_options": tm_opts, "pods": pods, "steps": steps}
 
 
 def oracle_input(case):
-    return {k: case[k] for k in ("id", "cpus", "options", "gates", "num_reserved", "reserved",
-                                 "topology_manager_policy", "pods", "steps")}
+    return {k: case[k] for k in ("id", "cpus", "numa_nodes", "options", "gates", "num_reserved",
+                                 "reserved", "topology_manager_policy",
+                                 "topology_manager_scope", "topology_manager_policy_options",
+                                 "pods", "steps")}
 
 
 def pinion_scenario(case):
@@ -275,18 +377,24 @@ def pinion_scenario(case):
     if case["sysroot"]:
         sc["sysroot"] = case["sysroot"]
     else:
-        sc["topology"] = {"cpus": case["cpus"]}
+        sc["topology"] = {"cpus": case["cpus"], "numa_nodes": case["numa_nodes"]}
     sc["options"] = case["options"]
     sc["feature_gates"] = {"alpha": case["gates"]["CPUManagerPolicyAlphaOptions"],
                            "beta": case["gates"]["CPUManagerPolicyBetaOptions"]}
     sc["num_reserved"] = case["num_reserved"]
     if case["reserved"]:
         sc["reserved"] = case["reserved"]
-    if case["topology_manager_policy"] != "none":
-        # kubelet's single-numa-node only matters here for option validation;
-        # the oracle's CPU-manager-only run gives every container "any node".
-        sc["topologyManagerPolicy"] = case["topology_manager_policy"]
-    sc["pods"] = case["pods"]
+    sc["topologyManagerPolicy"] = case["topology_manager_policy"]
+    sc["topologyManagerScope"] = case["topology_manager_scope"]
+    if case["topology_manager_policy_options"]:
+        sc["topologyManagerPolicyOptions"] = case["topology_manager_policy_options"]
+    if "PodLevelResourceManagers" in case["gates"]:
+        sc["features"] = {"PodLevelResourceManagers": case["gates"]["PodLevelResourceManagers"]}
+    sc["pods"] = {uid: {k: v for k, v in p.items() if k != "pod_resources"}
+                  for uid, p in case["pods"].items()}
+    pod_res = {uid: p["pod_resources"] for uid, p in case["pods"].items() if "pod_resources" in p}
+    if pod_res:
+        sc["pod_resources"] = pod_res
     sc["steps"] = [{"op": "start"}] + case["steps"]
     return sc
 
@@ -389,6 +497,33 @@ DOCUMENTED = [
      diff_strict_reservation_empties_shared_pool),
 ]
 
+# The text each class's listing in docs/differences-from-kubelet.md must hold
+# (its row or section and its reason: the upstream link or Pinion's rule); a
+# class whose listing is missing excuses nothing.
+LISTINGS = {
+    diff_hybrid_free_core_rule: ["## Hybrid machines", "140498"],
+    diff_distributed_full_pcpus_hang: [
+        "| `full-pcpus-only` + `distribute-cpus-across-numa` with odd free counts per NUMA node"
+        " | admission never returns |"],
+    diff_strict_reservation_empties_shared_pool: [
+        "| `strict-cpu-reservation` and an allocation (or an in-place grow) that would take the"
+        " last shared CPU |", "the shared pool is never empty"],
+}
+
+
+def check_listings(doc_path):
+    """Drops from DOCUMENTED every class whose listing the doc lacks; returns
+    the names dropped."""
+    try:
+        text = open(doc_path).read()
+    except OSError:
+        text = ""
+    missing = [name for name, pred in DOCUMENTED
+               if not all(needle in text for needle in LISTINGS.get(pred, [None]) if needle)
+               or pred not in LISTINGS]
+    DOCUMENTED[:] = [(n, p) for n, p in DOCUMENTED if n not in missing]
+    return missing
+
 
 # --------------------------------------------------------------------------
 # comparison
@@ -482,18 +617,24 @@ def main():
     global KUBELET_HAS_PR_140498
     KUBELET_HAS_PR_140498 = has_pr_140498(version)
 
+    doc = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs",
+                       "differences-from-kubelet.md")
+    for name in check_listings(doc):
+        print("warning: not listed in docs/differences-from-kubelet.md, excuses nothing: "
+              + name, file=sys.stderr)
+
     rng = random.Random(args.seed)
     machines = []
     for name in SYSROOT_MACHINES if os.path.isdir(TOPOLOGIES) else []:
-        cpus = discover(args.pinion, name)
-        if cpus is None:
+        found = discover(args.pinion, name)
+        if found is None:
             print("warning: pinion cannot discover %s; skipped" % name, file=sys.stderr)
             continue
-        machines.append((name, os.path.join(TOPOLOGIES, name), cpus))
+        machines.append((name, os.path.join(TOPOLOGIES, name)) + found)
     synth_rng = random.Random(args.seed * 7919 + 1)
     for _ in range(len(machines)):
-        name, cpus = synthetic(synth_rng)
-        machines.append((name, None, cpus))
+        name, cpus, nodes = synthetic(synth_rng)
+        machines.append((name, None, cpus, nodes))
 
     cases = [gen_case(rng, i, machines) for i in range(args.n)]
 
@@ -550,6 +691,12 @@ def main():
     refused = sum(1 for k in kube if k.get("error"))
     print("compared: %d steps (%d exclusive allocations, %d step errors), %d configurations "
           "kubelet refused" % (steps, exclusive, errors, refused))
+    cover = {}
+    for c in cases:
+        key = "%s/%s" % (c["topology_manager_policy"], c["topology_manager_scope"])
+        cover[key] = cover.get(key, 0) + 1
+    print("topology manager (policy/scope: cases): " + ", ".join(
+        "%s: %d" % kv for kv in sorted(cover.items())))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

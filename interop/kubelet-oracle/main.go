@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -59,6 +60,15 @@ type Container struct {
 type Pod struct {
 	InitContainers []Container `json:"init_containers,omitempty"`
 	Containers     []Container `json:"containers"`
+	// Resources is the pod-level resources (spec.resources; Name unused).
+	Resources *Container `json:"pod_resources,omitempty"`
+}
+
+// NUMANode is one NUMA node with its distances (node-id order), as Pinion's
+// topology JSON gives them; nodes without CPUs (memory only) included.
+type NUMANode struct {
+	ID        int      `json:"id"`
+	Distances []uint64 `json:"distances"`
 }
 
 // Step is an admission (`add`) or a removal (`remove`) of one container.
@@ -77,8 +87,13 @@ type Scenario struct {
 	NumReserved int               `json:"num_reserved"`
 	Reserved    string            `json:"reserved"`
 	TMPolicy    string            `json:"topology_manager_policy"`
-	Pods        map[string]Pod    `json:"pods"`
-	Steps       []Step            `json:"steps"`
+	// TMScope is kubelet's topologyManagerScope (container, the default, or pod).
+	TMScope string `json:"topology_manager_scope"`
+	// TMOptions is kubelet's topologyManagerPolicyOptions.
+	TMOptions map[string]string `json:"topology_manager_policy_options"`
+	NUMANodes []NUMANode        `json:"numa_nodes"`
+	Pods      map[string]Pod    `json:"pods"`
+	Steps     []Step            `json:"steps"`
 	// Checkpoint: keep the state in kubelet's checkpoint file (a temporary
 	// directory) and answer its bytes after the last step.
 	Checkpoint bool `json:"checkpoint"`
@@ -124,36 +139,19 @@ const hangError = "oracle: kubelet's Allocate did not return"
 // allocateTimeout bounds one Allocate (normally well under a millisecond).
 var allocateTimeout = 5 * time.Second
 
-// fakeTMPolicy is a Topology Manager policy that only has a name: static
-// policy option validation asks for it (align-by-socket vs single-numa-node).
-type fakeTMPolicy struct{ name string }
-
-func (p fakeTMPolicy) Name() string { return p.name }
-func (p fakeTMPolicy) Merge(klog.Logger, []map[string][]topologymanager.TopologyHint) (topologymanager.TopologyHint, bool) {
-	return topologymanager.TopologyHint{}, true
-}
-
-// noAffinityStore is the Topology Manager store of the `none` policy: every
-// container's affinity is "any NUMA node" (nil mask), as kubelet's none
-// policy merges to.
-type noAffinityStore struct{ policy fakeTMPolicy }
-
-func (s noAffinityStore) GetAffinity(klog.Logger, string, string) topologymanager.TopologyHint {
-	return topologymanager.TopologyHint{}
-}
-func (s noAffinityStore) GetPolicy() topologymanager.Policy { return s.policy }
-func (s noAffinityStore) Name() string                      { return s.policy.name }
-
 // machineInfo builds cAdvisor's MachineInfo from the CPU list: cores grouped
 // by (NUMA node, core id), each core with its socket and one uncore cache
 // (the CPU's uncore id), so that topology.Discover — kubelet's own code —
 // yields the CPUTopology kubelet would compute from cAdvisor.
-func machineInfo(cpus []CPU) *cadvisorapi.MachineInfo {
+func machineInfo(cpus []CPU, numaNodes []NUMANode) *cadvisorapi.MachineInfo {
 	type coreKey struct{ numa, core int }
 	nodes := map[int]*cadvisorapi.Node{}
 	cores := map[coreKey]*cadvisorapi.Core{}
 	var coreOrder []coreKey
 	sockets := map[int]bool{}
+	for _, n := range numaNodes {
+		nodes[n.ID] = &cadvisorapi.Node{Id: n.ID, Distances: n.Distances}
+	}
 	for _, c := range cpus {
 		sockets[c.Socket] = true
 		if _, ok := nodes[c.NUMA]; !ok {
@@ -224,6 +222,13 @@ func toV1Container(c Container) (v1.Container, error) {
 
 func toV1Pod(uid string, p Pod) (*v1.Pod, error) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: uid, Namespace: "default", UID: types.UID(uid)}}
+	if r := p.Resources; r != nil {
+		req, lim, err := quantityList(r.CPURequest, r.CPULimit, r.MemoryRequest, r.MemoryLimit)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: pod_resources: %w", uid, err)
+		}
+		pod.Spec.Resources = &v1.ResourceRequirements{Requests: req, Limits: lim}
+	}
 	for _, c := range p.InitContainers {
 		vc, err := toV1Container(c)
 		if err != nil {
@@ -262,6 +267,7 @@ func setGates(gates map[string]bool) error {
 	m := map[string]bool{
 		string(features.CPUManagerPolicyAlphaOptions): false,
 		string(features.CPUManagerPolicyBetaOptions):  true,
+		string(features.PodLevelResourceManagers):     false,
 	}
 	for k, v := range gates {
 		m[k] = v
@@ -280,7 +286,8 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 		res.Error = strp("oracle: feature gates: " + err.Error())
 		return res
 	}
-	topo, err := topology.Discover(logger, machineInfo(sc.CPUs))
+	mi := machineInfo(sc.CPUs, sc.NUMANodes)
+	topo, err := topology.Discover(logger, mi)
 	if err != nil {
 		res.Error = strp(err.Error())
 		return res
@@ -294,12 +301,22 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 	if tmName == "" {
 		tmName = topologymanager.PolicyNone
 	}
-	store := noAffinityStore{fakeTMPolicy{tmName}}
+	tmScope := sc.TMScope
+	if tmScope == "" {
+		tmScope = topologymanager.ContainerTopologyScope
+	}
+	// kubelet's container manager builds the Topology Manager first, over
+	// cAdvisor's NUMA nodes, then the CPU manager with it as affinity store.
+	tm, err := topologymanager.NewManager(logger, mi.Topology, tmName, tmScope, sc.TMOptions)
+	if err != nil {
+		res.Error = strp(err.Error())
+		return res
+	}
 	options := sc.Options
 	if options == nil {
 		options = map[string]string{}
 	}
-	policy, err := cpumanager.NewStaticPolicy(logger, topo, sc.NumReserved, reserved, store, options)
+	policy, err := cpumanager.NewStaticPolicy(logger, topo, sc.NumReserved, reserved, tm, options)
 	if err != nil {
 		res.Error = strp(err.Error())
 		return res
@@ -346,6 +363,10 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 	}
 	res.Reserved = topo.CPUDetails.CPUs().Difference(policy.GetAllocatableCPUs(st)).String()
 	pods := map[string]*v1.Pod{}
+	prov := &cpuProvider{policy: policy, st: st, full: pods}
+	tm.AddHintProvider(logger, prov)
+	podScope := tmName != topologymanager.PolicyNone && tmScope == topologymanager.PodTopologyScope
+	admitted := map[string]bool{}
 	for uid, p := range sc.Pods {
 		vp, err := toV1Pod(uid, p)
 		if err != nil {
@@ -368,7 +389,7 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 				break
 			}
 			done := make(chan error, 1)
-			go func() { done <- policy.Allocate(logger, st, pod, c, lifecycle.AddOperation) }()
+			go func() { done <- admit(logger, tm, prov, policy, st, pod, c, podScope, admitted) }()
 			var err error
 			select {
 			case err = <-done:
@@ -397,6 +418,123 @@ func run(sc Scenario, logger klog.Logger, version string) (res Result) {
 		res.Steps = append(res.Steps, sr)
 	}
 	return res
+}
+
+// cpuProvider is the CPU manager as the Topology Manager's hint provider:
+// what kubelet's cpumanager.manager does (GetTopologyHints,
+// GetPodTopologyHints, Allocate, AllocatePod delegate to the policy with its
+// state), without the stale-state sweep. Admissions run one container per
+// step: Allocate acts for `target` only (the other containers of a pod the
+// pod scope admits at once are allocated at their own steps, with the hint
+// kubelet's scope stored for them), and the providers always see the whole
+// pod (`full`, by UID) even when the scope is handed a pod with one container.
+type cpuProvider struct {
+	policy cpumanager.Policy
+	st     state.State
+	full   map[string]*v1.Pod
+	target string
+	// err is the CPU manager's own error of the step (kubelet's admission
+	// wraps it; the oracle reports the policy's text, as without the
+	// Topology Manager).
+	err error
+}
+
+func (p *cpuProvider) pod(pod *v1.Pod) *v1.Pod {
+	if f, ok := p.full[string(pod.UID)]; ok {
+		return f
+	}
+	return pod
+}
+
+func (p *cpuProvider) GetTopologyHints(logger klog.Logger, pod *v1.Pod, c *v1.Container, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	full := p.pod(pod)
+	if fc := findContainer(full, c.Name); fc != nil {
+		c = fc
+	}
+	return p.policy.GetTopologyHints(logger, p.st, full, c, op)
+}
+
+func (p *cpuProvider) GetPodTopologyHints(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) map[string][]topologymanager.TopologyHint {
+	return p.policy.GetPodTopologyHints(logger, p.st, p.pod(pod), op)
+}
+
+func (p *cpuProvider) AllocatePod(logger klog.Logger, pod *v1.Pod, op lifecycle.Operation) error {
+	err := p.policy.AllocatePod(logger, p.st, p.pod(pod), op)
+	if err != nil {
+		p.err = err
+	}
+	return err
+}
+
+func (p *cpuProvider) Allocate(ctx context.Context, pod *v1.Pod, c *v1.Container, op lifecycle.Operation) error {
+	if c.Name != p.target {
+		return nil
+	}
+	full := p.pod(pod)
+	if fc := findContainer(full, c.Name); fc != nil {
+		c = fc
+	}
+	err := p.policy.Allocate(klog.FromContext(ctx), p.st, full, c, op)
+	if err != nil {
+		p.err = err
+	}
+	return err
+}
+
+// onlyContainer is pod with one of its containers (in its own list): what
+// the container scope admits at one step.
+func onlyContainer(pod *v1.Pod, c *v1.Container) *v1.Pod {
+	out := pod.DeepCopy()
+	out.Spec.InitContainers, out.Spec.Containers = nil, nil
+	if isInit(pod, c.Name) {
+		out.Spec.InitContainers = []v1.Container{*c}
+	} else {
+		out.Spec.Containers = []v1.Container{*c}
+	}
+	return out
+}
+
+func isInit(pod *v1.Pod, name string) bool {
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// admit is one `add` step through kubelet's Topology Manager: its
+// Admit (the scope's hint merge, the policy's admit, the stored hint, then
+// the providers' Allocate). In the pod scope the pod is admitted once, at
+// its first container's step; its later containers are allocated with the
+// hint the scope stored for them. The error is the CPU manager's own, else
+// the admission's message (kubelet's TopologyAffinityError text).
+func admit(logger klog.Logger, tm topologymanager.Manager, prov *cpuProvider, policy cpumanager.Policy,
+	st state.State, pod *v1.Pod, c *v1.Container, podScope bool, admitted map[string]bool) error {
+	uid := string(pod.UID)
+	podLevel := utilfeature.DefaultFeatureGate.Enabled(features.PodLevelResourceManagers) &&
+		pod.Spec.Resources != nil
+	if podScope && admitted[uid] {
+		if podLevel {
+			return nil // AllocatePod gave every container its CPUs at admission
+		}
+		return policy.Allocate(logger, st, pod, c, lifecycle.AddOperation)
+	}
+	prov.target, prov.err = c.Name, nil
+	arg := pod
+	if !podScope {
+		arg = onlyContainer(pod, c)
+	}
+	r := tm.Admit(klog.NewContext(context.Background(), logger),
+		&lifecycle.PodAdmitAttributes{Pod: arg, Operation: lifecycle.AddOperation})
+	if r.Admit {
+		admitted[uid] = true
+		return nil
+	}
+	if prov.err != nil {
+		return prov.err
+	}
+	return fmt.Errorf("%s", r.Message)
 }
 
 func kubernetesVersion() string {
@@ -431,6 +569,10 @@ func main() {
 	// kubelet logs every allocation at V(0); keep stdout for answers.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
+	if len(os.Args) == 2 && os.Args[1] == "--bench" {
+		runBench()
+		return
+	}
 	logger := klog.Background()
 	version := kubernetesVersion()
 	in := bufio.NewScanner(os.Stdin)

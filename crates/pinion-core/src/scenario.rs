@@ -198,8 +198,10 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
 
 /// Runs a scenario on `topology`.
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
-    let policy = scenario.config.build_with(topology, scenario.features)?;
+    // kubelet's container manager builds the Topology Manager before the CPU
+    // manager: a configuration both refuse fails with the former's error.
     let manager = scenario.config.build_topology_manager(topology)?;
+    let policy = scenario.config.build_with(topology, scenario.features)?;
     check_hint_keys(scenario)?;
     let hints = topology::static_hints(&scenario.hints)?;
     let reserved = policy.reserved();
@@ -212,6 +214,17 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
     let mut pods = BTreeMap::new();
     let mut admitted = std::collections::BTreeSet::new();
     for (index, step) in scenario.steps.iter().enumerate() {
+        // The pod spec keeps its pod-level resources while the pod exists:
+        // the engine forgets them with the pod's last held container, so a
+        // container added after its siblings were all removed registers
+        // them again (kubelet reads them from the spec at every admission).
+        if let Some(uid) = step.pod.as_deref() {
+            if let Some(resources) = scenario.pod_resources.get(uid) {
+                if engine.pod_resources(uid).is_none() {
+                    engine.set_pod_resources(uid, Some(resources.clone()));
+                }
+            }
+        }
         let outcome = run_step(&mut engine, scenario, &hints, step, index, &mut pods)?;
         if let (Some(pod), Some(container)) = (&outcome.pod, &outcome.container) {
             let key = (pod.clone(), container.clone());

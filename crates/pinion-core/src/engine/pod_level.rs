@@ -21,7 +21,7 @@ use crate::pod::{Pod, PodLevel, PodResources};
 use crate::policy::hints::Operation;
 use crate::policy::{Policy, PolicyError};
 use crate::topomgr::provider::HintProvider;
-use crate::topomgr::{Policy as TmPolicy, Scope, TopologyAffinityError};
+use crate::topomgr::{Policy as TmPolicy, Scope};
 
 impl Engine {
     /// Registers the pod-level resources (`spec.resources`) of pod `uid`
@@ -108,7 +108,7 @@ impl Engine {
                             .inc(AlignScope::Pod, AlignBoundary::NumaNode);
                     }
                     return AdmitReport {
-                        result: Err(TopologyAffinityError.into()),
+                        result: Err(PolicyError::topology_refusal(true, true)),
                         topology: decision,
                     };
                 }

@@ -19,13 +19,11 @@ use std::time::Duration;
 use super::metrics::{AlignBoundary, AlignScope};
 use super::Engine;
 use crate::cpuset::CpuSet;
-use crate::pod::Pod;
+use crate::pod::{Pod, PodLevel};
 use crate::policy::hints::{CpuManagerHints, Operation};
 use crate::policy::PolicyError;
 use crate::topomgr::provider::HintProvider;
-use crate::topomgr::{
-    Policy as TmPolicy, ProviderHints, Scope, TopologyAffinityError, TopologyHint, TopologyManager,
-};
+use crate::topomgr::{Policy as TmPolicy, ProviderHints, Scope, TopologyHint, TopologyManager};
 
 /// What the Topology Manager decided for one admission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,8 +116,12 @@ impl Engine {
                     .aligned_failures
                     .inc(scope, AlignBoundary::NumaNode);
             }
+            let pod_level = self.pod_level(&pod.uid) == PodLevel::Managed;
             return AdmitReport {
-                result: Err(TopologyAffinityError.into()),
+                result: Err(PolicyError::topology_refusal(
+                    pod_level,
+                    scope == AlignScope::Pod,
+                )),
                 topology: decision,
             };
         }
@@ -132,6 +134,19 @@ impl Engine {
         }
         let affinity = hint.affinity.map(|mask| mask.ids());
         let result = self.admit(&request, affinity.as_deref());
+        if scope == AlignScope::Pod && decision.as_ref().is_some_and(|d| !d.reused) {
+            if result.is_ok() {
+                // kubelet's pod scope stores the pod's hint for every one of
+                // its containers at admission: a container removed before
+                // its siblings are added leaves them the pod's affinity.
+                for container in pod.all_containers() {
+                    self.store_affinity(pod, &container.name, hint);
+                }
+            } else {
+                // kubelet rejects the pod; the next container is admitted afresh.
+                self.forget_affinity(&pod.uid, name);
+            }
+        }
         if result.is_err() {
             self.metrics.topology.errors_total += 1;
         } else if guaranteed {

@@ -120,6 +120,37 @@ pub enum PolicyError {
     /// The Topology Manager rejected the admission.
     #[error(transparent)]
     TopologyAffinity(#[from] TopologyAffinityError),
+    /// kubelet's `PodLevelTopologyAffinityError` (reason
+    /// `TopologyAffinityError`): the Topology Manager rejected a pod with
+    /// pod-level resources under `PodLevelResourceManagers`; `message` is
+    /// [`POD_LEVEL_POD_SCOPE_REFUSAL`] or [`POD_LEVEL_CONTAINER_SCOPE_REFUSAL`].
+    #[error("Pod Scope {message}")]
+    PodLevelTopologyAffinity { message: &'static str },
+}
+
+/// kubelet's pod-scope refusal of a pod with pod-level resources.
+pub const POD_LEVEL_POD_SCOPE_REFUSAL: &str =
+    "pod with pod-level resources failed admission under pod-scope topology manager";
+/// kubelet's container-scope refusal of a pod with pod-level resources.
+pub const POD_LEVEL_CONTAINER_SCOPE_REFUSAL: &str =
+    "pod with pod-level resources failed admission with a container-level topology manager";
+
+impl PolicyError {
+    /// The Topology Manager's refusal of `pod_level` pods (pod-level
+    /// resources under `PodLevelResourceManagers`) or of others, in
+    /// `pod_scope` or the container scope, with kubelet's text.
+    #[must_use]
+    pub fn topology_refusal(pod_level: bool, pod_scope: bool) -> Self {
+        match (pod_level, pod_scope) {
+            (false, _) => Self::TopologyAffinity(TopologyAffinityError),
+            (true, true) => Self::PodLevelTopologyAffinity {
+                message: POD_LEVEL_POD_SCOPE_REFUSAL,
+            },
+            (true, false) => Self::PodLevelTopologyAffinity {
+                message: POD_LEVEL_CONTAINER_SCOPE_REFUSAL,
+            },
+        }
+    }
 }
 
 impl PolicyError {
@@ -129,7 +160,9 @@ impl PolicyError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::SmtNotMultiple { .. } | Self::SmtNotEnoughPhysical { .. } => "SMTAlignmentError",
-            Self::TopologyAffinity(_) => TopologyAffinityError::REASON,
+            Self::TopologyAffinity(_) | Self::PodLevelTopologyAffinity { .. } => {
+                TopologyAffinityError::REASON
+            }
             Self::InconsistentCpuAllocation { .. } => "inconsistentCPUAllocationError",
             Self::ProhibitedCpuAllocation { .. } => "prohibitedCPUAllocationError",
             Self::GetOriginalCpuSet { .. } => "getOriginalCPUSetError",

@@ -7,7 +7,7 @@ use crate::quantity::Quantity;
 use crate::state::State;
 use crate::topology::{synthetic, Shape, Topology};
 use crate::topomgr::provider::StaticHints;
-use crate::topomgr::NumaMask;
+use crate::topomgr::{NumaMask, TopologyAffinityError};
 
 /// 2 NUMA nodes (= sockets) × 4 cores × 2 threads: node 0 = CPUs 0-3,8-11.
 fn machine() -> Topology {
