@@ -322,15 +322,17 @@ fn plugin_node_resources_join_the_allocatable_resources() {
 /// podresources, which read only katalyst's label.
 #[test]
 fn regression_the_proposals_role_and_resource_type_reach_pod_role_and_pod_type() {
-    let mut p = pod("u1", "etl", "ns");
-    p.annotations
-        .insert("kubernetes.io/pod-role".into(), "ETL".into());
+    let mut p = pod("u1", "web", "ns");
+    p.annotations.insert(
+        "kubernetes.io/pod-role".into(),
+        "online-micro_service".into(),
+    );
     p.annotations
         .insert("kubernetes.io/resource-type".into(), "cpu-sharing".into());
     p.containers = vec![container("c", None)];
     let listed = list(&pods(vec![p]), &[]);
     assert_eq!(
         (listed[0].pod_role.as_str(), listed[0].pod_type.as_str()),
-        ("ETL", "cpu-sharing")
+        ("online-micro_service", "cpu-sharing")
     );
 }
