@@ -49,7 +49,7 @@ OPTIONS = [
     ("align-by-socket", "alpha"),
     ("distribute-cpus-across-cores", "alpha"),
     ("strict-cpu-reservation", "stable"),
-    ("prefer-align-cpus-by-uncorecache", "beta"),
+    ("prefer-align-cpus-by-uncorecache", "stable"),
 ]
 INCOMPATIBLE = [
     {"full-pcpus-only", "distribute-cpus-across-cores"},
@@ -213,10 +213,15 @@ def gen_options(rng, cpus):
     gates = {"CPUManagerPolicyAlphaOptions": True, "CPUManagerPolicyBetaOptions": True}
     if rng.random() < 0.08:
         gates = {"CPUManagerPolicyAlphaOptions": False, "CPUManagerPolicyBetaOptions": True}
+        off = {"alpha"}
+        if rng.random() < 0.5:
+            # Both gates off: a stable option needs none, a beta one is refused.
+            gates["CPUManagerPolicyBetaOptions"] = False
+            off.add("beta")
         # at most one option that the gates refuse: with several, the one kubelet
         # reports depends on Go map order (documented difference, avoided here).
-        alpha = [k for k in opts if dict(OPTIONS)[k] == "alpha"]
-        for k in alpha[1:]:
+        refused = [k for k in opts if dict(OPTIONS)[k] in off]
+        for k in refused[1:]:
             opts.pop(k)
     return opts, gates
 

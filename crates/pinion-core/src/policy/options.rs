@@ -33,7 +33,8 @@ pub const PREFER_ALIGN_CPUS_BY_UNCORECACHE: &str = "prefer-align-cpus-by-uncorec
 /// The Topology Manager policy name that excludes `align-by-socket`.
 const SINGLE_NUMA_NODE: &str = "single-numa-node";
 
-/// Maturity level of an option (kubelet v1.36 line).
+/// Maturity level of an option (kubelet v1.37 line: `policy_options.go`
+/// of k8s.io/kubernetes v1.37.2, the module the live oracle links).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Maturity {
     Alpha,
@@ -47,7 +48,7 @@ pub const KNOWN_OPTIONS: [(&str, Maturity); 6] = [
     (FULL_PCPUS_ONLY, Maturity::Ga),
     (STRICT_CPU_RESERVATION, Maturity::Ga),
     (DISTRIBUTE_CPUS_ACROSS_NUMA, Maturity::Beta),
-    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, Maturity::Beta),
+    (PREFER_ALIGN_CPUS_BY_UNCORECACHE, Maturity::Ga),
     (ALIGN_BY_SOCKET, Maturity::Alpha),
     (DISTRIBUTE_CPUS_ACROSS_CORES, Maturity::Alpha),
 ];

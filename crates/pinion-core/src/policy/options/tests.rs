@@ -150,3 +150,29 @@ fn go_quoting_escapes_like_percent_q() {
     assert_eq!(GoQuoted("\n\t\u{1}\u{7f}").to_string(), r#""\n\t\x01\x7f""#);
     assert_eq!(GoQuoted("é").to_string(), "\"é\"");
 }
+
+/// Issue 28 item 6: `prefer-align-cpus-by-uncorecache` is stable in
+/// kubelet v1.36 and v1.37; Pinion's table still had it at beta, so with
+/// `CPUManagerPolicyBetaOptions: false` Pinion refused what kubelet takes.
+#[test]
+fn regression_uncorecache_alignment_is_ga_as_in_kubelet_v1_37() {
+    let no_gates = FeatureGates {
+        alpha: false,
+        beta: false,
+    };
+    let parsed = parse(&[(PREFER_ALIGN_CPUS_BY_UNCORECACHE, "true")], no_gates)
+        .expect("a stable option needs no gate");
+    assert_eq!(parsed.get(PREFER_ALIGN_CPUS_BY_UNCORECACHE), Some(true));
+    let maturities: Vec<(&str, Maturity)> = KNOWN_OPTIONS.to_vec();
+    assert_eq!(
+        maturities,
+        [
+            (FULL_PCPUS_ONLY, Maturity::Ga),
+            (STRICT_CPU_RESERVATION, Maturity::Ga),
+            (DISTRIBUTE_CPUS_ACROSS_NUMA, Maturity::Beta),
+            (PREFER_ALIGN_CPUS_BY_UNCORECACHE, Maturity::Ga),
+            (ALIGN_BY_SOCKET, Maturity::Alpha),
+            (DISTRIBUTE_CPUS_ACROSS_CORES, Maturity::Alpha),
+        ]
+    );
+}
