@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use qrm_common::{admission, admit_at, meminfo_root, Agent, Knob, QrmNodeOptions, PATIENCE, QOS};
+use qrm_common::{
+    admission, admit_at, meminfo_root, Agent, Allocatable, Knob, QrmNodeOptions, PATIENCE, QOS,
+};
 
 use pinion_agent::testing::{machine, run_request};
 use pinion_api::plugin::Identity;
@@ -851,61 +853,28 @@ async fn a_plugin_over_a_socket_is_told_each_calls_deadline() {
     agent.stop().await;
 }
 
-/// A plugin of `example.com/widget` that reports `allocatable` of 4
-/// widgets (2 per NUMA node) as its node resource.
-struct Widgets {
-    allocatable: f64,
-}
-
-impl ResourcePlugin for Widgets {
-    fn resource_name(&self) -> &str {
-        "example.com/widget"
-    }
-
-    fn options(&self) -> Options {
-        Options {
-            pre_start_required: false,
-            with_topology_alignment: false,
-            need_reconcile: false,
-        }
-    }
-
-    fn allocate(&mut self, _request: &Request) -> Result<Option<Allocation>, PluginError> {
-        Ok(None)
-    }
-
-    fn allocations(&self) -> Allocations {
-        Allocations::new()
-    }
-
-    fn remove_pod(&mut self, _pod_uid: &str) -> Result<(), PluginError> {
-        Ok(())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, pinion_plugins::AllocatableResource> {
-        let per_numa = |value: f64| {
-            (0..2)
-                .map(|node| pinion_plugins::TopologyAwareQuantity {
-                    resource_value: value,
-                    node,
-                    name: String::new(),
-                    kind: String::new(),
-                    topology_level: pinion_plugins::TopologyLevel::Numa,
-                    annotations: BTreeMap::new(),
-                })
-                .collect::<Vec<_>>()
-        };
-        BTreeMap::from([(
+/// A plugin of `example.com/widget` that reports `allocatable` widgets
+/// (half per NUMA node) of a capacity of 4 (2 per node) as its node
+/// resource.
+fn widgets(allocatable: f64) -> Allocatable {
+    let per_numa = |value: f64| {
+        (0..2)
+            .map(|node| pinion_plugins::TopologyAwareQuantity::numa(node, value))
+            .collect::<Vec<_>>()
+    };
+    Allocatable {
+        resource: "example.com/widget".into(),
+        allocatable: BTreeMap::from([(
             "example.com/widget".to_string(),
             pinion_plugins::AllocatableResource {
                 is_node_resource: true,
                 is_scalar_resource: true,
-                aggregated_allocatable_quantity: self.allocatable,
-                topology_aware_allocatable_quantity_list: per_numa(self.allocatable / 2.0),
+                aggregated_allocatable_quantity: allocatable,
+                topology_aware_allocatable_quantity_list: per_numa(allocatable / 2.0),
                 aggregated_capacity_quantity: 4.0,
                 topology_aware_capacity_quantity_list: per_numa(2.0),
             },
-        )])
+        )]),
     }
 }
 
@@ -916,7 +885,7 @@ impl ResourcePlugin for Widgets {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_node_resources_show_in_podresources_and_go_with_the_plugin() {
     let agent = Agent::start();
-    let served = agent.serve_as(Widgets { allocatable: 3.0 }, "widget.sock");
+    let served = agent.serve_as(widgets(3.0), "widget.sock");
     agent.wait_for_plugin("example.com/widget", "active").await;
     let mut resources = agent.qrm.registry().node_resources();
     tokio::time::timeout(
@@ -982,12 +951,7 @@ async fn plugins_node_resources_show_in_podresources_and_go_with_the_plugin() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_resource_that_is_not_a_number_is_refused_and_counted() {
     let agent = Agent::start();
-    let _served = agent.serve_as(
-        Widgets {
-            allocatable: f64::NAN,
-        },
-        "widget.sock",
-    );
+    let _served = agent.serve_as(widgets(f64::NAN), "widget.sock");
     agent.wait_for_plugin("example.com/widget", "active").await;
     let method = "GetTopologyAwareAllocatableResources";
     qrm_common::wait_until("the refused answer counted", || {

@@ -15,50 +15,10 @@ use pinion_agent::podresources::PodResourcesService;
 use pinion_agent::testing::machine;
 use pinion_api::podresources::v1;
 use pinion_api::podresources::v1::pod_resources_lister_server::PodResourcesLister as _;
-use pinion_plugins::{
-    AllocatableResource, Allocation, Allocations, Options, PluginError, Request, ResourcePlugin,
-    TopologyAwareQuantity,
-};
-use qrm_common::{wait_until, Agent};
+use pinion_plugins::{AllocatableResource, TopologyAwareQuantity};
+use qrm_common::{wait_until, Agent, Allocatable};
 
 const BANDWIDTH: &str = "resource.katalyst.kubewharf.io/net_bandwidth";
-
-/// A plugin that allocates nothing and reports `allocatable` for its
-/// resources.
-struct Allocatable {
-    resource: String,
-    allocatable: BTreeMap<String, AllocatableResource>,
-}
-
-impl ResourcePlugin for Allocatable {
-    fn resource_name(&self) -> &str {
-        &self.resource
-    }
-
-    fn options(&self) -> Options {
-        Options {
-            pre_start_required: false,
-            with_topology_alignment: false,
-            need_reconcile: false,
-        }
-    }
-
-    fn allocate(&mut self, _request: &Request) -> Result<Option<Allocation>, PluginError> {
-        Ok(None)
-    }
-
-    fn allocations(&self) -> Allocations {
-        Allocations::new()
-    }
-
-    fn remove_pod(&mut self, _pod_uid: &str) -> Result<(), PluginError> {
-        Ok(())
-    }
-
-    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
-        self.allocatable.clone()
-    }
-}
 
 fn nic(node: u64, name: &str, mbps: f64) -> TopologyAwareQuantity {
     TopologyAwareQuantity {

@@ -450,3 +450,40 @@ pub async fn admit_at(
         .await
         .unwrap_or_else(|err| panic!("{id} ({level}, {cpus} cpus) not admitted: {err}"))
 }
+
+/// A plugin that allocates nothing and reports `allocatable` for its
+/// resources.
+pub struct Allocatable {
+    pub resource: String,
+    pub allocatable: BTreeMap<String, pinion_plugins::AllocatableResource>,
+}
+
+impl ResourcePlugin for Allocatable {
+    fn resource_name(&self) -> &str {
+        &self.resource
+    }
+
+    fn options(&self) -> Options {
+        Options {
+            pre_start_required: false,
+            with_topology_alignment: false,
+            need_reconcile: false,
+        }
+    }
+
+    fn allocate(&mut self, _request: &Request) -> Result<Option<Allocation>, PluginError> {
+        Ok(None)
+    }
+
+    fn allocations(&self) -> Allocations {
+        Allocations::new()
+    }
+
+    fn remove_pod(&mut self, _pod_uid: &str) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, pinion_plugins::AllocatableResource> {
+        self.allocatable.clone()
+    }
+}
