@@ -22,6 +22,8 @@ import os
 import subprocess
 import sys
 
+from kubelet_diff import cpulist  # the same cpulist text as the differential test
+
 MACHINES = [  # name, sockets, numa per socket, cores per socket, threads, cores per uncore
     ("384", 2, 2, 96, 2, 8),
     ("1024", 4, 1, 128, 2, 8),
@@ -51,18 +53,6 @@ def fragmented(ids):
         if state % 100 >= 40:
             out.append(i)
     return out
-
-
-def cpulist(ids):
-    ids = sorted(ids)
-    out, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else "%d-%d" % (ids[i], ids[j]))
-        i = j + 1
-    return ",".join(out)
 
 
 def cases():
