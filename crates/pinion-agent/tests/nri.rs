@@ -59,14 +59,96 @@ async fn guaranteed_gets_a_whole_core_and_burstable_follows_the_shared_pool() {
         .await;
     assert_eq!(node.runtime.cpus(&api), pool.to_string());
 
+    // A stopped container's CPUs stay held while its pod runs (kubelet
+    // keeps them for a restart); the pod's stop gives them back.
     node.runtime.stop_container(&db).await.unwrap();
+    node.runtime.remove_container(&db).await.unwrap();
+    assert_eq!(
+        agent.handle.snapshot().assignments["db"]["db"],
+        cpus,
+        "held while the pod runs"
+    );
+    node.runtime.stop_pod(&db_pod).await.unwrap();
     node.wait_cpus(&web, "0-7").await;
     node.wait_cpus(&api, "0-7").await;
-    node.runtime.remove_container(&db).await.unwrap();
     node.runtime.remove_pod(&db_pod).await.unwrap();
     assert!(agent.handle.snapshot().assignments.is_empty());
     let disk = String::from_utf8(node.checkpoint()).unwrap();
     assert!(!disk.contains("\"db\""), "released on disk: {disk}");
+    agent.stop().await;
+}
+
+/// Regression: a Guaranteed container that ended and was restarted in its
+/// pod (StopContainer, then CreateContainer of the same name) gave its
+/// exclusive CPUs back at the stop: a pod admitted in between took them,
+/// and the restarted container got other CPUs — or was refused. kubelet
+/// keeps a terminated container's CPUs while its pod is active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_meanwhile() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 4000))
+        .await;
+    let cpus = node.runtime.cpus(&db);
+    node.runtime.stop_container(&db).await.unwrap();
+
+    // 8 cpus, cpu 0 reserved: 3 are free while db's 4 are held.
+    let other = node.runtime.run_pod(guaranteed_pod("other")).await.unwrap();
+    let err = node
+        .runtime
+        .create_container(&other, container("other", 4000))
+        .await
+        .expect_err("db's cpus are held for its restart");
+    assert!(rejected(err).1.contains("available=3"));
+
+    node.runtime.remove_container(&db).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 4000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
+    assert_eq!(node.runtime.quota(&again), Some(-1));
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(snapshot.assignments["db"]["db"], set(&cpus));
+    assert_eq!(snapshot.assignments.len(), 1, "{:?}", snapshot.assignments);
+    agent.stop().await;
+}
+
+/// A container stopped while the agent was down is still held after the
+/// agent's restart (its pod runs; Synchronize lists it stopped): its next
+/// run gets the same CPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_stopped_across_an_agent_restart_keeps_its_cpus() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let cpus = node.runtime.cpus(&db);
+    agent.stop().await;
+    node.runtime.stop_container(&db).await.unwrap();
+
+    let agent = node.agent(2).await;
+    assert_eq!(
+        agent.handle.snapshot().assignments["db"]["db"],
+        set(&cpus),
+        "held: the pod still runs"
+    );
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
+    node.runtime.stop_container(&again).await.unwrap();
+    node.runtime.stop_pod(&db_pod).await.unwrap();
+    assert!(
+        agent.handle.snapshot().assignments.is_empty(),
+        "the pod's stop releases it"
+    );
     agent.stop().await;
 }
 

@@ -126,3 +126,104 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
     }
     agent.stop().await;
 }
+
+/// Issue 28 items 2 and 3 (the proposal's `IsScalarResource` re-admission):
+/// a container restarted in its running pod keeps what the plugins
+/// allocated — the same environment and cpuset in its `CreateContainer`
+/// adjustment — without a new `Allocate`, while the stored quantity covers
+/// its request; an allocation that does not cover it is asked for again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_container_keeps_its_plugin_allocations_without_a_new_allocate() {
+    let node = nri_common::Node::new();
+    let plugins = tempfile::tempdir().expect("tempdir");
+    let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
+    let agent = nri_common::Agent::start_with_qrm(
+        node.state.path(),
+        &node.host,
+        &node.socket(),
+        std::sync::Arc::clone(&qrm),
+    );
+    node.runtime.wait_synced(1).await;
+    let (stop, stop_rx) = watch::channel(false);
+    let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
+    let knob = Knob::new(WIDGET, [(WIDGET.to_string(), info("", "", "a"))].into());
+    let cpu = Knob::new("cpu", cpu_answer("2-3"));
+    let registry = plugins.path().join("plugins_registry");
+    let served = serve_in(&registry, knob.clone(), "widget.sock");
+    let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
+    wait_until("the widget and cpu plugins are active", || {
+        let views = agent.handle.plugins();
+        [WIDGET, "cpu"].iter().all(|r| {
+            views
+                .iter()
+                .any(|v| v.resource == *r && v.state == "active")
+        })
+    })
+    .await;
+    let widget_pod = |uid: &str, quantity: &str| {
+        let mut pod = nri_common::burstable_pod(uid);
+        pod.annotations.insert(
+            REQUESTS_ANNOTATION.to_string(),
+            format!(r#"{{"main": {{"{WIDGET}": "{quantity}"}}}}"#),
+        );
+        pod
+    };
+
+    let (pod_id, first) = node
+        .pod_with(widget_pod("kept", "1"), nri_common::burstable("main", 500))
+        .await;
+    assert_eq!(node.runtime.cpus(&first), "2-3");
+    let asked = knob.state().allocate_calls.len();
+    assert_eq!(asked, 1, "{:?}", knob.state().allocate_calls);
+    // A restart keeps what was allocated (the reconcile loop keeps it
+    // current) without asking the plugins again.
+    node.runtime.stop_container(&first).await.unwrap();
+    node.runtime.remove_container(&first).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&pod_id, nri_common::burstable("main", 500))
+        .await
+        .unwrap();
+    let created = node.runtime.container(&again).expect("created");
+    assert!(
+        created.env.contains(&"KNOB=a".to_string()),
+        "{:?}",
+        created.env
+    );
+    assert_eq!(node.runtime.cpus(&again), "2-3", "the stored cpuset");
+    assert_eq!(
+        knob.state().allocate_calls.len(),
+        asked,
+        "no new Allocate: {:?}",
+        knob.state().allocate_calls
+    );
+    assert_eq!(cpu.state().allocate_calls.len(), 1, "nor of the cpu plugin");
+
+    // A stored quantity below the request (a plugin answering 1 widget to a
+    // request of 2) is asked for again at the restart.
+    let (pod_id, first) = node
+        .pod_with(widget_pod("short", "2"), nri_common::burstable("main", 500))
+        .await;
+    assert_eq!(knob.state().allocate_calls.len(), asked + 1);
+    node.runtime.stop_container(&first).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&pod_id, nri_common::burstable("main", 500))
+        .await
+        .unwrap();
+    assert_eq!(
+        knob.state().allocate_calls.len(),
+        asked + 2,
+        "asked again: {:?}",
+        knob.state().allocate_calls
+    );
+    assert_eq!(node.runtime.cpus(&again), "2-3");
+
+    served.stop().await;
+    served_cpu.stop().await;
+    let _ = stop.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    agent.stop().await;
+}

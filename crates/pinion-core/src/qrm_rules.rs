@@ -1,6 +1,7 @@
 //! The QoS Resource Manager's admission rules shared by the agent's manager
 //! and the simulator (`pinion_plugins::scenario`), so both decide alike.
 
+use crate::plugin_allocation::{PluginAllocation, PluginAllocations};
 use crate::pod::{guaranteed_cpus, Pod};
 #[cfg(test)]
 use crate::qos::QOS_LEVEL_KEY;
@@ -31,6 +32,41 @@ pub fn allocation_failure_is_tolerated(pod: &Pod, container: &str) -> bool {
 pub fn asks_exclusive_cpus(pod: &Pod, container: &str) -> bool {
     pod.container(container)
         .is_some_and(|spec| guaranteed_cpus(pod, spec) > 0)
+}
+
+/// The proposal's re-admission rule (`IsScalarResource`, spec `qrm.md`
+/// §4.4 step 2 and §4.5 step 1): a container admitted again — a new
+/// runtime container of a container whose pod still runs — keeps what a
+/// plugin allocated to it without a new `GetTopologyHints` or `Allocate`
+/// when the allocation is scalar and its quantity, rounded up, covers the
+/// request (as a `Quantity`'s integer value, rounded up too). A request
+/// grown past it, or a non-scalar allocation, asks the plugin again.
+#[must_use]
+pub fn allocation_covers(stored: &PluginAllocation, requested: f64) -> bool {
+    stored.is_scalar_resource
+        && requested.is_finite()
+        && stored.allocated_quantity.ceil() >= requested.ceil()
+}
+
+/// [`allocation_covers`] for every `(resource, quantity)` a container asks
+/// plugins for: true when each one has a stored allocation that covers it
+/// (and the container asks plugins for something).
+#[must_use]
+pub fn allocations_cover<'a>(
+    stored: &PluginAllocations,
+    requests: impl IntoIterator<Item = (&'a str, f64)>,
+) -> bool {
+    let mut any = false;
+    for (resource, quantity) in requests {
+        any = true;
+        let covered = stored
+            .get(resource)
+            .is_some_and(|allocation| allocation_covers(allocation, quantity));
+        if !covered {
+            return false;
+        }
+    }
+    any
 }
 
 #[cfg(test)]
@@ -132,5 +168,66 @@ mod tests {
                 "{role}"
             );
         }
+    }
+
+    fn scalar(quantity: f64) -> PluginAllocation {
+        PluginAllocation {
+            is_scalar_resource: true,
+            allocated_quantity: quantity,
+            ..PluginAllocation::default()
+        }
+    }
+
+    /// Issue 28 item 2: the requested quantity is compared with the
+    /// allocated one at a re-admission.
+    #[test]
+    fn a_scalar_allocation_covers_requests_up_to_its_rounded_quantity() {
+        assert!(allocation_covers(&scalar(2.0), 2.0));
+        assert!(
+            allocation_covers(&scalar(2.0), 1.0),
+            "a smaller request fits"
+        );
+        assert!(allocation_covers(&scalar(1.5), 2.0), "1.5 rounds up to 2");
+        assert!(allocation_covers(&scalar(2.0), 1.5), "1.5 asks for 2");
+        assert!(
+            !allocation_covers(&scalar(2.0), 3.0),
+            "a grown request asks again"
+        );
+        assert!(!allocation_covers(&scalar(2.0), 2.5), "2.5 asks for 3");
+        assert!(!allocation_covers(&scalar(2.0), f64::NAN));
+        let not_scalar = PluginAllocation {
+            allocated_quantity: 4.0,
+            ..PluginAllocation::default()
+        };
+        assert!(
+            !allocation_covers(&not_scalar, 1.0),
+            "only scalar allocations are compared"
+        );
+    }
+
+    #[test]
+    fn every_requested_resource_must_be_covered() {
+        let stored: PluginAllocations = [
+            ("cpu".to_string(), scalar(2.0)),
+            ("memory".to_string(), scalar(1024.0)),
+        ]
+        .into();
+        assert!(allocations_cover(
+            &stored,
+            [("cpu", 2.0), ("memory", 1024.0)]
+        ));
+        assert!(allocations_cover(&stored, [("cpu", 2.0)]));
+        assert!(!allocations_cover(
+            &stored,
+            [("cpu", 2.0), ("memory", 2048.0)]
+        ));
+        assert!(
+            !allocations_cover(&stored, [("cpu", 2.0), ("example.com/widget", 1.0)]),
+            "a resource with no stored allocation is asked for"
+        );
+        assert!(
+            !allocations_cover(&stored, []),
+            "nothing asked, nothing covered"
+        );
     }
 }

@@ -237,7 +237,11 @@ impl Controller {
     /// process and request of a standalone run; any runtime container of
     /// that name, which keeps its CPUs as kubelet does for a restarted
     /// container) changes nothing; anything else is a conflict.
-    fn readmit(&mut self, key: &Key, request: &AdmitRequest) -> Result<(), ControlError> {
+    pub(super) fn readmit(
+        &mut self,
+        key: &Key,
+        request: &AdmitRequest,
+    ) -> Result<(), ControlError> {
         let Some(existing) = self.workloads.get(key).cloned() else {
             return Err(ControlError::NotFound {
                 pod: key.0.clone(),

@@ -13,7 +13,8 @@ use pinion_host::cgroup::ContainerCgroup;
 use super::batch::Batch;
 use super::executor::Delivery;
 use super::{
-    AdmitRequest, ControlError, Controller, Frontend, Key, Released, RuntimeUpdate, Workload,
+    AdmitRequest, Admitted, ControlError, Controller, Frontend, Key, Released, RuntimeUpdate,
+    Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -69,11 +70,14 @@ impl Controller {
     /// running moves: a known container keeps its placement; one Pinion did
     /// not know runs in the shared pool. Returns the released containers and
     /// the updates that bring each running container to its placement (the
-    /// caller answers `Synchronize` with them). Standalone runs are left
+    /// caller answers `Synchronize` with them). `stopped`: containers that
+    /// stopped while their pod still runs; they keep their placement for
+    /// their next run ([`Controller::park`]). Standalone runs are left
     /// alone.
     pub fn sync_runtime(
         &mut self,
         running: &[RunningContainer],
+        stopped: &[Key],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
         let rebuilt = self.start_report.runtime_rebuild.is_some();
         if let Some(why) = self.start_report.runtime_rebuild.take() {
@@ -88,8 +92,11 @@ impl Controller {
         let stale: Vec<Key> = self
             .runtime_keys()
             .into_iter()
-            .filter(|key| !by_key.contains_key(key))
+            .filter(|key| !by_key.contains_key(key) && !stopped.contains(key))
             .collect();
+        for key in stopped {
+            self.park(key);
+        }
         let mut batch = self.begin();
         let freed = self.decide_release_keys(&stale, &mut batch)?;
         let late = if rebuilt {
@@ -182,6 +189,45 @@ impl Controller {
             }
         }
         admitted
+    }
+
+    /// A runtime container stopped while its pod still runs: it keeps its
+    /// placement — exclusive CPUs and what resource plugins allocated —
+    /// for the container the runtime creates next under its name, as
+    /// kubelet keeps a terminated container's CPUs while its pod is active
+    /// (its reconcile "cannot call RemoveContainer" for a container that
+    /// may be restarting). Its runtime id and cgroup are forgotten, so no
+    /// update goes to the stopped container and reconcile does not read its
+    /// cgroup. The pod's end releases it. False when Pinion does not know
+    /// the container.
+    pub fn park(&mut self, key: &Key) -> bool {
+        let Some(workload) = self.workloads.get_mut(key) else {
+            return false;
+        };
+        if !matches!(workload.frontend, Frontend::Runtime { .. }) {
+            return false;
+        }
+        workload.frontend = Frontend::runtime_unknown();
+        workload.applied = None;
+        self.publish();
+        true
+    }
+
+    /// A new runtime container of a container Pinion holds (its previous
+    /// container stopped, [`Controller::park`]): it gets the held placement
+    /// without a new admission. `None` when Pinion does not hold it (the
+    /// caller admits it as a new container).
+    pub fn readmit_held(
+        &mut self,
+        request: &AdmitRequest,
+    ) -> Option<Result<Admitted, ControlError>> {
+        let key = (request.pod.uid.clone(), request.container.clone());
+        if !self.workloads.contains_key(&key) {
+            return None;
+        }
+        let readmitted = self.readmit(&key, request).map(|()| self.admitted(&key));
+        self.publish();
+        Some(readmitted)
     }
 
     /// Records a runtime container that is not admitted (a pod outside

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::PodResources;
+use pinion_core::qrm_rules::allocations_cover;
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement, Quantity, Topology};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -67,7 +68,17 @@ pub enum Command {
     /// bring the running ones to their placements.
     SyncRuntime {
         running: Vec<RunningContainer>,
+        stopped: Vec<Key>,
         reply: Reply<(Released, Vec<RuntimeUpdate>)>,
+    },
+    /// A runtime container stopped while its pod still runs: keep its
+    /// placement for its next run ([`Controller::park`]).
+    Park { key: Key, reply: Reply<bool> },
+    /// A new runtime container of a held container gets the held placement
+    /// ([`Controller::readmit_held`]); `None` when it is not held.
+    ReadmitHeld {
+        request: Box<AdmitRequest>,
+        reply: Reply<Option<Admitted>>,
     },
     /// Record a runtime container that follows the shared pool without an
     /// admission (pods outside Kubernetes).
@@ -207,8 +218,18 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             other => other,
         };
         match command {
-            Command::SyncRuntime { running, reply } => {
-                let _ = reply.send(controller.sync_runtime(&running));
+            Command::SyncRuntime {
+                running,
+                stopped,
+                reply,
+            } => {
+                let _ = reply.send(controller.sync_runtime(&running, &stopped));
+            }
+            Command::Park { key, reply } => {
+                let _ = reply.send(Ok(controller.park(&key)));
+            }
+            Command::ReadmitHeld { request, reply } => {
+                let _ = reply.send(controller.readmit_held(&request).transpose());
             }
             Command::Follow {
                 key,
@@ -407,6 +428,9 @@ impl ControllerHandle {
         if plugin_requests.iter().any(|r| r.resource == "cpu") {
             request.cpu_owner = CpuOwner::Plugin;
         }
+        if let Some(admitted) = self.readmit_held(&request, &plugin_requests).await? {
+            return Ok(admitted);
+        }
         let Some(qrm) = self.qrm.as_ref().filter(|_| !plugin_requests.is_empty()) else {
             return self.admit_only(request, None).await;
         };
@@ -439,6 +463,39 @@ impl ControllerHandle {
             self.forget_refused(pod.uid.clone()).await;
         }
         result
+    }
+
+    /// A new runtime container of a container Pinion holds whose resource
+    /// plugins' stored allocations cover what it asks now (the proposal's
+    /// re-admission, [`allocations_cover`]): it keeps its placement and
+    /// those allocations, and no plugin is asked for hints or `Allocate`.
+    /// `None`: admit it the ordinary way (not held, no plugin asked, or a
+    /// quantity changed — then every plugin is asked again).
+    async fn readmit_held(
+        &self,
+        request: &AdmitRequest,
+        plugin_requests: &[PluginRequest],
+    ) -> Result<Option<Admitted>, ControlError> {
+        let snapshot = self.snapshot();
+        let Some(held) = snapshot.workload(&request.pod.uid, &request.container) else {
+            return Ok(None);
+        };
+        let asked = plugin_requests
+            .iter()
+            .map(|r| (r.resource.as_str(), r.quantity));
+        if !allocations_cover(&held.plugins, asked) {
+            return Ok(None);
+        }
+        let readmitted = self
+            .ask(|reply| Command::ReadmitHeld {
+                request: Box::new(request.clone()),
+                reply,
+            })
+            .await?;
+        if readmitted.is_some() {
+            tracing::info!(pod = %request.pod.uid, container = %request.container, "re-admitted with the allocations its resource plugins made before; no plugin asked");
+        }
+        Ok(readmitted)
     }
 
     /// An admission of a container of `pod` refused after plugins may have
@@ -569,6 +626,7 @@ impl ControllerHandle {
     pub async fn sync_runtime(
         &self,
         mut running: Vec<RunningContainer>,
+        stopped: Vec<Key>,
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
         let held = self.snapshot().assignments.clone();
         for container in &mut running {
@@ -594,8 +652,19 @@ impl ControllerHandle {
                 }
             }
         }
-        self.ask(|reply| Command::SyncRuntime { running, reply })
-            .await
+        self.ask(|reply| Command::SyncRuntime {
+            running,
+            stopped,
+            reply,
+        })
+        .await
+    }
+
+    /// A runtime container stopped while its pod still runs; true when
+    /// Pinion holds its placement for the next run (see
+    /// [`Controller::park`]).
+    pub async fn park(&self, key: Key) -> Result<bool, ControlError> {
+        self.ask(|reply| Command::Park { key, reply }).await
     }
 
     /// Records a runtime container outside Kubernetes (shared pool).

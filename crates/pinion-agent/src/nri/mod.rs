@@ -86,17 +86,47 @@ impl NriFrontend {
 
     /// Releases the container behind `entry`.
     async fn release(&self, entry: Option<Entry>) -> Result<(), HandlerError> {
-        let Some(Entry {
-            key: (pod, container),
-            ..
-        }) = entry
-        else {
-            return Ok(());
-        };
+        match entry {
+            Some(entry) => self.release_key(entry.key).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Releases the container of `key` (one Pinion does not know is no
+    /// error).
+    async fn release_key(&self, (pod, container): Key) -> Result<(), HandlerError> {
         match self.handle.release(pod, Some(container)).await {
             Ok(_) | Err(ControlError::NotFound { .. }) => Ok(()),
             Err(err) => Err(handler_error(err)),
         }
+    }
+
+    /// Releases every container of sandbox `pod_id`, running or held for a
+    /// restart; `forget`: the sandbox itself goes too.
+    async fn release_pod(&self, pod_id: &str, forget: bool) -> Result<(), HandlerError> {
+        let (entries, stopped): (Vec<Entry>, Vec<Key>) = {
+            let mut tracked = self.tracked();
+            if forget {
+                tracked.pods.remove(pod_id);
+            }
+            let ids: Vec<String> = tracked
+                .siblings(pod_id, "")
+                .into_iter()
+                .map(|c| c.id)
+                .collect();
+            let entries = ids
+                .iter()
+                .filter_map(|id| tracked.containers.remove(id))
+                .collect();
+            (entries, tracked.take_stopped(pod_id))
+        };
+        for entry in entries {
+            self.release(Some(entry)).await?;
+        }
+        for key in stopped {
+            self.release_key(key).await?;
+        }
+        Ok(())
     }
 
     /// The placement Pinion holds for `key` now (the shared pool for a
@@ -175,9 +205,10 @@ impl NriHandler for NriFrontend {
                 late: None,
             })
             .collect();
+        let stopped: Vec<Key> = fresh.stopped.keys().cloned().collect();
         let (released, updates) = self
             .handle
-            .sync_runtime(running)
+            .sync_runtime(running, stopped)
             .await
             .map_err(handler_error)?;
         tracing::info!(containers = fresh.containers.len(), released = ?released.containers, updated = updates.len(), "nri synchronized");
@@ -216,6 +247,7 @@ impl NriHandler for NriFrontend {
         };
         let mut tracked = self.tracked();
         tracked.pods.insert(pod.id.clone(), pod);
+        tracked.stopped.remove(&key);
         tracked
             .containers
             .insert(container.id.clone(), Entry { container, key });
@@ -255,13 +287,35 @@ impl NriHandler for NriFrontend {
         }])
     }
 
+    /// A Kubernetes container that stops while its pod runs is held, not
+    /// released: kubelet keeps a terminated container's CPUs while its pod
+    /// is active, so a restarted container gets the same CPUs (and its
+    /// resource plugins' allocations, without a new `Allocate`) and no
+    /// other pod can take them in between. The pod's stop releases it.
     async fn stop_container(
         &self,
-        _pod: PodSandbox,
+        pod: PodSandbox,
         container: Container,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
         let entry = self.tracked().containers.remove(&container.id);
-        self.release(entry).await?;
+        let Some(entry) = entry else {
+            return Ok(Vec::new());
+        };
+        let kubernetes =
+            pinion_nri::kube::qos_class(&pod).is_ok() && self.tracked().pods.contains_key(&pod.id);
+        if kubernetes {
+            let held = self
+                .handle
+                .park(entry.key.clone())
+                .await
+                .map_err(handler_error)?;
+            if held {
+                tracing::debug!(pod = %entry.key.0, container = %entry.key.1, "stopped; its placement is held for its next run until the pod stops");
+                self.tracked().stopped.insert(entry.key, pod.id);
+                return Ok(Vec::new());
+            }
+        }
+        self.release(Some(entry)).await?;
         Ok(Vec::new())
     }
 
@@ -270,27 +324,18 @@ impl NriHandler for NriFrontend {
         _pod: PodSandbox,
         container: Container,
     ) -> Result<(), HandlerError> {
-        // Released at stop already, unless the container never ran.
+        // Released (or held for a restart) at stop already, unless the
+        // container never ran.
         let entry = self.tracked().containers.remove(&container.id);
         self.release(entry).await
     }
 
+    async fn stop_pod_sandbox(&self, pod: PodSandbox) -> Result<(), HandlerError> {
+        self.release_pod(&pod.id, false).await
+    }
+
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> Result<(), HandlerError> {
-        let entries: Vec<Entry> = {
-            let mut tracked = self.tracked();
-            tracked.pods.remove(&pod.id);
-            let ids: Vec<String> = tracked
-                .siblings(&pod.id, "")
-                .into_iter()
-                .map(|c| c.id)
-                .collect();
-            ids.iter()
-                .filter_map(|id| tracked.containers.remove(id))
-                .collect()
-        };
-        for entry in entries {
-            self.release(Some(entry)).await?;
-        }
+        self.release_pod(&pod.id, true).await?;
         if let Ok(uid) = pinion_nri::kube::pod_uid(&pod) {
             self.handle.set_pod_resources(uid, None).await;
         }

@@ -29,6 +29,11 @@ pub struct Entry {
 pub struct Tracked {
     pub pods: BTreeMap<String, PodSandbox>,
     pub containers: BTreeMap<String, Entry>,
+    /// Kubernetes containers that stopped while their pod still runs, by
+    /// key, with their pod's sandbox id: the controller holds their
+    /// placement for the container the runtime creates next under the same
+    /// name, until the pod stops.
+    pub stopped: BTreeMap<Key, String>,
 }
 
 impl Tracked {
@@ -40,6 +45,20 @@ impl Tracked {
             .filter(|e| e.container.pod_sandbox_id == pod_id && e.container.id != skip)
             .map(|e| e.container.clone())
             .collect()
+    }
+
+    /// The held keys of stopped containers of sandbox `pod_id`, forgotten.
+    pub fn take_stopped(&mut self, pod_id: &str) -> Vec<Key> {
+        let keys: Vec<Key> = self
+            .stopped
+            .iter()
+            .filter(|(_, sandbox)| *sandbox == pod_id)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in &keys {
+            self.stopped.remove(key);
+        }
+        keys
     }
 }
 

@@ -277,7 +277,28 @@ fi
 
 # --- Removal: the shared pool grows back ---------------------------------------
 
-cri stop "$G" && cri rm "$G" || fail "guaranteed container removed" "CRI stop/remove failed"
+# --- A container restarted in its pod keeps its cpus --------------------------
+#
+# As kubelet restarts a container that ended (a new container of the same
+# name in the same pod): its cpus stay held between the two, and the new
+# one gets them again.
+
+gcpus=$(proc_field "$(ctr_pid "$G")" Cpus_allowed_list)
+cri stop "$G" && cri rm "$G" || fail "guaranteed container stopped for a restart" "CRI stop/remove failed"
+check_eq "a stopped container's cpus stay held while its pod runs" "$(cpus_expand "$gcpus")" \
+    "$(cpus_expand "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')")"
+if G=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed \
+    --name app --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/create-g.err") &&
+    cri start "$G"; then
+    check_eq "the restarted container runs on the same cpus" "$(cpus_expand "$gcpus")" \
+        "$(cpus_expand "$(proc_field "$(ctr_pid "$G")" Cpus_allowed_list)")"
+else
+    fail "the restarted container runs" "$(cat "$S/create-g.err")"
+fi
+
+# The pod's end gives them back.
+cri stop "$G" && cri rm "$G" && cri stopp "$GP" && cri rmp "$GP" ||
+    fail "guaranteed pod removed" "CRI stop/remove failed"
 grown() { [ "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")" = "$(cpus_expand "$all")" ]; }
 wait_for 60 grown || true
 check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
