@@ -23,7 +23,7 @@ use crate::hints::{HintGatherer, HintSource};
 use crate::nri::NriFrontend;
 use crate::podresources::{self, PodResourcesService};
 use crate::qrm::{self, Qrm, QrmError, QrmHints};
-use crate::{api, metrics};
+use crate::{api, kubelet_qrm_checkpoint, metrics};
 
 /// Why the agent could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
@@ -211,6 +211,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         )),
     ];
     if let Some(qrm) = &qrm {
+        tasks.push(tokio::spawn(kubelet_qrm_checkpoint::keep_written(
+            handle.snapshots(),
+            config.state_dir.clone(),
+            config.reconcile_period,
+            stop_rx.clone(),
+        )));
         tasks.extend(qrm.start(&handle, &stop_rx).map_err(Box::new)?);
         let reserved = handle.snapshot().reserved.clone();
         let machine = qrm::builtin::Machine {

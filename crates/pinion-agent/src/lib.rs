@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod daemon;
 pub mod hints;
+pub mod kubelet_qrm_checkpoint;
 pub mod metrics;
 pub mod nri;
 pub mod podresources;

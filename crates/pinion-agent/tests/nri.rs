@@ -117,37 +117,25 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
     agent.stop().await;
 }
 
-/// A container stopped while the agent was down is still held after the
-/// agent's restart (its pod runs; Synchronize lists it stopped): its next
-/// run gets the same CPUs.
+/// A pod Pinion knows only from a `Synchronize` (it ran before the agent's
+/// or the runtime's restart) is not held at a container's stop: containerd
+/// 1.7 never relays the stop of pods it recovered after its own restart,
+/// and a `Synchronize` does not say which those are, so a hold might never
+/// end. Its CPUs go back at the stop, as before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_container_stopped_across_an_agent_restart_keeps_its_cpus() {
+async fn a_container_of_a_pod_known_from_synchronize_is_released_at_its_stop() {
     let node = Node::new();
     let agent = node.agent(1).await;
-    let (db_pod, db) = node
+    let (_, db) = node
         .pod_with(guaranteed_pod("db"), container("db", 2000))
         .await;
-    let cpus = node.runtime.cpus(&db);
     agent.stop().await;
-    node.runtime.stop_container(&db).await.unwrap();
-
     let agent = node.agent(2).await;
-    assert_eq!(
-        agent.handle.snapshot().assignments["db"]["db"],
-        set(&cpus),
-        "held: the pod still runs"
-    );
-    let again = node
-        .runtime
-        .create_container(&db_pod, container("db", 2000))
-        .await
-        .unwrap();
-    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
-    node.runtime.stop_container(&again).await.unwrap();
-    node.runtime.stop_pod(&db_pod).await.unwrap();
+    assert!(agent.handle.snapshot().assignments.contains_key("db"));
+    node.runtime.stop_container(&db).await.unwrap();
     assert!(
         agent.handle.snapshot().assignments.is_empty(),
-        "the pod's stop releases it"
+        "released at the stop"
     );
     agent.stop().await;
 }

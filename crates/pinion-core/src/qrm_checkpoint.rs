@@ -8,6 +8,10 @@
 //! replaced invalid UTF-8); such entries are reported as unreadable, not
 //! guessed at.
 //!
+//! Written too ([`encode`]), in the kubelet fork's form, beside Pinion's
+//! journal: a node going back to a QRM-enabled kubelet finds its
+//! containers' allocations there.
+//!
 //! The checksum is FNV-1a (32 bit) over go-spew's `%#v` text of the `Data`
 //! value, rebuilt by [`hashed_text`] with the same formatter rules as
 //! kubelet's CPU checkpoint ([`crate::checkpoint`]): strings raw, struct
@@ -56,7 +60,7 @@ pub enum QrmCheckpointError {
 }
 
 /// One `PodResourcesEntry`, as written.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
     #[serde(rename = "PodUID")]
@@ -261,6 +265,60 @@ impl AllocationInfo {
     }
 }
 
+/// The file as kubelet's checkpoint manager writes it: `entries` sorted
+/// (by pod, container, resource), a `null` list when there are none, and
+/// the checksum of that content.
+#[must_use]
+pub fn encode(mut entries: Vec<Entry>) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct OutData<'a> {
+        #[serde(rename = "PodResourceEntries")]
+        entries: Option<&'a [Entry]>,
+    }
+    #[derive(Serialize)]
+    struct OutFile<'a> {
+        #[serde(rename = "Data")]
+        data: OutData<'a>,
+        #[serde(rename = "Checksum")]
+        checksum: u64,
+    }
+    entries.sort();
+    let list = (!entries.is_empty()).then_some(entries.as_slice());
+    let checksum = u64::from(fnv1a_32(hashed_text(list).as_bytes()));
+    let file = OutFile {
+        data: OutData { entries: list },
+        checksum,
+    };
+    // Plain strings and numbers: serializing cannot fail.
+    serde_json::to_vec(&file).unwrap_or_default()
+}
+
+/// `bytes` as Go's JSON encoder writes a Go string holding them — the
+/// kubelet fork stores a `ResourceAllocationInfo`'s protobuf bytes in a Go
+/// string — each byte that is not part of valid UTF-8 replaced by U+FFFD.
+/// That is what a reader decodes and hashes; an entry so changed no longer
+/// decodes (the fork's own files have the same loss, spec `qrm.md` §5).
+#[must_use]
+pub fn go_json_string(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(valid) => {
+                out.push_str(valid);
+                break;
+            }
+            Err(err) => {
+                let (valid, after) = rest.split_at(err.valid_up_to());
+                out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                rest = &after[1..];
+            }
+        }
+    }
+    out
+}
+
 /// The text katalyst hashes for these entries (`None`: a nil slice).
 #[must_use]
 pub fn hashed_text(entries: Option<&[Entry]>) -> String {
@@ -439,5 +497,51 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    fn typed_entry(pod: &str, container: &str, resource: &str, info: &str) -> Entry {
+        Entry {
+            pod_uid: pod.into(),
+            container_name: container.into(),
+            resource_name: resource.into(),
+            allocation_info: info.into(),
+        }
+    }
+
+    /// Issue 28 item 4: what Pinion writes reads back, checksum included,
+    /// in a stable order.
+    #[test]
+    fn an_encoded_checkpoint_decodes_and_verifies() {
+        let entries = vec![
+            typed_entry("pod-b", "main", "cpu", INFO),
+            typed_entry("pod-a", "main", "memory", "\u{fffd}\u{0}x"),
+            typed_entry("pod-a", "main", "cpu", INFO),
+        ];
+        let bytes = encode(entries.clone());
+        let decoded = QrmCheckpoint::decode(&bytes).expect("decodes");
+        decoded.verify().expect("its checksum holds");
+        let mut sorted = entries;
+        sorted.sort();
+        assert_eq!(decoded.entries, Some(sorted));
+
+        let empty = encode(Vec::new());
+        let text = String::from_utf8(empty.clone()).unwrap();
+        assert!(text.contains(r#""PodResourceEntries":null"#), "{text}");
+        QrmCheckpoint::decode(&empty).unwrap().verify().unwrap();
+    }
+
+    #[test]
+    fn go_strings_replace_each_invalid_byte() {
+        assert_eq!(go_json_string(b"CpusetCpus"), "CpusetCpus");
+        assert_eq!(
+            go_json_string(&[0x21, 0, 0xf0, 0x3f, b'a']),
+            "!\u{0}\u{fffd}?a"
+        );
+        assert_eq!(
+            go_json_string(&[0xe2, 0x82]),
+            "\u{fffd}\u{fffd}",
+            "a cut sequence: one replacement per byte, as Go's decoder"
+        );
+        assert_eq!(go_json_string("é".as_bytes()), "é");
     }
 }

@@ -70,14 +70,11 @@ impl Controller {
     /// running moves: a known container keeps its placement; one Pinion did
     /// not know runs in the shared pool. Returns the released containers and
     /// the updates that bring each running container to its placement (the
-    /// caller answers `Synchronize` with them). `stopped`: containers that
-    /// stopped while their pod still runs; they keep their placement for
-    /// their next run ([`Controller::park`]). Standalone runs are left
+    /// caller answers `Synchronize` with them). Standalone runs are left
     /// alone.
     pub fn sync_runtime(
         &mut self,
         running: &[RunningContainer],
-        stopped: &[Key],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
         let rebuilt = self.start_report.runtime_rebuild.is_some();
         if let Some(why) = self.start_report.runtime_rebuild.take() {
@@ -92,11 +89,8 @@ impl Controller {
         let stale: Vec<Key> = self
             .runtime_keys()
             .into_iter()
-            .filter(|key| !by_key.contains_key(key) && !stopped.contains(key))
+            .filter(|key| !by_key.contains_key(key))
             .collect();
-        for key in stopped {
-            self.park(key);
-        }
         let mut batch = self.begin();
         let freed = self.decide_release_keys(&stale, &mut batch)?;
         let late = if rebuilt {

@@ -68,7 +68,6 @@ pub enum Command {
     /// bring the running ones to their placements.
     SyncRuntime {
         running: Vec<RunningContainer>,
-        stopped: Vec<Key>,
         reply: Reply<(Released, Vec<RuntimeUpdate>)>,
     },
     /// A runtime container stopped while its pod still runs: keep its
@@ -218,12 +217,8 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             other => other,
         };
         match command {
-            Command::SyncRuntime {
-                running,
-                stopped,
-                reply,
-            } => {
-                let _ = reply.send(controller.sync_runtime(&running, &stopped));
+            Command::SyncRuntime { running, reply } => {
+                let _ = reply.send(controller.sync_runtime(&running));
             }
             Command::Park { key, reply } => {
                 let _ = reply.send(Ok(controller.park(&key)));
@@ -626,7 +621,6 @@ impl ControllerHandle {
     pub async fn sync_runtime(
         &self,
         mut running: Vec<RunningContainer>,
-        stopped: Vec<Key>,
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
         let held = self.snapshot().assignments.clone();
         for container in &mut running {
@@ -652,12 +646,8 @@ impl ControllerHandle {
                 }
             }
         }
-        self.ask(|reply| Command::SyncRuntime {
-            running,
-            stopped,
-            reply,
-        })
-        .await
+        self.ask(|reply| Command::SyncRuntime { running, reply })
+            .await
     }
 
     /// A runtime container stopped while its pod still runs; true when

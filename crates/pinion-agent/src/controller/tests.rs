@@ -301,7 +301,7 @@ fn regression_a_runtime_pod_named_like_a_run_keeps_its_cpus_across_a_restart() {
         cgroup: None,
         late: None,
     }];
-    let (released, updates) = controller.sync_runtime(&running, &[]).expect("sync");
+    let (released, updates) = controller.sync_runtime(&running).expect("sync");
     assert!(released.containers.is_empty(), "{released:?}");
     assert!(updates.is_empty(), "it already runs where it should");
     assert_eq!(
@@ -695,7 +695,7 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
         running("ca", "pod-a", "main", Some(&kept.placement.cpus)),
         running("cs", "pod-shared", "app", None),
     ];
-    let (released, updates) = controller.sync_runtime(&list, &[]).expect("sync");
+    let (released, updates) = controller.sync_runtime(&list).expect("sync");
     assert_eq!(released.containers, vec!["pod-b/main".to_string()]);
     assert_eq!(released.cpus, ended.placement.cpus);
     let ids: Vec<&str> = updates.iter().map(|u| u.container_id.as_str()).collect();
@@ -739,7 +739,7 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
             ..r.clone()
         })
         .collect();
-    let (again, updates) = controller.sync_runtime(&applied, &[]).expect("again");
+    let (again, updates) = controller.sync_runtime(&applied).expect("again");
     assert!(again.containers.is_empty());
     assert!(updates.is_empty(), "{updates:?}");
     assert_eq!(durable(dir.path()), written);

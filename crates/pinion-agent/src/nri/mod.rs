@@ -108,6 +108,7 @@ impl NriFrontend {
             let mut tracked = self.tracked();
             if forget {
                 tracked.pods.remove(pod_id);
+                tracked.live_pods.remove(pod_id);
             }
             let ids: Vec<String> = tracked
                 .siblings(pod_id, "")
@@ -120,6 +121,7 @@ impl NriFrontend {
                 .collect();
             (entries, tracked.take_stopped(pod_id))
         };
+        tracing::debug!(pod = %pod_id, running = entries.len(), held = stopped.len(), "pod sandbox ended: releasing its containers");
         for entry in entries {
             self.release(Some(entry)).await?;
         }
@@ -205,10 +207,9 @@ impl NriHandler for NriFrontend {
                 late: None,
             })
             .collect();
-        let stopped: Vec<Key> = fresh.stopped.keys().cloned().collect();
         let (released, updates) = self
             .handle
-            .sync_runtime(running, stopped)
+            .sync_runtime(running)
             .await
             .map_err(handler_error)?;
         tracing::info!(containers = fresh.containers.len(), released = ?released.containers, updated = updates.len(), "nri synchronized");
@@ -246,6 +247,9 @@ impl NriHandler for NriFrontend {
             }
         };
         let mut tracked = self.tracked();
+        if !tracked.pods.contains_key(&pod.id) {
+            tracked.live_pods.insert(pod.id.clone());
+        }
         tracked.pods.insert(pod.id.clone(), pod);
         tracked.stopped.remove(&key);
         tracked
@@ -291,7 +295,9 @@ impl NriHandler for NriFrontend {
     /// released: kubelet keeps a terminated container's CPUs while its pod
     /// is active, so a restarted container gets the same CPUs (and its
     /// resource plugins' allocations, without a new `Allocate`) and no
-    /// other pod can take them in between. The pod's stop releases it.
+    /// other pod can take them in between. The pod's stop releases it —
+    /// so only pods whose stop the runtime relays are held
+    /// (`Tracked::live_pods`); the others are released at once, as before.
     async fn stop_container(
         &self,
         pod: PodSandbox,
@@ -301,9 +307,9 @@ impl NriHandler for NriFrontend {
         let Some(entry) = entry else {
             return Ok(Vec::new());
         };
-        let kubernetes =
-            pinion_nri::kube::qos_class(&pod).is_ok() && self.tracked().pods.contains_key(&pod.id);
-        if kubernetes {
+        let holdable =
+            pinion_nri::kube::qos_class(&pod).is_ok() && self.tracked().live_pods.contains(&pod.id);
+        if holdable {
             let held = self
                 .handle
                 .park(entry.key.clone())

@@ -5,7 +5,7 @@
 //! the pure helpers: Kubernetes identity from NRI data and kubelet's
 //! admission text.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use pinion_core::policy::PolicyError;
 use pinion_core::{pod::Pod, CpuSet};
@@ -34,6 +34,15 @@ pub struct Tracked {
     /// placement for the container the runtime creates next under the same
     /// name, until the pod stops.
     pub stopped: BTreeMap<Key, String>,
+    /// Sandboxes first seen by a `CreateContainer` since the last
+    /// `Synchronize`: the runtime created them while Pinion was connected,
+    /// so it relays their stop. containerd 1.7 keeps pod states in memory
+    /// only and, after its own restart, never relays `StopPodSandbox` or
+    /// `RemovePodSandbox` for the pods it recovered (`nri.go`
+    /// `needsStopping`), and a `Synchronize` does not say which pods those
+    /// are: a container of a pod known from a `Synchronize` is released at
+    /// its stop, as it never could be held safely.
+    pub live_pods: BTreeSet<String>,
 }
 
 impl Tracked {

@@ -11,46 +11,22 @@ use super::state::{follower_key, Entry, Tracked};
 use crate::controller::Key;
 
 /// Every pod, and every container that has not stopped, with its key;
-/// containers whose data cannot be mapped follow the shared pool. A
-/// stopped Kubernetes container of a listed pod, with no live container of
-/// its name, is held for its next run (`Tracked::stopped`).
+/// containers whose data cannot be mapped follow the shared pool.
 pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
     let mut tracked = Tracked::default();
     for pod in pods {
         tracked.pods.insert(pod.id.clone(), pod);
     }
-    let (live, stopped): (Vec<Container>, Vec<Container>) = containers
+    let live = containers
         .into_iter()
-        .partition(|c| c.state != ContainerState::Stopped);
+        .filter(|c| c.state != ContainerState::Stopped);
     for container in live {
         let key = key_of(&tracked, &container);
         tracked
             .containers
             .insert(container.id.clone(), Entry { container, key });
     }
-    for container in stopped {
-        let Some(key) = kube_key(&tracked, &container) else {
-            continue;
-        };
-        let running = tracked.containers.values().any(|e| e.key == key);
-        if !running {
-            tracked
-                .stopped
-                .insert(key, container.pod_sandbox_id.clone());
-        }
-    }
     tracked
-}
-
-/// (pod UID, container name) of a container of a listed Kubernetes pod;
-/// `None` for anything else.
-fn kube_key(tracked: &Tracked, container: &Container) -> Option<Key> {
-    let pod = tracked.pods.get(&container.pod_sandbox_id)?;
-    kube::qos_class(pod).ok()?;
-    Some((
-        kube::pod_uid(pod).ok()?,
-        kube::container_name(container).ok()?,
-    ))
 }
 
 /// (pod UID, container name) of a Kubernetes container; the follower key

@@ -88,7 +88,6 @@ pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {
 }
 
 /// Pinion's allocation on the wire.
-#[cfg(test)]
 #[must_use]
 pub fn wire_allocation(allocation: &PluginAllocation) -> rp::ResourceAllocationInfo {
     rp::ResourceAllocationInfo {

@@ -12,7 +12,7 @@
 //! every one of them has heard.
 
 pub mod builtin;
-mod convert;
+pub mod convert;
 mod register;
 pub mod registry;
 mod request;

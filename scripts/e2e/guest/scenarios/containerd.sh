@@ -17,6 +17,7 @@ POD_G=11111111-0000-4000-8000-00000000e2e1
 POD_B=11111111-0000-4000-8000-00000000e2e2
 POD_N=11111111-0000-4000-8000-00000000e2e3
 POD_NG=11111111-0000-4000-8000-00000000e2e4
+POD_R=11111111-0000-4000-8000-00000000e2e6
 POD_L=11111111-0000-4000-8000-00000000e2e5
 IMAGE=pinion.test/busybox:1
 SLEEP="sleep 1000000"
@@ -129,7 +130,7 @@ containerd_cleanup() {
         while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     # The pod cgroups runc created under kubepods (kubelet's job on a node).
     for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG" "$POD_L"; do
+        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG" "$POD_L" "$POD_R"; do
             for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
                 [ -d "$d" ] && rmdir "$d" 2>/dev/null
             done
@@ -277,34 +278,43 @@ fi
 
 # --- Removal: the shared pool grows back ---------------------------------------
 
-# --- A container restarted in its pod keeps its cpus --------------------------
-#
-# As kubelet restarts a container that ended (a new container of the same
-# name in the same pod): its cpus stay held between the two, and the new
-# one gets them again.
-
-gcpus=$(proc_field "$(ctr_pid "$G")" Cpus_allowed_list)
-cri stop "$G" && cri rm "$G" || fail "guaranteed container stopped for a restart" "CRI stop/remove failed"
-check_eq "a stopped container's cpus stay held while its pod runs" "$(cpus_expand "$gcpus")" \
-    "$(cpus_expand "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')")"
-if G=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed \
-    --name app --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/create-g.err") &&
-    cri start "$G"; then
-    check_eq "the restarted container runs on the same cpus" "$(cpus_expand "$gcpus")" \
-        "$(cpus_expand "$(proc_field "$(ctr_pid "$G")" Cpus_allowed_list)")"
-else
-    fail "the restarted container runs" "$(cat "$S/create-g.err")"
-fi
-
-# The pod's end gives them back.
-cri stop "$G" && cri rm "$G" && cri stopp "$GP" && cri rmp "$GP" ||
-    fail "guaranteed pod removed" "CRI stop/remove failed"
+cri stop "$G" && cri rm "$G" || fail "guaranteed container removed" "CRI stop/remove failed"
 grown() { [ "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")" = "$(cpus_expand "$all")" ]; }
 wait_for 60 grown || true
 check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
     "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
 check_eq "checkpoint released the container" "" \
     "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
+
+# --- A container restarted in its pod keeps its cpus --------------------------
+#
+# As kubelet restarts a container that ended (a new container of the same
+# name in the same pod): its cpus stay held between the two, the new one
+# gets them again, and the pod's stop gives them back.
+
+if RP=$(cri runp --pod-name restart --pod-uid "$POD_R" --qos guaranteed 2>"$S/cri.err") &&
+    R=$(cri create --pod-id "$RP" --pod-name restart --pod-uid "$POD_R" --qos guaranteed \
+        --name again --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+    cri start "$R" 2>"$S/cri.err"; then
+    rcpus=$(proc_field "$(ctr_pid "$R")" Cpus_allowed_list)
+    cri stop "$R" && cri rm "$R" || fail "restart: the container stops" "CRI stop/remove failed"
+    check_eq "restart: a stopped container's cpus stay held while its pod runs" "$(cpus_expand "$rcpus")" \
+        "$(cpus_expand "$(durable_state | sed -n 's/.*"again":"\([0-9,-]*\)".*/\1/p')")"
+    if R=$(cri create --pod-id "$RP" --pod-name restart --pod-uid "$POD_R" --qos guaranteed \
+        --name again --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+        cri start "$R" 2>"$S/cri.err"; then
+        check_eq "restart: the new container runs on the same cpus" "$(cpus_expand "$rcpus")" \
+            "$(cpus_expand "$(proc_field "$(ctr_pid "$R")" Cpus_allowed_list)")"
+    else
+        fail "restart: the new container runs" "$(cat "$S/cri.err")"
+    fi
+    cri stop "$R" && cri rm "$R" && cri stopp "$RP" && cri rmp "$RP" ||
+        fail "restart: pod removed" "CRI stop/remove failed"
+    check_eq "restart: the pod's stop released its cpus" "" \
+        "$(durable_state | sed -n 's/.*"again":"\([0-9,-]*\)".*/\1/p')"
+else
+    fail "restart: a guaranteed pod runs" "$(cat "$S/cri.err")"
+fi
 
 # --- A Guaranteed container created while the agent was stopped ---------------
 #

@@ -47,7 +47,7 @@ fn conflicting_runtime_claims_are_resolved_by_the_rule_and_reported() {
         running("pod-b", "2", "2-3"),
         running("pod-s", "0.5", "0,4-7"),
     ];
-    let (_, updates) = controller.sync_runtime(&containers, &[]).expect("sync");
+    let (_, updates) = controller.sync_runtime(&containers).expect("sync");
     let state = controller.state();
     assert_eq!(state.assignment("pod-a", "main"), Some(&set("1-2")));
     let b = state
@@ -72,7 +72,7 @@ fn conflicting_runtime_claims_are_resolved_by_the_rule_and_reported() {
     assert!(moved.contains(&"id-pod-b"), "{moved:?}");
     assert!(!moved.contains(&"id-pod-a"), "{moved:?}");
     // Once only: a later Synchronize (the runtime restarted) rebuilds nothing.
-    controller.sync_runtime(&containers, &[]).expect("sync");
+    controller.sync_runtime(&containers).expect("sync");
     assert_eq!(controller.counters.state_rebuilds_total, 1);
 }
 
@@ -96,13 +96,13 @@ fn a_runtime_rebuild_that_cannot_be_flushed_changes_nothing_and_is_retried() {
     let containers = [running("pod-a", "2", "1-2")];
     plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
     let err = controller
-        .sync_runtime(&containers, &[])
+        .sync_runtime(&containers)
         .expect_err("not durable");
     assert!(err.to_string().contains("fdatasync"), "{err}");
     assert!(controller.state().assignments.is_empty(), "nothing changed");
     assert_eq!(controller.counters.state_rebuilds_total, 0);
     assert!(controller.start_report.lines.is_empty());
-    controller.sync_runtime(&containers, &[]).expect("sync");
+    controller.sync_runtime(&containers).expect("sync");
     assert_eq!(
         controller.state().assignment("pod-a", "main"),
         Some(&set("1-2"))

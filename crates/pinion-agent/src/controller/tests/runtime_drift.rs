@@ -162,7 +162,7 @@ fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_ad
         late(&g, "cl", Some(GatheredHints::default())),
         late(&shared, "cs", Some(GatheredHints::default())),
     ];
-    let (released, updates) = controller.sync_runtime(&running, &[]).expect("sync");
+    let (released, updates) = controller.sync_runtime(&running).expect("sync");
     assert!(released.containers.is_empty(), "{released:?}");
     let state = controller.state().clone();
     assert_eq!(
@@ -210,21 +210,18 @@ fn a_late_container_that_does_not_fit_stays_shared_and_takes_no_held_cpu() {
     let big = admit(&mut controller, &in_cgroup("pod-big", "6", "cbig")).expect("big");
     let g = in_cgroup("pod-late", "2", "cl");
     let (_, updates) = controller
-        .sync_runtime(
-            &[
-                {
-                    let mut r = late(&in_cgroup("pod-big", "6", "cbig"), "cbig", None);
-                    r.observed = Observed {
-                        cpus: Some(big.placement.cpus.clone()),
-                        mems: Some(big.placement.mems.clone()),
-                        cpu_quota: Some(-1),
-                    };
-                    r
-                },
-                late(&g, "cl", Some(GatheredHints::default())),
-            ],
-            &[],
-        )
+        .sync_runtime(&[
+            {
+                let mut r = late(&in_cgroup("pod-big", "6", "cbig"), "cbig", None);
+                r.observed = Observed {
+                    cpus: Some(big.placement.cpus.clone()),
+                    mems: Some(big.placement.mems.clone()),
+                    cpu_quota: Some(-1),
+                };
+                r
+            },
+            late(&g, "cl", Some(GatheredHints::default())),
+        ])
         .expect("sync");
     assert_eq!(controller.state().assignment("pod-late", "main"), None);
     assert_eq!(
@@ -246,7 +243,7 @@ fn a_container_the_handle_did_not_clear_for_admission_follows_the_pool() {
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
     let g = in_cgroup("pod-late", "2", "cl");
     let (_, updates) = controller
-        .sync_runtime(&[late(&g, "cl", None)], &[])
+        .sync_runtime(&[late(&g, "cl", None)])
         .expect("sync");
     assert_eq!(controller.state().assignment("pod-late", "main"), None);
     assert!(!updates[0].placement.is_exclusive());
