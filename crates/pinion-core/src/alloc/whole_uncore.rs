@@ -81,15 +81,31 @@ pub fn take_whole_uncores(
                 .all(|node| nodes.contains(node))
         })
     };
-    let mut free: Vec<(bool, u32, &CpuSet)> = topology
+    // A cache's NUMA node (its lowest), and how many free caches each node
+    // has: nodes that hold the whole request come first (no straddling).
+    let node_of = |cpus: &CpuSet| topology.numa_nodes_of(cpus).first().copied();
+    let candidates: Vec<(u32, &CpuSet)> = topology
         .uncores()
         .iter()
         .filter(|(_, cpus)| cpus.is_subset(allowed))
-        .map(|(&id, cpus)| (!inside(cpus), id, cpus))
+        .map(|(&id, cpus)| (id, cpus))
         .collect();
-    free.sort_unstable_by_key(|&(outside, id, _)| (outside, id));
+    let mut per_node: std::collections::BTreeMap<Option<u32>, usize> = Default::default();
+    for (_, cpus) in &candidates {
+        *per_node.entry(node_of(cpus)).or_default() += 1;
+    }
+    let groups_needed = rounded / group_size;
+    let mut free: Vec<((bool, bool, Option<u32>, u32), &CpuSet)> = candidates
+        .iter()
+        .map(|&(id, cpus)| {
+            let node = node_of(cpus);
+            let short = per_node.get(&node).copied().unwrap_or(0) < groups_needed;
+            ((!inside(cpus), short, node, id), cpus)
+        })
+        .collect();
+    free.sort_unstable_by_key(|&(key, _)| key);
     let mut taken = CpuSet::new();
-    for (_, _, cpus) in &free {
+    for (_, cpus) in &free {
         if taken.len() >= n {
             break;
         }
@@ -97,13 +113,13 @@ pub fn take_whole_uncores(
     }
     if taken.len() < n {
         let mut free_cpus = CpuSet::new();
-        for (_, _, cpus) in &free {
+        for (_, cpus) in &free {
             free_cpus.union_with(cpus);
         }
         return Err(WholeUncoreError::NotEnough {
             requested: n,
             group_size,
-            groups_needed: rounded / group_size,
+            groups_needed,
             groups_free: free.len(),
             free_cpus: if free_cpus.is_empty() {
                 "none".to_owned()
@@ -168,6 +184,17 @@ mod tests {
         assert_eq!(
             take_whole_uncores(&t, &all, 4, false, Some(&[1])),
             Ok(set("8-11"))
+        );
+    }
+
+    #[test]
+    fn caches_of_one_numa_node_are_preferred_to_straddling() {
+        let t = machine();
+        // Node 0 has one free cache (4-7), node 1 two (8-11, 12-15).
+        let allowed = set("4-15");
+        assert_eq!(
+            take_whole_uncores(&t, &allowed, 8, false, None),
+            Ok(set("8-15"))
         );
     }
 

@@ -163,13 +163,29 @@ fn to_text(
         if let Some(topology) = &step.topology {
             let _ = writeln!(out, "          {}", topology_line(topology));
         }
+        if let Some(explain) = &step.explain {
+            let _ = writeln!(out, "          {explain}");
+        }
     }
-    let _ = writeln!(
-        out,
-        "shared pool: {} ({} cpus)",
-        show(&outcome.default.to_string()),
-        outcome.default.len()
-    );
+    match &outcome.shared_pool {
+        None => {
+            let _ = writeln!(
+                out,
+                "shared pool: {} ({} cpus)",
+                show(&outcome.default.to_string()),
+                outcome.default.len()
+            );
+        }
+        Some(pool) => {
+            let _ = writeln!(
+                out,
+                "shared pool: {} ({} cpus; the checkpoint's default set {} keeps the free boot-isolated cpus, which the shared pool never uses)",
+                show(&pool.to_string()),
+                pool.len(),
+                show(&outcome.default.to_string()),
+            );
+        }
+    }
     let mut state = State {
         default: outcome.default.clone(),
         ..State::default()
