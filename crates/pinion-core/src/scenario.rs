@@ -212,6 +212,22 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
     }
 }
 
+/// `topology` with the scenario's `isolated` CPUs added to the machine's
+/// boot-isolated ones.
+pub fn with_isolated(scenario: &Scenario, topology: &Topology) -> Result<Topology, ScenarioError> {
+    let unknown = scenario.isolated.difference(topology.all_cpus());
+    if !unknown.is_empty() {
+        return Err(ScenarioError::BadIsolated {
+            what: format!("cpus {unknown} are not online cpus of the machine"),
+        });
+    }
+    let mut spec = topology.spec().clone();
+    spec.isolated.union_with(&scenario.isolated);
+    Topology::new(spec).map_err(|err| ScenarioError::BadIsolated {
+        what: err.to_string(),
+    })
+}
+
 /// Runs a scenario on `topology` (with the scenario's `isolated` CPUs
 /// added to the machine's).
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
@@ -219,11 +235,7 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
     let topology = if scenario.isolated.is_subset(topology.isolated()) {
         topology
     } else {
-        let mut spec = topology.spec().clone();
-        spec.isolated.union_with(&scenario.isolated);
-        isolated_topology = Topology::new(spec).map_err(|err| ScenarioError::BadIsolated {
-            what: err.to_string(),
-        })?;
+        isolated_topology = with_isolated(scenario, topology)?;
         &isolated_topology
     };
     // kubelet's container manager builds the Topology Manager before the CPU

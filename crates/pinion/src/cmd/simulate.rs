@@ -57,7 +57,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 args.scenario.display()
             )
         })?;
-        let topology = resolve_topology(&scenario, &base)?;
+        let topology = scenario::with_isolated(&scenario, &resolve_topology(&scenario, &base)?)?;
         let result = scenario::run(&scenario, &topology);
         match output::object_line(output, &to_json(&scenario, &result, batch)?)? {
             Some(text) => print!("{text}"),
