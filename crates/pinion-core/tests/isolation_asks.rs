@@ -145,7 +145,10 @@ fn required_isolated_cpus_refuse_a_shortfall_naming_it() {
 fn required_isolated_cpus_on_a_machine_without_any_say_none() {
     let mut e = engine(&guest(""), "0", false).unwrap();
     let err = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "require")])).unwrap_err();
-    assert!(err.to_string().contains("boot-isolated cpus: none"), "{err}");
+    assert!(
+        err.to_string().contains("boot-isolated cpus: none"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -260,7 +263,10 @@ fn whole_uncore_avoids_caches_a_plain_container_touches() {
             .collect()
     };
     for id in caches_of(&whole) {
-        assert!(!caches_of(&plain).contains(&id), "{plain} and {whole} share L3 {id}");
+        assert!(
+            !caches_of(&plain).contains(&id),
+            "{plain} and {whole} share L3 {id}"
+        );
     }
 }
 

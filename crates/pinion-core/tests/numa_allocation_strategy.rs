@@ -39,8 +39,12 @@ fn engine(policy: &str, scope: &str, strategy: Option<&str>) -> Engine {
         .unwrap_or_default();
     let numa = NumaInfo::from_topology(&t).unwrap();
     let manager = TopologyManager::new(policy, scope, &options, numa).unwrap();
-    let mut engine = Engine::new(&t, Policy::Static(Box::new(static_policy)), State::default())
-        .with_topology_manager(manager);
+    let mut engine = Engine::new(
+        &t,
+        Policy::Static(Box::new(static_policy)),
+        State::default(),
+    )
+    .with_topology_manager(manager);
     engine.start().unwrap();
     engine
 }

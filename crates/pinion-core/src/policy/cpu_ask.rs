@@ -158,8 +158,16 @@ mod tests {
     #[test]
     fn values_parse() {
         let cases = [
-            (vec![(ISOLATED_CPUS, "require")], IsolatedAsk::Require, UncoreAsk::Any),
-            (vec![(ISOLATED_CPUS, "prefer")], IsolatedAsk::Prefer, UncoreAsk::Any),
+            (
+                vec![(ISOLATED_CPUS, "require")],
+                IsolatedAsk::Require,
+                UncoreAsk::Any,
+            ),
+            (
+                vec![(ISOLATED_CPUS, "prefer")],
+                IsolatedAsk::Prefer,
+                UncoreAsk::Any,
+            ),
             (
                 vec![(UNCORE, "exclusive")],
                 IsolatedAsk::No,
@@ -200,6 +208,9 @@ mod tests {
             (UNCORE_ROUND_UP, "true"),
         ])
         .unwrap();
-        assert_eq!(both.to_string(), "isolated=prefer, uncore=exclusive(round-up)");
+        assert_eq!(
+            both.to_string(),
+            "isolated=prefer, uncore=exclusive(round-up)"
+        );
     }
 }

@@ -3,13 +3,13 @@
 //! them, so they can be matched by operators' tooling).
 
 pub mod config;
+pub mod cpu_ask;
 pub mod defaults;
 pub mod hints;
 pub mod options;
 pub mod pod_level;
 pub mod resize;
 pub mod static_policy;
-pub mod cpu_ask;
 
 use crate::alloc::AllocError;
 use crate::cpuset::CpuSet;

@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::alloc::whole_uncore::take_whole_uncores;
 use crate::alloc::{take_with_index, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
-use crate::alloc::whole_uncore::take_whole_uncores;
 use crate::policy::config::Features;
 use crate::policy::cpu_ask::{CpuAsk, IsolatedAsk, UncoreAsk};
 use crate::policy::options::StaticPolicyOptions;

@@ -97,7 +97,10 @@ mod tests {
             ..CpuAsk::default()
         };
         let text = explain(&machine(), ask, 3, &Ok(Some(set("2-5"))));
-        assert!(text.contains("whole uncore caches 1 (2-3), 2 (4-5)"), "{text}");
+        assert!(
+            text.contains("whole uncore caches 1 (2-3), 2 (4-5)"),
+            "{text}"
+        );
         assert!(text.contains("3 cpus rounded up to 4"), "{text}");
     }
 

@@ -58,7 +58,11 @@ impl<'a> HintMerger<'a> {
     /// The same merger with KEP-6007's `numa-allocation-strategy`
     /// tie-break over `scores` (no change with the `none` strategy).
     #[must_use]
-    pub fn with_scoring(mut self, strategy: NumaAllocationStrategy, scores: &'a NumaScores) -> Self {
+    pub fn with_scoring(
+        mut self,
+        strategy: NumaAllocationStrategy,
+        scores: &'a NumaScores,
+    ) -> Self {
         self.scoring = (strategy != NumaAllocationStrategy::None).then_some((strategy, scores));
         self
     }

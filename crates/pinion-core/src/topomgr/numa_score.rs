@@ -107,8 +107,13 @@ impl NumaScores {
             .ids()
             .iter()
             .filter_map(|id| self.nodes.get(id))
-            .fold((0, 0), |(a, t), &(assigned, total)| (a + assigned, t + total));
-        (assigned * 100).checked_div(allocatable).unwrap_or(0).max(1)
+            .fold((0, 0), |(a, t), &(assigned, total)| {
+                (a + assigned, t + total)
+            });
+        (assigned * 100)
+            .checked_div(allocatable)
+            .unwrap_or(0)
+            .max(1)
     }
 }
 

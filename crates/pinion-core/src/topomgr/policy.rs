@@ -237,7 +237,13 @@ impl TopologyManager {
         let merger = |lists: &[Vec<TopologyHint>], closest: bool| {
             HintMerger::new(&self.numa, lists, closest).with_scoring(strategy, scores)
         };
-        merge_lists(self.policy, &self.numa, self.options.prefer_closest_numa, providers, merger)
+        merge_lists(
+            self.policy,
+            &self.numa,
+            self.options.prefer_closest_numa,
+            providers,
+            merger,
+        )
     }
 }
 

@@ -89,17 +89,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
     }
-    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations)
-        .and_then(|()| {
-            let mut asks = cpu_ask_annotations(args);
-            asks.extend(
-                (args.annotations.iter())
-                    .filter(|(key, _)| key.starts_with("pinion.io/"))
-                    .cloned(),
-            );
-            check_asks(args.cpus.as_deref(), &asks)
-        })
-    {
+    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations).and_then(|()| {
+        let mut asks = cpu_ask_annotations(args);
+        asks.extend(
+            (args.annotations.iter())
+                .filter(|(key, _)| key.starts_with("pinion.io/"))
+                .cloned(),
+        );
+        check_asks(args.cpus.as_deref(), &asks)
+    }) {
         eprintln!("pinion run: {why}");
         std::process::exit(EXIT_PINION_FAILED);
     }
