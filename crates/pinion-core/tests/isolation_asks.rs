@@ -91,7 +91,7 @@ fn admit(engine: &mut Engine, pod: &Pod) -> Result<Option<CpuSet>, PolicyError> 
 
 #[test]
 fn boot_isolated_cpus_are_never_in_the_shared_pool() {
-    let e = engine(&guest("6"), "0", false).unwrap();
+    let e = engine(&guest("6"), "0", false).expect("test setup or admission");
     assert_eq!(e.shared_pool(), set("0-5,7-15"));
     assert_eq!(
         e.placement("nobody", "c").cpus,
@@ -104,16 +104,18 @@ fn boot_isolated_cpus_are_never_in_the_shared_pool() {
 
 #[test]
 fn plain_requests_never_get_isolated_cpus() {
-    let mut e = engine(&guest("1-3,9-11"), "0", false).unwrap();
+    let mut e = engine(&guest("1-3,9-11"), "0", false).expect("test setup or admission");
     // Without isolation kubelet would take core 1 (CPUs 1,9) first.
-    let got = admit(&mut e, &pod("a", "4", &[])).unwrap().unwrap();
+    let got = admit(&mut e, &pod("a", "4", &[]))
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     assert!(got.is_disjoint(&set("1-3,9-11")), "{got}");
     assert_eq!(got.len(), 4);
 }
 
 #[test]
 fn required_isolated_cpus_come_from_the_isolated_set() {
-    let mut e = engine(&guest("6,14"), "0", false).unwrap();
+    let mut e = engine(&guest("6,14"), "0", false).expect("test setup or admission");
     let got = admit(&mut e, &pod("a", "2", &[(ISOLATED_CPUS, "require")]));
     assert_eq!(got, Ok(Some(set("6,14"))));
     assert_eq!(e.shared_pool(), set("0-5,7-13,15"));
@@ -125,8 +127,8 @@ fn required_isolated_cpus_come_from_the_isolated_set() {
 
 #[test]
 fn required_isolated_cpus_refuse_a_shortfall_naming_it() {
-    let mut e = engine(&guest("6"), "0", false).unwrap();
-    let err = admit(&mut e, &pod("a", "2", &[(ISOLATED_CPUS, "require")])).unwrap_err();
+    let mut e = engine(&guest("6"), "0", false).expect("test setup or admission");
+    let err = admit(&mut e, &pod("a", "2", &[(ISOLATED_CPUS, "require")])).expect_err("refused");
     assert_eq!(
         err,
         PolicyError::IsolatedShortfall {
@@ -143,8 +145,8 @@ fn required_isolated_cpus_refuse_a_shortfall_naming_it() {
 
 #[test]
 fn required_isolated_cpus_on_a_machine_without_any_say_none() {
-    let mut e = engine(&guest(""), "0", false).unwrap();
-    let err = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "require")])).unwrap_err();
+    let mut e = engine(&guest(""), "0", false).expect("test setup or admission");
+    let err = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "require")])).expect_err("refused");
     assert!(
         err.to_string().contains("boot-isolated cpus: none"),
         "{err}"
@@ -153,24 +155,24 @@ fn required_isolated_cpus_on_a_machine_without_any_say_none() {
 
 #[test]
 fn preferred_isolated_cpus_come_first_then_ordinary_ones() {
-    let mut e = engine(&guest("6"), "0", false).unwrap();
+    let mut e = engine(&guest("6"), "0", false).expect("test setup or admission");
     let got = admit(&mut e, &pod("a", "2", &[(ISOLATED_CPUS, "prefer")]))
-        .unwrap()
-        .unwrap();
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     assert!(got.contains(6), "{got}");
     assert_eq!(got.len(), 2);
     // The isolated set is used up: the next preferring pod gets ordinary CPUs.
     let next = admit(&mut e, &pod("b", "1", &[(ISOLATED_CPUS, "prefer")]))
-        .unwrap()
-        .unwrap();
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     assert_eq!(next.len(), 1);
     assert!(!next.contains(6));
 }
 
 #[test]
 fn a_bad_annotation_is_refused_naming_the_value() {
-    let mut e = engine(&guest("6"), "0", false).unwrap();
-    let err = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "maybe")])).unwrap_err();
+    let mut e = engine(&guest("6"), "0", false).expect("test setup or admission");
+    let err = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "maybe")])).expect_err("refused");
     assert!(matches!(err, PolicyError::CpuAsk(_)), "{err:?}");
     assert!(err.to_string().contains("\"maybe\""), "{err}");
 }
@@ -179,23 +181,23 @@ fn a_bad_annotation_is_refused_naming_the_value() {
 fn every_shared_cpu_isolated_is_refused_at_start() {
     // Strict reservation keeps CPU 0 out of the pool; everything else is
     // isolated: the shared pool would be empty.
-    let err = engine(&guest("1-15"), "0", true).unwrap_err();
+    let err = engine(&guest("1-15"), "0", true).expect_err("refused");
     assert!(
         matches!(err, PolicyError::SharedPoolAllIsolated { .. }),
         "{err:?}"
     );
     assert!(err.to_string().contains("1-15"), "{err}");
     // Without strict reservation the reserved CPU stays shared: it starts.
-    let e = engine(&guest("1-15"), "0", false).unwrap();
+    let e = engine(&guest("1-15"), "0", false).expect("test setup or admission");
     assert_eq!(e.shared_pool(), set("0"));
 }
 
 #[test]
 fn an_allocation_that_leaves_only_isolated_shared_cpus_is_refused() {
     // Reserved CPU 0 is itself isolated: only 1-7 keep the pool alive.
-    let mut e = engine(&guest("0,8-15"), "0", false).unwrap();
+    let mut e = engine(&guest("0,8-15"), "0", false).expect("test setup or admission");
     assert_eq!(e.shared_pool(), set("1-7"));
-    let err = admit(&mut e, &pod("a", "7", &[])).unwrap_err();
+    let err = admit(&mut e, &pod("a", "7", &[])).expect_err("refused");
     assert!(
         matches!(err, PolicyError::SharedPoolAllIsolated { .. }),
         "{err:?}"
@@ -206,26 +208,28 @@ fn an_allocation_that_leaves_only_isolated_shared_cpus_is_refused() {
 #[test]
 fn whole_uncore_takes_whole_caches_nobody_else_shares() {
     let t = big16();
-    let mut e = engine(&t, "0", false).unwrap();
+    let mut e = engine(&t, "0", false).expect("test setup or admission");
     let got = admit(&mut e, &pod("a", "4", &[(UNCORE, "exclusive")]))
-        .unwrap()
-        .unwrap();
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     // L3 0 (0-1) holds the reserved CPU: the first whole free caches are 2-3, 4-5.
     assert_eq!(got, set("2-5"));
-    for (_, cache) in t.uncores() {
+    for cache in t.uncores().values() {
         if !cache.is_disjoint(&got) {
             assert!(cache.is_subset(&got), "cache {cache} is shared");
         }
     }
     assert!(e.shared_pool().is_disjoint(&got));
-    let other = admit(&mut e, &pod("b", "2", &[])).unwrap().unwrap();
+    let other = admit(&mut e, &pod("b", "2", &[]))
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     assert!(other.is_disjoint(&got));
 }
 
 #[test]
 fn whole_uncore_refuses_an_unaligned_request_unless_rounding_up() {
-    let mut e = engine(&big16(), "0", false).unwrap();
-    let err = admit(&mut e, &pod("a", "3", &[(UNCORE, "exclusive")])).unwrap_err();
+    let mut e = engine(&big16(), "0", false).expect("test setup or admission");
+    let err = admit(&mut e, &pod("a", "3", &[(UNCORE, "exclusive")])).expect_err("refused");
     assert_eq!(
         err,
         PolicyError::WholeUncore(WholeUncoreError::Unaligned {
@@ -242,18 +246,20 @@ fn whole_uncore_refuses_an_unaligned_request_unless_rounding_up() {
             &[(UNCORE, "exclusive"), (UNCORE_ROUND_UP, "true")],
         ),
     )
-    .unwrap()
-    .unwrap();
+    .expect("test setup or admission")
+    .expect("test setup or admission");
     assert_eq!(got, set("2-5"), "rounded up to two whole caches");
 }
 
 #[test]
 fn whole_uncore_avoids_caches_a_plain_container_touches() {
-    let mut e = engine(&big16(), "0", false).unwrap();
-    let plain = admit(&mut e, &pod("a", "1", &[])).unwrap().unwrap();
+    let mut e = engine(&big16(), "0", false).expect("test setup or admission");
+    let plain = admit(&mut e, &pod("a", "1", &[]))
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     let whole = admit(&mut e, &pod("b", "2", &[(UNCORE, "exclusive")]))
-        .unwrap()
-        .unwrap();
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     let caches_of = |cpus: &CpuSet| -> Vec<u32> {
         big16()
             .uncores()
@@ -272,8 +278,8 @@ fn whole_uncore_avoids_caches_a_plain_container_touches() {
 
 #[test]
 fn whole_uncore_shortfall_names_the_free_caches() {
-    let mut e = engine(&big16(), "0", false).unwrap();
-    let err = admit(&mut e, &pod("a", "16", &[(UNCORE, "exclusive")])).unwrap_err();
+    let mut e = engine(&big16(), "0", false).expect("test setup or admission");
+    let err = admit(&mut e, &pod("a", "16", &[(UNCORE, "exclusive")])).expect_err("refused");
     match err {
         PolicyError::WholeUncore(WholeUncoreError::NotEnough {
             groups_needed,

@@ -32,26 +32,27 @@ fn engine(policy: &str, scope: &str, strategy: Option<&str>) -> Engine {
         count: 1,
         cpus: CpuSet::from_iter([0]),
     };
-    let static_policy =
-        StaticPolicy::new(t.clone(), StaticPolicyOptions::default(), &reservation).unwrap();
+    let static_policy = StaticPolicy::new(t.clone(), StaticPolicyOptions::default(), &reservation)
+        .expect("test setup or admission");
     let options: BTreeMap<String, String> = strategy
         .map(|s| [("numa-allocation-strategy".to_owned(), s.to_owned())].into())
         .unwrap_or_default();
-    let numa = NumaInfo::from_topology(&t).unwrap();
-    let manager = TopologyManager::new(policy, scope, &options, numa).unwrap();
+    let numa = NumaInfo::from_topology(&t).expect("test setup or admission");
+    let manager =
+        TopologyManager::new(policy, scope, &options, numa).expect("test setup or admission");
     let mut engine = Engine::new(
         &t,
         Policy::Static(Box::new(static_policy)),
         State::default(),
     )
     .with_topology_manager(manager);
-    engine.start().unwrap();
+    engine.start().expect("test setup or admission");
     engine
 }
 
 fn pod(uid: &str, cpus: &str) -> Pod {
-    let quantity = Quantity::parse(cpus).unwrap();
-    let memory = Quantity::parse("1Gi").unwrap();
+    let quantity = Quantity::parse(cpus).expect("test setup or admission");
+    let memory = Quantity::parse("1Gi").expect("test setup or admission");
     Pod {
         uid: uid.to_owned(),
         containers: vec![Container {
@@ -71,11 +72,11 @@ fn pod(uid: &str, cpus: &str) -> Pod {
 fn second_pod_node(policy: &str, strategy: Option<&str>, first_on: u32) -> Vec<u32> {
     let mut e = engine(policy, "container", strategy);
     e.admit_container(&pod("first", "2"), "c", Some(&[first_on]))
-        .unwrap();
+        .expect("test setup or admission");
     let cpus = e
         .admit_container(&pod("second", "2"), "c", None)
-        .unwrap()
-        .unwrap();
+        .expect("test setup or admission")
+        .expect("test setup or admission");
     e.machine().numa_nodes_of(&cpus)
 }
 
@@ -116,11 +117,11 @@ fn the_strategy_never_overrides_a_narrower_or_preferred_hint() {
     for strategy in ["most-allocated", "least-allocated"] {
         let mut e = engine("best-effort", "container", Some(strategy));
         e.admit_container(&pod("first", "2"), "c", Some(&[1]))
-            .unwrap();
+            .expect("test setup or admission");
         let cpus = e
             .admit_container(&pod("big", "10"), "c", None)
-            .unwrap()
-            .unwrap();
+            .expect("test setup or admission")
+            .expect("test setup or admission");
         assert_eq!(e.machine().numa_nodes_of(&cpus), vec![0, 1], "{strategy}");
     }
 }

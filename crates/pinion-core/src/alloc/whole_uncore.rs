@@ -32,6 +32,10 @@ pub enum WholeUncoreError {
     },
 }
 
+/// A cache's sort key: outside the affinity, on a NUMA node too short of
+/// free caches for the request, its node, its id (lowest first).
+type Preference = (bool, bool, Option<u32>, u32);
+
 /// Whether the topology's uncore groups are real caches: sysfs discovery
 /// falls back to the socket when a machine has no L3, and then its
 /// last-level cache groups (L2 or L1) differ from the uncore groups.
@@ -95,7 +99,7 @@ pub fn take_whole_uncores(
         *per_node.entry(node_of(cpus)).or_default() += 1;
     }
     let groups_needed = rounded / group_size;
-    let mut free: Vec<((bool, bool, Option<u32>, u32), &CpuSet)> = candidates
+    let mut free: Vec<(Preference, &CpuSet)> = candidates
         .iter()
         .map(|&(id, cpus)| {
             let node = node_of(cpus);
