@@ -212,8 +212,11 @@ fn whole_uncore_takes_whole_caches_nobody_else_shares() {
     let got = admit(&mut e, &pod("a", "4", &[(UNCORE, "exclusive")]))
         .expect("test setup or admission")
         .expect("test setup or admission");
-    // L3 0 (0-1) holds the reserved CPU: the first whole free caches are 2-3, 4-5.
-    assert_eq!(got, set("2-5"));
+    // NUMA node 0 (0-3) has one whole free cache (L3 0-1 holds the
+    // reserved CPU), too few for two: both come from node 1, not 2-5 across
+    // the two nodes.
+    assert_eq!(got, set("4-7"));
+    assert_eq!(t.numa_nodes_of(&got), vec![1]);
     for cache in t.uncores().values() {
         if !cache.is_disjoint(&got) {
             assert!(cache.is_subset(&got), "cache {cache} is shared");
@@ -248,7 +251,11 @@ fn whole_uncore_refuses_an_unaligned_request_unless_rounding_up() {
     )
     .expect("test setup or admission")
     .expect("test setup or admission");
-    assert_eq!(got, set("2-5"), "rounded up to two whole caches");
+    assert_eq!(
+        got,
+        set("4-7"),
+        "rounded up to two whole caches of one node"
+    );
 }
 
 #[test]
