@@ -17,7 +17,8 @@ use std::sync::Arc;
 use crate::cpuset::CpuSet;
 use crate::placement::Placement;
 use crate::pod::{guaranteed_cpus_in, Container, Pod, PodResources};
-use crate::policy::{ContainerKind, ContainerRequest, Policy, PolicyError};
+use crate::policy::static_policy::shared_without_isolated;
+use crate::policy::{ContainerKind, ContainerRequest, CpuAsk, Policy, PolicyError};
 use crate::state::{PodCpus, State};
 use crate::topology::Topology;
 use crate::topomgr::metrics::AdmissionMetrics;
@@ -114,9 +115,12 @@ impl Engine {
         self
     }
 
-    /// Validates (or initialises) the state with the policy's rules.
+    /// Validates (or initialises) the state with the policy's rules, and
+    /// refuses a machine whose shared pool would hold only CPUs the kernel
+    /// isolates at boot ([`PolicyError::SharedPoolAllIsolated`]).
     pub fn start(&mut self) -> Result<(), PolicyError> {
         self.policy.start_with(&mut self.state, &self.pod_cpus)?;
+        shared_without_isolated(&self.pool_base(), self.machine.isolated())?;
         self.started = true;
         self.debug_check();
         Ok(())
@@ -271,6 +275,7 @@ impl Engine {
             container: name,
             cpus: guaranteed_cpus_in(pod, self.pod_resources.get(&pod.uid), managers, container),
             kind,
+            ask: CpuAsk::from_annotations(&pod.annotations)?,
         })
     }
 
@@ -318,9 +323,19 @@ impl Engine {
     }
 
     /// The shared pool: the state's default set under the static policy,
-    /// every CPU under `none` (and before the static policy started).
+    /// every CPU under `none` (and before the static policy started) —
+    /// without the CPUs the kernel isolates at boot (`isolcpus=`), which
+    /// only containers that ask for them get. [`Engine::start`] refuses a
+    /// machine where that would leave nothing; should it happen anyway, the
+    /// pool keeps the isolated CPUs rather than being empty.
     #[must_use]
     pub fn shared_pool(&self) -> CpuSet {
+        let base = self.pool_base();
+        shared_without_isolated(&base, self.machine.isolated()).unwrap_or(base)
+    }
+
+    /// The shared pool before boot-isolated CPUs are taken out.
+    fn pool_base(&self) -> CpuSet {
         let default = &self.state.default;
         if default.is_empty() || matches!(self.policy, Policy::None) {
             self.machine.all_cpus().clone()

@@ -14,6 +14,7 @@
 //! `topologyManagerPolicyOptions`, with the extra providers' `hints` (see
 //! [`topology`] and `docs/simulate.md`); a step's own `hint` overrides it.
 
+pub mod explain;
 pub mod topology;
 
 use std::collections::BTreeMap;
@@ -57,6 +58,11 @@ pub struct Scenario {
     /// Pod-level resources (`spec.resources`) by pod UID.
     #[serde(default)]
     pub pod_resources: BTreeMap<String, PodResources>,
+    /// CPUs the kernel isolates at boot (`isolcpus=`), added to the
+    /// machine's own: kept out of the shared pool, handed out only to pods
+    /// that ask (`pinion.io/isolated-cpus`).
+    #[serde(default)]
+    pub isolated: CpuSet,
     #[serde(default)]
     pub initial_state: Option<InitialState>,
     #[serde(default)]
@@ -141,6 +147,10 @@ pub struct StepOutcome {
     /// `none` and the step gives no `hint`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyOutcome>,
+    /// What Pinion's own asks did (`add` steps of pods with
+    /// `pinion.io/isolated-cpus` or `pinion.io/uncore`; [`explain`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<String>,
 }
 
 /// The result of a scenario whose policy could be built.
@@ -154,6 +164,10 @@ pub struct Outcome {
     /// `"<pod>/<container>"` → where it runs, for every container admitted
     /// and not removed (the placement the agent's front-ends would apply).
     pub placements: BTreeMap<String, Placement>,
+    /// The shared pool containers run in, when it differs from `default`
+    /// (boot-isolated CPUs kept out of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_pool: Option<CpuSet>,
 }
 
 /// Why a scenario could not run at all.
@@ -181,6 +195,8 @@ pub enum ScenarioError {
     BadAssignmentKey { key: String },
     #[error("step {index}: {what}")]
     BadStep { index: usize, what: String },
+    #[error("isolated: {what}")]
+    BadIsolated { what: String },
 }
 
 /// The topology given inline (`topology`, else `machine`); `Ok(None)` when
@@ -196,8 +212,32 @@ pub fn inline_topology(scenario: &Scenario) -> Result<Option<Topology>, Scenario
     }
 }
 
-/// Runs a scenario on `topology`.
+/// `topology` with the scenario's `isolated` CPUs added to the machine's
+/// boot-isolated ones.
+pub fn with_isolated(scenario: &Scenario, topology: &Topology) -> Result<Topology, ScenarioError> {
+    let unknown = scenario.isolated.difference(topology.all_cpus());
+    if !unknown.is_empty() {
+        return Err(ScenarioError::BadIsolated {
+            what: format!("cpus {unknown} are not online cpus of the machine"),
+        });
+    }
+    let mut spec = topology.spec().clone();
+    spec.isolated.union_with(&scenario.isolated);
+    Topology::new(spec).map_err(|err| ScenarioError::BadIsolated {
+        what: err.to_string(),
+    })
+}
+
+/// Runs a scenario on `topology` (with the scenario's `isolated` CPUs
+/// added to the machine's).
 pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
+    let isolated_topology;
+    let topology = if scenario.isolated.is_subset(topology.isolated()) {
+        topology
+    } else {
+        isolated_topology = with_isolated(scenario, topology)?;
+        &isolated_topology
+    };
     // kubelet's container manager builds the Topology Manager before the CPU
     // manager: a configuration both refuse fails with the former's error.
     let manager = scenario.config.build_topology_manager(topology)?;
@@ -259,8 +299,10 @@ pub fn run(scenario: &Scenario, topology: &Topology) -> Result<Outcome, Scenario
                 .map(move |(container, cpus)| (format!("{pod}/{container}"), cpus.clone()))
         })
         .collect();
+    let shared_pool = engine.shared_pool();
     Ok(Outcome {
         steps,
+        shared_pool: (shared_pool != state.default).then_some(shared_pool),
         default: state.default.clone(),
         reserved,
         assignments,
@@ -327,6 +369,7 @@ fn run_step(
     };
     let mut error = None;
     let mut topology = None;
+    let mut explained = None;
     match step.op {
         Op::Start => error = engine.start().err(),
         Op::Remove => {
@@ -338,6 +381,13 @@ fn run_step(
             let pod = step_pod(scenario, step, pod_uid);
             remember(pods, &pod, name, scenario.pods.contains_key(pod_uid));
             let report = admit(engine, hints, step, &pod, name, index)?;
+            if let Ok(ask) = crate::policy::CpuAsk::from_annotations(&pod.annotations) {
+                if !ask.is_plain() {
+                    let requested = engine.exclusive_cpus_asked(&pod, name);
+                    let machine = engine.machine();
+                    explained = Some(explain::explain(machine, ask, requested, &report.result));
+                }
+            }
             let policy = engine.topology_manager().policy();
             topology = report.topology.map(|d| topology::outcome(policy, &d));
             error = match report.result {
@@ -397,6 +447,7 @@ fn run_step(
         error: error.map(|e| e.to_string()),
         default: engine.state().default.clone(),
         topology,
+        explain: explained,
     })
 }
 

@@ -6,7 +6,8 @@
 //! * [`numa_info`]: NUMA nodes and distances;
 //! * [`merge`]: the bounded, exact merge;
 //! * [`policy`]: policies, scopes, manager construction and admission;
-//! * [`options`]: `prefer-closest-numa-nodes`, `max-allowable-numa-nodes`.
+//! * [`options`]: `prefer-closest-numa-nodes`, `max-allowable-numa-nodes`,
+//!   `numa-allocation-strategy` (KEP-6007, [`numa_score`]);
 //! * [`cpu_hints`]: the CPU manager as a hint provider;
 //! * [`metrics`]: admission counters and the duration histogram;
 //! * [`provider`]: the hint-provider interface and fixed hints;
@@ -19,6 +20,7 @@ pub mod hint;
 pub mod merge;
 pub mod metrics;
 pub mod numa_info;
+pub mod numa_score;
 pub mod options;
 pub mod policy;
 pub mod provider;

@@ -148,6 +148,7 @@ fn check_sequence(
                     container: &container,
                     cpus,
                     kind,
+                    ask: Default::default(),
                 };
                 let before = engine.state().clone();
                 match engine.admit(&request, None) {

@@ -96,6 +96,7 @@ fn app(pod: &'static str, cpus: usize) -> ContainerRequest<'static> {
         container: "app",
         cpus,
         kind: ContainerKind::App,
+        ask: Default::default(),
     }
 }
 

@@ -71,6 +71,7 @@ fn admit(topology: &Topology, aligned: bool, sizes: &[usize]) -> Vec<CpuSet> {
                 container: "app",
                 cpus,
                 kind: ContainerKind::App,
+                ask: Default::default(),
             };
             engine
                 .admit(&request, None)

@@ -48,7 +48,7 @@ proptest! {
             let before = engine.state().clone();
             let (pod, container) = (format!("pod-{pod}"), format!("c{container}"));
             if add {
-                let request = ContainerRequest { pod: &pod, container: &container, cpus, kind: ContainerKind::App };
+                let request = ContainerRequest { pod: &pod, container: &container, cpus, kind: ContainerKind::App, ask: Default::default() };
                 let _ = engine.admit(&request, None);
             } else {
                 engine.remove(&pod, &container);

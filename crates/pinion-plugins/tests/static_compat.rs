@@ -82,6 +82,7 @@ fn run(seed: u64, options: StaticPolicyOptions) {
             container: "container0",
             cpus,
             kind: ContainerKind::App,
+            ask: Default::default(),
         };
         // The plugin keeps its shared pools' requests and reclaim's minimum
         // (the one documented difference): stay clear of that edge here;

@@ -83,7 +83,7 @@ fn example_flags_print_the_example_files() {
 /// The golden outputs of the commands that read files: the examples'.
 #[test]
 fn golden_outputs_of_the_examples() {
-    let cases: [(&str, &[&str]); 9] = [
+    let cases: [(&str, &[&str]); 12] = [
         (
             "hints.table",
             &["hints", "examples/hints/merge-and-cpu-hints.yaml"],
@@ -142,6 +142,29 @@ fn golden_outputs_of_the_examples() {
         (
             "simulate-kep-4800-full-uncore.table",
             &["simulate", "examples/scenarios/kep-4800-full-uncore.yaml"],
+        ),
+        (
+            "simulate-isolcpus-and-whole-uncore.table",
+            &[
+                "simulate",
+                "examples/scenarios/isolcpus-and-whole-uncore.yaml",
+            ],
+        ),
+        (
+            "simulate-isolcpus-and-whole-uncore.json",
+            &[
+                "simulate",
+                "-o",
+                "json",
+                "examples/scenarios/isolcpus-and-whole-uncore.yaml",
+            ],
+        ),
+        (
+            "simulate-numa-allocation-strategy.table",
+            &[
+                "simulate",
+                "examples/scenarios/numa-allocation-strategy.yaml",
+            ],
         ),
     ];
     let root = workspace();

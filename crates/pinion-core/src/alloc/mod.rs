@@ -27,6 +27,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod uncore;
+pub mod whole_uncore;
 
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;

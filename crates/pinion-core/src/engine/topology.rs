@@ -22,6 +22,7 @@ use crate::cpuset::CpuSet;
 use crate::pod::{Pod, PodLevel};
 use crate::policy::hints::{CpuManagerHints, Operation};
 use crate::policy::PolicyError;
+use crate::topomgr::numa_score::{NumaAllocationStrategy, NumaScores};
 use crate::topomgr::provider::HintProvider;
 use crate::topomgr::{Policy as TmPolicy, ProviderHints, Scope, TopologyHint, TopologyManager};
 
@@ -226,13 +227,32 @@ impl Engine {
             Scope::Pod => all.map(|p| p.pod_hints(pod)).collect(),
             Scope::Container | Scope::None => all.map(|p| p.container_hints(pod, name)).collect(),
         };
-        let admission = self.topology.merge(&answers);
+        let admission = match self.numa_scores() {
+            Some(scores) => self.topology.merge_scored(&answers, &scores),
+            None => self.topology.merge(&answers),
+        };
         Some(TopologyDecision {
             scope,
             hints: flatten(answers),
             hint: admission.hint,
             admit: admission.admit,
             reused: false,
+        })
+    }
+
+    /// The NUMA nodes' allocation scores for `numa-allocation-strategy`
+    /// (KEP-6007), when the option is on and the policy is static.
+    fn numa_scores(&self) -> Option<NumaScores> {
+        let strategy = self.topology.options().numa_allocation_strategy;
+        let crate::policy::Policy::Static(policy) = &self.policy else {
+            return None;
+        };
+        (strategy != NumaAllocationStrategy::None).then(|| {
+            let mut exclusive = self.state.exclusive_cpus();
+            for cpus in self.pod_cpus.values() {
+                exclusive.union_with(cpus);
+            }
+            NumaScores::of(policy.topology(), &exclusive, policy.reserved())
         })
     }
 

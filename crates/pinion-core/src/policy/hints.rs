@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use crate::cpuset::CpuSet;
 use crate::pod::{guaranteed_cpus_in, pod_guaranteed_cpus_in, Pod, PodLevel, PodResources};
-use crate::policy::{Policy, StaticPolicy};
+use crate::policy::{CpuAsk, IsolatedAsk, Policy, StaticPolicy};
 use crate::state::State;
 use crate::topomgr::cpu_hints::{
     container_cpu_hints, container_cpu_hints_for_resize, pod_cpu_hints, ContainerCpus, HintInputs,
@@ -43,12 +43,13 @@ pub struct CpuManagerHints<'a> {
 impl CpuManagerHints<'_> {
     fn answer(
         &self,
+        pod: &Pod,
         hints: impl FnOnce(&HintInputs<'_>) -> Option<Vec<TopologyHint>>,
     ) -> ProviderHints {
         let Policy::Static(policy) = self.policy else {
             return None;
         };
-        let available = self.state.default.difference(policy.reserved());
+        let available = available_for(policy, self.state, pod);
         let reusable = CpuSet::new();
         let inputs = HintInputs {
             topology: policy.topology(),
@@ -67,6 +68,20 @@ impl CpuManagerHints<'_> {
     }
 }
 
+/// The CPUs the pod's containers may get, as the static policy hands them
+/// out: boot-isolated CPUs only for pods that ask for them (`require`: only
+/// those, `prefer`: those too). A bad annotation counts as no ask (the
+/// admission itself refuses it).
+fn available_for(policy: &StaticPolicy, state: &State, pod: &Pod) -> CpuSet {
+    let available = state.default.difference(policy.reserved());
+    let isolated = policy.topology().isolated();
+    match CpuAsk::from_annotations(&pod.annotations).map(|ask| ask.isolated) {
+        Ok(IsolatedAsk::Require) => available.intersection(isolated),
+        Ok(IsolatedAsk::Prefer) => available,
+        Ok(IsolatedAsk::No) | Err(_) => available.difference(isolated),
+    }
+}
+
 impl HintProvider for CpuManagerHints<'_> {
     fn container_hints(&self, pod: &Pod, container: &str) -> ProviderHints {
         let spec = pod.container(container)?;
@@ -78,7 +93,7 @@ impl HintProvider for CpuManagerHints<'_> {
             let request = guaranteed_cpus_in(pod, None, false, spec);
             let assigned = self.state.assignment(&pod.uid, container);
             let reusable = Self::reusable(self.policy, &pod.uid);
-            return self.answer(|inputs| {
+            return self.answer(pod, |inputs| {
                 let inputs = HintInputs {
                     reusable: &reusable,
                     ..*inputs
@@ -89,7 +104,7 @@ impl HintProvider for CpuManagerHints<'_> {
         let request = guaranteed_cpus_in(pod, self.pod_resources, self.pod_level_managers, spec);
         let assigned = self.state.assignment(&pod.uid, container);
         let reusable = Self::reusable(self.policy, &pod.uid);
-        self.answer(|inputs| {
+        self.answer(pod, |inputs| {
             let inputs = HintInputs {
                 reusable: &reusable,
                 ..*inputs
@@ -126,7 +141,7 @@ impl HintProvider for CpuManagerHints<'_> {
             })
             .collect();
         let reusable = Self::reusable(self.policy, &pod.uid);
-        self.answer(|inputs| {
+        self.answer(pod, |inputs| {
             let inputs = HintInputs {
                 reusable: &reusable,
                 ..*inputs

@@ -3,6 +3,7 @@
 //! them, so they can be matched by operators' tooling).
 
 pub mod config;
+pub mod cpu_ask;
 pub mod defaults;
 pub mod hints;
 pub mod options;
@@ -17,6 +18,7 @@ use crate::topology::Topology;
 use crate::topomgr::TopologyAffinityError;
 
 pub use config::{Features, PolicyConfig, UncoreCacheSource};
+pub use cpu_ask::{CpuAsk, CpuAskError, IsolatedAsk, UncoreAsk};
 pub use options::{FeatureGates, PolicyOptionError, StaticPolicyOptions};
 pub use static_policy::{ContainerKind, ContainerRequest, Reservation, StaticPolicy};
 
@@ -117,6 +119,25 @@ pub enum PolicyError {
     },
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// A bad `pinion.io/isolated-cpus` / `pinion.io/uncore*` annotation.
+    #[error(transparent)]
+    CpuAsk(#[from] CpuAskError),
+    /// `pinion.io/isolated-cpus: require` with too few free boot-isolated
+    /// CPUs.
+    #[error("pinion.io/isolated-cpus: require: {requested} isolated cpus asked, {free} free (boot-isolated cpus: {isolated}); {shortfall} short")]
+    IsolatedShortfall {
+        requested: usize,
+        free: usize,
+        shortfall: usize,
+        isolated: String,
+    },
+    /// Whole uncore caches could not be given.
+    #[error(transparent)]
+    WholeUncore(#[from] crate::alloc::whole_uncore::WholeUncoreError),
+    /// Every CPU the shared pool could use is isolated at boot (or would be
+    /// after this allocation): shared-pool containers would have no CPU.
+    #[error("the shared pool would be empty: its cpus {pool} are all isolated at boot (isolcpus= {isolated}); reserve or free a cpu that is not isolated")]
+    SharedPoolAllIsolated { pool: String, isolated: String },
     /// The Topology Manager rejected the admission.
     #[error(transparent)]
     TopologyAffinity(#[from] TopologyAffinityError),

@@ -206,7 +206,10 @@ impl StaticPolicy {
         }
         let mut allocatable = must_keep.clone();
         if n >= current.len() {
-            allocatable.union_with(&state.default.difference(self.reserved()));
+            // Growth never reaches into boot-isolated CPUs (Pinion: only
+            // an admission that asks for them gets them).
+            let free = state.default.difference(self.reserved());
+            allocatable.union_with(&free.difference(self.topology().isolated()));
         }
         allocatable.union_with(current);
         let mut result = CpuSet::new();

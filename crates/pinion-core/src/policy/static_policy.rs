@@ -8,9 +8,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::alloc::whole_uncore::take_whole_uncores;
 use crate::alloc::{take_with_index, Algorithm, AllocError};
 use crate::cpuset::CpuSet;
 use crate::policy::config::Features;
+use crate::policy::cpu_ask::{CpuAsk, IsolatedAsk, UncoreAsk};
 use crate::policy::options::StaticPolicyOptions;
 use crate::policy::PolicyError;
 use crate::state::{Expected, State};
@@ -37,13 +39,15 @@ pub enum ContainerKind {
 }
 
 /// One admission request: which container and how many exclusive CPUs
-/// (0 = shared pool; see `pod::guaranteed_cpus`).
+/// (0 = shared pool; see `pod::guaranteed_cpus`), and what it asks of them
+/// beyond the count (boot-isolated CPUs, whole uncore caches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContainerRequest<'a> {
     pub pod: &'a str,
     pub container: &'a str,
     pub cpus: usize,
     pub kind: ContainerKind,
+    pub ask: CpuAsk,
 }
 
 /// The static policy.
@@ -255,7 +259,7 @@ impl StaticPolicy {
             return Ok(Some(cpus));
         }
         let reusable = self.reuse.get(request.pod).cloned().unwrap_or_default();
-        let cpus = self.allocate_cpus(state, n, numa_affinity, &reusable)?;
+        let cpus = self.allocate_asked(state, n, numa_affinity, &reusable, request.ask)?;
         state.assign(request.pod, request.container, cpus.clone());
         self.update_reuse(request, &cpus);
         Ok(Some(cpus))
@@ -320,7 +324,7 @@ impl StaticPolicy {
         Ok(self.take(available, n)?)
     }
 
-    /// kubelet `allocateCPUs`: aligned CPUs first, then the rest.
+    /// kubelet `allocateCPUs` for a plain request.
     fn allocate_cpus(
         &self,
         state: &mut State,
@@ -328,21 +332,96 @@ impl StaticPolicy {
         numa_affinity: Option<&[u32]>,
         reusable: &CpuSet,
     ) -> Result<CpuSet, PolicyError> {
+        self.allocate_asked(state, n, numa_affinity, reusable, CpuAsk::default())
+    }
+
+    /// kubelet `allocateCPUs` (aligned CPUs first, then the rest) with
+    /// Pinion's asks: boot-isolated CPUs are handed out only to containers
+    /// that ask for them (`require`: only those; `prefer`: those first),
+    /// and whole uncore caches to those that ask for them. On a machine
+    /// without isolated CPUs a plain request is exactly kubelet's.
+    fn allocate_asked(
+        &self,
+        state: &mut State,
+        n: usize,
+        numa_affinity: Option<&[u32]>,
+        reusable: &CpuSet,
+        ask: CpuAsk,
+    ) -> Result<CpuSet, PolicyError> {
         let allocatable = state.default.difference(&self.reserved).union(reusable);
+        let isolated = self.topology.isolated();
+        let ordinary = allocatable.difference(isolated);
+        let free_isolated = allocatable.intersection(isolated);
+        let result = match (ask.uncore, ask.isolated) {
+            (UncoreAsk::Exclusive { round_up }, isolation) => {
+                let allowed = match isolation {
+                    IsolatedAsk::No => &ordinary,
+                    IsolatedAsk::Prefer => &allocatable,
+                    IsolatedAsk::Require => &free_isolated,
+                };
+                take_whole_uncores(&self.topology, allowed, n, round_up, numa_affinity)?
+            }
+            (UncoreAsk::Any, IsolatedAsk::No) => self.take_aligned(&ordinary, n, numa_affinity)?,
+            (UncoreAsk::Any, IsolatedAsk::Require) => {
+                if free_isolated.len() < n {
+                    return Err(PolicyError::IsolatedShortfall {
+                        requested: n,
+                        free: free_isolated.len(),
+                        shortfall: n - free_isolated.len(),
+                        isolated: listed(isolated),
+                    });
+                }
+                self.take_aligned(&free_isolated, n, numa_affinity)?
+            }
+            (UncoreAsk::Any, IsolatedAsk::Prefer) => {
+                let first = n.min(free_isolated.len());
+                let mut cpus = self.take_aligned(&free_isolated, first, numa_affinity)?;
+                let rest = self.take_aligned(&ordinary, n - first, numa_affinity)?;
+                cpus.union_with(&rest);
+                cpus
+            }
+        };
+        let shared = state.default.difference(&result);
+        if shared.is_empty() && self.options.strict_cpu_reservation {
+            return Err(PolicyError::SharedPoolWouldBeEmpty { requested: n });
+        }
+        if !isolated.is_empty() && !shared.is_empty() && shared.is_subset(isolated) {
+            return Err(PolicyError::SharedPoolAllIsolated {
+                pool: shared.to_string(),
+                isolated: isolated.to_string(),
+            });
+        }
+        state.default = shared;
+        Ok(result)
+    }
+
+    /// `n` CPUs of `allocatable`: those in the affinity's NUMA nodes first,
+    /// then the rest (kubelet `allocateCPUs`' two takes).
+    fn take_aligned(
+        &self,
+        allocatable: &CpuSet,
+        n: usize,
+        numa_affinity: Option<&[u32]>,
+    ) -> Result<CpuSet, PolicyError> {
         let mut result = CpuSet::new();
+        if n == 0 {
+            return Ok(result);
+        }
         if let Some(nodes) = numa_affinity {
-            let aligned = self.aligned_cpus(nodes, &allocatable);
+            let aligned = self.aligned_cpus(nodes, allocatable);
             let count = n.min(aligned.len());
             result = self.take(&aligned, count)?;
         }
         let rest = self.take(&allocatable.difference(&result), n - result.len())?;
         result.union_with(&rest);
-        let shared = state.default.difference(&result);
-        if shared.is_empty() && self.options.strict_cpu_reservation {
-            return Err(PolicyError::SharedPoolWouldBeEmpty { requested: n });
-        }
-        state.default = shared;
         Ok(result)
+    }
+
+    /// The shared pool containers run in: the state's default set without
+    /// the CPUs the kernel isolates at boot. Fails when that leaves nothing
+    /// (every CPU the pool could use is isolated).
+    pub fn shared_pool_of(&self, state: &State) -> Result<CpuSet, PolicyError> {
+        shared_without_isolated(&state.default, self.topology.isolated())
     }
 
     /// Allocatable CPUs in the NUMA nodes of the affinity (with
@@ -407,6 +486,30 @@ impl StaticPolicy {
     }
 }
 
+/// `default` without `isolated`, or the error naming both when nothing
+/// is left.
+pub(crate) fn shared_without_isolated(
+    default: &CpuSet,
+    isolated: &CpuSet,
+) -> Result<CpuSet, PolicyError> {
+    let shared = default.difference(isolated);
+    if shared.is_empty() && !default.is_empty() {
+        return Err(PolicyError::SharedPoolAllIsolated {
+            pool: default.to_string(),
+            isolated: isolated.to_string(),
+        });
+    }
+    Ok(shared)
+}
+
+fn listed(cpus: &CpuSet) -> String {
+    if cpus.is_empty() {
+        "none".to_owned()
+    } else {
+        cpus.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -440,6 +543,7 @@ mod tests {
             container: "app",
             cpus,
             kind: ContainerKind::App,
+            ask: Default::default(),
         }
     }
 

@@ -306,7 +306,7 @@ proptest! {
             let mut claims = Vec::new();
             for (i, &n) in requests.iter().enumerate() {
                 let pod = format!("pod-{i}");
-                let request = ContainerRequest { pod: &pod, container: "main", cpus: n, kind: ContainerKind::App };
+                let request = ContainerRequest { pod: &pod, container: "main", cpus: n, kind: ContainerKind::App, ask: Default::default() };
                 if let Ok(Some(given)) = policy.allocate(&mut state, &request, None) {
                     claims.push(claim(&pod, &given.to_string(), n));
                 }

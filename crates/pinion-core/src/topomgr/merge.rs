@@ -23,6 +23,7 @@
 use super::bitmask::NumaMask;
 use super::hint::{max_of_min_affinity_counts, TopologyHint};
 use super::numa_info::NumaInfo;
+use super::numa_score::{NumaAllocationStrategy, NumaScores};
 
 /// kubelet `HintMerger`: the NUMA info, the mask comparison in use and
 /// `bestNonPreferredAffinityCount`.
@@ -31,6 +32,8 @@ pub struct HintMerger<'a> {
     numa: &'a NumaInfo,
     closest: bool,
     best_non_preferred_count: u32,
+    /// KEP-6007's tie-break, when on.
+    scoring: Option<(NumaAllocationStrategy, &'a NumaScores)>,
 }
 
 impl<'a> HintMerger<'a> {
@@ -48,7 +51,20 @@ impl<'a> HintMerger<'a> {
             numa,
             closest,
             best_non_preferred_count,
+            scoring: None,
         }
+    }
+
+    /// The same merger with KEP-6007's `numa-allocation-strategy`
+    /// tie-break over `scores` (no change with the `none` strategy).
+    #[must_use]
+    pub fn with_scoring(
+        mut self,
+        strategy: NumaAllocationStrategy,
+        scores: &'a NumaScores,
+    ) -> Self {
+        self.scoring = (strategy != NumaAllocationStrategy::None).then_some((strategy, scores));
+        self
     }
 
     /// True when `candidate` is a strictly better mask than `current`:
@@ -56,11 +72,31 @@ impl<'a> HintMerger<'a> {
     /// `prefer-closest-numa-nodes`, kubelet's `Closest`.
     #[must_use]
     pub fn better_mask(&self, current: NumaMask, candidate: NumaMask) -> bool {
+        if let Some(wins) = self.strategy_tie_break(current, candidate) {
+            return wins;
+        }
         if self.closest {
             self.numa.closer(current, candidate)
         } else {
             candidate.is_narrower_than(current)
         }
+    }
+
+    /// KEP-6007: between masks of as many nodes (and, with closest, the
+    /// same average distance) the strategy decides by score; `None` when
+    /// it is off, the masks are not structurally equal, or scores tie.
+    fn strategy_tie_break(&self, current: NumaMask, candidate: NumaMask) -> Option<bool> {
+        let (strategy, scores) = self.scoring?;
+        if current.count() != candidate.count() {
+            return None;
+        }
+        #[allow(clippy::float_cmp)] // kubelet compares the averages exactly
+        if self.closest
+            && self.numa.average_distance(current) != self.numa.average_distance(candidate)
+        {
+            return None;
+        }
+        strategy.prefers(scores.score(current), scores.score(candidate))
     }
 
     /// kubelet `HintMerger.compare`: true when `candidate` replaces

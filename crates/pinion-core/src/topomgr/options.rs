@@ -1,19 +1,25 @@
 //! Topology Manager policy options (`topologyManagerPolicyOptions`, spec
 //! §6): `prefer-closest-numa-nodes` (Go `ParseBool`) and
 //! `max-allowable-numa-nodes` (Go `Atoi`, at least 8, default 8). Both are GA
-//! in current kubelet, so no feature gate is consulted.
+//! in current kubelet, so no feature gate is consulted. Also KEP-6007's
+//! `numa-allocation-strategy` (`none` | `most-allocated` |
+//! `least-allocated`, [`super::numa_score`]), which kubelet does not ship
+//! yet (alpha from v1.38 by the KEP): Pinion takes it without a gate.
 //!
 //! Options are visited in name order; kubelet visits them in Go map order, so
 //! with several bad options it may report another one of them.
 
 use std::collections::BTreeMap;
 
+use super::numa_score::NumaAllocationStrategy;
 use crate::policy::options::{parse_go_bool, GoQuoted};
 
 /// `prefer-closest-numa-nodes`
 pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
 /// `max-allowable-numa-nodes`
 pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+/// `numa-allocation-strategy` (KEP-6007)
+pub const NUMA_ALLOCATION_STRATEGY: &str = "numa-allocation-strategy";
 /// kubelet's default (and minimum) `max-allowable-numa-nodes`.
 pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: i64 = 8;
 
@@ -22,6 +28,7 @@ pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: i64 = 8;
 pub struct TopologyManagerOptions {
     pub prefer_closest_numa: bool,
     pub max_allowable_numa_nodes: i64,
+    pub numa_allocation_strategy: NumaAllocationStrategy,
 }
 
 impl Default for TopologyManagerOptions {
@@ -29,6 +36,7 @@ impl Default for TopologyManagerOptions {
         Self {
             prefer_closest_numa: false,
             max_allowable_numa_nodes: DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+            numa_allocation_strategy: NumaAllocationStrategy::None,
         }
     }
 }
@@ -56,6 +64,9 @@ pub enum TopologyOptionError {
     },
     #[error("the minimum value of \"max-allowable-numa-nodes\" should not be less than 8")]
     TooFewNumaNodes { value: i64 },
+    /// Pinion's text (kubelet has not shipped the option).
+    #[error("bad value for option \"numa-allocation-strategy\": {value:?} (expected none, most-allocated or least-allocated)")]
+    BadStrategy { value: String },
 }
 
 /// Why Go `strconv.Atoi` failed.
@@ -89,6 +100,12 @@ impl TopologyManagerOptions {
                 }
                 MAX_ALLOWABLE_NUMA_NODES => {
                     parsed.max_allowable_numa_nodes = parse_max_allowable(name, value)?;
+                }
+                NUMA_ALLOCATION_STRATEGY => {
+                    parsed.numa_allocation_strategy = NumaAllocationStrategy::parse(value)
+                        .ok_or_else(|| TopologyOptionError::BadStrategy {
+                            value: value.clone(),
+                        })?;
                 }
                 _ => return Err(TopologyOptionError::Unknown { name: name.clone() }),
             }
@@ -142,9 +159,30 @@ mod tests {
             parsed,
             Ok(TopologyManagerOptions {
                 prefer_closest_numa: true,
-                max_allowable_numa_nodes: 64
+                max_allowable_numa_nodes: 64,
+                numa_allocation_strategy: NumaAllocationStrategy::None,
             })
         );
+    }
+
+    #[test]
+    fn numa_allocation_strategy_takes_the_keps_values_and_names_a_bad_one() {
+        for (value, expected) in [
+            ("none", NumaAllocationStrategy::None),
+            ("most-allocated", NumaAllocationStrategy::MostAllocated),
+            ("least-allocated", NumaAllocationStrategy::LeastAllocated),
+        ] {
+            let parsed = parse(&[(NUMA_ALLOCATION_STRATEGY, value)]).unwrap();
+            assert_eq!(parsed.numa_allocation_strategy, expected);
+        }
+        let err = parse(&[(NUMA_ALLOCATION_STRATEGY, "pack")]).unwrap_err();
+        assert_eq!(
+            err,
+            TopologyOptionError::BadStrategy {
+                value: "pack".to_owned()
+            }
+        );
+        assert!(err.to_string().contains("\"pack\""), "{err}");
     }
 
     #[test]

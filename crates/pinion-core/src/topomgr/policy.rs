@@ -9,6 +9,7 @@ use super::bitmask::NumaMask;
 use super::hint::{filter_single_numa, normalize, ProviderHints, TopologyHint};
 use super::merge::HintMerger;
 use super::numa_info::NumaInfo;
+use super::numa_score::NumaScores;
 use super::options::{TopologyManagerOptions, TopologyOptionError};
 
 /// A Topology Manager policy.
@@ -226,6 +227,24 @@ impl TopologyManager {
             providers,
         )
     }
+
+    /// [`TopologyManager::merge`] with the NUMA nodes' allocation `scores`
+    /// for `numa-allocation-strategy` (KEP-6007; the same as `merge` when
+    /// the option is `none`).
+    #[must_use]
+    pub fn merge_scored(&self, providers: &[ProviderHints], scores: &NumaScores) -> Admission {
+        let strategy = self.options.numa_allocation_strategy;
+        let merger = |lists: &[Vec<TopologyHint>], closest: bool| {
+            HintMerger::new(&self.numa, lists, closest).with_scoring(strategy, scores)
+        };
+        merge_lists(
+            self.policy,
+            &self.numa,
+            self.options.prefer_closest_numa,
+            providers,
+            merger,
+        )
+    }
 }
 
 /// The policy's `Merge` (spec §4) for `providers` on `numa`.
@@ -236,6 +255,20 @@ pub fn merge_with_policy(
     prefer_closest: bool,
     providers: &[ProviderHints],
 ) -> Admission {
+    merge_lists(policy, numa, prefer_closest, providers, |lists, closest| {
+        HintMerger::new(numa, lists, closest)
+    })
+}
+
+/// The policy's `Merge` with the mergers `merger` builds (for the lists
+/// and the closest switch in use).
+fn merge_lists<'a>(
+    policy: Policy,
+    numa: &NumaInfo,
+    prefer_closest: bool,
+    providers: &[ProviderHints],
+    merger: impl Fn(&[Vec<TopologyHint>], bool) -> HintMerger<'a>,
+) -> Admission {
     let lists = normalize(providers);
     match policy {
         Policy::None => Admission {
@@ -243,25 +276,29 @@ pub fn merge_with_policy(
             admit: true,
         },
         Policy::BestEffort => Admission {
-            hint: HintMerger::new(numa, &lists, prefer_closest).merge(&lists),
+            hint: merger(&lists, prefer_closest).merge(&lists),
             admit: true,
         },
         Policy::Restricted => {
-            let hint = HintMerger::new(numa, &lists, prefer_closest).merge(&lists);
+            let hint = merger(&lists, prefer_closest).merge(&lists);
             Admission {
                 hint,
                 admit: hint.preferred,
             }
         }
-        Policy::SingleNumaNode => single_numa_node(numa, &lists),
+        Policy::SingleNumaNode => single_numa_node(numa, &lists, merger),
     }
 }
 
 /// single-numa-node: only preferred single-node (or `None`) hints take part,
 /// closest is ignored, and a result equal to all nodes becomes `None`.
-fn single_numa_node(numa: &NumaInfo, lists: &[Vec<TopologyHint>]) -> Admission {
+fn single_numa_node<'a>(
+    numa: &NumaInfo,
+    lists: &[Vec<TopologyHint>],
+    merger: impl Fn(&[Vec<TopologyHint>], bool) -> HintMerger<'a>,
+) -> Admission {
     let filtered = filter_single_numa(lists);
-    let mut hint = HintMerger::new(numa, &filtered, false).merge(&filtered);
+    let mut hint = merger(&filtered, false).merge(&filtered);
     if hint.affinity == Some(numa.default_affinity()) {
         hint.affinity = None;
     }

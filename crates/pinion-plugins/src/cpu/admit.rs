@@ -271,6 +271,7 @@ fn exclusive(
         container: &request.container_name,
         cpus,
         kind,
+        ask: Default::default(),
     };
     plugin
         .policy

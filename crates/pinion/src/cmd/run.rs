@@ -46,6 +46,21 @@ pub struct Args {
     /// A pod annotation resource plugins see (`KEY=VALUE`; repeatable).
     #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = key_value)]
     annotations: Vec<(String, String)>,
+    /// Exclusive CPUs from those the kernel isolates at boot (`isolcpus=`):
+    /// `require` (only those; refused when too few are free) or `prefer`
+    /// (those first). The annotation `pinion.io/isolated-cpus`; needs
+    /// `--cpus N`.
+    #[arg(long, value_name = "require|prefer", value_parser = ["require", "prefer"])]
+    isolated: Option<String>,
+    /// `exclusive`: the exclusive CPUs as whole uncore (L3) caches no other
+    /// container shares (annotation `pinion.io/uncore`); needs `--cpus N`,
+    /// a whole number of caches unless `--uncore-round-up`.
+    #[arg(long, value_name = "exclusive", value_parser = ["exclusive"])]
+    uncore: Option<String>,
+    /// With `--uncore exclusive`: round the CPU count up to whole caches
+    /// (the run then gets more CPUs than `--cpus`) instead of refusing it.
+    #[arg(long, requires = "uncore")]
+    uncore_round_up: bool,
     /// A pod label resource plugins see (`KEY=VALUE`; repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE", value_parser = key_value)]
     labels: Vec<(String, String)>,
@@ -74,7 +89,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
     }
-    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations) {
+    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations).and_then(|()| {
+        let mut asks = cpu_ask_annotations(args);
+        asks.extend(
+            (args.annotations.iter())
+                .filter(|(key, _)| key.starts_with("pinion.io/"))
+                .cloned(),
+        );
+        check_asks(args.cpus.as_deref(), &asks)
+    }) {
         eprintln!("pinion run: {why}");
         std::process::exit(EXIT_PINION_FAILED);
     }
@@ -97,9 +120,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(cpus) = &args.cpus {
         launcher.arg("--cpus").arg(cpus);
     }
+    let mut annotations = args.annotations.clone();
+    annotations.extend(cpu_ask_annotations(args));
     for (flag, pairs) in [
         ("--request", &args.requests),
-        ("--annotation", &args.annotations),
+        ("--annotation", &annotations),
         ("--label", &args.labels),
     ] {
         for (key, value) in pairs {
@@ -165,6 +190,35 @@ fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(),
         ));
     }
     Ok(())
+}
+
+/// The annotations `--isolated`, `--uncore` and `--uncore-round-up` stand
+/// for (`pinion_core::policy::cpu_ask`).
+fn cpu_ask_annotations(args: &Args) -> Vec<(String, String)> {
+    use pinion_core::policy::cpu_ask::{ISOLATED_CPUS, UNCORE, UNCORE_ROUND_UP};
+    let mut out = Vec::new();
+    if let Some(value) = &args.isolated {
+        out.push((ISOLATED_CPUS.to_owned(), value.clone()));
+    }
+    if let Some(value) = &args.uncore {
+        out.push((UNCORE.to_owned(), value.clone()));
+    }
+    if args.uncore_round_up {
+        out.push((UNCORE_ROUND_UP.to_owned(), "true".to_owned()));
+    }
+    out
+}
+
+/// Refuses `--isolated` / `--uncore` (or their annotations) without a whole
+/// `--cpus`: they shape exclusive CPUs, which a shared-pool run never gets.
+fn check_asks(cpus: Option<&str>, asks: &[(String, String)]) -> Result<(), String> {
+    let whole = cpus.is_some_and(|c| c.parse::<u32>().is_ok_and(|n| n >= 1));
+    match asks.first() {
+        Some((key, value)) if !whole => Err(format!(
+            "{key}={value} shapes exclusive CPUs: add --cpus N with a whole N ≥ 1"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The launcher: admit and place this process, then become the command.
@@ -335,6 +389,18 @@ mod tests {
                 && why.contains("katalyst.kubewharf.io/qos_level: \"shared_cores\""),
             "{why}"
         );
+    }
+
+    #[test]
+    fn cpu_asks_need_whole_exclusive_cpus() {
+        let isolated = annotation("pinion.io/isolated-cpus", "require");
+        for cpus in [None, Some("500m"), Some("0")] {
+            let err = check_asks(cpus, &isolated).unwrap_err();
+            assert!(err.contains("pinion.io/isolated-cpus=require"), "{err}");
+            assert!(err.contains("--cpus N"), "{err}");
+        }
+        assert_eq!(check_asks(Some("2"), &isolated), Ok(()));
+        assert_eq!(check_asks(None, &[]), Ok(()));
     }
 
     #[test]

@@ -57,7 +57,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 args.scenario.display()
             )
         })?;
-        let topology = resolve_topology(&scenario, &base)?;
+        let topology = scenario::with_isolated(&scenario, &resolve_topology(&scenario, &base)?)?;
         let result = scenario::run(&scenario, &topology);
         match output::object_line(output, &to_json(&scenario, &result, batch)?)? {
             Some(text) => print!("{text}"),
@@ -163,13 +163,29 @@ fn to_text(
         if let Some(topology) = &step.topology {
             let _ = writeln!(out, "          {}", topology_line(topology));
         }
+        if let Some(explain) = &step.explain {
+            let _ = writeln!(out, "          {explain}");
+        }
     }
-    let _ = writeln!(
-        out,
-        "shared pool: {} ({} cpus)",
-        show(&outcome.default.to_string()),
-        outcome.default.len()
-    );
+    match &outcome.shared_pool {
+        None => {
+            let _ = writeln!(
+                out,
+                "shared pool: {} ({} cpus)",
+                show(&outcome.default.to_string()),
+                outcome.default.len()
+            );
+        }
+        Some(pool) => {
+            let _ = writeln!(
+                out,
+                "shared pool: {} ({} cpus; the checkpoint's default set {} keeps the free boot-isolated cpus, which the shared pool never uses)",
+                show(&pool.to_string()),
+                pool.len(),
+                show(&outcome.default.to_string()),
+            );
+        }
+    }
     let mut state = State {
         default: outcome.default.clone(),
         ..State::default()

@@ -8,7 +8,8 @@
 //!     llc 0  [0 R 4 R] [1 A 5 A] [2 . 6 .] [3 . 7 .]
 //! ```
 //! Each `[...]` is one core with its threads: `.` shared pool, `R` reserved
-//! (in the shared pool unless strict), letters = exclusive holders.
+//! (in the shared pool unless strict), `i` free but isolated at boot
+//! (`isolcpus=`: never in the shared pool), letters = exclusive holders.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,10 +27,20 @@ pub fn render(topology: &Topology, state: &State, reserved: &CpuSet) -> String {
     let mut out = String::from(
         "cpu map ([threads of one core]; . shared, R reserved, letters exclusive, - in no pool):\n",
     );
-    out.push_str(&grid(topology, &|id| mark(id, state, reserved, &holders)));
+    let isolated = topology.isolated();
+    out.push_str(&grid(topology, &|id| {
+        mark(id, state, reserved, &holders, isolated)
+    }));
     out.push_str("legend:\n  .  shared pool\n");
     if !reserved.is_empty() {
         let _ = writeln!(out, "  R  reserved ({reserved})");
+    }
+    let free_isolated = isolated.intersection(&state.default).difference(reserved);
+    if !free_isolated.is_empty() {
+        let _ = writeln!(
+            out,
+            "  i  free, isolated at boot ({free_isolated}): not in the shared pool, only for pinion.io/isolated-cpus"
+        );
     }
     for (label, key, cpus) in &holders {
         let _ = writeln!(out, "  {label}  {key} ({cpus}, {} cpus)", cpus.len());
@@ -94,7 +105,13 @@ fn render_llc(
     }
 }
 
-fn mark(id: u32, state: &State, reserved: &CpuSet, holders: &[(char, String, CpuSet)]) -> String {
+fn mark(
+    id: u32,
+    state: &State,
+    reserved: &CpuSet,
+    holders: &[(char, String, CpuSet)],
+    isolated: &CpuSet,
+) -> String {
     let held: String = holders
         .iter()
         .filter(|(_, _, cpus)| cpus.contains(id))
@@ -105,6 +122,8 @@ fn mark(id: u32, state: &State, reserved: &CpuSet, holders: &[(char, String, Cpu
     }
     if reserved.contains(id) {
         "R".to_string()
+    } else if state.default.contains(id) && isolated.contains(id) {
+        "i".to_string()
     } else if state.default.contains(id) {
         ".".to_string()
     } else {
