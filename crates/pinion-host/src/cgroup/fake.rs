@@ -12,8 +12,8 @@ use pinion_core::CpuSet;
 use pinion_core::partition::PartitionMode;
 
 use super::{
-    partition, resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup, ContainerCpuset,
-    CpusetHost, PartitionOutcome, PartitionTarget,
+    partition, resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup,
+    ContainerCpuset, CpusetHost, PartitionOutcome, PartitionTarget,
 };
 
 /// One fake cgroup.
@@ -348,15 +348,22 @@ impl super::partition::PartitionFiles for FakePartitions {
         }
         if file == "cpuset.cpus.exclusive.effective" {
             let own = self.exclusive(dir);
-            let valid = !own.is_empty() && Self::ancestors(dir).all(|a| own.is_subset(&self.exclusive(a)));
-            return Ok(Some(if valid { own.to_string() } else { String::new() }));
+            let valid =
+                !own.is_empty() && Self::ancestors(dir).all(|a| own.is_subset(&self.exclusive(a)));
+            return Ok(Some(if valid {
+                own.to_string()
+            } else {
+                String::new()
+            }));
         }
         let text = self.get(dir, file);
-        Ok(Some(if text.is_empty() && file == "cpuset.cpus.partition" {
-            "member".to_string()
-        } else {
-            text
-        }))
+        Ok(Some(
+            if text.is_empty() && file == "cpuset.cpus.partition" {
+                "member".to_string()
+            } else {
+                text
+            },
+        ))
     }
 
     fn write(&mut self, dir: &std::path::Path, file: &str, value: &str) -> Result<(), CgroupError> {
@@ -371,7 +378,8 @@ impl super::partition::PartitionFiles for FakePartitions {
         }
         let mut stored = value.trim().to_string();
         if file == "cpuset.cpus.exclusive" {
-            let set = CpuSet::parse_list(&stored).map_err(|_| refuse(std::io::ErrorKind::InvalidInput))?;
+            let set = CpuSet::parse_list(&stored)
+                .map_err(|_| refuse(std::io::ErrorKind::InvalidInput))?;
             // The kernel's rule: within the parent's exclusive CPUs (the
             // root's children may claim any).
             if let Some(parent) = Self::ancestors(dir).next() {

@@ -613,7 +613,12 @@ impl CpusetHost for Cgroups {
                 reason: V1_NO_PARTITIONS.to_string(),
             };
         }
-        partition::make(&mut RealPartitionFiles, &self.partition_chain(target), cpus, mode)
+        partition::make(
+            &mut RealPartitionFiles,
+            &self.partition_chain(target),
+            cpus,
+            mode,
+        )
     }
 
     fn unmake_partition(

@@ -33,7 +33,9 @@ impl std::fmt::Display for PartitionTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Run(name) => write!(f, "run cgroup {name}"),
-            Self::Container(cgroup) => write!(f, "container cgroup {}", cgroup.relative().display()),
+            Self::Container(cgroup) => {
+                write!(f, "container cgroup {}", cgroup.relative().display())
+            }
         }
     }
 }
@@ -149,7 +151,12 @@ pub fn isolated(files: &dyn PartitionFiles, root: &Path) -> Option<CpuSet> {
 
 /// Takes back what a failed [`make`] wrote; `reason` gains what that
 /// failed of it.
-fn undo(files: &mut dyn PartitionFiles, chain: &[PathBuf], cpus: &CpuSet, reason: String) -> PartitionOutcome {
+fn undo(
+    files: &mut dyn PartitionFiles,
+    chain: &[PathBuf],
+    cpus: &CpuSet,
+    reason: String,
+) -> PartitionOutcome {
     let reason = match unmake(files, chain, cpus) {
         Ok(()) => reason,
         Err(err) => format!("{reason}; taking it back: {err}"),

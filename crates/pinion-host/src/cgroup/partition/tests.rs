@@ -82,9 +82,7 @@ fn a_partition_the_kernel_reads_back_invalid_falls_back_with_its_reason_and_is_t
 #[test]
 fn a_refused_write_falls_back_naming_the_file_and_takes_back_the_ancestors_claim() {
     let mut files = FakePartitions::default();
-    files
-        .fail_files
-        .insert("cpuset.cpus.partition".to_string());
+    files.fail_files.insert("cpuset.cpus.partition".to_string());
     let PartitionOutcome::Fallback { reason } =
         make(&mut files, &chain(), &set("2-3"), PartitionMode::Root)
     else {
@@ -117,7 +115,10 @@ fn two_partitions_under_one_ancestor_share_its_claim_and_release_only_their_own(
     let second = vec![PathBuf::from("pods"), PathBuf::from("pods/c2")];
     make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
     make(&mut files, &second, &set("5"), PartitionMode::Isolated);
-    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "2-3,5");
+    assert_eq!(
+        files.get(Path::new("pods"), "cpuset.cpus.exclusive"),
+        "2-3,5"
+    );
     unmake(&mut files, &chain(), &set("2-3")).unwrap();
     assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "5");
     assert_eq!(files.partition("pods/c2"), "isolated");
@@ -139,13 +140,25 @@ fn cgroupfs_run_partition_writes_the_files_of_pinions_root_and_the_run() {
     let target = PartitionTarget::Run(CgroupName::new("r1").unwrap());
     let outcome = cgroups.make_partition(&target, &set("2-3"), PartitionMode::Isolated);
     // A plain file reads back what was written.
-    assert!(matches!(outcome, PartitionOutcome::Made { ref partition, .. } if partition == "isolated"), "{outcome:?}");
-    assert_eq!(fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(), "2-3");
+    assert!(
+        matches!(outcome, PartitionOutcome::Made { ref partition, .. } if partition == "isolated"),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(),
+        "2-3"
+    );
     assert_eq!(fs::read_to_string(run.join("cpuset.cpus")).unwrap(), "2-3");
     assert_eq!(cgroups.isolated_cpus(), Some(set("6")));
     cgroups.unmake_partition(&target, &set("2-3")).unwrap();
-    assert_eq!(fs::read_to_string(run.join("cpuset.cpus.partition")).unwrap(), "member");
-    assert_eq!(fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(), "\n");
+    assert_eq!(
+        fs::read_to_string(run.join("cpuset.cpus.partition")).unwrap(),
+        "member"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(),
+        "\n"
+    );
 }
 
 #[test]
