@@ -152,7 +152,7 @@ impl Controller {
             match self.host.unmake_partition(target, &cpus) {
                 Ok(()) => tracing::info!(%target, %cpus, "cpuset partition taken apart"),
                 Err(err) => {
-                    tracing::error!(%target, %cpus, "taking the cpuset partition apart: {err}")
+                    tracing::error!(%target, %cpus, "taking the cpuset partition apart: {err}");
                 }
             }
         }

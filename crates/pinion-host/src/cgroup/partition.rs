@@ -151,6 +151,15 @@ pub fn isolated(files: &dyn PartitionFiles, root: &Path) -> Option<CpuSet> {
 
 /// Takes back what a failed [`make`] wrote; `reason` gains what that
 /// failed of it.
+/// The root's `cpuset.cpus.isolated` of the cgroup v2 hierarchy at
+/// `<sysroot>/sys/fs/cgroup` (what `pinion topology` shows; `None` where
+/// the file is missing: cgroup v1, or Linux before 6.8).
+#[must_use]
+pub fn root_isolated(sysroot: &Path) -> Option<CpuSet> {
+    let text = std::fs::read_to_string(sysroot.join("sys/fs/cgroup").join(ISOLATED_FILE)).ok()?;
+    CpuSet::parse_list(text.trim()).ok()
+}
+
 fn undo(
     files: &mut dyn PartitionFiles,
     chain: &[PathBuf],

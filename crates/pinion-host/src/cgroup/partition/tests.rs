@@ -162,6 +162,18 @@ fn cgroupfs_run_partition_writes_the_files_of_pinions_root_and_the_run() {
 }
 
 #[test]
+fn root_isolated_reads_the_v2_roots_list_and_is_none_without_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_eq!(root_isolated(dir.path()), None);
+    let cg = dir.path().join("sys/fs/cgroup");
+    fs::create_dir_all(&cg).unwrap();
+    fs::write(cg.join(ISOLATED_FILE), "2-3,6\n").unwrap();
+    assert_eq!(root_isolated(dir.path()), Some(set("2-3,6")));
+    fs::write(cg.join(ISOLATED_FILE), "\n").unwrap();
+    assert_eq!(root_isolated(dir.path()), Some(CpuSet::new()));
+}
+
+#[test]
 fn cgroup_v1_falls_back_and_touches_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mount = dir.path().to_path_buf();
