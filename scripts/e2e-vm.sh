@@ -125,7 +125,7 @@ for shape in "${shapes[@]}"; do
     status=$?
     [ "$E2E_INTERACTIVE" = 1 ] && continue
     e2e_collect "$log" "$name"
-    grep '^E2E-NIC ' "$log" | tr -d '\r' | sed "s/^/e2e-vm: $name: /" >&2
+    grep -E '^(E2E-NIC|ISOLATED) ' "$log" | tr -d '\r' | sed "s/^/e2e-vm: $name: /" >&2
     if ! grep -q '^E2E-END' "$log"; then
         e2e_result FAIL "$name: the guest did not finish (qemu status $status); console and qemu output end with:"
         tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'

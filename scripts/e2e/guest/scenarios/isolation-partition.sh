@@ -37,16 +37,22 @@ metric() {
 # The cgroup directory of the run whose process is PID.
 cgroup_of() { sed -n 's/^0::\(.*\)$/\1/p' "/proc/$1/cgroup"; }
 
-# burner_psrs PID SAMPLES: the CPUs (field 39 of /proc/PID/stat) a busy
-# process was seen on, sampled every 0.1 s.
-burner_psrs() {
+# sample_psrs SAMPLES STAT_FILE...: every 0.2 s, the CPU (field 39 of
+# /proc/PID/stat) each busy process is on, as `PID CPU` lines in
+# $E2E_STATE/psr; psrs_of PID: the CPUs that process was seen on.
+sample_psrs() {
+    samples=$1
+    shift
+    : >"$E2E_STATE/psr.raw"
     n=0
-    while [ "$n" -lt "$2" ]; do
-        awk '{ print $39 }' "/proc/$1/stat" 2>/dev/null
-        sleep 0.1
+    while [ "$n" -lt "$samples" ]; do
+        cat "$@" 2>/dev/null >>"$E2E_STATE/psr.raw"
+        sleep 0.2
         n=$((n + 1))
-    done | sort -un | tr '\n' ',' | sed 's/,$//'
+    done
+    awk '{ print $1, $39 }' "$E2E_STATE/psr.raw" >"$E2E_STATE/psr"
 }
+psrs_of() { awk -v pid="$1" '$1 == pid { print $2 }' "$E2E_STATE/psr" | sort -un | tr '\n' ',' | sed 's/,$//'; }
 
 agent_start || fail "agent starts" "no answer on $SOCK"
 boot=$(boot_isolcpus)
@@ -99,8 +105,9 @@ loose=$!
 shared_burner() { [ -n "$(ps_rows | awk '$4 == "shared" { print $NF }')" ]; }
 wait_for 60 shared_burner || true
 burner=$(ps_rows | awk '$4 == "shared" { print $NF }' | tail -1)
-seen_shared=$(burner_psrs "$burner" 40)
-seen_loose=$(burner_psrs "$loose" 40)
+sample_psrs 25 "/proc/$burner/stat" "/proc/$loose/stat"
+seen_shared=$(psrs_of "$burner")
+seen_loose=$(psrs_of "$loose")
 echo "burners: shared-pool pid $burner ran on $seen_shared; unmanaged pid $loose ran on $seen_loose"
 check_eq "a shared-pool burner never runs on the isolated partition's cpus ($cpus)" "" "$(cpus_intersect "${seen_shared:-none}" "$cpus")"
 check_ne "the shared-pool burner was sampled" "" "$seen_shared"
