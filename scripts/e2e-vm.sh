@@ -70,7 +70,7 @@ while [ $# -gt 0 ]; do
     --nic) nic_node=$2; shift 2 ;;
     --interactive) E2E_INTERACTIVE=1; shift ;;
     --list) printf '%s\n' "${SHAPES[@]}" "${ISOLATION_SHAPES[@]}"; exit 0 ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done
