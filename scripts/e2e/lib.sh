@@ -140,17 +140,15 @@ e2e_debian_mirror() {
         awk -v rel="$codename" '$2 == rel && $3 == "main" { print $1; exit }'
 }
 
-# Downloads the .deb of PACKAGE from Debian SUITE into the cache, with a
-# private apt configuration and state (the machine's sources, lists and
-# package database stay untouched); prints its path. On failure it says why
-# on stderr and returns 1.
-e2e_fetch_deb() {
-    local suite=$1 package=$2
+# e2e_debian_apt SUITE: a private apt configuration and state for Debian
+# SUITE in the cache (the machine's sources, lists and package database stay
+# untouched), its package lists fetched once; prints the APT_CONFIG file. On
+# failure it says why on stderr and returns 1.
+e2e_debian_apt() {
+    local suite=$1
     local dir=$E2E_CACHE/apt-$suite
-    local existing
-    existing=$(find "$dir/debs" -maxdepth 1 -name "${package}_*.deb" 2>/dev/null | sort | tail -1)
-    if [ -n "$existing" ]; then
-        echo "$existing"
+    if [ -f "$dir/apt.conf" ] && compgen -G "$dir/lists/*_Packages*" >/dev/null; then
+        echo "$dir/apt.conf"
         return 0
     fi
     local mirror
@@ -176,16 +174,60 @@ Dir::Etc::PreferencesParts "$dir/empty";
 Acquire::Languages "none";
 APT::Sandbox::User "root";
 EOF
-    e2e_log "fetching $package from Debian $suite ($mirror)"
+    e2e_log "fetching Debian $suite's package lists ($mirror)"
     if ! APT_CONFIG=$dir/apt.conf apt-get -q update >"$dir/update.log" 2>&1; then
         e2e_log "apt-get update for $suite failed: $(tail -3 "$dir/update.log")"
         return 1
     fi
-    if ! (cd "$dir/debs" && APT_CONFIG=$dir/apt.conf apt-get -q download "$package") >"$dir/download.log" 2>&1; then
+    echo "$dir/apt.conf"
+}
+
+# Downloads the .deb of PACKAGE from Debian SUITE into the cache, with the
+# private apt configuration of e2e_debian_apt; prints its path. On failure it
+# says why on stderr and returns 1.
+e2e_fetch_deb() {
+    local suite=$1 package=$2
+    local dir=$E2E_CACHE/apt-$suite
+    local existing
+    existing=$(find "$dir/debs" -maxdepth 1 -name "${package}_*.deb" 2>/dev/null | sort | tail -1)
+    if [ -n "$existing" ]; then
+        echo "$existing"
+        return 0
+    fi
+    local conf
+    conf=$(e2e_debian_apt "$suite") || return 1
+    e2e_log "fetching $package from Debian $suite"
+    if ! (cd "$dir/debs" && APT_CONFIG=$conf apt-get -q download "$package") >"$dir/download.log" 2>&1; then
         e2e_log "apt-get download $package from $suite failed: $(tail -3 "$dir/download.log")"
         return 1
     fi
     find "$dir/debs" -maxdepth 1 -name "${package}_*.deb" | sort | tail -1
+}
+
+# e2e_debian_kernel SUITE: Debian SUITE's cloud kernel (the package its
+# metapackage linux-image-cloud-amd64 depends on, e.g.
+# linux-image-6.12.117+deb13-cloud-amd64), fetched with e2e_fetch_deb and
+# extracted once into the cache; prints the extracted tree (boot/vmlinuz-*,
+# lib/modules/RELEASE). On failure it says why on stderr and returns 1.
+e2e_debian_kernel() {
+    local suite=$1
+    local conf package deb tree
+    conf=$(e2e_debian_apt "$suite") || return 1
+    package=$(APT_CONFIG=$conf apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+        awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9].*-cloud-amd64$/ { print $2; exit }')
+    if [ -z "$package" ]; then
+        e2e_log "Debian $suite's linux-image-cloud-amd64 names no kernel package"
+        return 1
+    fi
+    deb=$(e2e_fetch_deb "$suite" "$package") && [ -n "$deb" ] || return 1
+    tree=$E2E_CACHE/$(basename "$deb" .deb)
+    if [ ! -d "$tree" ]; then
+        if ! { rm -rf "$tree.tmp" && dpkg-deb -x "$deb" "$tree.tmp" && mv "$tree.tmp" "$tree"; }; then
+            e2e_log "cannot extract $deb"
+            return 1
+        fi
+    fi
+    echo "$tree"
 }
 
 # --- OCI images from busybox-static ------------------------------------------

@@ -5,6 +5,20 @@
 
 E2E_GUEST=$E2E_LIB/guest
 
+# e2e_shape_kernel CHOICE: the kernel a shape boots: `host` (e2e_kernel) or
+# a Debian suite (`trixie`: its cloud kernel, linux-image-6.12.*+deb13-cloud-amd64,
+# fetched by e2e_debian_kernel into the cache). Prints the vmlinuz path.
+e2e_shape_kernel() {
+    case $1 in
+    host) e2e_kernel ;;
+    *)
+        local tree
+        tree=$(e2e_debian_kernel "$1") || return 1
+        ls "$tree"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1
+        ;;
+    esac
+}
+
 # The newest Debian cloud kernel (or any kernel) in /boot, or PINION_E2E_KERNEL.
 e2e_kernel() {
     if [ -n "${PINION_E2E_KERNEL:-}" ]; then
@@ -234,6 +248,8 @@ e2e_tcg_threads() {
 # e2e_run_guest LOG IMAGE TIMEOUT APPEND QEMU_ARGS...: boots the image and
 # captures the serial console in LOG; returns when the guest powers off or
 # after TIMEOUT seconds. E2E_INTERACTIVE=1 puts the console on the terminal.
+# The kernel is E2E_GUEST_KERNEL when set (a shape's, e2e_shape_kernel),
+# else e2e_kernel.
 #
 # A guest's init writes its first line within seconds of the boot. Under TCG
 # a guest with many vCPUs on a loaded host has, rarely, hung before init and
@@ -250,7 +266,7 @@ e2e_run_guest() {
         accel_args=(-accel "tcg,thread=$(e2e_tcg_threads "$@")" -cpu Skylake-Server)
     fi
     local common=(-nodefaults -no-user-config -display none -no-reboot
-        -kernel "$(e2e_kernel)" -initrd "$image")
+        -kernel "${E2E_GUEST_KERNEL:-$(e2e_kernel)}" -initrd "$image")
     if [ "${E2E_INTERACTIVE:-0}" = 1 ]; then
         # On the terminal, without `timeout` (which would keep qemu off the tty).
         qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" -serial mon:stdio \

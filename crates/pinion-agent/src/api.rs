@@ -404,6 +404,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
                 container_id: w.container_id.clone(),
                 plugins: plugins(&w.plugins),
                 apply_error: w.apply_error.clone(),
+                partition: w.partition.clone(),
             })
             .collect(),
         assignments: snapshot
@@ -420,6 +421,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
         pending_plugin_removals: snapshot.pending_plugin_removals.clone(),
         recovery: snapshot.recovery.clone(),
         hotplug: snapshot.hotplug.clone(),
+        isolated_cpus: snapshot.isolated_cpus.as_ref().map(ToString::to_string),
     }
 }
 
@@ -521,6 +523,7 @@ mod tests {
                 container_id: None,
                 plugins: BTreeMap::new(),
                 apply_error: None,
+                partition: None,
             }],
             assignments,
             ..controller::Snapshot::default()

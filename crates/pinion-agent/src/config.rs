@@ -20,10 +20,12 @@ use serde::Deserialize;
 pub use pinion_api::paths::DefaultPaths;
 
 mod duration;
+mod exclusive_cpus;
 mod podresources;
 mod qrm;
 
 pub use duration::parse_go_duration;
+pub use exclusive_cpus::{ExclusiveCpusConfig, ExclusiveCpusFileConfig};
 pub use podresources::{PodResourcesConfig, PodResourcesFileConfig};
 pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
 
@@ -127,6 +129,7 @@ pub struct FileConfig {
     /// absent, only when no running workload loses its exclusive CPUs;
     /// `true` always; `false` never (`docs/state-recovery.md`).
     pub migrate_on_start: Option<bool>,
+    pub exclusive_cpus: Option<ExclusiveCpusFileConfig>,
 }
 
 /// The `nri` section of the file.
@@ -310,6 +313,8 @@ pub struct Config {
     pub pod_resources: PodResourcesConfig,
     /// `migrateOnStart`.
     pub migrate_on_start: crate::controller::MigrateOnStart,
+    /// `exclusiveCpus`.
+    pub exclusive_cpus: ExclusiveCpusConfig,
 }
 
 impl Config {
@@ -373,6 +378,7 @@ impl Config {
             qrm,
             pod_resources,
             migrate_on_start: crate::controller::MigrateOnStart::from_key(file.migrate_on_start),
+            exclusive_cpus: ExclusiveCpusConfig::resolve(file.exclusive_cpus)?,
         };
         config.check_paths()?;
         Ok(config)

@@ -150,6 +150,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             runtime_updates: plugin_options.is_some().then_some(runtime_tx),
             file_ops: None,
             migrate_on_start: config.migrate_on_start,
+            partition: config.exclusive_cpus.partition,
         };
         match Controller::start(parts) {
             Ok(controller) => Ok((controller, claim)),

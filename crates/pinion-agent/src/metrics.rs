@@ -60,6 +60,11 @@ pub struct Counters {
     /// Standalone runs whose cgroup settings could not be written after
     /// their admission (once per failure, until a write succeeds).
     pub cgroup_apply_failures_total: u64,
+    /// Exclusive runs whose cgroup became a cpuset partition, and those
+    /// left a member because the kernel could not make one
+    /// (`exclusiveCpus.partition`).
+    pub partitions_made_total: u64,
+    pub partition_fallbacks_total: u64,
     /// Starts that rebuilt the state from the node (checkpoint missing or
     /// unreadable), and the workloads those rebuilds could not leave as
     /// they were.
@@ -204,6 +209,18 @@ impl Collector for SnapshotCollector {
             "pinion_cgroup_apply_failures",
             "Standalone runs whose cgroup settings could not be written after admission (once per failure until a write succeeds).",
             c.cgroup_apply_failures_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_partitions_made",
+            "Exclusive runs whose cgroup became a cpuset partition (exclusiveCpus.partition root or isolated).",
+            c.partitions_made_total,
+        )?;
+        counter(
+            &mut out,
+            "pinion_partition_fallbacks",
+            "Exclusive runs left an ordinary cpuset (member) because the kernel could not make the partition (cgroup v1, Linux before 6.7, a refused write or an invalid read-back); the reason is in the log and `pinion ps`.",
+            c.partition_fallbacks_total,
         )?;
         counter(
             &mut out,

@@ -70,6 +70,8 @@ pub struct SyntheticNode {
     /// The feature switches (`featureGates`), off by default.
     pub features: Features,
     pub host: FakeCgroups,
+    /// `exclusiveCpus.partition` (member by default).
+    pub partition: pinion_core::partition::PartitionMode,
 }
 
 impl SyntheticNode {
@@ -85,6 +87,7 @@ impl SyntheticNode {
             },
             features: Features::default(),
             host: FakeCgroups::default(),
+            partition: pinion_core::partition::PartitionMode::Member,
         }
     }
 
@@ -99,6 +102,13 @@ impl SyntheticNode {
     #[must_use]
     pub fn with_features(mut self, features: Features) -> Self {
         self.features = features;
+        self
+    }
+
+    /// The same node with exclusive runs' cgroups made `mode` partitions.
+    #[must_use]
+    pub fn with_partition(mut self, mode: pinion_core::partition::PartitionMode) -> Self {
+        self.partition = mode;
         self
     }
 
@@ -124,6 +134,7 @@ impl SyntheticNode {
             runtime_updates: None,
             file_ops: None,
             migrate_on_start: crate::controller::MigrateOnStart::IfNothingMoves,
+            partition: self.partition,
         }
     }
 

@@ -209,6 +209,10 @@ pub struct Snapshot {
     /// offline or came back, workloads given other CPUs), one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hotplug: Vec<String>,
+    /// The cgroup root's `cpuset.cpus.isolated` (CPUs of isolated cpuset
+    /// partitions and boot `isolcpus`; cgroup v2, Linux 6.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_cpus: Option<String>,
 }
 
 /// One admitted container of a [`Snapshot`].
@@ -242,6 +246,10 @@ pub struct Workload {
     /// after admission; until a write succeeds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_error: Option<String>,
+    /// Its cgroup's cpuset partition (`exclusiveCpus.partition`):
+    /// `isolated`, `root`, or `member (fallback: <the kernel's reason>)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 fn yes() -> bool {

@@ -9,6 +9,7 @@ pub mod drift;
 pub mod engine;
 pub mod hotplug;
 pub mod migrate;
+pub mod partition;
 pub mod placement;
 pub mod plugin_allocation;
 pub mod plugin_answer;

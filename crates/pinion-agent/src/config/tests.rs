@@ -507,3 +507,29 @@ fn the_options_gate_and_the_qrm_gate_are_accepted() {
         "{err}"
     );
 }
+
+#[test]
+fn exclusive_cpus_partition_defaults_to_member_and_takes_root_and_isolated() {
+    use pinion_core::partition::PartitionMode;
+    assert_eq!(
+        resolve_yaml("").unwrap().exclusive_cpus.partition,
+        PartitionMode::Member
+    );
+    for (text, mode) in [
+        ("member", PartitionMode::Member),
+        ("root", PartitionMode::Root),
+        ("isolated", PartitionMode::Isolated),
+    ] {
+        let config = resolve_yaml(&format!("exclusiveCpus:\n  partition: {text}\n")).unwrap();
+        assert_eq!(config.exclusive_cpus.partition, mode);
+    }
+}
+
+#[test]
+fn a_bad_exclusive_cpus_partition_is_named_with_its_value() {
+    let err = resolve_yaml("exclusiveCpus:\n  partition: Isolated\n").unwrap_err();
+    assert_eq!(err.field(), Some("exclusiveCpus.partition"));
+    assert!(err.to_string().contains("\"Isolated\""), "{err}");
+    let err = resolve_yaml("exclusiveCpus:\n  partitions: isolated\n").unwrap_err();
+    assert!(err.to_string().contains("partitions"), "{err}");
+}

@@ -85,7 +85,9 @@ impl Controller {
     /// [`Controller::execute`] once the desired placements are fresh (each
     /// refresh visits every workload).
     fn execute_refreshed(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
+        self.unmake_stale_partitions();
         let runtime = self.apply_differences();
+        self.make_partitions();
         let runtime = match delivery {
             Delivery::Return => runtime,
             Delivery::Send => {

@@ -23,6 +23,7 @@ mod decide;
 mod executor;
 mod hotplug;
 mod migrate_start;
+mod partition;
 mod plugins;
 mod pod_level;
 mod rebuild;
@@ -66,6 +67,7 @@ use crate::metrics::Counters;
 pub use executor::RuntimeUpdate;
 pub use hotplug::TopologyReport;
 pub use migrate_start::MigrateOnStart;
+pub use partition::PartitionState;
 pub use rebuild::StartReport;
 pub use recover::StartParts;
 pub use runtime::{Observed, RunningContainer};
@@ -361,6 +363,8 @@ pub struct Controller {
     /// when the list changes (the removal loop waits on it; waking it at
     /// every snapshot cost each command a thread wake-up).
     removals_tx: watch::Sender<Vec<String>>,
+    /// Exclusive runs' cpuset partitions (`exclusiveCpus.partition`).
+    partitions: partition::Partitions,
 }
 
 impl Controller {
@@ -417,6 +421,7 @@ impl Controller {
 
     /// Removes a standalone run's cgroup and then its run record.
     fn remove_cgroup(&mut self, cgroup: &CgroupName) -> Result<(), CgroupError> {
+        self.release_partition(cgroup);
         self.host.remove(cgroup)?;
         if let Err(err) = self.runs.remove(cgroup) {
             tracing::warn!("{err}");

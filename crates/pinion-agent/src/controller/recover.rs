@@ -63,6 +63,8 @@ pub struct StartParts {
     /// What to do with a checkpoint that does not fit the configuration
     /// (config `migrateOnStart`).
     pub migrate_on_start: MigrateOnStart,
+    /// What exclusive runs' cgroups become (`exclusiveCpus.partition`).
+    pub partition: pinion_core::partition::PartitionMode,
 }
 
 impl Controller {
@@ -152,6 +154,7 @@ impl Controller {
             shared_tx,
             snapshot_tx,
             removals_tx,
+            partitions: super::partition::Partitions::new(parts.partition),
         };
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());

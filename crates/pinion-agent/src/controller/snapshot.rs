@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// and per workload that did not keep exactly its CPUs.
     #[serde(default)]
     pub hotplug: Vec<String>,
+    /// The cgroup root's `cpuset.cpus.isolated` (cgroup v2, Linux 6.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_cpus: Option<CpuSet>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -94,6 +97,9 @@ pub struct WorkloadView {
     /// that succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_error: Option<String>,
+    /// Its cgroup's cpuset partition ([`super::PartitionState::describe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 impl Controller {
@@ -102,8 +108,15 @@ impl Controller {
     /// waiting for the plugins) reads a snapshot at least as new.
     pub(super) fn publish(&self) {
         let state = self.engine.state();
-        let workloads: Vec<WorkloadView> =
-            self.workloads.iter().map(|(key, w)| view(key, w)).collect();
+        let workloads: Vec<WorkloadView> = self
+            .workloads
+            .iter()
+            .map(|(key, w)| {
+                let mut view = view(key, w);
+                view.partition = self.partitions.of(w).map(super::PartitionState::describe);
+                view
+            })
+            .collect();
         let shared_pool = self.engine.shared_pool();
         let pending_plugin_removals = self.pending_removals();
         let snapshot = Snapshot {
@@ -126,6 +139,7 @@ impl Controller {
             pods: self.known_pods(),
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
+            isolated_cpus: self.host.isolated_cpus(),
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -196,5 +210,6 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         container_id,
         plugins: workload.plugins.clone(),
         apply_error: workload.apply_failure.clone(),
+        partition: None,
     }
 }

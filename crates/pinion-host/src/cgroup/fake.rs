@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
+use pinion_core::partition::PartitionMode;
+
 use super::{
-    resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup, ContainerCpuset,
-    CpusetHost,
+    partition, resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup,
+    ContainerCpuset, CpusetHost, PartitionOutcome, PartitionTarget,
 };
 
 /// One fake cgroup.
@@ -48,6 +50,8 @@ pub struct FakeTree {
     /// The runtime's containers' cgroups, as a test says the runtime set
     /// them (absent: gone).
     pub containers: BTreeMap<ContainerCgroup, ContainerCpuset>,
+    /// The cpuset partition files (runs' under `pinion/`).
+    pub partitions: FakePartitions,
 }
 
 impl FakeCgroups {
@@ -206,6 +210,39 @@ impl CpusetHost for FakeCgroups {
         Ok(self.tree().children.keys().cloned().collect())
     }
 
+    fn make_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+        mode: PartitionMode,
+    ) -> PartitionOutcome {
+        let mut tree = self.tree();
+        if tree.version == CgroupVersion::V1 {
+            return PartitionOutcome::Fallback {
+                reason: super::V1_NO_PARTITIONS.to_string(),
+            };
+        }
+        partition::make(&mut tree.partitions, &fake_chain(target), cpus, mode)
+    }
+
+    fn unmake_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        if tree.version == CgroupVersion::V1 {
+            return Ok(());
+        }
+        partition::unmake(&mut tree.partitions, &fake_chain(target), cpus)
+    }
+
+    fn isolated_cpus(&self) -> Option<CpuSet> {
+        let tree = self.tree();
+        (tree.version == CgroupVersion::V2 && !tree.partitions.unsupported)
+            .then(|| tree.partitions.isolated())
+    }
+
     fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError> {
         self.tree()
             .containers
@@ -217,5 +254,159 @@ impl CpusetHost for FakeCgroups {
                 data: None,
                 source: std::io::ErrorKind::NotFound.into(),
             })
+    }
+}
+
+/// The fake's partition path of `target`: a run's is `pinion/<name>`
+/// below `pinion`, a container's the directories of its cgroup.
+fn fake_chain(target: &PartitionTarget) -> Vec<std::path::PathBuf> {
+    let relative = match target {
+        PartitionTarget::Run(name) => std::path::Path::new("pinion").join(name.as_str()),
+        PartitionTarget::Container(cgroup) => cgroup.relative().to_path_buf(),
+    };
+    super::chain_below(std::path::Path::new(""), &relative)
+}
+
+/// The fake's cpuset partition files: a small model of the kernel's rules
+/// (a directory's `cpuset.cpus.exclusive` must lie within its parent's, a
+/// partition is valid only when its exclusive CPUs are listed by every
+/// ancestor) so that tests see the same writes, in the same order, as on a
+/// real cgroupfs, and the kernel's refusals.
+#[derive(Debug, Default)]
+pub struct FakePartitions {
+    /// Files by directory (relative to the hierarchy's mount: a run's is
+    /// `pinion/<name>`), as written.
+    pub files: BTreeMap<std::path::PathBuf, BTreeMap<String, String>>,
+    /// Every write, in order: (directory, file, data).
+    pub writes: Vec<(String, String, String)>,
+    /// A kernel without `cpuset.cpus.exclusive` (before 6.7).
+    pub unsupported: bool,
+    /// The reason a partition write reads back invalid, as a kernel that
+    /// refuses it (`Parent is not a partition root`…).
+    pub reject: Option<String>,
+    /// Files whose writes fail.
+    pub fail_files: std::collections::BTreeSet<String>,
+}
+
+impl FakePartitions {
+    /// A file as written (empty when never written).
+    #[must_use]
+    pub fn get(&self, dir: &std::path::Path, file: &str) -> String {
+        self.files
+            .get(dir)
+            .and_then(|f| f.get(file))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn exclusive(&self, dir: &std::path::Path) -> CpuSet {
+        CpuSet::parse_list(self.get(dir, "cpuset.cpus.exclusive").trim()).unwrap_or_default()
+    }
+
+    /// The ancestors of `dir` below the mount, nearest first.
+    fn ancestors(dir: &std::path::Path) -> impl Iterator<Item = &std::path::Path> {
+        dir.ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+    }
+
+    /// The CPUs of valid isolated partitions (the root's
+    /// `cpuset.cpus.isolated`).
+    #[must_use]
+    pub fn isolated(&self) -> CpuSet {
+        let mut all = CpuSet::new();
+        for (dir, files) in &self.files {
+            if files.get("cpuset.cpus.partition").map(String::as_str) == Some("isolated") {
+                all.union_with(&self.exclusive(dir));
+            }
+        }
+        all
+    }
+
+    /// The partition file of `dir` (`member` when never written).
+    #[must_use]
+    pub fn partition(&self, dir: &str) -> String {
+        let text = self.get(std::path::Path::new(dir), "cpuset.cpus.partition");
+        if text.is_empty() {
+            "member".to_string()
+        } else {
+            text
+        }
+    }
+}
+
+impl super::partition::PartitionFiles for FakePartitions {
+    fn read(&self, dir: &std::path::Path, file: &str) -> Result<Option<String>, CgroupError> {
+        let partition_file = file.starts_with("cpuset.cpus.exclusive")
+            || file == "cpuset.cpus.partition"
+            || file == super::partition::ISOLATED_FILE;
+        if self.unsupported && partition_file {
+            return Ok(None);
+        }
+        if file == super::partition::ISOLATED_FILE {
+            return Ok(Some(self.isolated().to_string()));
+        }
+        if file == "cpuset.cpus.exclusive.effective" {
+            let own = self.exclusive(dir);
+            let valid =
+                !own.is_empty() && Self::ancestors(dir).all(|a| own.is_subset(&self.exclusive(a)));
+            return Ok(Some(if valid {
+                own.to_string()
+            } else {
+                String::new()
+            }));
+        }
+        let text = self.get(dir, file);
+        Ok(Some(
+            if text.is_empty() && file == "cpuset.cpus.partition" {
+                "member".to_string()
+            } else {
+                text
+            },
+        ))
+    }
+
+    fn write(&mut self, dir: &std::path::Path, file: &str, value: &str) -> Result<(), CgroupError> {
+        let refuse = |kind: std::io::ErrorKind| CgroupError::Io {
+            op: CgroupOp::Write,
+            path: dir.join(file),
+            data: Some(value.to_string()),
+            source: kind.into(),
+        };
+        if self.fail_files.contains(file) {
+            return Err(refuse(std::io::ErrorKind::PermissionDenied));
+        }
+        let mut stored = value.trim().to_string();
+        if file == "cpuset.cpus.exclusive" {
+            let set = CpuSet::parse_list(&stored)
+                .map_err(|_| refuse(std::io::ErrorKind::InvalidInput))?;
+            // The kernel's rule: within the parent's exclusive CPUs (the
+            // root's children may claim any).
+            if let Some(parent) = Self::ancestors(dir).next() {
+                if !set.is_subset(&self.exclusive(parent)) {
+                    return Err(refuse(std::io::ErrorKind::InvalidInput));
+                }
+            }
+        }
+        if file == "cpuset.cpus.partition" && stored != "member" {
+            let own = self.exclusive(dir);
+            let reason = self.reject.clone().or_else(|| {
+                (own.is_empty() || !Self::ancestors(dir).all(|a| own.is_subset(&self.exclusive(a))))
+                    .then(|| "Invalid cpu list in cpuset.cpus.exclusive".to_string())
+            });
+            if let Some(reason) = reason {
+                stored = format!("{stored} invalid ({reason})");
+            }
+        }
+        self.writes.push((
+            dir.display().to_string(),
+            file.to_string(),
+            value.to_string(),
+        ));
+        self.files
+            .entry(dir.to_path_buf())
+            .or_default()
+            .insert(file.to_string(), stored);
+        Ok(())
     }
 }

@@ -20,16 +20,19 @@ pub mod fake;
 mod fs_ops;
 pub mod mountinfo;
 mod name;
+pub mod partition;
 pub mod resources;
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use pinion_core::partition::PartitionMode;
 use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
 pub use container::ContainerCgroup;
 pub use name::{CgroupName, MAX_NAME_LEN};
+pub use partition::{PartitionOutcome, PartitionTarget};
 use resources::Controller;
 
 /// The closed set of cgroup versions Pinion writes.
@@ -160,6 +163,62 @@ pub trait CpusetHost: Send {
     /// writes them). A cgroup that is gone is an I/O error of kind
     /// `NotFound`.
     fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError>;
+    /// Makes `target`'s cgroup a `mode` cpuset partition of `cpus`
+    /// ([`partition::make`]); a host that cannot answers a fallback with
+    /// the reason.
+    fn make_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+        mode: PartitionMode,
+    ) -> PartitionOutcome {
+        let _ = (target, cpus, mode);
+        PartitionOutcome::Fallback {
+            reason: "this host writes no cpuset partitions".to_string(),
+        }
+    }
+    /// Takes apart the partition of `cpus` at `target`'s cgroup
+    /// ([`partition::unmake`]).
+    fn unmake_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let _ = (target, cpus);
+        Ok(())
+    }
+    /// The root's `cpuset.cpus.isolated` (`None`: not on this kernel or
+    /// cgroup version).
+    fn isolated_cpus(&self) -> Option<CpuSet> {
+        None
+    }
+}
+
+/// Why cgroup v1 gets no partition.
+pub const V1_NO_PARTITIONS: &str =
+    "cgroup v1 has no cpuset partitions (cpuset.cpus.partition is cgroup v2's)";
+
+/// The real cgroupfs's cpuset files, for [`partition`].
+struct RealPartitionFiles;
+
+impl partition::PartitionFiles for RealPartitionFiles {
+    fn read(&self, dir: &Path, file: &str) -> Result<Option<String>, CgroupError> {
+        let path = dir.join(file);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(CgroupError::Io {
+                op: CgroupOp::Read,
+                path,
+                data: None,
+                source,
+            }),
+        }
+    }
+
+    fn write(&mut self, dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
+        fs_ops::write(&dir.join(file), value)
+    }
 }
 
 /// The real cgroupfs under one Pinion root.
@@ -543,6 +602,43 @@ impl CpusetHost for Cgroups {
         fs_ops::list_children(&self.root)
     }
 
+    fn make_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+        mode: PartitionMode,
+    ) -> PartitionOutcome {
+        if self.version == CgroupVersion::V1 {
+            return PartitionOutcome::Fallback {
+                reason: V1_NO_PARTITIONS.to_string(),
+            };
+        }
+        partition::make(
+            &mut RealPartitionFiles,
+            &self.partition_chain(target),
+            cpus,
+            mode,
+        )
+    }
+
+    fn unmake_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        if self.version == CgroupVersion::V1 {
+            return Ok(());
+        }
+        partition::unmake(&mut RealPartitionFiles, &self.partition_chain(target), cpus)
+    }
+
+    fn isolated_cpus(&self) -> Option<CpuSet> {
+        if self.version == CgroupVersion::V1 {
+            return None;
+        }
+        partition::isolated(&RealPartitionFiles, &self.mount)
+    }
+
     fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError> {
         let dir = self.mount.join(cgroup.relative());
         if !dir.is_dir() {
@@ -567,8 +663,22 @@ impl CpusetHost for Cgroups {
     }
 }
 
+impl Cgroups {
+    /// The directories from below the mount down to `target`'s cgroup.
+    fn partition_chain(&self, target: &PartitionTarget) -> Vec<PathBuf> {
+        match target {
+            PartitionTarget::Run(name) => {
+                let mut chain = self.chain();
+                chain.push(self.path_of(name));
+                chain
+            }
+            PartitionTarget::Container(cgroup) => chain_below(&self.mount, cgroup.relative()),
+        }
+    }
+}
+
 /// Directories from below `mount` down to `mount/relative`, top first.
-fn chain_below(mount: &Path, relative: &Path) -> Vec<PathBuf> {
+pub(crate) fn chain_below(mount: &Path, relative: &Path) -> Vec<PathBuf> {
     let mut dir = mount.to_path_buf();
     let mut chain = Vec::new();
     for part in relative.components() {

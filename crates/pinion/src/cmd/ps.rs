@@ -35,6 +35,13 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
         },
         snapshot.shared_pool
     );
+    if let Some(isolated) = &snapshot.isolated_cpus {
+        let _ = writeln!(
+            out,
+            "isolated cpus (cgroup root's cpuset.cpus.isolated): {}",
+            if isolated.is_empty() { "-" } else { isolated }
+        );
+    }
     for line in &snapshot.recovery {
         let _ = writeln!(out, "at start: {line}");
     }
@@ -60,11 +67,18 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
             (None, true) => "",
             (None, false) => " (pending)",
         };
+        // The partition's mark: `[isolated]`, `[root]`, or `[member!]` for
+        // a fallback (its reason is printed below the table).
+        let partition = match w.partition.as_deref() {
+            None => String::new(),
+            Some(p) if p.starts_with("member") => " [member!]".to_string(),
+            Some(p) => format!(" [{p}]"),
+        };
         let mut row = vec![
             w.pod.clone(),
             w.container.clone(),
             w.frontend.clone(),
-            format!("{}{applied}", w.pool),
+            format!("{}{partition}{applied}", w.pool),
             w.cpus.clone(),
             w.mems.clone(),
             w.pid.map(|p| p.to_string()).unwrap_or_default(),
@@ -79,6 +93,15 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     for w in &snapshot.workloads {
         if let Some(error) = &w.apply_error {
             let _ = writeln!(out, "{}/{} apply failed: {error}", w.pod, w.container);
+        }
+    }
+    for w in &snapshot.workloads {
+        if let Some(partition) = w.partition.as_deref().filter(|p| p.starts_with("member")) {
+            let _ = writeln!(
+                out,
+                "{}/{} cpuset partition: {partition}",
+                w.pod, w.container
+            );
         }
     }
     for w in snapshot.workloads.iter().filter(|w| !w.plugins.is_empty()) {

@@ -27,8 +27,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             args.sysroot.display()
         )
     })?;
+    let isolated = pinion_host::cgroup::partition::root_isolated(&args.sysroot);
     let text = output::render(args.output.output(), &topology, |topology, _| {
-        render::topology::render(topology)
+        let mut text = render::topology::render(topology);
+        // CPUs of isolated cpuset partitions and boot isolcpus (Linux 6.8).
+        if let Some(isolated) = &isolated {
+            let list = if isolated.is_empty() {
+                "-".to_string()
+            } else {
+                isolated.to_string()
+            };
+            text.push_str(&format!(
+                "isolated cpus (cgroup root's cpuset.cpus.isolated): {list}\n"
+            ));
+        }
+        text
     })?;
     print!("{text}");
     Ok(())

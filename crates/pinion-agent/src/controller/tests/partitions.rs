@@ -1,0 +1,225 @@
+//! Issue 31 item 1: exclusive runs' cgroups as cpuset partitions, at the
+//! controller level with the fake host (which models the kernel's rules for
+//! `cpuset.cpus.exclusive` and the partition file).
+
+use pinion_core::partition::PartitionMode;
+use pinion_core::policy::Features;
+use pinion_core::Quantity;
+
+use super::*;
+
+fn partitioned(host: &FakeCgroups, mode: PartitionMode) -> SyntheticNode {
+    node(host).with_partition(mode)
+}
+
+/// The partition writes, as `dir/file=value`.
+fn partition_writes(host: &FakeCgroups) -> Vec<String> {
+    host.tree()
+        .partitions
+        .writes
+        .iter()
+        .map(|(dir, file, value)| format!("{dir}/{file}={}", value.trim()))
+        .collect()
+}
+
+fn view(controller: &Controller, pod: &str) -> WorkloadView {
+    controller
+        .subscribe_snapshots()
+        .borrow()
+        .workload(pod, RUN_CONTAINER)
+        .expect("workload")
+        .clone()
+}
+
+#[test]
+fn an_exclusive_run_becomes_an_isolated_partition_after_its_cpuset_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    let cpus = a.placement.cpus.to_string();
+    assert_eq!(
+        partition_writes(&host),
+        vec![
+            format!("pinion/cpuset.cpus.exclusive={cpus}"),
+            format!("pinion/pinion-run-a/cpuset.cpus={cpus}"),
+            format!("pinion/pinion-run-a/cpuset.cpus.exclusive={cpus}"),
+            "pinion/pinion-run-a/cpuset.cpus.partition=isolated".to_string(),
+        ]
+    );
+    assert_eq!(
+        host.tree().partitions.partition("pinion/pinion-run-a"),
+        "isolated"
+    );
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some("isolated")
+    );
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.isolated_cpus, Some(a.placement.cpus.clone()));
+    assert_eq!(snapshot.metrics.counters.partitions_made_total, 1);
+    assert_eq!(snapshot.metrics.counters.partition_fallbacks_total, 0);
+    // A shared run is never a partition.
+    admit(&mut controller, &run("pinion-run-s", None, 11)).expect("shared");
+    assert_eq!(view(&controller, "pinion-run-s").partition, None);
+    assert_eq!(
+        host.tree().partitions.partition("pinion/pinion-run-s"),
+        "member"
+    );
+}
+
+#[test]
+fn member_mode_writes_no_partition_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    assert!(partition_writes(&host).is_empty());
+    assert_eq!(view(&controller, "pinion-run-a").partition, None);
+}
+
+#[test]
+fn release_takes_the_partition_apart_member_first_then_exclusive_child_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
+    host.tree().partitions.writes.clear();
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("a")
+        .pids
+        .clear();
+    controller.release("pinion-run-a", None).expect("released");
+    let left = b.placement.cpus.to_string();
+    assert_eq!(
+        partition_writes(&host),
+        vec![
+            "pinion/pinion-run-a/cpuset.cpus.partition=member".to_string(),
+            "pinion/pinion-run-a/cpuset.cpus.exclusive=".to_string(),
+            format!("pinion/cpuset.cpus.exclusive={left}"),
+        ]
+    );
+    assert!(!host.tree().children.contains_key(&name("pinion-run-a")));
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.isolated_cpus, Some(b.placement.cpus.clone()));
+    assert!(!a
+        .placement
+        .cpus
+        .is_subset(snapshot.isolated_cpus.as_ref().expect("isolated")));
+}
+
+#[test]
+fn a_partition_the_kernel_refuses_leaves_a_member_logged_counted_and_shown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree().partitions.reject = Some("Parent is not a partition root".to_string());
+    let mut controller = partitioned(&host, PartitionMode::Root)
+        .start(dir.path())
+        .expect("start");
+    let a =
+        admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admitted all the same");
+    assert!(a.exclusive());
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].cpus,
+        a.placement.cpus
+    );
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some("member (fallback: Parent is not a partition root)")
+    );
+    // Taken back: the ancestor claims nothing.
+    assert_eq!(
+        host.tree()
+            .partitions
+            .get(Path::new("pinion"), "cpuset.cpus.exclusive"),
+        ""
+    );
+    admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.metrics.counters.partition_fallbacks_total, 2);
+    assert_eq!(snapshot.metrics.counters.partitions_made_total, 0);
+    // Tried once per run, not at every pass.
+    let writes = host.tree().partitions.writes.len();
+    controller.reconcile();
+    assert_eq!(host.tree().partitions.writes.len(), writes);
+}
+
+#[test]
+fn cgroup_v1_falls_back_without_writing_and_admits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree().version = pinion_host::cgroup::CgroupVersion::V1;
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admitted");
+    assert!(partition_writes(&host).is_empty());
+    let partition = view(&controller, "pinion-run-a").partition.expect("marked");
+    assert!(
+        partition.starts_with("member (fallback: cgroup v1"),
+        "{partition}"
+    );
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(snapshot.isolated_cpus, None);
+    assert_eq!(snapshot.metrics.counters.partition_fallbacks_total, 1);
+}
+
+#[test]
+fn a_kernel_before_6_7_falls_back_naming_the_version() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree().partitions.unsupported = true;
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("1"), 10)).expect("admitted");
+    let partition = view(&controller, "pinion-run-a").partition.expect("marked");
+    assert!(partition.contains("6.7"), "{partition}");
+}
+
+#[test]
+fn a_resize_takes_the_partition_apart_before_the_cpuset_write_and_makes_it_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .with_features(Features {
+            in_place_resize_exclusive_cpus: true,
+            ..Features::default()
+        })
+        .start(dir.path())
+        .expect("start");
+    let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    host.tree().partitions.writes.clear();
+    let key = ("pinion-run-a".to_string(), RUN_CONTAINER.to_string());
+    let grown = controller
+        .resize(&key, &Quantity::parse("4").expect("quantity"))
+        .expect("resized");
+    let (old, new) = (
+        first.placement.cpus.to_string(),
+        grown.placement.cpus.to_string(),
+    );
+    assert_eq!(
+        partition_writes(&host),
+        vec![
+            "pinion/pinion-run-a/cpuset.cpus.partition=member".to_string(),
+            "pinion/pinion-run-a/cpuset.cpus.exclusive=".to_string(),
+            "pinion/cpuset.cpus.exclusive=".to_string(),
+            format!("pinion/cpuset.cpus.exclusive={new}"),
+            format!("pinion/pinion-run-a/cpuset.cpus={new}"),
+            format!("pinion/pinion-run-a/cpuset.cpus.exclusive={new}"),
+            "pinion/pinion-run-a/cpuset.cpus.partition=isolated".to_string(),
+        ],
+        "from {old} to {new}"
+    );
+    assert_eq!(
+        controller.subscribe_snapshots().borrow().isolated_cpus,
+        Some(grown.placement.cpus.clone())
+    );
+}

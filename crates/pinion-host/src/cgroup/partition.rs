@@ -1,0 +1,199 @@
+//! cgroup v2 cpuset partitions on a cgroup path: the writes of
+//! [`pinion_core::partition`]'s plans, the kernel's answer read back, and
+//! the root's `cpuset.cpus.isolated`.
+//!
+//! The files are reached through [`PartitionFiles`], so the real cgroupfs
+//! ([`super::Cgroups`]) and the agent tests' fake ([`super::fake`]) run the
+//! same sequence. A partition the kernel cannot make is never an error of
+//! the admission: [`make`] takes back what it wrote and answers
+//! [`PartitionOutcome::Fallback`] with the kernel's reason, and the
+//! container stays an ordinary cpuset (`member`).
+
+use std::path::{Path, PathBuf};
+
+use pinion_core::partition::{self, PartitionFile, PartitionMode};
+use pinion_core::CpuSet;
+
+use super::{CgroupError, CgroupName, ContainerCgroup};
+
+/// The root's list of CPUs in isolated partitions (Linux 6.8).
+pub const ISOLATED_FILE: &str = "cpuset.cpus.isolated";
+const EXCLUSIVE_EFFECTIVE: &str = "cpuset.cpus.exclusive.effective";
+
+/// Whose cgroup becomes a partition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum PartitionTarget {
+    /// A standalone run's cgroup under Pinion's root.
+    Run(CgroupName),
+    /// A runtime container's cgroup.
+    Container(ContainerCgroup),
+}
+
+impl std::fmt::Display for PartitionTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Run(name) => write!(f, "run cgroup {name}"),
+            Self::Container(cgroup) => {
+                write!(f, "container cgroup {}", cgroup.relative().display())
+            }
+        }
+    }
+}
+
+/// What [`make`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionOutcome {
+    /// The kernel made the partition: `cpuset.cpus.partition` and
+    /// `cpuset.cpus.exclusive.effective` as read back.
+    Made {
+        partition: String,
+        exclusive_effective: CpuSet,
+    },
+    /// It stays a member; why (the kernel's reason, a refused write, a
+    /// missing file, cgroup v1).
+    Fallback { reason: String },
+}
+
+/// Reads and writes cpuset files of the directories on a partition's path.
+pub trait PartitionFiles {
+    /// The file's text; `None` when it does not exist (a kernel without it).
+    fn read(&self, dir: &Path, file: &str) -> Result<Option<String>, CgroupError>;
+    fn write(&mut self, dir: &Path, file: &str, value: &str) -> Result<(), CgroupError>;
+}
+
+/// Makes the last directory of `chain` (the directories from below the
+/// cgroup root down to the container's cgroup, top first) a `mode`
+/// partition of `cpus` ([`partition::make_plan`]), and reads the kernel's
+/// answer back. Whatever went wrong is taken back and answered as a
+/// fallback.
+pub fn make(
+    files: &mut dyn PartitionFiles,
+    chain: &[PathBuf],
+    cpus: &CpuSet,
+    mode: PartitionMode,
+) -> PartitionOutcome {
+    let fallback = |reason: String| PartitionOutcome::Fallback { reason };
+    if mode == PartitionMode::Member {
+        return fallback("the configured mode is member".to_string());
+    }
+    let Some((leaf, ancestors)) = chain.split_last() else {
+        return fallback("the cgroup is the root of the hierarchy".to_string());
+    };
+    let claims = match exclusive_claims(files, chain) {
+        Ok(Some(claims)) => claims,
+        Ok(None) => {
+            return fallback(format!(
+                "{} is missing: remote partitions need Linux 6.7 or later",
+                leaf.join(PartitionFile::Exclusive.name()).display()
+            ))
+        }
+        Err(err) => return fallback(err.to_string()),
+    };
+    for write in partition::make_plan(&claims[..ancestors.len()], cpus, mode) {
+        if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
+            return undo(files, chain, cpus, err.to_string());
+        }
+    }
+    let read = files
+        .read(leaf, PartitionFile::Partition.name())
+        .map(Option::unwrap_or_default);
+    let answer = match read {
+        Ok(text) => partition::read_back(&text, mode).map(|()| text.trim().to_string()),
+        Err(err) => Err(err.to_string()),
+    };
+    match answer {
+        Ok(partition) => {
+            let exclusive_effective = files
+                .read(leaf, EXCLUSIVE_EFFECTIVE)
+                .ok()
+                .flatten()
+                .and_then(|text| CpuSet::parse_list(text.trim()).ok())
+                .unwrap_or_default();
+            PartitionOutcome::Made {
+                partition,
+                exclusive_effective,
+            }
+        }
+        Err(reason) => undo(files, chain, cpus, reason),
+    }
+}
+
+/// Takes apart a partition of `cpus` at the last directory of `chain`
+/// ([`partition::unmake_plan`]): every write is tried; the first error is
+/// returned. A kernel without `cpuset.cpus.exclusive` has nothing to undo.
+pub fn unmake(
+    files: &mut dyn PartitionFiles,
+    chain: &[PathBuf],
+    cpus: &CpuSet,
+) -> Result<(), CgroupError> {
+    if chain.is_empty() {
+        return Ok(());
+    }
+    let Some(claims) = exclusive_claims(files, chain)? else {
+        return Ok(());
+    };
+    let mut first = None;
+    for write in partition::unmake_plan(&claims[..chain.len() - 1], cpus) {
+        if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
+            first.get_or_insert(err);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// The root's `cpuset.cpus.isolated` (`None`: a kernel before 6.8, or
+/// cgroup v1).
+#[must_use]
+pub fn isolated(files: &dyn PartitionFiles, root: &Path) -> Option<CpuSet> {
+    let text = files.read(root, ISOLATED_FILE).ok()??;
+    CpuSet::parse_list(text.trim()).ok()
+}
+
+/// Takes back what a failed [`make`] wrote; `reason` gains what that
+/// failed of it.
+/// The root's `cpuset.cpus.isolated` of the cgroup v2 hierarchy at
+/// `<sysroot>/sys/fs/cgroup` (what `pinion topology` shows; `None` where
+/// the file is missing: cgroup v1, or Linux before 6.8).
+#[must_use]
+pub fn root_isolated(sysroot: &Path) -> Option<CpuSet> {
+    let text = std::fs::read_to_string(sysroot.join("sys/fs/cgroup").join(ISOLATED_FILE)).ok()?;
+    CpuSet::parse_list(text.trim()).ok()
+}
+
+fn undo(
+    files: &mut dyn PartitionFiles,
+    chain: &[PathBuf],
+    cpus: &CpuSet,
+    reason: String,
+) -> PartitionOutcome {
+    let reason = match unmake(files, chain, cpus) {
+        Ok(()) => reason,
+        Err(err) => format!("{reason}; taking it back: {err}"),
+    };
+    PartitionOutcome::Fallback { reason }
+}
+
+/// Every directory's `cpuset.cpus.exclusive`, top first (`None`: a
+/// directory lacks the file).
+fn exclusive_claims(
+    files: &dyn PartitionFiles,
+    chain: &[PathBuf],
+) -> Result<Option<Vec<CpuSet>>, CgroupError> {
+    let mut claims = Vec::with_capacity(chain.len());
+    for dir in chain {
+        let file = PartitionFile::Exclusive.name();
+        let Some(text) = files.read(dir, file)? else {
+            return Ok(None);
+        };
+        let set = CpuSet::parse_list(text.trim()).map_err(|err| CgroupError::Malformed {
+            path: dir.join(file),
+            text: text.trim().to_string(),
+            reason: err.to_string(),
+        })?;
+        claims.push(set);
+    }
+    Ok(Some(claims))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+use std::fs;
+
+use super::*;
+use crate::cgroup::fake::FakePartitions;
+use crate::cgroup::{CgroupVersion, Cgroups, CpusetHost};
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse_list(text).unwrap()
+}
+
+fn chain() -> Vec<PathBuf> {
+    vec![PathBuf::from("pods"), PathBuf::from("pods/c1")]
+}
+
+fn writes(files: &FakePartitions) -> Vec<String> {
+    files
+        .writes
+        .iter()
+        .map(|(dir, file, value)| format!("{dir}/{file}={}", value.trim()))
+        .collect()
+}
+
+#[test]
+fn make_writes_in_the_kernels_order_and_reads_the_partition_back() {
+    let mut files = FakePartitions::default();
+    let outcome = make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    assert_eq!(
+        outcome,
+        PartitionOutcome::Made {
+            partition: "isolated".to_string(),
+            exclusive_effective: set("2-3"),
+        }
+    );
+    assert_eq!(
+        writes(&files),
+        vec![
+            "pods/cpuset.cpus.exclusive=2-3",
+            "pods/c1/cpuset.cpus=2-3",
+            "pods/c1/cpuset.cpus.exclusive=2-3",
+            "pods/c1/cpuset.cpus.partition=isolated",
+        ]
+    );
+    assert_eq!(isolated(&files, Path::new("")), Some(set("2-3")));
+}
+
+#[test]
+fn unmake_writes_member_then_empties_exclusive_child_first() {
+    let mut files = FakePartitions::default();
+    make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    files.writes.clear();
+    unmake(&mut files, &chain(), &set("2-3")).unwrap();
+    assert_eq!(
+        writes(&files),
+        vec![
+            "pods/c1/cpuset.cpus.partition=member",
+            "pods/c1/cpuset.cpus.exclusive=",
+            "pods/cpuset.cpus.exclusive=",
+        ]
+    );
+    assert_eq!(files.partition("pods/c1"), "member");
+    assert_eq!(isolated(&files, Path::new("")), Some(CpuSet::new()));
+}
+
+#[test]
+fn a_partition_the_kernel_reads_back_invalid_falls_back_with_its_reason_and_is_taken_back() {
+    let mut files = FakePartitions {
+        reject: Some("Parent is not a partition root".to_string()),
+        ..FakePartitions::default()
+    };
+    let outcome = make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    assert_eq!(
+        outcome,
+        PartitionOutcome::Fallback {
+            reason: "Parent is not a partition root".to_string()
+        }
+    );
+    // Nothing stays claimed: a sibling may take the CPUs.
+    assert_eq!(files.partition("pods/c1"), "member");
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "");
+}
+
+#[test]
+fn a_refused_write_falls_back_naming_the_file_and_takes_back_the_ancestors_claim() {
+    let mut files = FakePartitions::default();
+    files.fail_files.insert("cpuset.cpus.partition".to_string());
+    let PartitionOutcome::Fallback { reason } =
+        make(&mut files, &chain(), &set("2-3"), PartitionMode::Root)
+    else {
+        panic!("a refused write made a partition");
+    };
+    assert!(reason.contains("cpuset.cpus.partition"), "{reason}");
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "");
+}
+
+#[test]
+fn a_kernel_without_exclusive_files_falls_back_naming_6_7_and_writes_nothing() {
+    let mut files = FakePartitions {
+        unsupported: true,
+        ..FakePartitions::default()
+    };
+    let PartitionOutcome::Fallback { reason } =
+        make(&mut files, &chain(), &set("2"), PartitionMode::Isolated)
+    else {
+        panic!("made a partition without the files");
+    };
+    assert!(reason.contains("6.7"), "{reason}");
+    assert!(files.writes.is_empty());
+    assert_eq!(isolated(&files, Path::new("")), None);
+    assert!(unmake(&mut files, &chain(), &set("2")).is_ok());
+}
+
+#[test]
+fn two_partitions_under_one_ancestor_share_its_claim_and_release_only_their_own() {
+    let mut files = FakePartitions::default();
+    let second = vec![PathBuf::from("pods"), PathBuf::from("pods/c2")];
+    make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    make(&mut files, &second, &set("5"), PartitionMode::Isolated);
+    assert_eq!(
+        files.get(Path::new("pods"), "cpuset.cpus.exclusive"),
+        "2-3,5"
+    );
+    unmake(&mut files, &chain(), &set("2-3")).unwrap();
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "5");
+    assert_eq!(files.partition("pods/c2"), "isolated");
+    assert_eq!(isolated(&files, Path::new("")), Some(set("5")));
+}
+
+#[test]
+fn cgroupfs_run_partition_writes_the_files_of_pinions_root_and_the_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().to_path_buf();
+    let root = mount.join("pinion");
+    let run = root.join("r1");
+    fs::create_dir_all(&run).unwrap();
+    for d in [&root, &run] {
+        fs::write(d.join("cpuset.cpus.exclusive"), "").unwrap();
+    }
+    fs::write(mount.join(ISOLATED_FILE), "6\n").unwrap();
+    let mut cgroups = Cgroups::new(CgroupVersion::V2, mount.clone(), root.clone());
+    let target = PartitionTarget::Run(CgroupName::new("r1").unwrap());
+    let outcome = cgroups.make_partition(&target, &set("2-3"), PartitionMode::Isolated);
+    // A plain file reads back what was written.
+    assert!(
+        matches!(outcome, PartitionOutcome::Made { ref partition, .. } if partition == "isolated"),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(),
+        "2-3"
+    );
+    assert_eq!(fs::read_to_string(run.join("cpuset.cpus")).unwrap(), "2-3");
+    assert_eq!(cgroups.isolated_cpus(), Some(set("6")));
+    cgroups.unmake_partition(&target, &set("2-3")).unwrap();
+    assert_eq!(
+        fs::read_to_string(run.join("cpuset.cpus.partition")).unwrap(),
+        "member"
+    );
+    assert_eq!(
+        fs::read_to_string(root.join("cpuset.cpus.exclusive")).unwrap(),
+        "\n"
+    );
+}
+
+#[test]
+fn root_isolated_reads_the_v2_roots_list_and_is_none_without_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_eq!(root_isolated(dir.path()), None);
+    let cg = dir.path().join("sys/fs/cgroup");
+    fs::create_dir_all(&cg).unwrap();
+    fs::write(cg.join(ISOLATED_FILE), "2-3,6\n").unwrap();
+    assert_eq!(root_isolated(dir.path()), Some(set("2-3,6")));
+    fs::write(cg.join(ISOLATED_FILE), "\n").unwrap();
+    assert_eq!(root_isolated(dir.path()), Some(CpuSet::new()));
+}
+
+#[test]
+fn cgroup_v1_falls_back_and_touches_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().to_path_buf();
+    let mut cgroups = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    let target = PartitionTarget::Run(CgroupName::new("r1").unwrap());
+    assert_eq!(
+        cgroups.make_partition(&target, &set("1"), PartitionMode::Isolated),
+        PartitionOutcome::Fallback {
+            reason: crate::cgroup::V1_NO_PARTITIONS.to_string()
+        }
+    );
+    assert!(!mount.join("pinion").exists());
+    assert_eq!(cgroups.isolated_cpus(), None);
+}
