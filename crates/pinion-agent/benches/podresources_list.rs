@@ -84,6 +84,7 @@ fn snapshot() -> Snapshot {
                 container_id: Some(format!("c-{n}-{i}")),
                 plugins: BTreeMap::new(),
                 apply_error: None,
+                foreign_write: None,
             });
         }
     }

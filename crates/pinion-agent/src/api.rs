@@ -404,6 +404,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
                 container_id: w.container_id.clone(),
                 plugins: plugins(&w.plugins),
                 apply_error: w.apply_error.clone(),
+                foreign_write: w.foreign_write.clone(),
             })
             .collect(),
         assignments: snapshot
@@ -420,6 +421,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
         pending_plugin_removals: snapshot.pending_plugin_removals.clone(),
         recovery: snapshot.recovery.clone(),
         hotplug: snapshot.hotplug.clone(),
+        housekeeping: snapshot.housekeeping.clone(),
     }
 }
 
@@ -521,6 +523,7 @@ mod tests {
                 container_id: None,
                 plugins: BTreeMap::new(),
                 apply_error: None,
+                foreign_write: None,
             }],
             assignments,
             ..controller::Snapshot::default()

@@ -28,6 +28,10 @@ use crate::{api, metrics};
 /// Why the agent could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// KEP-5894's start-up check: the partition's cpus must exist and be
+    /// reserved (kubelet refuses to start too).
+    #[error("invalid systemPartition.cpuset {cpuset}: {reason}")]
+    SystemPartition { cpuset: String, reason: String },
     #[error("topology discovery: {0}")]
     Discovery(#[from] DiscoveryError),
     #[error("cpu manager policy: {0}")]
@@ -95,6 +99,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let machine_topology = topology.clone();
     let policy = config.policy.build_with(&topology, config.features)?;
     let topology_manager = config.policy.build_topology_manager(&topology)?;
+    check_system_partition(&config, topology.all_cpus(), &policy.reserved())?;
     let mountinfo = config.sysroot.join("proc/self/mountinfo");
     let cgroups = Cgroups::detect(&mountinfo, &config.sysroot, config.cgroup_root.as_deref())?;
     std::fs::create_dir_all(&config.state_dir).map_err(|source| AgentError::StateDir {
@@ -137,6 +142,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     };
     let topology_for_readers = Arc::new(topology.clone());
     let cgroup_root = cgroups.root().display().to_string();
+    let (cgroups_root, cgroups_mount) = (cgroups.root().to_path_buf(), cgroups.mount().to_path_buf());
     let pod_cpu = PodCpuSource::for_cgroups(&cgroups, &mountinfo, &config.sysroot);
     let version = cgroups.version();
     let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -150,6 +156,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             runtime_updates: plugin_options.is_some().then_some(runtime_tx),
             file_ops: None,
             migrate_on_start: config.migrate_on_start,
+            isolation: controller::Isolation {
+                housekeeping: config.housekeeping.cgroups.clone(),
+                pinion_root: pinion_root_below_mount(cgroups_root.as_path(), cgroups_mount.as_path()),
+                other_writers: config.housekeeping.other_writers,
+                system_partition: config.system_partition.clone(),
+            },
         };
         match Controller::start(parts) {
             Ok(controller) => Ok((controller, claim)),
@@ -552,4 +564,43 @@ mod tests {
         let err = nri_options(&on, bad_env).expect_err("bad fd");
         assert!(err.to_string().contains("\"x\""), "{err}");
     }
+}
+
+/// KEP-5894's start-up check of `systemPartition.cpuset`: every cpu on this
+/// machine and reserved (`reservedSystemCPUs`, or the cpus the policy
+/// reserves).
+fn check_system_partition(
+    config: &Config,
+    all: &pinion_core::CpuSet,
+    reserved: &pinion_core::CpuSet,
+) -> Result<(), AgentError> {
+    let Some(cpuset) = config
+        .system_partition
+        .as_ref()
+        .and_then(|p| p.cpuset.as_ref())
+    else {
+        return Ok(());
+    };
+    let fail = |reason: String| AgentError::SystemPartition {
+        cpuset: cpuset.to_string(),
+        reason,
+    };
+    if !cpuset.is_subset(all) {
+        return Err(fail(format!(
+            "cpus {} are not on this machine (cpus {all})",
+            cpuset.difference(all)
+        )));
+    }
+    if !cpuset.is_subset(reserved) {
+        return Err(fail(format!(
+            "cpus {} are not reserved (reserved cpus {reserved})",
+            cpuset.difference(reserved)
+        )));
+    }
+    Ok(())
+}
+
+/// Pinion's cgroup root relative to the hierarchy's mount.
+fn pinion_root_below_mount(root: &std::path::Path, mount: &std::path::Path) -> Option<PathBuf> {
+    root.strip_prefix(mount).ok().map(std::path::Path::to_path_buf)
 }

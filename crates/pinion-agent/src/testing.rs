@@ -124,6 +124,7 @@ impl SyntheticNode {
             runtime_updates: None,
             file_ops: None,
             migrate_on_start: crate::controller::MigrateOnStart::IfNothingMoves,
+            isolation: crate::controller::Isolation::default(),
         }
     }
 

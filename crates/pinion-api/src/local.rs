@@ -209,6 +209,9 @@ pub struct Snapshot {
     /// offline or came back, workloads given other CPUs), one line each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hotplug: Vec<String>,
+    /// Each housekeeping cgroup: its cpus, state and last foreign write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub housekeeping: Vec<String>,
 }
 
 /// One admitted container of a [`Snapshot`].
@@ -242,6 +245,10 @@ pub struct Workload {
     /// after admission; until a write succeeds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_error: Option<String>,
+    /// The last cpuset another writer put in its cgroup (when, from, to,
+    /// repaired or kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_write: Option<String>,
 }
 
 fn yes() -> bool {

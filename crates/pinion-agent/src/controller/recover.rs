@@ -63,6 +63,8 @@ pub struct StartParts {
     /// What to do with a checkpoint that does not fit the configuration
     /// (config `migrateOnStart`).
     pub migrate_on_start: MigrateOnStart,
+    /// Housekeeping cgroups, other writers, the system partition.
+    pub isolation: super::Isolation,
 }
 
 impl Controller {
@@ -152,6 +154,12 @@ impl Controller {
             shared_tx,
             snapshot_tx,
             removals_tx,
+            housekeeping: super::housekeeping::Housekeeping::new(
+                &parts.isolation.housekeeping,
+                parts.isolation.pinion_root.clone(),
+            ),
+            foreign: super::foreign::Foreign::new(parts.isolation.other_writers),
+            system_partition: parts.isolation.system_partition.clone(),
         };
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());

@@ -50,6 +50,9 @@ pub struct Snapshot {
     /// and per workload that did not keep exactly its CPUs.
     #[serde(default)]
     pub hotplug: Vec<String>,
+    /// Each housekeeping cgroup: its cpus, state and last foreign write.
+    #[serde(default)]
+    pub housekeeping: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -94,6 +97,10 @@ pub struct WorkloadView {
     /// that succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub apply_error: Option<String>,
+    /// The last cpuset another writer put in its cgroup: when, from, to and
+    /// whether Pinion repaired it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_write: Option<String>,
 }
 
 impl Controller {
@@ -115,6 +122,13 @@ impl Controller {
                 gauges: self.engine.cpu_gauges(),
                 counters: self.counters.clone(),
                 workloads: workloads.len(),
+                housekeeping_states: self.housekeeping.states(),
+                system_partition: self.system_partition.as_ref().map(|p| {
+                    crate::metrics::PartitionGauges {
+                        memory_limit: p.memory_limit,
+                        pods: self.system_partition_pods(),
+                    }
+                }),
             },
             shared_placement: Placement::shared(self.engine.machine(), shared_pool.clone()),
             shared_pool,
@@ -126,6 +140,7 @@ impl Controller {
             pods: self.known_pods(),
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
+            housekeeping: self.housekeeping.lines(),
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -196,5 +211,6 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         container_id,
         plugins: workload.plugins.clone(),
         apply_error: workload.apply_failure.clone(),
+        foreign_write: workload.foreign_mark.as_ref().map(ToString::to_string),
     }
 }

@@ -48,6 +48,13 @@ pub struct FakeTree {
     /// The runtime's containers' cgroups, as a test says the runtime set
     /// them (absent: gone).
     pub containers: BTreeMap<ContainerCgroup, ContainerCpuset>,
+    /// Housekeeping cgroups (outside Pinion's root) and their
+    /// `cpuset.cpus` (`None`: empty; absent: no such cgroup).
+    pub housekeeping: BTreeMap<ContainerCgroup, Option<CpuSet>>,
+    /// Every cpus write and process move, in order: `set NAME CPUS` for
+    /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
+    /// housekeeping cgroups.
+    pub log: Vec<String>,
 }
 
 impl FakeCgroups {
@@ -101,6 +108,7 @@ impl CpusetHost for FakeCgroups {
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
         entry.mems = mems.clone();
+        tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }
 
@@ -113,6 +121,7 @@ impl CpusetHost for FakeCgroups {
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.cpus = cpus.clone();
         entry.mems = mems.clone();
+        tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }
 
@@ -176,6 +185,7 @@ impl CpusetHost for FakeCgroups {
             .get_mut(name)
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.pids.push(pid);
+        tree.log.push(format!("pid {name} {pid}"));
         Ok(())
     }
 
@@ -217,5 +227,43 @@ impl CpusetHost for FakeCgroups {
                 data: None,
                 source: std::io::ErrorKind::NotFound.into(),
             })
+    }
+
+    fn housekeeping_cpus(&self, cgroup: &ContainerCgroup) -> Result<Option<CpuSet>, CgroupError> {
+        self.tree()
+            .housekeeping
+            .get(cgroup)
+            .cloned()
+            .ok_or_else(|| CgroupError::Io {
+                op: CgroupOp::Read,
+                path: cgroup.relative().to_path_buf(),
+                data: None,
+                source: std::io::ErrorKind::NotFound.into(),
+            })
+    }
+
+    fn set_housekeeping_cpus(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        let failing = tree.fail_writes;
+        let Some(entry) = tree.housekeeping.get_mut(cgroup).filter(|_| !failing) else {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: cgroup.relative().to_path_buf(),
+                data: Some(cpus.to_string()),
+                source: if failing {
+                    std::io::ErrorKind::PermissionDenied
+                } else {
+                    std::io::ErrorKind::NotFound
+                }
+                .into(),
+            });
+        };
+        *entry = Some(cpus.clone());
+        tree.log.push(format!("housekeeping {cgroup} {cpus}"));
+        Ok(())
     }
 }
