@@ -26,9 +26,9 @@ mod qrm;
 mod system_partition;
 
 pub use duration::parse_go_duration;
+pub use housekeeping::{contains as cgroup_contains, HousekeepingConfig, HousekeepingFileConfig};
 pub use podresources::{PodResourcesConfig, PodResourcesFileConfig};
 pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
-pub use housekeeping::{contains as cgroup_contains, HousekeepingConfig, HousekeepingFileConfig};
 pub use system_partition::{SystemPartition, SystemPartitionFileConfig};
 
 /// Default `cpuManagerReconcilePeriod` (kubelet's).

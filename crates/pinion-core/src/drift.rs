@@ -261,7 +261,13 @@ mod tests {
     fn the_intended_value_is_no_foreign_write() {
         for mode in [OtherWriters::Repair, OtherWriters::Report] {
             let v = judge(&set("2-3"), &set("2-3"), Some(&set("0-7")), mode);
-            assert_eq!(v, Verdict { event: None, repair: false });
+            assert_eq!(
+                v,
+                Verdict {
+                    event: None,
+                    repair: false
+                }
+            );
         }
     }
 
@@ -277,7 +283,12 @@ mod tests {
         );
         assert!(v.repair);
         // The same value again after a repair is another write.
-        let v = judge(&set("2-3"), &set("0-7"), Some(&set("0-7")), OtherWriters::Repair);
+        let v = judge(
+            &set("2-3"),
+            &set("0-7"),
+            Some(&set("0-7")),
+            OtherWriters::Repair,
+        );
         assert!(v.event.is_some() && v.repair);
     }
 
@@ -286,11 +297,30 @@ mod tests {
         let v = judge(&set("2-3"), &set("0-7"), None, OtherWriters::Report);
         assert_eq!(v.event.map(|e| e.to), Some(set("0-7")));
         assert!(!v.repair);
-        let v = judge(&set("2-3"), &set("0-7"), Some(&set("0-7")), OtherWriters::Report);
-        assert_eq!(v, Verdict { event: None, repair: false });
+        let v = judge(
+            &set("2-3"),
+            &set("0-7"),
+            Some(&set("0-7")),
+            OtherWriters::Report,
+        );
+        assert_eq!(
+            v,
+            Verdict {
+                event: None,
+                repair: false
+            }
+        );
         // Another value is another write.
-        let v = judge(&set("2-3"), &set("1"), Some(&set("0-7")), OtherWriters::Report);
-        assert_eq!(v.event.map(|e| (e.from, e.to)), Some((set("2-3"), set("1"))));
+        let v = judge(
+            &set("2-3"),
+            &set("1"),
+            Some(&set("0-7")),
+            OtherWriters::Report,
+        );
+        assert_eq!(
+            v.event.map(|e| (e.from, e.to)),
+            Some((set("2-3"), set("1")))
+        );
     }
 
     #[test]

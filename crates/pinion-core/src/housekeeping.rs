@@ -134,8 +134,14 @@ mod tests {
 
     #[test]
     fn nothing_to_do_when_it_holds_the_target_and_never_an_empty_write() {
-        assert_eq!(plan(Some(&set("0-3")), &set("0-3")), HousekeepingPlan::default());
-        assert_eq!(plan(Some(&set("0-3")), &CpuSet::new()), HousekeepingPlan::default());
+        assert_eq!(
+            plan(Some(&set("0-3")), &set("0-3")),
+            HousekeepingPlan::default()
+        );
+        assert_eq!(
+            plan(Some(&set("0-3")), &CpuSet::new()),
+            HousekeepingPlan::default()
+        );
         assert_eq!(plan(None, &CpuSet::new()), HousekeepingPlan::default());
     }
 }

@@ -124,7 +124,11 @@ mod tests {
 
     fn refused(cgroups: &[&str]) -> (String, String) {
         match resolve(cgroups).expect_err("refused") {
-            ConfigError::Field { field, value, reason } => {
+            ConfigError::Field {
+                field,
+                value,
+                reason,
+            } => {
                 assert_eq!(field, FIELD);
                 (value, reason)
             }
@@ -143,7 +147,10 @@ mod tests {
     fn cgroups_are_kept_relative_to_the_mount_in_order() {
         let config = resolve(&["/system.slice", "/runtime.slice/containerd.service"]).expect("ok");
         let shown: Vec<String> = config.cgroups.iter().map(ToString::to_string).collect();
-        assert_eq!(shown, ["/system.slice", "/runtime.slice/containerd.service"]);
+        assert_eq!(
+            shown,
+            ["/system.slice", "/runtime.slice/containerd.service"]
+        );
         assert_eq!(
             config.cgroups[0].relative(),
             std::path::Path::new("system.slice")
@@ -178,7 +185,9 @@ mod tests {
         let (value, reason) = refused(&["/system.slice", "/system.slice/sshd.service"]);
         assert_eq!(value, "/system.slice/sshd.service");
         assert!(reason.contains("nested with /system.slice"), "{reason}");
-        let many: Vec<String> = (0..=MAX_HOUSEKEEPING_CGROUPS).map(|i| format!("/c{i}")).collect();
+        let many: Vec<String> = (0..=MAX_HOUSEKEEPING_CGROUPS)
+            .map(|i| format!("/c{i}"))
+            .collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(refused(&many).1.contains("at most 32"));
     }
@@ -198,8 +207,14 @@ mod tests {
     #[test]
     fn containment_is_by_path_components() {
         let system = parse_one("/system.slice").expect("valid");
-        assert!(contains(&system, std::path::Path::new("system.slice/pinion")));
+        assert!(contains(
+            &system,
+            std::path::Path::new("system.slice/pinion")
+        ));
         assert!(contains(&system, std::path::Path::new("system.slice")));
-        assert!(!contains(&system, std::path::Path::new("system.slice2/pinion")));
+        assert!(!contains(
+            &system,
+            std::path::Path::new("system.slice2/pinion")
+        ));
     }
 }

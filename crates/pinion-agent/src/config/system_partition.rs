@@ -142,7 +142,11 @@ mod tests {
     use super::*;
     use pinion_core::testing::cpus as set;
 
-    fn file(cpuset: Option<&str>, memory: Option<&str>, namespaces: &[&str]) -> Option<SystemPartitionFileConfig> {
+    fn file(
+        cpuset: Option<&str>,
+        memory: Option<&str>,
+        namespaces: &[&str],
+    ) -> Option<SystemPartitionFileConfig> {
         Some(SystemPartitionFileConfig {
             memory_limit: memory.map(serde_yaml_ng::Value::from),
             cpuset: cpuset.map(str::to_string),
@@ -159,9 +163,13 @@ mod tests {
 
     #[test]
     fn a_valid_partition_keeps_its_cpus_bytes_and_namespaces() {
-        let p = SystemPartition::resolve(file(Some("0-1"), Some("2Gi"), &["kube-system"]), true, Some(&set("0-1")))
-            .expect("valid")
-            .expect("active");
+        let p = SystemPartition::resolve(
+            file(Some("0-1"), Some("2Gi"), &["kube-system"]),
+            true,
+            Some(&set("0-1")),
+        )
+        .expect("valid")
+        .expect("active");
         assert_eq!(p.cpuset, Some(set("0-1")));
         assert_eq!(p.memory_limit, Some(2 << 30));
         assert!(p.selects("kube-system") && !p.selects("default"));
@@ -172,7 +180,10 @@ mod tests {
         let err = SystemPartition::resolve(file(Some("0"), None, &["kube-system"]), false, None)
             .expect_err("refused");
         assert!(err.to_string().contains(GATE), "{err}");
-        assert_eq!(SystemPartition::resolve(None, false, None).expect("fine"), None);
+        assert_eq!(
+            SystemPartition::resolve(None, false, None).expect("fine"),
+            None
+        );
     }
 
     #[test]
@@ -186,13 +197,37 @@ mod tests {
     #[test]
     fn bad_values_are_refused_naming_field_and_value() {
         let cases = [
-            (file(Some("0-x"), None, &["a"]), "systemPartition.cpuset", "0-x"),
+            (
+                file(Some("0-x"), None, &["a"]),
+                "systemPartition.cpuset",
+                "0-x",
+            ),
             (file(Some(""), None, &["a"]), "systemPartition.cpuset", ""),
-            (file(Some("2-3"), None, &["a"]), "systemPartition.cpuset", "2-3"),
-            (file(None, Some("lots"), &["a"]), "systemPartition.memoryLimit", "lots"),
-            (file(None, Some("0"), &["a"]), "systemPartition.memoryLimit", "0"),
-            (file(None, None, &["Kube_System"]), "systemPartition.namespaces", "Kube_System"),
-            (file(None, None, &["-a"]), "systemPartition.namespaces", "-a"),
+            (
+                file(Some("2-3"), None, &["a"]),
+                "systemPartition.cpuset",
+                "2-3",
+            ),
+            (
+                file(None, Some("lots"), &["a"]),
+                "systemPartition.memoryLimit",
+                "lots",
+            ),
+            (
+                file(None, Some("0"), &["a"]),
+                "systemPartition.memoryLimit",
+                "0",
+            ),
+            (
+                file(None, None, &["Kube_System"]),
+                "systemPartition.namespaces",
+                "Kube_System",
+            ),
+            (
+                file(None, None, &["-a"]),
+                "systemPartition.namespaces",
+                "-a",
+            ),
         ];
         for (section, field, value) in cases {
             let err = SystemPartition::resolve(section, true, Some(&set("0-1"))).expect_err(value);

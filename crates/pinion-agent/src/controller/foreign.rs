@@ -55,7 +55,11 @@ impl std::fmt::Display for ForeignMark {
             httpdate::fmt_http_date(self.at),
             self.from,
             self.to,
-            if self.repaired { "repaired" } else { "kept, otherWriters: report" }
+            if self.repaired {
+                "repaired"
+            } else {
+                "kept, otherWriters: report"
+            }
         )
     }
 }
@@ -82,7 +86,10 @@ impl Foreign {
     /// Whether a line may be logged now; the lines held back in the last
     /// window, to mention in it.
     fn admit(&mut self, now: Instant) -> Option<u64> {
-        if self.window.is_none_or(|start| now.duration_since(start) >= LOG_WINDOW) {
+        if self
+            .window
+            .is_none_or(|start| now.duration_since(start) >= LOG_WINDOW)
+        {
             self.window = Some(now);
             self.lines = 0;
         }

@@ -144,9 +144,9 @@ impl Controller {
         let target = self.housekeeping_target();
         let conflicts = self.housekeeping_conflicts();
         let mut plans = Vec::new();
-        for index in 0..self.housekeeping.kept.len() {
-            if let Some(why) = &conflicts[index] {
-                self.set_kept_state(index, KeptState::Conflict(why.clone()));
+        for (index, conflict) in conflicts.into_iter().enumerate() {
+            if let Some(why) = conflict {
+                self.set_kept_state(index, KeptState::Conflict(why));
                 plans.push(HousekeepingPlan::default());
                 continue;
             }
@@ -217,7 +217,8 @@ impl Controller {
                     from: show(&write.from),
                     to: show(&write.to),
                 };
-                let mark = self.record_foreign(ForeignKind::Housekeeping, &what, &write, verdict.repair);
+                let mark =
+                    self.record_foreign(ForeignKind::Housekeeping, &what, &write, verdict.repair);
                 self.housekeeping.kept[index].mark = Some(mark);
             }
             let kept = &mut self.housekeeping.kept[index];
@@ -299,10 +300,18 @@ impl Controller {
         }
         let cgroup = kept.cgroup.clone();
         match &state {
-            KeptState::Kept => tracing::info!(cgroup = %cgroup, cpus = ?kept.applied.as_ref().map(ToString::to_string), "housekeeping cgroup follows the shared pool"),
-            KeptState::Missing => tracing::warn!(cgroup = %cgroup, "housekeeping cgroup does not exist: not kept (tried again at each pass; pinion_housekeeping_cgroups{{state=\"missing\"}})"),
-            KeptState::Failed(why) => tracing::error!(cgroup = %cgroup, "housekeeping cgroup cannot be written: {why}"),
-            KeptState::Conflict(why) => tracing::error!(cgroup = %cgroup, "housekeeping cgroup left alone: {why}; name a cgroup beside them, not above them"),
+            KeptState::Kept => {
+                tracing::info!(cgroup = %cgroup, cpus = ?kept.applied.as_ref().map(ToString::to_string), "housekeeping cgroup follows the shared pool");
+            }
+            KeptState::Missing => {
+                tracing::warn!(cgroup = %cgroup, "housekeeping cgroup does not exist: not kept (tried again at each pass; pinion_housekeeping_cgroups{{state=\"missing\"}})");
+            }
+            KeptState::Failed(why) => {
+                tracing::error!(cgroup = %cgroup, "housekeeping cgroup cannot be written: {why}");
+            }
+            KeptState::Conflict(why) => {
+                tracing::error!(cgroup = %cgroup, "housekeeping cgroup left alone: {why}; name a cgroup beside them, not above them");
+            }
             KeptState::Pending => {}
         }
         kept.state = state;

@@ -104,7 +104,12 @@ impl Controller {
                 continue;
             };
             tracing::debug!(pod = %key.0, container = %key.1, id = %id, cgroup = %cgroup, "{drift}: changed outside Pinion");
-            found.push((key.clone(), cgroup.to_string(), SeenCpuset::intended(applied), seen));
+            found.push((
+                key.clone(),
+                cgroup.to_string(),
+                SeenCpuset::intended(applied),
+                seen,
+            ));
         }
         let mut drifted = Vec::new();
         for (key, cgroup, intended, seen) in found {

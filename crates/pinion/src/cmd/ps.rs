@@ -63,7 +63,11 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
             (None, true) => "",
             (None, false) => " (pending)",
         };
-        let foreign = if w.foreign_write.is_some() { " (foreign write)" } else { "" };
+        let foreign = if w.foreign_write.is_some() {
+            " (foreign write)"
+        } else {
+            ""
+        };
         let mut row = vec![
             w.pod.clone(),
             w.container.clone(),
