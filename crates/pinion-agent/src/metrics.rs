@@ -729,6 +729,11 @@ mod tests {
         .expect("docs/metrics.md");
         let mut m = MetricsSnapshot::default();
         m.gauges.allocation_per_numa.insert(0, 0);
+        // The system partition's gauges exist only with the partition.
+        m.system_partition = Some(PartitionGauges {
+            memory_limit: Some(1 << 30),
+            pods: 0,
+        });
         let mut stats = wire::PluginStats::default();
         stats.calls.insert(
             "Allocate".into(),
