@@ -467,3 +467,45 @@ fn the_system_partitions_namespaces_run_their_shared_containers_on_its_cpus() {
     assert_eq!(gauges.memory_limit, Some(1 << 30));
     assert_eq!(gauges.pods, 2);
 }
+
+#[test]
+fn a_runtime_containers_changed_cpuset_is_repaired_reported_and_marked_with_its_pod() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) =
+        start_runtime_with(dir.path(), &host, isolation(&[], OtherWriters::Repair));
+    let mut request = runtime_request("pod-g", Some("2"), "cg");
+    request.pod.namespace = "team-a".into();
+    request.pod.name = "web".into();
+    request.frontend = Frontend::runtime_in("cg", Some(path("/kubepods/pod-g/cg")));
+    let g = admit(&mut controller, &request).expect("g");
+    while updates.try_recv().is_ok() {}
+    host.tree().containers.insert(
+        path("/kubepods/pod-g/cg"),
+        ContainerCpuset {
+            cpus: Some(set("0-7")),
+            mems: Some(g.placement.mems.clone()),
+        },
+    );
+    let report = controller.reconcile();
+    assert_eq!(
+        report.repaired,
+        vec!["pod-g/main (/kubepods/pod-g/cg)".to_string()]
+    );
+    let sent = updates.try_recv().expect("an update");
+    assert_eq!(sent[0].placement, g.placement, "its placement again");
+    let snap = snapshot(&controller);
+    assert_eq!(
+        snap.metrics.counters.foreign_writes_total.get("container"),
+        Some(&1)
+    );
+    assert_eq!(snap.metrics.counters.runtime_drift_repairs_total, 1);
+    let mark = snap.workloads[0].foreign_write.clone().expect("marked");
+    assert!(
+        mark.contains(&format!(
+            "cpus {} mems {} -> cpus 0-7",
+            g.placement.cpus, g.placement.mems
+        )) && mark.ends_with("(repaired)"),
+        "{mark}"
+    );
+}
