@@ -85,6 +85,7 @@ fn snapshot() -> Snapshot {
                 plugins: BTreeMap::new(),
                 apply_error: None,
                 partition: None,
+                foreign_write: None,
             });
         }
     }

@@ -405,6 +405,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
                 plugins: plugins(&w.plugins),
                 apply_error: w.apply_error.clone(),
                 partition: w.partition.clone(),
+                foreign_write: w.foreign_write.clone(),
             })
             .collect(),
         assignments: snapshot
@@ -422,6 +423,7 @@ pub fn snapshot(snapshot: &controller::Snapshot) -> wire::Snapshot {
         recovery: snapshot.recovery.clone(),
         hotplug: snapshot.hotplug.clone(),
         isolated_cpus: snapshot.isolated_cpus.as_ref().map(ToString::to_string),
+        housekeeping: snapshot.housekeeping.clone(),
     }
 }
 
@@ -524,6 +526,7 @@ mod tests {
                 plugins: BTreeMap::new(),
                 apply_error: None,
                 partition: None,
+                foreign_write: None,
             }],
             assignments,
             ..controller::Snapshot::default()

@@ -21,13 +21,17 @@ pub use pinion_api::paths::DefaultPaths;
 
 mod duration;
 mod exclusive_cpus;
+mod housekeeping;
 mod podresources;
 mod qrm;
+mod system_partition;
 
 pub use duration::parse_go_duration;
 pub use exclusive_cpus::{ExclusiveCpusConfig, ExclusiveCpusFileConfig};
+pub use housekeeping::{contains as cgroup_contains, HousekeepingConfig, HousekeepingFileConfig};
 pub use podresources::{PodResourcesConfig, PodResourcesFileConfig};
 pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
+pub use system_partition::{SystemPartition, SystemPartitionFileConfig};
 
 /// Default `cpuManagerReconcilePeriod` (kubelet's).
 pub const DEFAULT_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
@@ -130,6 +134,12 @@ pub struct FileConfig {
     /// `true` always; `false` never (`docs/state-recovery.md`).
     pub migrate_on_start: Option<bool>,
     pub exclusive_cpus: Option<ExclusiveCpusFileConfig>,
+    /// Cgroups whose cpus follow the shared pool (docs/housekeeping.md).
+    pub housekeeping: Option<HousekeepingFileConfig>,
+    /// `repair` (default) or `report` cpusets someone else changed.
+    pub other_writers: Option<String>,
+    /// KEP-5894's node system partition (gate `NodeSystemPartition`).
+    pub system_partition: Option<SystemPartitionFileConfig>,
 }
 
 /// The `nri` section of the file.
@@ -315,6 +325,10 @@ pub struct Config {
     pub migrate_on_start: crate::controller::MigrateOnStart,
     /// `exclusiveCpus`.
     pub exclusive_cpus: ExclusiveCpusConfig,
+    /// `housekeeping` and `otherWriters`.
+    pub housekeeping: HousekeepingConfig,
+    /// `systemPartition` (with its gate on and namespaces named).
+    pub system_partition: Option<SystemPartition>,
 }
 
 impl Config {
@@ -365,6 +379,18 @@ impl Config {
             overrides.podresources_socket.as_deref(),
             &state_dir,
         )?;
+        let housekeeping =
+            HousekeepingConfig::resolve(file.housekeeping, file.other_writers.as_deref())?;
+        let partition_gate = file
+            .feature_gates
+            .as_ref()
+            .and_then(|gates| gates.get(system_partition::GATE).copied())
+            .unwrap_or(false);
+        let system_partition = SystemPartition::resolve(
+            file.system_partition,
+            partition_gate,
+            policy.reserved.as_ref(),
+        )?;
         let config = Self {
             policy,
             features,
@@ -379,6 +405,8 @@ impl Config {
             pod_resources,
             migrate_on_start: crate::controller::MigrateOnStart::from_key(file.migrate_on_start),
             exclusive_cpus: ExclusiveCpusConfig::resolve(file.exclusive_cpus)?,
+            housekeeping,
+            system_partition,
         };
         config.check_paths()?;
         Ok(config)
@@ -482,12 +510,15 @@ fn feature_gates(
             OPTIONS_GATE => {}
             // Read by the `qosResourceManager` section.
             QRM_GATE => {}
+            // Read by the `systemPartition` section.
+            system_partition::GATE => {}
             _ => {
                 return Err(field_error(
                     "featureGates",
                     name,
                     &format!(
-                        "unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE}, {OPTIONS_GATE}, {RESIZE_GATE}, {POD_LEVEL_GATE}, {QRM_GATE})"
+                        "unknown feature gate (known: {ALPHA_GATE}, {BETA_GATE}, {OPTIONS_GATE}, {RESIZE_GATE}, {POD_LEVEL_GATE}, {QRM_GATE}, {})",
+                        system_partition::GATE
                     ),
                 ))
             }

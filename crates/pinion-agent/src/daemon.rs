@@ -28,6 +28,10 @@ use crate::{api, kubelet_qrm_checkpoint, metrics};
 /// Why the agent could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// KEP-5894's start-up check: the partition's cpus must exist and be
+    /// reserved (kubelet refuses to start too).
+    #[error("invalid systemPartition.cpuset {cpuset}: {reason}")]
+    SystemPartition { cpuset: String, reason: String },
     #[error("topology discovery: {0}")]
     Discovery(#[from] DiscoveryError),
     #[error("cpu manager policy: {0}")]
@@ -95,6 +99,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     let machine_topology = topology.clone();
     let policy = config.policy.build_with(&topology, config.features)?;
     let topology_manager = config.policy.build_topology_manager(&topology)?;
+    check_system_partition(&config, topology.all_cpus(), &policy.reserved())?;
     let mountinfo = config.sysroot.join("proc/self/mountinfo");
     let cgroups = Cgroups::detect(&mountinfo, &config.sysroot, config.cgroup_root.as_deref())?;
     std::fs::create_dir_all(&config.state_dir).map_err(|source| AgentError::StateDir {
@@ -137,6 +142,8 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     };
     let topology_for_readers = Arc::new(topology.clone());
     let cgroup_root = cgroups.root().display().to_string();
+    let (cgroups_root, cgroups_mount) =
+        (cgroups.root().to_path_buf(), cgroups.mount().to_path_buf());
     let pod_cpu = PodCpuSource::for_cgroups(&cgroups, &mountinfo, &config.sysroot);
     let version = cgroups.version();
     let (runtime_tx, runtime_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -151,6 +158,15 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             file_ops: None,
             migrate_on_start: config.migrate_on_start,
             partition: config.exclusive_cpus.partition,
+            isolation: controller::Isolation {
+                housekeeping: config.housekeeping.cgroups.clone(),
+                pinion_root: pinion_root_below_mount(
+                    cgroups_root.as_path(),
+                    cgroups_mount.as_path(),
+                ),
+                other_writers: config.housekeeping.other_writers,
+                system_partition: config.system_partition.clone(),
+            },
         };
         match Controller::start(parts) {
             Ok(controller) => Ok((controller, claim)),
@@ -506,6 +522,47 @@ async fn follow_online_cpus(handle: &ControllerHandle, sysroot: &std::path::Path
     }
 }
 
+/// KEP-5894's start-up check of `systemPartition.cpuset`: every cpu on this
+/// machine and reserved (`reservedSystemCPUs`, or the cpus the policy
+/// reserves).
+fn check_system_partition(
+    config: &Config,
+    all: &pinion_core::CpuSet,
+    reserved: &pinion_core::CpuSet,
+) -> Result<(), AgentError> {
+    let Some(cpuset) = config
+        .system_partition
+        .as_ref()
+        .and_then(|p| p.cpuset.as_ref())
+    else {
+        return Ok(());
+    };
+    let fail = |reason: String| AgentError::SystemPartition {
+        cpuset: cpuset.to_string(),
+        reason,
+    };
+    if !cpuset.is_subset(all) {
+        return Err(fail(format!(
+            "cpus {} are not on this machine (cpus {all})",
+            cpuset.difference(all)
+        )));
+    }
+    if !cpuset.is_subset(reserved) {
+        return Err(fail(format!(
+            "cpus {} are not reserved (reserved cpus {reserved})",
+            cpuset.difference(reserved)
+        )));
+    }
+    Ok(())
+}
+
+/// Pinion's cgroup root relative to the hierarchy's mount.
+fn pinion_root_below_mount(root: &std::path::Path, mount: &std::path::Path) -> Option<PathBuf> {
+    root.strip_prefix(mount)
+        .ok()
+        .map(std::path::Path::to_path_buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,5 +615,31 @@ mod tests {
         let bad_env = |key: &str| (key == "NRI_PLUGIN_SOCKET").then(|| "x".to_string());
         let err = nri_options(&on, bad_env).expect_err("bad fd");
         assert!(err.to_string().contains("\"x\""), "{err}");
+    }
+
+    #[test]
+    fn the_system_partitions_cpus_must_be_on_the_machine_and_reserved() {
+        use pinion_core::CpuSet;
+        let set = |t: &str| CpuSet::parse_list(t).expect("cpus");
+        let mut config = config(&crate::Overrides::default());
+        config.system_partition = Some(crate::config::SystemPartition {
+            cpuset: Some(set("0-1")),
+            memory_limit: None,
+            namespaces: std::iter::once("kube-system".to_string()).collect(),
+        });
+        check_system_partition(&config, &set("0-7"), &set("0-1")).expect("fits");
+        let err =
+            check_system_partition(&config, &set("0-7"), &set("0")).expect_err("not reserved");
+        assert!(
+            matches!(&err, AgentError::SystemPartition { cpuset, reason } if cpuset == "0-1" && reason.contains("cpus 1 are not reserved")),
+            "{err}"
+        );
+        let err = check_system_partition(&config, &set("0"), &set("0-1")).expect_err("not there");
+        assert!(
+            matches!(&err, AgentError::SystemPartition { reason, .. } if reason.contains("cpus 1 are not on this machine")),
+            "{err}"
+        );
+        config.system_partition = None;
+        check_system_partition(&config, &set("0"), &set("0")).expect("no partition");
     }
 }

@@ -125,6 +125,8 @@ mod tests {
                 .map(|(name, a)| ((*name).to_string(), a.clone()))
                 .collect(),
             apply_error: None,
+            partition: None,
+            foreign_write: None,
         }
     }
 

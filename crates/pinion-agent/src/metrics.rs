@@ -93,6 +93,22 @@ pub struct Counters {
     /// From a reconcile poll of the resource plugins to the changed
     /// placements being applied.
     pub plugin_apply_seconds: Histogram,
+    /// Kept cpusets found changed by another writer, by kind
+    /// (`container`, `housekeeping`).
+    pub foreign_writes_total: std::collections::BTreeMap<&'static str, u64>,
+    /// Writes of housekeeping cgroups, and failures (once per failure
+    /// until a write succeeds).
+    pub housekeeping_writes_total: u64,
+    pub housekeeping_write_failures_total: u64,
+}
+
+/// KEP-5894's system partition, for its gauges.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionGauges {
+    /// `memoryLimit` in bytes, when set.
+    pub memory_limit: Option<u64>,
+    /// Pods with containers in the partition.
+    pub pods: usize,
 }
 
 /// The numbers `/metrics` shows, taken from one snapshot.
@@ -104,6 +120,11 @@ pub struct MetricsSnapshot {
     pub gauges: CpuGauges,
     pub counters: Counters,
     pub workloads: usize,
+    /// Housekeeping cgroups by state (`kept`, `missing`, `failed`,
+    /// `conflict`, `pending`).
+    pub housekeeping_states: std::collections::BTreeMap<&'static str, usize>,
+    /// The system partition, when configured.
+    pub system_partition: Option<PartitionGauges>,
 }
 
 /// The content type of [`render`]'s output.
@@ -306,8 +327,69 @@ impl Collector for SnapshotCollector {
             "From polling the resource plugins to the changed placements being applied (cgroup written or runtime update queued).",
             &c.plugin_apply_seconds,
         )?;
+        isolation(&mut out, m)?;
         plugins(&mut out, &self.1)
     }
+}
+
+/// Other writers, housekeeping cgroups and the system partition.
+fn isolation(out: &mut DescriptorEncoder, m: &MetricsSnapshot) -> Result<(), std::fmt::Error> {
+    let c = &m.counters;
+    let mut foreign = out.encode_descriptor(
+        "pinion_foreign_writes",
+        "Cpusets Pinion keeps found changed by another writer, by kind (container, housekeeping).",
+        None,
+        MetricType::Counter,
+    )?;
+    for kind in ["container", "housekeeping"] {
+        let count = c.foreign_writes_total.get(kind).copied().unwrap_or(0);
+        ConstCounter::new(count).encode(foreign.encode_family(&[("kind", kind)])?)?;
+    }
+    let mut states = out.encode_descriptor(
+        "pinion_housekeeping_cgroups",
+        "Housekeeping cgroups by state (kept, pending, missing, failed, conflict).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for state in ["kept", "pending", "missing", "failed", "conflict"] {
+        let count = m.housekeeping_states.get(state).copied().unwrap_or(0);
+        ConstGauge::new(i64::try_from(count).unwrap_or(i64::MAX))
+            .encode(states.encode_family(&[("state", state)])?)?;
+    }
+    counter(
+        out,
+        "pinion_housekeeping_writes",
+        "Writes of housekeeping cgroups' cpuset.cpus.",
+        c.housekeeping_writes_total,
+    )?;
+    counter(
+        out,
+        "pinion_housekeeping_write_failures",
+        "Housekeeping cgroups that could not be written (once per failure until a write succeeds).",
+        c.housekeeping_write_failures_total,
+    )?;
+    if let Some(partition) = &m.system_partition {
+        let labels = [("partition", "system")];
+        if let Some(limit) = partition.memory_limit {
+            let mut family = out.encode_descriptor(
+                "pinion_partition_memory_limit_bytes",
+                "KEP-5894 systemPartition.memoryLimit (reported, not enforced by Pinion).",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::try_from(limit).unwrap_or(i64::MAX))
+                .encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = out.encode_descriptor(
+            "pinion_partition_pod_count",
+            "Pods with containers in KEP-5894's system partition.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::try_from(partition.pods).unwrap_or(i64::MAX))
+            .encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// A histogram of [`Histogram`] (seconds, [`WRITE_BUCKETS`]).
@@ -664,6 +746,11 @@ mod tests {
         .expect("docs/metrics.md");
         let mut m = MetricsSnapshot::default();
         m.gauges.allocation_per_numa.insert(0, 0);
+        // The system partition's gauges exist only with the partition.
+        m.system_partition = Some(PartitionGauges {
+            memory_limit: Some(1 << 30),
+            pods: 0,
+        });
         let mut stats = wire::PluginStats::default();
         stats.calls.insert(
             "Allocate".into(),

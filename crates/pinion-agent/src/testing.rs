@@ -135,6 +135,7 @@ impl SyntheticNode {
             file_ops: None,
             migrate_on_start: crate::controller::MigrateOnStart::IfNothingMoves,
             partition: self.partition,
+            isolation: crate::controller::Isolation::default(),
         }
     }
 

@@ -213,6 +213,9 @@ pub struct Snapshot {
     /// partitions and boot `isolcpus`; cgroup v2, Linux 6.8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated_cpus: Option<String>,
+    /// Each housekeeping cgroup: its cpus, state and last foreign write.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub housekeeping: Vec<String>,
 }
 
 /// One admitted container of a [`Snapshot`].
@@ -250,6 +253,10 @@ pub struct Workload {
     /// `isolated`, `root`, or `member (fallback: <the kernel's reason>)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// The last cpuset another writer put in its cgroup (when, from, to,
+    /// repaired or kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_write: Option<String>,
 }
 
 fn yes() -> bool {

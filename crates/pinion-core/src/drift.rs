@@ -1,6 +1,12 @@
 //! Drift of a runtime container's cpuset: what its cgroup holds against the
 //! placement Pinion gave it. The reconcile pass reads the cgroup (the host
 //! crate); this decides whether it differs and what the repair sends.
+//!
+//! Other writers: any file Pinion keeps (a container's cpuset, a
+//! housekeeping cgroup's, a partition file) is an *observed vs intended*
+//! pair; [`judge`] decides whether a difference is a new foreign write to
+//! report and whether Pinion writes its value again (config
+//! `otherWriters`).
 
 use crate::{CpuSet, Placement};
 
@@ -60,6 +66,127 @@ pub fn cpuset_drift(placement: &Placement, seen: &SeenCpuset) -> Option<Drift> {
         mems,
         repair: placement.clone(),
     })
+}
+
+impl std::fmt::Display for SeenCpuset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |set: &Option<CpuSet>| {
+            set.as_ref()
+                .map_or("(empty)".to_string(), ToString::to_string)
+        };
+        write!(f, "cpus {}", show(&self.cpus))?;
+        if self.mems.is_some() {
+            write!(f, " mems {}", show(&self.mems))?;
+        }
+        Ok(())
+    }
+}
+
+impl SeenCpuset {
+    /// What Pinion intends for a cgroup given `placement`: its cpus, and its
+    /// memory nodes when it names some (the ones [`cpuset_drift`] compares).
+    #[must_use]
+    pub fn intended(placement: &Placement) -> Self {
+        Self {
+            cpus: Some(placement.cpus.clone()),
+            mems: (!placement.mems.is_empty()).then(|| placement.mems.clone()),
+        }
+    }
+
+    /// `self` as far as `intended` says what is compared: the memory nodes
+    /// dropped when Pinion sets none.
+    #[must_use]
+    pub fn compared_with(&self, intended: &Self) -> Self {
+        Self {
+            cpus: self.cpus.clone(),
+            mems: intended.mems.as_ref().and(self.mems.clone()),
+        }
+    }
+}
+
+/// What Pinion does about a file someone else changed (config
+/// `otherWriters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OtherWriters {
+    /// Write Pinion's value again at once (the default; Pinion's behaviour
+    /// before the option existed).
+    #[default]
+    Repair,
+    /// Keep the other writer's value and report it; Pinion writes again only
+    /// when its own intended value changes.
+    Report,
+}
+
+impl OtherWriters {
+    /// The config value's name.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Repair => "repair",
+            Self::Report => "report",
+        }
+    }
+
+    /// Parses a config value (`repair` or `report`).
+    ///
+    /// # Errors
+    /// Any other text, named in the message.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "repair" => Ok(Self::Repair),
+            "report" => Ok(Self::Report),
+            other => Err(format!(
+                "unknown value {other:?} (expected \"repair\" or \"report\")"
+            )),
+        }
+    }
+}
+
+/// A value found in place of the one Pinion wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForeignWrite<T> {
+    /// What Pinion intended (and last wrote).
+    pub from: T,
+    /// What was found.
+    pub to: T,
+}
+
+/// What to do after comparing a kept file with what Pinion intends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict<T> {
+    /// A foreign write to report (`None`: none, or the one already
+    /// reported and yielded to).
+    pub event: Option<ForeignWrite<T>>,
+    /// Whether Pinion writes its value again.
+    pub repair: bool,
+}
+
+/// Compares `observed` with `intended`. `yielded`: the foreign value last
+/// reported and kept (mode `report`); the same value again is no new
+/// event. In mode `repair` every difference is a new event (Pinion wrote
+/// its value back after the last one) and is repaired.
+#[must_use]
+pub fn judge<T: PartialEq + Clone>(
+    intended: &T,
+    observed: &T,
+    yielded: Option<&T>,
+    mode: OtherWriters,
+) -> Verdict<T> {
+    if observed == intended {
+        return Verdict {
+            event: None,
+            repair: false,
+        };
+    }
+    let repair = mode == OtherWriters::Repair;
+    let known = !repair && yielded == Some(observed);
+    Verdict {
+        event: (!known).then(|| ForeignWrite {
+            from: intended.clone(),
+            to: observed.clone(),
+        }),
+        repair,
+    }
 }
 
 #[cfg(test)]
@@ -128,5 +255,97 @@ mod tests {
         let drift = cpuset_drift(&placement("1", "0"), &seen(None, Some("0"))).expect("drift");
         assert_eq!(drift.cpus, Some(None));
         assert_eq!(drift.to_string(), "cpuset.cpus (empty) instead of 1");
+    }
+
+    #[test]
+    fn the_intended_value_is_no_foreign_write() {
+        for mode in [OtherWriters::Repair, OtherWriters::Report] {
+            let v = judge(&set("2-3"), &set("2-3"), Some(&set("0-7")), mode);
+            assert_eq!(
+                v,
+                Verdict {
+                    event: None,
+                    repair: false
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn repair_reports_and_repairs_every_difference() {
+        let v = judge(&set("2-3"), &set("0-7"), None, OtherWriters::Repair);
+        assert_eq!(
+            v.event,
+            Some(ForeignWrite {
+                from: set("2-3"),
+                to: set("0-7")
+            })
+        );
+        assert!(v.repair);
+        // The same value again after a repair is another write.
+        let v = judge(
+            &set("2-3"),
+            &set("0-7"),
+            Some(&set("0-7")),
+            OtherWriters::Repair,
+        );
+        assert!(v.event.is_some() && v.repair);
+    }
+
+    #[test]
+    fn report_reports_once_and_never_repairs() {
+        let v = judge(&set("2-3"), &set("0-7"), None, OtherWriters::Report);
+        assert_eq!(v.event.map(|e| e.to), Some(set("0-7")));
+        assert!(!v.repair);
+        let v = judge(
+            &set("2-3"),
+            &set("0-7"),
+            Some(&set("0-7")),
+            OtherWriters::Report,
+        );
+        assert_eq!(
+            v,
+            Verdict {
+                event: None,
+                repair: false
+            }
+        );
+        // Another value is another write.
+        let v = judge(
+            &set("2-3"),
+            &set("1"),
+            Some(&set("0-7")),
+            OtherWriters::Report,
+        );
+        assert_eq!(
+            v.event.map(|e| (e.from, e.to)),
+            Some((set("2-3"), set("1")))
+        );
+    }
+
+    #[test]
+    fn the_option_parses_its_two_values_and_names_a_bad_one() {
+        assert_eq!(OtherWriters::parse("repair"), Ok(OtherWriters::Repair));
+        assert_eq!(OtherWriters::parse("report"), Ok(OtherWriters::Report));
+        assert_eq!(OtherWriters::default(), OtherWriters::Repair);
+        let err = OtherWriters::parse("yield").expect_err("refused");
+        assert!(err.contains("\"yield\""), "{err}");
+    }
+
+    #[test]
+    fn seen_cpusets_compare_mems_only_where_pinion_sets_them() {
+        let intended = SeenCpuset::intended(&placement("2-3", ""));
+        assert_eq!(intended.mems, None);
+        let seen = seen(Some("2-3"), Some("0-1")).compared_with(&intended);
+        assert_eq!(seen, intended);
+        let intended = SeenCpuset::intended(&placement("2-3", "0"));
+        let seen = seen_of("2-3", "0-1").compared_with(&intended);
+        assert_ne!(seen, intended);
+        assert_eq!(seen.to_string(), "cpus 2-3 mems 0-1");
+        assert_eq!(SeenCpuset::default().to_string(), "cpus (empty)");
+    }
+
+    fn seen_of(cpus: &str, mems: &str) -> SeenCpuset {
+        seen(Some(cpus), Some(mems))
     }
 }

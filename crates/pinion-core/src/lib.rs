@@ -8,6 +8,7 @@ pub mod cpuset;
 pub mod drift;
 pub mod engine;
 pub mod hotplug;
+pub mod housekeeping;
 pub mod migrate;
 pub mod partition;
 pub mod placement;

@@ -284,6 +284,9 @@ impl Controller {
             self.counters.journal_batches_total += 1;
             self.counters.journal_records_total += records as u64;
         }
+        // Housekeeping cgroups give up the newly exclusive cpus before any
+        // process joins them (the growing half waits for the executor).
+        self.shrink_housekeeping();
         let mut failed = Vec::new();
         for effect in batch.after {
             match effect {

@@ -86,6 +86,9 @@ impl Controller {
     /// refresh visits every workload).
     fn execute_refreshed(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
         self.unmake_stale_partitions();
+        // Housekeeping cgroups give up newly exclusive CPUs first and take
+        // released ones last (controller/housekeeping.rs).
+        let housekeeping = self.shrink_housekeeping();
         let runtime = self.apply_differences();
         self.make_partitions();
         let runtime = match delivery {
@@ -101,6 +104,7 @@ impl Controller {
             *pool = now;
             changed
         });
+        self.grow_housekeeping(&housekeeping);
         self.publish();
         runtime
     }
@@ -108,7 +112,7 @@ impl Controller {
     fn refresh_desired(&mut self) {
         let keys: Vec<Key> = self.workloads.keys().cloned().collect();
         for key in keys {
-            let desired = self.placement_for(&key);
+            let desired = self.in_system_partition(&key, self.placement_for(&key));
             if let Some(workload) = self.workloads.get_mut(&key) {
                 if workload.desired != desired {
                     workload.desired = desired;

@@ -21,7 +21,9 @@ mod batch;
 mod damage_tests;
 mod decide;
 mod executor;
+mod foreign;
 mod hotplug;
+mod housekeeping;
 mod migrate_start;
 mod partition;
 mod plugins;
@@ -34,6 +36,7 @@ mod resize;
 mod runtime;
 mod side;
 mod snapshot;
+mod system_partition;
 pub mod task;
 #[cfg(test)]
 mod tests;
@@ -65,7 +68,9 @@ use tokio::sync::{mpsc, watch};
 use crate::metrics::Counters;
 
 pub use executor::RuntimeUpdate;
+pub use foreign::{ForeignKind, ForeignMark};
 pub use hotplug::TopologyReport;
+pub use housekeeping::KeptState;
 pub use migrate_start::MigrateOnStart;
 pub use partition::PartitionState;
 pub use rebuild::StartReport;
@@ -305,6 +310,11 @@ struct Workload {
     /// Why its cgroup settings could not be written, since the last write
     /// that succeeded (`pinion ps` shows it; counted once per failure).
     apply_failure: Option<String>,
+    /// The last cpuset another writer put in its cgroup (`pinion ps`).
+    foreign_mark: Option<ForeignMark>,
+    /// That writer's value, kept in mode `report` (the same value again is
+    /// no new event).
+    foreign_yielded: Option<pinion_core::drift::SeenCpuset>,
 }
 
 impl Workload {
@@ -319,6 +329,8 @@ impl Workload {
             plugins: PluginAllocations::new(),
             plugins_recorded: None,
             apply_failure: None,
+            foreign_mark: None,
+            foreign_yielded: None,
         }
     }
 
@@ -365,6 +377,27 @@ pub struct Controller {
     removals_tx: watch::Sender<Vec<String>>,
     /// Exclusive runs' cpuset partitions (`exclusiveCpus.partition`).
     partitions: partition::Partitions,
+    /// Cgroups whose cpus follow the shared pool (`housekeeping.cgroups`).
+    housekeeping: housekeeping::Housekeeping,
+    /// `otherWriters` and the rate limit of its log lines.
+    foreign: foreign::Foreign,
+    /// KEP-5894's system partition (`systemPartition`, gate on).
+    system_partition: Option<crate::config::SystemPartition>,
+}
+
+/// Node-wide isolation options (issue 31 items 2 and 6): what the agent's
+/// config says about housekeeping cgroups, other writers and KEP-5894's
+/// system partition.
+#[derive(Debug, Clone, Default)]
+pub struct Isolation {
+    /// Cgroups (relative to the cpuset hierarchy's mount) kept on the
+    /// shared pool.
+    pub housekeeping: Vec<ContainerCgroup>,
+    /// Pinion's cgroup root relative to the same mount (a housekeeping
+    /// cgroup holding it is left alone).
+    pub pinion_root: Option<std::path::PathBuf>,
+    pub other_writers: pinion_core::drift::OtherWriters,
+    pub system_partition: Option<crate::config::SystemPartition>,
 }
 
 impl Controller {

@@ -6,9 +6,10 @@
 
 use std::io::ErrorKind;
 
-use pinion_core::drift::{cpuset_drift, SeenCpuset};
+use pinion_core::drift::{cpuset_drift, judge, SeenCpuset};
 use pinion_host::cgroup::CgroupError;
 
+use super::foreign::ForeignKind;
 use super::{Controller, Decision, Frontend, Key, ReconcileReport};
 
 impl Controller {
@@ -39,6 +40,7 @@ impl Controller {
         }
         let drifted = self.notice_drift();
         let runtime_drifted = self.notice_runtime_drift();
+        self.notice_housekeeping_writes();
         self.converge();
         for (key, cgroup) in drifted {
             if self.is_applied(&key) {
@@ -67,13 +69,14 @@ impl Controller {
 
     /// Runtime containers whose cgroup (NRI's `linux.cgroups_path`) holds
     /// another cpuset than the one the runtime last accepted from Pinion:
-    /// marked as not applied (the executor sends their placement again).
-    /// Containers with an update in flight (not applied), without a known
-    /// cgroup, or whose cgroup is gone (the runtime's stop event releases
-    /// them) are left alone. Returns them with their cgroup.
+    /// reported as foreign writes, and with `otherWriters: repair` marked as
+    /// not applied (the executor sends their placement again). Containers
+    /// with an update in flight (not applied), without a known cgroup, or
+    /// whose cgroup is gone (the runtime's stop event releases them) are
+    /// left alone. Returns those to repair with their cgroup.
     fn notice_runtime_drift(&mut self) -> Vec<(Key, String)> {
-        let mut drifted = Vec::new();
-        for (key, workload) in &mut self.workloads {
+        let mut found = Vec::new();
+        for (key, workload) in &self.workloads {
             let Frontend::Runtime {
                 container_id: Some(id),
                 cgroup: Some(cgroup),
@@ -100,11 +103,64 @@ impl Controller {
             let Some(drift) = cpuset_drift(applied, &seen) else {
                 continue;
             };
-            tracing::warn!(pod = %key.0, container = %key.1, id = %id, cgroup = %cgroup, "{drift}: changed outside Pinion; updating the container");
-            workload.applied = None;
-            drifted.push((key.clone(), format!("{}/{} ({cgroup})", key.0, key.1)));
+            tracing::debug!(pod = %key.0, container = %key.1, id = %id, cgroup = %cgroup, "{drift}: changed outside Pinion");
+            found.push((
+                key.clone(),
+                cgroup.to_string(),
+                SeenCpuset::intended(applied),
+                seen,
+            ));
+        }
+        let mut drifted = Vec::new();
+        for (key, cgroup, intended, seen) in found {
+            if self.judge_container(&key, &cgroup, &intended, &seen) {
+                drifted.push((key.clone(), format!("{}/{} ({cgroup})", key.0, key.1)));
+            }
         }
         drifted
+    }
+
+    /// Reports a container's cgroup found holding `seen` instead of
+    /// `intended` (once per new value) and decides whether it is repaired:
+    /// then marked as not applied. Returns whether it is repaired.
+    fn judge_container(
+        &mut self,
+        key: &Key,
+        cgroup: &str,
+        intended: &SeenCpuset,
+        seen: &SeenCpuset,
+    ) -> bool {
+        let seen = seen.compared_with(intended);
+        let Some(workload) = self.workloads.get(key) else {
+            return false;
+        };
+        let verdict = judge(
+            intended,
+            &seen,
+            workload.foreign_yielded.as_ref(),
+            self.foreign.mode,
+        );
+        if let Some(write) = &verdict.event {
+            let pod = workload.spec.as_ref().map_or_else(
+                || format!("pod {}", key.0),
+                |p| format!("pod {}/{} ({})", p.namespace, p.name, key.0),
+            );
+            let what = format!("cgroup {cgroup} of {pod} container {}", key.1);
+            let mark = self.record_foreign(ForeignKind::Container, &what, write, verdict.repair);
+            if let Some(workload) = self.workloads.get_mut(key) {
+                workload.foreign_mark = Some(mark);
+            }
+        }
+        let Some(workload) = self.workloads.get_mut(key) else {
+            return false;
+        };
+        if verdict.repair {
+            workload.applied = None;
+            workload.foreign_yielded = None;
+        } else if seen != *intended {
+            workload.foreign_yielded = Some(seen);
+        }
+        verdict.repair
     }
 
     fn gone_workloads(&self) -> Vec<Key> {
@@ -115,24 +171,45 @@ impl Controller {
             .collect()
     }
 
-    /// Standalone cgroups whose cpuset differs from what was applied: marked
-    /// as not applied (the executor rewrites them). Returns them.
+    /// Standalone cgroups whose cpuset differs from what was applied:
+    /// reported as foreign writes and, with `otherWriters: repair` (or when
+    /// the cgroup cannot be read), marked as not applied (the executor
+    /// rewrites them). Returns those to repair.
     fn notice_drift(&mut self) -> Vec<(Key, String)> {
         let mut drifted = Vec::new();
         for (key, cgroup) in self.managed_cgroups() {
-            let Some(workload) = self.workloads.get_mut(&key) else {
+            let Some(applied) = self.workloads.get(&key).and_then(|w| w.applied.clone()) else {
                 continue;
             };
-            let Some(applied) = &workload.applied else {
-                continue;
+            let intended = SeenCpuset {
+                cpus: Some(applied.cpus.clone()),
+                mems: None,
             };
-            let have = self.host.cpus(&cgroup);
-            if have.as_ref().is_ok_and(|have| *have == applied.cpus) {
-                continue;
+            let repair = match self.host.cpus(&cgroup) {
+                Ok(have) if have == applied.cpus => {
+                    if let Some(workload) = self.workloads.get_mut(&key) {
+                        workload.foreign_yielded = None;
+                    }
+                    continue;
+                }
+                Ok(have) => {
+                    let seen = SeenCpuset {
+                        cpus: (!have.is_empty()).then_some(have),
+                        mems: None,
+                    };
+                    self.judge_container(&key, cgroup.as_str(), &intended, &seen)
+                }
+                Err(err) => {
+                    tracing::warn!(cgroup = %cgroup, want = %applied.cpus, "reading the cpuset failed ({err}); rewriting");
+                    if let Some(workload) = self.workloads.get_mut(&key) {
+                        workload.applied = None;
+                    }
+                    true
+                }
+            };
+            if repair {
+                drifted.push((key, cgroup.to_string()));
             }
-            tracing::warn!(cgroup = %cgroup, have = ?have.ok().map(|c| c.to_string()), want = %applied.cpus, "cpuset changed outside Pinion; rewriting");
-            workload.applied = None;
-            drifted.push((key, cgroup.to_string()));
         }
         drifted
     }

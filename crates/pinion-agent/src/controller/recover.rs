@@ -65,6 +65,8 @@ pub struct StartParts {
     pub migrate_on_start: MigrateOnStart,
     /// What exclusive runs' cgroups become (`exclusiveCpus.partition`).
     pub partition: pinion_core::partition::PartitionMode,
+    /// Housekeeping cgroups, other writers, the system partition.
+    pub isolation: super::Isolation,
 }
 
 impl Controller {
@@ -155,6 +157,12 @@ impl Controller {
             snapshot_tx,
             removals_tx,
             partitions: super::partition::Partitions::new(parts.partition),
+            housekeeping: super::housekeeping::Housekeeping::new(
+                &parts.isolation.housekeeping,
+                parts.isolation.pinion_root.clone(),
+            ),
+            foreign: super::foreign::Foreign::new(parts.isolation.other_writers),
+            system_partition: parts.isolation.system_partition.clone(),
         };
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());

@@ -53,6 +53,9 @@ pub struct Snapshot {
     /// The cgroup root's `cpuset.cpus.isolated` (cgroup v2, Linux 6.8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated_cpus: Option<CpuSet>,
+    /// Each housekeeping cgroup: its cpus, state and last foreign write.
+    #[serde(default)]
+    pub housekeeping: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
 }
@@ -100,6 +103,10 @@ pub struct WorkloadView {
     /// Its cgroup's cpuset partition ([`super::PartitionState::describe`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// The last cpuset another writer put in its cgroup: when, from, to and
+    /// whether Pinion repaired it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_write: Option<String>,
 }
 
 impl Controller {
@@ -128,6 +135,13 @@ impl Controller {
                 gauges: self.engine.cpu_gauges(),
                 counters: self.counters.clone(),
                 workloads: workloads.len(),
+                housekeeping_states: self.housekeeping.states(),
+                system_partition: self.system_partition.as_ref().map(|p| {
+                    crate::metrics::PartitionGauges {
+                        memory_limit: p.memory_limit,
+                        pods: self.system_partition_pods(),
+                    }
+                }),
             },
             shared_placement: Placement::shared(self.engine.machine(), shared_pool.clone()),
             shared_pool,
@@ -140,6 +154,7 @@ impl Controller {
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
             isolated_cpus: self.host.isolated_cpus(),
+            housekeeping: self.housekeeping.lines(),
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -211,5 +226,6 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         plugins: workload.plugins.clone(),
         apply_error: workload.apply_failure.clone(),
         partition: None,
+        foreign_write: workload.foreign_mark.as_ref().map(ToString::to_string),
     }
 }

@@ -973,5 +973,6 @@ fn a_pod_every_plugin_heard_of_is_recorded_with_the_next_flush() {
 }
 
 mod holes;
+mod housekeeping;
 mod partitions;
 mod runtime_drift;

@@ -52,6 +52,13 @@ pub struct FakeTree {
     pub containers: BTreeMap<ContainerCgroup, ContainerCpuset>,
     /// The cpuset partition files (runs' under `pinion/`).
     pub partitions: FakePartitions,
+    /// Housekeeping cgroups (outside Pinion's root) and their
+    /// `cpuset.cpus` (`None`: empty; absent: no such cgroup).
+    pub housekeeping: BTreeMap<ContainerCgroup, Option<CpuSet>>,
+    /// Every cpus write and process move, in order: `set NAME CPUS` for
+    /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
+    /// housekeeping cgroups.
+    pub log: Vec<String>,
 }
 
 impl FakeCgroups {
@@ -105,6 +112,7 @@ impl CpusetHost for FakeCgroups {
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
         entry.mems = mems.clone();
+        tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }
 
@@ -117,6 +125,7 @@ impl CpusetHost for FakeCgroups {
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.cpus = cpus.clone();
         entry.mems = mems.clone();
+        tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }
 
@@ -180,6 +189,7 @@ impl CpusetHost for FakeCgroups {
             .get_mut(name)
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.pids.push(pid);
+        tree.log.push(format!("pid {name} {pid}"));
         Ok(())
     }
 
@@ -254,6 +264,44 @@ impl CpusetHost for FakeCgroups {
                 data: None,
                 source: std::io::ErrorKind::NotFound.into(),
             })
+    }
+
+    fn housekeeping_cpus(&self, cgroup: &ContainerCgroup) -> Result<Option<CpuSet>, CgroupError> {
+        self.tree()
+            .housekeeping
+            .get(cgroup)
+            .cloned()
+            .ok_or_else(|| CgroupError::Io {
+                op: CgroupOp::Read,
+                path: cgroup.relative().to_path_buf(),
+                data: None,
+                source: std::io::ErrorKind::NotFound.into(),
+            })
+    }
+
+    fn set_housekeeping_cpus(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        let failing = tree.fail_writes;
+        let Some(entry) = tree.housekeeping.get_mut(cgroup).filter(|_| !failing) else {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: cgroup.relative().to_path_buf(),
+                data: Some(cpus.to_string()),
+                source: if failing {
+                    std::io::ErrorKind::PermissionDenied
+                } else {
+                    std::io::ErrorKind::NotFound
+                }
+                .into(),
+            });
+        };
+        *entry = Some(cpus.clone());
+        tree.log.push(format!("housekeeping {cgroup} {cpus}"));
+        Ok(())
     }
 }
 

@@ -124,6 +124,21 @@ pub(super) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     }
 }
 
+/// v2: enables only the cpuset controller for the children of `dir` when
+/// its `cgroup.subtree_control` lacks it (housekeeping cgroups: Pinion asks
+/// for nothing else there).
+pub(super) fn enable_cpuset(dir: &Path) -> Result<(), CgroupError> {
+    let path = dir.join("cgroup.subtree_control");
+    let enabled = read(&path)?;
+    if enabled
+        .split_whitespace()
+        .any(|c| c.trim_start_matches('+') == "cpuset")
+    {
+        return Ok(());
+    }
+    write(&path, "+cpuset")
+}
+
 /// Child directories of `root` whose names are valid cgroup names.
 pub(super) fn list_children(root: &Path) -> Result<Vec<CgroupName>, CgroupError> {
     let entries = match fs::read_dir(root) {

@@ -192,6 +192,20 @@ pub trait CpusetHost: Send {
     fn isolated_cpus(&self) -> Option<CpuSet> {
         None
     }
+    /// The `cpuset.cpus` of a cgroup outside Pinion's root that Pinion keeps
+    /// (config `housekeeping.cgroups`), below the hierarchy's mount (`None`:
+    /// the file is empty). A missing cgroup is an I/O error of kind
+    /// `NotFound`.
+    fn housekeeping_cpus(&self, cgroup: &ContainerCgroup) -> Result<Option<CpuSet>, CgroupError>;
+    /// Writes the `cpuset.cpus` of such a cgroup; on v2 first enables the
+    /// cpuset controller in `cgroup.subtree_control` of each ancestor from
+    /// the mount down where it is missing (and only it). A missing cgroup is
+    /// an I/O error of kind `NotFound`; it is never created.
+    fn set_housekeeping_cpus(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError>;
 }
 
 /// Why cgroup v1 gets no partition.
@@ -660,6 +674,36 @@ impl CpusetHost for Cgroups {
             cpus: read("cpuset.cpus")?,
             mems: read("cpuset.mems")?,
         })
+    }
+
+    fn housekeeping_cpus(&self, cgroup: &ContainerCgroup) -> Result<Option<CpuSet>, CgroupError> {
+        self.container_cpuset(cgroup).map(|seen| seen.cpus)
+    }
+
+    fn set_housekeeping_cpus(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        let dir = self.mount.join(cgroup.relative());
+        if !dir.is_dir() {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: dir,
+                data: Some(cpus.to_string()),
+                source: io::ErrorKind::NotFound.into(),
+            });
+        }
+        if self.version == CgroupVersion::V2 {
+            let parents = chain_below(&self.mount, cgroup.relative());
+            let parents = std::iter::once(self.mount.clone())
+                .chain(parents)
+                .take_while(|p| *p != dir);
+            for parent in parents {
+                fs_ops::enable_cpuset(&parent)?;
+            }
+        }
+        fs_ops::write(&dir.join("cpuset.cpus"), &cpus.to_string())
     }
 }
 

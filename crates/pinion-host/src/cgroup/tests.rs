@@ -529,3 +529,58 @@ fn container_cpusets_are_read_below_the_mount_for_both_drivers() {
         "{malformed}"
     );
 }
+
+#[test]
+fn v2_housekeeping_cgroups_get_cpuset_enabled_above_them_and_their_cpus_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("unified");
+    let slice = mount.join("system.slice");
+    fs::create_dir_all(&slice).expect("mkdir");
+    fs::write(mount.join("cgroup.subtree_control"), "cpu memory\n").expect("write");
+    fs::write(slice.join("cgroup.subtree_control"), "").expect("write");
+    fs::write(slice.join("cpuset.cpus"), "").expect("write");
+    let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    let system = ContainerCgroup::resolve("/system.slice").expect("valid");
+    assert_eq!(cg.housekeeping_cpus(&system).expect("read"), None);
+    cg.set_housekeeping_cpus(&system, &set("0-1,4-7"))
+        .expect("write");
+    // Only cpuset, only above the cgroup (its own children are its own).
+    assert_eq!(read(&mount.join("cgroup.subtree_control")), "+cpuset");
+    assert_eq!(read(&slice.join("cgroup.subtree_control")), "");
+    assert_eq!(read(&slice.join("cpuset.cpus")), "0-1,4-7");
+    assert_eq!(
+        cg.housekeeping_cpus(&system).expect("read"),
+        Some(set("0-1,4-7"))
+    );
+    // Already enabled: left alone.
+    fs::write(mount.join("cgroup.subtree_control"), "cpuset cpu\n").expect("write");
+    cg.set_housekeeping_cpus(&system, &set("0-7"))
+        .expect("write");
+    assert_eq!(read(&mount.join("cgroup.subtree_control")), "cpuset cpu");
+    // A missing cgroup is not created: NotFound, naming it.
+    let gone = ContainerCgroup::resolve("/runtime.slice").expect("valid");
+    let err = cg
+        .set_housekeeping_cpus(&gone, &set("0"))
+        .expect_err("missing");
+    assert!(
+        matches!(&err, CgroupError::Io { op: CgroupOp::Write, source, path, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && path.ends_with("runtime.slice")),
+        "{err}"
+    );
+    assert!(!mount.join("runtime.slice").exists());
+}
+
+#[test]
+fn v1_housekeeping_cgroups_are_written_as_they_are() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let slice = mount.join("system.slice");
+    fs::create_dir_all(&slice).expect("mkdir");
+    fs::write(slice.join("cpuset.cpus"), "0-7\n").expect("write");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    let system = ContainerCgroup::resolve("/system.slice").expect("valid");
+    cg.set_housekeeping_cpus(&system, &set("0,4-7"))
+        .expect("write");
+    assert_eq!(read(&slice.join("cpuset.cpus")), "0,4-7");
+    assert!(!mount.join("cgroup.subtree_control").exists());
+}

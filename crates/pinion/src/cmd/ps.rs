@@ -48,6 +48,9 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     for line in &snapshot.hotplug {
         let _ = writeln!(out, "cpu hot-plug: {line}");
     }
+    for line in &snapshot.housekeeping {
+        let _ = writeln!(out, "housekeeping: {line}");
+    }
     let mut columns = vec![
         "POD",
         "CONTAINER",
@@ -74,11 +77,16 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
             Some(p) if p.starts_with("member") => " [member!]".to_string(),
             Some(p) => format!(" [{p}]"),
         };
+        let foreign = if w.foreign_write.is_some() {
+            " (foreign write)"
+        } else {
+            ""
+        };
         let mut row = vec![
             w.pod.clone(),
             w.container.clone(),
             w.frontend.clone(),
-            format!("{}{partition}{applied}", w.pool),
+            format!("{}{partition}{applied}{foreign}", w.pool),
             w.cpus.clone(),
             w.mems.clone(),
             w.pid.map(|p| p.to_string()).unwrap_or_default(),
@@ -93,6 +101,9 @@ pub(crate) fn table(snapshot: &Snapshot, wide: bool) -> String {
     for w in &snapshot.workloads {
         if let Some(error) = &w.apply_error {
             let _ = writeln!(out, "{}/{} apply failed: {error}", w.pod, w.container);
+        }
+        if let Some(write) = &w.foreign_write {
+            let _ = writeln!(out, "{}/{} cpuset {write}", w.pod, w.container);
         }
     }
     for w in &snapshot.workloads {
