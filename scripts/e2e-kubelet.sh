@@ -27,8 +27,12 @@ SUITE=trixie
 # The newest containerd 2.x the Go module proxy served when this was written.
 CONTAINERD2_VERSION=${PINION_E2E_CONTAINERD2_VERSION:-v2.4.2}
 # The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2,
-# 1.5 GiB a node (kubelet, containerd and the agent run in an initramfs).
+# 1.5 GiB a node (kubelet, containerd and the agent run in an initramfs), and
+# a virtio-net NIC (no network backend, link down) whose documentation
+# address the guest's /init sets is kubelet's node IP (kubelet refuses a
+# loopback one).
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
+GUEST_NIC_NODE=1
 
 which=both E2E_INTERACTIVE=0
 while [ $# -gt 0 ]; do
@@ -84,11 +88,11 @@ images+=("$E2E_WORK/images:/e2e/images")
 e2e_guest_image "$E2E_WORK/initrd" "${images[@]}" || e2e_die "cannot build the guest image"
 e2e_log "accelerator: $(e2e_accel); image $(du -h "$E2E_WORK/initrd" | cut -f1)"
 start=$(date +%s)
-mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}")
+mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}"; e2e_nic_args "$GUEST_NIC_NODE")
 log=$E2E_WORK/guest.console
 list=$(IFS=,; echo "${scenarios[*]}")
 e2e_run_guest "$log" "$E2E_WORK/initrd" $((900 * ${#scenarios[@]} + 300)) \
-    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=900" \
+    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=900" \
     "${shape_args[@]}"
 status=$?
 [ "$E2E_INTERACTIVE" = 1 ] && exit 0

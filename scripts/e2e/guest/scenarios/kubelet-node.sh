@@ -21,10 +21,12 @@ S=$E2E_STATE
 CTRD_SOCK=$S/containerd.sock
 NRI_SOCK=$S/nri.sock
 MANIFESTS=$S/manifests
-OUT=$S/out
+OUT=$S/pods  # ($S/out is the scenario's own output)
 KROOT=$S/kubelet
 PR_SOCK=$S/pod-resources/pinion.sock
 RESERVED_CPUS=0-1
+# The guest NIC's address (its /init), or the first non-loopback IPv4 one.
+NODE_IP=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
 IMAGE=pinion.test/busybox:1
 mkdir -p "$MANIFESTS" "$OUT" "$KROOT" "$S/nri-plugins" "$S/nri-conf" "$S/pod-resources"
 
@@ -188,10 +190,15 @@ EOF
 kubelet_start() {
     kubelet_config "$1" >"$S/kubelet.yaml"
     KUBELET_POLICY=$1
-    kubelet --config "$S/kubelet.yaml" --root-dir "$KROOT" --hostname-override e2e \
+    kubelet --config "$S/kubelet.yaml" --root-dir "$KROOT" --hostname-override e2e --node-ip "$NODE_IP" --v=2 \
         >>"$S/kubelet.log" 2>&1 &
     KUBELET_PID=$!
-    wait_for 120 wget -q -O /dev/null http://127.0.0.1:10248/healthz
+    if wait_for 120 wget -q -O /dev/null http://127.0.0.1:10248/healthz; then
+        note "kubelet ($1) healthy"
+        return 0
+    fi
+    grep '^E' "$S/kubelet.log" | tail -n 8 | cut -c1-400 | sed 's/^/  kubelet| /'
+    return 1
 }
 
 kubelet_stop() {
@@ -265,12 +272,19 @@ pod_gone() { [ -z "$(pod_pid "$1")" ]; }
 # records the start-up latency (ms) in $S/latency-$PHASE.
 start_pod() {
     write_pod "$1" "$2"
-    if wait_for 180 pod_running "$1"; then
+    if wait_for "${POD_WAIT:-180}" pod_running "$1"; then
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(cut -d' ' -f1 "$OUT/$1.started")" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
+        note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
         return 0
     fi
+    note "$PHASE: pod $1 does not run; kubelet's log about it and containerd's errors end with:"
+    grep -v 'cri_stats_provider\|eviction_manager\|Creating a mirror pod' "$S/kubelet.log" |
+        tail -n 25 | cut -c1-500 | sed 's/^/  kubelet| /'
+    ls -l "$OUT" | sed 's/^/  out| /'
+    ps -o pid,args | grep -v ' \[' | tail -n 15 | sed 's/^/  ps| /'
+    grep 'level=error' "$S/containerd.log" | tail -n 5 | cut -c1-400 | sed 's/^/  containerd| /'
     return 1
 }
 
@@ -346,7 +360,7 @@ run_sequence() {
         name=${item%%:*} kind=${item#*:}
         case " $* " in *" $name "*) ;; *) continue ;; esac
         if ! start_pod "$name" "$kind"; then
-            fail "$PHASE: pod $name ($kind) runs" "$(tail -3 "$S/kubelet.log" | cut -c1-300)"
+            fail "$PHASE: pod $name ($kind) runs" "see the notes above"
             return 1
         fi
         started="$started $name"
