@@ -2,7 +2,10 @@ module github.com/pinion/interop/kubelet-node
 
 go 1.26.0
 
-require k8s.io/kubernetes v1.37.2
+require (
+	k8s.io/kubelet v0.37.2
+	k8s.io/kubernetes v1.37.2
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -136,7 +139,6 @@ require (
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
-	k8s.io/kubelet v0.37.2 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/streaming v0.37.2 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect

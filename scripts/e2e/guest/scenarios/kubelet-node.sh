@@ -226,7 +226,10 @@ pinion_start() {
 
 # pod_uid NAME: the UID the manifest sets (kubelet keeps a static pod's UID
 # when the manifest has one).
-pod_uid() { printf '11111111-0000-4000-8000-%012x' "$(printf '%s' "$1" | cksum | cut -d' ' -f1)"; }
+pod_uid() {
+    uid=000000000000$(printf '%s' "$1" | od -An -tx1 | tr -d ' \n')
+    echo "11111111-0000-4000-8000-${uid#"${uid%????????????}"}"
+}
 
 # write_pod NAME KIND: writes the manifest of a pod of KIND (burstable, gN =
 # Guaranteed with N whole CPUs, podlevel = Guaranteed by pod-level resources
@@ -242,7 +245,7 @@ write_pod() {
     esac
     podres=""
     [ "$kind" = podlevel ] &&
-        podres='"resources": {"requests": {"cpu": "2", "memory": "128Mi"}, "limits": {"cpu": "2", "memory": "128Mi"}},'
+        podres='"resources": {"requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},'
     cat >"$S/$name.json.tmp" <<EOF
 {"apiVersion": "v1", "kind": "Pod",
  "metadata": {"name": "$name", "namespace": "default", "uid": "$(pod_uid "$name")"},
@@ -338,7 +341,9 @@ placements() {
     done
 }
 
-# The pod sequence both deciders run: NAME:KIND (see write_pod).
+# The pod sequence both deciders run: NAME:KIND (see write_pod). Their
+# requests (0.25 + 2 + 0.5 + 1 + 2 CPUs) fit the node's allocatable 6: kubelet
+# admits a pod only within it.
 SEQ="b:burstable g1:g2 pl:podlevel g2:g1 g3:g2"
 # exclusive NAME...: the CPUs of the named pods that hold exclusive ones.
 exclusive() {
