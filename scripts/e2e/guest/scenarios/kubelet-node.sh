@@ -264,7 +264,7 @@ EOF
 # pod_pid NAME: the pid of the pod's container (its shell; lowest pid).
 pod_pid() {
     for p in /proc/[0-9]*; do
-        tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "E2E_POD=$1" && echo "${p#/proc/}"
+        { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "E2E_POD=$1" && echo "${p#/proc/}"
     done | sort -n | head -1
 }
 pod_cpus() { cpus_expand "$(proc_field "$(pod_pid "$1")" Cpus_allowed_list)"; }
