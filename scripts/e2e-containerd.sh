@@ -16,6 +16,7 @@ set -uo pipefail
 E2E_NAME=e2e-containerd
 . "$(dirname "$0")/e2e/lib.sh"
 . "$E2E_LIB/vm.sh"
+. "$E2E_LIB/peers.sh"
 
 SUITE=trixie
 # The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, and
@@ -43,18 +44,10 @@ e2e_require "${packages[@]}"
 e2e_build
 [ -x "$E2E_BIN_DIR/pinion-cri" ] || e2e_die "no pinion-cri binary in $E2E_BIN_DIR"
 
-deb=$(e2e_fetch_deb "$SUITE" containerd) && [ -n "$deb" ] ||
+CTRD=$(e2e_containerd_deb "$SUITE") ||
     e2e_skip_all "cannot fetch the containerd package of Debian $SUITE (see above)"
-CTRD=$E2E_CACHE/$(basename "$deb" .deb)
-if [ ! -x "$CTRD/usr/bin/containerd" ]; then
-    rm -rf "$CTRD.tmp" && dpkg-deb -x "$deb" "$CTRD.tmp" && mv "$CTRD.tmp" "$CTRD" ||
-        e2e_die "cannot extract $deb"
-fi
 e2e_log "containerd: $("$CTRD/usr/bin/containerd" --version 2>&1)"
-mkdir -p "$E2E_WORK/images"
-e2e_oci_image "$E2E_WORK/images/pause.tar" pinion.test/pause:1 /bin/sleep 1000000000 &&
-    e2e_oci_image "$E2E_WORK/images/busybox.tar" pinion.test/busybox:1 /bin/sh ||
-    e2e_die "cannot build the OCI images"
+e2e_test_images "$E2E_WORK/images" || e2e_die "cannot build the OCI images"
 
 # The DaemonSet's image (scripts/build-image.sh, no registry, no engine):
 # imported by this containerd's ctr and run with runc — the image `deploy/`

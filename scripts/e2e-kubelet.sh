@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# A real Kubernetes node: upstream kubelet, built from its Go module
+# (interop/kubelet-node: `go build k8s.io/kubernetes/cmd/kubelet`), running
+# standalone (static pods from a manifest directory, no API server) in a
+# qemu guest with 2 sockets, SMT, 2 NUMA nodes and cgroup v2, with Pinion as
+# containerd's NRI plugin. It runs on Debian trixie's containerd 1.7 and on
+# containerd 2.x built from the Go module github.com/containerd/containerd/v2
+# (scenarios kubelet-containerd1 and kubelet-containerd2, both
+# scripts/e2e/guest/scenarios/kubelet-node.sh): the same pod sequence with
+# kubelet's static policy deciding and with kubelet `none` + Pinion deciding,
+# the migration of docs/deployment.md between them with the pods running,
+# restarts, podresources through kubelet's own client, reservedSystemCPUs,
+# and the pods' start-up latency under both. Needs root and Go (binaries and
+# Go's caches outside the repository: a second run reuses them). Last line:
+# `N passed, N failed, N skipped`; exits non-zero on a failure.
+#
+# Usage: sudo scripts/e2e-kubelet.sh [--containerd 1|2|both] [--interactive]
+# Environment: as scripts/e2e-vm.sh (PINION_E2E_*), and
+# PINION_E2E_CONTAINERD2_VERSION (default below), PINION_E2E_DEBIAN_MIRROR.
+set -uo pipefail
+E2E_NAME=e2e-kubelet
+. "$(dirname "$0")/e2e/lib.sh"
+. "$E2E_LIB/vm.sh"
+. "$E2E_LIB/peers.sh"
+
+SUITE=trixie
+# The newest containerd 2.x the Go module proxy served when this was written.
+CONTAINERD2_VERSION=${PINION_E2E_CONTAINERD2_VERSION:-v2.4.2}
+# The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2,
+# 1.5 GiB a node (kubelet, containerd and the agent run in an initramfs), and
+# a virtio-net NIC (no network backend, link down) whose documentation
+# address the guest's /init sets is kubelet's node IP (kubelet refuses a
+# loopback one).
+GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
+GUEST_NIC_NODE=1
+
+which=both E2E_INTERACTIVE=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --containerd)
+        which=${2:-}
+        case $which in 1 | 2 | both) ;; *) e2e_die "--containerd takes 1, 2 or both, not '$which'" ;; esac
+        shift 2
+        ;;
+    --interactive) E2E_INTERACTIVE=1; shift ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) e2e_die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+export E2E_INTERACTIVE
+
+E2E_WORK=$(mktemp -d /tmp/pinion-e2e-kubelet.XXXXXX)
+[ -n "${PINION_E2E_KEEP:-}" ] || trap 'rm -rf "$E2E_WORK"' EXIT
+e2e_require busybox-static runc qemu-system-x86 linux-image-cloud-amd64 cpio
+if ! command -v go >/dev/null 2>&1; then
+    [ -n "${CI:-}" ] && e2e_die "go is not installed (kubelet and containerd 2.x are built from Go modules)"
+    e2e_skip_all "go is not installed (kubelet and containerd 2.x are built from Go modules)"
+fi
+e2e_build
+
+start=$(date +%s)
+KUBELET_DIR=$(e2e_kubelet_build) || e2e_die "cannot build kubelet (see above)"
+e2e_log "kubelet: $("$KUBELET_DIR/kubelet" --version 2>&1) (k8s.io/kubernetes $(cd "$E2E_REPO/interop/kubelet-node" && go list -m -f '{{.Version}}' k8s.io/kubernetes))"
+images=("$KUBELET_DIR/kubelet:/usr/local/bin/kubelet"
+    "$KUBELET_DIR/podresources-client:/usr/local/bin/podresources-client"
+    "$(command -v runc):/usr/sbin/runc")
+scenarios=()
+if [ "$which" != 2 ]; then
+    CTRD1=$(e2e_containerd_deb "$SUITE") || e2e_die "cannot fetch Debian $SUITE's containerd (see above)"
+    e2e_log "containerd 1.x: $("$CTRD1/usr/bin/containerd" --version 2>&1)"
+    for bin in containerd containerd-shim-runc-v2 ctr; do
+        images+=("$CTRD1/usr/bin/$bin:/opt/containerd1/bin/$bin")
+    done
+    scenarios+=(kubelet-containerd1)
+fi
+if [ "$which" != 1 ]; then
+    CTRD2=$(e2e_containerd2_build "$CONTAINERD2_VERSION") || e2e_die "cannot build containerd $CONTAINERD2_VERSION (see above)"
+    e2e_log "containerd 2.x: $("$CTRD2/containerd" --version 2>&1)"
+    for bin in containerd containerd-shim-runc-v2 ctr; do
+        images+=("$CTRD2/$bin:/opt/containerd2/bin/$bin")
+    done
+    scenarios+=(kubelet-containerd2)
+fi
+e2e_log "peers ready in $(($(date +%s) - start)) s"
+e2e_test_images "$E2E_WORK/images" || e2e_die "cannot build the OCI images"
+images+=("$E2E_WORK/images:/e2e/images")
+
+e2e_guest_image "$E2E_WORK/initrd" "${images[@]}" || e2e_die "cannot build the guest image"
+e2e_log "accelerator: $(e2e_accel); image $(du -h "$E2E_WORK/initrd" | cut -f1)"
+start=$(date +%s)
+mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}"; e2e_nic_args "$GUEST_NIC_NODE")
+log=$E2E_WORK/guest.console
+list=$(IFS=,; echo "${scenarios[*]}")
+# One scenario took over 900 s under TCG on a loaded 2-core host (load
+# average 10-15): kubelet starts in 30-60 s there, a pod in 8-40 s.
+e2e_run_guest "$log" "$E2E_WORK/initrd" $((1800 * ${#scenarios[@]} + 300)) \
+    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=1800" \
+    "${shape_args[@]}"
+status=$?
+[ "$E2E_INTERACTIVE" = 1 ] && exit 0
+e2e_collect "$log" guest-smt
+if ! grep -q '^E2E-END' "$log"; then
+    e2e_result FAIL "guest-smt: the guest did not finish (qemu status $status); console and qemu output end with:"
+    tail -n 20 "$log" "$log.qemu" | sed 's/^/  | /'
+fi
+e2e_log "guest done in $(($(date +%s) - start)) s"
+
+# What ran, and the start-up latency (manifest written -> container running)
+# of the same pods under kubelet's static policy and under Pinion.
+tr -d '\r' <"$log" | sed -n 's/^E2E-CONTAINERD \([12]\) /containerd \1.x: /p' | sed 's/^/e2e-kubelet: ran on /' >&2
+tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
+    { n = 0; s = 0; for (i = 4; i <= NF; i += 2) { s += $(i + 1); n++ }
+      mean[$2 " " $3] = s / n; detail[$2 " " $3] = ""; for (i = 4; i <= NF; i += 2) detail[$2 " " $3] = detail[$2 " " $3] " " $i "=" $(i + 1) }
+    END {
+      for (k in mean) { split(k, p, " "); rt[p[1]] = 1 }
+      for (r in rt) {
+        a = mean[r " static"]; b = mean[r " pinion"]
+        printf "e2e-kubelet: start-up latency on %s (ms, manifest written -> container running): kubelet static mean %.0f (%s ), kubelet none + Pinion mean %.0f (%s ); Pinion adds %+.0f ms (%+.1f %%)\n", r, a, detail[r " static"], b, detail[r " pinion"], b - a, a > 0 ? (b - a) * 100 / a : 0
+      }
+    }' >&2
+e2e_summary

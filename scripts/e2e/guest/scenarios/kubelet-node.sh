@@ -1,0 +1,521 @@
+# A real Kubernetes node: upstream kubelet (standalone: static pods from a
+# manifest directory, no API server) on a real containerd, with Pinion as
+# containerd's NRI plugin (scripts/e2e-kubelet.sh). Sourced by the scenarios
+# kubelet-containerd1.sh and kubelet-containerd2.sh after they set CTRD_MAJOR
+# (1 or 2); not a scenario of its own. Needs in the guest: kubelet and
+# podresources-client (/usr/local/bin), containerd, its shim and ctr under
+# /opt/containerd$CTRD_MAJOR/bin, runc, E2E_IMAGES (pause.tar, busybox.tar).
+#
+# The node: reservedSystemCPUs "0-1" (one whole core) with the
+# strict-cpu-reservation option, the same in kubelet's and in Pinion's
+# configuration. The same pod sequence runs twice in the same guest: once
+# with kubelet's own static policy deciding, once with kubelet at `none` and
+# Pinion deciding; in between, the node is migrated from the first to the
+# second as docs/deployment.md says, with the pods running.
+
+CTRD_BIN=/opt/containerd$CTRD_MAJOR/bin
+export PATH="$CTRD_BIN:$PATH"
+E2E_RUNC=${E2E_RUNC:-$(command -v runc)}
+E2E_IMAGES=${E2E_IMAGES:-/e2e/images}
+S=$E2E_STATE
+CTRD_SOCK=$S/containerd.sock
+NRI_SOCK=$S/nri.sock
+MANIFESTS=$S/manifests
+OUT=$S/pods  # ($S/out is the scenario's own output)
+KROOT=$S/kubelet
+PR_SOCK=$S/pod-resources/pinion.sock
+RESERVED_CPUS=0-1
+# The guest NIC's address (its /init), or the first non-loopback IPv4 one.
+NODE_IP=$(ip -4 -o addr show scope global 2>/dev/null | awk '{ sub("/.*", "", $4); print $4; exit }')
+IMAGE=pinion.test/busybox:1
+mkdir -p "$MANIFESTS" "$OUT" "$KROOT" "$S/nri-plugins" "$S/nri-conf" "$S/pod-resources"
+
+# The root file system of an initramfs cannot be pivot_root'ed away from.
+no_pivot=false
+case $(awk '$2 == "/" { print $3; exit }' /proc/mounts) in
+rootfs | ramfs | tmpfs) no_pivot=true ;;
+esac
+
+# containerd_config NRI(true|false): containerd's configuration, version 2
+# for containerd 1.7, version 3 for 2.x (the CRI plugin split into images
+# and runtime); NRI on or off (1.7's default is off, 2.x's on).
+containerd_config() {
+    nri_disable=true
+    [ "$1" = true ] && nri_disable=false
+    if [ "$CTRD_MAJOR" = 1 ]; then
+        cat <<EOF
+version = 2
+root = "$S/root"
+state = "$S/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.overlayfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CTRD_SOCK"
+
+[ttrpc]
+  address = "$CTRD_SOCK.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$S/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "pinion.test/pause:1"
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "$E2E_RUNC"
+        Root = "$S/runc"
+        SystemdCgroup = false
+        NoPivotRoot = $no_pivot
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$S/cni/bin"
+    conf_dir = "$S/cni/conf"
+
+[plugins."io.containerd.nri.v1.nri"]
+  disable = $nri_disable
+  disable_connections = false
+  socket_path = "$NRI_SOCK"
+  plugin_path = "$S/nri-plugins"
+  plugin_config_path = "$S/nri-conf"
+  plugin_registration_timeout = "10s"
+  plugin_request_timeout = "10s"
+EOF
+    else
+        cat <<EOF
+version = 3
+root = "$S/root"
+state = "$S/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.overlayfs", "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CTRD_SOCK"
+
+[ttrpc]
+  address = "$CTRD_SOCK.ttrpc"
+
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$S/opt"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "native"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "pinion.test/pause:1"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      snapshotter = "native"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "$E2E_RUNC"
+        Root = "$S/runc"
+        SystemdCgroup = false
+        NoPivotRoot = $no_pivot
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$S/cni/bin"]
+    conf_dir = "$S/cni/conf"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = $nri_disable
+  disable_connections = false
+  socket_path = "$NRI_SOCK"
+  plugin_path = "$S/nri-plugins"
+  plugin_config_path = "$S/nri-conf"
+  plugin_registration_timeout = "10s"
+  plugin_request_timeout = "10s"
+EOF
+    fi
+}
+mkdir -p "$S/cni/bin" "$S/cni/conf"
+
+containerd_start() {
+    containerd_config "$1" >"$S/containerd.toml"
+    containerd --config "$S/containerd.toml" >>"$S/containerd.log" 2>&1 &
+    CTRD_PID=$!
+    wait_for 120 ctr --address "$CTRD_SOCK" version
+}
+
+containerd_stop() {
+    kill -TERM "$CTRD_PID" 2>/dev/null
+    wait "$CTRD_PID" 2>/dev/null
+    return 0
+}
+
+# kubelet_config POLICY: a standalone kubelet (no kubeconfig: static pods
+# only), cgroupfs like containerd's runc, the node's reservation and option.
+kubelet_config() {
+    cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+enableServer: false
+staticPodPath: $MANIFESTS
+fileCheckFrequency: 1s
+syncFrequency: 5s
+containerRuntimeEndpoint: unix://$CTRD_SOCK
+cgroupDriver: cgroupfs
+failSwapOn: false
+localStorageCapacityIsolation: false
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "0%"
+  nodefs.inodesFree: "0%"
+  imagefs.available: "0%"
+  imagefs.inodesFree: "0%"
+cpuManagerPolicy: $1
+cpuManagerReconcilePeriod: 2s
+reservedSystemCPUs: "$RESERVED_CPUS"
+EOF
+    if [ "$1" = static ]; then
+        printf 'cpuManagerPolicyOptions:\n  strict-cpu-reservation: "true"\n'
+    fi
+}
+
+kubelet_start() {
+    kubelet_config "$1" >"$S/kubelet.yaml"
+    KUBELET_POLICY=$1
+    kubelet --config "$S/kubelet.yaml" --root-dir "$KROOT" --hostname-override e2e --node-ip "$NODE_IP" --v=2 \
+        >>"$S/kubelet.log" 2>&1 &
+    KUBELET_PID=$!
+    if wait_for 120 wget -q -O /dev/null http://127.0.0.1:10248/healthz; then
+        note "kubelet ($1) healthy"
+        return 0
+    fi
+    grep '^E' "$S/kubelet.log" | tail -n 8 | cut -c1-400 | sed 's/^/  kubelet| /'
+    return 1
+}
+
+kubelet_stop() {
+    kill -TERM "$KUBELET_PID" 2>/dev/null
+    wait "$KUBELET_PID" 2>/dev/null
+    return 0
+}
+
+# Pinion's configuration: kubelet's reservation and option.
+cat >"$E2E_STATE/config.yaml" <<EOF
+cpuManagerPolicy: static
+reservedSystemCPUs: "$RESERVED_CPUS"
+cpuManagerPolicyOptions:
+  strict-cpu-reservation: "true"
+cpuManagerReconcilePeriod: 2s
+EOF
+synced() { grep -c 'nri synchronized' "$S/agent.log" 2>/dev/null || true; }
+synced_more_than() { [ "$(synced)" -gt "$1" ]; }
+pinion_start() {
+    n=$(synced)
+    agent_start --nri-socket "$NRI_SOCK" --podresources-socket "$PR_SOCK" && wait_for 180 synced_more_than "$n"
+}
+
+# --- pods: static manifests ----------------------------------------------------
+
+# pod_uid NAME: the UID the manifest sets (kubelet keeps a static pod's UID
+# when the manifest has one).
+pod_uid() {
+    uid=000000000000$(printf '%s' "$1" | od -An -tx1 | tr -d ' \n')
+    echo "11111111-0000-4000-8000-${uid#"${uid%????????????}"}"
+}
+
+# write_pod NAME KIND: writes the manifest of a pod of KIND (burstable, gN =
+# Guaranteed with N whole CPUs, podlevel = Guaranteed by pod-level resources
+# only) and records when (/proc/uptime, 10 ms). Its container writes the
+# uptime when it starts to $OUT/NAME.started, and carries E2E_POD=NAME.
+write_pod() {
+    name=$1 kind=$2
+    rm -f "$OUT/$name.started"
+    case $kind in
+    burstable) res='{"requests": {"cpu": "250m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "64Mi"}}' ;;
+    g*) res="{\"requests\": {\"cpu\": \"${kind#g}\", \"memory\": \"64Mi\"}, \"limits\": {\"cpu\": \"${kind#g}\", \"memory\": \"64Mi\"}}" ;;
+    podlevel) res='{}' ;;
+    esac
+    podres=""
+    [ "$kind" = podlevel ] &&
+        podres='"resources": {"requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},'
+    cat >"$S/$name.json.tmp" <<EOF
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "$name", "namespace": "default", "uid": "$(pod_uid "$name")"},
+ "spec": {"hostNetwork": true, "terminationGracePeriodSeconds": 1, $podres
+  "containers": [{"name": "app", "image": "$IMAGE", "imagePullPolicy": "Never",
+   "command": ["/bin/sh", "-c", "cat /proc/uptime >/out/$name.started; trap 'exit 0' TERM; while :; do sleep 1; done"],
+   "env": [{"name": "E2E_POD", "value": "$name"}],
+   "resources": $res,
+   "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
+  "volumes": [{"name": "out", "hostPath": {"path": "$OUT"}}]}}
+EOF
+    awk '{ print $1 }' /proc/uptime >"$OUT/$name.written"
+    mv "$S/$name.json.tmp" "$MANIFESTS/$name.json"
+}
+
+# pod_pid NAME: the pid of the pod's container (its shell; lowest pid).
+pod_pid() {
+    for p in /proc/[0-9]*; do
+        { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "E2E_POD=$1" && echo "${p#/proc/}"
+    done | sort -n | head -1
+}
+pod_cpus() { cpus_expand "$(proc_field "$(pod_pid "$1")" Cpus_allowed_list)"; }
+pod_running() { [ -s "$OUT/$1.started" ] && [ -n "$(pod_pid "$1")" ]; }
+pod_gone() { [ -z "$(pod_pid "$1")" ]; }
+
+# start_pod NAME KIND: writes the manifest, waits until the container runs;
+# records the start-up latency (ms) in $S/latency-$PHASE.
+start_pod() {
+    write_pod "$1" "$2"
+    if wait_for "${POD_WAIT:-180}" pod_running "$1"; then
+        ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(cut -d' ' -f1 "$OUT/$1.started")" \
+            'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
+        echo "$1 $ms" >>"$S/latency-$PHASE"
+        note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
+        return 0
+    fi
+    note "$PHASE: pod $1 does not run; kubelet's log about it and containerd's errors end with:"
+    grep -v 'cri_stats_provider\|eviction_manager\|Creating a mirror pod\|kubelet_node_status' "$S/kubelet.log" |
+        tail -n 25 | cut -c1-500 | sed 's/^/  kubelet| /'
+    ls -l "$OUT" | sed 's/^/  out| /'
+    ps -o pid,args | grep -v ' \[' | tail -n 15 | sed 's/^/  ps| /'
+    grep 'level=error' "$S/containerd.log" | tail -n 5 | cut -c1-400 | sed 's/^/  containerd| /'
+    return 1
+}
+
+delete_pod() {
+    rm -f "$MANIFESTS/$1.json"
+    wait_for 120 pod_gone "$1"
+}
+
+# entries JSON: the exclusive assignments of a checkpoint in kubelet's
+# format, "UID/CONTAINER=CPUS" lines, sorted.
+entries() {
+    printf '%s' "$1" | tr -d ' \n' | grep -o '"[0-9a-f-]\{36\}":{[^}]*}' |
+        sed 's/^"\([0-9a-f-]*\)":{\(.*\)}$/\1 \2/' |
+        while read -r uid rest; do
+            echo "$rest" | grep -o '"[^"]*":"[^"]*"' | sed "s|^\"\([^\"]*\)\":\"\([^\"]*\)\"$|$uid/\1=\2|"
+        done | sort
+}
+kubelet_entries() { entries "$(cat "$KROOT/cpu_manager_state" 2>/dev/null)"; }
+pinion_entries() { entries "$(durable_state 2>/dev/null)"; }
+
+podres() { podresources-client -socket "unix://$1" 2>&1; }
+
+# shared CPUs: every online CPU but the reserved ones and the exclusive ones
+# given (strict-cpu-reservation keeps the shared pool off the reserved CPUs).
+shared_without() {
+    excl=" $(cpus_expand "$RESERVED_CPUS") $* "
+    for c in $(cpus_expand "$(cat /sys/devices/system/cpu/online)"); do
+        case $excl in *" $c "*) ;; *) echo "$c" ;; esac
+    done | tr '\n' ' ' | sed 's/ $//'
+}
+
+kubelet_cleanup() {
+    rm -f "$MANIFESTS"/*.json
+    if [ -n "${KUBELET_PID:-}" ] && kill -0 "$KUBELET_PID" 2>/dev/null; then
+        for p in $(ls "$OUT" | sed -n 's/\.started$//p'); do wait_for 30 pod_gone "$p"; done
+        kubelet_stop
+    fi
+    [ -n "${CTRD_PID:-}" ] && containerd_stop
+    scenario_cleanup
+    awk -v s="$S/" 'index($2, s) == 1 { print $2 }' /proc/self/mounts | sort -r |
+        while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+    return 0
+}
+trap kubelet_cleanup EXIT
+
+# placements NAME...: what must not move: each pod's cpus, mems and CFS quota.
+placements() {
+    for name in "$@"; do
+        pid=$(pod_pid "$name")
+        echo "$name cpus=$(proc_field "$pid" Cpus_allowed_list) mems=$(proc_field "$pid" Mems_allowed_list) quota=$(cut -d' ' -f1 "$(cpuset_dir "$pid")/cpu.max" 2>/dev/null)"
+    done
+}
+
+# The pod sequence both deciders run: NAME:KIND (see write_pod). Their
+# requests (0.25 + 2 + 0.5 + 1 + 2 CPUs) fit the node's allocatable 6: kubelet
+# admits a pod only within it.
+SEQ="b:burstable g1:g2 pl:podlevel g2:g1 g3:g2"
+# exclusive NAME...: the CPUs of the named pods that hold exclusive ones.
+exclusive() {
+    for item in $SEQ; do
+        name=${item%%:*} kind=${item#*:}
+        case " $* " in *" $name "*) ;; *) continue ;; esac
+        case $kind in g*) pod_cpus "$name" ;; esac
+    done | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//'
+}
+b_is() { [ "$(pod_cpus b)" = "$1" ]; }
+
+# run_sequence NAME...: starts the pods of $SEQ named, in order; after each,
+# waits until the burstable pod b holds the shared pool (kubelet's static
+# policy updates it at its next reconcile, Pinion at once) and records in
+# $S/seq-$PHASE every pod's CPUs and b's after each step.
+run_sequence() {
+    started=""
+    for item in $SEQ; do
+        name=${item%%:*} kind=${item#*:}
+        case " $* " in *" $name "*) ;; *) continue ;; esac
+        if ! start_pod "$name" "$kind"; then
+            fail "$PHASE: pod $name ($kind) runs" "see the notes above"
+            return 1
+        fi
+        started="$started $name"
+        want=$(shared_without $(exclusive $started))
+        wait_for 30 b_is "$want" || true
+        echo "after-$name b=$(pod_cpus b | tr ' ' ',')" >>"$S/seq-$PHASE"
+    done
+    for name in $started; do
+        echo "$name=$(pod_cpus "$name" | tr ' ' ',')" >>"$S/seq-$PHASE"
+    done
+    return 0
+}
+
+# The podresources answer without the shared containers (no cpu_ids).
+podres_exclusive() { podres "$1" | grep -v 'cpus=-$'; }
+
+# --- the runtime; kubelet's own static policy -----------------------------------
+
+if containerd_start false; then
+    version=$(containerd --version 2>&1)
+    pass "containerd runs ($version)"
+    case $version in
+    *" v$CTRD_MAJOR."* | *" $CTRD_MAJOR."*) pass "containerd is $CTRD_MAJOR.x" ;;
+    *) fail "containerd is $CTRD_MAJOR.x" "$version" ;;
+    esac
+    echo "E2E-CONTAINERD $CTRD_MAJOR $version"
+else
+    fail "containerd $CTRD_MAJOR starts" "$(tail -5 "$S/containerd.log")"
+    exit 0
+fi
+for image in pause busybox; do
+    out=$(ctr --address "$CTRD_SOCK" -n k8s.io images import --snapshotter native \
+        "$E2E_IMAGES/$image.tar" 2>&1) || { fail "image $image imported" "$out"; exit 0; }
+done
+note "kubelet: $(kubelet --version 2>&1)"
+PHASE=static
+if ! kubelet_start static; then
+    fail "kubelet starts standalone (cpuManagerPolicy static)" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+    exit 0
+fi
+run_sequence b g1 pl g2 g3 || exit 0
+pass "kubelet static: pods b g1 pl g2 g3 run ($(tr '\n' ' ' <"$S/seq-static"))"
+podres_exclusive "$KROOT/pod-resources/kubelet.sock" >"$S/podres-static"
+note "kubelet's podresources: $(tr '\n' ';' <"$S/podres-static")"
+g3_static=$(pod_cpus g3)
+delete_pod g3
+no_g3() { ! kubelet_entries | grep -q "^$(pod_uid g3)/"; }
+wait_for 30 no_g3 || true
+wait_for 30 b_is "$(shared_without $(exclusive g1 g2))" || true
+
+# --- the migration of docs/deployment.md, pods running ---------------------------
+
+RUNNING="b g1 pl g2"
+before=$(placements $RUNNING)
+# Step 3: NRI on in the runtime, restarted; kubelet still in charge.
+containerd_stop
+containerd_start true || fail "migration: containerd restarts with NRI" "$(tail -5 "$S/containerd.log")"
+# Step 4: stop kubelet; 5: copy its checkpoint; 6: verify it with Pinion's config.
+kubelet_stop
+mkdir -p "$E2E_STATE/state"
+cp -p "$KROOT/cpu_manager_state" "$E2E_STATE/state/cpu_manager_state"
+out=$("$PINION" state verify "$E2E_STATE/state/cpu_manager_state" --config "$E2E_STATE/config.yaml" 2>&1)
+check_true "migration: pinion state verify accepts kubelet's checkpoint ($(echo "$out" | tail -1))" test $? -eq 0
+# 7: kubelet's file aside; 8: kubelet at none; 9: Pinion.
+mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.static"
+PHASE=none
+kubelet_start none || fail "migration: kubelet starts with cpuManagerPolicy none" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+pinion_start || fail "migration: the agent registered and synchronized" "$(tail -5 "$S/agent.log")"
+# 10: nothing moved. Let kubelet sync its pods and Pinion reconcile first.
+sleep 5
+# Pinion narrows cpuset.mems to the nodes of a container's CPUs (kubelet's
+# static policy without the Memory Manager leaves every node): the CPUs and
+# the quota must stay, the memory nodes are reported.
+cpus_quota() { sed 's/ mems=[^ ]*//'; }
+check_eq "migration: no running container's cpus or quota changed" \
+    "$(echo "$before" | cpus_quota)" "$(placements $RUNNING | cpus_quota)"
+note "migration: memory nodes before: $(echo "$before" | tr '\n' ';'); after: $(placements $RUNNING | tr '\n' ';')"
+check_eq "migration: Pinion holds kubelet's assignments" \
+    "$(entries "$(cat "$KROOT/cpu_manager_state.static")")" "$(pinion_entries)"
+PHASE=migrated
+if start_pod g3 g2; then
+    check_eq "migration: the next pod (g3) gets what kubelet's static policy gave it" \
+        "$g3_static" "$(pod_cpus g3)"
+else
+    fail "migration: the next pod (g3) runs" "$(tail -3 "$S/agent.log")"
+fi
+check_eq "podresources: Pinion's socket answers kubelet's client as kubelet's did" \
+    "$(cat "$S/podres-static")" "$(podres_exclusive "$PR_SOCK")"
+
+# --- restarts: nothing moves --------------------------------------------------------
+
+RUNNING="b g1 pl g2 g3"
+before=$(placements $RUNNING; pinion_entries)
+kubelet_stop
+kubelet_start none || fail "kubelet restarts" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+sleep 5
+check_eq "kubelet restart: nothing moved" "$before" "$(placements $RUNNING; pinion_entries)"
+n=$(synced)
+containerd_stop
+containerd_start true || fail "containerd restarts" "$(tail -5 "$S/containerd.log")"
+wait_for 120 synced_more_than "$n" || true
+check_eq "containerd restart: nothing moved" "$before" "$(placements $RUNNING; pinion_entries)"
+agent_stop KILL
+pinion_start || fail "the agent restarts" "$(tail -5 "$S/agent.log")"
+check_eq "Pinion SIGKILL + restart: nothing moved" "$before" "$(placements $RUNNING; pinion_entries)"
+kubelet_stop
+agent_stop TERM
+containerd_stop
+containerd_start true || fail "containerd restarts (all three)" "$(tail -5 "$S/containerd.log")"
+pinion_start || fail "the agent restarts (all three)" "$(tail -5 "$S/agent.log")"
+kubelet_start none || fail "kubelet restarts (all three)" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+sleep 5
+check_eq "kubelet, containerd and Pinion restarted: nothing moved" "$before" "$(placements $RUNNING; pinion_entries)"
+
+# --- deleting returns the CPUs; the same sequence with Pinion deciding --------------
+
+g3_cpus=$(pod_cpus g3)
+delete_pod g3
+wait_for 30 b_is "$(shared_without $(exclusive g1 g2))" || true
+check_eq "deleting g3 returns its cpus ($g3_cpus) to the shared pool" \
+    "$(shared_without $(exclusive g1 g2))" "$(pod_cpus b)"
+check_eq "deleting g3 releases it in Pinion's checkpoint" "" "$(pinion_entries | grep "^$(pod_uid g3)/")"
+for name in g2 pl g1 b; do delete_pod "$name"; done
+check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pinion_entries)"
+
+PHASE=pinion
+if run_sequence b g1 pl g2 g3; then
+    while IFS= read -r line; do
+        got=$(grep -x "${line%%=*}=.*" "$S/seq-pinion")
+        check_eq "kubelet static and Pinion agree: ${line%%=*}" "$line" "$got"
+    done <"$S/seq-static"
+    g1=$(pod_cpus g1)
+    check_true "Pinion: Guaranteed g1 (2 cpus) on the sibling threads of one core ($g1)" is_sibling_group "$(echo "$g1" | tr ' ' ',')"
+    check_eq "Pinion: the burstable pod shrank to the shared pool" \
+        "$(shared_without $(exclusive g1 g2 g3))" "$(pod_cpus b)"
+    check_eq "pod-level resources: pod pl runs in the shared pool, as under kubelet" "$(pod_cpus b)" "$(pod_cpus pl)"
+    all_cpus=$(for n in b g1 pl g2 g3; do pod_cpus "$n"; done | tr ' ' '\n' | sort -nu | tr '\n' ',')
+    check_eq "reservedSystemCPUs $RESERVED_CPUS: no pod runs on them (strict-cpu-reservation)" "" \
+        "$(cpus_intersect "$all_cpus" "$RESERVED_CPUS")"
+    check_eq "reservedSystemCPUs $RESERVED_CPUS: podresources' allocatable cpus are the rest" \
+        "allocatable cpus=$(shared_without | tr ' ' ',')" "$(podres "$PR_SOCK" | grep '^allocatable')"
+    delete_pod g1
+    wait_for 30 b_is "$(shared_without $(exclusive g2 g3))" || true
+    check_eq "Pinion: deleting g1 grows the burstable pod by its cpus" \
+        "$(shared_without $(exclusive g2 g3))" "$(pod_cpus b)"
+fi
+
+# --- start-up latency: manifest written -> container running ------------------------
+
+for phase in static pinion; do
+    [ -s "$S/latency-$phase" ] || continue
+    echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
+done

@@ -1,0 +1,100 @@
+# Host-side helpers for the real peers of the end-to-end scripts (sourced
+# after lib.sh): containerd 1.7 from Debian, containerd 2.x and kubelet built
+# from their Go modules, the test images. Downloads, module and build caches
+# and the binaries live outside the repository (E2E_CACHE, Go's caches under
+# $HOME); a second run reuses the binaries. See docs/testing.md.
+
+# e2e_containerd_deb SUITE: Debian SUITE's containerd package, fetched
+# (e2e_fetch_deb) and extracted once into the cache; prints the directory
+# (usr/bin/containerd, containerd-shim-runc-v2, ctr under it). On failure it
+# says why on stderr and returns 1.
+e2e_containerd_deb() {
+    local deb dir
+    deb=$(e2e_fetch_deb "$1" containerd) && [ -n "$deb" ] || return 1
+    dir=$E2E_CACHE/$(basename "$deb" .deb)
+    if [ ! -x "$dir/usr/bin/containerd" ]; then
+        rm -rf "$dir.tmp" && dpkg-deb -x "$deb" "$dir.tmp" && mv "$dir.tmp" "$dir" || {
+            e2e_log "cannot extract $deb"
+            return 1
+        }
+    fi
+    echo "$dir"
+}
+
+# e2e_test_images DIR: the sandbox (pause) and workload images as OCI
+# archives, DIR/pause.tar (pinion.test/pause:1) and DIR/busybox.tar
+# (pinion.test/busybox:1), from busybox-static; no registry.
+e2e_test_images() {
+    mkdir -p "$1" &&
+        e2e_oci_image "$1/pause.tar" pinion.test/pause:1 /bin/sleep 1000000000 &&
+        e2e_oci_image "$1/busybox.tar" pinion.test/busybox:1 /bin/sh
+}
+
+# _e2e_go_stamp FILE...: a digest of what a Go build depends on here (the go
+# version and the named files), to tell a cached binary is current.
+_e2e_go_stamp() {
+    { go version; cat "$@"; } | sha256sum | cut -d' ' -f1
+}
+
+# e2e_kubelet_build: kubelet (`go build k8s.io/kubernetes/cmd/kubelet`) and
+# podresources-client from the module interop/kubelet-node, into
+# E2E_CACHE/kubelet-node; prints that directory. Rebuilds only when go.mod,
+# go.sum, the client's source or the go version changed (then Go's build
+# cache under $HOME leaves only the link). The version kubelet reports is
+# the module's k8s.io/kubernetes version.
+e2e_kubelet_build() {
+    local mod=$E2E_REPO/interop/kubelet-node out=$E2E_CACHE/kubelet-node
+    local stamp version
+    command -v go >/dev/null 2>&1 || {
+        e2e_log "go is not installed"
+        return 1
+    }
+    stamp=$(_e2e_go_stamp "$mod/go.mod" "$mod/go.sum" "$mod"/podresources-client/*.go)
+    if [ -x "$out/kubelet" ] && [ -x "$out/podresources-client" ] &&
+        [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
+        echo "$out"
+        return 0
+    fi
+    version=$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes) || return 1
+    local minor=${version#v1.}
+    minor=${minor%%.*}
+    mkdir -p "$out" && rm -f "$out/stamp"
+    e2e_log "go build k8s.io/kubernetes/cmd/kubelet ($version) and podresources-client in $mod"
+    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -o "$out/kubelet" \
+        -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
+        k8s.io/kubernetes/cmd/kubelet &&
+        CGO_ENABLED=0 go build -trimpath -o "$out/podresources-client" ./podresources-client) >&2 || {
+        e2e_log "building kubelet failed"
+        return 1
+    }
+    echo "$stamp" >"$out/stamp"
+    echo "$out"
+}
+
+# e2e_containerd2_build VERSION: containerd VERSION (2.x) from the Go module
+# github.com/containerd/containerd/v2 (`go install …/cmd/containerd@VERSION`,
+# with the shim and ctr; no cgo: btrfs is left out, as upstream does without
+# cgo), into E2E_CACHE/containerd-VERSION/bin; prints that directory.
+e2e_containerd2_build() {
+    local version=$1 out=$E2E_CACHE/containerd-$1/bin
+    if [ -x "$out/containerd" ] && [ -x "$out/containerd-shim-runc-v2" ] && [ -x "$out/ctr" ]; then
+        echo "$out"
+        return 0
+    fi
+    command -v go >/dev/null 2>&1 || {
+        e2e_log "go is not installed"
+        return 1
+    }
+    local m=github.com/containerd/containerd/v2
+    e2e_log "go install $m/cmd/{containerd,containerd-shim-runc-v2,ctr}@$version"
+    mkdir -p "$out.tmp" &&
+        (cd "$E2E_CACHE" && GOBIN=$out.tmp CGO_ENABLED=0 go install -trimpath \
+            -tags "no_btrfs no_devmapper no_zfs urfave_cli_no_docs" \
+            -ldflags "-s -w -X $m/version.Version=$version" \
+            "$m/cmd/containerd@$version" "$m/cmd/containerd-shim-runc-v2@$version" "$m/cmd/ctr@$version") >&2 &&
+        rm -rf "$out" && mv "$out.tmp" "$out" || {
+        e2e_log "building containerd $version failed"
+        return 1
+    }
+    echo "$out"
+}
