@@ -270,8 +270,8 @@ if echo "$all" >"$gdir/cpuset.cpus" 2>"$S/drift.err"; then
         "$(cpus_expand "$gcpus")" "$(cpus_expand "$(cat "$gdir/cpuset.cpus")")"
     check_eq "drift: the process runs on them again" "$(cpus_expand "$gcpus")" \
         "$(cpus_expand "$(proc_field "$gpid" Cpus_allowed_list)")"
-    check_contains "drift: the agent logged the repair" "changed outside Pinion; updating the container" \
-        "$(grep 'changed outside Pinion' "$S/agent.log" | tail -1)"
+    check_contains "drift: the agent logged the foreign write and its repair" "writing Pinion's value back" \
+        "$(grep 'foreign write: ' "$S/agent.log" | tail -1)"
 else
     fail "drift: the guaranteed container's cpuset can be changed by hand" "$(cat "$S/drift.err")"
 fi
