@@ -39,34 +39,79 @@ fn cpu_answer(cpus: &str) -> std::collections::BTreeMap<String, pinion_plugins::
     [("cpu".to_string(), info("CpusetCpus", cpus, "a"))].into()
 }
 
+/// The fake runtime and an agent with the QoS Resource Manager on, the
+/// widget plugin (answering `widget`) and a `cpu` plugin (answering
+/// `2-3`) registered and active.
+struct Bed {
+    node: nri_common::Node,
+    agent: nri_common::Agent,
+    knob: Knob,
+    cpu: Knob,
+    served: qrm_common::ServedPlugin,
+    served_cpu: qrm_common::ServedPlugin,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _plugins: tempfile::TempDir,
+}
+
+impl Bed {
+    async fn start(
+        widget: std::collections::BTreeMap<String, pinion_plugins::AllocationInfo>,
+    ) -> Self {
+        let node = nri_common::Node::new();
+        let plugins = tempfile::tempdir().expect("tempdir");
+        let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
+        let agent = nri_common::Agent::start_with_qrm(
+            node.state.path(),
+            &node.host,
+            &node.socket(),
+            std::sync::Arc::clone(&qrm),
+        );
+        node.runtime.wait_synced(1).await;
+        let (stop, stop_rx) = watch::channel(false);
+        let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
+        let knob = Knob::new(WIDGET, widget);
+        let cpu = Knob::new("cpu", cpu_answer("2-3"));
+        let registry = plugins.path().join("plugins_registry");
+        let served = serve_in(&registry, knob.clone(), "widget.sock");
+        let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
+        wait_until("the widget and cpu plugins are active", || {
+            let views = agent.handle.plugins();
+            [WIDGET, "cpu"].iter().all(|r| {
+                views
+                    .iter()
+                    .any(|v| v.resource == *r && v.state == "active")
+            })
+        })
+        .await;
+        Self {
+            node,
+            agent,
+            knob,
+            cpu,
+            served,
+            served_cpu,
+            stop,
+            tasks,
+            _plugins: plugins,
+        }
+    }
+
+    async fn stop(self) {
+        self.served.stop().await;
+        self.served_cpu.stop().await;
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        self.agent.stop().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_changes_by_update() {
-    let node = nri_common::Node::new();
-    let plugins = tempfile::tempdir().expect("tempdir");
-    let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
-    let agent = nri_common::Agent::start_with_qrm(
-        node.state.path(),
-        &node.host,
-        &node.socket(),
-        std::sync::Arc::clone(&qrm),
-    );
-    node.runtime.wait_synced(1).await;
-    let (stop, stop_rx) = watch::channel(false);
-    let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
-    let knob = Knob::new(WIDGET, widget_answer());
-    let cpu = Knob::new("cpu", cpu_answer("2-3"));
-    let registry = plugins.path().join("plugins_registry");
-    let served = serve_in(&registry, knob.clone(), "widget.sock");
-    let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
-    wait_until("the widget and cpu plugins are active", || {
-        let views = agent.handle.plugins();
-        [WIDGET, "cpu"].iter().all(|r| {
-            views
-                .iter()
-                .any(|v| v.resource == *r && v.state == "active")
-        })
-    })
-    .await;
+    let bed = Bed::start(widget_answer()).await;
+    let (node, cpu) = (&bed.node, &bed.cpu);
 
     let mut pod = nri_common::burstable_pod("widget-pod");
     pod.annotations.insert(
@@ -118,13 +163,7 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
     );
     assert_eq!(node.mems(&id), "1");
 
-    served.stop().await;
-    served_cpu.stop().await;
-    let _ = stop.send(true);
-    for task in tasks {
-        let _ = task.await;
-    }
-    agent.stop().await;
+    bed.stop().await;
 }
 
 /// Issue 28 items 2 and 3 (the proposal's `IsScalarResource` re-admission):
@@ -134,32 +173,8 @@ async fn a_runtime_container_gets_the_plugins_settings_at_creation_and_its_chang
 /// its request; an allocation that does not cover it is asked for again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_container_keeps_its_plugin_allocations_without_a_new_allocate() {
-    let node = nri_common::Node::new();
-    let plugins = tempfile::tempdir().expect("tempdir");
-    let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
-    let agent = nri_common::Agent::start_with_qrm(
-        node.state.path(),
-        &node.host,
-        &node.socket(),
-        std::sync::Arc::clone(&qrm),
-    );
-    node.runtime.wait_synced(1).await;
-    let (stop, stop_rx) = watch::channel(false);
-    let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
-    let knob = Knob::new(WIDGET, [(WIDGET.to_string(), info("", "", "a"))].into());
-    let cpu = Knob::new("cpu", cpu_answer("2-3"));
-    let registry = plugins.path().join("plugins_registry");
-    let served = serve_in(&registry, knob.clone(), "widget.sock");
-    let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
-    wait_until("the widget and cpu plugins are active", || {
-        let views = agent.handle.plugins();
-        [WIDGET, "cpu"].iter().all(|r| {
-            views
-                .iter()
-                .any(|v| v.resource == *r && v.state == "active")
-        })
-    })
-    .await;
+    let bed = Bed::start([(WIDGET.to_string(), info("", "", "a"))].into()).await;
+    let (node, knob, cpu) = (&bed.node, &bed.knob, &bed.cpu);
     let widget_pod = |uid: &str, quantity: &str| {
         let mut pod = nri_common::burstable_pod(uid);
         pod.annotations.insert(
@@ -219,11 +234,5 @@ async fn a_restarted_container_keeps_its_plugin_allocations_without_a_new_alloca
     );
     assert_eq!(node.runtime.cpus(&again), "2-3");
 
-    served.stop().await;
-    served_cpu.stop().await;
-    let _ = stop.send(true);
-    for task in tasks {
-        let _ = task.await;
-    }
-    agent.stop().await;
+    bed.stop().await;
 }

@@ -258,12 +258,7 @@ impl CpusetHost for FakeCgroups {
             .containers
             .get(cgroup)
             .cloned()
-            .ok_or_else(|| CgroupError::Io {
-                op: CgroupOp::Read,
-                path: cgroup.relative().to_path_buf(),
-                data: None,
-                source: std::io::ErrorKind::NotFound.into(),
-            })
+            .ok_or_else(|| missing(cgroup))
     }
 
     fn housekeeping_cpus(&self, cgroup: &ContainerCgroup) -> Result<Option<CpuSet>, CgroupError> {
@@ -271,12 +266,7 @@ impl CpusetHost for FakeCgroups {
             .housekeeping
             .get(cgroup)
             .cloned()
-            .ok_or_else(|| CgroupError::Io {
-                op: CgroupOp::Read,
-                path: cgroup.relative().to_path_buf(),
-                data: None,
-                source: std::io::ErrorKind::NotFound.into(),
-            })
+            .ok_or_else(|| missing(cgroup))
     }
 
     fn set_housekeeping_cpus(
@@ -302,6 +292,17 @@ impl CpusetHost for FakeCgroups {
         *entry = Some(cpus.clone());
         tree.log.push(format!("housekeeping {cgroup} {cpus}"));
         Ok(())
+    }
+}
+
+/// The read error of a cgroup the fake does not have (as the real host's:
+/// an I/O error of kind `NotFound`).
+fn missing(cgroup: &ContainerCgroup) -> CgroupError {
+    CgroupError::Io {
+        op: CgroupOp::Read,
+        path: cgroup.relative().to_path_buf(),
+        data: None,
+        source: std::io::ErrorKind::NotFound.into(),
     }
 }
 
