@@ -75,7 +75,7 @@ pub use migrate_start::MigrateOnStart;
 pub use partition::PartitionState;
 pub use rebuild::StartReport;
 pub use recover::StartParts;
-pub use runtime::{Observed, RunningContainer};
+pub use runtime::{Observed, RunningContainer, Synced};
 pub use snapshot::{Snapshot, WorkloadView};
 pub use task::{spawn, spawn_with, spawn_with_hints, Command, ControllerHandle};
 
@@ -315,6 +315,11 @@ struct Workload {
     /// That writer's value, kept in mode `report` (the same value again is
     /// no new event).
     foreign_yielded: Option<pinion_core::drift::SeenCpuset>,
+    /// A stopped runtime container held for its restart whose pod's end
+    /// the runtime may never relay (a pod known only from a `Synchronize`):
+    /// its pod's sandbox cgroup, whose removal the reconcile pass takes as
+    /// the pod's end ([`Controller::park`]).
+    held_sandbox: Option<ContainerCgroup>,
 }
 
 impl Workload {
@@ -331,6 +336,7 @@ impl Workload {
             apply_failure: None,
             foreign_mark: None,
             foreign_yielded: None,
+            held_sandbox: None,
         }
     }
 
