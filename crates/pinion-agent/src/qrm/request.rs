@@ -25,6 +25,8 @@ pub struct PluginRequest {
     pub requested: String,
     /// The quantity as plugins receive it (the raw value: `2` CPUs, bytes).
     pub quantity: f64,
+    /// The container's limit of the resource, likewise (`None`: no limit).
+    pub limit: Option<f64>,
     /// The pod's role and type as every request of the pod carries them.
     pub identity: Identity,
 }
@@ -66,6 +68,7 @@ pub fn plugin_requests(
         }
     })?;
     let requests = spec.requests();
+    let limits = spec.limits();
     let mut out = Vec::new();
     for (name, quantity) in &requests {
         let mapped = names_map.get(name).cloned().unwrap_or_else(|| name.clone());
@@ -80,6 +83,7 @@ pub fn plugin_requests(
                 resource: mapped,
                 requested: name.clone(),
                 quantity: as_float(quantity),
+                limit: limits.get(name).map(as_float),
                 identity: identity.clone(),
             });
         }
@@ -119,9 +123,11 @@ pub fn container_type(pod: &Pod, container: &str) -> (rp::ContainerType, u64) {
     (kind, index as u64)
 }
 
-// difference-from-kubelet: qrm-request-without-limits
+// difference-from-kubelet: qrm-request-limits-extension
 /// The `ResourceRequest` for `request` of `container` (§4.2). `hint` is the
-/// Topology Manager's affinity, sent only to topology-aligned plugins.
+/// Topology Manager's affinity, sent only to topology-aligned plugins. The
+/// limit goes in Pinion's `resource_limits` (field 1000), which katalyst's
+/// decoders skip.
 #[must_use]
 pub fn resource_request(
     pod: &Pod,
@@ -146,6 +152,11 @@ pub fn resource_request(
         annotations: pod.annotations.clone(),
         native_qos_class: pod.qos().to_string(),
         runtime_class: String::new(),
+        resource_limits: request
+            .limit
+            .map(|limit| (request.resource.clone(), limit))
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -164,6 +175,7 @@ mod tests {
         let app = Container {
             name: "app".into(),
             cpu_request: Some(quantity("2")),
+            cpu_limit: Some(quantity("3")),
             memory_request: Some(quantity("1Gi")),
             extended_requests: [
                 ("example.com/nic".to_string(), quantity("1")),
@@ -234,6 +246,7 @@ mod tests {
             resource: "cpu".into(),
             requested: "cpu".into(),
             quantity: 2.0,
+            limit: Some(3.0),
             identity: vocabulary::identity(&pod.labels, &pod.annotations).expect("identity"),
         };
         let hint = rp::TopologyHint {
@@ -254,10 +267,35 @@ mod tests {
         assert_eq!(r.pod_role, "frontend");
         assert_eq!(r.pod_type, "online");
         assert_eq!(r.resource_requests.get("cpu"), Some(&2.0));
+        assert_eq!(r.resource_limits, [("cpu".to_string(), 3.0)].into());
         assert_eq!(r.hint, Some(hint));
         assert_eq!(r.native_qos_class, "Burstable");
         assert_eq!(container_type(&pod, "log"), (rp::ContainerType::Sidecar, 1));
         assert_eq!(container_type(&pod, "setup"), (rp::ContainerType::Init, 0));
+    }
+
+    /// Issue 28 item 1: the proposal's request carries "request/limit
+    /// quantities"; the limit of each plugin resource comes from the
+    /// container (an extended resource's limit is its request), none when
+    /// the container sets none.
+    #[test]
+    fn each_plugin_request_carries_the_containers_limit() {
+        let pod = pod();
+        let requests = plugin_requests(&pod, "app", &BTreeMap::new(), |_| true).expect("requests");
+        let limits: BTreeMap<&str, Option<f64>> = requests
+            .iter()
+            .map(|r| (r.resource.as_str(), r.limit))
+            .collect();
+        assert_eq!(limits["cpu"], Some(3.0));
+        assert_eq!(limits["memory"], None, "no memory limit set");
+        assert_eq!(limits["example.com/nic"], Some(1.0));
+        let memory = requests
+            .iter()
+            .find(|r| r.resource == "memory")
+            .expect("memory");
+        assert!(resource_request(&pod, "app", memory, None)
+            .resource_limits
+            .is_empty());
     }
 
     #[test]
