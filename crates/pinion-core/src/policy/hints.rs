@@ -74,12 +74,8 @@ impl CpuManagerHints<'_> {
 /// admission itself refuses it).
 fn available_for(policy: &StaticPolicy, state: &State, pod: &Pod) -> CpuSet {
     let available = state.default.difference(policy.reserved());
-    let isolated = policy.topology().isolated();
-    match CpuAsk::from_annotations(&pod.annotations).map(|ask| ask.isolated) {
-        Ok(IsolatedAsk::Require) => available.intersection(isolated),
-        Ok(IsolatedAsk::Prefer) => available,
-        Ok(IsolatedAsk::No) | Err(_) => available.difference(isolated),
-    }
+    let ask = CpuAsk::from_annotations(&pod.annotations).map_or(IsolatedAsk::No, |ask| ask.isolated);
+    ask.candidates(&available, policy.topology().isolated())
 }
 
 impl HintProvider for CpuManagerHints<'_> {

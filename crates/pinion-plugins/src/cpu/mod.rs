@@ -21,6 +21,8 @@ mod handle;
 mod hints;
 mod state;
 #[cfg(test)]
+mod isolated_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
