@@ -71,6 +71,7 @@ impl Controller {
     /// Writes the partition's `memoryLimit` to the first of its cgroups
     /// that exists, until one write succeeded; a change of state is logged
     /// once.
+    // difference-from-kubelet: system-partition-memory-on-existing-cgroup
     pub(super) fn enforce_partition_memory(&mut self) {
         let Some(partition) = &self.system_partition else {
             return;
