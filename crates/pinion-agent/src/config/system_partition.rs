@@ -19,7 +19,8 @@ pub const GATE: &str = "NodeSystemPartition";
 /// with its systemd cgroup driver and with its cgroupfs one: the cgroups
 /// `memoryLimit` is written to when `systemPartition.cgroup` names none
 /// (the first that exists).
-pub const DEFAULT_CGROUPS: [&str; 2] = ["/kubepods.slice/kubepods-system.slice", "/kubepods/system"];
+pub const DEFAULT_CGROUPS: [&str; 2] =
+    ["/kubepods.slice/kubepods-system.slice", "/kubepods/system"];
 
 /// The file form (kubelet's field names).
 #[derive(Debug, Clone, Default, Deserialize)]

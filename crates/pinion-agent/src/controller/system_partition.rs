@@ -91,9 +91,8 @@ impl Controller {
                 }
                 Err(CgroupError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
                 Err(err) => {
-                    next = LimitState::Failed(format!(
-                        "memoryLimit {limit} bytes on {cgroup}: {err}"
-                    ));
+                    next =
+                        LimitState::Failed(format!("memoryLimit {limit} bytes on {cgroup}: {err}"));
                     break;
                 }
             }

@@ -96,7 +96,8 @@ impl CpuManagerHints<'_> {
 /// admission itself refuses it).
 fn available_for(policy: &StaticPolicy, state: &State, pod: &Pod) -> CpuSet {
     let available = state.default.difference(policy.reserved());
-    let ask = CpuAsk::from_annotations(&pod.annotations).map_or(IsolatedAsk::No, |ask| ask.isolated);
+    let ask =
+        CpuAsk::from_annotations(&pod.annotations).map_or(IsolatedAsk::No, |ask| ask.isolated);
     ask.candidates(&available, policy.topology().isolated())
 }
 

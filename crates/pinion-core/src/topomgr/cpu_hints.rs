@@ -421,7 +421,10 @@ mod tests {
         let free = list("1,3-7");
         let none = CpuSet::new();
         let plain = generate_cpu_hints(&topo, &free, &none, 2, false);
-        assert_eq!(plain, hints(&[(&[0], true), (&[1], true), (&[0, 1], false)]));
+        assert_eq!(
+            plain,
+            hints(&[(&[0], true), (&[1], true), (&[0, 1], false)])
+        );
         assert_eq!(
             whole_uncore_hints(&topo, &free, 2, plain),
             hints(&[(&[1], true), (&[0, 1], false)])

@@ -609,7 +609,9 @@ fn v2_partition_memory_limit_goes_to_memory_max_of_an_existing_cgroup() {
     assert!(!mount.join("kubepods.slice").exists());
     // No memory controller there: the error names the file and value.
     fs::remove_file(system.join("memory.max")).expect("rm");
-    let err = cg.set_memory_limit(&partition, 4096).expect_err("no memory.max");
+    let err = cg
+        .set_memory_limit(&partition, 4096)
+        .expect_err("no memory.max");
     assert!(
         matches!(&err, CgroupError::Setting { file: "memory.max", reason, .. } if reason.contains("4096")),
         "{err}"
@@ -623,7 +625,11 @@ fn v1_partition_memory_limit_goes_to_the_memory_hierarchy() {
     let memory = dir.path().join("memory");
     let system = memory.join("kubepods/system");
     fs::create_dir_all(&system).expect("mkdir");
-    fs::write(system.join("memory.limit_in_bytes"), "9223372036854771712\n").expect("write");
+    fs::write(
+        system.join("memory.limit_in_bytes"),
+        "9223372036854771712\n",
+    )
+    .expect("write");
     let partition = ContainerCgroup::resolve("/kubepods/system").expect("valid");
     let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"))
         .with_v1_hierarchies(None, Some(memory.clone()));
@@ -631,7 +637,9 @@ fn v1_partition_memory_limit_goes_to_the_memory_hierarchy() {
     assert_eq!(read(&system.join("memory.limit_in_bytes")), "1048576");
     // Without a memory hierarchy there is nowhere to write it.
     let mut bare = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
-    let err = bare.set_memory_limit(&partition, 1 << 20).expect_err("no memory hierarchy");
+    let err = bare
+        .set_memory_limit(&partition, 1 << 20)
+        .expect_err("no memory hierarchy");
     assert!(
         matches!(&err, CgroupError::Setting { file: "memory.limit_in_bytes", reason, .. } if reason.contains("1048576")),
         "{err}"

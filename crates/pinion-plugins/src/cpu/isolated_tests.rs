@@ -30,7 +30,10 @@ fn plugin_on(isolated: &str) -> CpuPlugin {
 }
 
 fn hint_nodes(hints: &[Hint]) -> Vec<(Vec<u64>, bool)> {
-    hints.iter().map(|h| (h.nodes.clone(), h.preferred)).collect()
+    hints
+        .iter()
+        .map(|h| (h.nodes.clone(), h.preferred))
+        .collect()
 }
 
 #[test]
@@ -50,7 +53,11 @@ fn regression_shared_and_reclaimed_pools_never_hold_boot_isolated_cpus() {
         &p.allocate(&request("r", 1.0, &[level("reclaimed_cores")]))
             .expect("r"),
     );
-    for (name, cpus) in [("share", &shared), ("batch", &batch), ("reclaim", &reclaimed)] {
+    for (name, cpus) in [
+        ("share", &shared),
+        ("batch", &batch),
+        ("reclaim", &reclaimed),
+    ] {
         assert!(cpus.is_disjoint(&isolated), "{name} pool {cpus}");
     }
     // Reclaim takes every CPU the shared pools leave, but not the isolated ones.
@@ -121,9 +128,7 @@ fn regression_dedicated_cores_take_boot_isolated_cpus_only_when_asked() {
 fn a_bad_isolated_cpus_annotation_is_refused_naming_the_value() {
     let mut p = plugin_on("6-7");
     let ask = [level("dedicated_cores"), (ISOLATED_CPUS, "always")];
-    let err = p
-        .allocate(&request("x", 1.0, &ask))
-        .expect_err("bad value");
+    let err = p.allocate(&request("x", 1.0, &ask)).expect_err("bad value");
     assert!(err.to_string().contains("\"always\""), "{err}");
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(p.topology_hints(&request("x", 1.0, &ask)).is_err());
@@ -137,10 +142,7 @@ fn regression_dedicated_hints_count_boot_isolated_cpus_only_when_asked() {
         .topology_hints(&request("a", 4.0, &[level("dedicated_cores")]))
         .expect("hints")
         .expect("some");
-    assert_eq!(
-        hint_nodes(&plain),
-        [(vec![0], true), (vec![0, 1], false)]
-    );
+    assert_eq!(hint_nodes(&plain), [(vec![0], true), (vec![0, 1], false)]);
     let require = [level("dedicated_cores"), (ISOLATED_CPUS, "require")];
     let required = p
         .topology_hints(&request("a", 4.0, &require))

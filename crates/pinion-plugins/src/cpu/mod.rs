@@ -19,9 +19,9 @@ pub use handle::{CpuPluginHandle, LoadSources, SetPoolError};
 mod admit;
 mod handle;
 mod hints;
-mod state;
 #[cfg(test)]
 mod isolated_tests;
+mod state;
 #[cfg(test)]
 mod tests;
 

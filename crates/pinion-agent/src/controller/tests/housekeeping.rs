@@ -571,7 +571,10 @@ fn regression_a_missing_partition_cgroup_is_tried_again_until_it_exists() {
     let iso = limited_partition(&["/kubepods/system"]);
     let mut controller = start_with(dir.path(), &host, iso);
     assert!(!limit_enforced(&controller));
-    assert_eq!(controller.partition_memory, crate::controller::system_partition::LimitState::Missing);
+    assert_eq!(
+        controller.partition_memory,
+        crate::controller::system_partition::LimitState::Missing
+    );
     assert!(host.tree().memory_limits.is_empty(), "never created");
     host.tree()
         .memory_limits
@@ -595,7 +598,8 @@ fn regression_a_refused_partition_memory_limit_names_the_value() {
     let iso = limited_partition(&["/kubepods/system"]);
     let mut controller = start_with(dir.path(), &host, iso);
     assert!(!limit_enforced(&controller));
-    let crate::controller::system_partition::LimitState::Failed(why) = &controller.partition_memory else {
+    let crate::controller::system_partition::LimitState::Failed(why) = &controller.partition_memory
+    else {
         panic!("{:?}", controller.partition_memory);
     };
     assert!(why.contains("2147483648"), "{why}");
