@@ -389,6 +389,8 @@ pub struct Controller {
     foreign: foreign::Foreign,
     /// KEP-5894's system partition (`systemPartition`, gate on).
     system_partition: Option<crate::config::SystemPartition>,
+    /// Where the system partition's `memoryLimit` stands.
+    partition_memory: system_partition::LimitState,
 }
 
 /// Node-wide isolation options (issue 31 items 2 and 6): what the agent's

@@ -55,6 +55,11 @@ pub struct FakeTree {
     /// Housekeeping cgroups (outside Pinion's root) and their
     /// `cpuset.cpus` (`None`: empty; absent: no such cgroup).
     pub housekeeping: BTreeMap<ContainerCgroup, Option<CpuSet>>,
+    /// Cgroups outside Pinion's root whose memory Pinion limits (KEP-5894's
+    /// system partition) and their limit (`None`: unlimited; absent: no such
+    /// cgroup). A write fails when the tree's layout's limit file
+    /// (`memory.max`, `memory.limit_in_bytes`) is in `fail_files`.
+    pub memory_limits: BTreeMap<ContainerCgroup, Option<u64>>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
     /// housekeeping cgroups.
@@ -291,6 +296,32 @@ impl CpusetHost for FakeCgroups {
         };
         *entry = Some(cpus.clone());
         tree.log.push(format!("housekeeping {cgroup} {cpus}"));
+        Ok(())
+    }
+
+    fn set_memory_limit(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        bytes: u64,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        let file = resources::memory_limit_file(tree.version);
+        let refused = tree.fail_writes || tree.fail_files.contains(file);
+        let kind = match tree.memory_limits.get(cgroup) {
+            None => Some(std::io::ErrorKind::NotFound),
+            Some(_) if refused => Some(std::io::ErrorKind::InvalidInput),
+            Some(_) => None,
+        };
+        if let Some(kind) = kind {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: cgroup.relative().join(file),
+                data: Some(bytes.to_string()),
+                source: kind.into(),
+            });
+        }
+        tree.memory_limits.insert(cgroup.clone(), Some(bytes));
+        tree.log.push(format!("memory {cgroup} {bytes}"));
         Ok(())
     }
 }

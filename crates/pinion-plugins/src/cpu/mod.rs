@@ -19,6 +19,8 @@ pub use handle::{CpuPluginHandle, LoadSources, SetPoolError};
 mod admit;
 mod handle;
 mod hints;
+#[cfg(test)]
+mod isolated_tests;
 mod state;
 #[cfg(test)]
 mod tests;
