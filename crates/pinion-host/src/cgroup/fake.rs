@@ -335,6 +335,9 @@ pub struct FakePartitions {
     pub reject: Option<String>,
     /// Files whose writes fail.
     pub fail_files: std::collections::BTreeSet<String>,
+    /// Directories removed ([`FakePartitions::remove_dir`]): their files
+    /// read as missing and writes fail with `NotFound`.
+    pub removed: std::collections::BTreeSet<std::path::PathBuf>,
 }
 
 impl FakePartitions {
@@ -372,6 +375,19 @@ impl FakePartitions {
         all
     }
 
+    /// Removes `dir` and what is below it, as the runtime removes a
+    /// container's cgroup (the kernel drops a partition with its cgroup;
+    /// the ancestors' `cpuset.cpus.exclusive` keep what they list).
+    pub fn remove_dir(&mut self, dir: &str) {
+        let dir = std::path::PathBuf::from(dir);
+        self.files.retain(|d, _| !d.starts_with(&dir));
+        self.removed.insert(dir);
+    }
+
+    fn is_removed(&self, dir: &std::path::Path) -> bool {
+        self.removed.iter().any(|gone| dir.starts_with(gone))
+    }
+
     /// The partition file of `dir` (`member` when never written).
     #[must_use]
     pub fn partition(&self, dir: &str) -> String {
@@ -389,7 +405,7 @@ impl super::partition::PartitionFiles for FakePartitions {
         let partition_file = file.starts_with("cpuset.cpus.exclusive")
             || file == "cpuset.cpus.partition"
             || file == super::partition::ISOLATED_FILE;
-        if self.unsupported && partition_file {
+        if (self.unsupported && partition_file) || self.is_removed(dir) {
             return Ok(None);
         }
         if file == super::partition::ISOLATED_FILE {
@@ -422,6 +438,9 @@ impl super::partition::PartitionFiles for FakePartitions {
             data: Some(value.to_string()),
             source: kind.into(),
         };
+        if self.is_removed(dir) {
+            return Err(refuse(std::io::ErrorKind::NotFound));
+        }
         if self.fail_files.contains(file) {
             return Err(refuse(std::io::ErrorKind::PermissionDenied));
         }
