@@ -57,7 +57,8 @@ pub struct FakeTree {
     pub housekeeping: BTreeMap<ContainerCgroup, Option<CpuSet>>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
-    /// housekeeping cgroups.
+    /// housekeeping cgroups, `partition TARGET CPUS` / `unpartition TARGET
+    /// CPUS` for cpuset partitions made and taken apart (v2).
     pub log: Vec<String>,
 }
 
@@ -232,6 +233,7 @@ impl CpusetHost for FakeCgroups {
                 reason: super::V1_NO_PARTITIONS.to_string(),
             };
         }
+        tree.log.push(format!("partition {target} {cpus}"));
         partition::make(&mut tree.partitions, &fake_chain(target), cpus, mode)
     }
 
@@ -244,6 +246,7 @@ impl CpusetHost for FakeCgroups {
         if tree.version == CgroupVersion::V1 {
             return Ok(());
         }
+        tree.log.push(format!("unpartition {target} {cpus}"));
         partition::unmake(&mut tree.partitions, &fake_chain(target), cpus)
     }
 
