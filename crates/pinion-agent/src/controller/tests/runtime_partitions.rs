@@ -89,7 +89,10 @@ fn a_runtime_containers_partition_is_made_once_its_task_exists_along_its_cgroup_
             format!("{LEAF}/cpuset.cpus.partition=isolated"),
         ]
     );
-    assert_eq!(partition_of(&controller, "pod-g").as_deref(), Some("isolated"));
+    assert_eq!(
+        partition_of(&controller, "pod-g").as_deref(),
+        Some("isolated")
+    );
     let snap = snapshot(&controller);
     assert_eq!(snap.isolated_cpus, Some(g.placement.cpus.clone()));
     assert_eq!(snap.metrics.counters.partitions_made_total, 1);
@@ -99,7 +102,12 @@ fn a_runtime_containers_partition_is_made_once_its_task_exists_along_its_cgroup_
     // A shared container is never a partition.
     admit(
         &mut controller,
-        &container("pod-b", Some("500m"), "cb", Some("/kubepods/burstable/pod-b/cb")),
+        &container(
+            "pod-b",
+            Some("500m"),
+            "cb",
+            Some("/kubepods/burstable/pod-b/cb"),
+        ),
     )
     .expect("shared");
     controller.container_started("cb");
@@ -113,7 +121,11 @@ fn the_systemd_drivers_slice_path_is_expanded_for_the_ancestors_claims() {
     let host = FakeCgroups::default();
     let (mut controller, _updates) = started_node(dir.path(), &host, Features::default());
     let path = "kubepods-pod9.slice:cri-containerd:c9";
-    let g = admit(&mut controller, &container("pod-9", Some("1"), "c9", Some(path))).expect("g");
+    let g = admit(
+        &mut controller,
+        &container("pod-9", Some("1"), "c9", Some(path)),
+    )
+    .expect("g");
     controller.container_started("c9");
     let cpus = g.placement.cpus.to_string();
     let leaf = "kubepods.slice/kubepods-pod9.slice/cri-containerd-c9.scope";
@@ -210,7 +222,10 @@ fn a_stopped_container_held_for_its_restart_loses_its_partition_and_its_next_run
     );
     // Held: its CPUs stay out of the shared pool.
     assert_eq!(
-        controller.engine.shared_pool().intersection_len(&g.placement.cpus),
+        controller
+            .engine
+            .shared_pool()
+            .intersection_len(&g.placement.cpus),
         0
     );
     assert_eq!(partition_of(&controller, "pod-g"), None);
@@ -267,7 +282,10 @@ fn a_resized_runtime_container_is_taken_apart_before_and_made_again_after() {
         "from {} to {new}",
         g.placement.cpus
     );
-    assert_eq!(snapshot(&controller).isolated_cpus, Some(grown.placement.cpus));
+    assert_eq!(
+        snapshot(&controller).isolated_cpus,
+        Some(grown.placement.cpus)
+    );
 }
 
 #[test]

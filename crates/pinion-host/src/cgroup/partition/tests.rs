@@ -265,5 +265,8 @@ fn regression_an_old_kernels_fallback_reason_is_the_same_for_every_cgroup() {
     let PartitionOutcome::Fallback { reason } = &reasons[0] else {
         panic!("made without the files");
     };
-    assert!(reason.starts_with("pods/cpuset.cpus.exclusive is missing"), "{reason}");
+    assert!(
+        reason.starts_with("pods/cpuset.cpus.exclusive is missing"),
+        "{reason}"
+    );
 }
