@@ -183,10 +183,13 @@ pub enum Frontend {
     /// runtime id is unknown for containers restored from the checkpoint
     /// until the runtime's next `Synchronize`; its cgroup (from NRI's
     /// `linux.cgroups_path`) is what the reconcile pass reads back, when the
-    /// runtime sent one.
+    /// runtime sent one, and where its cpuset partition is made
+    /// (`exclusiveCpus.partition`) once `started`: the runtime created its
+    /// task (NRI `StartContainer`), or it was running at `Synchronize`.
     Runtime {
         container_id: Option<String>,
         cgroup: Option<ContainerCgroup>,
+        started: bool,
     },
 }
 
@@ -204,12 +207,24 @@ impl Frontend {
         Self::runtime_in(container_id, None)
     }
 
-    /// A runtime container in `cgroup`.
+    /// A runtime container in `cgroup`, created but not started.
     #[must_use]
     pub fn runtime_in(container_id: impl Into<String>, cgroup: Option<ContainerCgroup>) -> Self {
         Self::Runtime {
             container_id: Some(container_id.into()),
             cgroup,
+            started: false,
+        }
+    }
+
+    /// A runtime container in `cgroup` that the runtime runs (its cgroup
+    /// exists).
+    #[must_use]
+    pub fn running_in(container_id: impl Into<String>, cgroup: Option<ContainerCgroup>) -> Self {
+        Self::Runtime {
+            container_id: Some(container_id.into()),
+            cgroup,
+            started: true,
         }
     }
 
@@ -219,6 +234,7 @@ impl Frontend {
         Self::Runtime {
             container_id: None,
             cgroup: None,
+            started: false,
         }
     }
 

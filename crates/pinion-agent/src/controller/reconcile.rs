@@ -81,6 +81,7 @@ impl Controller {
             let Frontend::Runtime {
                 container_id: Some(id),
                 cgroup: Some(cgroup),
+                ..
             } = &workload.frontend
             else {
                 continue;

@@ -156,7 +156,7 @@ impl Controller {
                 .observed
                 .matches(&desired)
                 .then(|| desired.clone());
-            let frontend = Frontend::runtime_in(&container.container_id, container.cgroup.clone());
+            let frontend = Frontend::running_in(&container.container_id, container.cgroup.clone());
             match self.workloads.get_mut(&container.key) {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
@@ -230,7 +230,7 @@ impl Controller {
             let request = AdmitRequest {
                 pod: (**pod).clone(),
                 container: key.1.clone(),
-                frontend: Frontend::runtime_in(&container.container_id, container.cgroup.clone()),
+                frontend: Frontend::running_in(&container.container_id, container.cgroup.clone()),
                 cpu_owner: CpuOwner::Policy,
             };
             match self.decide_admit(&request, hints, None, batch) {
@@ -264,7 +264,9 @@ impl Controller {
         workload.frontend = Frontend::runtime_unknown();
         workload.applied = None;
         workload.held_sandbox = sandbox;
-        self.publish();
+        // Its partition is taken apart (the executor's pass); its CPUs stay
+        // exclusive.
+        self.converge();
         true
     }
 

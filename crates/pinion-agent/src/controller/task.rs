@@ -79,6 +79,13 @@ pub enum Command {
         sandbox: Option<ContainerCgroup>,
         reply: Reply<bool>,
     },
+    /// The runtime created a runtime container's task (NRI
+    /// `StartContainer`): its cgroup exists; true when Pinion knows it
+    /// ([`Controller::container_started`]).
+    Started {
+        container_id: String,
+        reply: Reply<bool>,
+    },
     /// A new runtime container of a held container gets the held placement
     /// ([`Controller::readmit_held`]); `None` when it is not held.
     ReadmitHeld {
@@ -236,6 +243,12 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 reply,
             } => {
                 let _ = reply.send(Ok(controller.park(&key, sandbox)));
+            }
+            Command::Started {
+                container_id,
+                reply,
+            } => {
+                let _ = reply.send(Ok(controller.container_started(&container_id)));
             }
             Command::ReadmitHeld { request, reply } => {
                 let _ = reply.send(controller.readmit_held(&request).transpose());
@@ -683,6 +696,16 @@ impl ControllerHandle {
         self.ask(|reply| Command::Park {
             key,
             sandbox,
+            reply,
+        })
+        .await
+    }
+
+    /// The runtime created runtime container `container_id`'s task; true
+    /// when Pinion knows it (see [`Controller::container_started`]).
+    pub async fn container_started(&self, container_id: String) -> Result<bool, ControlError> {
+        self.ask(|reply| Command::Started {
+            container_id,
             reply,
         })
         .await

@@ -287,6 +287,21 @@ impl NriHandler for NriFrontend {
         })
     }
 
+    /// The runtime created the container's task (its cgroup exists) and
+    /// starts it next: the executor makes an exclusive container's cpuset
+    /// partition now (`exclusiveCpus.partition`), before its process runs.
+    /// Never an error: a container is not refused for its partition.
+    async fn start_container(
+        &self,
+        _pod: PodSandbox,
+        container: Container,
+    ) -> Result<(), HandlerError> {
+        if let Err(err) = self.handle.container_started(container.id.clone()).await {
+            tracing::warn!(container = %container.id, "started container not recorded: {err}");
+        }
+        Ok(())
+    }
+
     async fn update_container(
         &self,
         pod: PodSandbox,

@@ -62,7 +62,8 @@ pub struct FakeTree {
     pub memory_limits: BTreeMap<ContainerCgroup, Option<u64>>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
-    /// housekeeping cgroups.
+    /// housekeeping cgroups, `partition TARGET CPUS` / `unpartition TARGET
+    /// CPUS` for cpuset partitions made and taken apart (v2).
     pub log: Vec<String>,
 }
 
@@ -237,6 +238,7 @@ impl CpusetHost for FakeCgroups {
                 reason: super::V1_NO_PARTITIONS.to_string(),
             };
         }
+        tree.log.push(format!("partition {target} {cpus}"));
         partition::make(&mut tree.partitions, &fake_chain(target), cpus, mode)
     }
 
@@ -249,6 +251,7 @@ impl CpusetHost for FakeCgroups {
         if tree.version == CgroupVersion::V1 {
             return Ok(());
         }
+        tree.log.push(format!("unpartition {target} {cpus}"));
         partition::unmake(&mut tree.partitions, &fake_chain(target), cpus)
     }
 
@@ -366,6 +369,9 @@ pub struct FakePartitions {
     pub reject: Option<String>,
     /// Files whose writes fail.
     pub fail_files: std::collections::BTreeSet<String>,
+    /// Directories removed ([`FakePartitions::remove_dir`]): their files
+    /// read as missing and writes fail with `NotFound`.
+    pub removed: std::collections::BTreeSet<std::path::PathBuf>,
 }
 
 impl FakePartitions {
@@ -403,6 +409,19 @@ impl FakePartitions {
         all
     }
 
+    /// Removes `dir` and what is below it, as the runtime removes a
+    /// container's cgroup (the kernel drops a partition with its cgroup;
+    /// the ancestors' `cpuset.cpus.exclusive` keep what they list).
+    pub fn remove_dir(&mut self, dir: &str) {
+        let dir = std::path::PathBuf::from(dir);
+        self.files.retain(|d, _| !d.starts_with(&dir));
+        self.removed.insert(dir);
+    }
+
+    fn is_removed(&self, dir: &std::path::Path) -> bool {
+        self.removed.iter().any(|gone| dir.starts_with(gone))
+    }
+
     /// The partition file of `dir` (`member` when never written).
     #[must_use]
     pub fn partition(&self, dir: &str) -> String {
@@ -420,7 +439,7 @@ impl super::partition::PartitionFiles for FakePartitions {
         let partition_file = file.starts_with("cpuset.cpus.exclusive")
             || file == "cpuset.cpus.partition"
             || file == super::partition::ISOLATED_FILE;
-        if self.unsupported && partition_file {
+        if (self.unsupported && partition_file) || self.is_removed(dir) {
             return Ok(None);
         }
         if file == super::partition::ISOLATED_FILE {
@@ -453,6 +472,9 @@ impl super::partition::PartitionFiles for FakePartitions {
             data: Some(value.to_string()),
             source: kind.into(),
         };
+        if self.is_removed(dir) {
+            return Err(refuse(std::io::ErrorKind::NotFound));
+        }
         if self.fail_files.contains(file) {
             return Err(refuse(std::io::ErrorKind::PermissionDenied));
         }
