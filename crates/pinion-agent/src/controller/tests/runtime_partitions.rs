@@ -208,7 +208,7 @@ fn a_stopped_container_held_for_its_restart_loses_its_partition_and_its_next_run
     controller.container_started("cg");
     host.tree().partitions.writes.clear();
     let key = ("pod-g".to_string(), RUN_CONTAINER.to_string());
-    assert!(controller.park(&key));
+    assert!(controller.park(&key, None));
     let cpus = g.placement.cpus.to_string();
     assert_eq!(
         writes(&host),
