@@ -9,16 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::PluginError;
 
-/// `ContainerType`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ContainerType {
-    Init,
-    #[default]
-    Main,
-    Sidecar,
-    Ephemeral,
-}
+/// `ContainerType` (which one a container is: `pinion_core::qrm_rules`).
+pub use pinion_core::qrm_rules::ContainerType;
 
 /// `TopologyHint`: NUMA node ids (ascending) and whether it is preferred.
 /// Empty `nodes` in a request's hint means "any node".
