@@ -16,6 +16,7 @@
 
 pub mod case;
 mod distributed;
+mod entities;
 mod index;
 mod packed;
 #[cfg(test)]
