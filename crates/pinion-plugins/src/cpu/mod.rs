@@ -17,6 +17,7 @@
 pub use handle::{CpuPluginHandle, LoadSources, SetPoolError};
 
 mod admit;
+mod class;
 mod handle;
 mod hints;
 mod state;
