@@ -20,9 +20,12 @@ E2E_NAME=e2e-containerd
 
 SUITE=trixie
 # The guest: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes, cgroup v2, and
-# a virtio-net NIC (no network backend) on NUMA node 1.
+# a virtio-net NIC (no network backend) on NUMA node 1; it boots Debian
+# trixie's 6.12 kernel (as the containerd it runs): remote cpuset partitions
+# (`exclusiveCpus.partition`) need Linux 6.7, cpuset.cpus.isolated 6.8.
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1024)
 GUEST_NIC_NODE=1
+GUEST_KERNEL=$SUITE
 
 where=both E2E_INTERACTIVE=0
 while [ $# -gt 0 ]; do
@@ -106,7 +109,10 @@ if [ "$where" != guest ]; then
 fi
 
 if [ "$where" != host ]; then
-    e2e_log "guest: building the image with containerd"
+    E2E_GUEST_KERNEL=$(e2e_shape_kernel "$GUEST_KERNEL") && [ -n "$E2E_GUEST_KERNEL" ] ||
+        e2e_die "no Debian $GUEST_KERNEL kernel for the guest (see the messages above)"
+    export E2E_GUEST_KERNEL
+    e2e_log "guest: building the image with containerd (kernel $(basename "$E2E_GUEST_KERNEL"))"
     e2e_guest_image "$E2E_WORK/initrd" \
         "$CTRD/usr/bin/containerd:/usr/bin/containerd" \
         "$CTRD/usr/bin/containerd-shim-runc-v2:/usr/bin/containerd-shim-runc-v2" \

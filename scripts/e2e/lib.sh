@@ -227,6 +227,17 @@ e2e_debian_kernel() {
             return 1
         fi
     fi
+    # The package ships no modules.dep (its postinst runs depmod): made here,
+    # for the guest image's modules (vm.sh, image_add_modules). trixie keeps
+    # the modules in usr/lib/modules; depmod looks in lib/modules.
+    local release
+    release=$(basename "$(ls "$tree"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)")
+    release=${release#vmlinuz-}
+    if [ -n "$release" ] && [ ! -f "$tree/lib/modules/$release/modules.dep" ]; then
+        [ -e "$tree/lib" ] || [ ! -d "$tree/usr/lib/modules" ] || ln -s usr/lib "$tree/lib"
+        depmod -b "$tree" "$release" 2>/dev/null ||
+            e2e_log "depmod of $release failed: the guest gets no modules of it"
+    fi
     echo "$tree"
 }
 

@@ -37,24 +37,41 @@ e2e_kernel() {
 # virtio PCI function; the Debian cloud kernel builds both as modules).
 E2E_GUEST_MODULES=(virtio_pci virtio_net)
 
-# e2e_kernel_release: the release of e2e_kernel (/boot/vmlinuz-RELEASE).
+# e2e_kernel_release: the release of the guest kernel (E2E_GUEST_KERNEL, a
+# shape's, else e2e_kernel; /boot/vmlinuz-RELEASE).
 e2e_kernel_release() {
     local k
-    k=$(basename "$(e2e_kernel)")
+    k=$(basename "${E2E_GUEST_KERNEL:-$(e2e_kernel)}")
     echo "${k#vmlinuz-}"
+}
+
+# e2e_kernel_modules: the guest kernel's module directory: /lib/modules/RELEASE
+# of this machine, or of the extracted Debian package a shape's kernel came
+# from (e2e_debian_kernel ran depmod there).
+e2e_kernel_modules() {
+    local release tree
+    release=$(e2e_kernel_release)
+    tree=$(dirname "$(dirname "${E2E_GUEST_KERNEL:-/boot/x}")")
+    if [ -n "${E2E_GUEST_KERNEL:-}" ] && [ -f "$tree/lib/modules/$release/modules.dep" ]; then
+        echo "$tree/lib/modules/$release"
+    else
+        echo "/lib/modules/$release"
+    fi
 }
 
 # image_add_modules ROOT MODULE...: copies each module that the guest kernel
 # builds as a module, with what it depends on (modules.dep), under
-# ROOT/lib/modules/RELEASE and lists them, dependencies first, in
-# ROOT/e2e/modules for /init to insmod. A module the kernel has built in
-# needs nothing; one it has neither way is an error.
+# ROOT/lib/modules/RELEASE (decompressed: busybox's insmod takes plain .ko
+# files) and lists them, dependencies first, in ROOT/e2e/modules for /init
+# to insmod. A module the kernel has built in needs nothing; one it has
+# neither way is an error.
 image_add_modules() {
     local root=$1
     shift
-    local release dir
+    local release dir dest
     release=$(e2e_kernel_release)
-    dir=/lib/modules/$release
+    dir=$(e2e_kernel_modules)
+    dest=/lib/modules/$release
     if [ ! -f "$dir/modules.dep" ]; then
         e2e_log "no $dir/modules.dep: the guest kernel gets no modules (${*})"
         return 0
@@ -79,9 +96,16 @@ image_add_modules() {
     }
     _e2e_add_module_file() {
         case $seen in *" $1 "*) return 0 ;; esac
-        mkdir -p "$root$dir/$(dirname "$1")" && cp "$dir/$1" "$root$dir/$1" || return 1
+        local plain=${1%.xz}
+        plain=${plain%.zst}
+        mkdir -p "$root$dest/$(dirname "$1")" || return 1
+        case $1 in
+        *.xz) xz -dc "$dir/$1" >"$root$dest/$plain" ;;
+        *.zst) zstd -qdc "$dir/$1" >"$root$dest/$plain" ;;
+        *) cp "$dir/$1" "$root$dest/$plain" ;;
+        esac || return 1
         seen+="$1 "
-        order+=("$dir/$1")
+        order+=("$dest/$plain")
     }
     local name
     for name in "$@"; do

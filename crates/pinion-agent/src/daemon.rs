@@ -625,6 +625,7 @@ mod tests {
         config.system_partition = Some(crate::config::SystemPartition {
             cpuset: Some(set("0-1")),
             memory_limit: None,
+            cgroups: Vec::new(),
             namespaces: std::iter::once("kube-system".to_string()).collect(),
         });
         check_system_partition(&config, &set("0-7"), &set("0-1")).expect("fits");

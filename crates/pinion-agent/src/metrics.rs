@@ -107,6 +107,8 @@ pub struct Counters {
 pub struct PartitionGauges {
     /// `memoryLimit` in bytes, when set.
     pub memory_limit: Option<u64>,
+    /// Whether that limit is written to the partition's cgroup.
+    pub memory_limit_enforced: bool,
     /// Pods with containers in the partition.
     pub pods: usize,
 }
@@ -373,11 +375,19 @@ fn isolation(out: &mut DescriptorEncoder, m: &MetricsSnapshot) -> Result<(), std
         if let Some(limit) = partition.memory_limit {
             let mut family = out.encode_descriptor(
                 "pinion_partition_memory_limit_bytes",
-                "KEP-5894 systemPartition.memoryLimit (reported, not enforced by Pinion).",
+                "KEP-5894 systemPartition.memoryLimit.",
                 None,
                 MetricType::Gauge,
             )?;
             ConstGauge::new(i64::try_from(limit).unwrap_or(i64::MAX))
+                .encode(family.encode_family(&labels)?)?;
+            let mut family = out.encode_descriptor(
+                "pinion_partition_memory_limit_enforced",
+                "1 when systemPartition.memoryLimit is written to the partition's cgroup, else 0.",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(i64::from(partition.memory_limit_enforced))
                 .encode(family.encode_family(&labels)?)?;
         }
         let mut family = out.encode_descriptor(
@@ -749,6 +759,7 @@ mod tests {
         // The system partition's gauges exist only with the partition.
         m.system_partition = Some(PartitionGauges {
             memory_limit: Some(1 << 30),
+            memory_limit_enforced: true,
             pods: 0,
         });
         let mut stats = wire::PluginStats::default();

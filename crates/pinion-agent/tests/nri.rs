@@ -117,26 +117,120 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
     agent.stop().await;
 }
 
-/// A pod Pinion knows only from a `Synchronize` (it ran before the agent's
-/// or the runtime's restart) is not held at a container's stop: containerd
-/// 1.7 never relays the stop of pods it recovered after its own restart,
-/// and a `Synchronize` does not say which those are, so a hold might never
-/// end. Its CPUs go back at the stop, as before.
+/// Regression (issue 28 item 3): a container of a pod Pinion knew only
+/// from a `Synchronize` (it ran before the agent's restart) gave its CPUs
+/// back at its stop, so its restart in the same pod was admitted afresh —
+/// other CPUs, or a refusal when a pod admitted in between had taken them.
+/// It is held now while its pod's sandbox cgroup is there, as for a pod
+/// created while the agent ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_container_of_a_pod_known_from_synchronize_is_released_at_its_stop() {
+async fn regression_after_an_agent_restart_a_restarted_container_keeps_its_cpus() {
     let node = Node::new();
     let agent = node.agent(1).await;
-    let (_, db) = node
-        .pod_with(guaranteed_pod("db"), container("db", 2000))
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 4000))
         .await;
+    node.set_sandbox_running(&db_pod, true);
+    let cpus = node.runtime.cpus(&db);
     agent.stop().await;
     let agent = node.agent(2).await;
-    assert!(agent.handle.snapshot().assignments.contains_key("db"));
     node.runtime.stop_container(&db).await.unwrap();
-    assert!(
-        agent.handle.snapshot().assignments.is_empty(),
-        "released at the stop"
+    node.runtime.remove_container(&db).await.unwrap();
+    assert_eq!(
+        agent.handle.snapshot().assignments["db"]["db"],
+        set(&cpus),
+        "held while its pod's sandbox runs"
     );
+    let report = agent.handle.reconcile().await.unwrap();
+    assert!(report.released.is_empty(), "{report:?}");
+
+    // 8 cpus, cpu 0 reserved: 3 are free while db's 4 are held.
+    let other = node.runtime.run_pod(guaranteed_pod("other")).await.unwrap();
+    let err = node
+        .runtime
+        .create_container(&other, container("other", 4000))
+        .await
+        .expect_err("db's cpus are held for its restart");
+    assert!(rejected(err).1.contains("available=3"));
+
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 4000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
+    agent.stop().await;
+}
+
+/// Regression: containerd 1.7 never relays the stop of a pod it recovered
+/// after its own restart, so a container of such a pod held for a restart
+/// would keep its CPUs for ever. The reconcile pass releases it once the
+/// pod's sandbox cgroup is gone; a pod without a sandbox cgroup is not
+/// held at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_hold_ends_when_the_pods_sandbox_is_gone_though_no_stop_is_relayed() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    node.set_sandbox_running(&db_pod, true);
+    agent.stop().await;
+    let agent = node.agent(2).await;
+    node.runtime.stop_container(&db).await.unwrap();
+    assert!(agent.handle.snapshot().assignments.contains_key("db"));
+    let report = agent.handle.reconcile().await.unwrap();
+    assert!(report.released.is_empty(), "sandbox there: {report:?}");
+
+    // The pod stops; the runtime does not say so.
+    node.set_sandbox_running(&db_pod, false);
+    let report = agent.handle.reconcile().await.unwrap();
+    assert_eq!(report.released, vec!["db/db".to_string()]);
+    assert!(agent.handle.snapshot().assignments.is_empty());
+    let disk = String::from_utf8(node.checkpoint()).unwrap();
+    assert!(!disk.contains("\"db\""), "released on disk: {disk}");
+    agent.stop().await;
+}
+
+/// A container that stopped while the agent was down, in a pod that still
+/// runs, is held at the next `Synchronize` (not released), and its restart
+/// gets its CPUs again; one whose pod's sandbox is gone is released there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronize_holds_a_stopped_container_of_a_running_pod_and_releases_one_of_an_ended_pod() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let (old_pod, old) = node
+        .pod_with(guaranteed_pod("old"), container("old", 2000))
+        .await;
+    node.set_sandbox_running(&db_pod, true);
+    let cpus = node.runtime.cpus(&db);
+    agent.stop().await;
+    node.runtime.stop_container(&db).await.unwrap();
+    node.runtime.stop_container(&old).await.unwrap();
+    node.set_sandbox_running(&old_pod, false);
+    let agent = node.agent(2).await;
+    let assignments = agent.handle.snapshot().assignments.clone();
+    assert_eq!(assignments["db"]["db"], set(&cpus), "held: {assignments:?}");
+    assert!(
+        !assignments.contains_key("old"),
+        "released: {assignments:?}"
+    );
+
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
+    // The pod's stop, relayed now, releases it.
+    node.runtime.stop_container(&again).await.unwrap();
+    node.runtime.stop_pod(&db_pod).await.unwrap();
+    assert!(agent.handle.snapshot().assignments.is_empty());
     agent.stop().await;
 }
 

@@ -60,21 +60,47 @@ impl Bed {
     ) -> Self {
         let node = nri_common::Node::new();
         let plugins = tempfile::tempdir().expect("tempdir");
-        let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
+        let knob = Knob::new(WIDGET, widget);
+        let cpu = Knob::new("cpu", cpu_answer("2-3"));
+        let registry = plugins.path().join("plugins_registry");
+        let served = serve_in(&registry, knob.clone(), "widget.sock");
+        let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
+        let (agent, stop, tasks) = Self::start_agent(&node, plugins.path(), 1).await;
+        Self {
+            node,
+            agent,
+            knob,
+            cpu,
+            served,
+            served_cpu,
+            stop,
+            tasks,
+            _plugins: plugins,
+        }
+    }
+
+    /// An agent with the QoS Resource Manager on `node`, once it has
+    /// synchronized for the `sessions`-th time and both plugins (already
+    /// serving in `plugins`) are active.
+    async fn start_agent(
+        node: &nri_common::Node,
+        plugins: &std::path::Path,
+        sessions: u64,
+    ) -> (
+        nri_common::Agent,
+        watch::Sender<bool>,
+        Vec<tokio::task::JoinHandle<()>>,
+    ) {
+        let qrm = Qrm::new(qrm_config(plugins, Duration::from_secs(5)));
         let agent = nri_common::Agent::start_with_qrm(
             node.state.path(),
             &node.host,
             &node.socket(),
             std::sync::Arc::clone(&qrm),
         );
-        node.runtime.wait_synced(1).await;
+        node.runtime.wait_synced(sessions).await;
         let (stop, stop_rx) = watch::channel(false);
         let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
-        let knob = Knob::new(WIDGET, widget);
-        let cpu = Knob::new("cpu", cpu_answer("2-3"));
-        let registry = plugins.path().join("plugins_registry");
-        let served = serve_in(&registry, knob.clone(), "widget.sock");
-        let served_cpu = serve_in(&registry, cpu.clone(), "cpu.sock");
         wait_until("the widget and cpu plugins are active", || {
             let views = agent.handle.plugins();
             [WIDGET, "cpu"].iter().all(|r| {
@@ -84,6 +110,30 @@ impl Bed {
             })
         })
         .await;
+        (agent, stop, tasks)
+    }
+
+    /// The agent stopped and started again on the same state (the runtime
+    /// and the plugins stay up; the plugins register again).
+    async fn restarted(self) -> Self {
+        let Self {
+            node,
+            agent,
+            knob,
+            cpu,
+            served,
+            served_cpu,
+            stop,
+            tasks,
+            _plugins: plugins,
+        } = self;
+        let _ = stop.send(true);
+        for task in tasks {
+            let _ = task.await;
+        }
+        agent.stop().await;
+        let sessions = node.runtime.sessions() + 1;
+        let (agent, stop, tasks) = Self::start_agent(&node, plugins.path(), sessions).await;
         Self {
             node,
             agent,
@@ -234,5 +284,49 @@ async fn a_restarted_container_keeps_its_plugin_allocations_without_a_new_alloca
     );
     assert_eq!(node.runtime.cpus(&again), "2-3");
 
+    bed.stop().await;
+}
+
+/// Issue 28 item 3, the proposal's re-admission after a restart: a
+/// container of a pod that ran before the agent's restart, restarted in its
+/// pod, gets its stored plugin allocations again without a new `Allocate`,
+/// while its pod's sandbox runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_agent_restart_a_restarted_container_keeps_its_plugin_allocations() {
+    let bed = Bed::start([(WIDGET.to_string(), info("", "", "a"))].into()).await;
+    let mut pod = nri_common::burstable_pod("kept");
+    pod.annotations.insert(
+        REQUESTS_ANNOTATION.to_string(),
+        format!(r#"{{"main": {{"{WIDGET}": "1"}}}}"#),
+    );
+    let (pod_id, first) = bed
+        .node
+        .pod_with(pod, nri_common::burstable("main", 500))
+        .await;
+    bed.node.set_sandbox_running(&pod_id, true);
+    assert_eq!(bed.knob.state().allocate_calls.len(), 1);
+    let bed = bed.restarted().await;
+    let (node, knob) = (&bed.node, &bed.knob);
+    let allocates = knob.state().allocate_calls.len();
+
+    node.runtime.stop_container(&first).await.unwrap();
+    node.runtime.remove_container(&first).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&pod_id, nri_common::burstable("main", 500))
+        .await
+        .unwrap();
+    let created = node.runtime.container(&again).expect("created");
+    assert!(
+        created.env.contains(&"KNOB=a".to_string()),
+        "{:?}",
+        created.env
+    );
+    assert_eq!(node.runtime.cpus(&again), "2-3", "the stored cpuset");
+    assert_eq!(
+        knob.state().allocate_calls.len(),
+        allocates,
+        "no new Allocate"
+    );
     bed.stop().await;
 }

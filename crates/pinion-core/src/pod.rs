@@ -179,6 +179,21 @@ impl Container {
         }
         requests
     }
+
+    /// Every limit this container sets, by name: `cpu` and `memory` when
+    /// set, and the extended resources (whose limit Kubernetes requires to
+    /// equal the request).
+    #[must_use]
+    pub fn limits(&self) -> BTreeMap<String, Quantity> {
+        let mut limits = self.extended_requests.clone();
+        if let Some(cpu) = &self.cpu_limit {
+            limits.insert("cpu".to_string(), cpu.clone());
+        }
+        if let Some(memory) = &self.memory_limit {
+            limits.insert("memory".to_string(), memory.clone());
+        }
+        limits
+    }
 }
 
 /// kubelet's `resourceQOS` for one set of requirements: a resource whose

@@ -14,6 +14,8 @@
 //! * the **reclaim** pool (`reclaimed_cores`): every CPU the others leave,
 //!   never fewer than `reclaim_min` as long as the requests allow it.
 //!
+//! CPUs isolated at boot (`isolcpus=`) are in no shared or reclaim pool.
+//!
 //! [`Pools`] keeps each shared pool's size and its last change. A pool's
 //! size moves only within its bounds — `[requests, requests + max_headroom]`,
 //! or what an operator pinned ([`PoolSize`]) — and, once per reconcile
@@ -170,7 +172,10 @@ impl FromStr for PoolSize {
 }
 
 /// The CPUs pools may use: online minus reserved minus `held` (dedicated
-/// CPUs and CPUs held back on exclusive NUMA nodes).
+/// CPUs and CPUs held back on exclusive NUMA nodes) minus the CPUs the
+/// kernel isolates at boot (`isolcpus=`, `Topology::isolated`), which are
+/// never in a shared or reclaim pool (only a dedicated container that asks
+/// for them gets them).
 #[derive(Debug, Clone, Copy)]
 pub struct Cpus<'a> {
     pub topology: &'a Topology,
@@ -184,6 +189,7 @@ impl Cpus<'_> {
     pub fn available(&self) -> CpuSet {
         let mut cpus = self.topology.all_cpus().difference(self.reserved);
         cpus.difference_with(self.held);
+        cpus.difference_with(self.topology.isolated());
         cpus
     }
 }

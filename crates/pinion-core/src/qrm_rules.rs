@@ -67,6 +67,9 @@ pub struct PluginRequest {
     /// The quantity as plugins receive it (the raw value: `2` CPUs, bytes,
     /// Mb/s, milli-CPUs of `reclaimed_millicpu`).
     pub quantity: f64,
+    /// The container's limit of the resource, likewise (`None`: no limit;
+    /// an extended resource's limit is its request).
+    pub limit: Option<f64>,
     /// The pod's role and type as every request of the pod carries them.
     pub identity: Identity,
 }
@@ -110,6 +113,7 @@ pub fn plugin_requests(
         }
     })?;
     let requests = spec.requests();
+    let limits = spec.limits();
     let mut out = Vec::new();
     for (name, quantity) in &requests {
         let mapped = names_map.get(name).cloned().unwrap_or_else(|| name.clone());
@@ -124,6 +128,7 @@ pub fn plugin_requests(
                 resource: mapped,
                 requested: name.clone(),
                 quantity: as_float(quantity),
+                limit: limits.get(name).map(as_float),
                 identity: identity.clone(),
             });
         }

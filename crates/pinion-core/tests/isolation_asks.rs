@@ -102,6 +102,37 @@ fn boot_isolated_cpus_are_never_in_the_shared_pool() {
     assert!(e.state().default.contains(6));
 }
 
+/// Issue 31: `cpu_manager_shared_pool_size_millicores` counted the free
+/// boot-isolated CPUs, which never enter the shared pool. It is the shared
+/// pool without the reserved CPUs, before and after an isolated CPU is
+/// taken on `require` and after it comes back.
+#[test]
+fn regression_shared_pool_gauge_leaves_out_boot_isolated_cpus() {
+    let mut e = engine(&guest("6-7"), "0", false).expect("test setup or admission");
+    let pool_without_reserved = |e: &Engine| {
+        u64::try_from(e.shared_pool().difference(&set("0")).len()).expect("count") * 1000
+    };
+    assert_eq!(e.cpu_gauges().shared_pool_millicores, 13_000);
+    assert_eq!(
+        e.cpu_gauges().shared_pool_millicores,
+        pool_without_reserved(&e)
+    );
+    let got = admit(&mut e, &pod("a", "1", &[(ISOLATED_CPUS, "require")]))
+        .expect("test setup or admission")
+        .expect("exclusive cpus");
+    assert!(got.is_subset(&set("6-7")), "got {got}");
+    assert_eq!(e.cpu_gauges().shared_pool_millicores, 13_000);
+    let plain = admit(&mut e, &pod("b", "2", &[]))
+        .expect("test setup or admission")
+        .expect("exclusive cpus");
+    assert_eq!(plain.intersection_len(&set("6-7")), 0, "got {plain}");
+    assert_eq!(e.cpu_gauges().shared_pool_millicores, 11_000);
+    assert_eq!(
+        e.cpu_gauges().shared_pool_millicores,
+        pool_without_reserved(&e)
+    );
+}
+
 #[test]
 fn plain_requests_never_get_isolated_cpus() {
     let mut e = engine(&guest("1-3,9-11"), "0", false).expect("test setup or admission");

@@ -19,6 +19,10 @@ pub struct PodSandbox {
     pub annotations: BTreeMap<String, String>,
     /// The pod's cgroup parent exactly as kubelet sent it.
     pub cgroup_parent: String,
+    /// The sandbox (pause) container's own cgroup (an OCI `cgroupsPath`,
+    /// `<parent>/<sandbox id>` with the cgroupfs driver); it is there while
+    /// the pod runs. Empty when the runtime sent none.
+    pub cgroups_path: String,
     /// Pod-level resources (kubelet's pod totals), when the runtime sends them.
     pub pod_resources: Option<Resources>,
     /// The pod overhead, when set.
@@ -85,6 +89,7 @@ impl From<pb::PodSandbox> for PodSandbox {
             labels: pod.labels.into_iter().collect(),
             annotations: pod.annotations.into_iter().collect(),
             cgroup_parent: linux.cgroup_parent,
+            cgroups_path: linux.cgroups_path,
             pod_resources: linux.pod_resources.map(Resources::from),
             overhead: linux.pod_overhead.map(Resources::from),
         }

@@ -42,11 +42,13 @@ pub fn event_mask(events: &[u32]) -> i32 {
     i32::try_from(mask).unwrap_or(i32::MAX)
 }
 
-/// The events Pinion subscribes to.
-pub const SUBSCRIBED: [u32; 6] = [
+/// The events Pinion subscribes to (`StartContainer`: the container's
+/// cgroup exists, its cpuset partition can be made).
+pub const SUBSCRIBED: [u32; 7] = [
     event::STOP_POD_SANDBOX,
     event::REMOVE_POD_SANDBOX,
     event::CREATE_CONTAINER,
+    event::START_CONTAINER,
     event::UPDATE_CONTAINER,
     event::STOP_CONTAINER,
     event::REMOVE_CONTAINER,
@@ -298,7 +300,7 @@ mod tests {
         assert_eq!(event_mask(&[1]), 0x1);
         assert_eq!(event_mask(&[4]), 0x8);
         assert_eq!(event_mask(&[1, 2, 3, 4, 6, 8, 10, 11]), 0x6af);
-        assert_eq!(event_mask(&SUBSCRIBED), 0x68e);
+        assert_eq!(event_mask(&SUBSCRIBED), 0x6ae);
         assert_eq!(event_mask(&[0, 40]), 0);
     }
 }

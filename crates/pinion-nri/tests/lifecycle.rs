@@ -22,7 +22,7 @@ async fn registration_configure_and_synchronize() {
         fake.plugin().await,
         Some(("90".to_string(), "pinion".to_string()))
     );
-    assert_eq!(fake.event_mask().await, Some(0x68e));
+    assert_eq!(fake.event_mask().await, Some(0x6ae));
     let runtime = plugin.handler.lock().runtime.clone().unwrap();
     assert_eq!(runtime.runtime_name, "pinion-fake-runtime");
     assert_eq!(runtime.config, "policy: static");

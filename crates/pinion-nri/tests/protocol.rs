@@ -309,5 +309,5 @@ async fn unknown_service_answers_unimplemented() {
         .await
         .unwrap();
     let configured = pb::ConfigureResponse::decode(reply.as_slice()).unwrap();
-    assert_eq!(configured.events, 0x68e);
+    assert_eq!(configured.events, 0x6ae);
 }

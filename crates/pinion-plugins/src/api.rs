@@ -44,6 +44,10 @@ pub struct Request {
     /// `Guaranteed`, `Burstable`, `BestEffort` (empty when the manager does
     /// not fill it).
     pub native_qos_class: String,
+    /// Pinion's extension (field 1000, which katalyst's decoders skip): the
+    /// limit, keyed like `resource_requests`; empty without a limit.
+    #[serde(default)]
+    pub resource_limits: BTreeMap<String, f64>,
 }
 
 /// `ResourceAllocationInfo` (fields 1–9).

@@ -102,8 +102,12 @@ impl PluginError {
                 PolicyError::Alloc(_)
                 | PolicyError::SmtNotEnoughPhysical { .. }
                 | PolicyError::SharedPoolWouldBeEmpty { .. }
+                | PolicyError::SharedPoolAllIsolated { .. }
+                | PolicyError::IsolatedShortfall { .. }
                 | PolicyError::TopologyAffinity(_) => ErrorKind::ResourceExhausted,
-                PolicyError::SmtNotMultiple { .. } => ErrorKind::InvalidArgument,
+                PolicyError::SmtNotMultiple { .. } | PolicyError::CpuAsk(_) => {
+                    ErrorKind::InvalidArgument
+                }
                 _ => ErrorKind::Internal,
             },
             Self::Store(_) | Self::Config { .. } | Self::Restore { .. } => ErrorKind::Internal,

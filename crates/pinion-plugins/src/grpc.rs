@@ -116,6 +116,11 @@ pub fn request(wire: &rp::ResourceRequest) -> Request {
         labels: wire.labels.clone(),
         annotations: wire.annotations.clone(),
         native_qos_class: wire.native_qos_class.clone(),
+        resource_limits: wire
+            .resource_limits
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
     }
 }
 
@@ -148,6 +153,11 @@ pub fn wire_request(request: &Request) -> rp::ResourceRequest {
         annotations: request.annotations.clone(),
         native_qos_class: request.native_qos_class.clone(),
         runtime_class: String::new(),
+        resource_limits: request
+            .resource_limits
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
     }
 }
 
@@ -445,6 +455,7 @@ mod tests {
                 labels: [("l".to_string(), "1".to_string())].into(),
                 annotations: [("a".to_string(), "2".to_string())].into(),
                 native_qos_class: "Burstable".into(),
+                resource_limits: [("cpu".to_string(), 2.0)].into(),
             };
             let wire = wire_request(&plugin);
             assert_eq!(

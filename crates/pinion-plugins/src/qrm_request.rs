@@ -13,10 +13,12 @@ use pinion_core::topomgr::TopologyHint;
 
 use crate::api::{Hint, Request};
 
-// difference-from-kubelet: qrm-request-without-limits
+// difference-from-kubelet: qrm-request-limits-extension
 /// The `ResourceRequest` for `request` of `container` (spec `qrm.md` §4.2).
 /// `hint` is the Topology Manager's affinity, sent only to topology-aligned
-/// plugins ([`allocate_hint`]); `GetTopologyHints` carries none.
+/// plugins ([`allocate_hint`]); `GetTopologyHints` carries none. The limit
+/// goes in Pinion's `resource_limits` (field 1000 on the wire), which
+/// katalyst's decoders skip.
 #[must_use]
 pub fn request(pod: &Pod, container: &str, request: &PluginRequest, hint: Option<Hint>) -> Request {
     let (container_type, container_index) = qrm_rules::container_type(pod, container);
@@ -35,6 +37,11 @@ pub fn request(pod: &Pod, container: &str, request: &PluginRequest, hint: Option
         labels: pod.labels.clone(),
         annotations: pod.annotations.clone(),
         native_qos_class: pod.qos().to_string(),
+        resource_limits: request
+            .limit
+            .map(|limit| (request.resource.clone(), limit))
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -103,6 +110,7 @@ mod tests {
             resource: "cpu".into(),
             requested: "cpu".into(),
             quantity: 2.0,
+            limit: Some(3.0),
             identity: vocabulary::identity(&pod.labels, &pod.annotations).expect("identity"),
         };
         let hint = Hint {
@@ -137,6 +145,17 @@ mod tests {
             (r.labels, r.annotations),
             (pod.labels.clone(), pod.annotations.clone())
         );
+        assert_eq!(
+            r.resource_limits,
+            BTreeMap::from([("cpu".to_string(), 3.0)])
+        );
+        let unlimited = PluginRequest {
+            limit: None,
+            ..asked.clone()
+        };
+        assert!(request(&pod, "app", &unlimited, None)
+            .resource_limits
+            .is_empty());
         let sidecar = request(&pod, "log", &asked, None);
         assert_eq!(
             (sidecar.container_type, sidecar.container_index),

@@ -1,5 +1,6 @@
 //! Reading a [`Request`]: its one quantity, its QoS annotations, its hint.
 
+use pinion_core::policy::{CpuAsk, IsolatedAsk, PolicyError};
 use pinion_core::qos::{self, QosRequest};
 use pinion_core::CpuSet;
 
@@ -61,6 +62,14 @@ pub fn check_resource(request: &Request, resource: &str) -> Result<(), PluginErr
 /// The pod's QoS request (katalyst's annotations; `qrm.md` §7).
 pub fn qos(request: &Request) -> Result<QosRequest, PluginError> {
     Ok(qos::parse(&request.annotations)?)
+}
+
+/// Whether the pod asks for boot-isolated CPUs (`pinion.io/isolated-cpus:
+/// require | prefer`, as the static policy reads it); a bad value is an
+/// error naming it. Only the isolated-CPU part of Pinion's asks is read.
+pub fn isolated_ask(request: &Request) -> Result<IsolatedAsk, PluginError> {
+    let ask = CpuAsk::from_annotations(&request.annotations).map_err(PolicyError::from)?;
+    Ok(ask.isolated)
 }
 
 /// The NUMA nodes of the request's hint, when it names some.

@@ -77,28 +77,38 @@ impl HousekeepingConfig {
 }
 
 fn parse_one(text: &str) -> Result<ContainerCgroup, ConfigError> {
+    parse_cgroup_path(FIELD, text)
+}
+
+/// A cgroup outside Pinion's named in the config by its path from the
+/// hierarchy's root (`/system.slice`); a bad one is an error of `field`
+/// naming the text.
+pub(super) fn parse_cgroup_path(
+    field: &'static str,
+    text: &str,
+) -> Result<ContainerCgroup, ConfigError> {
     if text.len() > MAX_HOUSEKEEPING_PATH_LEN {
         return Err(field_error(
-            FIELD,
+            field,
             text,
             &format!("longer than {MAX_HOUSEKEEPING_PATH_LEN} bytes"),
         ));
     }
     if !text.starts_with('/') {
         return Err(field_error(
-            FIELD,
+            field,
             text,
             &"must be a path from the cgroup hierarchy's root, starting with '/' (e.g. /system.slice)",
         ));
     }
     if text.contains(':') {
-        return Err(field_error(FIELD, text, &"':' is not allowed"));
+        return Err(field_error(field, text, &"':' is not allowed"));
     }
     ContainerCgroup::resolve(text).map_err(|err| match err {
         pinion_host::cgroup::CgroupError::InvalidName { reason, .. } => {
-            field_error(FIELD, text, &reason)
+            field_error(field, text, &reason)
         }
-        other => field_error(FIELD, text, &other),
+        other => field_error(field, text, &other),
     })
 }
 

@@ -6,12 +6,21 @@
 use std::collections::BTreeSet;
 
 use pinion_core::{CpuSet, Quantity};
+use pinion_host::cgroup::ContainerCgroup;
 use serde::Deserialize;
 
+use super::housekeeping::parse_cgroup_path;
 use super::{field_error, scalar_text, ConfigError};
 
 /// kubelet's gate.
 pub const GATE: &str = "NodeSystemPartition";
+
+/// Where kubelet puts the partition's pods (KEP-5894's `kubepods/system`),
+/// with its systemd cgroup driver and with its cgroupfs one: the cgroups
+/// `memoryLimit` is written to when `systemPartition.cgroup` names none
+/// (the first that exists).
+pub const DEFAULT_CGROUPS: [&str; 2] =
+    ["/kubepods.slice/kubepods-system.slice", "/kubepods/system"];
 
 /// The file form (kubelet's field names).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -20,6 +29,9 @@ pub struct SystemPartitionFileConfig {
     pub memory_limit: Option<serde_yaml_ng::Value>,
     pub cpuset: Option<String>,
     pub namespaces: Option<Vec<String>>,
+    /// Pinion's addition: the partition's parent cgroup, whose memory
+    /// `memoryLimit` limits (default [`DEFAULT_CGROUPS`]).
+    pub cgroup: Option<String>,
 }
 
 /// The validated partition (present only with the gate on and at least one
@@ -29,9 +41,11 @@ pub struct SystemPartition {
     /// The CPUs of the partition's containers (`None`: the shared pool, as
     /// without the partition).
     pub cpuset: Option<CpuSet>,
-    /// `memoryLimit` in bytes (reported, not enforced: see the module
-    /// documentation).
+    /// `memoryLimit` in bytes, written to the partition's cgroup.
     pub memory_limit: Option<u64>,
+    /// The partition's parent cgroup candidates, relative to the hierarchy
+    /// mount: `memoryLimit` goes to the first that exists.
+    pub cgroups: Vec<ContainerCgroup>,
     pub namespaces: BTreeSet<String>,
 }
 
@@ -97,6 +111,13 @@ impl SystemPartition {
                 Some(quantity.value())
             }
         };
+        let cgroups = match file.cgroup.as_deref() {
+            Some(text) => vec![parse_cgroup_path("systemPartition.cgroup", text)?],
+            None => DEFAULT_CGROUPS
+                .iter()
+                .map(|text| parse_cgroup_path("systemPartition.cgroup", text))
+                .collect::<Result<_, _>>()?,
+        };
         let mut namespaces = BTreeSet::new();
         for name in file.namespaces.unwrap_or_default() {
             if let Err(reason) = check_namespace(&name) {
@@ -111,6 +132,7 @@ impl SystemPartition {
         Ok(Some(Self {
             cpuset,
             memory_limit,
+            cgroups,
             namespaces,
         }))
     }
@@ -151,6 +173,7 @@ mod tests {
             memory_limit: memory.map(serde_yaml_ng::Value::from),
             cpuset: cpuset.map(str::to_string),
             namespaces: Some(namespaces.iter().map(ToString::to_string).collect()),
+            cgroup: None,
         })
     }
 
@@ -232,6 +255,32 @@ mod tests {
         for (section, field, value) in cases {
             let err = SystemPartition::resolve(section, true, Some(&set("0-1"))).expect_err(value);
             assert_eq!(field_of(err), (field, value.to_string()));
+        }
+    }
+
+    #[test]
+    fn the_memory_limits_cgroup_defaults_to_kubelets_and_may_be_named() {
+        let p = SystemPartition::resolve(file(None, Some("1Gi"), &["kube-system"]), true, None)
+            .expect("valid")
+            .expect("active");
+        let paths: Vec<String> = p.cgroups.iter().map(ToString::to_string).collect();
+        assert_eq!(paths, DEFAULT_CGROUPS);
+        let mut named = file(None, Some("1Gi"), &["kube-system"]);
+        if let Some(f) = named.as_mut() {
+            f.cgroup = Some("/system-pods.slice".into());
+        }
+        let p = SystemPartition::resolve(named, true, None)
+            .expect("valid")
+            .expect("active");
+        assert_eq!(p.cgroups.len(), 1);
+        assert_eq!(p.cgroups[0].to_string(), "/system-pods.slice");
+        for bad in ["relative", "/a/../b", "/a:b"] {
+            let mut named = file(None, Some("1Gi"), &["kube-system"]);
+            if let Some(f) = named.as_mut() {
+                f.cgroup = Some(bad.into());
+            }
+            let err = SystemPartition::resolve(named, true, None).expect_err(bad);
+            assert_eq!(field_of(err), ("systemPartition.cgroup", bad.to_string()));
         }
     }
 }

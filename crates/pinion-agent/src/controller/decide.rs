@@ -250,7 +250,11 @@ impl Controller {
         };
         match (&existing.frontend, &request.frontend) {
             (
-                Frontend::Runtime { container_id, .. },
+                Frontend::Runtime {
+                    container_id,
+                    started,
+                    ..
+                },
                 Frontend::Runtime {
                     container_id: new, ..
                 },
@@ -263,6 +267,10 @@ impl Controller {
                 }
                 if let Some(workload) = self.workloads.get_mut(key) {
                     workload.frontend = request.frontend.clone();
+                    // The same container asked again: it keeps running.
+                    if let Frontend::Runtime { started: now, .. } = &mut workload.frontend {
+                        *now |= *started && container_id == new;
+                    }
                 }
                 // The runtime's latest view of the pod (names, siblings).
                 if let Some(workload) = self.workloads.get_mut(key) {

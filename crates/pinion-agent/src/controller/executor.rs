@@ -91,6 +91,7 @@ impl Controller {
         let housekeeping = self.shrink_housekeeping();
         let runtime = self.apply_differences();
         self.make_partitions();
+        self.enforce_partition_memory();
         let runtime = match delivery {
             Delivery::Return => runtime,
             Delivery::Send => {

@@ -75,7 +75,7 @@ pub use migrate_start::MigrateOnStart;
 pub use partition::PartitionState;
 pub use rebuild::StartReport;
 pub use recover::StartParts;
-pub use runtime::{Observed, RunningContainer};
+pub use runtime::{Observed, RunningContainer, Synced};
 pub use snapshot::{Snapshot, WorkloadView};
 pub use task::{spawn, spawn_with, spawn_with_hints, Command, ControllerHandle};
 
@@ -183,10 +183,13 @@ pub enum Frontend {
     /// runtime id is unknown for containers restored from the checkpoint
     /// until the runtime's next `Synchronize`; its cgroup (from NRI's
     /// `linux.cgroups_path`) is what the reconcile pass reads back, when the
-    /// runtime sent one.
+    /// runtime sent one, and where its cpuset partition is made
+    /// (`exclusiveCpus.partition`) once `started`: the runtime created its
+    /// task (NRI `StartContainer`), or it was running at `Synchronize`.
     Runtime {
         container_id: Option<String>,
         cgroup: Option<ContainerCgroup>,
+        started: bool,
     },
 }
 
@@ -204,12 +207,24 @@ impl Frontend {
         Self::runtime_in(container_id, None)
     }
 
-    /// A runtime container in `cgroup`.
+    /// A runtime container in `cgroup`, created but not started.
     #[must_use]
     pub fn runtime_in(container_id: impl Into<String>, cgroup: Option<ContainerCgroup>) -> Self {
         Self::Runtime {
             container_id: Some(container_id.into()),
             cgroup,
+            started: false,
+        }
+    }
+
+    /// A runtime container in `cgroup` that the runtime runs (its cgroup
+    /// exists).
+    #[must_use]
+    pub fn running_in(container_id: impl Into<String>, cgroup: Option<ContainerCgroup>) -> Self {
+        Self::Runtime {
+            container_id: Some(container_id.into()),
+            cgroup,
+            started: true,
         }
     }
 
@@ -219,6 +234,7 @@ impl Frontend {
         Self::Runtime {
             container_id: None,
             cgroup: None,
+            started: false,
         }
     }
 
@@ -315,6 +331,11 @@ struct Workload {
     /// That writer's value, kept in mode `report` (the same value again is
     /// no new event).
     foreign_yielded: Option<pinion_core::drift::SeenCpuset>,
+    /// A stopped runtime container held for its restart whose pod's end
+    /// the runtime may never relay (a pod known only from a `Synchronize`):
+    /// its pod's sandbox cgroup, whose removal the reconcile pass takes as
+    /// the pod's end ([`Controller::park`]).
+    held_sandbox: Option<ContainerCgroup>,
 }
 
 impl Workload {
@@ -331,6 +352,7 @@ impl Workload {
             apply_failure: None,
             foreign_mark: None,
             foreign_yielded: None,
+            held_sandbox: None,
         }
     }
 
@@ -383,6 +405,8 @@ pub struct Controller {
     foreign: foreign::Foreign,
     /// KEP-5894's system partition (`systemPartition`, gate on).
     system_partition: Option<crate::config::SystemPartition>,
+    /// Where the system partition's `memoryLimit` stands.
+    partition_memory: system_partition::LimitState,
 }
 
 /// Node-wide isolation options (issue 31 items 2 and 6): what the agent's

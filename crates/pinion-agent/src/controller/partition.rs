@@ -10,9 +10,13 @@
 //! container: it stays a member, the reason is logged once per distinct
 //! reason, counted (`pinion_partition_fallbacks`) and shown by `pinion ps`.
 //!
-//! Runtime (NRI) containers are not partitioned yet: NRI gives a plugin no
-//! partition file, and the container's cgroup exists only once the runtime
-//! started it (docs/nri.md).
+//! Runtime (NRI) containers get theirs the same way, on the cgroup NRI's
+//! `linux.cgroups_path` names (cgroupfs or systemd driver), once the
+//! runtime created their task ([`Controller::container_started`], NRI
+//! `StartContainer`): NRI has no partition field, and the cgroup exists
+//! only then. A stopped container (held for its restart, or released) has
+//! its partition taken apart before its CPUs go anywhere; a container
+//! without a usable cgroup path falls back with that reason.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,11 +52,33 @@ impl PartitionState {
     }
 }
 
+/// Where a workload's partition is (or would be).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Slot {
+    /// Its cgroup.
+    Cgroup(PartitionTarget),
+    /// A started runtime container whose cgroup Pinion does not know (the
+    /// runtime sent no `linux.cgroups_path`, or one that did not resolve).
+    NoCgroup { container_id: String },
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cgroup(target) => target.fmt(f),
+            Self::NoCgroup { container_id } => write!(f, "runtime container {container_id}"),
+        }
+    }
+}
+
+/// Why a runtime container without a known cgroup is no partition.
+pub(super) const NO_CGROUP_PATH: &str = "the runtime sent no cgroups path pinion can resolve (NRI linux.cgroups_path; see the warning at its creation)";
+
 /// The partitions the controller made or tried.
 #[derive(Debug, Default)]
 pub(super) struct Partitions {
     mode: PartitionMode,
-    held: BTreeMap<PartitionTarget, PartitionState>,
+    held: BTreeMap<Slot, PartitionState>,
     /// Fallback reasons already logged.
     logged: BTreeSet<String>,
 }
@@ -67,14 +93,28 @@ impl Partitions {
 
     /// The state of a workload's cgroup (`None`: an ordinary member).
     pub(super) fn of(&self, workload: &Workload) -> Option<&PartitionState> {
-        target(workload).and_then(|t| self.held.get(&t))
+        slot(workload).and_then(|t| self.held.get(&t))
     }
 }
 
-/// The cgroup a workload's partition would be (standalone runs only).
-fn target(workload: &Workload) -> Option<PartitionTarget> {
+/// Where a workload's partition would be: a standalone run's cgroup; a
+/// runtime container's once it started (`None` before, and for a stopped
+/// one, whose runtime id is forgotten).
+fn slot(workload: &Workload) -> Option<Slot> {
     match &workload.frontend {
-        Frontend::Standalone { cgroup, .. } => Some(PartitionTarget::Run(cgroup.clone())),
+        Frontend::Standalone { cgroup, .. } => {
+            Some(Slot::Cgroup(PartitionTarget::Run(cgroup.clone())))
+        }
+        Frontend::Runtime {
+            container_id: Some(id),
+            cgroup,
+            started: true,
+        } => Some(match cgroup {
+            Some(cgroup) => Slot::Cgroup(PartitionTarget::Container(cgroup.clone())),
+            None => Slot::NoCgroup {
+                container_id: id.clone(),
+            },
+        }),
         Frontend::Runtime { .. } => None,
     }
 }
@@ -84,71 +124,103 @@ impl Controller {
     /// exclusive CPUs or is about to get other CPUs (made again after the
     /// cpuset write, by [`Controller::make_partitions`]).
     pub(super) fn unmake_stale_partitions(&mut self) {
-        let wanted: BTreeMap<PartitionTarget, CpuSet> = self
+        let wanted: BTreeMap<Slot, CpuSet> = self
             .workloads
             .values()
             .filter(|w| self.partitions.mode != PartitionMode::Member && w.desired.is_exclusive())
-            .filter_map(|w| target(w).map(|t| (t, w.desired.cpus.clone())))
+            .filter_map(|w| slot(w).map(|t| (t, w.desired.cpus.clone())))
             .collect();
-        let stale: Vec<PartitionTarget> = self
+        let stale: Vec<Slot> = self
             .partitions
             .held
             .iter()
             .filter(|(t, state)| wanted.get(*t) != Some(state.cpus()))
             .map(|(t, _)| t.clone())
             .collect();
-        for target in stale {
-            self.unmake_partition(&target);
+        for slot in stale {
+            self.unmake_partition(&slot);
         }
     }
 
-    /// Makes a partition of every exclusive run whose cpuset is written and
-    /// that has none yet (nor a fallback for the same CPUs).
+    /// Makes a partition of every exclusive workload whose cpuset is written
+    /// (a runtime container's: answered or sent to the runtime, and its
+    /// task created) and that has none yet (nor a fallback for the same
+    /// CPUs).
     pub(super) fn make_partitions(&mut self) {
         let mode = self.partitions.mode;
         if mode == PartitionMode::Member {
             return;
         }
-        let todo: Vec<(PartitionTarget, CpuSet)> = self
+        let todo: Vec<(Slot, CpuSet)> = self
             .workloads
             .values()
             .filter(|w| w.desired.is_exclusive() && w.applied.as_ref() == Some(&w.desired))
-            .filter_map(|w| target(w).map(|t| (t, w.desired.cpus.clone())))
+            .filter_map(|w| slot(w).map(|t| (t, w.desired.cpus.clone())))
             .filter(|(t, _)| !self.partitions.held.contains_key(t))
             .collect();
-        for (target, cpus) in todo {
-            let state = match self.host.make_partition(&target, &cpus, mode) {
+        for (slot, cpus) in todo {
+            let outcome = match &slot {
+                Slot::Cgroup(target) => self.host.make_partition(target, &cpus, mode),
+                Slot::NoCgroup { .. } => PartitionOutcome::Fallback {
+                    reason: NO_CGROUP_PATH.to_string(),
+                },
+            };
+            let state = match outcome {
                 PartitionOutcome::Made {
                     partition,
                     exclusive_effective,
                 } => {
-                    tracing::info!(%target, %cpus, %exclusive_effective, "cpuset partition {partition}");
+                    tracing::info!(target = %slot, %cpus, %exclusive_effective, "cpuset partition {partition}");
                     self.counters.partitions_made_total += 1;
                     PartitionState::Made { cpus, partition }
                 }
                 PartitionOutcome::Fallback { reason } => {
                     if self.partitions.logged.insert(reason.clone()) {
-                        tracing::warn!(%target, %cpus, "no {mode} cpuset partition, the cgroup stays a member: {reason} (logged once per reason; `pinion ps` shows it)");
+                        tracing::warn!(target = %slot, %cpus, "no {mode} cpuset partition, the cgroup stays a member: {reason} (logged once per reason; `pinion ps` shows it)");
                     }
                     self.counters.partition_fallbacks_total += 1;
                     PartitionState::Fallback { cpus, reason }
                 }
             };
-            self.partitions.held.insert(target, state);
+            self.partitions.held.insert(slot, state);
         }
     }
 
     /// Before a run's cgroup is removed: its partition taken apart (the
     /// ancestors' `cpuset.cpus.exclusive` keep its CPUs otherwise).
     pub(super) fn release_partition(&mut self, cgroup: &CgroupName) {
-        self.unmake_partition(&PartitionTarget::Run(cgroup.clone()));
+        self.unmake_partition(&Slot::Cgroup(PartitionTarget::Run(cgroup.clone())));
     }
 
-    fn unmake_partition(&mut self, target: &PartitionTarget) {
-        let Some(state) = self.partitions.held.remove(target) else {
+    /// The runtime created runtime container `container_id`'s task (NRI
+    /// `StartContainer`; its cgroup exists now): the executor's pass makes
+    /// its partition. False when Pinion does not know the container.
+    pub fn container_started(&mut self, container_id: &str) -> bool {
+        let mut known = false;
+        for workload in self.workloads.values_mut() {
+            if let Frontend::Runtime {
+                container_id: Some(id),
+                started,
+                ..
+            } = &mut workload.frontend
+            {
+                if id == container_id {
+                    *started = true;
+                    known = true;
+                }
+            }
+        }
+        if known {
+            self.converge();
+        }
+        known
+    }
+
+    fn unmake_partition(&mut self, slot: &Slot) {
+        let Some(state) = self.partitions.held.remove(slot) else {
             return;
         };
-        if let PartitionState::Made { cpus, .. } = state {
+        if let (Slot::Cgroup(target), PartitionState::Made { cpus, .. }) = (slot, state) {
             match self.host.unmake_partition(target, &cpus) {
                 Ok(()) => tracing::info!(%target, %cpus, "cpuset partition taken apart"),
                 Err(err) => {

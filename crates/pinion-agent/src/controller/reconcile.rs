@@ -13,7 +13,8 @@ use super::foreign::ForeignKind;
 use super::{Controller, Decision, Frontend, Key, ReconcileReport};
 
 impl Controller {
-    /// Releases standalone runs whose cgroup has no process left, repairs
+    /// Releases standalone runs whose cgroup has no process left and held
+    /// runtime containers whose pod's sandbox cgroup is gone, repairs
     /// cpusets someone else changed, retries what was not applied and
     /// removes empty stray cgroups.
     pub fn reconcile(&mut self) -> ReconcileReport {
@@ -80,6 +81,7 @@ impl Controller {
             let Frontend::Runtime {
                 container_id: Some(id),
                 cgroup: Some(cgroup),
+                ..
             } = &workload.frontend
             else {
                 continue;
@@ -163,12 +165,26 @@ impl Controller {
         verdict.repair
     }
 
+    /// Standalone runs whose cgroup has no process left, and containers
+    /// held for a restart whose pod ended without the runtime saying so
+    /// (their pod's sandbox cgroup is gone: containerd 1.7 never relays the
+    /// stop of a pod it recovered after its own restart).
     fn gone_workloads(&self) -> Vec<Key> {
-        self.managed_cgroups()
+        let mut gone: Vec<Key> = self
+            .managed_cgroups()
             .into_iter()
             .filter(|(_, cgroup)| self.host.pids(cgroup).is_ok_and(|p| p.is_empty()))
             .map(|(key, _)| key)
-            .collect()
+            .collect();
+        for (key, workload) in &self.workloads {
+            if let Some(sandbox) = &workload.held_sandbox {
+                if !self.sandbox_runs(sandbox) {
+                    tracing::info!(pod = %key.0, container = %key.1, %sandbox, "held for a restart, and its pod's sandbox is gone: released");
+                    gone.push(key.clone());
+                }
+            }
+        }
+        gone
     }
 
     /// Standalone cgroups whose cpuset differs from what was applied:

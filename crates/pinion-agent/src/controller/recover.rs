@@ -163,6 +163,7 @@ impl Controller {
             ),
             foreign: super::foreign::Foreign::new(parts.isolation.other_writers),
             system_partition: parts.isolation.system_partition.clone(),
+            partition_memory: super::system_partition::LimitState::default(),
         };
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());

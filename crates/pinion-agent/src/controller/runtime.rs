@@ -3,12 +3,13 @@
 //! at. [`Controller::sync_runtime`] makes the controller agree with it.
 
 use std::collections::BTreeMap;
+use std::io::ErrorKind;
 use std::sync::Arc;
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement};
-use pinion_host::cgroup::ContainerCgroup;
+use pinion_host::cgroup::{CgroupError, ContainerCgroup};
 
 use super::batch::Batch;
 use super::executor::Delivery;
@@ -38,6 +39,18 @@ impl Observed {
             && self.mems.as_ref() == Some(&placement.mems)
             && quota_ok
     }
+}
+
+/// What a synchronization with the runtime did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synced {
+    /// The containers released (no longer running, their pod ended).
+    pub released: Released,
+    /// The updates that bring each running container to its placement.
+    pub updates: Vec<RuntimeUpdate>,
+    /// Containers that do not run while their pod does: held for their
+    /// restart, with the sandbox cgroup of that pod.
+    pub held: Vec<(Key, ContainerCgroup)>,
 }
 
 /// One container the runtime runs.
@@ -76,6 +89,24 @@ impl Controller {
         &mut self,
         running: &[RunningContainer],
     ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        self.sync_runtime_holding(running, &BTreeMap::new())
+            .map(|synced| (synced.released, synced.updates))
+    }
+
+    /// [`Controller::sync_runtime`], except that a container that does not
+    /// run but whose pod does is held for its restart instead of released
+    /// ([`Controller::park`]): `restartable` names the Kubernetes pods whose
+    /// sandbox the runtime still lists, by UID, with their sandboxes'
+    /// cgroups; a pod runs while one of them is there. So a container restarted
+    /// after the agent's or the runtime's restart gets its placement and
+    /// its plugins' allocations again, without a new admission (the QoS
+    /// Resource Manager proposal's re-admission), as kubelet keeps the
+    /// CPUs of an active pod's containers across its own restart.
+    pub fn sync_runtime_holding(
+        &mut self,
+        running: &[RunningContainer],
+        restartable: &BTreeMap<String, Vec<ContainerCgroup>>,
+    ) -> Result<Synced, ControlError> {
         let rebuilt = self.start_report.runtime_rebuild.is_some();
         if let Some(why) = self.start_report.runtime_rebuild.take() {
             if let Err(err) = self.rebuild_from_runtime(running, &why) {
@@ -86,11 +117,20 @@ impl Controller {
         }
         let by_key: BTreeMap<&Key, &RunningContainer> =
             running.iter().map(|c| (&c.key, c)).collect();
-        let stale: Vec<Key> = self
-            .runtime_keys()
-            .into_iter()
-            .filter(|key| !by_key.contains_key(key))
-            .collect();
+        let mut held: Vec<(Key, ContainerCgroup)> = Vec::new();
+        let mut stale: Vec<Key> = Vec::new();
+        for key in self.runtime_keys() {
+            if by_key.contains_key(&key) {
+                continue;
+            }
+            let sandbox = restartable
+                .get(&key.0)
+                .and_then(|sandboxes| sandboxes.iter().find(|s| self.sandbox_runs(s)));
+            match sandbox {
+                Some(sandbox) => held.push((key, sandbox.clone())),
+                None => stale.push(key),
+            }
+        }
         let mut batch = self.begin();
         let freed = self.decide_release_keys(&stale, &mut batch)?;
         let late = if rebuilt {
@@ -102,6 +142,10 @@ impl Controller {
         for key in &stale {
             tracing::info!(pod = %key.0, container = %key.1, "released: not running any more");
         }
+        for (key, sandbox) in &held {
+            self.hold_restartable(key, sandbox.clone());
+            tracing::info!(pod = %key.0, container = %key.1, "not running, its pod is: held for its restart");
+        }
         for key in &late {
             let cpus = self.engine.placement(&key.0, &key.1).cpus;
             tracing::info!(pod = %key.0, container = %key.1, %cpus, "admitted at synchronization: created while no plugin was connected; exclusive cpus given by an update");
@@ -112,7 +156,7 @@ impl Controller {
                 .observed
                 .matches(&desired)
                 .then(|| desired.clone());
-            let frontend = Frontend::runtime_in(&container.container_id, container.cgroup.clone());
+            let frontend = Frontend::running_in(&container.container_id, container.cgroup.clone());
             match self.workloads.get_mut(&container.key) {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
@@ -132,13 +176,27 @@ impl Controller {
             }
         }
         let updates = self.execute(Delivery::Return);
-        Ok((
-            Released {
+        Ok(Synced {
+            released: Released {
                 containers: stale.into_iter().map(|(p, c)| format!("{p}/{c}")).collect(),
                 cpus: freed,
             },
             updates,
-        ))
+            held,
+        })
+    }
+
+    /// Holds `key`, which does not run while its pod does, for its restart
+    /// (a checkpoint assignment without a workload gets one).
+    fn hold_restartable(&mut self, key: &Key, sandbox: ContainerCgroup) {
+        let desired = self.engine.placement(&key.0, &key.1);
+        let workload = self
+            .workloads
+            .entry(key.clone())
+            .or_insert_with(|| Workload::new(Frontend::runtime_unknown(), None, desired));
+        workload.frontend = Frontend::runtime_unknown();
+        workload.applied = None;
+        workload.held_sandbox = Some(sandbox);
     }
 
     /// Admits, in `batch`, the running Kubernetes containers Pinion does not
@@ -172,7 +230,7 @@ impl Controller {
             let request = AdmitRequest {
                 pod: (**pod).clone(),
                 container: key.1.clone(),
-                frontend: Frontend::runtime_in(&container.container_id, container.cgroup.clone()),
+                frontend: Frontend::running_in(&container.container_id, container.cgroup.clone()),
                 cpu_owner: CpuOwner::Policy,
             };
             match self.decide_admit(&request, hints, None, batch) {
@@ -192,9 +250,11 @@ impl Controller {
     /// (its reconcile "cannot call RemoveContainer" for a container that
     /// may be restarting). Its runtime id and cgroup are forgotten, so no
     /// update goes to the stopped container and reconcile does not read its
-    /// cgroup. The pod's end releases it. False when Pinion does not know
-    /// the container.
-    pub fn park(&mut self, key: &Key) -> bool {
+    /// cgroup. The pod's end releases it: the runtime's pod stop, or, given
+    /// `sandbox` (the pod's sandbox cgroup, for a pod whose stop the runtime
+    /// may never relay), the reconcile pass that finds that cgroup gone.
+    /// False when Pinion does not know the container.
+    pub fn park(&mut self, key: &Key, sandbox: Option<ContainerCgroup>) -> bool {
         let Some(workload) = self.workloads.get_mut(key) else {
             return false;
         };
@@ -203,8 +263,21 @@ impl Controller {
         }
         workload.frontend = Frontend::runtime_unknown();
         workload.applied = None;
-        self.publish();
+        workload.held_sandbox = sandbox;
+        // Its partition is taken apart (the executor's pass); its CPUs stay
+        // exclusive.
+        self.converge();
         true
+    }
+
+    /// True unless `sandbox`, a pod's sandbox cgroup, is gone (a cgroup
+    /// that cannot be read for another reason counts as there: a hold is
+    /// never ended on a guess).
+    pub(super) fn sandbox_runs(&self, sandbox: &ContainerCgroup) -> bool {
+        match self.host.container_cpuset(sandbox) {
+            Err(CgroupError::Io { source, .. }) => source.kind() != ErrorKind::NotFound,
+            _ => true,
+        }
     }
 
     /// A new runtime container of a container Pinion holds (its previous
@@ -220,6 +293,9 @@ impl Controller {
             return None;
         }
         let readmitted = self.readmit(&key, request).map(|()| self.admitted(&key));
+        if let Some(workload) = self.workloads.get_mut(&key) {
+            workload.held_sandbox = None;
+        }
         self.publish();
         Some(readmitted)
     }

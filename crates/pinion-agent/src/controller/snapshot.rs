@@ -139,6 +139,7 @@ impl Controller {
                 system_partition: self.system_partition.as_ref().map(|p| {
                     crate::metrics::PartitionGauges {
                         memory_limit: p.memory_limit,
+                        memory_limit_enforced: self.partition_memory.is_enforced(),
                         pods: self.system_partition_pods(),
                     }
                 }),

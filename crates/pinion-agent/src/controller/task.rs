@@ -8,7 +8,7 @@
 //! topology hints of outside providers — happens in the handle, before a
 //! command is sent.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,12 +19,13 @@ use pinion_core::pod::PodResources;
 use pinion_core::qrm_rules::allocations_cover;
 use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement, Quantity, Topology};
+use pinion_host::cgroup::ContainerCgroup;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::plugins::plugin_error;
 use super::{
     AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
-    ReconcileReport, Released, RunningContainer, RuntimeUpdate, Snapshot, StoredAllocations,
+    ReconcileReport, Released, RunningContainer, Snapshot, StoredAllocations, Synced,
     TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
@@ -68,11 +69,23 @@ pub enum Command {
     /// bring the running ones to their placements.
     SyncRuntime {
         running: Vec<RunningContainer>,
-        reply: Reply<(Released, Vec<RuntimeUpdate>)>,
+        restartable: BTreeMap<String, Vec<ContainerCgroup>>,
+        reply: Reply<Synced>,
     },
     /// A runtime container stopped while its pod still runs: keep its
     /// placement for its next run ([`Controller::park`]).
-    Park { key: Key, reply: Reply<bool> },
+    Park {
+        key: Key,
+        sandbox: Option<ContainerCgroup>,
+        reply: Reply<bool>,
+    },
+    /// The runtime created a runtime container's task (NRI
+    /// `StartContainer`): its cgroup exists; true when Pinion knows it
+    /// ([`Controller::container_started`]).
+    Started {
+        container_id: String,
+        reply: Reply<bool>,
+    },
     /// A new runtime container of a held container gets the held placement
     /// ([`Controller::readmit_held`]); `None` when it is not held.
     ReadmitHeld {
@@ -217,11 +230,25 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             other => other,
         };
         match command {
-            Command::SyncRuntime { running, reply } => {
-                let _ = reply.send(controller.sync_runtime(&running));
+            Command::SyncRuntime {
+                running,
+                restartable,
+                reply,
+            } => {
+                let _ = reply.send(controller.sync_runtime_holding(&running, &restartable));
             }
-            Command::Park { key, reply } => {
-                let _ = reply.send(Ok(controller.park(&key)));
+            Command::Park {
+                key,
+                sandbox,
+                reply,
+            } => {
+                let _ = reply.send(Ok(controller.park(&key, sandbox)));
+            }
+            Command::Started {
+                container_id,
+                reply,
+            } => {
+                let _ = reply.send(Ok(controller.container_started(&container_id)));
             }
             Command::ReadmitHeld { request, reply } => {
                 let _ = reply.send(controller.readmit_held(&request).transpose());
@@ -611,8 +638,9 @@ impl ControllerHandle {
         }
     }
 
-    /// Agrees with the runtime's running containers (see
-    /// [`Controller::sync_runtime`]).
+    /// Agrees with the runtime's running containers, holding those that do
+    /// not run while their pod (in `restartable`) does (see
+    /// [`Controller::sync_runtime_holding`]).
     /// Kubernetes containers that no exclusive assignment names may be
     /// admitted there (created while no plugin was connected): their
     /// outside providers' hints are gathered first, as for an admission;
@@ -621,7 +649,8 @@ impl ControllerHandle {
     pub async fn sync_runtime(
         &self,
         mut running: Vec<RunningContainer>,
-    ) -> Result<(Released, Vec<RuntimeUpdate>), ControlError> {
+        restartable: BTreeMap<String, Vec<ContainerCgroup>>,
+    ) -> Result<Synced, ControlError> {
         let held = self.snapshot().assignments.clone();
         for container in &mut running {
             let Some(pod) = container.pod.clone() else {
@@ -646,15 +675,40 @@ impl ControllerHandle {
                 }
             }
         }
-        self.ask(|reply| Command::SyncRuntime { running, reply })
-            .await
+        self.ask(|reply| Command::SyncRuntime {
+            running,
+            restartable,
+            reply,
+        })
+        .await
     }
 
     /// A runtime container stopped while its pod still runs; true when
     /// Pinion holds its placement for the next run (see
-    /// [`Controller::park`]).
-    pub async fn park(&self, key: Key) -> Result<bool, ControlError> {
-        self.ask(|reply| Command::Park { key, reply }).await
+    /// [`Controller::park`]; `sandbox`: the pod's sandbox cgroup, whose
+    /// removal ends the hold, for a pod whose stop the runtime may not
+    /// relay).
+    pub async fn park(
+        &self,
+        key: Key,
+        sandbox: Option<ContainerCgroup>,
+    ) -> Result<bool, ControlError> {
+        self.ask(|reply| Command::Park {
+            key,
+            sandbox,
+            reply,
+        })
+        .await
+    }
+
+    /// The runtime created runtime container `container_id`'s task; true
+    /// when Pinion knows it (see [`Controller::container_started`]).
+    pub async fn container_started(&self, container_id: String) -> Result<bool, ControlError> {
+        self.ask(|reply| Command::Started {
+            container_id,
+            reply,
+        })
+        .await
     }
 
     /// Records a runtime container outside Kubernetes (shared pool).

@@ -976,3 +976,4 @@ mod holes;
 mod housekeeping;
 mod partitions;
 mod runtime_drift;
+mod runtime_partitions;

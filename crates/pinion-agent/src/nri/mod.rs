@@ -12,6 +12,7 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use pinion_core::{CpuSet, Placement};
@@ -153,6 +154,15 @@ fn cgroup_of(container: &Container) -> Option<ContainerCgroup> {
         .ok()
 }
 
+/// The pod's sandbox cgroup from NRI's `linux.cgroups_path` (`None` when
+/// the runtime sent none or one that does not resolve).
+fn sandbox_cgroup(pod: &PodSandbox) -> Option<ContainerCgroup> {
+    if pod.cgroups_path.is_empty() {
+        return None;
+    }
+    ContainerCgroup::resolve(&pod.cgroups_path).ok()
+}
+
 fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {
     batch
         .into_iter()
@@ -190,7 +200,7 @@ impl NriHandler for NriFrontend {
                 }
             }
         }
-        let fresh = sync::track_all(pods, containers);
+        let mut fresh = sync::track_all(pods, containers);
         let specs = sync::pod_specs(&fresh);
         let running: Vec<RunningContainer> = fresh
             .containers
@@ -207,14 +217,30 @@ impl NriHandler for NriFrontend {
                 late: None,
             })
             .collect();
-        let (released, updates) = self
+        let sandboxes = sync::kube_sandboxes(&fresh);
+        let mut restartable: BTreeMap<String, Vec<ContainerCgroup>> = BTreeMap::new();
+        for (uid, _, cgroup) in &sandboxes {
+            restartable
+                .entry(uid.clone())
+                .or_default()
+                .push(cgroup.clone());
+        }
+        let synced = self
             .handle
-            .sync_runtime(running)
+            .sync_runtime(running, restartable)
             .await
             .map_err(handler_error)?;
-        tracing::info!(containers = fresh.containers.len(), released = ?released.containers, updated = updates.len(), "nri synchronized");
+        for (key, cgroup) in &synced.held {
+            let sandbox = sandboxes
+                .iter()
+                .find(|(uid, _, c)| *uid == key.0 && c == cgroup);
+            if let Some((_, id, _)) = sandbox {
+                fresh.stopped.insert(key.clone(), id.clone());
+            }
+        }
+        tracing::info!(containers = fresh.containers.len(), released = ?synced.released.containers, held = synced.held.len(), updated = synced.updates.len(), "nri synchronized");
         *self.tracked() = fresh;
-        Ok(to_nri(updates))
+        Ok(to_nri(synced.updates))
     }
 
     async fn create_container(
@@ -261,6 +287,21 @@ impl NriHandler for NriFrontend {
         })
     }
 
+    /// The runtime created the container's task (its cgroup exists) and
+    /// starts it next: the executor makes an exclusive container's cpuset
+    /// partition now (`exclusiveCpus.partition`), before its process runs.
+    /// Never an error: a container is not refused for its partition.
+    async fn start_container(
+        &self,
+        _pod: PodSandbox,
+        container: Container,
+    ) -> Result<(), HandlerError> {
+        if let Err(err) = self.handle.container_started(container.id.clone()).await {
+            tracing::warn!(container = %container.id, "started container not recorded: {err}");
+        }
+        Ok(())
+    }
+
     async fn update_container(
         &self,
         pod: PodSandbox,
@@ -295,24 +336,37 @@ impl NriHandler for NriFrontend {
     /// released: kubelet keeps a terminated container's CPUs while its pod
     /// is active, so a restarted container gets the same CPUs (and its
     /// resource plugins' allocations, without a new `Allocate`) and no
-    /// other pod can take them in between. The pod's stop releases it —
-    /// so only pods whose stop the runtime relays are held
-    /// (`Tracked::live_pods`); the others are released at once, as before.
+    /// other pod can take them in between. The pod's stop releases it: the
+    /// runtime relays it for the pods it created while Pinion was connected
+    /// (`Tracked::live_pods`); for the others (known from a `Synchronize`,
+    /// whose stop containerd 1.7 may never relay), the reconcile pass that
+    /// finds the pod's sandbox cgroup gone does. A container of such a pod
+    /// without a sandbox cgroup is released at once, as before.
     async fn stop_container(
         &self,
         pod: PodSandbox,
         container: Container,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
-        let entry = self.tracked().containers.remove(&container.id);
+        let (entry, live, known) = {
+            let mut tracked = self.tracked();
+            (
+                tracked.containers.remove(&container.id),
+                tracked.live_pods.contains(&pod.id),
+                tracked.pods.get(&pod.id).cloned(),
+            )
+        };
         let Some(entry) = entry else {
             return Ok(Vec::new());
         };
-        let holdable =
-            pinion_nri::kube::qos_class(&pod).is_ok() && self.tracked().live_pods.contains(&pod.id);
-        if holdable {
+        let sandbox = if live {
+            None
+        } else {
+            sandbox_cgroup(&pod).or_else(|| known.as_ref().and_then(sandbox_cgroup))
+        };
+        if pinion_nri::kube::qos_class(&pod).is_ok() && (live || sandbox.is_some()) {
             let held = self
                 .handle
-                .park(entry.key.clone())
+                .park(entry.key.clone(), sandbox)
                 .await
                 .map_err(handler_error)?;
             if held {

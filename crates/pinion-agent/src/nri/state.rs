@@ -32,7 +32,8 @@ pub struct Tracked {
     /// Kubernetes containers that stopped while their pod still runs, by
     /// key, with their pod's sandbox id: the controller holds their
     /// placement for the container the runtime creates next under the same
-    /// name, until the pod stops.
+    /// name, until the pod stops (an entry may outlive a hold that the
+    /// reconcile pass ended; releasing it again is no error).
     pub stopped: BTreeMap<Key, String>,
     /// Sandboxes first seen by a `CreateContainer` since the last
     /// `Synchronize`: the runtime created them while Pinion was connected,
@@ -40,8 +41,8 @@ pub struct Tracked {
     /// only and, after its own restart, never relays `StopPodSandbox` or
     /// `RemovePodSandbox` for the pods it recovered (`nri.go`
     /// `needsStopping`), and a `Synchronize` does not say which pods those
-    /// are: a container of a pod known from a `Synchronize` is released at
-    /// its stop, as it never could be held safely.
+    /// are: a container of a pod known from a `Synchronize` is held only
+    /// with its pod's sandbox cgroup, whose removal ends the hold.
     pub live_pods: BTreeSet<String>,
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pinion_core::pod::Pod;
+use pinion_host::cgroup::ContainerCgroup;
 use pinion_nri::kube::{self, KubeError};
 use pinion_nri::{Container, ContainerState, PodSandbox};
 
@@ -27,6 +28,27 @@ pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
             .insert(container.id.clone(), Entry { container, key });
     }
     tracked
+}
+
+/// The Kubernetes pods of `tracked` with a sandbox cgroup: (pod UID,
+/// sandbox id, the sandbox's cgroup). Their containers that do not run are
+/// held for a restart while that cgroup is there.
+#[must_use]
+pub fn kube_sandboxes(tracked: &Tracked) -> Vec<(String, String, ContainerCgroup)> {
+    let mut out = Vec::new();
+    for (id, pod) in &tracked.pods {
+        if kube::qos_class(pod).is_err() || pod.cgroups_path.is_empty() {
+            continue;
+        }
+        let (Ok(uid), Ok(cgroup)) = (
+            kube::pod_uid(pod),
+            ContainerCgroup::resolve(&pod.cgroups_path),
+        ) else {
+            continue;
+        };
+        out.push((uid, id.clone(), cgroup));
+    }
+    out
 }
 
 /// (pod UID, container name) of a Kubernetes container; the follower key

@@ -16,6 +16,7 @@ use pinion_core::topology::{synthetic, Shape};
 use pinion_core::topomgr::Scope;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
+use pinion_host::cgroup::{ContainerCgroup, ContainerCpuset};
 use pinion_nri::fake_runtime::{ContainerSpec, FakeOptions, FakeRuntime, PodSpec};
 use pinion_nri::{Plugin, PluginError, PluginOptions, Resources};
 use tokio::sync::watch;
@@ -225,6 +226,29 @@ impl Node {
             .and_then(|c| c.linux?.resources?.cpu)
             .map(|cpu| cpu.mems)
             .unwrap_or_default()
+    }
+
+    /// The cgroup of pod `pod_id`'s sandbox (NRI's `linux.cgroups_path`).
+    pub fn sandbox_cgroup(&self, pod_id: &str) -> ContainerCgroup {
+        let path = self
+            .runtime
+            .pod(pod_id)
+            .and_then(|p| p.linux)
+            .map(|l| l.cgroups_path)
+            .unwrap();
+        ContainerCgroup::resolve(&path).unwrap()
+    }
+
+    /// Makes pod `pod_id`'s sandbox cgroup exist on the fake host (`true`,
+    /// as while the pod runs) or be gone (`false`, as after its stop).
+    pub fn set_sandbox_running(&self, pod_id: &str, running: bool) {
+        let cgroup = self.sandbox_cgroup(pod_id);
+        let mut tree = self.host.tree();
+        if running {
+            tree.containers.insert(cgroup, ContainerCpuset::default());
+        } else {
+            tree.containers.remove(&cgroup);
+        }
     }
 
     /// Runs a pod and creates + starts one container in it.

@@ -215,7 +215,9 @@ pub fn uncore_aligned(topology: &Topology, cpus: &CpuSet) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuGauges {
     /// `cpu_manager_shared_pool_size_millicores`: the shared pool minus the
-    /// reserved CPUs (kubelet's `GetAvailableCPUs`), in millicores.
+    /// reserved CPUs (kubelet's `GetAvailableCPUs`), in millicores. The
+    /// CPUs isolated at boot (`isolcpus=`) are not counted: they stay in the
+    /// checkpoint's default set but never in the shared pool.
     pub shared_pool_millicores: u64,
     /// `cpu_manager_exclusive_cpu_allocation_count`: CPUs held exclusively —
     /// the union of every container's CPUs (a CPU an app container reuses
@@ -228,7 +230,8 @@ pub struct CpuGauges {
 
 impl CpuGauges {
     /// The gauges of `state` (with its pod-level CPU sets `pod_cpus`) on
-    /// `topology` with `reserved` CPUs.
+    /// `topology` with `reserved` CPUs; the shared pool counts neither the
+    /// reserved CPUs nor those `topology` says are isolated at boot.
     #[must_use]
     pub fn of(
         state: &State,
@@ -240,7 +243,11 @@ impl CpuGauges {
         for cpus in pod_cpus.values() {
             exclusive.union_with(cpus);
         }
-        let shared = state.default.difference(reserved).len();
+        let shared = state
+            .default
+            .difference(reserved)
+            .difference(topology.isolated())
+            .len();
         let allocation_per_numa = topology
             .numa_cpus()
             .iter()
@@ -370,5 +377,21 @@ mod tests {
             (8, 3000)
         );
         assert_eq!(gauges.allocation_per_numa, BTreeMap::from([(0, 5), (1, 3)]));
+    }
+
+    /// Issue 31: the shared-pool gauge counted free CPUs isolated at boot
+    /// (they stay in the default set but never in the shared pool).
+    #[test]
+    fn regression_shared_pool_gauge_skips_boot_isolated_cpus() {
+        let mut spec = dual_socket_ht().spec().clone();
+        spec.isolated = set("4-5,10");
+        let t = Topology::new(spec).expect("topology");
+        let state = State {
+            default: set("0-1,3-5,7,9-11"),
+            ..State::default()
+        };
+        let gauges = CpuGauges::of(&state, &PodCpus::new(), &t, &set("0"));
+        // 0-1,3-5,7,9-11 without reserved 0 and isolated 4,5,10: 1,3,7,9,11.
+        assert_eq!(gauges.shared_pool_millicores, 5000);
     }
 }

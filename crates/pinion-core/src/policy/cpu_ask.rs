@@ -16,6 +16,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::cpuset::CpuSet;
+
 /// `pinion.io/isolated-cpus`: `require` | `prefer`.
 pub const ISOLATED_CPUS: &str = "pinion.io/isolated-cpus";
 /// `pinion.io/uncore`: `exclusive`.
@@ -36,6 +38,18 @@ pub enum IsolatedAsk {
 }
 
 impl IsolatedAsk {
+    /// The CPUs of `free` a container with this ask may get exclusively,
+    /// given the boot-isolated CPUs `isolated`: only isolated ones
+    /// (`require`), all of them (`prefer`), or only ordinary ones (no ask).
+    #[must_use]
+    pub fn candidates(self, free: &CpuSet, isolated: &CpuSet) -> CpuSet {
+        match self {
+            Self::Require => free.intersection(isolated),
+            Self::Prefer => free.clone(),
+            Self::No => free.difference(isolated),
+        }
+    }
+
     /// The annotation / flag value (`require`, `prefer`; `no` for none).
     #[must_use]
     pub fn name(self) -> &'static str {

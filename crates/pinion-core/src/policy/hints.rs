@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use crate::cpuset::CpuSet;
 use crate::pod::{guaranteed_cpus_in, pod_guaranteed_cpus_in, Pod, PodLevel, PodResources};
-use crate::policy::{CpuAsk, IsolatedAsk, Policy, StaticPolicy};
+use crate::policy::{CpuAsk, IsolatedAsk, Policy, StaticPolicy, UncoreAsk};
 use crate::state::State;
 use crate::topomgr::cpu_hints::{
-    container_cpu_hints, container_cpu_hints_for_resize, pod_cpu_hints, ContainerCpus, HintInputs,
+    container_cpu_hints, container_cpu_hints_for_resize, pod_cpu_hints, whole_uncore_hints,
+    ContainerCpus, HintInputs,
 };
 use crate::topomgr::provider::HintProvider;
 use crate::topomgr::{ProviderHints, TopologyHint};
@@ -41,9 +42,13 @@ pub struct CpuManagerHints<'a> {
 }
 
 impl CpuManagerHints<'_> {
+    /// The hints `hints` gives on the pod's available CPUs; with
+    /// `whole_uncore: Some(request)`, only the masks where whole free uncore
+    /// caches can hold `request` CPUs ([`whole_uncore_hints`]).
     fn answer(
         &self,
         pod: &Pod,
+        whole_uncore: Option<usize>,
         hints: impl FnOnce(&HintInputs<'_>) -> Option<Vec<TopologyHint>>,
     ) -> ProviderHints {
         let Policy::Static(policy) = self.policy else {
@@ -57,7 +62,24 @@ impl CpuManagerHints<'_> {
             reusable: &reusable,
             align_by_socket: policy.options().align_by_socket,
         };
-        hints(&inputs).map(|list| BTreeMap::from([(CPU_RESOURCE.to_owned(), Some(list))]))
+        let list = hints(&inputs)?;
+        let list = match whole_uncore {
+            Some(request) => {
+                let free = available.union(&policy.reusable(&pod.uid));
+                whole_uncore_hints(policy.topology(), &free, request, list)
+            }
+            None => list,
+        };
+        Some(BTreeMap::from([(CPU_RESOURCE.to_owned(), Some(list))]))
+    }
+
+    /// `Some(request)` when the hints must count whole uncore caches: an
+    /// admission (not a resize) of a pod asking `pinion.io/uncore:
+    /// exclusive` whose CPUs are not assigned yet.
+    fn whole_uncore(&self, pod: &Pod, request: usize, assigned: bool) -> Option<usize> {
+        let asks = CpuAsk::from_annotations(&pod.annotations)
+            .is_ok_and(|ask| matches!(ask.uncore, UncoreAsk::Exclusive { .. }));
+        (asks && !assigned && request > 0 && self.operation == Operation::Add).then_some(request)
     }
 
     fn reusable(policy: &Policy, pod: &str) -> CpuSet {
@@ -74,12 +96,9 @@ impl CpuManagerHints<'_> {
 /// admission itself refuses it).
 fn available_for(policy: &StaticPolicy, state: &State, pod: &Pod) -> CpuSet {
     let available = state.default.difference(policy.reserved());
-    let isolated = policy.topology().isolated();
-    match CpuAsk::from_annotations(&pod.annotations).map(|ask| ask.isolated) {
-        Ok(IsolatedAsk::Require) => available.intersection(isolated),
-        Ok(IsolatedAsk::Prefer) => available,
-        Ok(IsolatedAsk::No) | Err(_) => available.difference(isolated),
-    }
+    let ask =
+        CpuAsk::from_annotations(&pod.annotations).map_or(IsolatedAsk::No, |ask| ask.isolated);
+    ask.candidates(&available, policy.topology().isolated())
 }
 
 impl HintProvider for CpuManagerHints<'_> {
@@ -93,7 +112,7 @@ impl HintProvider for CpuManagerHints<'_> {
             let request = guaranteed_cpus_in(pod, None, false, spec);
             let assigned = self.state.assignment(&pod.uid, container);
             let reusable = Self::reusable(self.policy, &pod.uid);
-            return self.answer(pod, |inputs| {
+            return self.answer(pod, None, |inputs| {
                 let inputs = HintInputs {
                     reusable: &reusable,
                     ..*inputs
@@ -104,7 +123,8 @@ impl HintProvider for CpuManagerHints<'_> {
         let request = guaranteed_cpus_in(pod, self.pod_resources, self.pod_level_managers, spec);
         let assigned = self.state.assignment(&pod.uid, container);
         let reusable = Self::reusable(self.policy, &pod.uid);
-        self.answer(pod, |inputs| {
+        let whole_uncore = self.whole_uncore(pod, request, assigned.is_some());
+        self.answer(pod, whole_uncore, |inputs| {
             let inputs = HintInputs {
                 reusable: &reusable,
                 ..*inputs
@@ -141,7 +161,9 @@ impl HintProvider for CpuManagerHints<'_> {
             })
             .collect();
         let reusable = Self::reusable(self.policy, &pod.uid);
-        self.answer(pod, |inputs| {
+        let assigned = containers.iter().any(|c| c.assigned.is_some());
+        let whole_uncore = self.whole_uncore(pod, request, assigned);
+        self.answer(pod, whole_uncore, |inputs| {
             let inputs = HintInputs {
                 reusable: &reusable,
                 ..*inputs

@@ -168,6 +168,7 @@ fn web() -> Pod {
     let app = Container {
         name: "app".into(),
         cpu_request: Some(quantity("2")),
+        cpu_limit: Some(quantity("3")),
         memory_request: Some(quantity("1Gi")),
         extended_requests: [
             ("example.com/nic".to_string(), quantity("1")),
@@ -336,9 +337,26 @@ fn a_zero_request_asks_for_no_hints() {
         resource: "cpu".into(),
         requested: "cpu".into(),
         quantity,
+        limit: None,
         identity: Identity::default(),
     };
     assert!(asks_for_hints(&asked(0.5)));
     assert!(asks_for_hints(&asked(2.0)));
     assert!(!asks_for_hints(&asked(0.0)));
+}
+
+/// Issue 28 item 1: the proposal's request carries "request/limit
+/// quantities"; the limit of each plugin resource comes from the container
+/// (an extended resource's limit is its request), none when the container
+/// sets none.
+#[test]
+fn each_plugin_request_carries_the_containers_limit() {
+    let requests = plugin_requests(&web(), "app", &BTreeMap::new(), |_| true).expect("requests");
+    let limits: BTreeMap<&str, Option<f64>> = requests
+        .iter()
+        .map(|r| (r.resource.as_str(), r.limit))
+        .collect();
+    assert_eq!(limits["cpu"], Some(3.0));
+    assert_eq!(limits["memory"], None, "no memory limit set");
+    assert_eq!(limits["example.com/nic"], Some(1.0));
 }

@@ -183,6 +183,44 @@ fn sockets_of(topology: &Topology, mask: NumaMask) -> usize {
     sockets.len()
 }
 
+/// Pinion's whole-uncore requests (`pinion.io/uncore: exclusive`, issue 31
+/// item 4): of `hints`, those whose NUMA nodes wholly contain uncore caches
+/// every CPU of which is in `free`, holding at least `request` CPUs
+/// together — where `alloc::whole_uncore::take_whole_uncores` can place the
+/// request without leaving the mask. A hint without a mask is kept; the
+/// preferred flags stay kubelet's.
+#[must_use]
+pub fn whole_uncore_hints(
+    topology: &Topology,
+    free: &CpuSet,
+    request: usize,
+    hints: Vec<TopologyHint>,
+) -> Vec<TopologyHint> {
+    let caches: Vec<(NumaMask, usize)> = topology
+        .uncores()
+        .values()
+        .filter(|cpus| !cpus.is_empty() && cpus.is_subset(free))
+        .filter_map(|cpus| {
+            let nodes = NumaMask::from_ids(topology.numa_nodes_of(cpus)).ok()?;
+            Some((nodes, cpus.len()))
+        })
+        .collect();
+    hints
+        .into_iter()
+        .filter(|hint| {
+            let Some(mask) = hint.affinity else {
+                return true;
+            };
+            let inside: usize = caches
+                .iter()
+                .filter(|(nodes, _)| nodes.is_subset_of(mask))
+                .map(|(_, cpus)| cpus)
+                .sum();
+            inside >= request
+        })
+        .collect()
+}
+
 /// Inputs of a hint request besides the request size.
 #[derive(Debug, Clone, Copy)]
 pub struct HintInputs<'a> {
@@ -365,6 +403,40 @@ mod tests {
             generate_cpu_hints(&topo, &list("0,3"), &none, 2, false),
             hints(&[(&[0, 1], false)])
         );
+    }
+
+    /// Issue 31: a whole-uncore request's hints counted free CPUs; a node
+    /// with enough of them but no wholly free cache was preferred.
+    #[test]
+    fn regression_whole_uncore_hints_count_whole_free_caches_per_mask() {
+        // 2 nodes × 4 CPUs, 2-CPU caches: node 0 = {0,1},{2,3}; node 1 = {4,5},{6,7}.
+        let topo = synthetic(Shape {
+            sockets: 2,
+            numa_per_socket: 1,
+            cores_per_socket: 4,
+            threads_per_core: 1,
+            cores_per_uncore: 2,
+        });
+        // CPUs 0 and 2 are taken: node 0 has 2 free CPUs, no whole cache.
+        let free = list("1,3-7");
+        let none = CpuSet::new();
+        let plain = generate_cpu_hints(&topo, &free, &none, 2, false);
+        assert_eq!(
+            plain,
+            hints(&[(&[0], true), (&[1], true), (&[0, 1], false)])
+        );
+        assert_eq!(
+            whole_uncore_hints(&topo, &free, 2, plain),
+            hints(&[(&[1], true), (&[0, 1], false)])
+        );
+        // Two caches fit on node 1 only; three fit nowhere.
+        let four = generate_cpu_hints(&topo, &free, &none, 4, false);
+        assert_eq!(
+            whole_uncore_hints(&topo, &free, 4, four),
+            hints(&[(&[1], true), (&[0, 1], false)])
+        );
+        let six = generate_cpu_hints(&topo, &free, &none, 6, false);
+        assert!(whole_uncore_hints(&topo, &free, 6, six).is_empty());
     }
 
     #[test]

@@ -55,9 +55,15 @@ pub struct FakeTree {
     /// Housekeeping cgroups (outside Pinion's root) and their
     /// `cpuset.cpus` (`None`: empty; absent: no such cgroup).
     pub housekeeping: BTreeMap<ContainerCgroup, Option<CpuSet>>,
+    /// Cgroups outside Pinion's root whose memory Pinion limits (KEP-5894's
+    /// system partition) and their limit (`None`: unlimited; absent: no such
+    /// cgroup). A write fails when the tree's layout's limit file
+    /// (`memory.max`, `memory.limit_in_bytes`) is in `fail_files`.
+    pub memory_limits: BTreeMap<ContainerCgroup, Option<u64>>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
-    /// housekeeping cgroups.
+    /// housekeeping cgroups, `partition TARGET CPUS` / `unpartition TARGET
+    /// CPUS` for cpuset partitions made and taken apart (v2).
     pub log: Vec<String>,
 }
 
@@ -232,6 +238,7 @@ impl CpusetHost for FakeCgroups {
                 reason: super::V1_NO_PARTITIONS.to_string(),
             };
         }
+        tree.log.push(format!("partition {target} {cpus}"));
         partition::make(&mut tree.partitions, &fake_chain(target), cpus, mode)
     }
 
@@ -244,6 +251,7 @@ impl CpusetHost for FakeCgroups {
         if tree.version == CgroupVersion::V1 {
             return Ok(());
         }
+        tree.log.push(format!("unpartition {target} {cpus}"));
         partition::unmake(&mut tree.partitions, &fake_chain(target), cpus)
     }
 
@@ -293,6 +301,32 @@ impl CpusetHost for FakeCgroups {
         tree.log.push(format!("housekeeping {cgroup} {cpus}"));
         Ok(())
     }
+
+    fn set_memory_limit(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        bytes: u64,
+    ) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        let file = resources::memory_limit_file(tree.version);
+        let refused = tree.fail_writes || tree.fail_files.contains(file);
+        let kind = match tree.memory_limits.get(cgroup) {
+            None => Some(std::io::ErrorKind::NotFound),
+            Some(_) if refused => Some(std::io::ErrorKind::InvalidInput),
+            Some(_) => None,
+        };
+        if let Some(kind) = kind {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: cgroup.relative().join(file),
+                data: Some(bytes.to_string()),
+                source: kind.into(),
+            });
+        }
+        tree.memory_limits.insert(cgroup.clone(), Some(bytes));
+        tree.log.push(format!("memory {cgroup} {bytes}"));
+        Ok(())
+    }
 }
 
 /// The read error of a cgroup the fake does not have (as the real host's:
@@ -335,6 +369,9 @@ pub struct FakePartitions {
     pub reject: Option<String>,
     /// Files whose writes fail.
     pub fail_files: std::collections::BTreeSet<String>,
+    /// Directories removed ([`FakePartitions::remove_dir`]): their files
+    /// read as missing and writes fail with `NotFound`.
+    pub removed: std::collections::BTreeSet<std::path::PathBuf>,
 }
 
 impl FakePartitions {
@@ -372,6 +409,19 @@ impl FakePartitions {
         all
     }
 
+    /// Removes `dir` and what is below it, as the runtime removes a
+    /// container's cgroup (the kernel drops a partition with its cgroup;
+    /// the ancestors' `cpuset.cpus.exclusive` keep what they list).
+    pub fn remove_dir(&mut self, dir: &str) {
+        let dir = std::path::PathBuf::from(dir);
+        self.files.retain(|d, _| !d.starts_with(&dir));
+        self.removed.insert(dir);
+    }
+
+    fn is_removed(&self, dir: &std::path::Path) -> bool {
+        self.removed.iter().any(|gone| dir.starts_with(gone))
+    }
+
     /// The partition file of `dir` (`member` when never written).
     #[must_use]
     pub fn partition(&self, dir: &str) -> String {
@@ -389,7 +439,7 @@ impl super::partition::PartitionFiles for FakePartitions {
         let partition_file = file.starts_with("cpuset.cpus.exclusive")
             || file == "cpuset.cpus.partition"
             || file == super::partition::ISOLATED_FILE;
-        if self.unsupported && partition_file {
+        if (self.unsupported && partition_file) || self.is_removed(dir) {
             return Ok(None);
         }
         if file == super::partition::ISOLATED_FILE {
@@ -422,6 +472,9 @@ impl super::partition::PartitionFiles for FakePartitions {
             data: Some(value.to_string()),
             source: kind.into(),
         };
+        if self.is_removed(dir) {
+            return Err(refuse(std::io::ErrorKind::NotFound));
+        }
         if self.fail_files.contains(file) {
             return Err(refuse(std::io::ErrorKind::PermissionDenied));
         }

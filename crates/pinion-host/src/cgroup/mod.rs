@@ -206,6 +206,14 @@ pub trait CpusetHost: Send {
         cgroup: &ContainerCgroup,
         cpus: &CpuSet,
     ) -> Result<(), CgroupError>;
+    /// Limits the memory of a cgroup outside Pinion's root (KEP-5894's
+    /// system partition) to `bytes`: `memory.max` on v2,
+    /// `memory.limit_in_bytes` in the memory hierarchy on v1
+    /// ([`resources::memory_limit_file`]). A missing cgroup is an I/O error
+    /// of kind `NotFound`; it is never created. A cgroup without the memory
+    /// controller is a [`CgroupError::Setting`] naming the file and value.
+    fn set_memory_limit(&mut self, cgroup: &ContainerCgroup, bytes: u64)
+        -> Result<(), CgroupError>;
 }
 
 /// Why cgroup v1 gets no partition.
@@ -705,9 +713,56 @@ impl CpusetHost for Cgroups {
         }
         fs_ops::write(&dir.join("cpuset.cpus"), &cpus.to_string())
     }
+
+    fn set_memory_limit(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        bytes: u64,
+    ) -> Result<(), CgroupError> {
+        let file = resources::memory_limit_file(self.version);
+        let value = bytes.to_string();
+        let Some(mount) = self.memory_mount() else {
+            return Err(CgroupError::Setting {
+                path: self.mount.join(cgroup.relative()),
+                file,
+                reason: format!("{file} {value}: no cgroup v1 memory hierarchy is mounted"),
+            });
+        };
+        let dir = mount.join(cgroup.relative());
+        if !dir.is_dir() {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: dir,
+                data: Some(value),
+                source: io::ErrorKind::NotFound.into(),
+            });
+        }
+        if !dir.join(file).is_file() {
+            return Err(CgroupError::Setting {
+                path: dir,
+                file,
+                reason: format!(
+                    "{file} {value}: the memory controller is not enabled for this cgroup (cgroup.subtree_control of its parent)"
+                ),
+            });
+        }
+        fs_ops::write(&dir.join(file), &value)
+    }
 }
 
 impl Cgroups {
+    /// The mount of the hierarchy holding `memory` files: the v2 mount, or
+    /// v1's memory hierarchy (`None`: v1 without one).
+    fn memory_mount(&self) -> Option<&Path> {
+        match (self.version, &self.v1_memory) {
+            (CgroupVersion::V2, _) | (CgroupVersion::V1, Hierarchy::WithCpuset) => {
+                Some(&self.mount)
+            }
+            (CgroupVersion::V1, Hierarchy::Separate(mount)) => Some(mount),
+            (CgroupVersion::V1, Hierarchy::Absent) => None,
+        }
+    }
+
     /// The directories from below the mount down to `target`'s cgroup.
     fn partition_chain(&self, target: &PartitionTarget) -> Vec<PathBuf> {
         match target {

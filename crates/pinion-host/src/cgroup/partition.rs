@@ -80,15 +80,22 @@ pub fn make(
         return fallback("the cgroup is the root of the hierarchy".to_string());
     };
     let claims = match exclusive_claims(files, chain) {
-        Ok(Some(claims)) => claims,
-        Ok(None) => {
-            return fallback(format!(
-                "{} is missing: remote partitions need Linux 6.7 or later",
-                leaf.join(PartitionFile::Exclusive.name()).display()
-            ))
-        }
+        Ok(claims) => claims,
         Err(err) => return fallback(err.to_string()),
     };
+    if claims.len() < chain.len() {
+        let missing = chain[claims.len()].join(PartitionFile::Exclusive.name());
+        return fallback(if claims.is_empty() {
+            // The topmost directory: the same reason for every cgroup
+            // below it, so it is logged once.
+            format!(
+                "{} is missing: remote partitions need Linux 6.7 or later",
+                missing.display()
+            )
+        } else {
+            format!("{} is missing: the cgroup is gone", missing.display())
+        });
+    }
     for write in partition::make_plan(&claims[..ancestors.len()], cpus, mode) {
         if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
             return undo(files, chain, cpus, err.to_string());
@@ -121,19 +128,25 @@ pub fn make(
 /// Takes apart a partition of `cpus` at the last directory of `chain`
 /// ([`partition::unmake_plan`]): every write is tried; the first error is
 /// returned. A kernel without `cpuset.cpus.exclusive` has nothing to undo.
+/// When the cgroup (or an ancestor) is gone already — the runtime removed a
+/// stopped container's cgroup, which the kernel resets to a member —, the
+/// directories still there lose the CPUs from their `exclusive`.
 pub fn unmake(
     files: &mut dyn PartitionFiles,
     chain: &[PathBuf],
     cpus: &CpuSet,
 ) -> Result<(), CgroupError> {
-    if chain.is_empty() {
+    let claims = exclusive_claims(files, chain)?;
+    if claims.is_empty() {
         return Ok(());
     }
-    let Some(claims) = exclusive_claims(files, chain)? else {
-        return Ok(());
-    };
+    let there = claims.len();
+    let ancestors = &claims[..there.min(chain.len() - 1)];
     let mut first = None;
-    for write in partition::unmake_plan(&claims[..chain.len() - 1], cpus) {
+    for write in partition::unmake_plan(ancestors, cpus) {
+        if write.level >= there {
+            continue;
+        }
         if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
             first.get_or_insert(err);
         }
@@ -149,8 +162,6 @@ pub fn isolated(files: &dyn PartitionFiles, root: &Path) -> Option<CpuSet> {
     CpuSet::parse_list(text.trim()).ok()
 }
 
-/// Takes back what a failed [`make`] wrote; `reason` gains what that
-/// failed of it.
 /// The root's `cpuset.cpus.isolated` of the cgroup v2 hierarchy at
 /// `<sysroot>/sys/fs/cgroup` (what `pinion topology` shows; `None` where
 /// the file is missing: cgroup v1, or Linux before 6.8).
@@ -160,6 +171,8 @@ pub fn root_isolated(sysroot: &Path) -> Option<CpuSet> {
     CpuSet::parse_list(text.trim()).ok()
 }
 
+/// Takes back what a failed [`make`] wrote; `reason` gains what that
+/// failed of it.
 fn undo(
     files: &mut dyn PartitionFiles,
     chain: &[PathBuf],
@@ -173,17 +186,18 @@ fn undo(
     PartitionOutcome::Fallback { reason }
 }
 
-/// Every directory's `cpuset.cpus.exclusive`, top first (`None`: a
-/// directory lacks the file).
+/// Each directory's `cpuset.cpus.exclusive`, top first, down to the first
+/// directory without the file (shorter than `chain`: at the top, a kernel
+/// before 6.7; further down, a directory that is gone).
 fn exclusive_claims(
     files: &dyn PartitionFiles,
     chain: &[PathBuf],
-) -> Result<Option<Vec<CpuSet>>, CgroupError> {
+) -> Result<Vec<CpuSet>, CgroupError> {
     let mut claims = Vec::with_capacity(chain.len());
     for dir in chain {
         let file = PartitionFile::Exclusive.name();
         let Some(text) = files.read(dir, file)? else {
-            return Ok(None);
+            break;
         };
         let set = CpuSet::parse_list(text.trim()).map_err(|err| CgroupError::Malformed {
             path: dir.join(file),
@@ -192,7 +206,7 @@ fn exclusive_claims(
         })?;
         claims.push(set);
     }
-    Ok(Some(claims))
+    Ok(claims)
 }
 
 #[cfg(test)]

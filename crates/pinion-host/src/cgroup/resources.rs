@@ -26,6 +26,16 @@ use pinion_core::plugin_allocation::UNIFIED_FILES;
 
 use super::{CgroupError, CgroupVersion};
 
+/// The file that limits a cgroup's memory: `memory.max` on v2,
+/// `memory.limit_in_bytes` (memory hierarchy) on v1.
+#[must_use]
+pub fn memory_limit_file(version: CgroupVersion) -> &'static str {
+    match version {
+        CgroupVersion::V2 => "memory.max",
+        CgroupVersion::V1 => "memory.limit_in_bytes",
+    }
+}
+
 /// The controller (v1 hierarchy) a file belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Controller {

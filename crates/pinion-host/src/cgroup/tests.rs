@@ -584,3 +584,64 @@ fn v1_housekeeping_cgroups_are_written_as_they_are() {
     assert_eq!(read(&slice.join("cpuset.cpus")), "0,4-7");
     assert!(!mount.join("cgroup.subtree_control").exists());
 }
+
+#[test]
+fn v2_partition_memory_limit_goes_to_memory_max_of_an_existing_cgroup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("unified");
+    let system = mount.join("kubepods/system");
+    fs::create_dir_all(&system).expect("mkdir");
+    fs::write(system.join("memory.max"), "max\n").expect("write");
+    let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    let partition = ContainerCgroup::resolve("/kubepods/system").expect("valid");
+    cg.set_memory_limit(&partition, 2 << 30).expect("write");
+    assert_eq!(read(&system.join("memory.max")), "2147483648");
+    // Missing: NotFound naming the cgroup and the value; never created.
+    let gone = ContainerCgroup::resolve("/kubepods.slice/kubepods-system.slice").expect("valid");
+    let err = cg.set_memory_limit(&gone, 1 << 30).expect_err("missing");
+    assert!(
+        matches!(&err, CgroupError::Io { source, data: Some(data), path, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && data == "1073741824"
+                && path.ends_with("kubepods-system.slice")),
+        "{err}"
+    );
+    assert!(!mount.join("kubepods.slice").exists());
+    // No memory controller there: the error names the file and value.
+    fs::remove_file(system.join("memory.max")).expect("rm");
+    let err = cg
+        .set_memory_limit(&partition, 4096)
+        .expect_err("no memory.max");
+    assert!(
+        matches!(&err, CgroupError::Setting { file: "memory.max", reason, .. } if reason.contains("4096")),
+        "{err}"
+    );
+}
+
+#[test]
+fn v1_partition_memory_limit_goes_to_the_memory_hierarchy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let memory = dir.path().join("memory");
+    let system = memory.join("kubepods/system");
+    fs::create_dir_all(&system).expect("mkdir");
+    fs::write(
+        system.join("memory.limit_in_bytes"),
+        "9223372036854771712\n",
+    )
+    .expect("write");
+    let partition = ContainerCgroup::resolve("/kubepods/system").expect("valid");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"))
+        .with_v1_hierarchies(None, Some(memory.clone()));
+    cg.set_memory_limit(&partition, 1 << 20).expect("write");
+    assert_eq!(read(&system.join("memory.limit_in_bytes")), "1048576");
+    // Without a memory hierarchy there is nowhere to write it.
+    let mut bare = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    let err = bare
+        .set_memory_limit(&partition, 1 << 20)
+        .expect_err("no memory hierarchy");
+    assert!(
+        matches!(&err, CgroupError::Setting { file: "memory.limit_in_bytes", reason, .. } if reason.contains("1048576")),
+        "{err}"
+    );
+}

@@ -157,14 +157,22 @@ impl FakeRuntime {
         let pod = {
             let mut model = inner.model();
             model.next_id += 1;
+            let id = format!("pod-{}", model.next_id);
+            // containerd with the cgroupfs driver: `<parent>/<sandbox id>`.
+            let cgroups_path = if spec.cgroup_parent.is_empty() {
+                String::new()
+            } else {
+                format!("{}/{id}", spec.cgroup_parent.trim_end_matches('/'))
+            };
             let pod = pb::PodSandbox {
-                id: format!("pod-{}", model.next_id),
+                id,
                 name: spec.name,
                 uid: spec.uid,
                 namespace: spec.namespace,
                 annotations: spec.annotations.into_iter().collect(),
                 linux: Some(pb::LinuxPodSandbox {
                     cgroup_parent: spec.cgroup_parent,
+                    cgroups_path,
                     pod_resources: spec.pod_resources.as_ref().map(Into::into),
                     ..pb::LinuxPodSandbox::default()
                 }),

@@ -250,6 +250,12 @@ impl FakeRuntime {
         self.inner.model().containers.get(id).cloned()
     }
 
+    /// A pod sandbox as the model holds it.
+    #[must_use]
+    pub fn pod(&self, id: &str) -> Option<pb::PodSandbox> {
+        self.inner.model().pods.get(id).cloned()
+    }
+
     /// A container's cpuset.cpus ("" when unset or unknown).
     #[must_use]
     pub fn cpus(&self, id: &str) -> String {

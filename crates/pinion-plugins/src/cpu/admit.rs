@@ -1,7 +1,7 @@
 //! Allocate and release: the member a request's class makes, and the
 //! exclusive CPUs, pool membership and NUMA ownership that go with it.
 
-use pinion_core::policy::{ContainerKind, ContainerRequest};
+use pinion_core::policy::{ContainerKind, ContainerRequest, CpuAsk, IsolatedAsk};
 use pinion_core::pools::{Cpus, PoolDemand};
 use pinion_core::CpuSet;
 
@@ -31,7 +31,12 @@ pub(super) fn admit(plugin: &mut CpuPlugin, request: &Request) -> Result<bool, P
                 ContainerType::Init => ContainerKind::Init,
                 _ => ContainerKind::App,
             };
-            exclusive(plugin, request, cpus, kind, hint_nodes.as_ref(), false)?;
+            let asked = Asked {
+                cpus,
+                kind,
+                isolated: request::isolated_ask(request)?,
+            };
+            exclusive(plugin, request, asked, hint_nodes.as_ref(), false)?;
             (MemberKind::Static, hint_list(hint_nodes.as_ref()))
         }
         Class::Dedicated {
@@ -44,17 +49,15 @@ pub(super) fn admit(plugin: &mut CpuPlugin, request: &Request) -> Result<bool, P
             } else {
                 hint_nodes
             };
-            if binding {
-                check_numa(plugin, pod, nodes.as_ref(), cpus, numa_exclusive)?;
-            }
-            exclusive(
-                plugin,
-                request,
+            let asked = Asked {
                 cpus,
-                ContainerKind::App,
-                nodes.as_ref(),
-                numa_exclusive,
-            )?;
+                kind: ContainerKind::App,
+                isolated: request::isolated_ask(request)?,
+            };
+            if binding {
+                check_numa(plugin, pod, nodes.as_ref(), &asked, numa_exclusive)?;
+            }
+            exclusive(plugin, request, asked, nodes.as_ref(), numa_exclusive)?;
             let kind = MemberKind::Dedicated {
                 numa_binding: binding,
                 numa_exclusive,
@@ -147,15 +150,26 @@ fn binding_nodes(
         })
 }
 
+/// An exclusive request: how many CPUs, for which kind of container, and
+/// whether it asks for boot-isolated CPUs.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    cpus: usize,
+    kind: ContainerKind,
+    isolated: IsolatedAsk,
+}
+
 /// NUMA-bound dedicated CPUs: the nodes are not someone else's, are free
-/// of other pods when exclusive, and have enough free CPUs.
+/// of other pods when exclusive, and have enough free CPUs the request may
+/// take (boot-isolated ones only when it asks for them).
 fn check_numa(
     plugin: &CpuPlugin,
     pod: &str,
     nodes: Option<&CpuSet>,
-    cpus: usize,
+    asked: &Asked,
     numa_exclusive: bool,
 ) -> Result<(), PluginError> {
+    let cpus = asked.cpus;
     let Some(nodes) = nodes else { return Ok(()) };
     let state = &plugin.state;
     for (owner, held) in &state.exclusive_numa {
@@ -178,6 +192,7 @@ fn check_numa(
     let free = scope
         .intersection(&state.exclusive.default)
         .difference(plugin.policy.reserved());
+    let free = asked.isolated.candidates(&free, topology.isolated());
     if free.len() < cpus {
         return Err(PluginError::Insufficient {
             resource: RESOURCE.into(),
@@ -191,12 +206,12 @@ fn check_numa(
 
 /// Exclusive CPUs through the static policy, on a view of the state
 /// without other pods' exclusive NUMA nodes; refused when the shared pools
-/// and reclaim's minimum would no longer fit.
+/// and reclaim's minimum would no longer fit. Boot-isolated CPUs go only to
+/// a request that asks for them, as under the static policy.
 fn exclusive(
     plugin: &mut CpuPlugin,
     request: &Request,
-    cpus: usize,
-    kind: ContainerKind,
+    asked: Asked,
     affinity: Option<&CpuSet>,
     numa_exclusive: bool,
 ) -> Result<(), PluginError> {
@@ -209,9 +224,12 @@ fn exclusive(
     let container_request = ContainerRequest {
         pod,
         container: &request.container_name,
-        cpus,
-        kind,
-        ask: Default::default(),
+        cpus: asked.cpus,
+        kind: asked.kind,
+        ask: CpuAsk {
+            isolated: asked.isolated,
+            ..CpuAsk::default()
+        },
     };
     plugin
         .policy

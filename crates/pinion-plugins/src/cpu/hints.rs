@@ -1,6 +1,8 @@
 //! The CPU plugin's topology hints.
 //!
 //! * static path: kubelet's own hints (`container_cpu_hints`), exactly;
+//!   like the static policy, over ordinary CPUs only unless the pod asks for
+//!   boot-isolated ones (`pinion.io/isolated-cpus`);
 //! * `dedicated_cores`: kubelet's hint generation over the CPUs that are
 //!   free for exclusive use, minus masks touching NUMA nodes other pods hold
 //!   exclusively (and, for `numa_exclusive`, nodes other pods use), then
@@ -46,11 +48,18 @@ pub(super) fn topology_hints(
     };
     let topology = plugin.topology();
     let state = &plugin.state;
-    let available = state
+    let free = state
         .exclusive
         .default
         .difference(plugin.reserved())
         .difference(&state.blocked(topology, Some(pod)));
+    // Boot-isolated CPUs count only for a request that asks for them.
+    let available = match class {
+        Class::Static { .. } | Class::Dedicated { .. } => {
+            request::isolated_ask(request)?.candidates(&free, topology.isolated())
+        }
+        _ => free,
+    };
     Ok(match class {
         Class::Static { cpus } => {
             let reusable = plugin.policy.reusable(pod);

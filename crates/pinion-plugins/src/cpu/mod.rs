@@ -20,6 +20,8 @@ mod admit;
 mod class;
 mod handle;
 mod hints;
+#[cfg(test)]
+mod isolated_tests;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -212,7 +212,8 @@ impl CpuState {
             }
             MemberKind::System => {
                 if reserved.is_empty() {
-                    let held = self.held(topology);
+                    let mut held = self.held(topology);
+                    held.union_with(topology.isolated());
                     topology.all_cpus().difference(&held)
                 } else {
                     reserved.clone()

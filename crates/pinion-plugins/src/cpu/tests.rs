@@ -10,7 +10,7 @@ use crate::api::{ContainerType, Hint};
 use crate::ErrorKind;
 
 /// 2 NUMA nodes × 4 cores × 2 threads: node 0 = 0-3,8-11; node 1 = 4-7,12-15.
-fn machine() -> Topology {
+pub(super) fn machine() -> Topology {
     synthetic(Shape {
         sockets: 2,
         numa_per_socket: 1,
@@ -20,7 +20,7 @@ fn machine() -> Topology {
     })
 }
 
-fn set(text: &str) -> CpuSet {
+pub(super) fn set(text: &str) -> CpuSet {
     CpuSet::parse_list(text).expect("cpulist")
 }
 
@@ -28,7 +28,7 @@ fn plugin() -> CpuPlugin {
     CpuPlugin::open(machine(), &CpuPluginConfig::default(), None).expect("plugin")
 }
 
-fn request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> Request {
+pub(super) fn request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> Request {
     Request {
         pod_uid: pod.into(),
         pod_namespace: "ns".into(),
@@ -46,11 +46,11 @@ fn request(pod: &str, cpus: f64, annotations: &[(&str, &str)]) -> Request {
     }
 }
 
-fn level(value: &'static str) -> (&'static str, &'static str) {
+pub(super) fn level(value: &'static str) -> (&'static str, &'static str) {
     (qos::QOS_LEVEL_KEY, value)
 }
 
-fn cpus_of(answer: &Option<Allocation>) -> CpuSet {
+pub(super) fn cpus_of(answer: &Option<Allocation>) -> CpuSet {
     let info = &answer.as_ref().expect("an allocation")[RESOURCE];
     set(&info.allocation_result)
 }

@@ -19,6 +19,7 @@ POD_N=11111111-0000-4000-8000-00000000e2e3
 POD_NG=11111111-0000-4000-8000-00000000e2e4
 POD_R=11111111-0000-4000-8000-00000000e2e6
 POD_L=11111111-0000-4000-8000-00000000e2e5
+POD_P=11111111-0000-4000-8000-00000000e2e7
 IMAGE=pinion.test/busybox:1
 SLEEP="sleep 1000000"
 
@@ -130,7 +131,7 @@ containerd_cleanup() {
         while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     # The pod cgroups runc created under kubepods (kubelet's job on a node).
     for mnt in $(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts); do
-        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG" "$POD_L" "$POD_R"; do
+        for uid in "$POD_G" "$POD_B" "$POD_N" "$POD_NG" "$POD_L" "$POD_R" "$POD_P"; do
             for d in "$mnt/kubepods/pod$uid" "$mnt/kubepods/burstable/pod$uid"; do
                 [ -d "$d" ] && rmdir "$d" 2>/dev/null
             done
@@ -276,13 +277,35 @@ else
     fail "drift: the guaranteed container's cpuset can be changed by hand" "$(cat "$S/drift.err")"
 fi
 
-# --- Removal: the shared pool grows back ---------------------------------------
+# --- A pod recovered after containerd's restart ------------------------------
+#
+# Its container restarts on the same cpus (held between the two, as kubelet
+# keeps an active pod's cpus; issue 28 item 3). containerd 1.7 never relays
+# the stop of a pod it recovered after its own restart: the reconcile pass
+# sees the pod's sandbox cgroup gone and releases what was held.
 
 cri stop "$G" && cri rm "$G" || fail "guaranteed container removed" "CRI stop/remove failed"
+check_eq "recovered pod: a stopped container's cpus stay held while its pod runs" "$(cpus_expand "$gcpus")" \
+    "$(cpus_expand "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')")"
+if G=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos guaranteed \
+    --name app --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+    cri start "$G" 2>"$S/cri.err"; then
+    check_eq "recovered pod: the restarted container runs on the same cpus" "$(cpus_expand "$gcpus")" \
+        "$(cpus_expand "$(proc_field "$(ctr_pid "$G")" Cpus_allowed_list)")"
+    cri stop "$G" && cri rm "$G" || fail "recovered pod: the container stops" "CRI stop/remove failed"
+else
+    fail "recovered pod: the restarted container runs" "$(cat "$S/cri.err")"
+fi
+
+# --- Removal: the shared pool grows back ---------------------------------------
+
+stopped_at=$(date +%s)
+cri stopp "$GP" && cri rmp "$GP" || fail "guaranteed pod removed" "CRI stop/remove failed"
 grown() { [ "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")" = "$(cpus_expand "$all")" ]; }
 wait_for 60 grown || true
 check_eq "burstable container back on every cpu" "$(cpus_expand "$all")" \
     "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
+note "released $(($(date +%s) - stopped_at)) s after the pod's unrelayed stop (reconcile period ${RECONCILE_PERIOD} s)"
 check_eq "checkpoint released the container" "" \
     "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
 
@@ -356,6 +379,61 @@ if LP=$(cri runp --pod-name late --pod-uid "$POD_L" --qos guaranteed 2>"$S/cri.e
 else
     fail "late: a guaranteed pod created while the agent was stopped runs" "$(cat "$S/cri.err")"
     agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+fi
+
+# --- Exclusive CPUs as an isolated cpuset partition ----------------------------
+#
+# The agent restarts with `exclusiveCpus.partition: isolated` (from here on).
+# A Guaranteed container's cgroup (NRI's linux.cgroups_path) becomes an
+# isolated remote partition once containerd created its task (NRI
+# StartContainer): it reads `isolated`, its CPUs are listed in the root's
+# cpuset.cpus.isolated and are out of the burstable container's effective
+# cpuset; its stop takes the partition apart (kubepods claims nothing any
+# more). A kernel without cpuset.cpus.exclusive (before 6.7) or cgroup v1:
+# the container runs all the same and `pinion ps` marks the fallback.
+
+printf 'exclusiveCpus:\n  partition: isolated\n' >>"$E2E_STATE/config.yaml"
+n=$(synced)
+agent_stop TERM
+agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
+check_true "partition: the agent restarts with exclusiveCpus.partition isolated" synced_more_than "$n"
+root_isolated=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)/cpuset.cpus.isolated
+if PP=$(cri runp --pod-name isolated --pod-uid "$POD_P" --qos guaranteed 2>"$S/cri.err") &&
+    P=$(cri create --pod-id "$PP" --pod-name isolated --pod-uid "$POD_P" --qos guaranteed \
+        --name solo --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
+    cri start "$P" 2>"$S/cri.err"; then
+    ppid=$(ctr_pid "$P")
+    pcpus=$(proc_field "$ppid" Cpus_allowed_list)
+    pdir=$(cpuset_dir "$ppid")
+    out=$(pinion_ps)
+    check_eq "partition: the guaranteed container holds $want exclusive cpu(s)" "$want" "$(cpus_count "$pcpus")"
+    if [ "$(cgroup_version)" = v2 ] && [ -f "$pdir/cpuset.cpus.exclusive" ]; then
+        check_eq "partition: the guaranteed container's cgroup reads isolated" isolated \
+            "$(cat "$pdir/cpuset.cpus.partition")"
+        echo "ISOLATED with the container: '$(cat "$root_isolated")' (its cpus $pcpus)"
+        check_true "partition: the root's cpuset.cpus.isolated lists its cpus ($pcpus)" \
+            cpus_subset "$pcpus" "$(cat "$root_isolated")"
+        check_eq "partition: the burstable container's effective cpuset excludes them" "" \
+            "$(cpus_intersect "$(cat "$(cpuset_dir "$bpid")/cpuset.cpus.effective")" "$pcpus")"
+        check_contains "partition: pinion ps marks it [isolated]" "[isolated]" "$out"
+        kubepods=$(dirname "$(dirname "$pdir")")
+        cri stop "$P" && cri rm "$P" && cri stopp "$PP" && cri rmp "$PP" ||
+            fail "partition: pod removed" "CRI stop/remove failed"
+        echo "ISOLATED after the container: '$(cat "$root_isolated")'"
+        check_eq "partition: after its removal cpuset.cpus.isolated no longer lists its cpus" "" \
+            "$(cpus_intersect "$(cat "$root_isolated")" "$pcpus")"
+        check_eq "partition: kubepods' cpuset.cpus.exclusive gave its cpus back" "" \
+            "$(cpus_intersect "$(cat "$kubepods/cpuset.cpus.exclusive")" "$pcpus")"
+    else
+        check_contains "partition: without cpuset.cpus.exclusive pinion ps marks the fallback" "[member!]" "$out"
+        cri stop "$P" && cri rm "$P" && cri stopp "$PP" && cri rmp "$PP" ||
+            fail "partition: pod removed" "CRI stop/remove failed"
+    fi
+    wait_for 60 grown || true
+    check_eq "partition: the burstable container back on every cpu" "$(cpus_expand "$all")" \
+        "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
+else
+    fail "partition: a guaranteed pod runs" "$(cat "$S/cri.err")"
 fi
 
 # --- A resource plugin: Pinion's NIC plugin as its own process -----------------

@@ -436,6 +436,7 @@ fn the_system_partitions_namespaces_run_their_shared_containers_on_its_cpus() {
     iso.system_partition = Some(SystemPartition {
         cpuset: Some(set("0")),
         memory_limit: Some(1 << 30),
+        cgroups: Vec::new(),
         namespaces: BTreeSet::from(["kube-system".to_string()]),
     });
     let (mut controller, _updates) = start_runtime_with(dir.path(), &host, iso);
@@ -508,4 +509,103 @@ fn a_runtime_containers_changed_cpuset_is_repaired_reported_and_marked_with_its_
         )) && mark.ends_with("(repaired)"),
         "{mark}"
     );
+}
+
+fn limited_partition(cgroups: &[&str]) -> Isolation {
+    let mut iso = isolation(&[], OtherWriters::Repair);
+    iso.system_partition = Some(SystemPartition {
+        cpuset: None,
+        memory_limit: Some(2 << 30),
+        cgroups: cgroups.iter().map(|c| path(c)).collect(),
+        namespaces: BTreeSet::from(["kube-system".to_string()]),
+    });
+    iso
+}
+
+fn limit_enforced(controller: &Controller) -> bool {
+    snapshot(controller)
+        .metrics
+        .system_partition
+        .clone()
+        .expect("gauges")
+        .memory_limit_enforced
+}
+
+/// Issue 31: `systemPartition.memoryLimit` was parsed but never written. The
+/// executor writes it to the first of the partition's cgroups that exists
+/// (the systemd driver's name is missing here, the cgroupfs one exists).
+#[test]
+fn regression_the_system_partitions_memory_limit_is_written_to_its_cgroup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree()
+        .memory_limits
+        .insert(path("/kubepods/system"), None);
+    let iso = limited_partition(&["/kubepods.slice/kubepods-system.slice", "/kubepods/system"]);
+    let controller = start_with(dir.path(), &host, iso);
+    assert_eq!(
+        host.tree().memory_limits[&path("/kubepods/system")],
+        Some(2 << 30)
+    );
+    assert!(!host
+        .tree()
+        .memory_limits
+        .contains_key(&path("/kubepods.slice/kubepods-system.slice")));
+    assert!(limit_enforced(&controller));
+    // Written once, not at every pass.
+    let mut controller = controller;
+    controller.reconcile();
+    let writes = host
+        .tree()
+        .log
+        .iter()
+        .filter(|line| line.starts_with("memory "))
+        .count();
+    assert_eq!(writes, 1);
+}
+
+#[test]
+fn regression_a_missing_partition_cgroup_is_tried_again_until_it_exists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let iso = limited_partition(&["/kubepods/system"]);
+    let mut controller = start_with(dir.path(), &host, iso);
+    assert!(!limit_enforced(&controller));
+    assert_eq!(
+        controller.partition_memory,
+        crate::controller::system_partition::LimitState::Missing
+    );
+    assert!(host.tree().memory_limits.is_empty(), "never created");
+    host.tree()
+        .memory_limits
+        .insert(path("/kubepods/system"), None);
+    controller.reconcile();
+    assert!(limit_enforced(&controller));
+    assert_eq!(
+        host.tree().memory_limits[&path("/kubepods/system")],
+        Some(2 << 30)
+    );
+}
+
+#[test]
+fn regression_a_refused_partition_memory_limit_names_the_value() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree()
+        .memory_limits
+        .insert(path("/kubepods/system"), None);
+    host.tree().fail_files.insert("memory.max".to_string());
+    let iso = limited_partition(&["/kubepods/system"]);
+    let mut controller = start_with(dir.path(), &host, iso);
+    assert!(!limit_enforced(&controller));
+    let crate::controller::system_partition::LimitState::Failed(why) = &controller.partition_memory
+    else {
+        panic!("{:?}", controller.partition_memory);
+    };
+    assert!(why.contains("2147483648"), "{why}");
+    assert!(why.contains("/kubepods/system"), "{why}");
+    // The kernel takes it later: the next pass writes it.
+    host.tree().fail_files.clear();
+    controller.reconcile();
+    assert!(limit_enforced(&controller));
 }

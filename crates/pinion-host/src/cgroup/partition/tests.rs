@@ -188,3 +188,85 @@ fn cgroup_v1_falls_back_and_touches_nothing() {
     assert!(!mount.join("pinion").exists());
     assert_eq!(cgroups.isolated_cpus(), None);
 }
+
+/// A runtime container's cgroup is often gone when its stop is relayed
+/// (the runtime removed it): the ancestors must still lose its CPUs from
+/// their `cpuset.cpus.exclusive`, or they stay claimed for good.
+#[test]
+fn regression_unmake_of_a_removed_cgroup_still_empties_the_ancestors_claims() {
+    let mut files = FakePartitions::default();
+    let second = vec![PathBuf::from("pods"), PathBuf::from("pods/c2")];
+    make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    make(&mut files, &second, &set("5"), PartitionMode::Isolated);
+    files.remove_dir("pods/c1");
+    files.writes.clear();
+    unmake(&mut files, &chain(), &set("2-3")).unwrap();
+    assert_eq!(writes(&files), vec!["pods/cpuset.cpus.exclusive=5"]);
+    assert_eq!(isolated(&files, Path::new("")), Some(set("5")));
+    // The pod's cgroup gone too: nothing left to write below the mount.
+    files.remove_dir("pods");
+    files.writes.clear();
+    unmake(&mut files, &second, &set("5")).unwrap();
+    assert!(files.writes.is_empty(), "{:?}", files.writes);
+}
+
+/// The same on the real cgroupfs layout: a missing container directory is
+/// skipped, its parent's claim is taken back.
+#[test]
+fn regression_cgroupfs_container_partition_taken_apart_after_the_runtime_removed_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().to_path_buf();
+    let pod = mount.join("kubepods/podu");
+    let leaf = pod.join("c1");
+    fs::create_dir_all(&leaf).unwrap();
+    for d in [&mount.join("kubepods"), &pod, &leaf] {
+        fs::write(d.join("cpuset.cpus.exclusive"), "").unwrap();
+    }
+    let mut cgroups = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    let cgroup = crate::cgroup::ContainerCgroup::resolve("/kubepods/podu/c1").unwrap();
+    let target = PartitionTarget::Container(cgroup);
+    let outcome = cgroups.make_partition(&target, &set("4-5"), PartitionMode::Isolated);
+    assert!(
+        matches!(outcome, PartitionOutcome::Made { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(pod.join("cpuset.cpus.exclusive")).unwrap(),
+        "4-5"
+    );
+    fs::remove_dir_all(&leaf).unwrap();
+    cgroups.unmake_partition(&target, &set("4-5")).unwrap();
+    for d in [mount.join("kubepods"), pod] {
+        assert_eq!(
+            fs::read_to_string(d.join("cpuset.cpus.exclusive")).unwrap(),
+            "\n",
+            "{}",
+            d.display()
+        );
+    }
+    assert!(!leaf.exists(), "the removed cgroup is not created again");
+}
+
+/// The fallback reason of a kernel without `cpuset.cpus.exclusive` names
+/// the topmost directory, the same for every cgroup below it, so the
+/// agent logs it once rather than once per container.
+#[test]
+fn regression_an_old_kernels_fallback_reason_is_the_same_for_every_cgroup() {
+    let mut files = FakePartitions {
+        unsupported: true,
+        ..FakePartitions::default()
+    };
+    let second = vec![PathBuf::from("pods"), PathBuf::from("pods/c2")];
+    let reasons: Vec<PartitionOutcome> = [chain(), second]
+        .iter()
+        .map(|c| make(&mut files, c, &set("2"), PartitionMode::Isolated))
+        .collect();
+    assert_eq!(reasons[0], reasons[1]);
+    let PartitionOutcome::Fallback { reason } = &reasons[0] else {
+        panic!("made without the files");
+    };
+    assert!(
+        reason.starts_with("pods/cpuset.cpus.exclusive is missing"),
+        "{reason}"
+    );
+}
