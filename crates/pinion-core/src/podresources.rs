@@ -37,10 +37,9 @@ use crate::pod::Pod;
 use crate::qos::{QosLevel, QOS_LEVEL_KEY};
 use crate::topology::Topology;
 
-/// The label kubewharf's kubelet copies into `pod_role`.
-pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
-/// The annotation kubewharf's kubelet copies into `pod_type`.
-pub const POD_TYPE_ANNOTATION: &str = "katalyst.kubewharf.io/pod_type";
+/// The label kubewharf's kubelet copies into `pod_role`, and the
+/// annotation it copies into `pod_type` (katalyst's keys, `crate::qos`).
+pub use crate::qos::{POD_ROLE_LABEL, POD_TYPE_KEY as POD_TYPE_ANNOTATION};
 /// The memory type of a NUMA-bound memory block.
 pub const MEMORY: &str = "memory";
 

@@ -27,6 +27,8 @@ pub mod vocabulary;
 
 pub use vocabulary::VocabularyError;
 
+/// The prefix of katalyst's annotation and label keys.
+pub const KATALYST_KEY_PREFIX: &str = "katalyst.kubewharf.io/";
 /// The QoS level annotation (also a label in katalyst).
 pub const QOS_LEVEL_KEY: &str = "katalyst.kubewharf.io/qos_level";
 /// CPU enhancements (JSON object).
@@ -45,6 +47,12 @@ pub const NUMA_BINDING_KEY: &str = "katalyst.kubewharf.io/numa_binding";
 pub const POD_ROLE_LABEL: &str = "katalyst.kubewharf.io/pod_role";
 /// The pod type (an annotation).
 pub const POD_TYPE_KEY: &str = "katalyst.kubewharf.io/pod_type";
+/// Whether `key` is one of katalyst's annotation or label keys.
+#[must_use]
+pub fn is_katalyst_key(key: &str) -> bool {
+    key.starts_with(KATALYST_KEY_PREFIX)
+}
+
 /// The main container of a pod (others are sidecars).
 pub const MAIN_CONTAINER_KEY: &str = "kubernetes.io/main-container-name";
 
@@ -81,6 +89,21 @@ pub enum QosLevel {
 }
 
 impl QosLevel {
+    /// The four levels, in katalyst's order.
+    pub const ALL: [Self; 4] = [
+        Self::DedicatedCores,
+        Self::SharedCores,
+        Self::ReclaimedCores,
+        Self::SystemCores,
+    ];
+
+    /// The four annotation values, comma-separated (for messages).
+    #[must_use]
+    pub fn names() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|level| level.as_str()).collect();
+        names.join(", ")
+    }
+
     /// The annotation value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -102,15 +125,12 @@ impl fmt::Display for QosLevel {
 impl FromStr for QosLevel {
     type Err = QosError;
     fn from_str(value: &str) -> Result<Self, QosError> {
-        match value {
-            "dedicated_cores" => Ok(Self::DedicatedCores),
-            "shared_cores" => Ok(Self::SharedCores),
-            "reclaimed_cores" => Ok(Self::ReclaimedCores),
-            "system_cores" => Ok(Self::SystemCores),
-            _ => Err(QosError::InvalidLevel {
+        Self::ALL
+            .into_iter()
+            .find(|level| level.as_str() == value)
+            .ok_or_else(|| QosError::InvalidLevel {
                 value: value.to_string(),
-            }),
-        }
+            })
     }
 }
 

@@ -1,11 +1,179 @@
 //! The QoS Resource Manager's admission rules shared by the agent's manager
-//! and the simulator (`pinion_plugins::scenario`), so both decide alike.
+//! and the simulator (`pinion_plugins::scenario`), so both decide alike:
+//! which plugins a container asks and for how much ([`plugin_requests`]),
+//! its type and index ([`container_type`]), a plugin's hint as the Topology
+//! Manager's ([`topology_hint`]), whether a failed `Allocate` is tolerated
+//! ([`allocation_failure_is_tolerated`]) and whether a stored allocation
+//! still covers a request ([`allocations_cover`]). Nothing here knows a
+//! wire type: `pinion_plugins::qrm_request` builds the `ResourceRequest`
+//! from these answers for both.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 
 use crate::plugin_allocation::{PluginAllocation, PluginAllocations};
 use crate::pod::{guaranteed_cpus, Pod};
-#[cfg(test)]
-use crate::qos::QOS_LEVEL_KEY;
-use crate::qos::{self, QosLevel};
+use crate::qos::vocabulary::{self, Identity, VocabularyError};
+use crate::qos::{self, QosLevel, MAIN_CONTAINER_KEY};
+use crate::topomgr::{NumaMask, TopologyHint};
+use crate::Quantity;
+
+/// A container's `ContainerType` in a resource request (spec `qrm.md` §4.1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ContainerType {
+    Init,
+    #[default]
+    Main,
+    Sidecar,
+    Ephemeral,
+}
+
+/// The container's type and index (§4.1): init containers by their index
+/// among init containers; the main container (annotation
+/// [`MAIN_CONTAINER_KEY`], else the first app container) `Main`, other app
+/// containers `Sidecar`, app containers by their index among app containers.
+#[must_use]
+pub fn container_type(pod: &Pod, container: &str) -> (ContainerType, u64) {
+    if let Some(index) = pod.init_containers.iter().position(|c| c.name == container) {
+        return (ContainerType::Init, index as u64);
+    }
+    let index = pod
+        .containers
+        .iter()
+        .position(|c| c.name == container)
+        .unwrap_or_default();
+    let main = pod
+        .annotations
+        .get(MAIN_CONTAINER_KEY)
+        .cloned()
+        .or_else(|| pod.containers.first().map(|c| c.name.clone()));
+    let kind = if main.as_deref() == Some(container) {
+        ContainerType::Main
+    } else {
+        ContainerType::Sidecar
+    };
+    (kind, index as u64)
+}
+
+/// One resource of a container served by a plugin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginRequest {
+    /// The plugin's resource name (after the names map).
+    pub resource: String,
+    /// The name the container requested.
+    pub requested: String,
+    /// The quantity as plugins receive it (the raw value: `2` CPUs, bytes,
+    /// Mb/s, milli-CPUs of `reclaimed_millicpu`).
+    pub quantity: f64,
+    /// The container's limit of the resource, likewise (`None`: no limit;
+    /// an extended resource's limit is its request).
+    pub limit: Option<f64>,
+    /// The pod's role and type as every request of the pod carries them.
+    pub identity: Identity,
+}
+
+/// Why a container's requests cannot go to plugins.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("both {requested} and mapped {mapped} are requested")]
+    BothMapped { requested: String, mapped: String },
+    #[error("pod {pod} has no container {container:?}")]
+    UnknownContainer { pod: String, container: String },
+    #[error("pod {pod}: {source}")]
+    Vocabulary {
+        pod: String,
+        source: VocabularyError,
+    },
+}
+
+/// The plugin resources `container` of `pod` requests (spec `qrm.md`
+/// §4.1–4.3), in the order of the requested names: every request whose
+/// name after `names_map` `served` accepts. The pod's role and type come
+/// from either vocabulary — katalyst's label and annotation or the QRM
+/// proposal's — and a pod whose metadata contradicts itself is refused
+/// here, before any plugin hears of it.
+pub fn plugin_requests(
+    pod: &Pod,
+    container: &str,
+    names_map: &BTreeMap<String, String>,
+    served: impl Fn(&str) -> bool,
+) -> Result<Vec<PluginRequest>, RequestError> {
+    let spec = pod
+        .container(container)
+        .ok_or_else(|| RequestError::UnknownContainer {
+            pod: pod.uid.clone(),
+            container: container.to_string(),
+        })?;
+    let identity = vocabulary::identity(&pod.labels, &pod.annotations).map_err(|source| {
+        RequestError::Vocabulary {
+            pod: format!("{}/{}", pod.namespace, pod.name),
+            source,
+        }
+    })?;
+    let requests = spec.requests();
+    let limits = spec.limits();
+    let mut out = Vec::new();
+    for (name, quantity) in &requests {
+        let mapped = names_map.get(name).cloned().unwrap_or_else(|| name.clone());
+        if mapped != *name && requests.contains_key(&mapped) {
+            return Err(RequestError::BothMapped {
+                requested: name.clone(),
+                mapped,
+            });
+        }
+        if served(&mapped) {
+            out.push(PluginRequest {
+                resource: mapped,
+                requested: name.clone(),
+                quantity: as_float(quantity),
+                limit: limits.get(name).map(as_float),
+                identity: identity.clone(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the manager asks for topology hints for `request` at all
+/// (§4.4): not for a zero quantity (no plugin is asked, and none can
+/// refuse). Of the others only topology-aligned plugins are asked.
+#[must_use]
+pub fn asks_for_hints(request: &PluginRequest) -> bool {
+    request.quantity != 0.0
+}
+
+/// A quantity as the `double` plugins receive.
+#[allow(clippy::cast_precision_loss)]
+fn as_float(quantity: &Quantity) -> f64 {
+    quantity.milli_value() as f64 / 1000.0
+}
+
+/// A plugin's hint (NUMA node ids, preferred) as the Topology Manager's:
+/// no ids is "any node"; `None` for node ids it cannot represent (beyond
+/// 63), which no machine Pinion manages has.
+#[must_use]
+pub fn topology_hint(nodes: &[u64], preferred: bool) -> Option<TopologyHint> {
+    if nodes.is_empty() {
+        return Some(TopologyHint {
+            affinity: None,
+            preferred,
+        });
+    }
+    let ids: Option<Vec<u32>> = nodes.iter().map(|n| u32::try_from(*n).ok()).collect();
+    let mask = NumaMask::from_ids(ids?).ok()?;
+    Some(TopologyHint::new(mask, preferred))
+}
+
+/// The node ids of the Topology Manager's affinity as a plugin's hint
+/// carries them: ascending; "any node" as no ids.
+#[must_use]
+pub fn hint_nodes(hint: &TopologyHint) -> Vec<u64> {
+    hint.affinity
+        .map(|mask| mask.ids().into_iter().map(u64::from).collect())
+        .unwrap_or_default()
+}
 
 /// Whether a failed `Allocate` of `container` in `pod` is skipped (the
 /// container runs without that resource) rather than failing the admission.
@@ -70,164 +238,4 @@ pub fn allocations_cover<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pod::Container;
-    use crate::Quantity;
-
-    fn pod(level: Option<&str>, cpu_request: &str, cpu_limit: Option<&str>) -> Pod {
-        let q = |text: &str| Quantity::parse(text).expect("quantity");
-        let guaranteed = cpu_limit.is_some();
-        Pod {
-            uid: "uid".into(),
-            annotations: level
-                .map(|l| (QOS_LEVEL_KEY.to_string(), l.to_string()))
-                .into_iter()
-                .collect(),
-            containers: vec![Container {
-                name: "main".into(),
-                cpu_request: Some(q(cpu_request)),
-                cpu_limit: cpu_limit.map(q),
-                memory_request: guaranteed.then(|| q("1Gi")),
-                memory_limit: guaranteed.then(|| q("1Gi")),
-                ..Container::default()
-            }],
-            ..Pod::default()
-        }
-    }
-
-    /// Regression (issue 27, item 6): with the `cpu` plugin dead or hung,
-    /// `pinion run --cpus 1` (no QoS level, Guaranteed, one whole CPU) was
-    /// tolerated and ran in the shared pool without a word.
-    #[test]
-    fn regression_an_exclusive_request_is_never_tolerated() {
-        let cases = [
-            ("no level, shared 500m", pod(None, "500m", None), true),
-            ("no level, burstable 2", pod(None, "2", None), true),
-            (
-                "no level, guaranteed 1500m",
-                pod(None, "1500m", Some("1500m")),
-                true,
-            ),
-            (
-                "shared_cores, burstable",
-                pod(Some("shared_cores"), "1", None),
-                true,
-            ),
-            (
-                "no level, guaranteed 1 (--cpus 1)",
-                pod(None, "1", Some("1")),
-                false,
-            ),
-            (
-                "shared_cores, guaranteed 2",
-                pod(Some("shared_cores"), "2", Some("2")),
-                false,
-            ),
-            (
-                "dedicated_cores",
-                pod(Some("dedicated_cores"), "500m", None),
-                false,
-            ),
-            (
-                "reclaimed_cores",
-                pod(Some("reclaimed_cores"), "1", None),
-                false,
-            ),
-        ];
-        for (name, pod, tolerated) in cases {
-            assert_eq!(
-                allocation_failure_is_tolerated(&pod, "main"),
-                tolerated,
-                "{name}"
-            );
-        }
-    }
-
-    #[test]
-    fn the_proposals_roles_count_as_the_levels_they_map_to() {
-        let with_role = |role: &str| {
-            let mut pod = pod(None, "1", None);
-            pod.annotations.insert(
-                qos::vocabulary::POD_ROLE_ANNOTATION.to_string(),
-                role.to_string(),
-            );
-            pod
-        };
-        let cases = [
-            ("online-micro_service", true),
-            ("ETL", false),
-            ("storage-service", false),
-            ("numa-enhancement", false),
-            ("a role the table does not know", true),
-        ];
-        for (role, tolerated) in cases {
-            assert_eq!(
-                allocation_failure_is_tolerated(&with_role(role), "main"),
-                tolerated,
-                "{role}"
-            );
-        }
-    }
-
-    fn scalar(quantity: f64) -> PluginAllocation {
-        PluginAllocation {
-            is_scalar_resource: true,
-            allocated_quantity: quantity,
-            ..PluginAllocation::default()
-        }
-    }
-
-    /// Issue 28 item 2: the requested quantity is compared with the
-    /// allocated one at a re-admission.
-    #[test]
-    fn a_scalar_allocation_covers_requests_up_to_its_rounded_quantity() {
-        assert!(allocation_covers(&scalar(2.0), 2.0));
-        assert!(
-            allocation_covers(&scalar(2.0), 1.0),
-            "a smaller request fits"
-        );
-        assert!(allocation_covers(&scalar(1.5), 2.0), "1.5 rounds up to 2");
-        assert!(allocation_covers(&scalar(2.0), 1.5), "1.5 asks for 2");
-        assert!(
-            !allocation_covers(&scalar(2.0), 3.0),
-            "a grown request asks again"
-        );
-        assert!(!allocation_covers(&scalar(2.0), 2.5), "2.5 asks for 3");
-        assert!(!allocation_covers(&scalar(2.0), f64::NAN));
-        let not_scalar = PluginAllocation {
-            allocated_quantity: 4.0,
-            ..PluginAllocation::default()
-        };
-        assert!(
-            !allocation_covers(&not_scalar, 1.0),
-            "only scalar allocations are compared"
-        );
-    }
-
-    #[test]
-    fn every_requested_resource_must_be_covered() {
-        let stored: PluginAllocations = [
-            ("cpu".to_string(), scalar(2.0)),
-            ("memory".to_string(), scalar(1024.0)),
-        ]
-        .into();
-        assert!(allocations_cover(
-            &stored,
-            [("cpu", 2.0), ("memory", 1024.0)]
-        ));
-        assert!(allocations_cover(&stored, [("cpu", 2.0)]));
-        assert!(!allocations_cover(
-            &stored,
-            [("cpu", 2.0), ("memory", 2048.0)]
-        ));
-        assert!(
-            !allocations_cover(&stored, [("cpu", 2.0), ("example.com/widget", 1.0)]),
-            "a resource with no stored allocation is asked for"
-        );
-        assert!(
-            !allocations_cover(&stored, []),
-            "nothing asked, nothing covered"
-        );
-    }
-}
+mod tests;

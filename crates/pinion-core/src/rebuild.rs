@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::alloc::{take_by_topology, Algorithm};
+use crate::alloc::{take_with_index, Algorithm};
 use crate::cpuset::CpuSet;
 use crate::policy::Policy;
 use crate::state::State;
@@ -183,7 +183,7 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
         static_policy.topology(),
     );
     let take = |from: &CpuSet, n: usize| {
-        take_by_topology(static_policy.topology(), from, n, algorithm).ok()
+        take_with_index(static_policy.alloc_index(), from, n, algorithm).ok()
     };
     // CPU → (pod, container) that keeps it.
     let mut kept_by: BTreeMap<u32, (String, String)> = BTreeMap::new();

@@ -12,11 +12,9 @@
 //! [`Topology::offline`].
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::alloc::AllocIndex;
 use crate::cpuset::{CpuSet, MAX_CPU_ID};
 
 /// One online logical CPU.
@@ -117,8 +115,6 @@ pub struct Topology {
     numa: BTreeMap<u32, CpuSet>,
     uncores: BTreeMap<u32, CpuSet>,
     llcs: BTreeMap<u32, CpuSet>,
-    /// The allocator's dense view, built on first use.
-    alloc_index: OnceLock<AllocIndex>,
 }
 
 impl PartialEq for Topology {
@@ -225,7 +221,6 @@ impl Topology {
             numa,
             uncores,
             llcs,
-            alloc_index: OnceLock::new(),
         })
     }
 
@@ -244,13 +239,6 @@ impl Topology {
         }
         // Only uncore ids changed; every check of `new` still holds.
         Topology::new(spec).unwrap_or_else(|_| self.clone())
-    }
-
-    /// The allocator's precomputed view of this topology (built on first
-    /// use, then shared by every allocation on this topology).
-    #[must_use]
-    pub fn alloc_index(&self) -> &AllocIndex {
-        self.alloc_index.get_or_init(|| AllocIndex::new(self))
     }
 
     /// The serialisable form.

@@ -9,16 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::PluginError;
 
-/// `ContainerType`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ContainerType {
-    Init,
-    #[default]
-    Main,
-    Sidecar,
-    Ephemeral,
-}
+/// `ContainerType` (which one a container is: `pinion_core::qrm_rules`).
+pub use pinion_core::qrm_rules::ContainerType;
 
 /// `TopologyHint`: NUMA node ids (ascending) and whether it is preferred.
 /// Empty `nodes` in a request's hint means "any node".
@@ -52,6 +44,10 @@ pub struct Request {
     /// `Guaranteed`, `Burstable`, `BestEffort` (empty when the manager does
     /// not fill it).
     pub native_qos_class: String,
+    /// Pinion's extension (field 1000, which katalyst's decoders skip): the
+    /// limit, keyed like `resource_requests`; empty without a limit.
+    #[serde(default)]
+    pub resource_limits: BTreeMap<String, f64>,
 }
 
 /// `ResourceAllocationInfo` (fields 1–9).

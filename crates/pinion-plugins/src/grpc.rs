@@ -107,10 +107,7 @@ pub fn request(wire: &rp::ResourceRequest) -> Request {
         pod_role: wire.pod_role.clone(),
         pod_type: wire.pod_type.clone(),
         resource_name: wire.resource_name.clone(),
-        hint: wire.hint.as_ref().map(|h| Hint {
-            nodes: h.nodes.clone(),
-            preferred: h.preferred,
-        }),
+        hint: wire.hint.as_ref().map(hint),
         resource_requests: wire
             .resource_requests
             .iter()
@@ -119,10 +116,63 @@ pub fn request(wire: &rp::ResourceRequest) -> Request {
         labels: wire.labels.clone(),
         annotations: wire.annotations.clone(),
         native_qos_class: wire.native_qos_class.clone(),
+        resource_limits: wire
+            .resource_limits
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
     }
 }
 
-fn wire_hint(hint: &Hint) -> rp::TopologyHint {
+/// The plugin's request on the wire (what [`request`] reads back).
+#[must_use]
+pub fn wire_request(request: &Request) -> rp::ResourceRequest {
+    let container_type = match request.container_type {
+        ContainerType::Init => rp::ContainerType::Init,
+        ContainerType::Main => rp::ContainerType::Main,
+        ContainerType::Sidecar => rp::ContainerType::Sidecar,
+        ContainerType::Ephemeral => rp::ContainerType::Ephemeral,
+    };
+    rp::ResourceRequest {
+        pod_uid: request.pod_uid.clone(),
+        pod_namespace: request.pod_namespace.clone(),
+        pod_name: request.pod_name.clone(),
+        container_name: request.container_name.clone(),
+        container_type: container_type.into(),
+        container_index: request.container_index,
+        pod_role: request.pod_role.clone(),
+        pod_type: request.pod_type.clone(),
+        resource_name: request.resource_name.clone(),
+        hint: request.hint.as_ref().map(wire_hint),
+        resource_requests: request
+            .resource_requests
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        labels: request.labels.clone(),
+        annotations: request.annotations.clone(),
+        native_qos_class: request.native_qos_class.clone(),
+        runtime_class: String::new(),
+        resource_limits: request
+            .resource_limits
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+    }
+}
+
+/// A wire hint as the plugin's.
+#[must_use]
+pub fn hint(wire: &rp::TopologyHint) -> Hint {
+    Hint {
+        nodes: wire.nodes.clone(),
+        preferred: wire.preferred,
+    }
+}
+
+/// The plugin's hint on the wire.
+#[must_use]
+pub fn wire_hint(hint: &Hint) -> rp::TopologyHint {
     rp::TopologyHint {
         nodes: hint.nodes.clone(),
         preferred: hint.preferred,
@@ -372,5 +422,47 @@ impl<P: ResourcePlugin + 'static> rp::resource_plugin_server::ResourcePlugin for
         _req: GrpcRequest<rp::PreStartContainerRequest>,
     ) -> Result<Response<rp::PreStartContainerResponse>, Status> {
         Ok(Response::new(rp::PreStartContainerResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_survives_the_wire_field_by_field() {
+        for container_type in [
+            ContainerType::Init,
+            ContainerType::Main,
+            ContainerType::Sidecar,
+            ContainerType::Ephemeral,
+        ] {
+            let plugin = Request {
+                pod_uid: "uid".into(),
+                pod_namespace: "ns".into(),
+                pod_name: "pod".into(),
+                container_name: "c".into(),
+                container_type,
+                container_index: 3,
+                pod_role: "role".into(),
+                pod_type: "type".into(),
+                resource_name: "cpu".into(),
+                hint: Some(Hint {
+                    nodes: vec![0, 2],
+                    preferred: false,
+                }),
+                resource_requests: [("cpu".to_string(), 1.5)].into(),
+                labels: [("l".to_string(), "1".to_string())].into(),
+                annotations: [("a".to_string(), "2".to_string())].into(),
+                native_qos_class: "Burstable".into(),
+                resource_limits: [("cpu".to_string(), 2.0)].into(),
+            };
+            let wire = wire_request(&plugin);
+            assert_eq!(
+                wire.hint.as_ref().map(|h| h.nodes.clone()),
+                Some(vec![0, 2])
+            );
+            assert_eq!(request(&wire), plugin, "{container_type:?}");
+        }
     }
 }

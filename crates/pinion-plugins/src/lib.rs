@@ -27,6 +27,7 @@ pub mod grpc;
 pub mod hints;
 pub mod memory;
 pub mod nic;
+pub mod qrm_request;
 pub mod request;
 pub mod scenario;
 pub mod store;

@@ -1,36 +1,8 @@
-//! Between the resource-plugin wire types and Pinion's own.
+//! Between the resource-plugin wire types and Pinion's own allocations
+//! (requests and hints: `pinion_plugins::qrm_request` and `grpc`).
 
 use pinion_api::resourceplugin as rp;
 use pinion_core::plugin_allocation::{PluginAllocation, PluginHint};
-use pinion_core::topomgr::{NumaMask, TopologyHint};
-
-/// A plugin's hint as the Topology Manager's; `None` for node ids it
-/// cannot represent (beyond 63), which no machine Pinion manages has.
-#[must_use]
-pub fn topology_hint(hint: &rp::TopologyHint) -> Option<TopologyHint> {
-    if hint.nodes.is_empty() {
-        return Some(TopologyHint {
-            affinity: None,
-            preferred: hint.preferred,
-        });
-    }
-    let ids: Option<Vec<u32>> = hint.nodes.iter().map(|n| u32::try_from(*n).ok()).collect();
-    let mask = NumaMask::from_ids(ids?).ok()?;
-    Some(TopologyHint::new(mask, hint.preferred))
-}
-
-/// The Topology Manager's affinity as a plugin's hint: set node ids
-/// ascending; "any node" as no ids.
-#[must_use]
-pub fn wire_hint(hint: &TopologyHint) -> rp::TopologyHint {
-    rp::TopologyHint {
-        nodes: hint
-            .affinity
-            .map(|mask| mask.ids().into_iter().map(u64::from).collect())
-            .unwrap_or_default(),
-        preferred: hint.preferred,
-    }
-}
 
 /// A plugin's `AllocatableTopologyAwareResource` for `name` as Pinion's
 /// node resource (per-NUMA amounts of the NUMA level only, with what
@@ -123,27 +95,6 @@ pub fn wire_allocation(allocation: &PluginAllocation) -> rp::ResourceAllocationI
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hints_round_trip_and_any_node_is_no_ids() {
-        let hint = rp::TopologyHint {
-            nodes: vec![0, 2],
-            preferred: true,
-        };
-        let core = topology_hint(&hint).expect("representable");
-        assert_eq!(core.affinity.map(|m| m.ids()), Some(vec![0, 2]));
-        assert_eq!(wire_hint(&core), hint);
-        let any = topology_hint(&rp::TopologyHint::default()).expect("any");
-        assert_eq!(any.affinity, None);
-        assert_eq!(wire_hint(&any).nodes, Vec::<u64>::new());
-        assert_eq!(
-            topology_hint(&rp::TopologyHint {
-                nodes: vec![64],
-                preferred: true
-            }),
-            None
-        );
-    }
 
     #[test]
     fn allocations_round_trip() {

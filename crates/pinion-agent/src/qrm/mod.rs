@@ -15,7 +15,6 @@ pub mod builtin;
 pub mod convert;
 mod register;
 pub mod registry;
-mod request;
 mod watcher;
 
 use std::collections::BTreeMap;
@@ -27,7 +26,8 @@ use pinion_api::resourceplugin as rp;
 use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
 use pinion_core::plugin_answer;
 use pinion_core::pod::Pod;
-use pinion_core::qrm_rules::allocation_failure_is_tolerated;
+use pinion_core::qos::QosLevel;
+use pinion_core::qrm_rules::{self, allocation_failure_is_tolerated};
 use pinion_core::topomgr::provider::ResourceHints;
 use pinion_core::topomgr::TopologyHint;
 use tokio::sync::watch;
@@ -37,8 +37,9 @@ use crate::config::QrmConfig;
 use crate::controller::removal_wait::LoopRunning;
 use crate::controller::ControllerHandle;
 use crate::hints::{HintFuture, HintSource};
+pub use pinion_core::qrm_rules::{PluginRequest, RequestError};
+use pinion_plugins::{grpc, qrm_request};
 pub use registry::{CallError, PluginView, Registry};
-pub use request::{PluginRequest, RequestError};
 
 /// What one reconcile poll of one plugin said: pod UID → container →
 /// `None` (the plugin has no record: re-allocate) or its allocations.
@@ -139,7 +140,7 @@ impl Qrm {
         pod: &Pod,
         container: &str,
     ) -> Result<Vec<PluginRequest>, RequestError> {
-        request::plugin_requests(pod, container, &self.config.resource_names_map, |name| {
+        qrm_rules::plugin_requests(pod, container, &self.config.resource_names_map, |name| {
             self.registry.handles(name)
         })
     }
@@ -150,7 +151,7 @@ impl Qrm {
     pub async fn hints(&self, pod: &Pod, container: &str) -> Result<ResourceHints, RequestError> {
         let mut out = ResourceHints::new();
         for request in self.plugin_requests(pod, container)? {
-            if request.quantity == 0.0 {
+            if !qrm_rules::asks_for_hints(&request) {
                 continue;
             }
             let plugin = match self.registry.active(&request.resource) {
@@ -164,7 +165,7 @@ impl Qrm {
             if !plugin.options.with_topology_alignment {
                 continue;
             }
-            let wire = request::resource_request(pod, container, &request, None);
+            let wire = grpc::wire_request(&qrm_request::request(pod, container, &request, None));
             let answer =
                 self.registry
                     .call(
@@ -183,7 +184,7 @@ impl Qrm {
                         Some(Some(list)) => Some(
                             list.hints
                                 .iter()
-                                .filter_map(convert::topology_hint)
+                                .filter_map(|h| qrm_rules::topology_hint(&h.nodes, h.preferred))
                                 .collect(),
                         ),
                     }
@@ -220,7 +221,7 @@ impl Qrm {
                     if allocation_failure_is_tolerated(pod, container)
                         && !matches!(source, CallError::Malformed { .. }) =>
                 {
-                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a shared_cores pod that asked for no exclusive cpus: {source}");
+                    tracing::warn!(pod = %pod.uid, %container, resource = %request.resource, "allocation skipped for a {} pod that asked for no exclusive cpus: {source}", QosLevel::SharedCores);
                 }
                 Err(source) => {
                     return Err(QrmError::Allocate {
@@ -244,13 +245,8 @@ impl Qrm {
         affinity: Option<TopologyHint>,
     ) -> Result<PluginAllocations, CallError> {
         let plugin = self.registry.active(&request.resource)?;
-        let hint = plugin.options.with_topology_alignment.then(|| {
-            convert::wire_hint(&affinity.unwrap_or(TopologyHint {
-                affinity: None,
-                preferred: true,
-            }))
-        });
-        let wire = request::resource_request(pod, container, request, hint);
+        let hint = qrm_request::allocate_hint(plugin.options.with_topology_alignment, affinity);
+        let wire = grpc::wire_request(&qrm_request::request(pod, container, request, hint));
         let response = self
             .registry
             .call(&plugin, "Allocate", |mut client, timeout| async move {

@@ -187,13 +187,29 @@ impl QrmNode {
 /// (In the serving task) when the socket cannot be bound.
 #[must_use]
 pub fn serve_in(dir: &Path, plugin: impl ResourcePlugin + 'static, file: &str) -> ServedPlugin {
+    let resource = plugin.resource_name().to_string();
+    serve_grpc_in(dir, &resource, GrpcPlugin::new(plugin), file)
+}
+
+/// [`serve_in`] for a plugin already behind its gRPC service (one shared
+/// with the test, [`GrpcPlugin::shared`]) registering `resource`.
+///
+/// # Panics
+/// (In the serving task) when the socket cannot be bound.
+#[must_use]
+pub fn serve_grpc_in<P: ResourcePlugin + 'static>(
+    dir: &Path,
+    resource: &str,
+    plugin: GrpcPlugin<P>,
+    file: &str,
+) -> ServedPlugin {
     let socket = dir.join(file);
-    let identity = Identity::new(plugin.resource_name());
+    let identity = Identity::new(resource);
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn({
         let socket = socket.clone();
         async move {
-            pinion_api::plugin::serve(&socket, identity, GrpcPlugin::new(plugin), async move {
+            pinion_api::plugin::serve(&socket, identity, plugin, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             })
             .await
@@ -211,6 +227,12 @@ pub struct ServedPlugin {
 }
 
 impl ServedPlugin {
+    /// The socket it is served on.
+    #[must_use]
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     /// Stops serving and waits until the socket is gone.
     ///
     /// # Panics

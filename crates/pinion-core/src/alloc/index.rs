@@ -5,6 +5,7 @@
 //! integer arrays instead of rebuilding CPU sets.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
@@ -51,9 +52,42 @@ pub(super) const REL_CORES: usize = 1; // second level → core
 pub(super) const REL_NUMA_UNCORE: usize = 2;
 pub(super) const REL_UNCORE_CORE: usize = 3;
 
+/// A shared topology with the allocator's index of it, built on first use
+/// and then shared by every clone: what a caller that allocates again and
+/// again on one topology keeps (the static policy; `pinion alloc`'s timing).
+/// The topology model itself caches nothing.
+#[derive(Debug, Clone)]
+pub struct IndexedTopology {
+    topology: Arc<Topology>,
+    index: Arc<OnceLock<AllocIndex>>,
+}
+
+impl IndexedTopology {
+    /// `topology`, its index not built yet.
+    #[must_use]
+    pub fn new(topology: Arc<Topology>) -> Self {
+        Self {
+            topology,
+            index: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The topology.
+    #[must_use]
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.topology
+    }
+
+    /// The index of the topology (built by the first call).
+    #[must_use]
+    pub fn index(&self) -> &AllocIndex {
+        self.index.get_or_init(|| AllocIndex::new(&self.topology))
+    }
+}
+
 /// The precomputed allocation view of one topology. Build once per topology
-/// with [`AllocIndex::new`] and pass to [`super::take_with_index`] (every
-/// [`Topology`] caches one: [`Topology::alloc_index`]).
+/// with [`AllocIndex::new`] and pass to [`super::take_with_index`], or keep
+/// one built on first use beside its topology: [`IndexedTopology`].
 #[derive(Clone)]
 pub struct AllocIndex {
     pub(super) cpu_ids: Vec<u32>,

@@ -16,6 +16,7 @@
 
 pub mod case;
 mod distributed;
+mod entities;
 mod index;
 mod packed;
 #[cfg(test)]
@@ -33,7 +34,7 @@ use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 
 pub use distributed::MAX_COMBINATIONS;
-pub use index::AllocIndex;
+pub use index::{AllocIndex, IndexedTopology};
 
 /// How the CPUs of the last, partially used level are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,18 +127,20 @@ pub enum AllocError {
 /// Chooses `n` CPUs of `available` on `topology` with `algorithm`, exactly as
 /// kubelet does. CPUs of `available` that the topology does not know are
 /// ignored (they still count in the "available=" figure of the error, as in
-/// kubelet).
+/// kubelet). Builds the topology's [`AllocIndex`] for this one call: a
+/// caller allocating again and again on one topology keeps an
+/// [`IndexedTopology`] and calls [`take_with_index`].
 pub fn take_by_topology(
     topology: &Topology,
     available: &CpuSet,
     n: usize,
     algorithm: Algorithm,
 ) -> Result<CpuSet, AllocError> {
-    take_with_index(topology.alloc_index(), available, n, algorithm)
+    take_with_index(&AllocIndex::new(topology), available, n, algorithm)
 }
 
-/// [`take_by_topology`] with an explicit [`AllocIndex`] (the one of
-/// [`Topology::alloc_index`], or one built with [`AllocIndex::new`]).
+/// [`take_by_topology`] with an explicit [`AllocIndex`] (one built with
+/// [`AllocIndex::new`], or kept by an [`IndexedTopology`]).
 pub fn take_with_index(
     index: &AllocIndex,
     available: &CpuSet,

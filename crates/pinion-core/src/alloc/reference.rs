@@ -11,43 +11,10 @@
 use std::collections::BTreeSet;
 
 use super::distributed::{self, Choice, SearchInput};
+use super::entities::{dedup, ids, members, Kind};
 use super::{Algorithm, AllocError, CpuSortingStrategy};
 use crate::cpuset::CpuSet;
-use crate::topology::{CpuInfo, Topology};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Numa,
-    Socket,
-    Core,
-    Uncore,
-}
-
-impl Kind {
-    fn of(self, cpu: &CpuInfo) -> u32 {
-        match self {
-            Kind::Numa => cpu.numa,
-            Kind::Socket => cpu.socket,
-            Kind::Core => cpu.core,
-            Kind::Uncore => cpu.uncore,
-        }
-    }
-}
-
-fn members(topo: &Topology, kind: Kind, id: u32) -> CpuSet {
-    let map = match kind {
-        Kind::Numa => topo.numa_cpus(),
-        Kind::Socket => topo.sockets(),
-        Kind::Core => topo.cores(),
-        Kind::Uncore => topo.uncores(),
-    };
-    map.get(&id).cloned().unwrap_or_default()
-}
-
-fn dedup(list: Vec<u32>) -> Vec<u32> {
-    let mut seen = BTreeSet::new();
-    list.into_iter().filter(|id| seen.insert(*id)).collect()
-}
+use crate::topology::Topology;
 
 struct Acc<'t> {
     topo: &'t Topology,
@@ -90,15 +57,9 @@ impl<'t> Acc<'t> {
 
     /// Distinct `kind` ids of the free CPUs inside `within` (all when None).
     fn ids_in(&self, kind: Kind, within: Option<(Kind, u32)>) -> Vec<u32> {
-        let scope = match within {
-            Some((k, id)) => self.free.intersection(&members(self.topo, k, id)),
-            None => self.free.clone(),
-        };
-        let ids: BTreeSet<u32> = scope
-            .iter()
-            .filter_map(|cpu| self.topo.cpu(cpu).map(|c| kind.of(c)))
-            .collect();
-        ids.into_iter().collect()
+        ids(self.topo, &self.free, kind, within)
+            .into_iter()
+            .collect()
     }
 
     fn sorted(&self, kind: Kind, mut ids: Vec<u32>) -> Vec<u32> {

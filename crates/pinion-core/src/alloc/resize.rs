@@ -18,12 +18,10 @@
 //! frozen lists keep only the first occurrence of an entity or CPU, and the
 //! remainder hand-outs of the distributed variant stop when a pass places
 //! nothing (kubelet spins forever there).
-
-use std::collections::BTreeSet;
-
+use super::entities::{dedup, ids, members, Kind};
 use super::{AllocError, CpuSortingStrategy};
 use crate::cpuset::CpuSet;
-use crate::topology::{CpuInfo, Topology};
+use crate::topology::Topology;
 
 /// Errors of the resize variants (kubelet's texts).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,52 +32,6 @@ pub enum ResizeAllocError {
         "requested CPUs to be retained {must_keep} are not a subset of reusable CPUs {current}"
     )]
     RetainedNotCurrent { must_keep: String, current: String },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Numa,
-    Socket,
-    Core,
-    Uncore,
-}
-
-impl Kind {
-    fn of(self, cpu: &CpuInfo) -> u32 {
-        match self {
-            Kind::Numa => cpu.numa,
-            Kind::Socket => cpu.socket,
-            Kind::Core => cpu.core,
-            Kind::Uncore => cpu.uncore,
-        }
-    }
-}
-
-fn members(topo: &Topology, kind: Kind, id: u32) -> CpuSet {
-    let map = match kind {
-        Kind::Numa => topo.numa_cpus(),
-        Kind::Socket => topo.sockets(),
-        Kind::Core => topo.cores(),
-        Kind::Uncore => topo.uncores(),
-    };
-    map.get(&id).cloned().unwrap_or_default()
-}
-
-fn dedup(list: Vec<u32>) -> Vec<u32> {
-    let mut seen = BTreeSet::new();
-    list.into_iter().filter(|id| seen.insert(*id)).collect()
-}
-
-/// Distinct `kind` ids of `cpus`, restricted to the CPUs of `within`.
-fn ids(topo: &Topology, cpus: &CpuSet, kind: Kind, within: Option<(Kind, u32)>) -> BTreeSet<u32> {
-    let scope = match within {
-        Some((k, id)) => cpus.intersection(&members(topo, k, id)),
-        None => cpus.clone(),
-    };
-    scope
-        .iter()
-        .filter_map(|cpu| topo.cpu(cpu).map(|c| kind.of(c)))
-        .collect()
 }
 
 struct Acc<'t> {

@@ -212,14 +212,15 @@ fn distributed_reproduces_kubelets_slice_aliasing() {
 }
 
 #[test]
-fn cached_index_does_not_change_topology_equality() {
-    let a = shape(2, 1, 4, 2, 2);
-    let b = a.clone();
-    let before = take_by_topology(&a, a.all_cpus(), 3, PACKED);
-    assert_eq!(a, b);
+fn an_indexed_topology_allocates_as_a_fresh_index_and_clones_share_it() {
+    let topo = shape(2, 1, 4, 2, 2);
+    let indexed = IndexedTopology::new(std::sync::Arc::new(topo.clone()));
+    let clone = indexed.clone();
     assert_eq!(
-        before,
-        take_with_index(&AllocIndex::new(&b), b.all_cpus(), 3, PACKED)
+        take_with_index(indexed.index(), topo.all_cpus(), 3, PACKED),
+        take_by_topology(&topo, topo.all_cpus(), 3, PACKED)
     );
-    assert!(format!("{:?}", a.alloc_index()).starts_with("AllocIndex { cpus: 16,"));
+    assert!(std::ptr::eq(indexed.index(), clone.index()), "built once");
+    assert_eq!(**clone.topology(), topo);
+    assert!(format!("{:?}", clone.index()).starts_with("AllocIndex { cpus: 16,"));
 }

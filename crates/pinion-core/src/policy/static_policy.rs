@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::alloc::whole_uncore::take_whole_uncores;
-use crate::alloc::{take_with_index, Algorithm, AllocError};
+use crate::alloc::{take_with_index, Algorithm, AllocError, IndexedTopology};
 use crate::cpuset::CpuSet;
 use crate::policy::config::Features;
 use crate::policy::cpu_ask::{CpuAsk, IsolatedAsk, UncoreAsk};
@@ -53,9 +53,9 @@ pub struct ContainerRequest<'a> {
 /// The static policy.
 #[derive(Debug, Clone)]
 pub struct StaticPolicy {
-    /// Shared, so cloning a policy (the agent decides on a copy of the
-    /// engine) does not copy the machine's topology and allocation index.
-    topology: Arc<Topology>,
+    /// Shared with the allocator's index of it, so cloning a policy (the
+    /// agent decides on a copy of the engine) copies neither.
+    topology: IndexedTopology,
     options: StaticPolicyOptions,
     algorithm: Algorithm,
     reserved: CpuSet,
@@ -75,10 +75,12 @@ impl StaticPolicy {
         reservation: &Reservation,
     ) -> Result<Self, PolicyError> {
         let algorithm = Algorithm::select(&options.alloc_options(), &topology);
+        let indexed = IndexedTopology::new(Arc::new(topology));
+        let topology = indexed.topology();
         let reserved = if reservation.cpus.is_empty() {
             // kubelet ignores the allocator's error here and checks the size.
             take_with_index(
-                topology.alloc_index(),
+                indexed.index(),
                 topology.all_cpus(),
                 reservation.count,
                 algorithm,
@@ -106,7 +108,7 @@ impl StaticPolicy {
         }
         let reserved_physical = topology.core_siblings(&reserved);
         Ok(Self {
-            topology: Arc::new(topology),
+            topology: indexed,
             options,
             algorithm,
             reserved,
@@ -151,13 +153,20 @@ impl StaticPolicy {
     /// The topology the policy allocates on, shared.
     #[must_use]
     pub fn shared_topology(&self) -> Arc<Topology> {
-        Arc::clone(&self.topology)
+        Arc::clone(self.topology.topology())
+    }
+
+    /// The allocator's index of the topology (built on first use, shared
+    /// by clones of the policy).
+    #[must_use]
+    pub fn alloc_index(&self) -> &crate::alloc::AllocIndex {
+        self.topology.index()
     }
 
     /// The topology the policy allocates on.
     #[must_use]
     pub fn topology(&self) -> &Topology {
-        &self.topology
+        self.topology.topology()
     }
 
     /// The CPUs the state must account for: all online CPUs, minus the
@@ -165,9 +174,9 @@ impl StaticPolicy {
     #[must_use]
     pub fn pool_cpus(&self) -> CpuSet {
         if self.options.strict_cpu_reservation {
-            self.topology.all_cpus().difference(&self.reserved)
+            self.topology().all_cpus().difference(&self.reserved)
         } else {
-            self.topology.all_cpus().clone()
+            self.topology().all_cpus().clone()
         }
     }
 
@@ -274,7 +283,7 @@ impl StaticPolicy {
     }
 
     fn check_smt_alignment(&self, state: &State, n: usize) -> Result<(), PolicyError> {
-        let per_core = self.topology.cpus_per_core();
+        let per_core = self.topology().cpus_per_core();
         if per_core == 0 || !n.is_multiple_of(per_core) {
             return Err(PolicyError::SmtNotMultiple {
                 requested: n,
@@ -349,7 +358,7 @@ impl StaticPolicy {
         ask: CpuAsk,
     ) -> Result<CpuSet, PolicyError> {
         let allocatable = state.default.difference(&self.reserved).union(reusable);
-        let isolated = self.topology.isolated();
+        let isolated = self.topology().isolated();
         let ordinary = allocatable.difference(isolated);
         let free_isolated = allocatable.intersection(isolated);
         let result = match (ask.uncore, ask.isolated) {
@@ -359,7 +368,7 @@ impl StaticPolicy {
                     IsolatedAsk::Prefer => &allocatable,
                     IsolatedAsk::Require => &free_isolated,
                 };
-                take_whole_uncores(&self.topology, allowed, n, round_up, numa_affinity)?
+                take_whole_uncores(self.topology(), allowed, n, round_up, numa_affinity)?
             }
             (UncoreAsk::Any, IsolatedAsk::No) => self.take_aligned(&ordinary, n, numa_affinity)?,
             (UncoreAsk::Any, IsolatedAsk::Require) => {
@@ -421,7 +430,7 @@ impl StaticPolicy {
     /// the CPUs the kernel isolates at boot. Fails when that leaves nothing
     /// (every CPU the pool could use is isolated).
     pub fn shared_pool_of(&self, state: &State) -> Result<CpuSet, PolicyError> {
-        shared_without_isolated(&state.default, self.topology.isolated())
+        shared_without_isolated(&state.default, self.topology().isolated())
     }
 
     /// Allocatable CPUs in the NUMA nodes of the affinity (with
@@ -429,13 +438,13 @@ impl StaticPolicy {
     fn aligned_cpus(&self, nodes: &[u32], allocatable: &CpuSet) -> CpuSet {
         let mut scope = CpuSet::new();
         for node in nodes {
-            let Some(node_cpus) = self.topology.numa_cpus().get(node) else {
+            let Some(node_cpus) = self.topology().numa_cpus().get(node) else {
                 continue;
             };
             if self.options.align_by_socket {
                 for cpu in node_cpus {
-                    if let Some(socket) = self.topology.cpu(cpu).map(|c| c.socket) {
-                        if let Some(socket_cpus) = self.topology.sockets().get(&socket) {
+                    if let Some(socket) = self.topology().cpu(cpu).map(|c| c.socket) {
+                        if let Some(socket_cpus) = self.topology().sockets().get(&socket) {
                             scope.union_with(socket_cpus);
                         }
                     }
@@ -448,7 +457,7 @@ impl StaticPolicy {
     }
 
     fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, AllocError> {
-        take_with_index(self.topology.alloc_index(), available, n, self.algorithm)
+        take_with_index(self.topology.index(), available, n, self.algorithm)
     }
 
     /// kubelet `updateCPUsToReuse`.

@@ -1,75 +1,15 @@
-//! Allocate and release: which kind of member a request makes, and the
+//! Allocate and release: the member a request's class makes, and the
 //! exclusive CPUs, pool membership and NUMA ownership that go with it.
 
 use pinion_core::policy::{ContainerKind, ContainerRequest, CpuAsk, IsolatedAsk};
 use pinion_core::pools::{Cpus, PoolDemand};
-use pinion_core::qos::{QosLevel, QosRequest};
 use pinion_core::CpuSet;
 
+use super::class::{bound_pool, classify, Class};
 use super::state::{Member, MemberKind};
 use super::{CpuPlugin, RESOURCE};
 use crate::api::{ContainerType, Hint, Request};
 use crate::{hints as wire, request, PluginError};
-
-/// What a request asks for, before any CPU is chosen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Class {
-    Static {
-        cpus: usize,
-    },
-    Dedicated {
-        cpus: usize,
-        binding: bool,
-        exclusive: bool,
-    },
-    Shared {
-        pool: String,
-        binding: bool,
-    },
-    Reclaimed {
-        binding: bool,
-    },
-    System,
-}
-
-/// The class of `request`; `None` for init containers outside the static
-/// path (katalyst answers them with nothing).
-pub(super) fn classify(request: &Request, qos: &QosRequest, quantity: f64) -> Option<Class> {
-    let integral = quantity > 0.0 && quantity.fract() == 0.0;
-    if !qos.level_explicit && request.native_qos_class == "Guaranteed" && integral {
-        return Some(Class::Static {
-            cpus: whole_cpus(quantity),
-        });
-    }
-    if request::is_init(request) {
-        return None;
-    }
-    Some(match qos.level {
-        QosLevel::DedicatedCores => Class::Dedicated {
-            cpus: whole_cpus(quantity).max(1),
-            binding: qos.numa_binding,
-            exclusive: qos.numa_exclusive,
-        },
-        QosLevel::SharedCores => Class::Shared {
-            pool: qos.cpuset_pool.clone(),
-            binding: qos.numa_binding,
-        },
-        QosLevel::ReclaimedCores => Class::Reclaimed {
-            binding: qos.numa_binding,
-        },
-        QosLevel::SystemCores => Class::System,
-    })
-}
-
-/// CPUs for a quantity, rounded up (katalyst: `ceil`).
-pub(super) fn whole_cpus(quantity: f64) -> usize {
-    usize::try_from(request::milli(quantity).div_ceil(1000)).unwrap_or(usize::MAX)
-}
-
-/// The pool a NUMA-bound shared container joins: `<pool>@<nodes>`.
-pub(super) fn bound_pool(pool: &str, nodes: &CpuSet) -> String {
-    format!("{pool}@{nodes}")
-}
 
 /// Places the container of `request`: `Ok(true)` when it became a member
 /// (or already was), `Ok(false)` when there is nothing to place.

@@ -19,7 +19,7 @@ use pinion_core::qos::QosRequest;
 use pinion_core::topomgr::cpu_hints::{container_cpu_hints, generate_cpu_hints, HintInputs};
 use pinion_core::CpuSet;
 
-use super::admit::{bound_pool, classify, Class};
+use super::class::{bound_pool, classify, Class};
 use super::state::MemberKind;
 use super::{CpuPlugin, RESOURCE};
 use crate::api::{Hint, Request};

@@ -17,6 +17,7 @@
 pub use handle::{CpuPluginHandle, LoadSources, SetPoolError};
 
 mod admit;
+mod class;
 mod handle;
 mod hints;
 #[cfg(test)]
@@ -30,6 +31,7 @@ use std::path::Path;
 
 use pinion_core::policy::{Reservation, StaticPolicy, StaticPolicyOptions};
 use pinion_core::pools::{Change, Cpus, PoolLoad, PoolParams, PoolSize, Pools};
+use pinion_core::qos::QosLevel;
 use pinion_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
 
@@ -125,7 +127,10 @@ impl CpuPlugin {
         if config.pools.reclaim_min == 0 {
             return Err(PluginError::Config {
                 plugin: RESOURCE,
-                reason: "pools.reclaimMin must be at least 1 (reclaimed_cores need a cpu)".into(),
+                reason: format!(
+                    "pools.reclaimMin must be at least 1 ({} need a cpu)",
+                    QosLevel::ReclaimedCores
+                ),
             });
         }
         let reservation = Reservation {

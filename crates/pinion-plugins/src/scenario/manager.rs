@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use pinion_core::cpuset::CpuSet;
 use pinion_core::pod::Pod;
 use pinion_core::pools::{Change, PoolLoad};
-use pinion_core::qos::vocabulary::{self, Identity};
 use pinion_core::qos::{self, QosLevel};
-use pinion_core::qrm_rules::allocation_failure_is_tolerated;
-use pinion_core::topomgr::{NumaMask, Policy, TopologyHint, TopologyManager};
+use pinion_core::qrm_rules::{self, allocation_failure_is_tolerated, PluginRequest};
+use pinion_core::topomgr::{Policy, TopologyHint, TopologyManager};
 use pinion_core::Topology;
 
 use super::spec::{QrmScenario, Step};
@@ -17,16 +16,9 @@ use super::{
     pool_size, Admission, ContainerAdmission, CpuChange, Loads, Plugins, PoolChange, ScenarioError,
     Snapshot, StepOutcome,
 };
-use crate::api::{ContainerType, Hint, Request, ResourcePlugin};
+use crate::api::ResourcePlugin;
+use crate::qrm_request;
 use crate::PluginError;
-
-/// One resource of a container that a plugin serves.
-struct Ask {
-    resource: String,
-    quantity: f64,
-    /// The pod's role and type (either vocabulary, checked).
-    identity: Identity,
-}
 
 /// Why an admission stopped.
 enum Refusal {
@@ -388,13 +380,14 @@ impl<'a> Manager<'a> {
         } else {
             Some(self.merged_hint(pod, name, &asks)?)
         };
-        let hint = wire_hint(&affinity.unwrap_or_else(TopologyHint::dont_care));
         let mut skipped = Vec::new();
         for ask in &asks {
-            let request = build_request(pod, name, ask, Some(hint.clone()));
             let Some(plugin) = self.plugin(&ask.resource) else {
                 continue;
             };
+            let hint =
+                qrm_request::allocate_hint(plugin.options().with_topology_alignment, affinity);
+            let request = qrm_request::request(pod, name, ask, hint);
             match plugin.allocate(&request) {
                 Ok(_) => {}
                 Err(err) if is_input_error(&err) => {
@@ -408,49 +401,23 @@ impl<'a> Manager<'a> {
         }
         Ok(ContainerAdmission {
             container: name.to_string(),
-            hint: affinity.map(|a| wire_hint(&a)),
+            hint: affinity.map(|a| qrm_request::hint(&a)),
             skipped,
         })
     }
 
-    /// The requested resources a plugin serves (after the names map), in
-    /// name order, with the quantity as plugins receive it (the raw value:
-    /// CPUs, bytes, Mb/s, milli-CPUs of `reclaimed_millicpu`).
-    fn asks(&mut self, pod: &Pod, name: &str) -> Result<Vec<Ask>, Refusal> {
-        let container = pod
-            .container(name)
-            .ok_or_else(|| Refusal::Input(format!("no container {name:?}")))?;
+    /// The requested resources a plugin that runs serves (the rules of
+    /// the agent's manager, `pinion_core::qrm_rules::plugin_requests`).
+    fn asks(&mut self, pod: &Pod, name: &str) -> Result<Vec<PluginRequest>, Refusal> {
         let served: BTreeSet<String> = self
             .each()
             .into_iter()
             .map(|p| p.resource_name().to_string())
             .collect();
-        let identity = vocabulary::identity(&pod.labels, &pod.annotations)
-            .map_err(|err| Refusal::Input(err.to_string()))?;
-        let requests = container.requests();
-        let mut asks = Vec::new();
-        for (requested, quantity) in &requests {
-            let resource = self
-                .scenario
-                .resource_names_map
-                .get(requested)
-                .unwrap_or(requested);
-            if resource != requested && requests.contains_key(resource) {
-                return Err(Refusal::Input(format!(
-                    "both {requested} and mapped {resource} are requested"
-                )));
-            }
-            if served.contains(resource) {
-                asks.push(Ask {
-                    resource: resource.clone(),
-                    #[allow(clippy::cast_precision_loss)]
-                    quantity: quantity.milli_value() as f64 / 1000.0,
-                    identity: identity.clone(),
-                });
-            }
-        }
-        asks.sort_by(|a, b| a.resource.cmp(&b.resource));
-        Ok(asks)
+        qrm_rules::plugin_requests(pod, name, &self.scenario.resource_names_map, |resource| {
+            served.contains(resource)
+        })
+        .map_err(|err| Refusal::Input(err.to_string()))
     }
 
     /// Every topology-aligned plugin's hints for the container, merged by
@@ -459,11 +426,11 @@ impl<'a> Manager<'a> {
         &mut self,
         pod: &Pod,
         name: &str,
-        asks: &[Ask],
+        asks: &[PluginRequest],
     ) -> Result<TopologyHint, Refusal> {
         let mut hints = BTreeMap::new();
-        for ask in asks.iter().filter(|a| a.quantity != 0.0) {
-            let request = build_request(pod, name, ask, None);
+        for ask in asks.iter().filter(|a| qrm_rules::asks_for_hints(a)) {
+            let request = qrm_request::request(pod, name, ask, None);
             let Some(plugin) = self.plugin(&ask.resource) else {
                 continue;
             };
@@ -471,7 +438,7 @@ impl<'a> Manager<'a> {
                 continue;
             }
             let list = match plugin.topology_hints(&request) {
-                Ok(list) => list.map(|l| l.iter().filter_map(core_hint).collect()),
+                Ok(list) => list.map(|l| l.iter().filter_map(qrm_request::topology_hint).collect()),
                 Err(err) if is_input_error(&err) => {
                     return Err(Refusal::Input(format!("{}: {err}", ask.resource)))
                 }
@@ -518,72 +485,4 @@ fn is_input_error(err: &PluginError) -> bool {
             | PluginError::Config { .. }
             | PluginError::Restore { .. }
     )
-}
-
-/// A plugin's hint as the Topology Manager's (no nodes = any node).
-fn core_hint(hint: &Hint) -> Option<TopologyHint> {
-    if hint.nodes.is_empty() {
-        return Some(TopologyHint {
-            affinity: None,
-            preferred: hint.preferred,
-        });
-    }
-    let ids: Option<Vec<u32>> = hint.nodes.iter().map(|n| u32::try_from(*n).ok()).collect();
-    let mask = NumaMask::from_ids(ids?).ok()?;
-    Some(TopologyHint::new(mask, hint.preferred))
-}
-
-/// The Topology Manager's affinity as a plugin's hint.
-fn wire_hint(hint: &TopologyHint) -> Hint {
-    Hint {
-        nodes: hint
-            .affinity
-            .map(|mask| mask.ids().into_iter().map(u64::from).collect())
-            .unwrap_or_default(),
-        preferred: hint.preferred,
-    }
-}
-
-/// The container's type and index (spec §4.1).
-fn container_type(pod: &Pod, container: &str) -> (ContainerType, u64) {
-    if let Some(index) = pod.init_containers.iter().position(|c| c.name == container) {
-        return (ContainerType::Init, index as u64);
-    }
-    let index = pod
-        .containers
-        .iter()
-        .position(|c| c.name == container)
-        .unwrap_or_default();
-    let main = pod
-        .annotations
-        .get(qos::MAIN_CONTAINER_KEY)
-        .cloned()
-        .or_else(|| pod.containers.first().map(|c| c.name.clone()));
-    let kind = if main.as_deref() == Some(container) {
-        ContainerType::Main
-    } else {
-        ContainerType::Sidecar
-    };
-    (kind, index as u64)
-}
-
-/// The `ResourceRequest` of one resource of one container (spec §4.2).
-fn build_request(pod: &Pod, container: &str, ask: &Ask, hint: Option<Hint>) -> Request {
-    let (container_type, container_index) = container_type(pod, container);
-    Request {
-        pod_uid: pod.uid.clone(),
-        pod_namespace: pod.namespace.clone(),
-        pod_name: pod.name.clone(),
-        container_name: container.to_string(),
-        container_type,
-        container_index,
-        pod_role: ask.identity.pod_role.clone(),
-        pod_type: ask.identity.pod_type.clone(),
-        resource_name: ask.resource.clone(),
-        hint,
-        resource_requests: BTreeMap::from([(ask.resource.clone(), ask.quantity)]),
-        labels: pod.labels.clone(),
-        annotations: pod.annotations.clone(),
-        native_qos_class: pod.qos().to_string(),
-    }
 }

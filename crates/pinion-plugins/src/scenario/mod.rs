@@ -128,8 +128,10 @@ pub struct Outcome {
     pub steps: Vec<StepOutcome>,
 }
 
-/// The plugins of a scenario.
-pub(crate) struct Plugins {
+/// The plugins of a scenario, opened from its `plugins` (without state
+/// files) — for the simulator, and for a test serving the same plugins to
+/// the agent's manager.
+pub struct Plugins {
     pub cpu: Option<CpuPlugin>,
     pub memory: Option<MemoryPlugin>,
     pub nic: Option<NicPlugin>,
@@ -148,7 +150,8 @@ fn config<T: serde::de::DeserializeOwned + Default>(
 }
 
 impl Plugins {
-    fn open(scenario: &QrmScenario, topology: &Topology) -> Result<Self, ScenarioError> {
+    /// Opens the plugins `scenario` names, on `topology`.
+    pub fn open(scenario: &QrmScenario, topology: &Topology) -> Result<Self, ScenarioError> {
         let mut plugins = Self {
             cpu: None,
             memory: None,
@@ -220,24 +223,38 @@ pub fn inline_topology(scenario: &QrmScenario) -> Result<Option<Topology>, Scena
     }
 }
 
-/// Runs `scenario` on `topology`.
-pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
-    let policy = scenario
+/// The scenario's Topology Manager policy (`none` when it names none).
+#[must_use]
+pub fn policy_name(scenario: &QrmScenario) -> String {
+    scenario
         .topology_manager_policy
         .clone()
-        .unwrap_or_else(|| "none".to_string());
+        .unwrap_or_else(|| "none".to_string())
+}
+
+/// The scenario's Topology Manager (container scope) on `topology`.
+pub fn topology_manager(
+    scenario: &QrmScenario,
+    topology: &Topology,
+) -> Result<TopologyManager, ScenarioError> {
     let numa = NumaInfo::from_topology(topology).map_err(|err| ScenarioError::TopologyManager {
         what: err.to_string(),
     })?;
-    let manager = TopologyManager::new(
-        &policy,
+    TopologyManager::new(
+        &policy_name(scenario),
         "container",
         &scenario.topology_manager_policy_options,
         numa,
     )
     .map_err(|err| ScenarioError::TopologyManager {
         what: err.to_string(),
-    })?;
+    })
+}
+
+/// Runs `scenario` on `topology`.
+pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, ScenarioError> {
+    let policy = policy_name(scenario);
+    let manager = topology_manager(scenario, topology)?;
     for (from, to) in &scenario.resource_names_map {
         if from.is_empty() || to.is_empty() || from == to {
             return Err(ScenarioError::Plugins {
@@ -275,6 +292,7 @@ pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, Scena
 pub(crate) type Loads = BTreeMap<String, PoolLoad>;
 
 /// A size as the advisor wrote it (checked by [`Step::parse`]).
-pub(crate) fn pool_size(text: &spec::Text) -> PoolSize {
+#[must_use]
+pub fn pool_size(text: &spec::Text) -> PoolSize {
     text.as_text().parse().unwrap_or_default()
 }

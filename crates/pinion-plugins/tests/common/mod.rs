@@ -88,6 +88,7 @@ impl Pod {
             labels: BTreeMap::from([(qos::POD_ROLE_LABEL.to_string(), self.role.clone())]),
             annotations: self.annotations.clone(),
             native_qos_class: self.qos_class.clone(),
+            resource_limits: BTreeMap::new(),
         }
     }
 }

@@ -19,7 +19,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use pinion_core::alloc::case::{CaseError, TakeCase};
-use pinion_core::alloc::{take_by_topology, Algorithm, AllocOptions, CpuSortingStrategy};
+use pinion_core::alloc::{
+    take_with_index, Algorithm, AllocIndex, AllocOptions, CpuSortingStrategy,
+};
 use pinion_core::{CpuSet, Topology};
 use serde::Serialize;
 use serde_json::Value;
@@ -211,13 +213,15 @@ fn run_case(i: usize, raw: &Value, repeat: Option<u32>) -> Line {
     }
     match prepare(raw) {
         Ok((topology, available, n, algorithm)) => {
-            let result = take_by_topology(&topology, &available, n, algorithm);
+            // One index per case, as the agent keeps one per machine.
+            let index = AllocIndex::new(&topology);
+            let result = take_with_index(&index, &available, n, algorithm);
             match result {
                 Ok(cpus) => line.cpus = Some(cpus.to_string()),
                 Err(err) => line.error = Some(err.to_string()),
             }
-            line.ns_per_call = repeat
-                .map(|r| median_ns(r, || take_by_topology(&topology, &available, n, algorithm)));
+            line.ns_per_call =
+                repeat.map(|r| median_ns(r, || take_with_index(&index, &available, n, algorithm)));
         }
         Err(reason) => line.invalid = Some(reason),
     }
@@ -286,7 +290,8 @@ fn run_human(
     };
     let options = parse_options(&args.options)?;
     let algorithm = Algorithm::select(&options, topology);
-    let cpus = take_by_topology(topology, &available, request, algorithm)
+    let index = AllocIndex::new(topology);
+    let cpus = take_with_index(&index, &available, request, algorithm)
         .with_context(|| format!("allocating {request} cpus from {available}"))?;
     let cores = topology.cores().values().filter(|c| !c.is_disjoint(&cpus));
     let (whole, partial) = cores.fold((0, 0), |(w, p), core| {
@@ -298,7 +303,7 @@ fn run_human(
     });
     let ns_per_call = args.repeat.map(|repeat| {
         median_ns(repeat, || {
-            take_by_topology(topology, &available, request, algorithm)
+            take_with_index(&index, &available, request, algorithm)
         })
     });
     let decision = Decision {

@@ -166,9 +166,9 @@ fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(),
     if let Some(level) = level {
         if level.parse::<qos::QosLevel>().is_err() {
             return Err(format!(
-                "{}={level}: not a QoS level (dedicated_cores, shared_cores, reclaimed_cores, \
-                 system_cores)",
-                qos::QOS_LEVEL_KEY
+                "{}={level}: not a QoS level ({})",
+                qos::QOS_LEVEL_KEY,
+                qos::QosLevel::names()
             ));
         }
     }
@@ -176,7 +176,7 @@ fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(),
     vocabulary::identity(&std::collections::BTreeMap::new(), &map)
         .map_err(|err| err.to_string())?;
     let qos_key = annotations.iter().find(|(key, _)| {
-        key.starts_with("katalyst.kubewharf.io/")
+        qos::is_katalyst_key(key)
             || key == vocabulary::POD_ROLE_ANNOTATION
             || key == vocabulary::RESOURCE_TYPE_ANNOTATION
     });
@@ -185,8 +185,10 @@ fn check_qos(cpus: Option<&str>, annotations: &[(String, String)]) -> Result<(),
         let example = if dedicated { "--cpus 2" } else { "--cpus 500m" };
         return Err(format!(
             "--annotation {key}={value} needs a CPU request, or the resource plugins never see \
-             the run: add {example} (shared_cores and reclaimed_cores take a fraction such as \
-             500m, dedicated_cores a whole number)"
+             the run: add {example} ({} and {} take a fraction such as 500m, {} a whole number)",
+            qos::QosLevel::SharedCores,
+            qos::QosLevel::ReclaimedCores,
+            qos::QosLevel::DedicatedCores
         ));
     }
     Ok(())

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use pinion_core::qos::QosLevel;
 use pinion_core::{CpuSet, Topology};
 use pinion_plugins::scenario::{self, Outcome, PoolMap, QrmScenario, Snapshot, StepOutcome};
 
@@ -137,7 +138,7 @@ fn step_text(out: &mut String, topology: &Topology, labels: &Labels, step: &Step
             };
             let _ = writeln!(out, "  {}: hint {hint}", container.container);
             for skipped in &container.skipped {
-                let _ = writeln!(out, "    skipped (shared_cores): {skipped}");
+                let _ = writeln!(out, "    skipped ({}): {skipped}", QosLevel::SharedCores);
             }
         }
     }

@@ -29,6 +29,7 @@ use serde::Serialize;
 use super::agent_config::AgentConfig;
 use super::state_journal;
 use super::state_salvage::DamagedReport;
+use crate::render::text::{plural, CpuSetView};
 
 /// Arguments of `pinion state`.
 #[derive(Debug, clap::Args)]
@@ -152,41 +153,6 @@ fn fail_on(path: &str, problems: &[String]) -> anyhow::Result<()> {
         Ok(())
     } else {
         anyhow::bail!("{path}: {}", problems.join("; "))
-    }
-}
-
-/// One CPU set as stored, with its size or why it does not parse.
-#[derive(Debug, Serialize)]
-pub(super) struct CpuSetView {
-    cpus: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    count: Option<usize>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<String>,
-}
-
-impl CpuSetView {
-    pub(super) fn new(text: &str) -> Self {
-        let parsed = CpuSet::parse_list(text);
-        CpuSetView {
-            cpus: text.to_string(),
-            count: parsed.as_ref().ok().map(CpuSet::len),
-            error: parsed.err().map(|err| err.to_string()),
-        }
-    }
-
-    pub(super) fn describe(&self) -> String {
-        let shown = if self.cpus.is_empty() {
-            "(empty)"
-        } else {
-            &self.cpus
-        };
-        match (&self.count, &self.error) {
-            (Some(1), _) => format!("{shown} (1 CPU)"),
-            (Some(count), _) => format!("{shown} ({count} CPUs)"),
-            (None, Some(err)) => format!("{shown} (INVALID: {err})"),
-            (None, None) => shown.to_string(),
-        }
     }
 }
 
@@ -363,13 +329,5 @@ pub(super) fn push_assignments(
         .unwrap_or(0);
     for (name, cpus) in items {
         let _ = writeln!(out, "{indent}{name:<width$}  {}", cpus.describe());
-    }
-}
-
-pub(super) fn plural(count: usize, noun: &str) -> String {
-    if count == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{count} {noun}s")
     }
 }

@@ -14,6 +14,8 @@ use pinion_host::journal::scan::{Basis, Tail};
 use pinion_host::journal::{inspect_paths, JournalView};
 use serde::Serialize;
 
+use crate::render::text::plural;
+
 /// One frame of the journal.
 #[derive(Debug, Serialize)]
 struct FrameView {
@@ -356,12 +358,4 @@ fn restart_view(checkpoint: &Checkpoint) -> Option<RestartView> {
         pods: state.assignments.len(),
         containers: state.assignments.values().map(|c| c.len()).sum(),
     })
-}
-
-fn plural(count: usize, noun: &str) -> String {
-    if count == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{count} {noun}s")
-    }
 }

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use pinion_core::checkpoint::Salvaged;
 use serde::Serialize;
 
-use super::state::{plural, push_assignments, CpuSetView};
+use super::state::push_assignments;
+use crate::render::text::{plural, CpuSetView};
 
 /// What can be read of a damaged checkpoint.
 #[derive(Debug, Serialize)]

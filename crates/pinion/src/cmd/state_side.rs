@@ -48,7 +48,7 @@ pub fn summary(side: &SideData) -> Vec<String> {
                         && key.as_str() == kinds::PLUGIN_STATE_REST)
                 })
                 .count();
-            format!("{kind}: {}", super::state::plural(pods, "pod"))
+            format!("{kind}: {}", crate::render::text::plural(pods, "pod"))
         })
         .collect()
 }

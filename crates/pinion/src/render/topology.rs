@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 
 use pinion_core::{CpuSet, Topology};
 
+use super::text::plural;
+
 /// Width at which core entries wrap to a new line.
 const LINE_WIDTH: usize = 100;
 
@@ -201,14 +203,6 @@ fn threads_per_core(topology: &Topology) -> String {
         format!("{max} {word}")
     } else {
         format!("{min}-{max} {word}")
-    }
-}
-
-fn plural(count: usize, noun: &str) -> String {
-    if count == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{count} {noun}s")
     }
 }
 
