@@ -83,7 +83,7 @@ impl CpuSet {
     }
 
     /// Builds a set from raw words (bit `i` of word `w` = CPU `64*w + i`).
-    fn from_words(words: &[u64]) -> Self {
+    pub(crate) fn from_words(words: &[u64]) -> Self {
         let mut len = words.len();
         while len > 0 && words[len - 1] == 0 {
             len -= 1;

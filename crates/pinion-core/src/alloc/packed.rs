@@ -22,8 +22,7 @@ impl State<'_> {
     /// takes each one whose size is at most what is still needed. Skipped
     /// outright when no entity could be taken (the walk would be a no-op).
     pub(super) fn take_full(&mut self, kind: Kind) {
-        let count = self.ix.count(kind);
-        if !(0..count).any(|e| self.takeable(kind, e)) {
+        if !self.any_takeable(kind) {
             return;
         }
         if kind == Kind::Core && !self.ix.irregular {
@@ -149,13 +148,13 @@ pub(super) fn take_packed(
 ) -> Result<CpuSet, AllocError> {
     let mut state = State::from_set(ix, available, n, strategy == CpuSortingStrategy::Spread);
     if state.satisfied() {
-        return Ok(state.result);
+        return Ok(state.result());
     }
     if n > state.free_total {
         return Err(not_enough(n, available));
     }
     if state.run_packed(prefer_uncore) {
-        Ok(state.result)
+        Ok(state.result())
     } else {
         Err(AllocError::Failed)
     }
@@ -180,7 +179,7 @@ pub(super) fn take_distributed(
     let spread = strategy == CpuSortingStrategy::Spread;
     let mut state = State::from_set(ix, available, n, spread);
     if state.satisfied() {
-        return Ok(state.result);
+        return Ok(state.result());
     }
     if n > state.free_total {
         return Err(not_enough(n, available));
@@ -231,10 +230,9 @@ fn take_from_numa(state: &mut State, numa: usize, count: usize) {
     if count == 0 || count > local.free_total || !local.run_packed(false) {
         return;
     }
-    let ids: Vec<u32> = local.result.iter().collect();
-    for id in ids {
-        if let Some(pos) = ix.position(id) {
-            state.take_cpu(pos);
+    for &pos in members {
+        if local.was_taken(pos as usize) {
+            state.take_cpu(pos as usize);
         }
     }
 }
@@ -270,7 +268,7 @@ fn allocate_choice(
         }
     }
     match state.needed {
-        0 => Ok(std::mem::take(&mut state.result)),
+        0 => Ok(state.result()),
         r if r > 0 => Err(AllocError::AccountingNotEnough { remaining: r }),
         r => Err(AllocError::AccountingTooMany { remaining: r }),
     }

@@ -12,7 +12,9 @@ pub(super) struct State<'i> {
     count: [Vec<u32>; 4],
     pair: [Vec<u32>; 4],
     pub(super) free_total: usize,
-    pub(super) result: CpuSet,
+    /// The CPUs taken so far, as bit words indexed by CPU id (bit `i` of
+    /// word `w` = CPU `64*w + i`); [`State::result`] turns them into a set.
+    taken: Vec<u64>,
     pub(super) needed: i64,
     pub(super) spread: bool,
 }
@@ -25,6 +27,46 @@ fn to_i64(v: usize) -> i64 {
 /// dense indices ascend with ids. In place, no allocation.
 fn sort_by_count(list: &mut [u32], count: &[u32]) {
     list.sort_unstable_by_key(|&e| (u64::from(count[e as usize]) << 32) | u64::from(e));
+}
+
+/// Widest range of free counts for which [`sort_tail_by_count`] buckets
+/// instead of sorting (cores have a few CPUs).
+const MAX_BUCKETED_SPAN: u32 = 8;
+
+/// Sorts `out[start..]`, which holds entity indices in ascending order, by
+/// (free count, index). Equal counts need nothing; when the counts span a
+/// small range, one stable pass per count value (appending behind the list,
+/// then moving back) gives the comparison sort's order in linear time.
+fn sort_tail_by_count(out: &mut Vec<u32>, start: usize, count: &[u32]) {
+    debug_assert!(out[start..].windows(2).all(|w| w[0] < w[1]));
+    let end = out.len();
+    let (mut min, mut max) = (u32::MAX, 0);
+    for &e in &out[start..] {
+        min = min.min(count[e as usize]);
+        max = max.max(count[e as usize]);
+    }
+    if min >= max {
+        return;
+    }
+    if max - min > MAX_BUCKETED_SPAN || end - start <= 8 {
+        sort_by_count(&mut out[start..], count);
+        return;
+    }
+    for value in min..=max {
+        for i in start..end {
+            let e = out[i];
+            if count[e as usize] == value {
+                out.push(e);
+            }
+        }
+    }
+    out.copy_within(end.., start);
+    out.truncate(end);
+}
+
+/// Words of a bit set holding every CPU id of the index.
+fn id_words(ix: &AllocIndex) -> usize {
+    ix.cpu_ids.last().map_or(0, |&id| id as usize / 64 + 1)
 }
 
 /// Keeps the first occurrence of every entry.
@@ -47,18 +89,47 @@ impl<'i> State<'i> {
             count: std::array::from_fn(|k| vec![0; ix.ids[k].len()]),
             pair: std::array::from_fn(|r| vec![0; ix.full_pair[r].len()]),
             free_total: 0,
-            result: CpuSet::new(),
+            taken: vec![0; id_words(ix)],
             needed: to_i64(n),
             spread,
         };
-        for pos in free_positions {
-            if !state.free[pos] {
-                state.free[pos] = true;
-                state.free_total += 1;
-                state.adjust(pos, |c| c + 1);
+        state.mark_free(free_positions);
+        state
+    }
+
+    /// Marks the given positions free and counts them in their entities
+    /// (one tight loop over local slices; pairs only on irregular
+    /// topologies).
+    fn mark_free(&mut self, positions: impl Iterator<Item = usize>) {
+        let ix = self.ix;
+        let [numa, socket, core, uncore] = &mut self.count;
+        let (numa, socket, core, uncore) = (
+            &mut numa[..],
+            &mut socket[..],
+            &mut core[..],
+            &mut uncore[..],
+        );
+        let free = &mut self.free[..];
+        for pos in positions {
+            if free[pos] {
+                continue;
+            }
+            free[pos] = true;
+            self.free_total += 1;
+            let [a, b, c, d] = ix.ent[pos];
+            numa[a as usize] += 1;
+            socket[b as usize] += 1;
+            core[c as usize] += 1;
+            uncore[d as usize] += 1;
+        }
+        if ix.irregular {
+            for (pos, _) in free.iter().enumerate().filter(|(_, &f)| f) {
+                for r in 0..4 {
+                    let p = ix.rels[r].cpu_pair[pos] as usize;
+                    self.pair[r][p] += 1;
+                }
             }
         }
-        state
     }
 
     /// A state over `available` (CPUs the topology lacks are ignored).
@@ -73,21 +144,35 @@ impl<'i> State<'i> {
             count: ix.full_count.clone(),
             pair: ix.full_pair.clone(),
             free_total: ix.num_cpus(),
-            result: CpuSet::new(),
+            taken: vec![0; id_words(ix)],
             needed: to_i64(n),
             spread,
         }
     }
 
-    fn adjust(&mut self, pos: usize, f: impl Fn(u32) -> u32) {
-        let ent = self.ix.ent[pos];
-        for (count, e) in self.count.iter_mut().zip(ent) {
-            count[e as usize] = f(count[e as usize]);
-        }
+    /// The CPUs taken so far.
+    pub(super) fn result(&self) -> CpuSet {
+        CpuSet::from_words(&self.taken)
+    }
+
+    /// Whether the CPU at `pos` was taken by this state.
+    pub(super) fn was_taken(&self, pos: usize) -> bool {
+        let id = self.ix.cpu_ids[pos];
+        self.taken[(id / 64) as usize] & (1 << (id % 64)) != 0
+    }
+
+    /// Uncounts a taken CPU from its entities (and pairs).
+    fn count_taken(&mut self, pos: usize) {
+        let [numa, socket, core, uncore] = &mut self.count;
+        let [a, b, c, d] = self.ix.ent[pos];
+        numa[a as usize] -= 1;
+        socket[b as usize] -= 1;
+        core[c as usize] -= 1;
+        uncore[d as usize] -= 1;
         if self.ix.irregular {
             for r in 0..4 {
                 let p = self.ix.rels[r].cpu_pair[pos] as usize;
-                self.pair[r][p] = f(self.pair[r][p]);
+                self.pair[r][p] -= 1;
             }
         }
     }
@@ -119,13 +204,25 @@ impl<'i> State<'i> {
         self.count[kind as usize][e] as usize
     }
 
+    /// Whether some entity of `kind` is entirely free and fits in what is
+    /// still needed (one pass over the counts against the idle ones).
+    pub(super) fn any_takeable(&self, kind: Kind) -> bool {
+        let k = kind as usize;
+        let needed = self.needed;
+        self.count[k]
+            .iter()
+            .zip(&self.ix.full_count[k])
+            .any(|(&free, &size)| free == size && i64::from(free) <= needed)
+    }
+
     /// Takes one CPU (must be free).
     pub(super) fn take_cpu(&mut self, pos: usize) {
         debug_assert!(self.free[pos]);
         self.free[pos] = false;
         self.free_total -= 1;
-        self.adjust(pos, |c| c - 1);
-        self.result.insert(self.ix.cpu_ids[pos]);
+        self.count_taken(pos);
+        let id = self.ix.cpu_ids[pos];
+        self.taken[(id / 64) as usize] |= 1 << (id % 64);
         self.needed -= 1;
     }
 
@@ -152,7 +249,8 @@ impl<'i> State<'i> {
     fn nested(&self, rel: usize, parents: &[u32]) -> Vec<u32> {
         let relation = &self.ix.rels[rel];
         let count = &self.count[relation.child];
-        let mut out = Vec::new();
+        // Room for every child and the bucket passes of the sort.
+        let mut out = Vec::with_capacity(2 * count.len());
         for &p in parents {
             let start = out.len();
             let children = relation.children.get(p as usize);
@@ -162,7 +260,7 @@ impl<'i> State<'i> {
                     out.push(c);
                 }
             }
-            sort_by_count(&mut out[start..], count);
+            sort_tail_by_count(&mut out, start, count);
         }
         out
     }
@@ -189,13 +287,14 @@ impl<'i> State<'i> {
         let relation = &self.ix.rels[rel];
         out.clear();
         let children = relation.children.get(parent as usize);
+        out.reserve(2 * children.len());
         let pairs = relation.pairs.get(parent as usize);
         for (&c, &pr) in children.iter().zip(pairs) {
             if self.child_has_free(rel, c, pr) {
                 out.push(c);
             }
         }
-        sort_by_count(out, &self.count[relation.child]);
+        sort_tail_by_count(out, 0, &self.count[relation.child]);
     }
 
     /// The second level in kubelet's order: sockets (NUMA-first) or NUMA
@@ -261,5 +360,39 @@ impl<'i> State<'i> {
             self.free_count(kind, e) == self.ix.size(kind, e)
         });
         list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bucketed sort gives the comparison sort's order for every span
+    /// of counts (equal, bucketed, and too wide to bucket) and list length.
+    #[test]
+    fn bucketed_sort_matches_the_comparison_sort() {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        for span in [1, 2, 3, 9, 40] {
+            for len in [0, 1, 5, 9, 17, 64, 130] {
+                let count: Vec<u32> = (0..200)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        u32::try_from(seed % span).unwrap() + 1
+                    })
+                    .collect();
+                let list: Vec<u32> = (0..len).map(|i| i * 3 % 200).collect();
+                let mut sorted = list.clone();
+                sorted.sort_unstable();
+                let mut want = sorted.clone();
+                sort_by_count(&mut want, &count);
+                let mut got = vec![7, 7];
+                got.extend(&sorted);
+                sort_tail_by_count(&mut got, 2, &count);
+                assert_eq!(&got[..2], &[7, 7], "span {span}, len {len}");
+                assert_eq!(&got[2..], &want[..], "span {span}, len {len}");
+            }
+        }
     }
 }

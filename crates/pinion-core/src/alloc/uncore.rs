@@ -40,29 +40,31 @@ impl State<'_> {
         let needed = usize::try_from(self.needed).unwrap_or(0);
         let cores_needed = needed.div_ceil(per_core);
         let rel = &ix.rels[REL_UNCORE_CORE];
-        let mut cpus: Vec<u32> = Vec::with_capacity(needed + per_core);
-        let mut cores_taken = 0;
         let children = rel.children.get(uncore);
         let pairs = rel.pairs.get(uncore);
-        for (&core, &pair) in children.iter().zip(pairs) {
-            if cores_taken == cores_needed {
-                break;
-            }
-            if !self.child_has_free(REL_UNCORE_CORE, core, pair) {
-                continue;
-            }
-            cores_taken += 1;
-            let members = ix.members[Kind::Core as usize].get(core as usize);
+        let cores = children
+            .iter()
+            .zip(pairs)
+            .filter(|&(&core, &pair)| self.child_has_free(REL_UNCORE_CORE, core, pair))
+            .map(|(&core, _)| core as usize)
+            .take(cores_needed);
+        // Count first: the CPUs are gathered only when they match the need.
+        let free: usize = cores.clone().map(|c| self.free_count(Kind::Core, c)).sum();
+        let drop_last = needed % 2 != 0 && per_core > 1 && free > needed;
+        if free - usize::from(drop_last) != needed {
+            return;
+        }
+        let mut cpus: Vec<u32> = Vec::with_capacity(free);
+        for core in cores {
+            let members = ix.members[Kind::Core as usize].get(core);
             cpus.extend(members.iter().filter(|&&p| self.is_free(p as usize)));
         }
         cpus.sort_unstable();
-        if needed % 2 != 0 && per_core > 1 && cpus.len() > needed {
+        if drop_last {
             cpus.pop();
         }
-        if cpus.len() == needed {
-            for pos in cpus {
-                self.take_cpu(pos as usize);
-            }
+        for pos in cpus {
+            self.take_cpu(pos as usize);
         }
     }
 }
