@@ -215,7 +215,9 @@ cpuManagerPolicyOptions:
   strict-cpu-reservation: "true"
 cpuManagerReconcilePeriod: 2s
 EOF
-synced() { grep -c 'nri synchronized' "$S/agent.log" 2>/dev/null || true; }
+# (read through cat: `grep -c` prints nothing for a missing file, and an
+# empty count made the first wait fail after its whole 180 s)
+synced() { cat "$S/agent.log" 2>/dev/null | grep -c 'nri synchronized' || true; }
 synced_more_than() { [ "$(synced)" -gt "$1" ]; }
 pinion_start() {
     n=$(synced)
