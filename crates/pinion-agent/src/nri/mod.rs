@@ -28,7 +28,7 @@ use crate::controller::{
     AdmitRequest, ControlError, ControllerHandle, Frontend, Key, RunningContainer, RuntimeUpdate,
 };
 pub use state::kubelet_admission_text;
-use state::{follower_key, handler_error, identify, observed, Entry, Tracked};
+use state::{follower_key, handler_error, identify, observed, sandbox_cgroup, Entry, Tracked};
 
 /// The NRI front-end (one per agent).
 pub struct NriFrontend {
@@ -152,15 +152,6 @@ fn cgroup_of(container: &Container) -> Option<ContainerCgroup> {
             tracing::warn!(container = %container.id, "{err}; its cpuset is not reconciled");
         })
         .ok()
-}
-
-/// The pod's sandbox cgroup from NRI's `linux.cgroups_path` (`None` when
-/// the runtime sent none or one that does not resolve).
-fn sandbox_cgroup(pod: &PodSandbox) -> Option<ContainerCgroup> {
-    if pod.cgroups_path.is_empty() {
-        return None;
-    }
-    ContainerCgroup::resolve(&pod.cgroups_path).ok()
 }
 
 fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {

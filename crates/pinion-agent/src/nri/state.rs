@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use pinion_core::policy::PolicyError;
 use pinion_core::{pod::Pod, CpuSet};
+use pinion_host::cgroup::ContainerCgroup;
 use pinion_nri::kube::{self, KubeError};
 use pinion_nri::{Container, ErrorKind, HandlerError, PodSandbox};
 
@@ -70,6 +71,16 @@ impl Tracked {
         }
         keys
     }
+}
+
+/// The pod's sandbox cgroup from NRI's `linux.cgroups_path` (`None` when
+/// the runtime sent none or one that does not resolve).
+#[must_use]
+pub fn sandbox_cgroup(pod: &PodSandbox) -> Option<ContainerCgroup> {
+    if pod.cgroups_path.is_empty() {
+        return None;
+    }
+    ContainerCgroup::resolve(&pod.cgroups_path).ok()
 }
 
 /// The key of a container of a pod outside Kubernetes (never a pod UID:

@@ -8,7 +8,7 @@ use pinion_host::cgroup::ContainerCgroup;
 use pinion_nri::kube::{self, KubeError};
 use pinion_nri::{Container, ContainerState, PodSandbox};
 
-use super::state::{follower_key, Entry, Tracked};
+use super::state::{follower_key, sandbox_cgroup, Entry, Tracked};
 use crate::controller::Key;
 
 /// Every pod, and every container that has not stopped, with its key;
@@ -37,13 +37,10 @@ pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
 pub fn kube_sandboxes(tracked: &Tracked) -> Vec<(String, String, ContainerCgroup)> {
     let mut out = Vec::new();
     for (id, pod) in &tracked.pods {
-        if kube::qos_class(pod).is_err() || pod.cgroups_path.is_empty() {
+        if kube::qos_class(pod).is_err() {
             continue;
         }
-        let (Ok(uid), Ok(cgroup)) = (
-            kube::pod_uid(pod),
-            ContainerCgroup::resolve(&pod.cgroups_path),
-        ) else {
+        let (Ok(uid), Some(cgroup)) = (kube::pod_uid(pod), sandbox_cgroup(pod)) else {
             continue;
         };
         out.push((uid, id.clone(), cgroup));
