@@ -189,6 +189,49 @@ pub fn judge<T: PartialEq + Clone>(
     }
 }
 
+/// The most reconcile passes a repair that does not stick waits before it
+/// is tried again (`2^6`: with the default 10 s period, about 11 minutes).
+pub const MAX_REPAIR_WAIT_PASSES: u32 = 64;
+
+/// Repairs of one kept file that did not stick: another writer puts its
+/// value back after every repair (a runtime or a node agent that owns the
+/// file too). Each repair found undone at the next pass doubles the passes
+/// to wait before the next one (1, 2, 4 … up to
+/// [`MAX_REPAIR_WAIT_PASSES`]), so the two writers do not fight every
+/// period. A pass that finds the file as intended starts over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairBackoff {
+    /// Repairs in a row that found the file changed again at the next
+    /// comparison (the first repair counts 1).
+    pub repairs: u32,
+    /// Passes still to skip before the next repair.
+    pub wait: u32,
+}
+
+impl RepairBackoff {
+    /// A pass found the file as intended: the next difference is repaired
+    /// at once.
+    pub fn held(&mut self) {
+        *self = Self::default();
+    }
+
+    /// A pass found a difference that Pinion repairs: whether to repair it
+    /// in this pass. Counts the repair and sets the wait before the next.
+    pub fn repair_now(&mut self) -> bool {
+        if self.wait > 0 {
+            self.wait -= 1;
+            return false;
+        }
+        self.repairs = self.repairs.saturating_add(1);
+        let doubling = self
+            .repairs
+            .saturating_sub(1)
+            .min(MAX_REPAIR_WAIT_PASSES.ilog2());
+        self.wait = (1u32 << doubling) - 1;
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +256,40 @@ mod tests {
             cpus: cpus.map(set),
             mems: mems.map(set),
         }
+    }
+
+    /// The passes (1-based) in which a repair that never sticks is tried.
+    fn repair_passes(passes: u32) -> Vec<u32> {
+        let mut backoff = RepairBackoff::default();
+        (1..=passes).filter(|_| backoff.repair_now()).collect()
+    }
+
+    #[test]
+    fn a_repair_that_does_not_stick_waits_twice_as_long_each_time() {
+        assert_eq!(
+            repair_passes(140),
+            [1, 2, 4, 8, 16, 32, 64, 128],
+            "waits of 0, 1, 3, 7, 15, 31, 63 passes"
+        );
+        // Capped: after that, once every MAX_REPAIR_WAIT_PASSES passes.
+        let tried = repair_passes(1000);
+        let gaps: Vec<u32> = tried.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| *g <= MAX_REPAIR_WAIT_PASSES),
+            "{gaps:?}"
+        );
+        assert_eq!(gaps.last(), Some(&MAX_REPAIR_WAIT_PASSES));
+    }
+
+    #[test]
+    fn a_repair_that_held_starts_the_backoff_over() {
+        let mut backoff = RepairBackoff::default();
+        assert!(backoff.repair_now());
+        assert!(backoff.repair_now());
+        assert!(!backoff.repair_now(), "waiting");
+        backoff.held();
+        assert_eq!(backoff, RepairBackoff::default());
+        assert!(backoff.repair_now(), "a new difference is repaired at once");
     }
 
     #[test]

@@ -63,6 +63,8 @@ pub(super) struct Kept {
     state: KeptState,
     /// A foreign value kept in mode `report` (the same again is no event).
     yielded: Option<Option<CpuSet>>,
+    /// Repairs another writer undid again at once (the next waits longer).
+    backoff: pinion_core::drift::RepairBackoff,
     mark: Option<ForeignMark>,
 }
 
@@ -84,6 +86,7 @@ impl Housekeeping {
                     applied: None,
                     state: KeptState::Pending,
                     yielded: None,
+                    backoff: pinion_core::drift::RepairBackoff::default(),
                     mark: None,
                 })
                 .collect(),
@@ -212,6 +215,17 @@ impl Controller {
                 self.foreign.mode,
             );
             let what = format!("housekeeping cgroup {} cpuset.cpus", kept.cgroup);
+            if observed == intended {
+                self.housekeeping.kept[index].backoff.held();
+            } else if verdict.repair {
+                let backoff = &mut self.housekeeping.kept[index].backoff;
+                if !backoff.repair_now() {
+                    continue;
+                }
+                if backoff.repairs > 1 {
+                    tracing::warn!("another writer undid the repair of {what} again: repaired {} times in a row, the next repair waits {} reconcile passes", backoff.repairs, backoff.wait);
+                }
+            }
             if let Some(write) = verdict.event {
                 let write = pinion_core::drift::ForeignWrite {
                     from: show(&write.from),

@@ -331,6 +331,9 @@ struct Workload {
     /// That writer's value, kept in mode `report` (the same value again is
     /// no new event).
     foreign_yielded: Option<pinion_core::drift::SeenCpuset>,
+    /// Repairs of its cpuset that the other writer undid again at once:
+    /// the reconcile pass waits longer before each next one.
+    repair_backoff: pinion_core::drift::RepairBackoff,
     /// A stopped runtime container held for its restart whose pod's end
     /// the runtime may never relay (a pod known only from a `Synchronize`):
     /// its pod's sandbox cgroup, whose removal the reconcile pass takes as
@@ -352,6 +355,7 @@ impl Workload {
             apply_failure: None,
             foreign_mark: None,
             foreign_yielded: None,
+            repair_backoff: pinion_core::drift::RepairBackoff::default(),
             held_sandbox: None,
         }
     }

@@ -72,16 +72,23 @@ impl Controller {
     /// another cpuset than the one the runtime last accepted from Pinion:
     /// reported as foreign writes, and with `otherWriters: repair` marked as
     /// not applied (the executor sends their placement again). Containers
-    /// with an update in flight (not applied), without a known cgroup, or
-    /// whose cgroup is gone (the runtime's stop event releases them) are
-    /// left alone. Returns those to repair with their cgroup.
+    /// with an update in flight (not applied), without a known cgroup, not
+    /// started yet, or whose cgroup is gone (the runtime's stop event
+    /// releases them) are left alone. Returns those to repair with their
+    /// cgroup.
+    ///
+    /// Not started: between NRI's `CreateContainer` and `StartContainer`
+    /// the runtime has not written the cgroup yet (runc creates it when it
+    /// creates the task, and a pod's earlier containers may still be
+    /// starting), so what it holds then is no one's write.
     fn notice_runtime_drift(&mut self) -> Vec<(Key, String)> {
         let mut found = Vec::new();
+        let mut held = Vec::new();
         for (key, workload) in &self.workloads {
             let Frontend::Runtime {
                 container_id: Some(id),
                 cgroup: Some(cgroup),
-                ..
+                started: true,
             } = &workload.frontend
             else {
                 continue;
@@ -103,6 +110,7 @@ impl Controller {
                 }
             };
             let Some(drift) = cpuset_drift(applied, &seen) else {
+                held.push(key.clone());
                 continue;
             };
             tracing::debug!(pod = %key.0, container = %key.1, id = %id, cgroup = %cgroup, "{drift}: changed outside Pinion");
@@ -112,6 +120,11 @@ impl Controller {
                 SeenCpuset::intended(applied),
                 seen,
             ));
+        }
+        for key in held {
+            if let Some(workload) = self.workloads.get_mut(&key) {
+                workload.repair_backoff.held();
+            }
         }
         let mut drifted = Vec::new();
         for (key, cgroup, intended, seen) in found {
@@ -125,6 +138,11 @@ impl Controller {
     /// Reports a container's cgroup found holding `seen` instead of
     /// `intended` (once per new value) and decides whether it is repaired:
     /// then marked as not applied. Returns whether it is repaired.
+    ///
+    /// A repair that the other writer undoes again by the next pass backs
+    /// off ([`pinion_core::drift::RepairBackoff`]): the passes it waits are not reported again
+    /// (the same writer's same value), the next repair is, with a warning
+    /// that says how often it was undone.
     fn judge_container(
         &mut self,
         key: &Key,
@@ -142,6 +160,22 @@ impl Controller {
             workload.foreign_yielded.as_ref(),
             self.foreign.mode,
         );
+        if verdict.repair {
+            let Some(workload) = self.workloads.get_mut(key) else {
+                return false;
+            };
+            if !workload.repair_backoff.repair_now() {
+                tracing::debug!(pod = %key.0, container = %key.1, %cgroup, waiting = workload.repair_backoff.wait, "{seen} still: the repair waits");
+                return false;
+            }
+            let backoff = workload.repair_backoff;
+            if backoff.repairs > 1 {
+                tracing::warn!(pod = %key.0, container = %key.1, %cgroup, "another writer undid the repair of its cpuset again ({seen}): repaired {} times in a row, the next repair waits {} reconcile passes", backoff.repairs, backoff.wait);
+            }
+        }
+        let Some(workload) = self.workloads.get(key) else {
+            return false;
+        };
         if let Some(write) = &verdict.event {
             let pod = workload.spec.as_ref().map_or_else(
                 || format!("pod {}", key.0),
@@ -205,6 +239,7 @@ impl Controller {
                 Ok(have) if have == applied.cpus => {
                     if let Some(workload) = self.workloads.get_mut(&key) {
                         workload.foreign_yielded = None;
+                        workload.repair_backoff.held();
                     }
                     continue;
                 }

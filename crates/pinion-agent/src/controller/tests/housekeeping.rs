@@ -289,6 +289,52 @@ fn a_housekeeping_cgroup_changed_by_hand_is_repaired_and_reported() {
 }
 
 #[test]
+fn regression_a_housekeeping_repair_another_writer_undoes_backs_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree()
+        .housekeeping
+        .insert(path("/system.slice"), Some(set("0-7")));
+    let mut controller = start_with(
+        dir.path(),
+        &host,
+        isolation(&["/system.slice"], OtherWriters::Repair),
+    );
+    let mut repaired_in = Vec::new();
+    for pass in 1..=10 {
+        // systemd (say) puts its value back before every pass.
+        host.tree()
+            .housekeeping
+            .insert(path("/system.slice"), Some(set("0-1")));
+        controller.reconcile();
+        if system_slice(&host) == Some(set("0-7")) {
+            repaired_in.push(pass);
+        }
+    }
+    assert_eq!(repaired_in, [1, 2, 4, 8]);
+    assert_eq!(
+        snapshot(&controller)
+            .metrics
+            .counters
+            .foreign_writes_total
+            .get("housekeeping"),
+        Some(&4),
+        "one foreign write per repair"
+    );
+    // The other writer gives up (its value becomes Pinion's): a pass that
+    // finds Pinion's value starts over.
+    host.tree()
+        .housekeeping
+        .insert(path("/system.slice"), Some(set("0-7")));
+    controller.reconcile();
+    host.tree()
+        .housekeeping
+        .insert(path("/system.slice"), Some(set("0-1")));
+    controller.reconcile();
+    assert_eq!(system_slice(&host), Some(set("0-7")), "repaired at once");
+}
+
+#[test]
 fn in_report_mode_a_changed_housekeeping_cgroup_is_kept_and_reported_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
@@ -409,6 +455,7 @@ fn in_report_mode_a_runtime_containers_changed_cpuset_gets_no_update() {
     request.pod.name = "web".into();
     request.frontend = Frontend::runtime_in("cg", Some(path("/kubepods/pod-g/cg")));
     let g = admit(&mut controller, &request).expect("g");
+    assert!(controller.container_started("cg"), "started: compared");
     while updates.try_recv().is_ok() {}
     host.tree().containers.insert(
         path("/kubepods/pod-g/cg"),
@@ -480,6 +527,7 @@ fn a_runtime_containers_changed_cpuset_is_repaired_reported_and_marked_with_its_
     request.pod.name = "web".into();
     request.frontend = Frontend::runtime_in("cg", Some(path("/kubepods/pod-g/cg")));
     let g = admit(&mut controller, &request).expect("g");
+    assert!(controller.container_started("cg"), "started: compared");
     while updates.try_recv().is_ok() {}
     host.tree().containers.insert(
         path("/kubepods/pod-g/cg"),

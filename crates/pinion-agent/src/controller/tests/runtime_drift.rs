@@ -20,6 +20,14 @@ fn in_cgroup(uid: &str, cpus: &str, id: &str) -> AdmitRequest {
     request
 }
 
+/// Admits runtime container `id` and marks it started (NRI
+/// `StartContainer`): the reconcile pass compares it from then on.
+fn admit_started(controller: &mut Controller, uid: &str, cpus: &str, id: &str) -> Admitted {
+    let admitted = admit(controller, &in_cgroup(uid, cpus, id)).expect("admit");
+    assert!(controller.container_started(id), "{id} is known");
+    admitted
+}
+
 /// What the runtime wrote into container `id`'s cgroup.
 fn runtime_wrote(host: &FakeCgroups, id: &str, cpus: &CpuSet, mems: &CpuSet) {
     host.tree().containers.insert(
@@ -36,8 +44,8 @@ fn reconcile_sends_a_runtime_containers_changed_cpuset_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
-    let g = admit(&mut controller, &in_cgroup("pod-g", "2", "cg")).expect("g");
-    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
+    let g = admit_started(&mut controller, "pod-g", "2", "cg");
+    let b = admit_started(&mut controller, "pod-b", "500m", "cb");
     while updates.try_recv().is_ok() {}
     runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
     runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
@@ -77,8 +85,8 @@ fn changed_memory_nodes_are_drift_and_a_gone_cgroup_is_not() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
-    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
-    admit(&mut controller, &in_cgroup("pod-c", "1", "cc")).expect("c");
+    let b = admit_started(&mut controller, "pod-b", "500m", "cb");
+    admit_started(&mut controller, "pod-c", "1", "cc");
     while updates.try_recv().is_ok() {}
     // cc's cgroup is gone (the container ended; its stop event releases it).
     host.tree().containers.insert(
@@ -107,7 +115,7 @@ fn an_update_in_flight_is_not_counted_as_drift() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
-    let b = admit(&mut controller, &in_cgroup("pod-b", "500m", "cb")).expect("b");
+    let b = admit_started(&mut controller, "pod-b", "500m", "cb");
     runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
     // The runtime failed to apply an update: not applied, retried by the
     // executor, not drift.
@@ -119,6 +127,82 @@ fn an_update_in_flight_is_not_counted_as_drift() {
     assert_eq!(snapshot.metrics.counters.runtime_drift_repairs_total, 0);
     let sent = updates.try_recv().expect("the retry");
     assert_eq!(sent[0].container_id, "cb");
+}
+
+/// Found under a real kubelet: between `CreateContainer` and
+/// `StartContainer` the container's cgroup does not hold what runc will
+/// write yet; the pass took that for a foreign write and sent an update
+/// to a container the runtime had not started.
+#[test]
+fn regression_a_container_not_started_yet_is_not_compared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let g = admit(&mut controller, &in_cgroup("pod-g", "2", "cg")).expect("g");
+    while updates.try_recv().is_ok() {}
+    // Created, not started: the cgroup holds its parent's cpus.
+    runtime_wrote(&host, "cg", &set("0-7"), &set("0"));
+    let report = controller.reconcile();
+    assert!(report.repaired.is_empty(), "{report:?}");
+    assert!(updates.try_recv().is_err(), "no update before the start");
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(
+        snapshot.metrics.counters.foreign_writes_total.is_empty(),
+        "{:?}",
+        snapshot.metrics.counters.foreign_writes_total
+    );
+
+    // Started: runc wrote the placement; nothing to repair.
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    assert!(controller.container_started("cg"));
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    // And a later write by hand is drift again.
+    runtime_wrote(&host, "cg", &set("0-7"), &g.placement.mems);
+    assert_eq!(controller.reconcile().repaired.len(), 1);
+}
+
+/// A writer that puts its value back after every repair (found under a
+/// real kubelet: a repair loop every period). The repairs back off; a
+/// repair that holds starts over.
+#[test]
+fn regression_a_repair_another_writer_undoes_backs_off() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let g = admit_started(&mut controller, "pod-g", "2", "cg");
+    while updates.try_recv().is_ok() {}
+    let mut repaired_in = Vec::new();
+    for pass in 1..=20 {
+        // The other writer's value, back before every pass.
+        runtime_wrote(&host, "cg", &set("0-7"), &g.placement.mems);
+        if !controller.reconcile().repaired.is_empty() {
+            repaired_in.push(pass);
+            let sent = updates.try_recv().expect("the repair's update");
+            assert_eq!(sent[0].placement, g.placement);
+        }
+        assert!(
+            updates.try_recv().is_err(),
+            "pass {pass}: one update at most"
+        );
+    }
+    assert_eq!(repaired_in, [1, 2, 4, 8, 16]);
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(
+        snapshot
+            .metrics
+            .counters
+            .foreign_writes_total
+            .get("container"),
+        Some(&5),
+        "one foreign write per repair, not per pass"
+    );
+    assert_eq!(snapshot.metrics.counters.runtime_drift_repairs_total, 5);
+
+    // The repair holds for one pass: the next change is repaired at once.
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    runtime_wrote(&host, "cg", &set("0-7"), &g.placement.mems);
+    assert_eq!(controller.reconcile().repaired.len(), 1);
 }
 
 fn late(request: &AdmitRequest, id: &str, hints: Option<GatheredHints>) -> RunningContainer {
