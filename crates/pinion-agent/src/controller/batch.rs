@@ -287,28 +287,7 @@ impl Controller {
         // Housekeeping cgroups give up the newly exclusive cpus before any
         // process joins them (the growing half waits for the executor).
         self.shrink_housekeeping();
-        let mut failed = Vec::new();
-        for effect in batch.after {
-            match effect {
-                AfterFlush::AddPid { key, cgroup, pid } => {
-                    if let Err(source) = self.host.add_pid(&cgroup, pid) {
-                        failed.push((
-                            key,
-                            ControlError::Cgroup {
-                                pod: cgroup.to_string(),
-                                source,
-                            },
-                        ));
-                    }
-                }
-                AfterFlush::Retire {
-                    key,
-                    cgroup,
-                    pid,
-                    spec,
-                } => self.retire_cgroup(&key, cgroup, pid, spec),
-            }
-        }
+        let failed = self.apply_after_flush(batch.after);
         if !failed.is_empty() {
             let keys: Vec<Key> = failed.iter().map(|(key, _)| key.clone()).collect();
             tracing::error!(?keys, "placing processes failed; undoing their admissions");

@@ -5,10 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use pinion_core::pod::Pod;
 use pinion_core::record::Scope;
 use pinion_core::CpuSet;
-use pinion_host::cgroup::CgroupName;
 
 use super::batch::{AfterFlush, Answer, Batch, Decision};
 use super::{
@@ -137,22 +135,10 @@ impl Controller {
             },
         };
         if let Frontend::Standalone { cgroup, .. } = &request.frontend {
-            if let Err(source) = self.host.create(cgroup, &desired.cpus, &desired.mems) {
+            // The executor makes it now, before the flush (a refusal by
+            // the kernel refuses the admission).
+            if let Err(source) = self.create_run_cgroup(cgroup, &desired) {
                 self.engine.remove(&key.0, &key.1);
-                // The directory is made before its cpuset is written (and
-                // refused); no workload owns it, and removing a cgroup
-                // fails while processes are in it.
-                if let Err(err) = self.host.remove(cgroup) {
-                    tracing::warn!(pod = %key.0, "removing the refused run's cgroup: {err}");
-                }
-                return Err(ControlError::Cgroup { pod: key.0, source });
-            }
-            // The OCI settings before any process joins.
-            if let Err(source) = self.host.set_resources(cgroup, &desired.resources, None) {
-                self.engine.remove(&key.0, &key.1);
-                if let Err(err) = self.host.remove(cgroup) {
-                    tracing::warn!(pod = %key.0, "removing the refused run's cgroup: {err}");
-                }
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
             batch.created.push(cgroup.clone());
@@ -372,32 +358,5 @@ impl Controller {
             }
         }
         keys
-    }
-
-    /// A released container's cgroup goes away when empty; with processes
-    /// left it stays as a shared-pool member until reconcile finds it empty.
-    pub(super) fn retire_cgroup(
-        &mut self,
-        key: &Key,
-        cgroup: CgroupName,
-        pid: Option<u32>,
-        spec: Option<Arc<Pod>>,
-    ) {
-        match self.host.pids(&cgroup) {
-            Ok(pids) if pids.is_empty() => {
-                if let Err(err) = self.remove_cgroup(&cgroup) {
-                    tracing::warn!("cgroup {cgroup} not removed yet: {err}");
-                }
-            }
-            Ok(_) => {
-                tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
-                let desired = self.engine.placement(&key.0, &key.1);
-                self.workloads.insert(
-                    key.clone(),
-                    Workload::new(Frontend::Standalone { cgroup, pid }, spec, desired),
-                );
-            }
-            Err(err) => tracing::warn!("reading processes of cgroup {cgroup}: {err}"),
-        }
     }
 }

@@ -12,11 +12,27 @@
 //!
 //! Admission, release, shared-pool changes, drift repair and restart
 //! recovery all end here; nothing else writes a cpuset.
+//!
+//! Every write to the node goes through this file: the pass above, the
+//! effects of a durable batch ([`Controller::apply_after_flush`]: processes
+//! moved into their cgroups, released runs' cgroups removed), and the
+//! node writes of the last section (a new run's cgroup, Pinion's root at
+//! start and after a hotplug, cpuset partitions, housekeeping cgroups, the system
+//! partition's memory limit), which the decision files call instead of the
+//! host. They read the node themselves (processes, cpusets) but never
+//! write it; a test (`only_the_executor_writes_the_node`) holds them to it.
 
-use pinion_core::Placement;
-use pinion_host::cgroup::{CgroupError, CgroupName, CpusetHost};
+use std::sync::Arc;
 
-use super::{Controller, Frontend, Key};
+use pinion_core::partition::PartitionMode;
+use pinion_core::pod::Pod;
+use pinion_core::{CpuSet, Placement};
+use pinion_host::cgroup::{
+    CgroupError, CgroupName, ContainerCgroup, CpusetHost, PartitionOutcome, PartitionTarget,
+};
+
+use super::batch::AfterFlush;
+use super::{ControlError, Controller, Frontend, Key};
 
 /// Brings a standalone run's cgroup from `applied` (`None`: unknown) to
 /// `desired`: the cpuset when it moved, then the resource settings that
@@ -222,5 +238,148 @@ impl Controller {
                 workload.applied = None;
             }
         }
+    }
+
+    /// The effects of a durable batch, in order: processes moved into their
+    /// cgroups, released runs' cgroups removed (or kept while processes
+    /// remain). Returns the admissions whose process could not be placed.
+    pub(super) fn apply_after_flush(
+        &mut self,
+        effects: Vec<AfterFlush>,
+    ) -> Vec<(Key, ControlError)> {
+        let mut failed = Vec::new();
+        for effect in effects {
+            match effect {
+                AfterFlush::AddPid { key, cgroup, pid } => {
+                    if let Err(source) = self.host.add_pid(&cgroup, pid) {
+                        failed.push((
+                            key,
+                            ControlError::Cgroup {
+                                pod: cgroup.to_string(),
+                                source,
+                            },
+                        ));
+                    }
+                }
+                AfterFlush::Retire {
+                    key,
+                    cgroup,
+                    pid,
+                    spec,
+                } => self.retire_cgroup(&key, cgroup, pid, spec),
+            }
+        }
+        failed
+    }
+
+    /// A released run's cgroup: removed when no process is left in it, else
+    /// kept with its processes in the shared pool (known by name).
+    fn retire_cgroup(
+        &mut self,
+        key: &Key,
+        cgroup: CgroupName,
+        pid: Option<u32>,
+        spec: Option<Arc<Pod>>,
+    ) {
+        match self.host.pids(&cgroup) {
+            Ok(pids) if pids.is_empty() => {
+                if let Err(err) = self.remove_cgroup(&cgroup) {
+                    tracing::warn!("cgroup {cgroup} not removed yet: {err}");
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
+                let desired = self.engine.placement(&key.0, &key.1);
+                self.workloads.insert(
+                    key.clone(),
+                    super::Workload::new(Frontend::Standalone { cgroup, pid }, spec, desired),
+                );
+            }
+            Err(err) => tracing::warn!("reading processes of cgroup {cgroup}: {err}"),
+        }
+    }
+
+    // --- node writes the decision files ask for ----------------------------
+
+    /// A new standalone run's cgroup with its cpuset and OCI settings,
+    /// before any process joins. Made while the admission is decided,
+    /// before its batch's flush: the kernel refusing the cpuset or a
+    /// setting refuses the admission, and the journal never records an
+    /// admission the node refused. A refused cgroup is removed again.
+    pub(super) fn create_run_cgroup(
+        &mut self,
+        cgroup: &CgroupName,
+        placement: &Placement,
+    ) -> Result<(), CgroupError> {
+        let made = self
+            .host
+            .create(cgroup, &placement.cpus, &placement.mems)
+            .and_then(|()| self.host.set_resources(cgroup, &placement.resources, None));
+        if made.is_err() {
+            // The directory is made before its cpuset is written (and
+            // refused); no workload owns it.
+            if let Err(err) = self.host.remove(cgroup) {
+                tracing::warn!(%cgroup, "removing the refused run's cgroup: {err}");
+            }
+        }
+        made
+    }
+
+    /// Removes a standalone run's cgroup (its partition first) and then its
+    /// run record.
+    pub(super) fn remove_cgroup(&mut self, cgroup: &CgroupName) -> Result<(), CgroupError> {
+        self.release_partition(cgroup);
+        self.host.remove(cgroup)?;
+        if let Err(err) = self.runs.remove(cgroup) {
+            tracing::warn!("{err}");
+        }
+        Ok(())
+    }
+
+    /// Pinion's cgroup root made (at start) or widened (after a hotplug: a
+    /// cgroup v1 kernel does not give a CPU that comes back to the cpusets
+    /// it was removed from) to `cpus` and `mems`.
+    pub(super) fn write_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
+        self.host.ensure_root(cpus, mems)
+    }
+
+    /// Makes `target` a cpuset partition of `cpus` (controller/partition.rs
+    /// decides which and when).
+    pub(super) fn write_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+        mode: PartitionMode,
+    ) -> PartitionOutcome {
+        self.host.make_partition(target, cpus, mode)
+    }
+
+    /// Takes the partition of `target` apart again.
+    pub(super) fn erase_partition(
+        &mut self,
+        target: &PartitionTarget,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        self.host.unmake_partition(target, cpus)
+    }
+
+    /// A housekeeping cgroup's `cpuset.cpus` (controller/housekeeping.rs
+    /// decides the value and the order).
+    pub(super) fn write_housekeeping(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        cpus: &CpuSet,
+    ) -> Result<(), CgroupError> {
+        self.host.set_housekeeping_cpus(cgroup, cpus)
+    }
+
+    /// The system partition's memory limit on `cgroup`
+    /// (controller/system_partition.rs).
+    pub(super) fn write_memory_limit(
+        &mut self,
+        cgroup: &ContainerCgroup,
+        bytes: u64,
+    ) -> Result<(), CgroupError> {
+        self.host.set_memory_limit(cgroup, bytes)
     }
 }

@@ -68,7 +68,7 @@ impl Controller {
         // comes back to the cpusets it was removed from.
         let all = self.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(self.engine.machine());
-        if let Err(err) = self.host.ensure_root(&all, &mems) {
+        if let Err(err) = self.write_root(&all, &mems) {
             tracing::warn!("widening pinion's cgroup root to cpus {all}: {err}");
         }
         self.converge();

@@ -280,7 +280,7 @@ impl Controller {
 
     fn write_kept(&mut self, index: usize, cpus: &CpuSet) {
         let cgroup = self.housekeeping.kept[index].cgroup.clone();
-        match self.host.set_housekeeping_cpus(&cgroup, cpus) {
+        match self.write_housekeeping(&cgroup, cpus) {
             Ok(()) => {
                 self.counters.housekeeping_writes_total += 1;
                 tracing::debug!(cgroup = %cgroup, cpus = %cpus, "housekeeping cgroup written");

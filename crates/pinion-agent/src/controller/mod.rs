@@ -480,16 +480,6 @@ impl Controller {
             .collect()
     }
 
-    /// Removes a standalone run's cgroup and then its run record.
-    fn remove_cgroup(&mut self, cgroup: &CgroupName) -> Result<(), CgroupError> {
-        self.release_partition(cgroup);
-        self.host.remove(cgroup)?;
-        if let Err(err) = self.runs.remove(cgroup) {
-            tracing::warn!("{err}");
-        }
-        Ok(())
-    }
-
     fn admitted(&self, key: &Key) -> Admitted {
         let workload = self.workloads.get(key);
         Admitted {

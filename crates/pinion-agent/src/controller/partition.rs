@@ -160,7 +160,7 @@ impl Controller {
             .collect();
         for (slot, cpus) in todo {
             let outcome = match &slot {
-                Slot::Cgroup(target) => self.host.make_partition(target, &cpus, mode),
+                Slot::Cgroup(target) => self.write_partition(target, &cpus, mode),
                 Slot::NoCgroup { .. } => PartitionOutcome::Fallback {
                     reason: NO_CGROUP_PATH.to_string(),
                 },
@@ -221,7 +221,7 @@ impl Controller {
             return;
         };
         if let (Slot::Cgroup(target), PartitionState::Made { cpus, .. }) = (slot, state) {
-            match self.host.unmake_partition(target, &cpus) {
+            match self.erase_partition(target, &cpus) {
                 Ok(()) => tracing::info!(%target, %cpus, "cpuset partition taken apart"),
                 Err(err) => {
                     tracing::error!(%target, %cpus, "taking the cpuset partition apart: {err}");

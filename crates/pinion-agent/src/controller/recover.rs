@@ -168,8 +168,7 @@ impl Controller {
         let all = controller.engine.machine().all_cpus().clone();
         let mems = all_memory_nodes(controller.engine.machine());
         controller
-            .host
-            .ensure_root(&all, &mems)
+            .write_root(&all, &mems)
             .map_err(|source| ControlError::Cgroup {
                 pod: "(pinion root)".to_string(),
                 source,

@@ -82,9 +82,10 @@ impl Controller {
         if self.partition_memory.is_enforced() {
             return;
         }
+        let cgroups = partition.cgroups.clone();
         let mut next = LimitState::Missing;
-        for cgroup in &partition.cgroups {
-            match self.host.set_memory_limit(cgroup, limit) {
+        for cgroup in &cgroups {
+            match self.write_memory_limit(cgroup, limit) {
                 Ok(()) => {
                     next = LimitState::Enforced(cgroup.clone());
                     break;
@@ -100,7 +101,7 @@ impl Controller {
         if next == self.partition_memory {
             return;
         }
-        let cgroups: Vec<String> = partition.cgroups.iter().map(ToString::to_string).collect();
+        let cgroups: Vec<String> = cgroups.iter().map(ToString::to_string).collect();
         match &next {
             LimitState::Enforced(cgroup) => {
                 tracing::info!(cgroup = %cgroup, "system partition memoryLimit {limit} bytes written");

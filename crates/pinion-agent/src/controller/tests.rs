@@ -977,3 +977,4 @@ mod housekeeping;
 mod partitions;
 mod runtime_drift;
 mod runtime_partitions;
+mod structure;
