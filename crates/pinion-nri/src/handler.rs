@@ -186,6 +186,15 @@ pub trait NriHandler: Send + Sync + 'static {
         tracing::warn!(?container_ids, "runtime failed to apply container updates");
         async {}
     }
+
+    /// The runtime answered an `UpdateContainers` and applied these
+    /// unsolicited updates (an id once per update of it in the call). Every
+    /// update sent is answered once, here or in
+    /// [`Handler::updates_failed`].
+    fn updates_applied(&self, container_ids: Vec<String>) -> impl Future<Output = ()> + Send {
+        let _ = container_ids;
+        async {}
+    }
 }
 
 #[cfg(test)]

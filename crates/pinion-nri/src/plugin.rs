@@ -323,24 +323,31 @@ impl<H: NriHandler> Plugin<H> {
                 options,
             )
             .await;
-        let failed: Vec<String> =
+        let sent: Vec<String> = batch.into_iter().map(|u| u.container_id).collect();
+        let refused: std::collections::BTreeSet<String> =
             match reply.map(|bytes| pb::UpdateContainersResponse::decode(bytes.as_slice())) {
                 Ok(Ok(response)) => response
                     .failed
                     .into_iter()
                     .map(|u| u.container_id)
                     .collect(),
+                // Whether it applied them is unknown: sent again.
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "undecodable UpdateContainers reply");
-                    return;
+                    sent.iter().cloned().collect()
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, "UpdateContainers failed");
-                    batch.into_iter().map(|u| u.container_id).collect()
+                    sent.iter().cloned().collect()
                 }
             };
+        let (failed, applied): (Vec<String>, Vec<String>) =
+            sent.into_iter().partition(|id| refused.contains(id));
         if !failed.is_empty() {
             self.handler.updates_failed(failed).await;
+        }
+        if !applied.is_empty() {
+            self.handler.updates_applied(applied).await;
         }
     }
 }

@@ -213,6 +213,11 @@ async fn unsolicited_updates_are_sent_after_the_handler_returned() {
         created < updated,
         "update applied only after the create finished: {log:?}"
     );
+    eventually("the runtime's answer reaches the handler", || {
+        plugin.handler.lock().applied_updates.contains(&shared)
+    })
+    .await;
+    assert!(plugin.handler.lock().failed_updates.is_empty());
     assert_eq!(fake.sessions(), 1, "no deadlock, no disconnect");
     plugin.stop().await;
 }

@@ -188,6 +188,10 @@ async fn large_unsolicited_update_is_cut_into_4096_byte_frames() {
         plugin.handler.lock().failed_updates.len() == 300
     })
     .await;
+    assert!(
+        plugin.handler.lock().applied_updates.is_empty(),
+        "an update the runtime refused is not answered as applied"
+    );
     // The fake runtime closes the connection on any frame above 4096 bytes,
     // like the Go side; the message was bigger, so it came in several frames.
     assert_eq!(fake.largest_frame_from_plugin().await, 4096);

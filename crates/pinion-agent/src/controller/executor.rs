@@ -221,11 +221,29 @@ impl Controller {
             .is_some_and(|tx| tx.send(updates.clone()).is_ok());
         if sent {
             tracing::debug!(containers = updates.len(), "runtime updates queued");
+            for update in &updates {
+                self.count_in_flight(&update.container_id, true);
+            }
             return;
         }
         // No front-end to take them: try again at the next pass.
         for update in updates {
             self.forget_applied(&update.container_id);
+        }
+    }
+
+    /// One more (`sent`) or one fewer update of runtime container
+    /// `container_id` waiting for the runtime's answer.
+    pub(super) fn count_in_flight(&mut self, container_id: &str, sent: bool) {
+        for workload in self.workloads.values_mut() {
+            if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id), .. } if id == container_id)
+            {
+                workload.updates_in_flight = if sent {
+                    workload.updates_in_flight.saturating_add(1)
+                } else {
+                    workload.updates_in_flight.saturating_sub(1)
+                };
+            }
         }
     }
 

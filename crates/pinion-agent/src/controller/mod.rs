@@ -334,6 +334,10 @@ struct Workload {
     /// Repairs of its cpuset that the other writer undid again at once:
     /// the reconcile pass waits longer before each next one.
     repair_backoff: pinion_core::drift::RepairBackoff,
+    /// Runtime updates sent to the runtime and not answered yet: while
+    /// some are, the reconcile pass does not compare its cgroup (the
+    /// runtime may not have written it yet).
+    updates_in_flight: u32,
     /// A stopped runtime container held for its restart whose pod's end
     /// the runtime may never relay (a pod known only from a `Synchronize`):
     /// its pod's sandbox cgroup, whose removal the reconcile pass takes as
@@ -356,6 +360,7 @@ impl Workload {
             foreign_mark: None,
             foreign_yielded: None,
             repair_backoff: pinion_core::drift::RepairBackoff::default(),
+            updates_in_flight: 0,
             held_sandbox: None,
         }
     }

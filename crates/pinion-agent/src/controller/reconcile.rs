@@ -72,7 +72,8 @@ impl Controller {
     /// another cpuset than the one the runtime last accepted from Pinion:
     /// reported as foreign writes, and with `otherWriters: repair` marked as
     /// not applied (the executor sends their placement again). Containers
-    /// with an update in flight (not applied), without a known cgroup, not
+    /// with an update not sent yet (not applied) or not answered by the
+    /// runtime yet (`updates_in_flight`), without a known cgroup, not
     /// started yet, or whose cgroup is gone (the runtime's stop event
     /// releases them) are left alone. Returns those to repair with their
     /// cgroup.
@@ -96,6 +97,9 @@ impl Controller {
             let Some(applied) = &workload.applied else {
                 continue;
             };
+            if workload.updates_in_flight > 0 {
+                continue;
+            }
             let seen = match self.host.container_cpuset(cgroup) {
                 Ok(seen) => SeenCpuset {
                     cpus: seen.cpus,

@@ -161,6 +161,9 @@ impl Controller {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
                     workload.applied = applied;
+                    // A new connection: answers to updates sent on the old
+                    // one are not coming (those lost are failed there).
+                    workload.updates_in_flight = 0;
                     if container.pod.is_some() {
                         workload.spec.clone_from(&container.pod);
                     }
@@ -319,9 +322,19 @@ impl Controller {
     /// placement is sent again at the next reconcile pass.
     pub fn runtime_updates_failed(&mut self, container_ids: &[String]) {
         for id in container_ids {
+            self.count_in_flight(id, false);
             self.forget_applied(id);
         }
         self.publish();
+    }
+
+    /// The runtime applied updates of these containers (an id once per
+    /// update): the reconcile pass compares their cgroups again once none
+    /// is in flight.
+    pub fn runtime_updates_applied(&mut self, container_ids: &[String]) {
+        for id in container_ids {
+            self.count_in_flight(id, false);
+        }
     }
 
     /// Runtime workloads, and checkpoint assignments no workload claims

@@ -101,6 +101,8 @@ pub enum Command {
     },
     /// The runtime failed to apply updates of these containers.
     RuntimeUpdatesFailed { container_ids: Vec<String> },
+    /// The runtime applied updates of these containers.
+    RuntimeUpdatesApplied { container_ids: Vec<String> },
     /// Store the resource plugins' allocations of an admitted container
     /// (`running`: its re-allocation, which the runtime hears as an update).
     RecordAllocations {
@@ -262,6 +264,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             }
             Command::RuntimeUpdatesFailed { container_ids } => {
                 controller.runtime_updates_failed(&container_ids);
+            }
+            Command::RuntimeUpdatesApplied { container_ids } => {
+                controller.runtime_updates_applied(&container_ids);
             }
             Command::RecordAllocations {
                 key,
@@ -828,6 +833,14 @@ impl ControllerHandle {
         let _ = self
             .commands
             .send(Command::RuntimeUpdatesFailed { container_ids })
+            .await;
+    }
+
+    /// Tells the controller the runtime applied these updates.
+    pub async fn runtime_updates_applied(&self, container_ids: Vec<String>) {
+        let _ = self
+            .commands
+            .send(Command::RuntimeUpdatesApplied { container_ids })
             .await;
     }
 

@@ -26,6 +26,21 @@ fn run(id: &str, cpus: Option<&str>, pid: u32) -> AdmitRequest {
     run_request(id, cpus, Some(pid))
 }
 
+/// The runtime's side of the updates sent so far: every one applied and
+/// answered (the reconcile pass compares a container only then).
+fn answer_updates(
+    controller: &mut Controller,
+    updates: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
+) -> Vec<RuntimeUpdate> {
+    let mut sent = Vec::new();
+    while let Ok(batch) = updates.try_recv() {
+        sent.extend(batch);
+    }
+    let ids: Vec<String> = sent.iter().map(|u| u.container_id.clone()).collect();
+    controller.runtime_updates_applied(&ids);
+    sent
+}
+
 fn admit(controller: &mut Controller, request: &AdmitRequest) -> Result<Admitted, ControlError> {
     controller.admit(request, &GatheredHints::default())
 }

@@ -400,6 +400,10 @@ impl NriHandler for NriFrontend {
         );
         self.handle.runtime_updates_failed(container_ids).await;
     }
+
+    async fn updates_applied(&self, container_ids: Vec<String>) {
+        self.handle.runtime_updates_applied(container_ids).await;
+    }
 }
 
 /// The CPU request (millicores, from cpu.shares) an update asks the policy

@@ -32,6 +32,8 @@ pub struct State {
     pub events: Vec<String>,
     pub runtime: Option<RuntimeInfo>,
     pub failed_updates: Vec<String>,
+    /// What the runtime answered as applied (`Handler::updates_applied`).
+    pub applied_updates: Vec<String>,
     pub synced_containers: usize,
 }
 
@@ -254,6 +256,11 @@ impl NriHandler for TestHandler {
 
     fn updates_failed(&self, container_ids: Vec<String>) -> impl Future<Output = ()> + Send {
         self.lock().failed_updates.extend(container_ids);
+        async {}
+    }
+
+    fn updates_applied(&self, container_ids: Vec<String>) -> impl Future<Output = ()> + Send {
+        self.lock().applied_updates.extend(container_ids);
         async {}
     }
 }

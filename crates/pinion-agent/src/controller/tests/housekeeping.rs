@@ -456,7 +456,7 @@ fn in_report_mode_a_runtime_containers_changed_cpuset_gets_no_update() {
     request.frontend = Frontend::runtime_in("cg", Some(path("/kubepods/pod-g/cg")));
     let g = admit(&mut controller, &request).expect("g");
     assert!(controller.container_started("cg"), "started: compared");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     host.tree().containers.insert(
         path("/kubepods/pod-g/cg"),
         ContainerCpuset {
@@ -528,7 +528,7 @@ fn a_runtime_containers_changed_cpuset_is_repaired_reported_and_marked_with_its_
     request.frontend = Frontend::runtime_in("cg", Some(path("/kubepods/pod-g/cg")));
     let g = admit(&mut controller, &request).expect("g");
     assert!(controller.container_started("cg"), "started: compared");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     host.tree().containers.insert(
         path("/kubepods/pod-g/cg"),
         ContainerCpuset {

@@ -46,7 +46,7 @@ fn reconcile_sends_a_runtime_containers_changed_cpuset_again() {
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
     let g = admit_started(&mut controller, "pod-g", "2", "cg");
     let b = admit_started(&mut controller, "pod-b", "500m", "cb");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
     runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
     assert_eq!(
@@ -63,7 +63,7 @@ fn reconcile_sends_a_runtime_containers_changed_cpuset_again() {
         report.repaired,
         vec!["pod-g/main (/kubepods/pod-x/cg)".to_string()]
     );
-    let sent = updates.try_recv().expect("an update");
+    let sent = answer_updates(&mut controller, &mut updates);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].container_id, "cg");
     assert_eq!(sent[0].placement, g.placement, "its placement again");
@@ -87,7 +87,7 @@ fn changed_memory_nodes_are_drift_and_a_gone_cgroup_is_not() {
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
     let b = admit_started(&mut controller, "pod-b", "500m", "cb");
     admit_started(&mut controller, "pod-c", "1", "cc");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     // cc's cgroup is gone (the container ended; its stop event releases it).
     host.tree().containers.insert(
         cgroup("cb"),
@@ -120,7 +120,7 @@ fn an_update_in_flight_is_not_counted_as_drift() {
     // The runtime failed to apply an update: not applied, retried by the
     // executor, not drift.
     controller.runtime_updates_failed(&["cb".to_string()]);
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     let report = controller.reconcile();
     assert!(report.repaired.is_empty(), "{report:?}");
     let snapshot = controller.subscribe_snapshots().borrow().clone();
@@ -139,7 +139,7 @@ fn regression_a_container_not_started_yet_is_not_compared() {
     let host = FakeCgroups::default();
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
     let g = admit(&mut controller, &in_cgroup("pod-g", "2", "cg")).expect("g");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     // Created, not started: the cgroup holds its parent's cpus.
     runtime_wrote(&host, "cg", &set("0-7"), &set("0"));
     let report = controller.reconcile();
@@ -161,6 +161,65 @@ fn regression_a_container_not_started_yet_is_not_compared() {
     assert_eq!(controller.reconcile().repaired.len(), 1);
 }
 
+/// Found under a real kubelet: containerd applies an update with one
+/// `runc update` per container, which under load takes longer than a
+/// reconcile period; the pass read the cgroup before the runtime had
+/// written it, took the old value for a foreign write and sent the update
+/// again, every period, feeding the runtime's backlog.
+#[test]
+fn regression_a_pass_while_the_runtime_applies_an_update_is_no_foreign_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let b = admit_started(&mut controller, "pod-b", "500m", "cb");
+    answer_updates(&mut controller, &mut updates);
+    runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
+    // An exclusive admission shrinks the shared pool: b gets an update the
+    // runtime has not answered yet; its cgroup still holds the old pool.
+    let g = admit_started(&mut controller, "pod-g", "2", "cg");
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    let sent: Vec<RuntimeUpdate> = std::iter::from_fn(|| updates.try_recv().ok())
+        .flatten()
+        .collect();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].container_id, "cb");
+    for _ in 0..3 {
+        assert_eq!(controller.reconcile(), ReconcileReport::default());
+    }
+    assert!(
+        updates.try_recv().is_err(),
+        "not sent again while in flight"
+    );
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(snapshot.metrics.counters.foreign_writes_total.is_empty());
+
+    // The runtime answers that it applied it: compared again from then on.
+    runtime_wrote(
+        &host,
+        "cb",
+        &sent[0].placement.cpus,
+        &sent[0].placement.mems,
+    );
+    controller.runtime_updates_applied(&["cb".to_string()]);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    runtime_wrote(&host, "cb", &set("0-7"), &sent[0].placement.mems);
+    assert_eq!(controller.reconcile().repaired.len(), 1, "drift again");
+
+    // A refused update is sent again at the next pass, and not drift.
+    let resent = answer_updates(&mut controller, &mut updates);
+    assert_eq!(resent.len(), 1);
+    runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
+    controller.count_in_flight("cb", true);
+    controller.runtime_updates_failed(&["cb".to_string()]);
+    let report = controller.reconcile();
+    assert!(report.repaired.is_empty(), "{report:?}");
+    assert_eq!(
+        answer_updates(&mut controller, &mut updates).len(),
+        1,
+        "the retry"
+    );
+}
+
 /// A writer that puts its value back after every repair (found under a
 /// real kubelet: a repair loop every period). The repairs back off; a
 /// repair that holds starts over.
@@ -170,14 +229,15 @@ fn regression_a_repair_another_writer_undoes_backs_off() {
     let host = FakeCgroups::default();
     let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
     let g = admit_started(&mut controller, "pod-g", "2", "cg");
-    while updates.try_recv().is_ok() {}
+    answer_updates(&mut controller, &mut updates);
     let mut repaired_in = Vec::new();
     for pass in 1..=20 {
         // The other writer's value, back before every pass.
         runtime_wrote(&host, "cg", &set("0-7"), &g.placement.mems);
         if !controller.reconcile().repaired.is_empty() {
             repaired_in.push(pass);
-            let sent = updates.try_recv().expect("the repair's update");
+            let sent = answer_updates(&mut controller, &mut updates);
+            assert_eq!(sent.len(), 1, "pass {pass}: one update");
             assert_eq!(sent[0].placement, g.placement);
         }
         assert!(
