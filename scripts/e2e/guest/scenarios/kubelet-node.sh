@@ -360,6 +360,8 @@ mems_notes() {
         note "$label: $name cgroup $dir cpuset.mems='$(cat "$dir/cpuset.mems" 2>/dev/null)' effective='$(cat "$dir/cpuset.mems.effective" 2>/dev/null)' spec ${spec:-no mems}"
     done
     note "$label: agent log: $(grep -c 'foreign write' "$S/agent.log" 2>/dev/null || echo 0) foreign writes, $(grep -c 'undid the repair' "$S/agent.log" 2>/dev/null || echo 0) repairs undone"
+    grep 'foreign write' "$S/agent.log" 2>/dev/null | tail -n 3 | sed 's/.*foreign write: //' | cut -c1-300 |
+        while IFS= read -r line; do note "$label: last foreign write: $line"; done
 }
 
 # The pod sequence both deciders run: NAME:KIND (see write_pod). Their
