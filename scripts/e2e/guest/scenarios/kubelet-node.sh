@@ -513,6 +513,16 @@ for name in $RUNNING; do wait_for 60 pod_running "$name" || true; done
 g3_cpus=$(pod_cpus g3)
 delete_pod g3
 wait_for 30 b_is "$(shared_without $(exclusive g1 g2))" || true
+if ! b_is "$(shared_without $(exclusive g1 g2))"; then
+    # Every process of every pod (a lower pid of an earlier container
+    # would be read as the pod's), and what the agent did.
+    for p in /proc/[0-9]*; do
+        pod=$({ tr '\0' '\n' <"$p/environ"; } 2>/dev/null | sed -n 's/^E2E_POD=//p')
+        [ -n "$pod" ] && note "g3 deleted: pod $pod pid ${p#/proc/} cpus $(proc_field "${p#/proc/}" Cpus_allowed_list) cgroup $(sed -n 's/^0:://p' "$p/cgroup" 2>/dev/null)"
+    done
+    grep -E 'admitted|released|held|synchroniz' "$S/agent.log" | tail -n 25 | cut -c1-250 |
+        while IFS= read -r line; do note "g3 deleted: agent: $line"; done
+fi
 check_eq "deleting g3 returns its cpus ($g3_cpus) to the shared pool" \
     "$(shared_without $(exclusive g1 g2))" "$(pod_cpus b)"
 check_eq "deleting g3 releases it in Pinion's checkpoint" "" "$(pinion_entries | grep "^$(pod_uid g3)/")"
