@@ -43,9 +43,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use pinion_agent::config::{BuiltinPlugin, QrmConfig};
+use pinion_agent::controller::counters::Histogram;
 use pinion_agent::controller::{self, ControllerHandle};
+use pinion_agent::daemon::qrm_loops;
 use pinion_agent::hints::{HintGatherer, HintSource};
-use pinion_agent::metrics::Histogram;
 use pinion_agent::qrm::{builtin, Qrm, QrmHints};
 use pinion_agent::testing::{self, machine, run_request, SyntheticNode};
 use pinion_api::plugin::Identity;
@@ -174,7 +175,7 @@ fn node(runtime: &Runtime, base: &Path, mode: Mode) -> Node {
         let hints = HintGatherer::new(sources, scope, Duration::from_secs(20));
         let (handle, _) =
             controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
-        let _tasks = qrm.start(&handle, &stop_rx).expect("qrm");
+        let _tasks = qrm_loops::start(&qrm, &handle, &stop_rx).expect("qrm");
         let reserved = handle.snapshot().reserved.clone();
         let machine = builtin::Machine {
             topology: &topology,

@@ -1,6 +1,9 @@
 //! Wiring of the daemon: discover the machine, build the policy, start the
 //! controller, then serve the local API, `/metrics`, the reconcile timer
-//! and (NRI mode) the NRI plugin until SIGTERM or SIGINT.
+//! and (NRI mode) the NRI plugin until SIGTERM or SIGINT; the QoS Resource
+//! Manager's loops are wired to the controller in [`qrm_loops`].
+
+pub mod qrm_loops;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,7 +26,8 @@ use crate::hints::{HintGatherer, HintSource};
 use crate::nri::NriFrontend;
 use crate::podresources::{self, PodResourcesService};
 use crate::qrm::{self, Qrm, QrmError, QrmHints};
-use crate::{api, kubelet_qrm_checkpoint, metrics};
+use crate::server::metrics;
+use crate::{api, kubelet_qrm_checkpoint};
 
 /// Why the agent could not start (or stopped abnormally).
 #[derive(Debug, thiserror::Error)]
@@ -234,7 +238,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             config.reconcile_period,
             stop_rx.clone(),
         )));
-        tasks.extend(qrm.start(&handle, &stop_rx).map_err(Box::new)?);
+        tasks.extend(qrm_loops::start(qrm, &handle, &stop_rx).map_err(Box::new)?);
         let reserved = handle.snapshot().reserved.clone();
         let machine = qrm::builtin::Machine {
             topology: &machine_topology,

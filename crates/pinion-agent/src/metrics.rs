@@ -1,14 +1,13 @@
-//! The agent's metrics: kubelet's CPU manager names and meanings where
-//! kubelet has them, `pinion_*` for Pinion's own (list: `docs/metrics.md`,
-//! names are a contract), encoded by `prometheus-client` in the OpenMetrics
-//! text format; and the HTTP endpoint serving them with `/healthz` and
-//! `/readyz`.
+//! The agent's metrics exposition: one snapshot of the controller's numbers
+//! (`controller::counters::MetricsSnapshot`) and the resource plugins'
+//! statistics encoded by `prometheus-client` in the OpenMetrics text format,
+//! with kubelet's CPU manager names and meanings where kubelet has them and
+//! `pinion_*` for Pinion's own (list: `docs/metrics.md`, names are a
+//! contract). The HTTP endpoint serving it is `server::metrics`.
 
-use hyper::body::Incoming;
-use hyper::{Method, Request, StatusCode};
 use pinion_api::local as wire;
 use pinion_core::engine::{
-    AlignmentCounts, AllocationSource, AssignmentType, CpuGauges, Metrics, ResourceManagerCounts,
+    AlignmentCounts, AllocationSource, AssignmentType, ResourceManagerCounts,
 };
 use pinion_core::topomgr::metrics::AdmissionMetrics;
 use prometheus_client::collector::Collector;
@@ -18,116 +17,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
-use crate::controller::ControllerHandle;
-use crate::server::{self, Answer, Limits};
-
-/// Upper bounds (seconds) of the checkpoint write latency histogram.
-pub const WRITE_BUCKETS: [f64; 10] = [
-    0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
-];
-
-/// A fixed-bucket histogram.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Histogram {
-    /// Per bucket of [`WRITE_BUCKETS`], not cumulative.
-    pub counts: [u64; WRITE_BUCKETS.len()],
-    pub count: u64,
-    pub sum: f64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&mut self, value: f64) {
-        if let Some(index) = WRITE_BUCKETS.iter().position(|bound| value <= *bound) {
-            self.counts[index] += 1;
-        }
-        self.count += 1;
-        self.sum += value;
-    }
-}
-
-/// The controller's own counters.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Counters {
-    pub drift_repairs_total: u64,
-    /// Runtime (NRI) containers whose cgroup cpuset was found changed and
-    /// sent again through an `UpdateContainers`.
-    pub runtime_drift_repairs_total: u64,
-    pub released_gone_total: u64,
-    /// Standalone runs whose cgroup settings could not be written after
-    /// their admission (once per failure, until a write succeeds).
-    pub cgroup_apply_failures_total: u64,
-    /// Exclusive runs whose cgroup became a cpuset partition, and those
-    /// left a member because the kernel could not make one
-    /// (`exclusiveCpus.partition`).
-    pub partitions_made_total: u64,
-    pub partition_fallbacks_total: u64,
-    /// Starts that rebuilt the state from the node (checkpoint missing or
-    /// unreadable), and the workloads those rebuilds could not leave as
-    /// they were.
-    pub state_rebuilds_total: u64,
-    pub state_rebuild_conflicts_total: u64,
-    /// Starts that migrated the checkpoint to a changed configuration, and
-    /// the workloads that lost their exclusive CPUs doing so.
-    pub state_migrations_total: u64,
-    pub state_migration_dropped_total: u64,
-    /// Changes of the machine's online CPUs the state followed (CPU
-    /// hot-plug), the workloads that got CPUs in place of offline ones and
-    /// those left with fewer CPUs than they asked for.
-    pub cpu_online_changes_total: u64,
-    pub cpu_offline_replaced_total: u64,
-    pub cpu_offline_short_total: u64,
-    pub reconcile_runs_total: u64,
-    /// Compactions of the journal into the checkpoint.
-    pub checkpoint_write_seconds: Histogram,
-    /// One journal flush (write + `fdatasync`) per batch of decisions.
-    pub journal_flush_seconds: Histogram,
-    pub journal_flush_failures_total: u64,
-    /// Batches flushed and the records they held (records / batches is the
-    /// mean batch size).
-    pub journal_batches_total: u64,
-    pub journal_records_total: u64,
-    /// From a reconcile poll of the resource plugins to the changed
-    /// placements being applied.
-    pub plugin_apply_seconds: Histogram,
-    /// Kept cpusets found changed by another writer, by kind
-    /// (`container`, `housekeeping`).
-    pub foreign_writes_total: std::collections::BTreeMap<&'static str, u64>,
-    /// Writes of housekeeping cgroups, and failures (once per failure
-    /// until a write succeeds).
-    pub housekeeping_writes_total: u64,
-    pub housekeeping_write_failures_total: u64,
-}
-
-/// KEP-5894's system partition, for its gauges.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PartitionGauges {
-    /// `memoryLimit` in bytes, when set.
-    pub memory_limit: Option<u64>,
-    /// Whether that limit is written to the partition's cgroup.
-    pub memory_limit_enforced: bool,
-    /// Pods with containers in the partition.
-    pub pods: usize,
-}
-
-/// The numbers `/metrics` shows, taken from one snapshot.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MetricsSnapshot {
-    /// kubelet's CPU and Topology Manager counters, kept by the engine.
-    pub engine: Metrics,
-    /// kubelet's CPU manager gauges, from the state.
-    pub gauges: CpuGauges,
-    pub counters: Counters,
-    pub workloads: usize,
-    /// Housekeeping cgroups by state (`kept`, `missing`, `failed`,
-    /// `conflict`, `pending`).
-    pub housekeeping_states: std::collections::BTreeMap<&'static str, usize>,
-    /// The system partition, when configured.
-    pub system_partition: Option<PartitionGauges>,
-}
+use crate::controller::counters::{Histogram, MetricsSnapshot, WRITE_BUCKETS};
 
 /// The content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -632,58 +523,11 @@ fn aligned(
     Ok(())
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` until `stop` turns true,
-/// with [`Limits::METRICS`].
-pub async fn serve(listener: TcpListener, handle: ControllerHandle, stop: watch::Receiver<bool>) {
-    serve_with(listener, handle, stop, Limits::METRICS).await;
-}
-
-/// Serves the metrics endpoint with `limits`.
-pub async fn serve_with(
-    listener: TcpListener,
-    handle: ControllerHandle,
-    stop: watch::Receiver<bool>,
-    limits: Limits,
-) {
-    server::accept_loop(
-        "metrics",
-        listener,
-        limits.max_connections,
-        stop,
-        move |stream, slot| {
-            let handle = handle.clone();
-            server::serve_http1(stream, limits, slot, move |request: Request<Incoming>| {
-                let answer = route(request.method(), request.uri().path(), &handle);
-                async move { answer }
-            })
-        },
-    )
-    .await;
-}
-
-/// Answers by path (the query is ignored); `GET` and `HEAD` only.
-fn route(method: &Method, path: &str, handle: &ControllerHandle) -> Answer {
-    let known = matches!(path, "/metrics" | "/healthz" | "/readyz");
-    if !known {
-        return server::text(StatusCode::NOT_FOUND, format!("no such endpoint {path}\n"));
-    }
-    if method != Method::GET && method != Method::HEAD {
-        let message = format!("method {method} not allowed on {path} (allowed: GET, HEAD)\n");
-        return server::allow(
-            server::text(StatusCode::METHOD_NOT_ALLOWED, message),
-            "GET, HEAD",
-        );
-    }
-    if path == "/metrics" {
-        let body = render(&handle.snapshot().metrics, &handle.plugins());
-        return server::with_type(StatusCode::OK, CONTENT_TYPE, body.into_bytes());
-    }
-    server::text(StatusCode::OK, "ok\n".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::counters::PartitionGauges;
+    use crate::testing::source_guard;
 
     fn value_of(text: &str, series: &str) -> Option<String> {
         text.lines()
@@ -742,6 +586,25 @@ mod tests {
             );
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// Issue 30: the counters are the controller's and the endpoint is the
+    /// server's; this module only encodes a snapshot, and the controller
+    /// does not depend on it.
+    #[test]
+    fn the_encoder_holds_no_counter_and_serves_nothing() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let found = source_guard::lines_naming(
+            &src.join("metrics.rs"),
+            &["ControllerHandle", "hyper", "tokio", "pub struct"],
+        );
+        assert!(found.is_empty(), "metrics.rs:\n{}", found.join("\n"));
+        let found = source_guard::lines_naming(&src.join("controller"), &["crate::metrics"]);
+        assert!(
+            found.is_empty(),
+            "the controller names the encoder:\n{}",
+            found.join("\n")
+        );
     }
 
     /// Every metric of `docs/metrics.md` (a contract) is exposed under its

@@ -2,7 +2,8 @@
 //! connections and back-off when `accept` fails, and HTTP/1.1 on hyper with
 //! a header-read timeout, bounded request heads and bodies and a bounded
 //! connection lifetime. The local API (`api.rs`) and the metrics endpoint
-//! (`metrics.rs`) are routes on top of it.
+//! ([`metrics`], which serves what `crate::metrics` encodes) are routes on
+//! top of it.
 //!
 //! At the cap an HTTP listener keeps accepting while one of its connections
 //! has no request in flight (idle, or not done sending its request head),
@@ -384,6 +385,7 @@ pub fn allow(mut answer: Answer, methods: &'static str) -> Answer {
     answer
 }
 
+pub mod metrics;
 mod slots;
 
 pub use slots::{InFlight, Slot};

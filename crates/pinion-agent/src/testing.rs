@@ -4,6 +4,7 @@
 //! the admission benchmarks share.
 
 pub mod qrm_node;
+pub mod source_guard;
 pub mod table_plugin;
 
 use std::path::{Path, PathBuf};

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use pinion_agent::api::{self, RunRequest};
 use pinion_agent::controller::{self, ControllerHandle};
+use pinion_agent::server::{self, metrics};
 use pinion_agent::testing::{machine, SyntheticNode};
-use pinion_agent::{metrics, server};
 use pinion_api::{Client, ClientError};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::cgroup::CgroupName;

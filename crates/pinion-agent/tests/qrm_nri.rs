@@ -11,6 +11,7 @@ mod qrm_common;
 
 use std::time::Duration;
 
+use pinion_agent::daemon::qrm_loops;
 use pinion_agent::qrm::Qrm;
 use pinion_nri::kube::REQUESTS_ANNOTATION;
 use qrm_common::{info, qrm_config, serve_in, wait_until, Knob};
@@ -100,7 +101,7 @@ impl Bed {
         );
         node.runtime.wait_synced(sessions).await;
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = qrm.start(&agent.handle, &stop_rx).expect("qrm starts");
+        let tasks = qrm_loops::start(&qrm, &agent.handle, &stop_rx).expect("qrm starts");
         wait_until("the widget and cpu plugins are active", || {
             let views = agent.handle.plugins();
             [WIDGET, "cpu"].iter().all(|r| {

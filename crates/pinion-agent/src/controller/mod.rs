@@ -17,6 +17,7 @@
 //! changes, drift repair and restart recovery alike.
 
 mod batch;
+pub mod counters;
 #[cfg(test)]
 mod damage_tests;
 mod decide;
@@ -65,7 +66,7 @@ use pinion_plugins::store::Outbox;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
-use crate::metrics::Counters;
+use counters::Counters;
 
 pub use executor::RuntimeUpdate;
 pub use foreign::{ForeignKind, ForeignMark};

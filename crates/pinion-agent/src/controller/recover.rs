@@ -39,12 +39,12 @@ use pinion_host::runs::RunRecords;
 use pinion_host::store::CPU_MANAGER_STATE;
 use tokio::sync::{mpsc, watch};
 
+use super::counters::Counters;
 use super::migrate_start::{checkpoint_state, migrate_at_start, MigrateOnStart, NotMigrated};
 use super::rebuild::{self, StartReport};
 use super::{
     ControlError, Controller, Frontend, Key, RuntimeUpdate, Snapshot, Workload, RUN_CONTAINER,
 };
-use crate::metrics::Counters;
 
 /// What the controller is built from.
 pub struct StartParts {

@@ -25,7 +25,8 @@ pub enum RemovalWait {
 
 /// Waits until `pod` is off `pending` (the pods whose plugins have yet to
 /// hear of their removal), at most [`REMOVAL_WAIT`], and only while
-/// `running` (the removal loop's flag, see [`LoopRunning`]) is true.
+/// `running` (the removal loop's flag, see [`crate::qrm::LoopRunning`]) is
+/// true.
 pub async fn await_removal(
     mut pending: watch::Receiver<Vec<String>>,
     mut running: watch::Receiver<bool>,
@@ -41,30 +42,12 @@ pub async fn await_removal(
     }
 }
 
-/// Holds a loop's "running" flag true while it lives (the loop's future
-/// owns it: the flag turns false when the loop ends, is aborted or panics).
-#[derive(Debug)]
-pub struct LoopRunning<'a>(&'a watch::Sender<bool>);
-
-impl<'a> LoopRunning<'a> {
-    /// Sets `flag` until the guard is dropped.
-    pub fn new(flag: &'a watch::Sender<bool>) -> Self {
-        flag.send_replace(true);
-        Self(flag)
-    }
-}
-
-impl Drop for LoopRunning<'_> {
-    fn drop(&mut self) {
-        self.0.send_replace(false);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::qrm::LoopRunning;
 
     /// Regression (issue 27, item 10h): a release waited the whole second
     /// for plugins to hear of the pod even when the removal loop that tells

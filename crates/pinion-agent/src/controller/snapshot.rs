@@ -11,8 +11,8 @@ use pinion_core::state::{Assignments, PodCpus};
 use pinion_core::{CpuSet, Placement};
 use serde::{Deserialize, Serialize};
 
+use super::counters::{MetricsSnapshot, PartitionGauges};
 use super::{Controller, Frontend, Key, Workload};
-use crate::metrics::MetricsSnapshot;
 
 /// The controller's view at one point.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -136,12 +136,10 @@ impl Controller {
                 counters: self.counters.clone(),
                 workloads: workloads.len(),
                 housekeeping_states: self.housekeeping.states(),
-                system_partition: self.system_partition.as_ref().map(|p| {
-                    crate::metrics::PartitionGauges {
-                        memory_limit: p.memory_limit,
-                        memory_limit_enforced: self.partition_memory.is_enforced(),
-                        pods: self.system_partition_pods(),
-                    }
+                system_partition: self.system_partition.as_ref().map(|p| PartitionGauges {
+                    memory_limit: p.memory_limit,
+                    memory_limit_enforced: self.partition_memory.is_enforced(),
+                    pods: self.system_partition_pods(),
                 }),
             },
             shared_placement: Placement::shared(self.engine.machine(), shared_pool.clone()),

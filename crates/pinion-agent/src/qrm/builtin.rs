@@ -14,11 +14,11 @@
 //! a change hands its entries to the manager's outbox, and the controller
 //! makes them durable with its next flush — for an `Allocate`, the one that
 //! records the allocation. A backstop task flushes changes made outside an
-//! admission (a removal, the closed loop, a pin) that no other flush took.
+//! admission (a removal, the closed loop, a pin) that no other flush took
+//! ([`super::loops::flush_backstop`]).
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use pinion_core::record::{SideData, SideValue};
 use pinion_core::{CpuSet, Topology};
@@ -33,14 +33,9 @@ use tokio::task::JoinHandle;
 
 use super::{Qrm, QrmError};
 use crate::config::BuiltinPlugin;
-use crate::controller::ControllerHandle;
 
 /// The side-data kinds of the built-in plugins' state start with this.
 pub const STATE_KIND_PREFIX: &str = pinion_core::record::kinds::PLUGIN_STATE_PREFIX;
-
-/// How long a plugin's state change may wait for a flush that an
-/// admission would make anyway, before the backstop flushes it.
-const BACKSTOP_DELAY: Duration = Duration::from_millis(50);
 
 /// Where the built-in plugins read the machine and keep their state.
 #[derive(Debug, Clone, Copy)]
@@ -170,28 +165,6 @@ impl Qrm {
             tracing::info!(plugin = name, %resource, "built-in resource plugin registered (in the agent's process)");
         }
         Ok(loops)
-    }
-}
-
-/// Flushes the built-in plugins' state changes that no admission's flush
-/// took within [`BACKSTOP_DELAY`], until `stop`.
-pub(super) async fn flush_backstop(
-    journal: Arc<PluginJournal>,
-    handle: ControllerHandle,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            () = journal.outbox.changed() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tokio::time::sleep(BACKSTOP_DELAY).await;
-        if journal.outbox.is_empty() {
-            continue;
-        }
-        if let Err(err) = handle.flush_plugin_state().await {
-            tracing::error!("the built-in plugins' state is not durable yet: {err}");
-        }
     }
 }
 

@@ -7,19 +7,21 @@
 //! controller ([`QrmHints`], a [`HintSource`]), their `Allocate` answers
 //! after it ([`Qrm::allocate`]); the controller stores the answers durably
 //! as part of each container's placement. The reconcile loop polls the
-//! plugins and hands their answers to the controller, whose executor sends
-//! only what changed; the removal loop tells plugins of departed pods until
-//! every one of them has heard.
+//! plugins and hands their answers to the keeper of the allocations, whose
+//! executor sends only what changed; the removal loop tells plugins of
+//! departed pods until every one of them has heard ([`loops`]: the loops
+//! know the keeper only as an [`AllocationKeeper`]; the daemon's wiring
+//! implements it for the controller and spawns them).
 
 pub mod builtin;
 pub mod convert;
+pub mod loops;
 mod register;
 pub mod registry;
 mod watcher;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use pinion_api::entries;
 use pinion_api::resourceplugin as rp;
@@ -34,9 +36,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::QrmConfig;
-use crate::controller::removal_wait::LoopRunning;
-use crate::controller::ControllerHandle;
 use crate::hints::{HintFuture, HintSource};
+pub use loops::{AllocationKeeper, LoopRunning, Reallocation, Reconciled};
 pub use pinion_core::qrm_rules::{PluginRequest, RequestError};
 use pinion_plugins::{grpc, qrm_request};
 pub use registry::{CallError, PluginView, Registry};
@@ -383,16 +384,17 @@ impl Qrm {
         polls
     }
 
-    /// Starts the watcher of the registration directory, the
-    /// `Registration.Register` server, the reconcile loop and the removal
-    /// loop; each ends when `stop` turns true. Every resource of the durable
-    /// allocations gets a stopped placeholder first (§3.3).
-    pub fn start(
-        self: &Arc<Self>,
-        handle: &ControllerHandle,
+    /// Starts the watcher of the registration directory and the
+    /// `Registration.Register` server; each ends when `stop` turns true.
+    /// Every resource of the durable allocations (`durable_resources`) gets
+    /// a stopped placeholder first (§3.3). The loops that need the keeper of
+    /// the allocations ([`loops`]) are spawned by the daemon's wiring.
+    pub fn start<'a>(
+        &self,
+        durable_resources: impl IntoIterator<Item = &'a String>,
         stop: &watch::Receiver<bool>,
     ) -> Result<Vec<JoinHandle<()>>, QrmError> {
-        for resource in &handle.snapshot().plugin_resources {
+        for resource in durable_resources {
             self.registry.placeholder(resource);
         }
         let dir = self.config.plugin_registration_dir.clone();
@@ -438,17 +440,6 @@ impl Qrm {
                 stop.clone(),
             )),
             server,
-            tokio::spawn(reconcile_loop(
-                Arc::clone(self),
-                handle.clone(),
-                stop.clone(),
-            )),
-            tokio::spawn(removal_loop(Arc::clone(self), handle.clone(), stop.clone())),
-            tokio::spawn(builtin::flush_backstop(
-                Arc::clone(&self.plugin_journal),
-                handle.clone(),
-                stop.clone(),
-            )),
         ])
     }
 }
@@ -499,114 +490,5 @@ impl HintSource for QrmHints {
                 .await
                 .map_err(|err| err.to_string())
         })
-    }
-}
-
-/// Every reconcile period: ask every plugin for its node resources
-/// (`GetTopologyAwareAllocatableResources`), poll the plugins, hand the
-/// answers to the controller (which applies only what changed), re-allocate
-/// the containers a plugin forgot.
-async fn reconcile_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
-    let mut ticks = tokio::time::interval(qrm.config.reconcile_period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    loop {
-        // Node resources on the period only: a pass woken by an admission
-        // or a removal polls allocations alone.
-        let period = tokio::select! {
-            _ = ticks.tick() => true,
-            () = qrm.reconcile_now.notified() => false,
-            _ = stop.changed() => break,
-        };
-        if period {
-            for plugin in qrm.registry.all_active() {
-                qrm.registry.refresh_node_resources(&plugin).await;
-            }
-        }
-        let polled_at = Instant::now();
-        let polls = qrm.poll().await;
-        if polls.is_empty() {
-            continue;
-        }
-        let resources: Vec<String> = polls.iter().map(|(r, _)| r.clone()).collect();
-        match handle.plugin_reconcile(polls, polled_at).await {
-            Ok(outcome) => {
-                for resource in &resources {
-                    let changes = outcome.changed.get(resource).copied().unwrap_or_default();
-                    qrm.registry.note_reconcile(resource, changes);
-                }
-                for again in outcome.reallocate {
-                    reallocate(&qrm, &handle, again).await;
-                }
-            }
-            Err(err) => tracing::error!("plugin reconcile: {err}"),
-        }
-    }
-}
-
-/// Runs `Allocate` again for a container a plugin no longer knows.
-async fn reallocate(qrm: &Qrm, handle: &ControllerHandle, again: crate::controller::Reallocation) {
-    let requests = match qrm.plugin_requests(&again.pod, &again.container) {
-        Ok(requests) => requests,
-        Err(err) => {
-            tracing::warn!(pod = %again.pod.uid, container = %again.container, "re-allocation: {err}");
-            return;
-        }
-    };
-    match qrm
-        .allocate(&again.pod, &again.container, &requests, again.affinity)
-        .await
-    {
-        Ok(allocations) => {
-            let resources = requests.iter().map(|r| r.resource.clone()).collect();
-            let key = (again.pod.uid.clone(), again.container.clone());
-            if let Err(err) = handle
-                .record_reallocation(key, resources, allocations)
-                .await
-            {
-                tracing::error!(pod = %again.pod.uid, container = %again.container, "re-allocation: {err}");
-            }
-        }
-        Err(err) => tracing::warn!("re-allocation: {err}"),
-    }
-}
-
-/// Tells every plugin of each departed pod, retrying with back-off until
-/// all of them answered (§4.10).
-async fn removal_loop(qrm: Arc<Qrm>, handle: ControllerHandle, mut stop: watch::Receiver<bool>) {
-    let _running = LoopRunning::new(&qrm.removal_loop_running);
-    let mut removals = handle.plugin_removals();
-    let mut attempts: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
-    let mut retry = tokio::time::interval(Duration::from_secs(1));
-    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = removals.changed() => {}
-            _ = retry.tick() => {}
-            _ = stop.changed() => break,
-        }
-        let pending: Vec<String> = removals.borrow_and_update().clone();
-        attempts.retain(|uid, _| pending.contains(uid));
-        for uid in pending {
-            let due = attempts
-                .get(&uid)
-                .is_none_or(|(_, next)| Instant::now() >= *next);
-            if !due {
-                continue;
-            }
-            match qrm.remove_pod(&uid).await {
-                Ok(()) => {
-                    attempts.remove(&uid);
-                    handle.plugin_pod_removed(uid).await;
-                    qrm.request_reconcile();
-                }
-                Err(errors) => {
-                    let (failures, _) = attempts.get(&uid).copied().unwrap_or((0, Instant::now()));
-                    let backoff = Duration::from_secs(1 << failures.min(6));
-                    tracing::warn!(pod = %uid, ?errors, retry_in = ?backoff, "RemovePod failed");
-                    attempts.insert(uid, (failures + 1, Instant::now() + backoff));
-                }
-            }
-        }
     }
 }

@@ -103,7 +103,7 @@ impl QrmNode {
         let (handle, _thread) =
             controller::spawn_with(controller, hints, Some(Arc::clone(&qrm))).expect("spawn");
         let (stop, stop_rx) = watch::channel(false);
-        let tasks = qrm.start(&handle, &stop_rx)?;
+        let tasks = crate::daemon::qrm_loops::start(&qrm, &handle, &stop_rx)?;
         Ok(Self {
             handle,
             qrm,

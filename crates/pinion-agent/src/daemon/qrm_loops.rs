@@ -1,0 +1,97 @@
+//! The QoS Resource Manager's loops wired to the controller: the
+//! controller's handle as the loops' [`AllocationKeeper`], and the start of
+//! the manager with its loops. `qrm/` knows the controller only through
+//! that trait, so the arrows point one way: the controller's handle holds
+//! the manager, the manager's loops hold a keeper.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pinion_core::plugin_allocation::PluginAllocations;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::controller::{ControlError, ControllerHandle};
+use crate::qrm::loops::{self, AllocationKeeper, Reallocation, Reconciled};
+use crate::qrm::{Poll, Qrm, QrmError};
+
+impl AllocationKeeper for ControllerHandle {
+    type Error = ControlError;
+
+    async fn apply_polls(
+        &self,
+        polls: Vec<(String, Poll)>,
+        polled_at: Instant,
+    ) -> Result<Reconciled, ControlError> {
+        let outcome = self.plugin_reconcile(polls, polled_at).await?;
+        let reallocate = outcome
+            .reallocate
+            .into_iter()
+            .map(|again| Reallocation {
+                pod: again.pod,
+                container: again.container,
+                affinity: again.affinity,
+            })
+            .collect();
+        Ok(Reconciled {
+            changed: outcome.changed,
+            reallocate,
+        })
+    }
+
+    async fn record_reallocation(
+        &self,
+        key: (String, String),
+        resources: BTreeSet<String>,
+        allocations: PluginAllocations,
+    ) -> Result<(), ControlError> {
+        ControllerHandle::record_reallocation(self, key, resources, allocations)
+            .await
+            .map(drop)
+    }
+
+    fn pending_removals(&self) -> watch::Receiver<Vec<String>> {
+        self.plugin_removals()
+    }
+
+    async fn pod_removed(&self, uid: String) {
+        self.plugin_pod_removed(uid).await;
+    }
+
+    async fn flush_plugin_state(&self) -> Result<(), ControlError> {
+        ControllerHandle::flush_plugin_state(self).await
+    }
+}
+
+/// Starts the manager (`Qrm::start`: the plugin watcher and the
+/// registration server, with a placeholder for every resource of the
+/// controller's durable allocations) and its loops with `handle` as their
+/// keeper: reconcile, removal, and the backstop flush of the built-in
+/// plugins' state. Each ends when `stop` turns true.
+///
+/// # Errors
+/// When the manager cannot start (`QrmError::Start`).
+pub fn start(
+    qrm: &Arc<Qrm>,
+    handle: &ControllerHandle,
+    stop: &watch::Receiver<bool>,
+) -> Result<Vec<JoinHandle<()>>, QrmError> {
+    let mut tasks = qrm.start(&handle.snapshot().plugin_resources, stop)?;
+    tasks.push(tokio::spawn(loops::reconcile_loop(
+        Arc::clone(qrm),
+        handle.clone(),
+        stop.clone(),
+    )));
+    tasks.push(tokio::spawn(loops::removal_loop(
+        Arc::clone(qrm),
+        handle.clone(),
+        stop.clone(),
+    )));
+    tasks.push(tokio::spawn(loops::flush_backstop(
+        Arc::clone(qrm),
+        handle.clone(),
+        stop.clone(),
+    )));
+    Ok(tasks)
+}
