@@ -523,8 +523,9 @@ if ! b_is "$(shared_without $(exclusive g1 g2))"; then
     grep -E 'admitted|released|held|synchroniz' "$S/agent.log" | tail -n 25 | cut -c1-250 |
         while IFS= read -r line; do note "g3 deleted: agent: $line"; done
 fi
-check_eq "deleting g3 returns its cpus ($g3_cpus) to the shared pool" \
-    "$(shared_without $(exclusive g1 g2))" "$(pod_cpus b)"
+held=$(exclusive g1 g2)
+check_eq "deleting g3 returns its cpus ($g3_cpus) to the shared pool (g1 and g2 hold $held)" \
+    "$(shared_without $held)" "$(pod_cpus b)"
 check_eq "deleting g3 releases it in Pinion's checkpoint" "" "$(pinion_entries | grep "^$(pod_uid g3)/")"
 for name in g2 pl g1 b; do delete_pod "$name"; done
 check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pinion_entries)"
