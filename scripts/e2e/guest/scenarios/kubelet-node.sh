@@ -253,7 +253,7 @@ write_pod() {
  "metadata": {"name": "$name", "namespace": "default", "uid": "$(pod_uid "$name")"},
  "spec": {"hostNetwork": true, "terminationGracePeriodSeconds": 1, $podres
   "containers": [{"name": "app", "image": "$IMAGE", "imagePullPolicy": "Never",
-   "command": ["/bin/sh", "-c", "cat /proc/uptime >/out/$name.started; trap 'exit 0' TERM; while :; do sleep 1; done"],
+   "command": ["/bin/sh", "-c", "cat /proc/uptime >>/out/$name.started; trap 'exit 0' TERM; while :; do sleep 1; done"],
    "env": [{"name": "E2E_POD", "value": "$name"}],
    "resources": $res,
    "volumeMounts": [{"name": "out", "mountPath": "/out"}]}],
@@ -278,7 +278,7 @@ pod_gone() { [ -z "$(pod_pid "$1")" ]; }
 start_pod() {
     write_pod "$1" "$2"
     if wait_for "${POD_WAIT:-180}" pod_running "$1"; then
-        ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(cut -d' ' -f1 "$OUT/$1.started")" \
+        ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
         note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
@@ -373,8 +373,10 @@ exclusive() {
     for item in $SEQ; do
         name=${item%%:*} kind=${item#*:}
         case " $* " in *" $name "*) ;; *) continue ;; esac
-        case $kind in g*) pod_cpus "$name" ;; esac
-    done | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//'
+        # One line per pod: pod_cpus ends without a newline, and two pods'
+        # lists run together otherwise ("2 3" "4" read as "2 34").
+        case $kind in g*) echo "$(pod_cpus "$name")" ;; esac
+    done | tr ' ' '\n' | grep . | sort -n | tr '\n' ' ' | sed 's/ $//'
 }
 b_is() { [ "$(pod_cpus b)" = "$1" ]; }
 
@@ -398,6 +400,8 @@ run_sequence() {
     done
     for name in $started; do
         echo "$name=$(pod_cpus "$name" | tr ' ' ',')" >>"$S/seq-$PHASE"
+        starts=$(wc -l <"$OUT/$name.started" 2>/dev/null || echo 0)
+        [ "$starts" -gt 1 ] && note "$PHASE: pod $name's container started $starts times (kubelet restarted it)"
     done
     return 0
 }
