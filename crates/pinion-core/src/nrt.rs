@@ -38,8 +38,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::alloc::AllocOptions;
+use crate::cpuset::CpuSet;
 use crate::pod::Pod;
-use crate::podresources::{Allocatable, PodResources, MEMORY};
+use crate::podresources::{
+    allocatable, with_plugin_resources, Allocatable, AllocatableResource, PodResources, MEMORY,
+};
+use crate::policy::Policy;
 use crate::topology::Topology;
 
 pub use fingerprint::Method;
@@ -169,6 +174,84 @@ pub struct Input<'a> {
     /// Pinion's extension attributes: computed when given (the static
     /// policy hands out exclusive CPUs).
     pub fit: Option<FitInput<'a>>,
+}
+
+/// What does not change while a node runs: its machine, its policies and
+/// the method of the fingerprint.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// The static policy's reserved CPUs and allocation options; `None`
+    /// under a policy that hands out no exclusive CPUs.
+    pub exclusive: Option<(CpuSet, AllocOptions)>,
+    pub topology_manager_policy: String,
+    pub topology_manager_scope: String,
+    pub hugepages: Vec<HugePages>,
+    pub method: Method,
+}
+
+impl Node {
+    /// The node under `policy`, with the Topology Manager's `policy` and
+    /// `scope` as configured (absent: kubelet's defaults `none`, `container`).
+    #[must_use]
+    pub fn new(
+        policy: &Policy,
+        topology_manager_policy: Option<&str>,
+        topology_manager_scope: Option<&str>,
+        hugepages: Vec<HugePages>,
+        method: Method,
+    ) -> Self {
+        let exclusive = match policy {
+            Policy::None => None,
+            Policy::Static(p) => Some((p.reserved().clone(), p.options().alloc_options())),
+        };
+        Self {
+            exclusive,
+            topology_manager_policy: topology_manager_policy.unwrap_or("none").to_string(),
+            topology_manager_scope: topology_manager_scope.unwrap_or("container").to_string(),
+            hugepages,
+            method,
+        }
+    }
+}
+
+/// What the node holds now.
+#[derive(Debug, Clone, Copy)]
+pub struct Now<'a> {
+    /// The static policy's default set (the shared pool, reserved CPUs in it).
+    pub default: &'a CpuSet,
+    /// The resource plugins' node resources.
+    pub plugin_resources: &'a [AllocatableResource],
+    /// podresources' `List`.
+    pub holdings: &'a [PodResources],
+    /// The Kubernetes pods on the node.
+    pub pods: &'a [&'a Pod],
+}
+
+/// The content `node` publishes on `topology` with `now`'s holdings: the
+/// allocatable resources as podresources reports them, then [`build`].
+#[must_use]
+pub fn content(topology: &Topology, node: &Node, now: &Now<'_>) -> Nrt {
+    let no_reservation = CpuSet::new();
+    let reserved = node.exclusive.as_ref().map_or(&no_reservation, |(r, _)| r);
+    let allocatable = with_plugin_resources(
+        allocatable(topology, node.exclusive.is_some(), reserved),
+        now.plugin_resources,
+    );
+    build(&Input {
+        topology,
+        allocatable: &allocatable,
+        holdings: now.holdings,
+        hugepages: &node.hugepages,
+        pods: now.pods,
+        method: node.method,
+        topology_manager_policy: &node.topology_manager_policy,
+        topology_manager_scope: &node.topology_manager_scope,
+        fit: node.exclusive.as_ref().map(|(reserved, options)| FitInput {
+            default: now.default,
+            reserved,
+            options: *options,
+        }),
+    })
 }
 
 /// Per zone, per resource: (capacity, allocatable, used).

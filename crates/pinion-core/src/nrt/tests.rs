@@ -550,3 +550,47 @@ fn without_l3_information_no_uncore_group_attribute_is_published() {
         Some("3")
     );
 }
+
+#[test]
+fn a_node_under_the_none_policy_publishes_no_allocatable_cpu_and_no_fit() {
+    let topology = machine();
+    let node = Node::new(&crate::policy::Policy::None, None, None, Vec::new(), Method::All);
+    let nrt = content(
+        &topology,
+        &node,
+        &Now {
+            default: topology.all_cpus(),
+            plugin_resources: &[],
+            holdings: &[],
+            pods: &[],
+        },
+    );
+    assert_eq!(amounts(zone(&nrt, "node-1"), "cpu"), triple(8, 0, 0));
+    assert!(nrt.zones.iter().all(|z| z.attributes.is_empty()));
+    assert_eq!(nrt.attribute("topologyManagerPolicy"), Some("none"));
+    assert_eq!(nrt.attribute("topologyManagerScope"), Some("container"));
+    assert_eq!(nrt.attribute(MAX_DISTRIBUTED_REQUEST), None);
+}
+
+#[test]
+fn a_static_node_reserves_its_cpus_and_publishes_what_fits() {
+    let topology = machine();
+    let policy = crate::testing::static_policy(topology.clone(), "0");
+    let node = Node::new(&policy, Some("single-numa-node"), Some("pod"), Vec::new(), Method::All);
+    let nrt = content(
+        &topology,
+        &node,
+        &Now {
+            default: topology.all_cpus(),
+            plugin_resources: &[],
+            holdings: &[],
+            pods: &[],
+        },
+    );
+    assert_eq!(amounts(zone(&nrt, "node-0"), "cpu"), triple(8, 7, 7));
+    assert_eq!(nrt.attribute("topologyManagerScope"), Some("pod"));
+    assert_eq!(
+        zone_attribute(zone(&nrt, "node-1"), FREE_WHOLE_CORES).as_deref(),
+        Some("4")
+    );
+}
