@@ -156,8 +156,8 @@ impl Publisher {
                 Some(delay) => sleep_or_stop(delay, &mut stop).await,
                 None => {
                     tokio::select! {
-                        changed = snapshots.changed() => changed.is_ok(),
-                        changed = plugins.changed() => changed.is_ok(),
+                        () = changed(&mut snapshots) => true,
+                        () = changed(&mut plugins) => true,
                         () = resync_at(next_resync) => { last_sent = None; true }
                         () = stopped(&mut stop) => false,
                     }
@@ -218,6 +218,14 @@ async fn node_uid(nodes: &Api<Node>, name: &str) -> Option<String> {
             tracing::debug!(node = %name, error = %err, "node not readable: no owner reference yet");
             None
         }
+    }
+}
+
+/// Returns when `rx` has a value not seen yet; never when its sender is
+/// gone (an agent without resource plugins has no sender of theirs).
+async fn changed<T>(rx: &mut watch::Receiver<T>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
