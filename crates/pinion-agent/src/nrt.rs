@@ -7,6 +7,8 @@
 //! nothing but the object.
 
 pub mod publish;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 use std::sync::Arc;
