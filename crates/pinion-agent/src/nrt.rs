@@ -18,7 +18,6 @@ use pinion_core::nrt::{self as model, HugePages, Node, Now, Nrt};
 use pinion_core::pod::Pod;
 use pinion_core::podresources::{self as podres, AllocatableResource};
 use pinion_core::Topology;
-use serde_json::json;
 use tokio::sync::watch;
 
 use crate::config::NrtConfig;
@@ -154,30 +153,7 @@ fn runs_in_kubernetes(snapshot: &Snapshot, uid: &str) -> bool {
         .any(|w| w.pod == uid && w.frontend == "runtime")
 }
 
-/// The whole object: apiVersion, kind, metadata (name, the fingerprint's
-/// legacy annotation, the Node as owner), zones and attributes.
-#[must_use]
-pub fn object(node_name: &str, content: &Nrt, owner_uid: Option<&str>) -> serde_json::Value {
-    let mut metadata = json!({ "name": node_name });
-    if let Some(fingerprint) = content.fingerprint() {
-        metadata["annotations"] = json!({ model::fingerprint::ANNOTATION: fingerprint });
-    }
-    if let Some(uid) = owner_uid {
-        metadata["ownerReferences"] = json!([{
-            "apiVersion": "v1",
-            "kind": "Node",
-            "name": node_name,
-            "uid": uid,
-        }]);
-    }
-    json!({
-        "apiVersion": model::API_VERSION,
-        "kind": model::KIND,
-        "metadata": metadata,
-        "zones": content.zones,
-        "attributes": content.attributes,
-    })
-}
+pub use model::object;
 
 /// The node's name: the configured one, else `NODE_NAME` (the DaemonSet
 /// sets it from `spec.nodeName`), else the host name.
@@ -203,16 +179,7 @@ pub fn node_name(
 #[must_use]
 pub fn hugepages(sysroot: &Path) -> Vec<HugePages> {
     match pinion_host::meminfo::read_node_memory(sysroot) {
-        Ok(nodes) => nodes
-            .iter()
-            .flat_map(|node| {
-                node.hugepages.iter().map(|pool| HugePages {
-                    node: node.node,
-                    resource: pool.resource_name(),
-                    bytes: pool.total_bytes(),
-                })
-            })
-            .collect(),
+        Ok(nodes) => pinion_host::meminfo::hugepage_pools(&nodes),
         Err(err) => {
             tracing::warn!(error = %err, "node resource topology: no hugepages listed");
             Vec::new()

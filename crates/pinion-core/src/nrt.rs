@@ -135,6 +135,32 @@ impl Nrt {
     }
 }
 
+/// The whole object for node `node_name`: apiVersion, kind, metadata (the
+/// name, the fingerprint's legacy annotation, the Node as owner when its
+/// UID is known), zones and attributes.
+#[must_use]
+pub fn object(node_name: &str, content: &Nrt, owner_uid: Option<&str>) -> serde_json::Value {
+    let mut metadata = serde_json::json!({ "name": node_name });
+    if let Some(signature) = content.fingerprint() {
+        metadata["annotations"] = serde_json::json!({ fingerprint::ANNOTATION: signature });
+    }
+    if let Some(uid) = owner_uid {
+        metadata["ownerReferences"] = serde_json::json!([{
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": node_name,
+            "uid": uid,
+        }]);
+    }
+    serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "zones": content.zones,
+        "attributes": content.attributes,
+    })
+}
+
 /// The zone name of NUMA node `id` (`node-<id>`).
 #[must_use]
 pub fn zone_name(id: u32) -> String {

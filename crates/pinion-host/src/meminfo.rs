@@ -70,6 +70,22 @@ pub struct NodeMemory {
     pub hugepages: Vec<HugePages>,
 }
 
+/// Every hugepage pool of `nodes` as the NodeResourceTopology lists it
+/// (resource name and bytes configured, per node).
+#[must_use]
+pub fn hugepage_pools(nodes: &[NodeMemory]) -> Vec<pinion_core::nrt::HugePages> {
+    nodes
+        .iter()
+        .flat_map(|node| {
+            node.hugepages.iter().map(|pool| pinion_core::nrt::HugePages {
+                node: node.node,
+                resource: pool.resource_name(),
+                bytes: pool.total_bytes(),
+            })
+        })
+        .collect()
+}
+
 /// Reads every NUMA node's memory under `root` (`/` for this machine),
 /// ascending by node id.
 pub fn read_node_memory(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
