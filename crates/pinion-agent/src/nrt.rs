@@ -74,6 +74,18 @@ impl NrtSource {
         self
     }
 
+    /// The same source, saying why it is not published.
+    #[must_use]
+    pub fn with_off(self, reason: String) -> Self {
+        self.with_status(
+            watch::channel(NrtPublishing {
+                off: Some(reason),
+                ..NrtPublishing::default()
+            })
+            .1,
+        )
+    }
+
     /// The object's name: the node's.
     #[must_use]
     pub fn node_name(&self) -> &str {
@@ -234,7 +246,15 @@ pub async fn start(
     let Some(credentials) = credentials else {
         return Ok((Arc::new(source), None));
     };
-    let client_config = publish::client_config(&credentials).await?;
+    let client_config = match publish::client_config(&credentials).await {
+        Ok(client_config) => client_config,
+        Err(err) if publish::optional(&config.nrt, &credentials) => {
+            let reason = format!("in-cluster credentials unusable: {err}");
+            tracing::warn!(error = %err, "node resource topology not published (in a pod without a service account token?); nodeResourceTopology.publish: true makes this an error");
+            return Ok((Arc::new(source.with_off(reason)), None));
+        }
+        Err(err) => return Err(err.into()),
+    };
     let server = client_config.cluster_url.to_string();
     let client = kube::Client::try_from(client_config).map_err(publish::PublishError::from)?;
     let publisher = publish::Publisher::new(&mut source, client, &config.nrt, server.clone());

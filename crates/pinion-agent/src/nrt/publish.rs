@@ -78,6 +78,15 @@ pub fn credentials(
     Ok(None)
 }
 
+/// Whether publishing may be given up when `credentials` cannot be used:
+/// only for the service account found on its own (`publish` unset) — every
+/// pod has `KUBERNETES_SERVICE_HOST`, also one without a token (Pinion's
+/// DaemonSet mounts none) — never when publishing was asked for.
+#[must_use]
+pub fn optional(config: &NrtConfig, credentials: &Credentials) -> bool {
+    config.publish.is_none() && *credentials == Credentials::InCluster
+}
+
 /// The client configuration for `credentials`.
 pub async fn client_config(credentials: &Credentials) -> Result<kube::Config, PublishError> {
     match credentials {

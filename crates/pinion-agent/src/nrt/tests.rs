@@ -6,7 +6,7 @@ use pinion_core::nrt::Method;
 use pinion_core::pod::{Container, Pod};
 use pinion_core::{CpuSet, Placement, Pool, Quantity};
 
-use super::publish::{credentials, Credentials, PublishError};
+use super::publish::{credentials, optional, Credentials, PublishError};
 use super::*;
 use crate::config::NrtConfig;
 use crate::controller::WorkloadView;
@@ -149,4 +149,30 @@ fn standalone_runs_take_cpus_but_are_not_in_the_pods_fingerprint() {
     let object = object("node-a", &nrt, Some("uid-1"));
     assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "uid-1");
     assert_eq!(object["metadata"]["annotations"]["topology.node.k8s.io/fingerprint"], sign([("prod", "db")]));
+}
+
+#[test]
+fn regression_a_pod_without_a_service_account_token_runs_without_publishing() {
+    // Every pod has KUBERNETES_SERVICE_HOST; Pinion's DaemonSet mounts no
+    // token. Publishing found on its own is given up, never one asked for.
+    let mut config = NrtConfig::default();
+    assert!(optional(&config, &Credentials::InCluster));
+    assert!(!optional(
+        &config,
+        &Credentials::Kubeconfig(PathBuf::from("/etc/pinion/kubeconfig"))
+    ));
+    config.publish = Some(true);
+    assert!(!optional(&config, &Credentials::InCluster));
+}
+
+#[tokio::test]
+async fn in_cluster_credentials_without_a_token_are_an_error_naming_it() {
+    // This test process is not in a pod: the token file is absent.
+    if std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists() {
+        return;
+    }
+    let err = super::publish::client_config(&Credentials::InCluster)
+        .await
+        .expect_err("no token here");
+    assert!(matches!(err, PublishError::InCluster(_)), "{err}");
 }
