@@ -407,3 +407,156 @@ async fn the_periodic_resync_sends_the_object_again_without_changes() {
     assert_eq!(patches[0].body, patches[2].body);
 }
 
+
+// ---- the real agent binary, publishing through its kubeconfig ----
+
+#[path = "../../pinion-core/tests/common/shared.rs"]
+mod shared;
+
+const MACHINE: &str = "topologies/x86-2s-intel-xeon-gold-6230-ht-snc2";
+
+/// The agent binary on a real machine's sysfs tree (read in place through
+/// a sysroot of symlinks, as `tests/podresources.rs` does), its cgroup
+/// hierarchy a plain directory declared cgroup v2, publishing to `server`.
+struct Agent {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Agent {
+    fn start(machine: &std::path::Path, server: SocketAddr) -> Self {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("sysroot");
+        std::fs::create_dir_all(root.join("proc/self")).expect("proc");
+        symlink(machine.join("sys"), root.join("sys")).expect("sys link");
+        for entry in std::fs::read_dir(machine.join("proc")).expect("machine's proc") {
+            let entry = entry.expect("entry");
+            symlink(entry.path(), root.join("proc").join(entry.file_name())).expect("proc link");
+        }
+        symlink("/proc/locks", root.join("proc/locks")).expect("locks link");
+        std::fs::write(
+            root.join("proc/self/mountinfo"),
+            "30 23 0:26 / /cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n",
+        )
+        .expect("mountinfo");
+        std::fs::create_dir_all(root.join("cgroup")).expect("cgroup mount");
+        std::fs::write(root.join("cgroup/cgroup.controllers"), "cpuset cpu memory\n")
+            .expect("controllers");
+        std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster: {{server: \"http://{server}\"}}\nusers:\n- name: pinion\n  user: {{token: test-token}}\ncontexts:\n- name: pinion\n  context: {{cluster: stand-in, user: pinion}}\ncurrent-context: pinion\n"
+            ),
+        )
+        .expect("kubeconfig");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ntopologyManagerPolicy: single-numa-node\nnodeResourceTopology:\n  kubeconfig: {}\n  nodeName: {NODE}\n  updateDelay: 50ms\n",
+                kubeconfig.display()
+            ),
+        )
+        .expect("config");
+        let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pinion-agent"))
+            .arg("--config")
+            .arg(dir.path().join("config.yaml"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("pinion.sock"))
+            .arg("--sysroot")
+            .arg(&root)
+            .arg("--cgroup-root")
+            .arg(root.join("cgroup/pinion"))
+            .args(["--metrics-addr", "127.0.0.1:0", "--log-level", "warn"])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start agent");
+        Self { dir, child }
+    }
+
+    fn client(&self) -> pinion_api::Client {
+        pinion_api::Client::new(&self.dir.path().join("pinion.sock"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The sum of `field` of every zone's `cpu`.
+fn cpus_in(object: &Value, field: &str) -> u64 {
+    object["zones"]
+        .as_array()
+        .expect("zones")
+        .iter()
+        .flat_map(|z| z["resources"].as_array().into_iter().flatten())
+        .filter(|r| r["name"] == "cpu")
+        .map(|r| r[field].as_str().and_then(|v| v.parse::<u64>().ok()).expect("quantity"))
+        .sum()
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
+    let Some(machine) = shared::shared(MACHINE) else {
+        return;
+    };
+    let server = Arc::new(Server::default());
+    let address = serve(Arc::clone(&server)).await;
+    let agent = Agent::start(&machine, address);
+    let first = patches_until(&server, |p| !p.is_empty()).await;
+    let object = &first[0].body;
+    assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], NODE_UID, "{}", agent.log());
+    assert_eq!(object["zones"].as_array().map(Vec::len), Some(4));
+    assert_eq!((cpus_in(object, "allocatable"), cpus_in(object, "available")), (79, 79));
+    assert_eq!(attribute(object, "topologyManagerPolicy"), "single-numa-node");
+
+    // A standalone run of 2 exclusive CPUs: they are taken (the run is not
+    // a pod of the cluster: the fingerprint keeps the empty set).
+    let client = agent.client();
+    let run = pinion_api::local::RunRequest {
+        cpus: Some("2".into()),
+        ..pinion_api::local::RunRequest::new("pinion-run-nrt")
+    };
+    blocking(move || client.run(&run)).await.expect("run");
+    let patches = patches_until(&server, |p| {
+        p.last().is_some_and(|last| cpus_in(&last.body, "available") == 77)
+    })
+    .await;
+    let last = &patches[patches.len() - 1].body;
+    assert_eq!(attribute(last, "nodeTopologyPodsFingerprint"), sign([]));
+
+    // `pinion nrt`'s source: the same object, and how publishing goes.
+    let client = agent.client();
+    let answer = blocking(move || client.nrt()).await.expect("nrt");
+    assert_eq!(cpus_in(&answer.object, "available"), 77);
+    assert_eq!(answer.publishing.off, None);
+    assert_eq!(answer.publishing.server, Some(format!("http://{address}/")));
+    assert!(answer.publishing.updates >= 2, "{:?}", answer.publishing);
+
+    let client = agent.client();
+    blocking(move || client.release("pinion-run-nrt"))
+        .await
+        .expect("release");
+    patches_until(&server, |p| {
+        p.last().is_some_and(|last| cpus_in(&last.body, "available") == 79)
+    })
+    .await;
+}
