@@ -121,7 +121,16 @@ async fn route(
             server::json(StatusCode::OK, &handle.plugins())
         }
         (wire::NRT_PATH, &Method::GET | &Method::HEAD) => match nrt {
-            Some(source) => server::json(StatusCode::OK, &source.answer()),
+            // Built off the runtime's thread (the fit attributes ask the
+            // allocator many times).
+            Some(source) => match tokio::task::spawn_blocking(move || source.answer()).await {
+                Ok(answer) => server::json(StatusCode::OK, &answer),
+                Err(err) => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("node resource topology: {err}"),
+                    None,
+                ),
+            },
             None => error(
                 StatusCode::NOT_FOUND,
                 "this agent serves no node resource topology".to_string(),

@@ -291,6 +291,42 @@ mod tests {
     }
 
     #[test]
+    fn hugepage_pools_are_listed_per_node_by_resource_name_in_bytes() {
+        let node = |node: u32, hugepages: Vec<HugePages>| NodeMemory {
+            node,
+            total: 1 << 30,
+            free: 0,
+            hugepages,
+        };
+        let pools = hugepage_pools(&[
+            node(
+                0,
+                vec![HugePages {
+                    size_kib: 2048,
+                    total: 8,
+                    free: 8,
+                }],
+            ),
+            node(
+                3,
+                vec![HugePages {
+                    size_kib: 1_048_576,
+                    total: 2,
+                    free: 0,
+                }],
+            ),
+        ]);
+        let listed: Vec<(u32, &str, u64)> = pools
+            .iter()
+            .map(|p| (p.node, p.resource.as_str(), p.bytes))
+            .collect();
+        assert_eq!(
+            listed,
+            [(0, "hugepages-2Mi", 16 << 20), (3, "hugepages-1Gi", 2 << 30)]
+        );
+    }
+
+    #[test]
     fn without_numa_the_machine_is_node_zero() {
         let dir = tempfile::tempdir().expect("tempdir");
         write(

@@ -185,7 +185,15 @@ impl Publisher {
             if owner.is_none() {
                 owner = node_uid(&nodes, &name).await;
             }
-            let object = self.source.object(owner.as_deref());
+            // The fit attributes ask the allocator many times: off the
+            // runtime's thread, which also serves NRI and the local API.
+            let source = self.source.clone();
+            let uid = owner.clone();
+            let Ok(object) =
+                tokio::task::spawn_blocking(move || source.object(uid.as_deref())).await
+            else {
+                return;
+            };
             if last_sent.as_ref() == Some(&object) {
                 wait = None;
                 continue;
