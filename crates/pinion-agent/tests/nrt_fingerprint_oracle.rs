@@ -80,7 +80,10 @@ fn pinions_fingerprint_is_the_podfingerprint_librarys() {
     let input: String = sets
         .iter()
         .map(|set| {
-            let pods: Vec<String> = set.iter().map(|(ns, name)| format!("{ns}/{name}")).collect();
+            let pods: Vec<String> = set
+                .iter()
+                .map(|(ns, name)| format!("{ns}/{name}"))
+                .collect();
             format!("{}\n", pods.join(" "))
         })
         .collect();
@@ -108,7 +111,10 @@ fn pinions_fingerprint_is_the_podfingerprint_librarys() {
         .map(str::to_string)
         .collect();
     assert_eq!(expected.len(), sets.len());
-    assert_eq!(expected[2], "pfp0v001607b76a0e9d3aeb4", "the library's compat vector");
+    assert_eq!(
+        expected[2], "pfp0v001607b76a0e9d3aeb4",
+        "the library's compat vector"
+    );
     for (set, expected) in sets.iter().zip(&expected) {
         let ours = sign(set.iter().map(|(ns, name)| (ns.as_str(), name.as_str())));
         assert_eq!(&ours, expected, "set of {} pods: {set:?}", set.len());

@@ -30,8 +30,7 @@ use tokio::sync::watch;
 const PATIENCE: Duration = Duration::from_secs(30);
 const NODE: &str = "worker-1";
 const NODE_UID: &str = "6f1c1a52-node-uid";
-const OBJECT_PATH: &str =
-    "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
+const OBJECT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
 
 #[derive(Debug, Clone)]
 struct Recorded {
@@ -106,32 +105,39 @@ async fn serve(server: Arc<Server>) -> SocketAddr {
             };
             let server = Arc::clone(&server);
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let server = Arc::clone(&server);
-                    async move {
-                        let (parts, body) = request.into_parts();
-                        let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                        let recorded = Recorded {
-                            method: parts.method.to_string(),
-                            path: parts.uri.path().to_string(),
-                            query: parts.uri.query().unwrap_or_default().to_string(),
-                            content_type: parts
-                                .headers
-                                .get("content-type")
-                                .and_then(|v| v.to_str().ok())
-                                .unwrap_or_default()
-                                .to_string(),
-                            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                        };
-                        let (status, answer) = server.answer(recorded);
-                        let mut response = Response::new(Full::new(Bytes::from(answer.to_string())));
-                        *response.status_mut() = status;
-                        response
-                            .headers_mut()
-                            .insert("content-type", "application/json".parse().expect("header"));
-                        Ok::<_, std::convert::Infallible>(response)
-                    }
-                });
+                let service =
+                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let server = Arc::clone(&server);
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let bytes = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let recorded = Recorded {
+                                method: parts.method.to_string(),
+                                path: parts.uri.path().to_string(),
+                                query: parts.uri.query().unwrap_or_default().to_string(),
+                                content_type: parts
+                                    .headers
+                                    .get("content-type")
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                            };
+                            let (status, answer) = server.answer(recorded);
+                            let mut response =
+                                Response::new(Full::new(Bytes::from(answer.to_string())));
+                            *response.status_mut() = status;
+                            response.headers_mut().insert(
+                                "content-type",
+                                "application/json".parse().expect("header"),
+                            );
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
@@ -153,7 +159,11 @@ fn machine() -> Topology {
     .spec()
     .clone();
     for node in &mut spec.numa_nodes {
-        node.distances = if node.id == 0 { vec![10, 20] } else { vec![20, 10] };
+        node.distances = if node.id == 0 {
+            vec![10, 20]
+        } else {
+            vec![20, 10]
+        };
     }
     Topology::new(spec).expect("topology")
 }
@@ -232,7 +242,13 @@ async fn start(config: NrtConfig, failures: usize) -> Bed {
     let topology = machine();
     let (snapshots, rx) = watch::channel(Arc::new(snapshot(&topology, &[])));
     let policy = pinion_core::testing::static_policy(topology.clone(), "0");
-    let node = Node::new(&policy, Some("single-numa-node"), None, Vec::new(), Method::WithExclusiveResources);
+    let node = Node::new(
+        &policy,
+        Some("single-numa-node"),
+        None,
+        Vec::new(),
+        Method::WithExclusiveResources,
+    );
     let mut source = NrtSource::new(Arc::new(topology.clone()), node, NODE.to_string(), rx);
     let url = format!("http://{address}");
     let client_config = kube::Config::new(url.parse().expect("url"));
@@ -298,7 +314,11 @@ async fn the_object_is_applied_with_its_node_as_owner_and_follows_admissions() {
     let first = patches_until(&bed.server, |p| !p.is_empty()).await;
     let first = &first[0];
     assert_eq!(first.content_type, "application/apply-patch+yaml");
-    assert!(first.query.contains("fieldManager=pinion"), "{}", first.query);
+    assert!(
+        first.query.contains("fieldManager=pinion"),
+        "{}",
+        first.query
+    );
     assert!(first.query.contains("force=true"), "{}", first.query);
     let object = &first.body;
     assert_eq!(object["apiVersion"], "topology.node.k8s.io/v1alpha2");
@@ -306,7 +326,11 @@ async fn the_object_is_applied_with_its_node_as_owner_and_follows_admissions() {
     assert_eq!(object["metadata"]["name"], NODE);
     let owner = &object["metadata"]["ownerReferences"][0];
     assert_eq!(
-        (owner["kind"].as_str(), owner["name"].as_str(), owner["uid"].as_str()),
+        (
+            owner["kind"].as_str(),
+            owner["name"].as_str(),
+            owner["uid"].as_str()
+        ),
         (Some("Node"), Some(NODE), Some(NODE_UID))
     );
     assert_eq!(attribute(object, "nodeTopologyPodsFingerprint"), sign([]));
@@ -314,7 +338,10 @@ async fn the_object_is_applied_with_its_node_as_owner_and_follows_admissions() {
         object["metadata"]["annotations"]["topology.node.k8s.io/fingerprint"],
         sign([])
     );
-    assert_eq!(attribute(object, "topologyManagerPolicy"), "single-numa-node");
+    assert_eq!(
+        attribute(object, "topologyManagerPolicy"),
+        "single-numa-node"
+    );
     assert_eq!(zone_resource(object, "node-1", "cpu")["available"], "4");
 
     // An admission of 2 CPUs on node 1: the next update says so.
@@ -332,7 +359,10 @@ async fn the_object_is_applied_with_its_node_as_owner_and_follows_admissions() {
     // The server records the request before the publisher hears back.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while bed.source.answer().publishing.updates < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "updates not counted");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "updates not counted"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(bed.source.answer().publishing.last_error, None);
@@ -407,7 +437,6 @@ async fn the_periodic_resync_sends_the_object_again_without_changes() {
     assert_eq!(patches[0].body, patches[2].body);
 }
 
-
 // ---- the real agent binary, publishing through its kubeconfig ----
 
 #[path = "../../pinion-core/tests/common/shared.rs"]
@@ -441,8 +470,11 @@ impl Agent {
         )
         .expect("mountinfo");
         std::fs::create_dir_all(root.join("cgroup")).expect("cgroup mount");
-        std::fs::write(root.join("cgroup/cgroup.controllers"), "cpuset cpu memory\n")
-            .expect("controllers");
+        std::fs::write(
+            root.join("cgroup/cgroup.controllers"),
+            "cpuset cpu memory\n",
+        )
+        .expect("controllers");
         std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(
@@ -505,7 +537,12 @@ fn cpus_in(object: &Value, field: &str) -> u64 {
         .iter()
         .flat_map(|z| z["resources"].as_array().into_iter().flatten())
         .filter(|r| r["name"] == "cpu")
-        .map(|r| r[field].as_str().and_then(|v| v.parse::<u64>().ok()).expect("quantity"))
+        .map(|r| {
+            r[field]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("quantity")
+        })
         .sum()
 }
 
@@ -523,10 +560,21 @@ async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
     let agent = Agent::start(&machine, address);
     let first = patches_until(&server, |p| !p.is_empty()).await;
     let object = &first[0].body;
-    assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], NODE_UID, "{}", agent.log());
+    assert_eq!(
+        object["metadata"]["ownerReferences"][0]["uid"],
+        NODE_UID,
+        "{}",
+        agent.log()
+    );
     assert_eq!(object["zones"].as_array().map(Vec::len), Some(4));
-    assert_eq!((cpus_in(object, "allocatable"), cpus_in(object, "available")), (79, 79));
-    assert_eq!(attribute(object, "topologyManagerPolicy"), "single-numa-node");
+    assert_eq!(
+        (cpus_in(object, "allocatable"), cpus_in(object, "available")),
+        (79, 79)
+    );
+    assert_eq!(
+        attribute(object, "topologyManagerPolicy"),
+        "single-numa-node"
+    );
 
     // A standalone run of 2 exclusive CPUs: they are taken (the run is not
     // a pod of the cluster: the fingerprint keeps the empty set).
@@ -537,7 +585,8 @@ async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
     };
     blocking(move || client.run(&run)).await.expect("run");
     let patches = patches_until(&server, |p| {
-        p.last().is_some_and(|last| cpus_in(&last.body, "available") == 77)
+        p.last()
+            .is_some_and(|last| cpus_in(&last.body, "available") == 77)
     })
     .await;
     let last = &patches[patches.len() - 1].body;
@@ -556,7 +605,8 @@ async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
         .await
         .expect("release");
     patches_until(&server, |p| {
-        p.last().is_some_and(|last| cpus_in(&last.body, "available") == 79)
+        p.last()
+            .is_some_and(|last| cpus_in(&last.body, "available") == 79)
     })
     .await;
 }

@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::net::UnixStream;
 
 use crate::local::{
-    Admitted, ErrorBody, NrtAnswer, Plugin, Pools, ReleaseRequest, Released, ResizeRequest, RunRequest,
-    SetPool, Snapshot, HEALTH_PATH, NRT_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, READY_PATH,
-    RELEASE_PATH, RESIZE_PATH, RUN_PATH,
+    Admitted, ErrorBody, NrtAnswer, Plugin, Pools, ReleaseRequest, Released, ResizeRequest,
+    RunRequest, SetPool, Snapshot, HEALTH_PATH, NRT_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH,
+    PS_PATH, READY_PATH, RELEASE_PATH, RESIZE_PATH, RUN_PATH,
 };
 
 /// Default bound on one call (connect, request, answer).

@@ -109,7 +109,7 @@ pub struct Attribute {
 
 impl Attribute {
     #[must_use]
-    pub fn new(name: &str, value: impl ToString) -> Self {
+    pub fn new(name: &str, value: &impl ToString) -> Self {
         Self {
             name: name.to_string(),
             value: value.to_string(),
@@ -301,7 +301,7 @@ pub fn build(input: &Input<'_>) -> Nrt {
         .map(|node| {
             let resources = counters
                 .get(&node.id)
-                .map(|per_resource| sorted_resources(per_resource))
+                .map(sorted_resources)
                 .unwrap_or_default();
             Zone {
                 name: zone_name(node.id),
@@ -321,10 +321,10 @@ pub fn build(input: &Input<'_>) -> Nrt {
         .collect();
     let signature = fingerprint::pods_fingerprint(input.method, input.pods, &exposed);
     let mut attributes = vec![
-        Attribute::new(fingerprint::ATTRIBUTE, signature),
-        Attribute::new(fingerprint::ATTRIBUTE_METHOD, input.method.as_str()),
-        Attribute::new(ATTRIBUTE_SCOPE, input.topology_manager_scope),
-        Attribute::new(ATTRIBUTE_POLICY, input.topology_manager_policy),
+        Attribute::new(fingerprint::ATTRIBUTE, &signature),
+        Attribute::new(fingerprint::ATTRIBUTE_METHOD, &input.method.as_str()),
+        Attribute::new(ATTRIBUTE_SCOPE, &input.topology_manager_scope),
+        Attribute::new(ATTRIBUTE_POLICY, &input.topology_manager_policy),
     ];
     if let Some(fit) = &input.fit {
         attributes.extend(fit::node_attributes(input.topology, fit));

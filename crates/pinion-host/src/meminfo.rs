@@ -77,11 +77,13 @@ pub fn hugepage_pools(nodes: &[NodeMemory]) -> Vec<pinion_core::nrt::HugePages> 
     nodes
         .iter()
         .flat_map(|node| {
-            node.hugepages.iter().map(|pool| pinion_core::nrt::HugePages {
-                node: node.node,
-                resource: pool.resource_name(),
-                bytes: pool.total_bytes(),
-            })
+            node.hugepages
+                .iter()
+                .map(|pool| pinion_core::nrt::HugePages {
+                    node: node.node,
+                    resource: pool.resource_name(),
+                    bytes: pool.total_bytes(),
+                })
         })
         .collect()
 }
@@ -322,7 +324,10 @@ mod tests {
             .collect();
         assert_eq!(
             listed,
-            [(0, "hugepages-2Mi", 16 << 20), (3, "hugepages-1Gi", 2 << 30)]
+            [
+                (0, "hugepages-2Mi", 16 << 20),
+                (3, "hugepages-1Gi", 2 << 30)
+            ]
         );
     }
 

@@ -48,7 +48,10 @@ fn cpu(zone: &Value) -> &Value {
 }
 
 fn number(value: &Value) -> u64 {
-    value.as_str().and_then(|s| s.parse().ok()).expect("whole quantity")
+    value
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("whole quantity")
 }
 
 fn attribute<'v>(object: &'v Value, name: &str) -> Option<&'v str> {
@@ -65,7 +68,15 @@ fn zones_costs_and_cpus_follow_the_machines_sysfs_tree() {
         return;
     };
     let root = tree.to_str().expect("utf-8");
-    let object = object(&["nrt", "--sysroot", root, "--node-name", "worker-1", "-o", "json"]);
+    let object = object(&[
+        "nrt",
+        "--sysroot",
+        root,
+        "--node-name",
+        "worker-1",
+        "-o",
+        "json",
+    ]);
     assert_eq!(object["kind"], "NodeResourceTopology");
     assert_eq!(object["metadata"]["name"], "worker-1");
     let zones = object["zones"].as_array().expect("zones");
@@ -117,14 +128,19 @@ fn the_agents_config_sets_the_reservation_and_the_topology_manager_attributes() 
     let root = tree.to_str().expect("utf-8");
     let config = config.to_str().expect("utf-8");
     let object = object(&["nrt", "--sysroot", root, "--config", config, "-o", "json"]);
-    assert_eq!(attribute(&object, "topologyManagerPolicy"), Some("single-numa-node"));
+    assert_eq!(
+        attribute(&object, "topologyManagerPolicy"),
+        Some("single-numa-node")
+    );
     assert_eq!(attribute(&object, "topologyManagerScope"), Some("pod"));
     let zones = object["zones"].as_array().expect("zones");
     let first_cpus = CpuSet::parse_list(&node_file(&tree, 0, "cpulist")).expect("cpulist");
     for zone in zones {
         let id = zone_id(zone);
         let cpus = CpuSet::parse_list(&node_file(&tree, id, "cpulist")).expect("cpulist");
-        let reserved = cpus.intersection(&CpuSet::parse_list("0,40").expect("cpus")).len() as u64;
+        let reserved = cpus
+            .intersection(&CpuSet::parse_list("0,40").expect("cpus"))
+            .len() as u64;
         assert_eq!(
             number(&cpu(zone)["allocatable"]),
             cpus.len() as u64 - reserved,
@@ -135,7 +151,10 @@ fn the_agents_config_sets_the_reservation_and_the_topology_manager_attributes() 
         // one whole core fewer.
         let whole = zone["attributes"]
             .as_array()
-            .and_then(|list| list.iter().find(|a| a["name"] == "pinion.io/freeWholeCores"))
+            .and_then(|list| {
+                list.iter()
+                    .find(|a| a["name"] == "pinion.io/freeWholeCores")
+            })
             .and_then(|a| a["value"].as_str())
             .and_then(|v| v.parse::<u64>().ok())
             .expect("freeWholeCores");
@@ -157,7 +176,10 @@ fn yaml_is_the_same_object_as_json() {
     assert_eq!(yaml, json);
     let out = pinion(&["nrt", "--sysroot", root]);
     let table = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(table.contains("ZONE    RESOURCE  CAPACITY  ALLOCATABLE  AVAILABLE"), "{table}");
+    assert!(
+        table.contains("ZONE    RESOURCE  CAPACITY  ALLOCATABLE  AVAILABLE"),
+        "{table}"
+    );
 }
 
 #[test]

@@ -76,7 +76,11 @@ impl NrtConfig {
         if let Some(name) = &file.node_name {
             check_node_name(name)?;
         }
-        if file.kubeconfig.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+        if file
+            .kubeconfig
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
             return Err(field_error(
                 "nodeResourceTopology.kubeconfig",
                 "",

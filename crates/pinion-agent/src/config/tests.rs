@@ -538,7 +538,10 @@ fn a_bad_exclusive_cpus_partition_is_named_with_its_value() {
 fn the_node_resource_topology_section_is_read_with_its_defaults() {
     let config = resolve_yaml("{}").expect("defaults");
     assert_eq!(config.nrt, NrtConfig::default());
-    assert_eq!(config.nrt.method, pinion_core::nrt::Method::WithExclusiveResources);
+    assert_eq!(
+        config.nrt.method,
+        pinion_core::nrt::Method::WithExclusiveResources
+    );
     let config = resolve_yaml(
         "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n",
     )

@@ -98,12 +98,15 @@ pub async fn client_config(credentials: &Credentials) -> Result<kube::Config, Pu
                     source,
                 }
             })?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|source| PublishError::Kubeconfig {
-                    path: path.clone(),
-                    source,
-                })
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|source| PublishError::Kubeconfig {
+                path: path.clone(),
+                source,
+            })
         }
     }
 }

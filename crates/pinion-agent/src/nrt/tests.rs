@@ -35,10 +35,15 @@ fn credentials_come_from_the_kubeconfig_else_the_pod_else_publishing_is_off() {
     config.kubeconfig = Some(PathBuf::from("/etc/pinion/kubeconfig"));
     assert_eq!(
         credentials(&config, env_of(IN_CLUSTER)).expect("file"),
-        Some(Credentials::Kubeconfig(PathBuf::from("/etc/pinion/kubeconfig")))
+        Some(Credentials::Kubeconfig(PathBuf::from(
+            "/etc/pinion/kubeconfig"
+        )))
     );
     config.publish = Some(false);
-    assert_eq!(credentials(&config, env_of(IN_CLUSTER)).expect("never"), None);
+    assert_eq!(
+        credentials(&config, env_of(IN_CLUSTER)).expect("never"),
+        None
+    );
 }
 
 #[test]
@@ -49,7 +54,10 @@ fn publish_true_without_credentials_is_refused_with_what_to_set() {
     };
     let err = credentials(&config, env_of(&[("KUBERNETES_SERVICE_HOST", "")])).expect_err("none");
     assert!(matches!(err, PublishError::NoCredentials));
-    assert!(err.to_string().contains("nodeResourceTopology.kubeconfig"), "{err}");
+    assert!(
+        err.to_string().contains("nodeResourceTopology.kubeconfig"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -134,10 +142,13 @@ fn standalone_runs_take_cpus_but_are_not_in_the_pods_fingerprint() {
         shared_pool: CpuSet::parse_list("0,3").expect("pool"),
         ..Snapshot::default()
     };
-    snapshot.pods.insert("k8s".to_string(), guaranteed("k8s", "prod", "db"));
     snapshot
         .pods
-        .insert("run".to_string(), guaranteed("run", "pinion", "pinion-run-1"));
+        .insert("k8s".to_string(), guaranteed("k8s", "prod", "db"));
+    snapshot.pods.insert(
+        "run".to_string(),
+        guaranteed("run", "pinion", "pinion-run-1"),
+    );
     snapshot.workloads = vec![
         workload("k8s", "runtime", "1"),
         workload("run", "standalone", "2"),
@@ -145,10 +156,16 @@ fn standalone_runs_take_cpus_but_are_not_in_the_pods_fingerprint() {
     let nrt = content_of(&snapshot, &topology, &node, &[]);
     assert_eq!(nrt.fingerprint(), Some(sign([("prod", "db")]).as_str()));
     let cpu = &nrt.zones[0].resources[0];
-    assert_eq!((cpu.allocatable.as_str(), cpu.available.as_str()), ("3", "1"));
+    assert_eq!(
+        (cpu.allocatable.as_str(), cpu.available.as_str()),
+        ("3", "1")
+    );
     let object = object("node-a", &nrt, Some("uid-1"));
     assert_eq!(object["metadata"]["ownerReferences"][0]["uid"], "uid-1");
-    assert_eq!(object["metadata"]["annotations"]["topology.node.k8s.io/fingerprint"], sign([("prod", "db")]));
+    assert_eq!(
+        object["metadata"]["annotations"]["topology.node.k8s.io/fingerprint"],
+        sign([("prod", "db")])
+    );
 }
 
 #[test]

@@ -66,18 +66,18 @@ pub fn zone_attributes(topology: &Topology, node: u32, input: &FitInput<'_>) -> 
         .max()
         .unwrap_or(0);
     let mut out = vec![
-        Attribute::new(FREE_WHOLE_CORES, whole_cores.len()),
-        Attribute::new(LARGEST_FREE_CORE_BLOCK, largest_block),
+        Attribute::new(FREE_WHOLE_CORES, &whole_cores.len()),
+        Attribute::new(LARGEST_FREE_CORE_BLOCK, &largest_block),
     ];
     if uncore_is_cache(topology).is_ok() {
         out.push(Attribute::new(
             FREE_UNCORE_GROUPS,
-            free_uncore_groups(topology, node, &free),
+            &free_uncore_groups(topology, node, &free),
         ));
     }
     out.push(Attribute::new(
         MAX_FULL_PCPUS_REQUEST,
-        max_full_pcpus_request(topology, &free, input),
+        &max_full_pcpus_request(topology, &free, input),
     ));
     out
 }
@@ -87,7 +87,7 @@ pub fn zone_attributes(topology: &Topology, node: u32, input: &FitInput<'_>) -> 
 pub fn node_attributes(topology: &Topology, input: &FitInput<'_>) -> Vec<Attribute> {
     vec![Attribute::new(
         MAX_DISTRIBUTED_REQUEST,
-        max_distributed_request(topology, &input.free(topology), input.options),
+        &max_distributed_request(topology, &input.free(topology), input.options),
     )]
 }
 

@@ -554,7 +554,13 @@ fn without_l3_information_no_uncore_group_attribute_is_published() {
 #[test]
 fn a_node_under_the_none_policy_publishes_no_allocatable_cpu_and_no_fit() {
     let topology = machine();
-    let node = Node::new(&crate::policy::Policy::None, None, None, Vec::new(), Method::All);
+    let node = Node::new(
+        &crate::policy::Policy::None,
+        None,
+        None,
+        Vec::new(),
+        Method::All,
+    );
     let nrt = content(
         &topology,
         &node,
@@ -576,7 +582,13 @@ fn a_node_under_the_none_policy_publishes_no_allocatable_cpu_and_no_fit() {
 fn a_static_node_reserves_its_cpus_and_publishes_what_fits() {
     let topology = machine();
     let policy = crate::testing::static_policy(topology.clone(), "0");
-    let node = Node::new(&policy, Some("single-numa-node"), Some("pod"), Vec::new(), Method::All);
+    let node = Node::new(
+        &policy,
+        Some("single-numa-node"),
+        Some("pod"),
+        Vec::new(),
+        Method::All,
+    );
     let nrt = content(
         &topology,
         &node,

@@ -29,10 +29,20 @@ pub struct Args {
     #[arg(long, value_name = "FILE", requires = "sysroot")]
     config: Option<PathBuf>,
     /// With --sysroot: the object's name (default: `node`).
-    #[arg(long, value_name = "NAME", requires = "sysroot", default_value = "node")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "sysroot",
+        default_value = "node"
+    )]
     node_name: String,
     /// With --sysroot: the pods fingerprint's method.
-    #[arg(long, value_name = "METHOD", requires = "sysroot", default_value = "with-exclusive-resources")]
+    #[arg(
+        long,
+        value_name = "METHOD",
+        requires = "sysroot",
+        default_value = "with-exclusive-resources"
+    )]
     pods_fingerprint_method: String,
 }
 
@@ -56,7 +66,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 fn offline(args: &Args, sysroot: &std::path::Path) -> anyhow::Result<NrtAnswer> {
     let method = Method::parse(&args.pods_fingerprint_method)?;
     let topology = pinion_host::discover(sysroot).with_context(|| {
-        format!("cannot discover the cpu topology under {}", sysroot.display())
+        format!(
+            "cannot discover the cpu topology under {}",
+            sysroot.display()
+        )
     })?;
     let config = AgentConfig::load(args.config.as_deref())?;
     let policy = config
@@ -102,11 +115,21 @@ pub(crate) fn table(answer: &NrtAnswer, clock: &Clock) -> anyhow::Result<String>
         "NodeResourceTopology {name}: {}\n\n",
         publishing(&answer.publishing, clock)
     );
-    let mut resources = Table::new(&["ZONE", "RESOURCE", "CAPACITY>", "ALLOCATABLE>", "AVAILABLE>"]);
+    let mut resources = Table::new(&[
+        "ZONE",
+        "RESOURCE",
+        "CAPACITY>",
+        "ALLOCATABLE>",
+        "AVAILABLE>",
+    ]);
     let mut costs = Table::new(&["ZONE", "COSTS"]);
     let mut attributes = Table::new(&["ZONE", "ATTRIBUTE", "VALUE"]);
     for attribute in &content.attributes {
-        attributes.row(vec![String::new(), attribute.name.clone(), attribute.value.clone()]);
+        attributes.row(vec![
+            String::new(),
+            attribute.name.clone(),
+            attribute.value.clone(),
+        ]);
     }
     for zone in &content.zones {
         for r in &zone.resources {
@@ -125,7 +148,11 @@ pub(crate) fn table(answer: &NrtAnswer, clock: &Clock) -> anyhow::Result<String>
             .collect();
         costs.row(vec![zone.name.clone(), list.join(" ")]);
         for attribute in &zone.attributes {
-            attributes.row(vec![zone.name.clone(), attribute.name.clone(), attribute.value.clone()]);
+            attributes.row(vec![
+                zone.name.clone(),
+                attribute.name.clone(),
+                attribute.value.clone(),
+            ]);
         }
     }
     out.push_str(&resources.render());
