@@ -46,6 +46,8 @@ struct Server {
     requests: Mutex<Vec<Recorded>>,
     /// Answer this many of the next PATCHes with 500.
     failures: Mutex<usize>,
+    /// Never answer a PATCH (a hung API server).
+    hang: Mutex<bool>,
 }
 
 impl Server {
@@ -127,7 +129,12 @@ async fn serve(server: Arc<Server>) -> SocketAddr {
                                     .to_string(),
                                 body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
                             };
+                            let hang =
+                                recorded.method == "PATCH" && *server.hang.lock().expect("lock");
                             let (status, answer) = server.answer(recorded);
+                            if hang {
+                                std::future::pending::<()>().await;
+                            }
                             let mut response =
                                 Response::new(Full::new(Bytes::from(answer.to_string())));
                             *response.status_mut() = status;
@@ -232,12 +239,18 @@ struct Bed {
     snapshots: watch::Sender<Arc<Snapshot>>,
     source: NrtSource,
     topology: Topology,
-    _stop: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 async fn start(config: NrtConfig, failures: usize) -> Bed {
+    start_with(config, failures, false).await
+}
+
+async fn start_with(config: NrtConfig, failures: usize, hang: bool) -> Bed {
     let server = Arc::new(Server::default());
     *server.failures.lock().expect("lock") = failures;
+    *server.hang.lock().expect("lock") = hang;
     let address = serve(Arc::clone(&server)).await;
     let topology = machine();
     let (snapshots, rx) = watch::channel(Arc::new(snapshot(&topology, &[])));
@@ -255,13 +268,14 @@ async fn start(config: NrtConfig, failures: usize) -> Bed {
     let client = kube::Client::try_from(client_config).expect("client");
     let publisher = Publisher::new(&mut source, client, &config, url);
     let (stop, stop_rx) = watch::channel(false);
-    tokio::spawn(publisher.run(stop_rx));
+    let task = tokio::spawn(publisher.run(stop_rx));
     Bed {
         server,
         snapshots,
         source,
         topology,
-        _stop: stop,
+        stop,
+        task,
     }
 }
 
@@ -424,6 +438,17 @@ async fn a_failing_api_server_is_retried_with_the_latest_state_and_blocks_nothin
         assert!(tokio::time::Instant::now() < deadline, "error not cleared");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test]
+async fn a_hung_api_server_does_not_hold_the_agents_stop_up() {
+    let bed = start_with(quick(), 0, true).await;
+    patches_until(&bed.server, |p| !p.is_empty()).await;
+    bed.stop.send(true).expect("stop");
+    tokio::time::timeout(PATIENCE, bed.task)
+        .await
+        .expect("the publisher stopped while its update hung")
+        .expect("publisher task");
 }
 
 #[tokio::test]

@@ -185,8 +185,12 @@ impl Publisher {
             }
             snapshots.borrow_and_update();
             plugins.borrow_and_update();
+            // A hung API server must not hold the agent's stop up.
             if owner.is_none() {
-                owner = node_uid(&nodes, &name).await;
+                owner = tokio::select! {
+                    uid = node_uid(&nodes, &name) => uid,
+                    () = stopped(&mut stop) => return,
+                };
             }
             // The fit attributes ask the allocator many times: off the
             // runtime's thread, which also serves NRI and the local API.
@@ -202,7 +206,12 @@ impl Publisher {
                 continue;
             }
             let params = PatchParams::apply(FIELD_MANAGER).force();
-            match objects.patch(&name, &params, &Patch::Apply(&object)).await {
+            let patch = Patch::Apply(&object);
+            let sent = tokio::select! {
+                sent = objects.patch(&name, &params, &patch) => sent,
+                () = stopped(&mut stop) => return,
+            };
+            match sent {
                 Ok(_) => {
                     tracing::debug!(node = %name, "node resource topology updated");
                     last_sent = Some(object);
