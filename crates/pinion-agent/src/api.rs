@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -23,6 +24,7 @@ pub use pinion_api::local::{ErrorBody, ReleaseRequest, RunRequest};
 use crate::controller::{
     self, AdmitRequest, ControlError, ControllerHandle, Frontend, RUN_CONTAINER,
 };
+use crate::nrt::NrtSource;
 use crate::server::{self, Answer, Limits};
 
 /// Binds the socket: removes a stale socket file, creates the parent
@@ -50,12 +52,32 @@ pub async fn serve(listener: UnixListener, handle: ControllerHandle, stop: watch
     serve_with(listener, handle, stop, Limits::LOCAL_API).await;
 }
 
+/// [`serve`], also answering `GET /v1/nrt` from `nrt`.
+pub async fn serve_with_nrt(
+    listener: UnixListener,
+    handle: ControllerHandle,
+    stop: watch::Receiver<bool>,
+    nrt: Arc<NrtSource>,
+) {
+    serve_inner(listener, handle, stop, Limits::LOCAL_API, Some(nrt)).await;
+}
+
 /// Serves connections until `stop` turns true, with `limits`.
 pub async fn serve_with(
     listener: UnixListener,
     handle: ControllerHandle,
     stop: watch::Receiver<bool>,
     limits: Limits,
+) {
+    serve_inner(listener, handle, stop, limits, None).await;
+}
+
+async fn serve_inner(
+    listener: UnixListener,
+    handle: ControllerHandle,
+    stop: watch::Receiver<bool>,
+    limits: Limits,
+    nrt: Option<Arc<NrtSource>>,
 ) {
     server::accept_loop(
         "local api",
@@ -69,8 +91,9 @@ pub async fn serve_with(
                 .and_then(|c| c.pid())
                 .and_then(|p| u32::try_from(p).ok());
             let handle = handle.clone();
+            let nrt = nrt.clone();
             server::serve_http1(stream, limits, slot, move |request| {
-                route(request, peer, handle.clone(), limits)
+                route(request, peer, handle.clone(), limits, nrt.clone())
             })
         },
     )
@@ -83,6 +106,7 @@ async fn route(
     peer: Option<u32>,
     handle: ControllerHandle,
     limits: Limits,
+    nrt: Option<Arc<NrtSource>>,
 ) -> Answer {
     let path = request.uri().path().to_string();
     let method = request.method().clone();
@@ -96,6 +120,23 @@ async fn route(
         (wire::PLUGINS_PATH, &Method::GET | &Method::HEAD) => {
             server::json(StatusCode::OK, &handle.plugins())
         }
+        (wire::NRT_PATH, &Method::GET | &Method::HEAD) => match nrt {
+            // Built off the runtime's thread (the fit attributes ask the
+            // allocator many times).
+            Some(source) => match tokio::task::spawn_blocking(move || source.answer()).await {
+                Ok(answer) => server::json(StatusCode::OK, &answer),
+                Err(err) => error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("node resource topology: {err}"),
+                    None,
+                ),
+            },
+            None => error(
+                StatusCode::NOT_FOUND,
+                "this agent serves no node resource topology".to_string(),
+                None,
+            ),
+        },
         (wire::RUN_PATH, &Method::POST) => match parse::<RunRequest>(request, &limits).await {
             Ok(run) => run_request(&run, peer, &handle).await,
             Err(answer) => answer,
@@ -140,6 +181,7 @@ async fn route(
             | wire::READY_PATH
             | wire::PS_PATH
             | wire::PLUGINS_PATH
+            | wire::NRT_PATH
             | wire::POOLS_PATH,
             _,
         ) => not_allowed(&method, &path, "GET, HEAD"),

@@ -22,6 +22,7 @@ pub use pinion_api::paths::DefaultPaths;
 mod duration;
 mod exclusive_cpus;
 mod housekeeping;
+mod nrt;
 mod podresources;
 mod qrm;
 mod system_partition;
@@ -29,6 +30,7 @@ mod system_partition;
 pub use duration::parse_go_duration;
 pub use exclusive_cpus::{ExclusiveCpusConfig, ExclusiveCpusFileConfig};
 pub use housekeeping::{contains as cgroup_contains, HousekeepingConfig, HousekeepingFileConfig};
+pub use nrt::{check_node_name, NrtConfig, NrtFileConfig};
 pub use podresources::{PodResourcesConfig, PodResourcesFileConfig};
 pub use qrm::{BuiltinPlugin, QrmConfig, QrmFileConfig};
 pub use system_partition::{SystemPartition, SystemPartitionFileConfig};
@@ -140,6 +142,8 @@ pub struct FileConfig {
     pub other_writers: Option<String>,
     /// KEP-5894's node system partition (gate `NodeSystemPartition`).
     pub system_partition: Option<SystemPartitionFileConfig>,
+    /// Publishing the NodeResourceTopology object (docs/nrt.md).
+    pub node_resource_topology: Option<NrtFileConfig>,
 }
 
 /// The `nri` section of the file.
@@ -329,6 +333,8 @@ pub struct Config {
     pub housekeeping: HousekeepingConfig,
     /// `systemPartition` (with its gate on and namespaces named).
     pub system_partition: Option<SystemPartition>,
+    /// `nodeResourceTopology`.
+    pub nrt: NrtConfig,
 }
 
 impl Config {
@@ -407,6 +413,7 @@ impl Config {
             exclusive_cpus: ExclusiveCpusConfig::resolve(file.exclusive_cpus)?,
             housekeeping,
             system_partition,
+            nrt: NrtConfig::resolve(file.node_resource_topology)?,
         };
         config.check_paths()?;
         Ok(config)

@@ -72,6 +72,8 @@ pub enum AgentError {
     Nri(#[from] PluginError),
     #[error(transparent)]
     Qrm(#[from] Box<QrmError>),
+    #[error("node resource topology: {0}")]
+    Nrt(#[from] crate::nrt::NrtStartError),
     #[error("cannot install the SIGTERM/SIGINT handlers: {source}")]
     Signals { source: std::io::Error },
     #[error("cannot listen on {what} {address}: {source}")]
@@ -253,11 +255,22 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 .map_err(Box::new)?,
         );
     }
+    let (nrt_source, nrt_task) = crate::nrt::start(
+        &config,
+        &handle,
+        qrm.as_ref().map(|qrm| qrm.registry().node_resources()),
+        Arc::new(machine_topology.clone()),
+        |key| std::env::var(key).ok(),
+        &stop_rx,
+    )
+    .await?;
+    tasks.extend(nrt_task);
     // Admissions only once every built-in plugin is there to place them.
-    tasks.push(tokio::spawn(api::serve(
+    tasks.push(tokio::spawn(api::serve_with_nrt(
         socket,
         handle.clone(),
         stop_rx.clone(),
+        nrt_source,
     )));
     let mut plugin = None;
     if let Some(options) = plugin_options {

@@ -11,6 +11,7 @@ pub mod hints;
 pub mod kubelet_qrm_checkpoint;
 pub mod metrics;
 pub mod nri;
+pub mod nrt;
 pub mod podresources;
 pub mod qrm;
 pub mod server;

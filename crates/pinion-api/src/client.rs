@@ -15,9 +15,9 @@ use serde::Serialize;
 use tokio::net::UnixStream;
 
 use crate::local::{
-    Admitted, ErrorBody, Plugin, Pools, ReleaseRequest, Released, ResizeRequest, RunRequest,
-    SetPool, Snapshot, HEALTH_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH, PS_PATH, READY_PATH,
-    RELEASE_PATH, RESIZE_PATH, RUN_PATH,
+    Admitted, ErrorBody, NrtAnswer, Plugin, Pools, ReleaseRequest, Released, ResizeRequest,
+    RunRequest, SetPool, Snapshot, HEALTH_PATH, NRT_PATH, PLUGINS_PATH, POOLS_PATH, POOLS_SET_PATH,
+    PS_PATH, READY_PATH, RELEASE_PATH, RESIZE_PATH, RUN_PATH,
 };
 
 /// Default bound on one call (connect, request, answer).
@@ -130,6 +130,11 @@ impl Client {
     /// The resource plugins the agent hosts.
     pub fn plugins(&self) -> Result<Vec<Plugin>, ClientError> {
         self.call_json::<(), _>(Method::GET, PLUGINS_PATH, None)
+    }
+
+    /// The NodeResourceTopology object the agent publishes.
+    pub fn nrt(&self) -> Result<NrtAnswer, ClientError> {
+        self.call_json::<(), _>(Method::GET, NRT_PATH, None)
     }
 
     /// The CPU plugin's pools.

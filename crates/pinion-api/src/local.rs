@@ -29,6 +29,10 @@ pub const POOLS_SET_PATH: &str = "/v1/pools/set";
 /// its new placement as an [`Admitted`].
 pub const RESIZE_PATH: &str = "/v1/resize";
 
+/// `GET`: the NodeResourceTopology object the agent publishes, and how its
+/// publishing goes ([`NrtAnswer`]).
+pub const NRT_PATH: &str = "/v1/nrt";
+
 /// Every run id (pod UID and cgroup name) starts with this.
 pub const RUN_ID_PREFIX: &str = "pinion-run-";
 /// The one container of a standalone run.
@@ -451,4 +455,34 @@ pub struct ResizeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<String>,
     pub cpus: String,
+}
+
+/// `GET /v1/nrt`: the object as the agent sends it to the API server
+/// (`topology.node.k8s.io/v1alpha2` `NodeResourceTopology`), and the state
+/// of its publishing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NrtAnswer {
+    pub object: serde_json::Value,
+    pub publishing: NrtPublishing,
+}
+
+/// How publishing to the API server goes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NrtPublishing {
+    /// Why the agent does not publish (no credentials, switched off), or
+    /// `None` when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off: Option<String>,
+    /// The API server the agent publishes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// Updates the API server accepted.
+    #[serde(default)]
+    pub updates: u64,
+    /// When the last accepted update was sent (seconds since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<u64>,
+    /// The last failure, while the object is not up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }

@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod durable;
 pub mod fileops;
+pub mod hostname;
 pub mod journal;
 pub mod lock;
 pub mod meminfo;

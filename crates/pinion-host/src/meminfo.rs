@@ -70,6 +70,24 @@ pub struct NodeMemory {
     pub hugepages: Vec<HugePages>,
 }
 
+/// Every hugepage pool of `nodes` as the NodeResourceTopology lists it
+/// (resource name and bytes configured, per node).
+#[must_use]
+pub fn hugepage_pools(nodes: &[NodeMemory]) -> Vec<pinion_core::nrt::HugePages> {
+    nodes
+        .iter()
+        .flat_map(|node| {
+            node.hugepages
+                .iter()
+                .map(|pool| pinion_core::nrt::HugePages {
+                    node: node.node,
+                    resource: pool.resource_name(),
+                    bytes: pool.total_bytes(),
+                })
+        })
+        .collect()
+}
+
 /// Reads every NUMA node's memory under `root` (`/` for this machine),
 /// ascending by node id.
 pub fn read_node_memory(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
@@ -272,6 +290,45 @@ mod tests {
         assert_eq!(nodes[0].hugepages[0].total_bytes(), 16 << 20);
         assert_eq!(nodes[1].total, 2048 * 1024);
         assert!(nodes[1].hugepages.is_empty());
+    }
+
+    #[test]
+    fn hugepage_pools_are_listed_per_node_by_resource_name_in_bytes() {
+        let node = |node: u32, hugepages: Vec<HugePages>| NodeMemory {
+            node,
+            total: 1 << 30,
+            free: 0,
+            hugepages,
+        };
+        let pools = hugepage_pools(&[
+            node(
+                0,
+                vec![HugePages {
+                    size_kib: 2048,
+                    total: 8,
+                    free: 8,
+                }],
+            ),
+            node(
+                3,
+                vec![HugePages {
+                    size_kib: 1_048_576,
+                    total: 2,
+                    free: 0,
+                }],
+            ),
+        ]);
+        let listed: Vec<(u32, &str, u64)> = pools
+            .iter()
+            .map(|p| (p.node, p.resource.as_str(), p.bytes))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                (0, "hugepages-2Mi", 16 << 20),
+                (3, "hugepages-1Gi", 2 << 30)
+            ]
+        );
     }
 
     #[test]

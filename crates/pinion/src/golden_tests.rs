@@ -80,3 +80,25 @@ fn podresources() {
         check(&format!("podresources-allocatable.{ext}"), &alloc);
     }
 }
+
+#[test]
+fn nrt() {
+    let answer: pinion_api::local::NrtAnswer = fixture("nrt.json");
+    let clock = clock();
+    let text = crate::cmd::nrt::table(&answer, &clock).expect("table");
+    check("nrt.table", &text);
+    check("nrt.yaml", &output::yaml(&answer.object).expect("yaml"));
+    let offline = pinion_api::local::NrtAnswer {
+        publishing: pinion_api::local::NrtPublishing {
+            off: Some("no api server credentials (docs/nrt.md)".to_string()),
+            ..pinion_api::local::NrtPublishing::default()
+        },
+        ..answer
+    };
+    let text = crate::cmd::nrt::table(&offline, &clock).expect("table");
+    let first = text.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        "NodeResourceTopology worker-1: not published (no api server credentials (docs/nrt.md))"
+    );
+}

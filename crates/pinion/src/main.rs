@@ -58,6 +58,9 @@ enum Command {
     Podresources(cmd::podresources::Args),
     /// Show the resource plugins the agent hosts (QoS Resource Manager).
     Plugins(cmd::plugins::Args),
+    /// Show the NodeResourceTopology object Pinion publishes for this node
+    /// (zones, resources, costs, attributes; `-o yaml` the object itself).
+    Nrt(cmd::nrt::Args),
     /// Show the CPU plugin's pools, or pin one (`pools set NAME=SIZE|MIN-MAX|auto`).
     Pools(cmd::pools::Args),
     /// Serve one of Pinion's own resource plugins (cpu, memory, nic) over
@@ -85,6 +88,7 @@ fn main() -> std::process::ExitCode {
         Command::Resize(args) => cmd::resize::run(&args),
         Command::Podresources(args) => cmd::podresources::run(&args),
         Command::Plugins(args) => cmd::plugins::run(&args),
+        Command::Nrt(args) => cmd::nrt::run(&args),
         Command::Pools(args) => cmd::pools::run(&args),
         Command::Plugin(args) => cmd::plugin::run(&args),
         Command::Completions(args) => cmd::package::completions(&args),

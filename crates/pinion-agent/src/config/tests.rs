@@ -533,3 +533,53 @@ fn a_bad_exclusive_cpus_partition_is_named_with_its_value() {
     let err = resolve_yaml("exclusiveCpus:\n  partitions: isolated\n").unwrap_err();
     assert!(err.to_string().contains("partitions"), "{err}");
 }
+
+#[test]
+fn the_node_resource_topology_section_is_read_with_its_defaults() {
+    let config = resolve_yaml("{}").expect("defaults");
+    assert_eq!(config.nrt, NrtConfig::default());
+    assert_eq!(
+        config.nrt.method,
+        pinion_core::nrt::Method::WithExclusiveResources
+    );
+    let config = resolve_yaml(
+        "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n",
+    )
+    .expect("section");
+    assert_eq!(config.nrt.publish, Some(true));
+    assert_eq!(
+        config.nrt.kubeconfig.as_deref(),
+        Some(Path::new("/etc/pinion/kubeconfig"))
+    );
+    assert_eq!(config.nrt.node_name.as_deref(), Some("worker-1"));
+    assert_eq!(config.nrt.method, pinion_core::nrt::Method::All);
+    assert_eq!(config.nrt.resync_period, Duration::from_secs(30));
+    assert_eq!(config.nrt.update_delay, Duration::from_millis(50));
+}
+
+#[test]
+fn bad_node_resource_topology_values_are_named() {
+    for (yaml, field, value) in [
+        (
+            "nodeResourceTopology: {podsFingerprintMethod: exclusive}",
+            "nodeResourceTopology.podsFingerprintMethod",
+            "exclusive",
+        ),
+        (
+            "nodeResourceTopology: {resyncPeriod: soon}",
+            "nodeResourceTopology.resyncPeriod",
+            "soon",
+        ),
+        (
+            "nodeResourceTopology: {nodeName: Worker_1}",
+            "nodeResourceTopology.nodeName",
+            "Worker_1",
+        ),
+    ] {
+        let err = resolve_yaml(yaml).expect_err(yaml);
+        assert_eq!(err.field(), Some(field), "{yaml}");
+        assert!(err.to_string().contains(value), "{err}");
+    }
+    let err = resolve_yaml("nodeResourceTopology: {kubeConfig: /x}").expect_err("unknown");
+    assert!(err.to_string().contains("kubeConfig"), "{err}");
+}

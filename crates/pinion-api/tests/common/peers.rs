@@ -113,7 +113,22 @@ pub enum GoAuthority {
 #[track_caller]
 pub fn go_client() -> Option<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
+    go_program(&BUILT, "grpc-client")
+}
+
+/// The Go program `interop/podfingerprint` (the podfingerprint library's
+/// signatures of pod sets, one set per input line), built as
+/// [`go_client`] is, or `None` after the skip notice.
+#[track_caller]
+pub fn go_podfingerprint() -> Option<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    go_program(&BUILT, "podfingerprint")
+}
+
+/// `interop/<dir>` built once per test process (`built` keeps it).
+#[track_caller]
+fn go_program(built: &OnceLock<Result<PathBuf, String>>, dir: &str) -> Option<PathBuf> {
+    let built = built.get_or_init(|| {
         let version = Command::new("go").arg("version").output();
         if !version.is_ok_and(|out| out.status.success()) {
             return Err("go not available".to_string());
@@ -121,17 +136,17 @@ pub fn go_client() -> Option<PathBuf> {
         // One file per test process: another process may be running its
         // copy while this one builds (overwriting it would fail with ETXTBSY).
         let binary = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("interop-grpcclient-{}", std::process::id()));
+            .join(format!("interop-{dir}-{}", std::process::id()));
         let out = Command::new("go")
             .args(["build", "-o"])
             .arg(&binary)
             .arg(".")
-            .current_dir(workspace().join("interop/grpc-client"))
+            .current_dir(workspace().join("interop").join(dir))
             .output()
             .expect("go build");
         assert!(
             out.status.success(),
-            "go build of interop/grpc-client: {}",
+            "go build of interop/{dir}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         Ok(binary)

@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod health;
 pub mod hints;
 mod local;
+pub mod nrt;
 pub mod package;
 pub mod plugin;
 pub mod plugins;

@@ -1,0 +1,127 @@
+//! The `nodeResourceTopology` section: publishing the node's
+//! NodeResourceTopology object to the API server (docs/nrt.md).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pinion_core::nrt::Method;
+use serde::Deserialize;
+
+use super::{field_error, parse_go_duration, ConfigError};
+
+/// Default `resyncPeriod`: the exporter's `--sleep-interval`.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+/// Default `updateDelay`: changes within it go in one update.
+pub const DEFAULT_UPDATE_DELAY: Duration = Duration::from_millis(200);
+
+/// The file form.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NrtFileConfig {
+    /// `true`: publish (start fails without credentials); `false`: never;
+    /// absent: publish when credentials are found.
+    pub publish: Option<bool>,
+    /// A kubeconfig file (standalone agents); absent: the in-cluster
+    /// service account when the agent runs in a pod.
+    pub kubeconfig: Option<PathBuf>,
+    /// The object's (and the Node's) name; absent: `NODE_NAME`, else the
+    /// host name.
+    pub node_name: Option<String>,
+    /// `with-exclusive-resources` (default) or `all`.
+    pub pods_fingerprint_method: Option<String>,
+    /// A full update at least this often (Go duration; `0` = only on changes).
+    pub resync_period: Option<String>,
+    /// How long an update waits for more changes after the first one.
+    pub update_delay: Option<String>,
+}
+
+/// The validated section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NrtConfig {
+    pub publish: Option<bool>,
+    pub kubeconfig: Option<PathBuf>,
+    pub node_name: Option<String>,
+    pub method: Method,
+    pub resync_period: Duration,
+    pub update_delay: Duration,
+}
+
+impl Default for NrtConfig {
+    fn default() -> Self {
+        Self {
+            publish: None,
+            kubeconfig: None,
+            node_name: None,
+            method: Method::default(),
+            resync_period: DEFAULT_RESYNC,
+            update_delay: DEFAULT_UPDATE_DELAY,
+        }
+    }
+}
+
+impl NrtConfig {
+    pub fn resolve(file: Option<NrtFileConfig>) -> Result<Self, ConfigError> {
+        let file = file.unwrap_or_default();
+        let defaults = Self::default();
+        let method = match &file.pods_fingerprint_method {
+            Some(text) => Method::parse(text).map_err(|err| {
+                field_error("nodeResourceTopology.podsFingerprintMethod", text, &err)
+            })?,
+            None => defaults.method,
+        };
+        let duration = |field: &'static str, text: Option<&String>, default: Duration| match text {
+            Some(text) => parse_go_duration(text).map_err(|err| field_error(field, text, &err)),
+            None => Ok(default),
+        };
+        if let Some(name) = &file.node_name {
+            check_node_name(name)?;
+        }
+        if file
+            .kubeconfig
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            return Err(field_error(
+                "nodeResourceTopology.kubeconfig",
+                "",
+                &"must not be empty",
+            ));
+        }
+        Ok(Self {
+            publish: file.publish,
+            kubeconfig: file.kubeconfig,
+            node_name: file.node_name,
+            method,
+            resync_period: duration(
+                "nodeResourceTopology.resyncPeriod",
+                file.resync_period.as_ref(),
+                defaults.resync_period,
+            )?,
+            update_delay: duration(
+                "nodeResourceTopology.updateDelay",
+                file.update_delay.as_ref(),
+                defaults.update_delay,
+            )?,
+        })
+    }
+}
+
+/// A Kubernetes object name (RFC 1123 subdomain): lowercase letters,
+/// digits, `-` and `.`, starting and ending alphanumeric, at most 253.
+pub fn check_node_name(name: &str) -> Result<(), ConfigError> {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum);
+    if valid {
+        Ok(())
+    } else {
+        Err(field_error(
+            "nodeResourceTopology.nodeName",
+            name,
+            &"not a valid node name (lowercase letters, digits, '-' and '.', at most 253, starting and ending with a letter or digit)",
+        ))
+    }
+}

@@ -1,0 +1,284 @@
+//! Keeping the node's NodeResourceTopology object up to date on the API
+//! server, with `kube` (server-side apply, field manager `pinion`).
+//!
+//! One task: it wakes when the controller publishes a snapshot or the
+//! plugins' node resources change, waits `updateDelay` so that a burst of
+//! admissions and releases goes in one update, builds the object from the
+//! latest snapshot and sends it when it differs from the last one the API
+//! server accepted — or every `resyncPeriod` regardless. A failed update is
+//! retried with a backoff (1 s doubling to 60 s), always with the latest
+//! snapshot; admissions never wait for any of it.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::Api;
+use pinion_api::local::NrtPublishing;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::NrtSource;
+use crate::config::NrtConfig;
+
+/// The field manager of Pinion's server-side applies.
+pub const FIELD_MANAGER: &str = "pinion";
+/// The resource's plural.
+pub const PLURAL: &str = "noderesourcetopologies";
+/// First wait after a failed update.
+pub const MIN_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Errors of setting up the publisher; each names what was tried.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("nodeResourceTopology.publish is true, but there are no api server credentials: set nodeResourceTopology.kubeconfig, or run in a pod (KUBERNETES_SERVICE_HOST is not set)")]
+    NoCredentials,
+    #[error("cannot read kubeconfig {}: {source}", .path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    #[error("in-cluster credentials: {0}")]
+    InCluster(#[from] kube::config::InClusterError),
+    #[error("api server client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// Where the credentials come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Kubeconfig(PathBuf),
+    /// The pod's service account (`KUBERNETES_SERVICE_HOST`, its token and CA).
+    InCluster,
+}
+
+/// Which credentials publishing uses, if it is on: `publish: false` never;
+/// a kubeconfig when one is configured; the service account in a pod; else
+/// off — or an error when `publish: true` asked for it.
+pub fn credentials(
+    config: &NrtConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Credentials>, PublishError> {
+    if config.publish == Some(false) {
+        return Ok(None);
+    }
+    if let Some(path) = &config.kubeconfig {
+        return Ok(Some(Credentials::Kubeconfig(path.clone())));
+    }
+    let set = |key: &str| env(key).is_some_and(|v| !v.is_empty());
+    if set("KUBERNETES_SERVICE_HOST") && set("KUBERNETES_SERVICE_PORT") {
+        return Ok(Some(Credentials::InCluster));
+    }
+    if config.publish == Some(true) {
+        return Err(PublishError::NoCredentials);
+    }
+    Ok(None)
+}
+
+/// Whether publishing may be given up when `credentials` cannot be used:
+/// only for the service account found on its own (`publish` unset) — every
+/// pod has `KUBERNETES_SERVICE_HOST`, also one without a token (Pinion's
+/// DaemonSet mounts none) — never when publishing was asked for.
+#[must_use]
+pub fn optional(config: &NrtConfig, credentials: &Credentials) -> bool {
+    config.publish.is_none() && *credentials == Credentials::InCluster
+}
+
+/// The client configuration for `credentials`.
+pub async fn client_config(credentials: &Credentials) -> Result<kube::Config, PublishError> {
+    match credentials {
+        Credentials::InCluster => Ok(kube::Config::incluster()?),
+        Credentials::Kubeconfig(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
+                PublishError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|source| PublishError::Kubeconfig {
+                path: path.clone(),
+                source,
+            })
+        }
+    }
+}
+
+/// The resource as the dynamic API sees it.
+#[must_use]
+pub fn resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("topology.node.k8s.io", "v1alpha2", pinion_core::nrt::KIND);
+    ApiResource::from_gvk_with_plural(&gvk, PLURAL)
+}
+
+/// The publisher task's parts.
+pub struct Publisher {
+    source: NrtSource,
+    client: kube::Client,
+    resync: Duration,
+    delay: Duration,
+    status: watch::Sender<NrtPublishing>,
+}
+
+impl Publisher {
+    /// A publisher of `source`'s object through `client`; the source
+    /// reports its status from now on.
+    #[must_use]
+    pub fn new(
+        source: &mut NrtSource,
+        client: kube::Client,
+        config: &NrtConfig,
+        server: String,
+    ) -> Self {
+        let (status, status_rx) = watch::channel(NrtPublishing {
+            server: Some(server),
+            ..NrtPublishing::default()
+        });
+        *source = source.clone().with_status(status_rx);
+        Self {
+            source: source.clone(),
+            client,
+            resync: config.resync_period,
+            delay: config.update_delay,
+            status,
+        }
+    }
+
+    /// Keeps the object up to date until `stop` turns true.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let objects: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource());
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let name = self.source.node_name().to_string();
+        let (mut snapshots, mut plugins) = self.source.changes();
+        let mut owner: Option<String> = None;
+        let mut last_sent: Option<serde_json::Value> = None;
+        let mut backoff = MIN_BACKOFF;
+        let mut next_resync: Option<Instant> = None;
+        // The first update goes at once.
+        let mut wait = Some(Duration::ZERO);
+        loop {
+            let woke = match wait {
+                Some(delay) => sleep_or_stop(delay, &mut stop).await,
+                None => {
+                    tokio::select! {
+                        () = changed(&mut snapshots) => true,
+                        () = changed(&mut plugins) => true,
+                        () = resync_at(next_resync) => { last_sent = None; true }
+                        () = stopped(&mut stop) => false,
+                    }
+                }
+            };
+            if !woke {
+                return;
+            }
+            if wait.is_none() {
+                // A change: let the burst it belongs to arrive first.
+                wait = Some(self.delay);
+                continue;
+            }
+            snapshots.borrow_and_update();
+            plugins.borrow_and_update();
+            // A hung API server must not hold the agent's stop up.
+            if owner.is_none() {
+                owner = tokio::select! {
+                    uid = node_uid(&nodes, &name) => uid,
+                    () = stopped(&mut stop) => return,
+                };
+            }
+            // The fit attributes ask the allocator many times: off the
+            // runtime's thread, which also serves NRI and the local API.
+            let source = self.source.clone();
+            let uid = owner.clone();
+            let Ok(object) =
+                tokio::task::spawn_blocking(move || source.object(uid.as_deref())).await
+            else {
+                return;
+            };
+            if last_sent.as_ref() == Some(&object) {
+                wait = None;
+                continue;
+            }
+            let params = PatchParams::apply(FIELD_MANAGER).force();
+            let patch = Patch::Apply(&object);
+            let sent = tokio::select! {
+                sent = objects.patch(&name, &params, &patch) => sent,
+                () = stopped(&mut stop) => return,
+            };
+            match sent {
+                Ok(_) => {
+                    tracing::debug!(node = %name, "node resource topology updated");
+                    last_sent = Some(object);
+                    backoff = MIN_BACKOFF;
+                    next_resync = (!self.resync.is_zero()).then(|| Instant::now() + self.resync);
+                    wait = None;
+                    self.status.send_modify(|s| {
+                        s.updates += 1;
+                        s.last_update = Some(epoch_seconds());
+                        s.last_error = None;
+                    });
+                }
+                Err(err) => {
+                    let text = format!("update of noderesourcetopology {name}: {err}");
+                    if self.status.borrow().last_error.as_deref() != Some(text.as_str()) {
+                        tracing::warn!(node = %name, error = %err, retry_in = ?backoff, "node resource topology not updated");
+                    }
+                    self.status.send_modify(|s| s.last_error = Some(text));
+                    wait = Some(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    }
+}
+
+/// The UID of Node `name` (the object's owner), or `None` when it cannot be
+/// read now (a standalone machine has no Node; asked again next update).
+async fn node_uid(nodes: &Api<Node>, name: &str) -> Option<String> {
+    match nodes.get(name).await {
+        Ok(node) => node.metadata.uid,
+        Err(err) => {
+            tracing::debug!(node = %name, error = %err, "node not readable: no owner reference yet");
+            None
+        }
+    }
+}
+
+/// Returns when `rx` has a value not seen yet; never when its sender is
+/// gone (an agent without resource plugins has no sender of theirs).
+async fn changed<T>(rx: &mut watch::Receiver<T>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+async fn sleep_or_stop(delay: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => true,
+        () = stopped(stop) => false,
+    }
+}
+
+async fn resync_at(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Returns once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopped| *stopped).await;
+}
+
+fn epoch_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,637 @@
+//! The NodeResourceTopology publisher against a stand-in API server: no API
+//! server runs on this machine yet (issue 32 items 3-5 bring a real control
+//! plane), so a small hyper server answers the two calls the publisher
+//! makes — `GET` of the Node and the server-side apply `PATCH` of the
+//! object — and records every request. The publisher's client is the real
+//! `kube` client.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use pinion_agent::config::NrtConfig;
+use pinion_agent::controller::{Snapshot, WorkloadView};
+use pinion_agent::nrt::publish::Publisher;
+use pinion_agent::nrt::NrtSource;
+use pinion_core::nrt::fingerprint::sign;
+use pinion_core::nrt::{Method, Node};
+use pinion_core::pod::{Container, Pod};
+use pinion_core::topology::{synthetic, Shape};
+use pinion_core::{CpuSet, Placement, Pool, Quantity, Topology};
+use serde_json::Value;
+use tokio::sync::watch;
+
+/// Upper bound for waiting on the publisher (not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(30);
+const NODE: &str = "worker-1";
+const NODE_UID: &str = "6f1c1a52-node-uid";
+const OBJECT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
+
+#[derive(Debug, Clone)]
+struct Recorded {
+    method: String,
+    path: String,
+    query: String,
+    content_type: String,
+    body: Value,
+}
+
+#[derive(Default)]
+struct Server {
+    requests: Mutex<Vec<Recorded>>,
+    /// Answer this many of the next PATCHes with 500.
+    failures: Mutex<usize>,
+    /// Never answer a PATCH (a hung API server).
+    hang: Mutex<bool>,
+}
+
+impl Server {
+    fn patches(&self) -> Vec<Recorded> {
+        self.requests
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .cloned()
+            .collect()
+    }
+
+    fn answer(&self, request: Recorded) -> (StatusCode, Value) {
+        let node_path = format!("/api/v1/nodes/{NODE}");
+        let answer = match (request.method.as_str(), request.path.as_str()) {
+            ("GET", path) if path == node_path => (
+                StatusCode::OK,
+                serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": NODE, "uid": NODE_UID}}),
+            ),
+            ("PATCH", OBJECT_PATH) => {
+                let mut failures = self.failures.lock().expect("lock");
+                if *failures > 0 {
+                    *failures -= 1;
+                    // 500, not 503: kube's client retries 503 itself.
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        serde_json::json!({"apiVersion": "v1", "kind": "Status",
+                            "status": "Failure", "message": "etcd is down", "reason": "InternalError", "code": 500}),
+                    )
+                } else {
+                    (StatusCode::OK, request.body.clone())
+                }
+            }
+            _ => (
+                StatusCode::NOT_FOUND,
+                serde_json::json!({"apiVersion": "v1", "kind": "Status",
+                    "status": "Failure", "reason": "NotFound", "code": 404}),
+            ),
+        };
+        self.requests.lock().expect("lock").push(request);
+        answer
+    }
+}
+
+/// Serves the stand-in API server on 127.0.0.1.
+async fn serve(server: Arc<Server>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let server = Arc::clone(&server);
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let server = Arc::clone(&server);
+                        async move {
+                            let (parts, body) = request.into_parts();
+                            let bytes = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let recorded = Recorded {
+                                method: parts.method.to_string(),
+                                path: parts.uri.path().to_string(),
+                                query: parts.uri.query().unwrap_or_default().to_string(),
+                                content_type: parts
+                                    .headers
+                                    .get("content-type")
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                            };
+                            let hang =
+                                recorded.method == "PATCH" && *server.hang.lock().expect("lock");
+                            let (status, answer) = server.answer(recorded);
+                            if hang {
+                                std::future::pending::<()>().await;
+                            }
+                            let mut response =
+                                Response::new(Full::new(Bytes::from(answer.to_string())));
+                            *response.status_mut() = status;
+                            response.headers_mut().insert(
+                                "content-type",
+                                "application/json".parse().expect("header"),
+                            );
+                            Ok::<_, std::convert::Infallible>(response)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// 2 NUMA nodes of 2 cores × 2 threads (node 0: CPUs 0-1, 4-5).
+fn machine() -> Topology {
+    let mut spec = synthetic(Shape {
+        sockets: 1,
+        numa_per_socket: 2,
+        cores_per_socket: 4,
+        threads_per_core: 2,
+        cores_per_uncore: 0,
+    })
+    .spec()
+    .clone();
+    for node in &mut spec.numa_nodes {
+        node.distances = if node.id == 0 {
+            vec![10, 20]
+        } else {
+            vec![20, 10]
+        };
+    }
+    Topology::new(spec).expect("topology")
+}
+
+fn cpus(list: &str) -> CpuSet {
+    CpuSet::parse_list(list).expect("cpulist")
+}
+
+/// The snapshot of a static node, CPU 0 reserved, with Guaranteed pods
+/// `(name, exclusive cpus)` of namespace `prod` placed by the runtime.
+fn snapshot(topology: &Topology, pods: &[(&str, &str)]) -> Snapshot {
+    let mut shared = topology.all_cpus().clone();
+    let mut snapshot = Snapshot {
+        policy: "static".to_string(),
+        all_cpus: topology.all_cpus().clone(),
+        reserved: cpus("0"),
+        ..Snapshot::default()
+    };
+    for (name, held) in pods {
+        let held = cpus(held);
+        shared = shared.difference(&held);
+        let uid = format!("uid-{name}");
+        let whole = Quantity::parse(&held.len().to_string()).expect("quantity");
+        let memory = Quantity::parse("1Gi").expect("quantity");
+        let pod = Pod {
+            uid: uid.clone(),
+            name: (*name).to_string(),
+            namespace: "prod".to_string(),
+            containers: vec![Container {
+                name: "app".to_string(),
+                cpu_request: Some(whole.clone()),
+                cpu_limit: Some(whole),
+                memory_request: Some(memory.clone()),
+                memory_limit: Some(memory),
+                ..Container::default()
+            }],
+            ..Pod::default()
+        };
+        snapshot.pods.insert(uid.clone(), Arc::new(pod));
+        snapshot.workloads.push(WorkloadView {
+            pod: uid,
+            container: "app".to_string(),
+            frontend: "runtime".to_string(),
+            placement: Placement {
+                mems: CpuSet::from_iter(topology.numa_nodes_of(&held)),
+                cpus: held,
+                pool: Pool::Exclusive,
+                ..Placement::default()
+            },
+            applied: true,
+            cgroup: None,
+            pid: None,
+            container_id: Some(format!("ctr-{name}")),
+            plugins: BTreeMap::new(),
+            apply_error: None,
+            partition: None,
+            foreign_write: None,
+        });
+    }
+    snapshot.shared_pool = shared;
+    snapshot
+}
+
+struct Bed {
+    server: Arc<Server>,
+    snapshots: watch::Sender<Arc<Snapshot>>,
+    source: NrtSource,
+    topology: Topology,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(config: NrtConfig, failures: usize) -> Bed {
+    start_with(config, failures, false).await
+}
+
+async fn start_with(config: NrtConfig, failures: usize, hang: bool) -> Bed {
+    let server = Arc::new(Server::default());
+    *server.failures.lock().expect("lock") = failures;
+    *server.hang.lock().expect("lock") = hang;
+    let address = serve(Arc::clone(&server)).await;
+    let topology = machine();
+    let (snapshots, rx) = watch::channel(Arc::new(snapshot(&topology, &[])));
+    let policy = pinion_core::testing::static_policy(topology.clone(), "0");
+    let node = Node::new(
+        &policy,
+        Some("single-numa-node"),
+        None,
+        Vec::new(),
+        Method::WithExclusiveResources,
+    );
+    let mut source = NrtSource::new(Arc::new(topology.clone()), node, NODE.to_string(), rx);
+    let url = format!("http://{address}");
+    let client_config = kube::Config::new(url.parse().expect("url"));
+    let client = kube::Client::try_from(client_config).expect("client");
+    let publisher = Publisher::new(&mut source, client, &config, url);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(publisher.run(stop_rx));
+    Bed {
+        server,
+        snapshots,
+        source,
+        topology,
+        stop,
+        task,
+    }
+}
+
+fn quick() -> NrtConfig {
+    NrtConfig {
+        update_delay: Duration::from_millis(50),
+        resync_period: Duration::ZERO,
+        ..NrtConfig::default()
+    }
+}
+
+/// Waits until `done` holds for the recorded PATCHes; their list.
+async fn patches_until(server: &Server, done: impl Fn(&[Recorded]) -> bool) -> Vec<Recorded> {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let patches = server.patches();
+        if done(&patches) {
+            return patches;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the publisher did not get there: {patches:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn attribute<'v>(object: &'v Value, name: &str) -> &'v str {
+    object["attributes"]
+        .as_array()
+        .and_then(|list| list.iter().find(|a| a["name"] == name))
+        .and_then(|a| a["value"].as_str())
+        .unwrap_or_else(|| panic!("no attribute {name} in {object}"))
+}
+
+fn zone_resource<'v>(object: &'v Value, zone: &str, resource: &str) -> &'v Value {
+    let zone = object["zones"]
+        .as_array()
+        .and_then(|zones| zones.iter().find(|z| z["name"] == zone))
+        .unwrap_or_else(|| panic!("no zone {zone} in {object}"));
+    zone["resources"]
+        .as_array()
+        .and_then(|list| list.iter().find(|r| r["name"] == resource))
+        .unwrap_or_else(|| panic!("no {resource} in {zone}"))
+}
+
+#[tokio::test]
+async fn the_object_is_applied_with_its_node_as_owner_and_follows_admissions() {
+    let bed = start(quick(), 0).await;
+    let first = patches_until(&bed.server, |p| !p.is_empty()).await;
+    let first = &first[0];
+    assert_eq!(first.content_type, "application/apply-patch+yaml");
+    assert!(
+        first.query.contains("fieldManager=pinion"),
+        "{}",
+        first.query
+    );
+    assert!(first.query.contains("force=true"), "{}", first.query);
+    let object = &first.body;
+    assert_eq!(object["apiVersion"], "topology.node.k8s.io/v1alpha2");
+    assert_eq!(object["kind"], "NodeResourceTopology");
+    assert_eq!(object["metadata"]["name"], NODE);
+    let owner = &object["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (
+            owner["kind"].as_str(),
+            owner["name"].as_str(),
+            owner["uid"].as_str()
+        ),
+        (Some("Node"), Some(NODE), Some(NODE_UID))
+    );
+    assert_eq!(attribute(object, "nodeTopologyPodsFingerprint"), sign([]));
+    assert_eq!(
+        object["metadata"]["annotations"]["topology.node.k8s.io/fingerprint"],
+        sign([])
+    );
+    assert_eq!(
+        attribute(object, "topologyManagerPolicy"),
+        "single-numa-node"
+    );
+    assert_eq!(zone_resource(object, "node-1", "cpu")["available"], "4");
+
+    // An admission of 2 CPUs on node 1: the next update says so.
+    bed.snapshots
+        .send(Arc::new(snapshot(&bed.topology, &[("db", "2,6")])))
+        .expect("send");
+    let patches = patches_until(&bed.server, |p| p.len() >= 2).await;
+    let object = &patches[1].body;
+    assert_eq!(
+        attribute(object, "nodeTopologyPodsFingerprint"),
+        sign([("prod", "db")])
+    );
+    assert_eq!(zone_resource(object, "node-1", "cpu")["available"], "2");
+    assert_eq!(zone_resource(object, "node-0", "cpu")["available"], "3");
+    // The server records the request before the publisher hears back.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while bed.source.answer().publishing.updates < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "updates not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(bed.source.answer().publishing.last_error, None);
+}
+
+#[tokio::test]
+async fn a_burst_of_admissions_goes_in_one_update_with_the_last_state() {
+    let bed = start(quick(), 0).await;
+    patches_until(&bed.server, |p| p.len() == 1).await;
+    let burst = [
+        vec![("a", "2,6")],
+        vec![("a", "2,6"), ("b", "3,7")],
+        vec![("a", "2,6"), ("b", "3,7"), ("c", "1,5")],
+    ];
+    for pods in &burst {
+        bed.snapshots
+            .send(Arc::new(snapshot(&bed.topology, pods)))
+            .expect("send");
+    }
+    let patches = patches_until(&bed.server, |p| p.len() >= 2).await;
+    let object = &patches[1].body;
+    assert_eq!(
+        attribute(object, "nodeTopologyPodsFingerprint"),
+        sign([("prod", "a"), ("prod", "b"), ("prod", "c")])
+    );
+    // Nothing changed since: the same object is not sent again (a second
+    // publish with the same state is a no-op).
+    bed.snapshots.send_modify(|_| {});
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(bed.server.patches().len(), 2);
+}
+
+#[tokio::test]
+async fn a_failing_api_server_is_retried_with_the_latest_state_and_blocks_nothing() {
+    let bed = start(quick(), 2).await;
+    // The first attempt fails: its error is what `pinion nrt` shows.
+    patches_until(&bed.server, |p| !p.is_empty()).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while bed.source.answer().publishing.last_error.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "no error reported");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let error = bed.source.answer().publishing.last_error.expect("error");
+    assert!(error.contains("etcd is down"), "{error}");
+    // Meanwhile the node keeps changing: sending a snapshot never waits.
+    for pods in [vec![("a", "2,6")], vec![("a", "2,6"), ("b", "3,7")]] {
+        bed.snapshots
+            .send(Arc::new(snapshot(&bed.topology, &pods)))
+            .expect("send");
+    }
+    let patches = patches_until(&bed.server, |p| p.len() >= 3).await;
+    let accepted = &patches[2].body;
+    assert_eq!(
+        attribute(accepted, "nodeTopologyPodsFingerprint"),
+        sign([("prod", "a"), ("prod", "b")])
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while bed.source.answer().publishing.last_error.is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "error not cleared");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_hung_api_server_does_not_hold_the_agents_stop_up() {
+    let bed = start_with(quick(), 0, true).await;
+    patches_until(&bed.server, |p| !p.is_empty()).await;
+    bed.stop.send(true).expect("stop");
+    tokio::time::timeout(PATIENCE, bed.task)
+        .await
+        .expect("the publisher stopped while its update hung")
+        .expect("publisher task");
+}
+
+#[tokio::test]
+async fn the_periodic_resync_sends_the_object_again_without_changes() {
+    let config = NrtConfig {
+        resync_period: Duration::from_millis(200),
+        ..quick()
+    };
+    let bed = start(config, 0).await;
+    let patches = patches_until(&bed.server, |p| p.len() >= 3).await;
+    assert_eq!(patches[0].body, patches[2].body);
+}
+
+// ---- the real agent binary, publishing through its kubeconfig ----
+
+#[path = "../../pinion-core/tests/common/shared.rs"]
+mod shared;
+
+const MACHINE: &str = "topologies/x86-2s-intel-xeon-gold-6230-ht-snc2";
+
+/// The agent binary on a real machine's sysfs tree (read in place through
+/// a sysroot of symlinks, as `tests/podresources.rs` does), its cgroup
+/// hierarchy a plain directory declared cgroup v2, publishing to `server`.
+struct Agent {
+    dir: tempfile::TempDir,
+    child: std::process::Child,
+}
+
+impl Agent {
+    fn start(machine: &std::path::Path, server: SocketAddr) -> Self {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("sysroot");
+        std::fs::create_dir_all(root.join("proc/self")).expect("proc");
+        symlink(machine.join("sys"), root.join("sys")).expect("sys link");
+        for entry in std::fs::read_dir(machine.join("proc")).expect("machine's proc") {
+            let entry = entry.expect("entry");
+            symlink(entry.path(), root.join("proc").join(entry.file_name())).expect("proc link");
+        }
+        symlink("/proc/locks", root.join("proc/locks")).expect("locks link");
+        std::fs::write(
+            root.join("proc/self/mountinfo"),
+            "30 23 0:26 / /cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n",
+        )
+        .expect("mountinfo");
+        std::fs::create_dir_all(root.join("cgroup")).expect("cgroup mount");
+        std::fs::write(
+            root.join("cgroup/cgroup.controllers"),
+            "cpuset cpu memory\n",
+        )
+        .expect("controllers");
+        std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: stand-in\n  cluster: {{server: \"http://{server}\"}}\nusers:\n- name: pinion\n  user: {{token: test-token}}\ncontexts:\n- name: pinion\n  context: {{cluster: stand-in, user: pinion}}\ncurrent-context: pinion\n"
+            ),
+        )
+        .expect("kubeconfig");
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ntopologyManagerPolicy: single-numa-node\nnodeResourceTopology:\n  kubeconfig: {}\n  nodeName: {NODE}\n  updateDelay: 50ms\n",
+                kubeconfig.display()
+            ),
+        )
+        .expect("config");
+        let log = std::fs::File::create(dir.path().join("agent.log")).expect("log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_pinion-agent"))
+            .arg("--config")
+            .arg(dir.path().join("config.yaml"))
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--socket")
+            .arg(dir.path().join("pinion.sock"))
+            .arg("--sysroot")
+            .arg(&root)
+            .arg("--cgroup-root")
+            .arg(root.join("cgroup/pinion"))
+            .args(["--metrics-addr", "127.0.0.1:0", "--log-level", "warn"])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start agent");
+        Self { dir, child }
+    }
+
+    fn client(&self) -> pinion_api::Client {
+        pinion_api::Client::new(&self.dir.path().join("pinion.sock"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The sum of `field` of every zone's `cpu`.
+fn cpus_in(object: &Value, field: &str) -> u64 {
+    object["zones"]
+        .as_array()
+        .expect("zones")
+        .iter()
+        .flat_map(|z| z["resources"].as_array().into_iter().flatten())
+        .filter(|r| r["name"] == "cpu")
+        .map(|r| {
+            r[field]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("quantity")
+        })
+        .sum()
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
+    let Some(machine) = shared::shared(MACHINE) else {
+        return;
+    };
+    let server = Arc::new(Server::default());
+    let address = serve(Arc::clone(&server)).await;
+    let agent = Agent::start(&machine, address);
+    let first = patches_until(&server, |p| !p.is_empty()).await;
+    let object = &first[0].body;
+    assert_eq!(
+        object["metadata"]["ownerReferences"][0]["uid"],
+        NODE_UID,
+        "{}",
+        agent.log()
+    );
+    assert_eq!(object["zones"].as_array().map(Vec::len), Some(4));
+    assert_eq!(
+        (cpus_in(object, "allocatable"), cpus_in(object, "available")),
+        (79, 79)
+    );
+    assert_eq!(
+        attribute(object, "topologyManagerPolicy"),
+        "single-numa-node"
+    );
+
+    // A standalone run of 2 exclusive CPUs: they are taken (the run is not
+    // a pod of the cluster: the fingerprint keeps the empty set).
+    let client = agent.client();
+    let run = pinion_api::local::RunRequest {
+        cpus: Some("2".into()),
+        ..pinion_api::local::RunRequest::new("pinion-run-nrt")
+    };
+    blocking(move || client.run(&run)).await.expect("run");
+    let patches = patches_until(&server, |p| {
+        p.last()
+            .is_some_and(|last| cpus_in(&last.body, "available") == 77)
+    })
+    .await;
+    let last = &patches[patches.len() - 1].body;
+    assert_eq!(attribute(last, "nodeTopologyPodsFingerprint"), sign([]));
+
+    // `pinion nrt`'s source: the same object, and how publishing goes.
+    let client = agent.client();
+    let answer = blocking(move || client.nrt()).await.expect("nrt");
+    assert_eq!(cpus_in(&answer.object, "available"), 77);
+    assert_eq!(answer.publishing.off, None);
+    assert_eq!(answer.publishing.server, Some(format!("http://{address}/")));
+    assert!(answer.publishing.updates >= 2, "{:?}", answer.publishing);
+
+    let client = agent.client();
+    blocking(move || client.release("pinion-run-nrt"))
+        .await
+        .expect("release");
+    patches_until(&server, |p| {
+        p.last()
+            .is_some_and(|last| cpus_in(&last.body, "available") == 79)
+    })
+    .await;
+}
