@@ -468,6 +468,19 @@ impl Ord for CpuSet {
 /// The Linux cpulist form (`0-3,8-11`; empty set = empty string).
 impl fmt::Display for CpuSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = String::new();
+        self.write_list(&mut text);
+        f.write_str(&text)
+    }
+}
+
+impl CpuSet {
+    /// Appends the set's cpulist (`0-3,8`, as [`fmt::Display`] shows it)
+    /// to `out`, digits written directly: the journal, the plugins' state
+    /// entries and their answers write many of these, and the formatting
+    /// machinery (one call per number, and for serde one escaping pass
+    /// per piece) was most of their cost.
+    pub fn write_list(&self, out: &mut String) {
         let mut ids = self.iter().peekable();
         let mut first = true;
         while let Some(lo) = ids.next() {
@@ -477,17 +490,31 @@ impl fmt::Display for CpuSet {
                 ids.next();
             }
             if !first {
-                f.write_str(",")?;
+                out.push(',');
             }
             first = false;
-            if lo == hi {
-                write!(f, "{lo}")?;
-            } else {
-                write!(f, "{lo}-{hi}")?;
+            push_decimal(out, lo);
+            if lo != hi {
+                out.push('-');
+                push_decimal(out, hi);
             }
         }
-        Ok(())
     }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut String, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b"0123456789"[usize::try_from(n % 10).unwrap_or(0)];
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
 }
 
 impl fmt::Debug for CpuSet {
@@ -538,7 +565,9 @@ impl Sub for &CpuSet {
 
 impl serde::Serialize for CpuSet {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        let mut text = String::with_capacity(16);
+        self.write_list(&mut text);
+        serializer.serialize_str(&text)
     }
 }
 

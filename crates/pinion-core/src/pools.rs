@@ -45,7 +45,7 @@ pub use sizing::{
     bounds, combine_loads, load_from_cpu_times, load_from_throttling, resize, CpuTime, PoolLoad,
     Throttling,
 };
-pub use state::{Change, ChangeReason, PoolDemand, PoolEntry, PoolPlan, Pools};
+pub use state::{Change, ChangeReason, PoolDemand, PoolEntry, PoolPlan, Pools, PoolsWithoutParams};
 
 /// Parameters of pool sizing (agent config `qosResourceManager.pools`;
 /// defaults in [`PoolParams::default`]).

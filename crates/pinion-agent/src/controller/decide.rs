@@ -73,7 +73,7 @@ impl Controller {
             if !self.run_has_ended(&key, request) {
                 self.readmit(&key, request)?;
                 if let Some(plugins) = plugins {
-                    self.keep_plugin_answers(&key, plugins, batch);
+                    self.keep_plugin_answers(&key, plugins, None, batch);
                 }
                 return Ok(key);
             }
@@ -124,10 +124,10 @@ impl Controller {
                 });
             }
         }
-        let desired = match &plugins {
-            None => decided,
+        let (desired, encoded) = match &plugins {
+            None => (decided, None),
             Some(plugins) => match self.with_plugin_answers(&key, decided, plugins) {
-                Ok(placement) => placement,
+                Ok(answered) => answered,
                 Err(err) => {
                     self.engine.remove(&key.0, &key.1);
                     return Err(err);
@@ -172,7 +172,7 @@ impl Controller {
         workload.applied = Some(desired);
         self.workloads.insert(key.clone(), workload);
         if let Some(plugins) = plugins {
-            self.keep_plugin_answers(&key, plugins, batch);
+            self.keep_plugin_answers(&key, plugins, encoded, batch);
         }
         batch.admitted.push(key.clone());
         Ok(key)

@@ -110,9 +110,9 @@ impl Controller {
             resources,
             allocations,
         };
-        self.with_plugin_answers(key, base, &stored)?;
+        let (_, encoded) = self.with_plugin_answers(key, base, &stored)?;
         let mut batch = self.begin();
-        self.keep_plugin_answers(key, stored, &mut batch);
+        self.keep_plugin_answers(key, stored, encoded, &mut batch);
         self.commit(batch)?;
         if running {
             self.converge();
@@ -123,14 +123,17 @@ impl Controller {
     }
 
     /// `base` with the plugins' answers `stored` applied (see
-    /// [`plugin_allocation::apply`]), once they pass [`Self::check_answers`].
+    /// [`plugin_allocation::apply`]), once they pass [`Self::check_answers`];
+    /// with the answers' journal text that check encoded, for
+    /// [`Self::keep_plugin_answers`] (encoded once per admission).
     pub(super) fn with_plugin_answers(
         &self,
         key: &Key,
         base: Placement,
         stored: &StoredAllocations,
-    ) -> Result<Placement, ControlError> {
-        self.check_answers(key, stored)
+    ) -> Result<(Placement, Option<SideValue>), ControlError> {
+        let encoded = self
+            .check_answers(key, stored)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         let (placement, notes) =
             plugin_allocation::apply(self.engine.machine(), base, &stored.allocations)
@@ -138,15 +141,21 @@ impl Controller {
         for (name, resource) in notes.conflicts {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
         }
-        Ok(placement)
+        Ok((placement, encoded))
     }
 
     /// What only the controller can check of the plugins' answers for
     /// `key` (`pinion_core::plugin_answer`): a cpuset on online CPUs of the
     /// machine that takes no CPU another workload holds exclusively, and a
     /// record that fits the journal — refused here, naming the resource,
-    /// rather than at the kernel's or the journal's write.
-    fn check_answers(&self, key: &Key, stored: &StoredAllocations) -> Result<(), AnswerError> {
+    /// rather than at the kernel's or the journal's write. Returns the
+    /// answers' journal text it encoded for the size (`None` when they do
+    /// not encode).
+    fn check_answers(
+        &self,
+        key: &Key,
+        stored: &StoredAllocations,
+    ) -> Result<Option<SideValue>, AnswerError> {
         let record = Record::Side {
             kind: ALLOCATIONS.to_string(),
             key: side_key(key),
@@ -154,6 +163,10 @@ impl Controller {
         };
         let size = record.to_bytes().len();
         plugin_answer::check_size(&key.0, &key.1, size, MAX_PAYLOAD)?;
+        // The record was made as a side-data record just above.
+        let Record::Side { value: encoded, .. } = record else {
+            return Ok(None);
+        };
         let state = self.engine.state();
         let mut taken = state.exclusive_cpus();
         if let Some(own) = state.assignment(&key.0, &key.1) {
@@ -169,18 +182,20 @@ impl Controller {
                 plugin_answer::check_cpus(resource, &cpus, online, &taken)?;
             }
         }
-        Ok(())
+        Ok(encoded)
     }
 
     /// Keeps the plugins' answers for admitted container `key`: appended to
-    /// `batch` (durable with it) and held by its workload.
+    /// `batch` (durable with it) and held by its workload. `encoded`: their
+    /// journal text when [`Self::check_answers`] made it already.
     pub(super) fn keep_plugin_answers(
         &mut self,
         key: &Key,
         stored: StoredAllocations,
+        encoded: Option<SideValue>,
         batch: &mut Batch,
     ) {
-        let records = self.store_allocations(key, &stored);
+        let records = self.store_allocations(key, &stored, encoded);
         self.append(&records, batch);
         batch.touch(&self.workloads, key);
         if let Some(workload) = self.workloads.get_mut(key) {
@@ -190,8 +205,19 @@ impl Controller {
         }
     }
 
-    fn store_allocations(&mut self, key: &Key, stored: &StoredAllocations) -> Vec<Record> {
-        let value = match SideValue::encode(stored) {
+    /// The records that store `stored` for `key` (`encoded`: its journal
+    /// text, when made already).
+    fn store_allocations(
+        &mut self,
+        key: &Key,
+        stored: &StoredAllocations,
+        encoded: Option<SideValue>,
+    ) -> Vec<Record> {
+        let encoded = match encoded {
+            Some(value) => Ok(value),
+            None => SideValue::encode(stored),
+        };
+        let value = match encoded {
             Ok(value) => {
                 (!(stored.resources.is_empty() && stored.allocations.is_empty())).then_some(value)
             }
@@ -288,7 +314,7 @@ impl Controller {
                 resources: self.workloads[key].plugin_resources.clone(),
                 allocations: allocations.clone(),
             };
-            records.extend(self.store_allocations(key, &stored));
+            records.extend(self.store_allocations(key, &stored, None));
         }
         self.append(&records, &mut batch);
         let before: BTreeMap<Key, Placement> = updated

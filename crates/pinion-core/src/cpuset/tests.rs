@@ -166,6 +166,34 @@ proptest! {
         prop_assert_eq!(CpuSet::parse_list(&text).expect("own output parses"), set);
     }
 
+    /// The cpulist writer (digits by hand, issue 30) against the ranges
+    /// written with `format!`, and its JSON form against a plain string's.
+    #[test]
+    fn cpulist_text_matches_ranges_written_with_format(a in ids()) {
+        let set: CpuSet = a.iter().copied().collect();
+        let ids: Vec<u32> = a.iter().copied().collect();
+        let mut expected = Vec::new();
+        let mut i = 0;
+        while i < ids.len() {
+            let mut j = i;
+            while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+                j += 1;
+            }
+            expected.push(if i == j {
+                format!("{}", ids[i])
+            } else {
+                format!("{}-{}", ids[i], ids[j])
+            });
+            i = j + 1;
+        }
+        let expected = expected.join(",");
+        prop_assert_eq!(set.to_string(), expected.clone());
+        prop_assert_eq!(
+            serde_json::to_string(&set).expect("encodes"),
+            serde_json::to_string(&expected).expect("encodes")
+        );
+    }
+
     #[test]
     fn mask_round_trips(a in ids(), pad in 0usize..10) {
         let set: CpuSet = a.iter().copied().collect();

@@ -93,6 +93,10 @@ pub struct PoolPlan {
 /// The shared pools, their pins and the current plan.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Pools {
+    /// Missing in the CPU plugin's journal entries since issue 30
+    /// ([`Pools::without_params`]): its owner sets them from its
+    /// configuration at every start.
+    #[serde(default)]
     params: PoolParams,
     /// Pins by pool name; kept while the pool does not exist.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -105,7 +109,31 @@ pub struct Pools {
     period: u64,
 }
 
+/// [`Pools`] borrowed without its parameters: what the CPU plugin keeps
+/// in the agent's journal on every change (the parameters come from the
+/// configuration at every start; their three floats were a third of the
+/// entry's encoding). Read back as [`Pools`] with default parameters.
+#[derive(Debug, Serialize)]
+pub struct PoolsWithoutParams<'a> {
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pins: &'a BTreeMap<String, PoolSize>,
+    pools: &'a BTreeMap<String, PoolEntry>,
+    plan: &'a PoolPlan,
+    period: u64,
+}
+
 impl Pools {
+    /// Everything but the parameters, to encode ([`PoolsWithoutParams`]).
+    #[must_use]
+    pub fn without_params(&self) -> PoolsWithoutParams<'_> {
+        PoolsWithoutParams {
+            pins: &self.pins,
+            pools: &self.pools,
+            plan: &self.plan,
+            period: self.period,
+        }
+    }
+
     /// No pools yet.
     #[must_use]
     pub fn new(params: PoolParams) -> Self {

@@ -204,10 +204,16 @@ fn check_numa(
     Ok(())
 }
 
-/// Exclusive CPUs through the static policy, on a view of the state
-/// without other pods' exclusive NUMA nodes; refused when the shared pools
-/// and reclaim's minimum would no longer fit. Boot-isolated CPUs go only to
-/// a request that asks for them, as under the static policy.
+/// Exclusive CPUs through the static policy, on the state with other pods'
+/// exclusive NUMA nodes taken out of the shared CPUs for the time of the
+/// choice; refused when the shared pools and reclaim's minimum would no
+/// longer fit. Boot-isolated CPUs go only to a request that asks for them,
+/// as under the static policy.
+///
+/// The choice is made in place: a refusal puts back the two things it may
+/// have changed (the shared CPUs and this pod's assignments), so the cost
+/// does not grow with the pods the plugin holds (it cloned every
+/// assignment before, issue 30).
 fn exclusive(
     plugin: &mut CpuPlugin,
     request: &Request,
@@ -218,8 +224,11 @@ fn exclusive(
     let pod = request.pod_uid.as_str();
     let topology = plugin.policy.topology();
     let blocked = plugin.state.blocked(topology, Some(pod));
-    let mut view = plugin.state.exclusive.clone();
-    view.default.difference_with(&blocked);
+    let undo = Undo {
+        default: plugin.state.exclusive.default.clone(),
+        pod_assignments: plugin.state.exclusive.assignments.get(pod).cloned(),
+    };
+    plugin.state.exclusive.default.difference_with(&blocked);
     let nodes: Option<Vec<u32>> = affinity.map(|n| n.iter().collect());
     let container_request = ContainerRequest {
         pod,
@@ -231,12 +240,18 @@ fn exclusive(
             ..CpuAsk::default()
         },
     };
-    plugin
-        .policy
-        .allocate(&mut view, &container_request, nodes.as_deref())?;
-    view.default.union_with(&blocked);
+    let allocated = plugin.policy.allocate(
+        &mut plugin.state.exclusive,
+        &container_request,
+        nodes.as_deref(),
+    );
+    if let Err(err) = allocated {
+        undo.apply(plugin, pod);
+        return Err(err.into());
+    }
+    plugin.state.exclusive.default.union_with(&blocked);
     let topology = plugin.policy.topology();
-    let mut held = view.exclusive_cpus();
+    let mut held = plugin.state.exclusive.exclusive_cpus();
     held.union_with(&plugin.state.blocked(topology, None));
     if numa_exclusive {
         if let Some(nodes) = affinity {
@@ -252,11 +267,10 @@ fn exclusive(
         reserved: plugin.policy.reserved(),
         held: &held,
     };
-    plugin
-        .state
-        .pools
-        .check(cpus_view, &plugin.state.demands())?;
-    plugin.state.exclusive = view;
+    if let Err(err) = plugin.state.pools.check(cpus_view, &plugin.state.demands()) {
+        undo.apply(plugin, pod);
+        return Err(err.into());
+    }
     if numa_exclusive {
         if let Some(nodes) = affinity {
             plugin
@@ -268,6 +282,28 @@ fn exclusive(
         }
     }
     Ok(())
+}
+
+/// What an exclusive choice may change, as it was before: the shared CPUs
+/// and the pod's assignments.
+struct Undo {
+    default: CpuSet,
+    pod_assignments: Option<std::collections::BTreeMap<String, CpuSet>>,
+}
+
+impl Undo {
+    fn apply(self, plugin: &mut CpuPlugin, pod: &str) {
+        let exclusive = &mut plugin.state.exclusive;
+        exclusive.default = self.default;
+        match self.pod_assignments {
+            Some(assignments) => {
+                exclusive.assignments.insert(pod.to_string(), assignments);
+            }
+            None => {
+                exclusive.assignments.remove(pod);
+            }
+        }
+    }
 }
 
 /// Adds `milli` to pool `name`'s demand if it still fits.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use pinion_core::pools::{Cpus, PoolDemand, Pools};
+use pinion_core::pools::{Cpus, PoolDemand, Pools, PoolsWithoutParams};
 use pinion_core::record::SideValue;
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
@@ -264,18 +264,21 @@ struct PodPartRef<'a> {
     assignments: Option<&'a BTreeMap<String, CpuSet>>,
 }
 
-/// The rest: the shared CPUs and the pools.
+/// The rest: the shared CPUs and the pools. Entries written before
+/// issue 30 carry the pools' parameters too; they are read and then
+/// replaced by the configuration's, as the new entries' missing ones are.
 #[derive(Debug, Deserialize)]
 struct RestPart {
     default: CpuSet,
     pools: Pools,
 }
 
-/// [`RestPart`] borrowed from the state, to encode it without a copy.
+/// [`RestPart`] borrowed from the state, to encode it without a copy, and
+/// without the pools' parameters ([`Pools::without_params`]).
 #[derive(Serialize)]
 struct RestPartRef<'a> {
     default: &'a CpuSet,
-    pools: &'a Pools,
+    pools: PoolsWithoutParams<'a>,
 }
 
 /// In the journal: one entry per pod (its members, NUMA nodes held alone
@@ -308,7 +311,7 @@ impl crate::store::Entries for CpuState {
     fn rest_entry(&self) -> SideValue {
         SideValue::encode(&RestPartRef {
             default: &self.exclusive.default,
-            pools: &self.pools,
+            pools: self.pools.without_params(),
         })
         .unwrap_or_else(|_| json!({}).into())
     }

@@ -552,3 +552,75 @@ fn regression_a_pin_to_the_current_size_survives_a_restart() {
     let p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("reopen");
     assert!(matches!(p.pools().pin_of("share"), PoolSize::Fixed(_)));
 }
+
+fn guaranteed(pod: &str, container: &str, cpus: f64) -> Request {
+    let mut r = request(pod, cpus, &[]);
+    r.container_name = container.into();
+    r.native_qos_class = "Guaranteed".into();
+    r
+}
+
+/// #30: exclusive CPUs are chosen on the state itself, not on a copy of
+/// every assignment. A refusal — by the allocator, or by the pools that
+/// would no longer fit — leaves the state exactly as it was, including the
+/// pod's other containers' CPUs.
+#[test]
+fn a_refused_exclusive_allocation_leaves_the_state_as_it_was() {
+    let mut p = plugin();
+    p.allocate(&request("s", 4.0, &[])).expect("shared");
+    p.allocate(&guaranteed("g", "a", 2.0))
+        .expect("first container");
+    let before = p.state().clone();
+    // 13 free CPUs: the allocator refuses 14.
+    let err = p
+        .allocate(&guaranteed("g", "b", 14.0))
+        .expect_err("more than the free cpus");
+    assert!(matches!(err, PluginError::Policy(_)), "{err}");
+    assert_eq!(p.state(), &before, "after the allocator's refusal");
+    // 10 fit the allocator, but not beside the shared pool and reclaim.
+    let err = p
+        .allocate(&guaranteed("g", "b", 10.0))
+        .expect_err("the pools no longer fit");
+    assert!(matches!(err, PluginError::Pools(_)), "{err}");
+    assert_eq!(p.state(), &before, "after the pools' refusal");
+    let err = p
+        .allocate(&guaranteed("h", "c", 10.0))
+        .expect_err("the pools no longer fit");
+    assert!(matches!(err, PluginError::Pools(_)), "{err}");
+    assert_eq!(p.state(), &before, "a new pod refused");
+    // What fits is still given, from the same CPUs as before.
+    let got = cpus_of(&p.allocate(&guaranteed("g", "b", 2.0)).expect("fits"));
+    assert_eq!(got.len(), 2);
+    assert!(got.is_disjoint(&before.exclusive.assignments["g"]["a"]));
+    assert!(got.is_subset(&before.exclusive.default));
+}
+
+/// #30: the `rest` entry no longer carries the pools' parameters (the
+/// configuration gives them at every start); entries written before, with
+/// them, are still read, to the same state.
+#[test]
+fn rest_entries_with_and_without_the_pool_parameters_are_read() {
+    let outbox = crate::store::Outbox::new();
+    let mut journal = BTreeMap::new();
+    let mut p = journal_plugin(BTreeMap::new(), &outbox, None);
+    p.allocate(&request("s", 1.5, &[])).expect("s");
+    p.allocate(&guaranteed("g", "c", 2.0)).expect("g");
+    apply(&outbox, &mut journal);
+    let rest: serde_json::Value = journal["rest"].decode().expect("rest");
+    assert!(rest["pools"].get("params").is_none(), "{rest}");
+    assert!(rest["pools"].get("plan").is_some(), "{rest}");
+    assert_eq!(
+        journal_plugin(journal.clone(), &outbox, None).state(),
+        p.state()
+    );
+
+    // The form written before issue 30: the whole pools, parameters too.
+    let old = serde_json::json!({
+        "default": p.state().exclusive.default,
+        "pools": p.state().pools,
+    });
+    assert!(old["pools"].get("params").is_some(), "{old}");
+    journal.insert("rest".to_string(), old.into());
+    let reopened = journal_plugin(journal, &outbox, None);
+    assert_eq!(reopened.state(), p.state());
+}
