@@ -423,8 +423,14 @@ else
     fail "containerd $CTRD_MAJOR starts" "$(tail -5 "$S/containerd.log")"
     exit 0
 fi
+# ctr 2.x imports through containerd's transfer service by default, which
+# this configuration does not load ("unknown service
+# containerd.services.transfer.v1.Transfer"): --local imports in ctr itself,
+# as 1.7's ctr always does.
+import_local=""
+[ "$CTRD_MAJOR" = 2 ] && import_local=--local
 for image in pause busybox; do
-    out=$(ctr --address "$CTRD_SOCK" -n k8s.io images import --snapshotter native \
+    out=$(ctr --address "$CTRD_SOCK" -n k8s.io images import $import_local --snapshotter native \
         "$E2E_IMAGES/$image.tar" 2>&1) || { fail "image $image imported" "$out"; exit 0; }
 done
 note "kubelet: $(kubelet --version 2>&1)"
