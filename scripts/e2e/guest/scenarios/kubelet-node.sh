@@ -102,6 +102,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.overlayfs", "io.containerd.sna
 [plugins.'io.containerd.internal.v1.opt']
   path = "$S/opt"
 
+# The transfer service unpacks for overlayfs unless told otherwise; with
+# overlayfs off it fails to load, and the CRI image service and the pod
+# sandbox controller with it ("unknown service runtime.v1.RuntimeService").
+[plugins.'io.containerd.transfer.v1.local']
+  [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+    platform = "linux/amd64"
+    snapshotter = "native"
+
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "native"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
