@@ -431,10 +431,9 @@ else
     fail "containerd $CTRD_MAJOR starts" "$(tail -5 "$S/containerd.log")"
     exit 0
 fi
-# ctr 2.x imports through containerd's transfer service by default, which
-# this configuration does not load ("unknown service
-# containerd.services.transfer.v1.Transfer"): --local imports in ctr itself,
-# as 1.7's ctr always does.
+# ctr 2.x imports through containerd's transfer service by default;
+# --local imports in ctr itself, as 1.7's ctr always does (the same path on
+# both lines).
 import_local=""
 [ "$CTRD_MAJOR" = 2 ] && import_local=--local
 for image in pause busybox; do
