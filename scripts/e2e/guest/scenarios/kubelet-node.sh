@@ -271,10 +271,15 @@ EOF
     mv "$S/$name.json.tmp" "$MANIFESTS/$name.json"
 }
 
-# pod_pid NAME: the pid of the pod's container (its shell; lowest pid).
+# pod_pid NAME: the pid of the pod's container (its shell).
+# The container's shell, not one of the `sleep 1` it starts every second:
+# once pids wrap around (pid_max 32768, and this scenario forks tens of
+# thousands of processes in its 40 minutes) a `sleep` can have a lower pid
+# than its shell, and it is gone before its status is read (empty cpus).
 pod_pid() {
     for p in /proc/[0-9]*; do
-        { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "E2E_POD=$1" && echo "${p#/proc/}"
+        { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "E2E_POD=$1" &&
+            { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q 'proc/uptime' && echo "${p#/proc/}"
     done | sort -n | head -1
 }
 pod_cpus() { cpus_expand "$(proc_field "$(pod_pid "$1")" Cpus_allowed_list)"; }
