@@ -118,7 +118,7 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
       for (k in mean) { split(k, p, " "); rt[p[1]] = 1 }
       for (r in rt) {
         a = mean[r " static"]; b = mean[r " pinion"]
-        printf "e2e-kubelet: start-up latency on %s (ms, manifest written -> container running): kubelet static mean %.0f (%s ), kubelet none + Pinion mean %.0f (%s ); Pinion adds %+.0f ms (%+.1f %%)\n", r, a, detail[r " static"], b, detail[r " pinion"], b - a, a > 0 ? (b - a) * 100 / a : 0
+        printf "e2e-kubelet: start-up latency on %s (ms, manifest written -> container running): kubelet static mean %.0f (%s ), kubelet none + Pinion mean %.0f (%s ); Pinion adds %+.0f ms (%+.1f %%)\n", r, a, detail[r " static"], b, detail[r " pinion"], b - a, (a > 0 ? (b - a) * 100 / a : 0)
       }
     }' >&2
 e2e_summary
