@@ -581,9 +581,10 @@ fn regression_an_agent_whose_cgroup_root_nests_with_another_agents_is_refused() 
     ));
     let inner = outer.join("inner");
     let inner_socket = s.dir.path().join("inner2.sock");
+    let inner_log = s.dir.path().join("inner2.log");
     let mut inner_agent = s
         .agent_command(&s.dir.path().join("inner2-state"), &inner_socket, &inner)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&inner_log).expect("log"))
         .spawn()
         .expect("inner agent");
     let mut waited = 0;
@@ -592,18 +593,43 @@ fn regression_an_agent_whose_cgroup_root_nests_with_another_agents_is_refused() 
         waited += 1;
     }
     assert!(inner_socket.exists(), "the inner agent came up");
-    let out = s
+    // The refusal needs the inner agent running: one that ended (seen
+    // once in CI under load) lets the outer agent start, which then runs
+    // until stopped — stopped here after 60 s, with both logs shown.
+    let inner_log_text = || std::fs::read_to_string(&inner_log).unwrap_or_default();
+    assert!(
+        inner_agent.try_wait().expect("inner agent").is_none(),
+        "the inner agent still runs: {}",
+        inner_log_text()
+    );
+    let mut outer_agent = s
         .agent_command(
             &s.dir.path().join("outer-state"),
             &s.dir.path().join("outer.sock"),
             &outer,
         )
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("outer agent");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while outer_agent.try_wait().expect("outer agent").is_none()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = outer_agent.kill();
+    let out = outer_agent.wait_with_output().expect("outer agent");
+    let inner_exit = inner_agent.try_wait().expect("inner agent");
     let _ = inner_agent.kill();
     let _ = inner_agent.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the outer agent must not start");
+    assert!(
+        !out.status.success() && inner_exit.is_none(),
+        "the outer agent must not start (outer: {}, {stderr}; inner agent ended: {inner_exit:?}, {})",
+        out.status,
+        inner_log_text()
+    );
     assert!(
         stderr.contains(&format!("is above {}", inner.display())),
         "{stderr}"
