@@ -587,16 +587,24 @@ fn regression_an_agent_whose_cgroup_root_nests_with_another_agents_is_refused() 
         .stderr(std::fs::File::create(&inner_log).expect("log"))
         .spawn()
         .expect("inner agent");
+    // Ready, not only its socket: the agent claims its cgroup root after
+    // it binds the socket, and an outer agent started in between won the
+    // claim (found in CI under load: the inner agent then refused itself,
+    // and the outer one ran).
+    let inner_log_text = || std::fs::read_to_string(&inner_log).unwrap_or_default();
     let mut waited = 0;
-    while !inner_socket.exists() && waited < 3000 {
+    while !inner_log_text().contains("pinion agent ready") && waited < 3000 {
         std::thread::sleep(std::time::Duration::from_millis(10));
         waited += 1;
     }
-    assert!(inner_socket.exists(), "the inner agent came up");
-    // The refusal needs the inner agent running: one that ended (seen
-    // once in CI under load) lets the outer agent start, which then runs
-    // until stopped — stopped here after 60 s, with both logs shown.
-    let inner_log_text = || std::fs::read_to_string(&inner_log).unwrap_or_default();
+    assert!(
+        inner_socket.exists() && inner_log_text().contains("pinion agent ready"),
+        "the inner agent came up: {}",
+        inner_log_text()
+    );
+    // The refusal needs the inner agent running; an outer agent that is not
+    // refused would run until stopped — stopped here after 60 s, with both
+    // logs shown.
     assert!(
         inner_agent.try_wait().expect("inner agent").is_none(),
         "the inner agent still runs: {}",
