@@ -5,6 +5,9 @@
 //! object — and records every request. The publisher's client is the real
 //! `kube` client.
 
+#[path = "common/sysroot.rs"]
+mod sysroot;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -479,28 +482,9 @@ struct Agent {
 
 impl Agent {
     fn start(machine: &std::path::Path, server: SocketAddr) -> Self {
-        use std::os::unix::fs::symlink;
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("sysroot");
-        std::fs::create_dir_all(root.join("proc/self")).expect("proc");
-        symlink(machine.join("sys"), root.join("sys")).expect("sys link");
-        for entry in std::fs::read_dir(machine.join("proc")).expect("machine's proc") {
-            let entry = entry.expect("entry");
-            symlink(entry.path(), root.join("proc").join(entry.file_name())).expect("proc link");
-        }
-        symlink("/proc/locks", root.join("proc/locks")).expect("locks link");
-        std::fs::write(
-            root.join("proc/self/mountinfo"),
-            "30 23 0:26 / /cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n",
-        )
-        .expect("mountinfo");
-        std::fs::create_dir_all(root.join("cgroup")).expect("cgroup mount");
-        std::fs::write(
-            root.join("cgroup/cgroup.controllers"),
-            "cpuset cpu memory\n",
-        )
-        .expect("controllers");
-        std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
+        sysroot::fake_cgroup_v2_sysroot(machine, &root);
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(
             &kubeconfig,

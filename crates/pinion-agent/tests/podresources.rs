@@ -18,6 +18,9 @@ mod peers;
 #[path = "../../pinion-core/tests/common/shared.rs"]
 mod shared;
 
+#[path = "common/sysroot.rs"]
+mod sysroot;
+
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
@@ -53,26 +56,7 @@ impl Node {
     fn new(machine: &Path, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("sysroot");
-        std::fs::create_dir_all(root.join("proc/self")).expect("proc");
-        std::os::unix::fs::symlink(machine.join("sys"), root.join("sys")).expect("sys link");
-        for entry in std::fs::read_dir(machine.join("proc")).expect("machine's proc") {
-            let entry = entry.expect("entry");
-            std::os::unix::fs::symlink(entry.path(), root.join("proc").join(entry.file_name()))
-                .expect("proc link");
-        }
-        std::os::unix::fs::symlink("/proc/locks", root.join("proc/locks")).expect("locks link");
-        std::fs::write(
-            root.join("proc/self/mountinfo"),
-            "30 23 0:26 / /cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n",
-        )
-        .expect("mountinfo");
-        std::fs::create_dir_all(root.join("cgroup")).expect("cgroup mount");
-        std::fs::write(
-            root.join("cgroup/cgroup.controllers"),
-            "cpuset cpu memory\n",
-        )
-        .expect("controllers");
-        std::fs::write(root.join("cgroup/cgroup.subtree_control"), "").expect("subtree");
+        sysroot::fake_cgroup_v2_sysroot(machine, &root);
         std::fs::write(
             dir.path().join("config.yaml"),
             format!("cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n{extra}"),

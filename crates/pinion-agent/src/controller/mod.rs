@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use batch::{Answer, Decision};
-pub use plugins::{PluginReconcile, Reallocation, StoredAllocations};
+pub use plugins::{Reallocation, Reconciled, StoredAllocations};
 
 use pinion_core::engine::{CpuOwner, Engine};
 use pinion_core::plugin_allocation::PluginAllocations;

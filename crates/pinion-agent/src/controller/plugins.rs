@@ -9,9 +9,7 @@ use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
 use pinion_core::plugin_answer::{self, AnswerError};
-use pinion_core::pod::Pod;
 use pinion_core::record::{Record, SideData, SideValue};
-use pinion_core::topomgr::TopologyHint;
 use pinion_core::{CpuSet, Placement};
 use pinion_host::journal::format::MAX_PAYLOAD;
 
@@ -29,21 +27,9 @@ pub const REMOVALS: &str = "qrm-removal";
 /// `pinion state import-qrm`).
 pub use pinion_core::qrm_checkpoint::StoredAllocations;
 
-/// A container a plugin forgot, to be allocated again.
-#[derive(Debug, Clone)]
-pub struct Reallocation {
-    pub pod: Pod,
-    pub container: String,
-    pub affinity: Option<TopologyHint>,
-}
-
-/// What a reconcile pass of plugin answers did.
-#[derive(Debug, Clone, Default)]
-pub struct PluginReconcile {
-    /// Resource → containers whose allocation changed.
-    pub changed: BTreeMap<String, u64>,
-    pub reallocate: Vec<Reallocation>,
-}
+/// A container to allocate again, and what a reconcile pass of plugin
+/// answers did: the QRM loops' own types.
+pub use crate::qrm::loops::{Reallocation, Reconciled};
 
 fn side_key((pod, container): &Key) -> String {
     pinion_core::qrm_checkpoint::side_key(pod, container)
@@ -245,8 +231,8 @@ impl Controller {
         &mut self,
         polls: &[(String, Poll)],
         polled_at: Instant,
-    ) -> Result<PluginReconcile, ControlError> {
-        let mut outcome = PluginReconcile::default();
+    ) -> Result<Reconciled, ControlError> {
+        let mut outcome = Reconciled::default();
         let mut updated: BTreeMap<Key, PluginAllocations> = BTreeMap::new();
         for (resource, poll) in polls {
             for (key, workload) in &self.workloads {

@@ -24,9 +24,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::plugins::plugin_error;
 use super::{
-    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, PluginReconcile,
-    ReconcileReport, Released, RunningContainer, Snapshot, StoredAllocations, Synced,
-    TopologyReport,
+    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, ReconcileReport,
+    Reconciled, Released, RunningContainer, Snapshot, StoredAllocations, Synced, TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
 use crate::qrm::{PluginRequest, Poll, Qrm};
@@ -119,7 +118,7 @@ pub enum Command {
     PluginReconcile {
         polls: Arc<Vec<(String, Poll)>>,
         polled_at: Instant,
-        reply: Reply<PluginReconcile>,
+        reply: Reply<Reconciled>,
     },
     /// An admission refused after plugins may have allocated for it
     /// ([`Controller::forget_refused`]).
@@ -775,7 +774,7 @@ impl ControllerHandle {
         &self,
         polls: Vec<(String, Poll)>,
         polled_at: Instant,
-    ) -> Result<PluginReconcile, ControlError> {
+    ) -> Result<Reconciled, ControlError> {
         let polls = Arc::new(polls);
         let outcome = self
             .ask(|reply| Command::PluginReconcile {

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::controller::{ControlError, ControllerHandle};
-use crate::qrm::loops::{self, AllocationKeeper, Reallocation, Reconciled};
+use crate::qrm::loops::{self, AllocationKeeper, Reconciled};
 use crate::qrm::{Poll, Qrm, QrmError};
 
 impl AllocationKeeper for ControllerHandle {
@@ -24,20 +24,7 @@ impl AllocationKeeper for ControllerHandle {
         polls: Vec<(String, Poll)>,
         polled_at: Instant,
     ) -> Result<Reconciled, ControlError> {
-        let outcome = self.plugin_reconcile(polls, polled_at).await?;
-        let reallocate = outcome
-            .reallocate
-            .into_iter()
-            .map(|again| Reallocation {
-                pod: again.pod,
-                container: again.container,
-                affinity: again.affinity,
-            })
-            .collect();
-        Ok(Reconciled {
-            changed: outcome.changed,
-            reallocate,
-        })
+        self.plugin_reconcile(polls, polled_at).await
     }
 
     async fn record_reallocation(
