@@ -221,9 +221,8 @@ impl Controller {
             .is_some_and(|tx| tx.send(updates.clone()).is_ok());
         if sent {
             tracing::debug!(containers = updates.len(), "runtime updates queued");
-            for update in &updates {
-                self.count_in_flight(&update.container_id, true);
-            }
+            let ids: Vec<&str> = updates.iter().map(|u| u.container_id.as_str()).collect();
+            self.count_in_flight(&ids, true);
             return;
         }
         // No front-end to take them: try again at the next pass.
@@ -232,16 +231,28 @@ impl Controller {
         }
     }
 
-    /// One more (`sent`) or one fewer update of runtime container
-    /// `container_id` waiting for the runtime's answer.
-    pub(super) fn count_in_flight(&mut self, container_id: &str, sent: bool) {
+    /// One more (`sent`) or one fewer update of each runtime container in
+    /// `container_ids` (an id once per update) waiting for the runtime's
+    /// answer: one pass over the workloads, however many ids (a shared-pool
+    /// change updates every shared container).
+    pub(super) fn count_in_flight(&mut self, container_ids: &[&str], sent: bool) {
+        let mut times: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+        for id in container_ids {
+            *times.entry(id).or_default() += 1;
+        }
         for workload in self.workloads.values_mut() {
-            if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id), .. } if id == container_id)
-            {
+            let Frontend::Runtime {
+                container_id: Some(id),
+                ..
+            } = &workload.frontend
+            else {
+                continue;
+            };
+            if let Some(n) = times.get(id.as_str()) {
                 workload.updates_in_flight = if sent {
-                    workload.updates_in_flight.saturating_add(1)
+                    workload.updates_in_flight.saturating_add(*n)
                 } else {
-                    workload.updates_in_flight.saturating_sub(1)
+                    workload.updates_in_flight.saturating_sub(*n)
                 };
             }
         }

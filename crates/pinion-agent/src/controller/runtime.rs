@@ -321,8 +321,9 @@ impl Controller {
     /// The runtime could not apply updates of these containers: their
     /// placement is sent again at the next reconcile pass.
     pub fn runtime_updates_failed(&mut self, container_ids: &[String]) {
+        let ids: Vec<&str> = container_ids.iter().map(String::as_str).collect();
+        self.count_in_flight(&ids, false);
         for id in container_ids {
-            self.count_in_flight(id, false);
             self.forget_applied(id);
         }
         self.publish();
@@ -332,9 +333,8 @@ impl Controller {
     /// update): the reconcile pass compares their cgroups again once none
     /// is in flight.
     pub fn runtime_updates_applied(&mut self, container_ids: &[String]) {
-        for id in container_ids {
-            self.count_in_flight(id, false);
-        }
+        let ids: Vec<&str> = container_ids.iter().map(String::as_str).collect();
+        self.count_in_flight(&ids, false);
     }
 
     /// Runtime workloads, and checkpoint assignments no workload claims

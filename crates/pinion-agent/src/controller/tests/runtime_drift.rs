@@ -209,7 +209,7 @@ fn regression_a_pass_while_the_runtime_applies_an_update_is_no_foreign_write() {
     let resent = answer_updates(&mut controller, &mut updates);
     assert_eq!(resent.len(), 1);
     runtime_wrote(&host, "cb", &b.placement.cpus, &b.placement.mems);
-    controller.count_in_flight("cb", true);
+    controller.count_in_flight(&["cb"], true);
     controller.runtime_updates_failed(&["cb".to_string()]);
     let report = controller.reconcile();
     assert!(report.repaired.is_empty(), "{report:?}");
