@@ -296,7 +296,12 @@ fn pod_is_node_critical_tolerant_and_opt_in() {
     let selector = pod["nodeSelector"].as_mapping().expect("a nodeSelector");
     assert!(!selector.is_empty(), "nodes opt in by label");
     let namespace = &object(&deployment.docs, "Namespace")["metadata"]["name"];
-    for doc in deployment.docs.iter().filter(|d| d["kind"] != "Namespace") {
+    let cluster_scoped = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+    for doc in deployment
+        .docs
+        .iter()
+        .filter(|d| !cluster_scoped.iter().any(|k| d["kind"] == *k))
+    {
         assert_eq!(
             &doc["metadata"]["namespace"], namespace,
             "{:?}",
@@ -326,4 +331,65 @@ fn kubelet_snippet_keeps_pinions_reservation() {
             "{key} differs between kubelet and Pinion"
         );
     }
+}
+
+/// Publishing the NodeResourceTopology object and the plugins' extended
+/// resources needs the service account's token in the pod, the node's name
+/// and exactly the rules docs/nrt.md lists, bound to that account.
+#[test]
+fn the_daemonset_can_publish_with_its_own_rbac() {
+    let deployment = Deployment::load();
+    let pod = deployment.pod();
+    let account = object(&deployment.docs, "ServiceAccount");
+    assert_ne!(account["automountServiceAccountToken"], Value::Bool(false));
+    assert_ne!(pod["automountServiceAccountToken"], Value::Bool(false));
+    let node_name = list(&deployment.container()["env"], "env")
+        .iter()
+        .find(|e| e["name"] == "NODE_NAME")
+        .expect("NODE_NAME in the container's env");
+    assert_eq!(
+        node_name["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+
+    let role = object(&deployment.docs, "ClusterRole");
+    let binding = object(&deployment.docs, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let subjects = list(&binding["subjects"], "subjects");
+    assert!(subjects.iter().any(|s| s["kind"] == "ServiceAccount"
+        && s["name"] == account["metadata"]["name"]
+        && s["namespace"] == account["metadata"]["namespace"]));
+    let allowed = |group: &str, resource: &str, verb: &str| {
+        list(&role["rules"], "rules").iter().any(|rule| {
+            let has = |key: &str, want: &str| list(&rule[key], key).iter().any(|v| v == want);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    for verb in ["get", "create", "update", "patch"] {
+        assert!(
+            allowed("topology.node.k8s.io", "noderesourcetopologies", verb),
+            "{verb}"
+        );
+    }
+    assert!(allowed("", "nodes", "get"));
+    assert!(allowed("", "nodes/status", "patch"));
+    // Nothing beyond what publishing needs.
+    assert!(!allowed("", "nodes", "patch"));
+    assert!(!allowed("", "pods", "get"));
+}
+
+/// The first run on a real node (scripts/e2e-cluster.sh): with every
+/// capability dropped the agent could not create its cgroup root
+/// (`/sys/fs/cgroup/pinion: Permission denied`) — a cgroup hierarchy's root
+/// directory is mode 0555, so even uid 0 needs DAC_OVERRIDE there. The
+/// container keeps that one capability and no other.
+#[test]
+fn regression_the_daemonset_keeps_the_one_capability_its_cgroup_root_needs() {
+    let deployment = Deployment::load();
+    let capabilities = &deployment.container()["securityContext"]["capabilities"];
+    let drop = list(&capabilities["drop"], "drop");
+    assert!(drop.iter().any(|c| c == "ALL"));
+    let add: Vec<&Value> = list(&capabilities["add"], "add").iter().collect();
+    assert_eq!(add, vec![&Value::from("DAC_OVERRIDE")]);
 }

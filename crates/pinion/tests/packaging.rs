@@ -110,6 +110,23 @@ fn the_systemd_unit_verifies() {
     assert_eq!(stderr(&out), "", "systemd-analyze verify complains");
 }
 
+/// The unit kept no capability, as the DaemonSet did: the agent could not
+/// create its cgroup root, since a cgroup hierarchy's root directory is
+/// mode 0555 and uid 0 needs CAP_DAC_OVERRIDE there (found by the
+/// DaemonSet's first run on a real node, scripts/e2e-cluster.sh). The unit
+/// keeps that one capability and no other.
+#[test]
+fn regression_the_systemd_unit_keeps_the_one_capability_the_cgroup_root_needs() {
+    let unit = workspace().join("deploy/systemd/pinion-agent.service");
+    let text = std::fs::read_to_string(&unit).expect("unit");
+    let bounding: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .collect();
+    assert_eq!(bounding, vec!["CAP_DAC_OVERRIDE"], "{text}");
+    assert!(text.lines().any(|l| l == "NoNewPrivileges=yes"));
+}
+
 fn sha256(path: &Path) -> String {
     let out = Command::new("sha256sum")
         .arg(path)

@@ -1,0 +1,408 @@
+#!/usr/bin/env bash
+# Pinion in a real cluster: a control plane on this machine (Debian
+# trixie's etcd; kube-apiserver, kube-controller-manager and kube-scheduler
+# built from the kubelet's k8s.io/kubernetes module; scheduler-plugins'
+# scheduler with NodeResourceTopologyMatch as a second scheduler), TLS and
+# credentials generated per run, and a kubelet node in a qemu guest with 2
+# sockets, SMT and 2 NUMA nodes (Debian's containerd 1.7 with NRI, a pod
+# network). deploy/'s manifests are applied with kubectl as a user applies
+# them, through a kustomize overlay that only sets the agent's
+# configuration; Pinion's image is built here (scripts/build-image.sh) and
+# imported into the node's containerd, no registry. The checks: the
+# DaemonSet's pod runs Pinion on the node, Pinion publishes the node's
+# NodeResourceTopology object, pods the real scheduler sends are pinned,
+# and the topology-aware scheduler sends no pod the node must refuse while
+# the default scheduler does. Needs root, Go, qemu. Last line:
+# `N passed, N failed, N skipped`; exits non-zero on a failure.
+#
+# Usage: sudo scripts/e2e-cluster.sh [--keep-running]
+#   --keep-running: leave the cluster up at the end (the admin kubeconfig
+#   is printed) until Enter is pressed.
+# Environment: as scripts/e2e-vm.sh (PINION_E2E_*), PINION_E2E_API_PORT
+# (16443), PINION_E2E_ETCD_PORT (12379), PINION_E2E_CLUSTER_TIMEOUT (seconds
+# the node may take to join, default 1200).
+set -uo pipefail
+E2E_NAME=e2e-cluster
+. "$(dirname "$0")/e2e/lib.sh"
+. "$E2E_LIB/vm.sh"
+. "$E2E_LIB/peers.sh"
+. "$E2E_LIB/cluster.sh"
+
+# The node: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes (CPUs 0-3 and
+# 4-7), 1.5 GiB a node; its uplink on qemu's user network.
+GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
+NODE=pinion-smt
+KEEP_RUNNING=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --keep-running) KEEP_RUNNING=1; shift ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) e2e_die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+
+E2E_WORK=$(mktemp -d /tmp/pinion-e2e-cluster.XXXXXX)
+W=$E2E_WORK
+cleanup() {
+    [ -n "${GUEST_PID:-}" ] && kill "$GUEST_PID" 2>/dev/null
+    pkill -f "qemu-system-x86_64.*$W/" 2>/dev/null
+    e2e_control_plane_stop "$W"
+    [ -n "${PINION_E2E_KEEP:-}" ] || rm -rf "$W"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+e2e_require busybox-static runc qemu-system-x86 linux-image-cloud-amd64 cpio openssl
+if ! command -v go >/dev/null 2>&1; then
+    [ -n "${CI:-}" ] && e2e_die "go is not installed (the control plane and kubelet are built from Go modules)"
+    e2e_skip_all "go is not installed (the control plane and kubelet are built from Go modules)"
+fi
+e2e_build
+
+# --- the peers -----------------------------------------------------------------
+start=$(date +%s)
+CP=$(e2e_control_plane_build) || e2e_die "cannot build the control plane (see above)"
+SP=$(e2e_scheduler_plugins_build) || e2e_die "cannot build scheduler-plugins (see above)"
+ETCD=$(e2e_etcd_deb) || e2e_die "cannot fetch Debian trixie's etcd-server (see above)"
+KUBELET_DIR=$(e2e_kubelet_build) || e2e_die "cannot build kubelet (see above)"
+CTRD1=$(e2e_containerd_deb trixie) || e2e_die "cannot fetch Debian trixie's containerd (see above)"
+cni_deb=$(e2e_fetch_deb trixie containernetworking-plugins) || e2e_die "cannot fetch the CNI plugins (see above)"
+CNI=$E2E_CACHE/$(basename "$cni_deb" .deb)
+[ -x "$CNI/usr/lib/cni/ipvlan" ] || { rm -rf "$CNI.tmp" && dpkg-deb -x "$cni_deb" "$CNI.tmp" && mv "$CNI.tmp" "$CNI"; } ||
+    e2e_die "cannot extract $cni_deb"
+CRD=$(e2e_nrt_crd) || e2e_die "cannot download the NodeResourceTopology CRD (see above)"
+kube_version=$("$CP/kube-apiserver" --version 2>&1)
+e2e_log "control plane: $kube_version; etcd $("$ETCD/usr/bin/etcd" --version 2>&1 | head -1); $("$SP/kube-scheduler" --version 2>&1 | head -1) (sigs.k8s.io/scheduler-plugins $(cd "$E2E_REPO/interop/scheduler-plugins" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins))"
+e2e_log "node: $("$KUBELET_DIR/kubelet" --version 2>&1), containerd $("$CTRD1/usr/bin/containerd" --version 2>&1 | awk '{ print $3 }')"
+e2e_log "peers ready in $(($(date +%s) - start)) s"
+
+mkdir -p "$W/images"
+e2e_test_images "$W/images" || e2e_die "cannot build the test images"
+"$E2E_REPO/scripts/build-image.sh" --bin-dir "$E2E_BIN_DIR" --out "$W/images/pinion.tar" --tag pinion:latest >&2 ||
+    e2e_die "cannot build Pinion's image"
+
+# --- the control plane -----------------------------------------------------------
+e2e_cluster_pki "$W/pki" "$NODE" || e2e_die "cannot generate the cluster's certificates"
+start=$(date +%s)
+e2e_control_plane_start "$W" "$CP" "$SP" "$ETCD" || e2e_die "the control plane did not start (logs in $W)"
+K() { "$CP/kubectl" --kubeconfig "$W/admin.kubeconfig" "$@"; }
+server=$(K version -o json 2>/dev/null | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p' | tail -1)
+kubelet_v=$("$KUBELET_DIR/kubelet" --version 2>&1 | awk '{ print $2 }')
+if [ -n "$server" ] && [ "$server" = "$kubelet_v" ]; then
+    e2e_result PASS "control plane: the API server ($server, the kubelet's release) is ready in $(($(date +%s) - start)) s, etcd over TLS"
+else
+    e2e_result FAIL "control plane: API server version '$server', kubelet '$kubelet_v'"
+fi
+
+# The NodeResourceTopology CRD, from its API module; the topology-aware
+# scheduler may read the objects (the role scheduler-plugins' manifests
+# give it, written here).
+if K apply -f "$CRD" >/dev/null &&
+    K wait --for condition=established --timeout 60s crd/noderesourcetopologies.topology.node.k8s.io >/dev/null; then
+    e2e_result PASS "control plane: the NodeResourceTopology CRD ($NRT_API_MODULE $NRT_API_VERSION) is established"
+else
+    e2e_result FAIL "control plane: the NodeResourceTopology CRD is not established"
+fi
+K apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: e2e-topology-aware-scheduler}
+rules:
+- apiGroups: ["topology.node.k8s.io"]
+  resources: ["noderesourcetopologies"]
+  verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e-topology-aware-scheduler}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-topology-aware-scheduler}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-scheduler}
+EOF
+
+# deploy/ as a user applies it: a kustomize overlay over deploy/ that sets
+# only the agent's configuration (this node's policy: single-numa-node).
+mkdir -p "$W/overlay"
+sed -n '/^  pinion.yaml: |$/,/^---$/p' "$E2E_REPO/deploy/kubernetes/pinion-daemonset.yaml" | sed '1d;$d' |
+    sed 's/^    topologyManagerPolicy: none$/    topologyManagerPolicy: single-numa-node/' >"$W/pinion.yaml"
+grep -q 'topologyManagerPolicy: single-numa-node' "$W/pinion.yaml" || e2e_die "deploy/'s config has no topologyManagerPolicy line to set"
+{
+    echo "resources: [\"$(realpath --relative-to="$W/overlay" "$E2E_REPO/deploy")\"]"
+    echo "patches:"
+    echo "- patch: |-"
+    echo "    apiVersion: v1"
+    echo "    kind: ConfigMap"
+    echo "    metadata: {name: pinion-config, namespace: pinion-system}"
+    echo "    data:"
+    echo "      pinion.yaml: |"
+    sed 's/^    /        /' "$W/pinion.yaml"
+} >"$W/overlay/kustomization.yaml"
+if out=$(K apply -k "$W/overlay" 2>&1); then
+    e2e_result PASS "deploy/: applied with kubectl apply -k (overlay: the agent's config only): $(echo "$out" | wc -l) objects"
+else
+    e2e_result FAIL "deploy/: kubectl apply -k: $out"
+fi
+
+# --- the node ----------------------------------------------------------------------
+e2e_kubeconfig "$W/node.kubeconfig" "https://10.0.2.2:$CLUSTER_API_PORT" "$W/pki/ca.crt" \
+    "$W/pki/node-$NODE.crt" "$W/pki/node-$NODE.key" || e2e_die "cannot write the node's kubeconfig"
+E2E_GUEST_MODULES+=(ipvlan)
+images=("$KUBELET_DIR/kubelet:/usr/local/bin/kubelet"
+    "$(command -v runc):/usr/sbin/runc"
+    "$W/node.kubeconfig:/e2e/cluster/kubelet.kubeconfig"
+    "$W/pki/ca.crt:/e2e/cluster/ca.crt"
+    "$W/images:/e2e/images")
+for bin in containerd containerd-shim-runc-v2 ctr; do
+    images+=("$CTRD1/usr/bin/$bin:/opt/containerd1/bin/$bin")
+done
+for bin in ipvlan host-local loopback; do
+    images+=("$CNI/usr/lib/cni/$bin:/opt/cni/bin/$bin")
+done
+e2e_guest_image "$W/initrd" "${images[@]}" || e2e_die "cannot build the guest image"
+mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}")
+# qemu's user network: the guest reaches this machine at 10.0.2.2; the
+# kubernetes service address (10.0.2.1, the first of the service range)
+# is forwarded to the API server, one `busybox nc` per connection.
+shape_args+=(-netdev "user,id=up,net=10.0.2.0/24,guestfwd=tcp:10.0.2.1:443-cmd:busybox nc 127.0.0.1 $CLUSTER_API_PORT"
+    -device "virtio-net-pci,netdev=up,mac=52:54:00:e2:e0:02")
+console=$W/node.console
+timeout=${PINION_E2E_CLUSTER_TIMEOUT:-1200}
+e2e_log "booting node $NODE ($(e2e_accel)); image $(du -h "$W/initrd" | cut -f1)"
+start=$(date +%s)
+e2e_run_guest "$console" "$W/initrd" $((timeout + 3600)) \
+    "E2E_SHAPE=cluster-smt E2E_CGROUP=v2 E2E_SCENARIOS=cluster-node E2E_SCENARIO_TIMEOUT=$((timeout + 3600)) E2E_NODE_NAME=$NODE" \
+    "${shape_args[@]}" &
+GUEST_PID=$!
+
+console_has() { tr -d '\r' <"$console" 2>/dev/null | grep -q "$1"; }
+wait_until() { # SECONDS COMMAND...: true once COMMAND is, polling every 2 s
+    local limit=$1 t0=$SECONDS
+    shift
+    while [ $((SECONDS - t0)) -lt "$limit" ]; do
+        "$@" && return 0
+        kill -0 "$GUEST_PID" 2>/dev/null || return 1
+        sleep 2
+    done
+    "$@"
+}
+node_ready() { [ "$(K get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]; }
+if wait_until "$timeout" node_ready; then
+    e2e_result PASS "node: $NODE registered and Ready after $(($(date +%s) - start)) s ($(K get node "$NODE" -o jsonpath='{.status.nodeInfo.kubeletVersion}, {.status.nodeInfo.containerRuntimeVersion}, allocatable cpu {.status.allocatable.cpu}'))"
+else
+    e2e_result FAIL "node: $NODE is not Ready after $timeout s: $(K get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}' 2>&1 | head -c 300)"
+fi
+
+# The opt-in of deploy/'s DaemonSet, as its comment tells the user.
+K label node "$NODE" pinion.dev/enabled=true >/dev/null
+agent_ready() {
+    [ "$(K -n pinion-system get pods -l app.kubernetes.io/name=pinion --field-selector "spec.nodeName=$NODE" \
+        -o jsonpath='{.items[0].status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+t0=$(date +%s)
+if wait_until 900 agent_ready; then
+    e2e_result PASS "deploy/: the DaemonSet's pod runs Pinion on $NODE and is Ready after $(($(date +%s) - t0)) s ($(K -n pinion-system get pods -o wide --no-headers | awk '{ print $1, $3, $6 }'))"
+else
+    e2e_result FAIL "deploy/: the DaemonSet's pod is not Ready on $NODE: $(K -n pinion-system get pods -o wide 2>&1 | tail -n +2 | head -3)"
+    K -n pinion-system get events --sort-by=.lastTimestamp 2>&1 | tail -n 8 | cut -c1-300 | sed 's/^/  events| /' >&2
+    tr -d '\r' <"$console" | grep '^E2E-LOG ' | tail -n 15 | cut -c1-400 | sed 's/^/  pinion| /' >&2
+fi
+
+# The node's NodeResourceTopology object, as Pinion publishes it.
+nrt() { K get noderesourcetopologies.topology.node.k8s.io "$NODE" -o json 2>/dev/null; }
+nrt_exists() { nrt >/dev/null; }
+if wait_until 300 nrt_exists; then
+    obj=$(nrt)
+    K get noderesourcetopologies.topology.node.k8s.io "$NODE" -o yaml >"$W/nrt-first.yaml"
+    zones=$(echo "$obj" | python3 -c 'import json,sys; o=json.load(sys.stdin); print(" ".join(z["name"] for z in o["zones"]))')
+    owner=$(echo "$obj" | python3 -c 'import json,sys; o=json.load(sys.stdin); r=o["metadata"].get("ownerReferences",[]); print(",".join(x["kind"]+"/"+x["name"]+"/"+x["uid"] for x in r))')
+    node_uid=$(K get node "$NODE" -o jsonpath='{.metadata.uid}')
+    policy=$(echo "$obj" | python3 -c 'import json,sys; o=json.load(sys.stdin); print({a["name"]: a["value"] for a in o.get("attributes",[])}.get("topologyManagerPolicy",""))')
+    if [ "$zones" = "node-0 node-1" ] && [ "$owner" = "Node/$NODE/$node_uid" ] && [ "$policy" = single-numa-node ]; then
+        e2e_result PASS "nrt: Pinion publishes $NODE's NodeResourceTopology: zones $zones, owner the Node, topologyManagerPolicy $policy"
+    else
+        e2e_result FAIL "nrt: the object has zones '$zones', owner '$owner' (Node uid $node_uid), topologyManagerPolicy '$policy'"
+    fi
+    e2e_log "the NodeResourceTopology object:"
+    sed 's/^/  | /' "$W/nrt-first.yaml" >&2
+else
+    e2e_result FAIL "nrt: no NodeResourceTopology object for $NODE after 300 s"
+fi
+
+# --- pods the real schedulers send ------------------------------------------------
+# pod NAME CPUS SCHEDULER: a Guaranteed pod of CPUS whole CPUs.
+pod() {
+    K apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default, labels: {e2e: workload}}
+spec:
+  schedulerName: $3
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+  - name: app
+    image: pinion.test/busybox:1
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    resources:
+      requests: {cpu: "$2", memory: 32Mi}
+      limits: {cpu: "$2", memory: 32Mi}
+EOF
+}
+# state NAME: running | unscheduled | refused (bound, its container not
+# created: CreateContainerError and the like) | waiting
+state() {
+    local phase bound reason sched
+    phase=$(K get pod "$1" -o jsonpath='{.status.phase}' 2>/dev/null)
+    bound=$(K get pod "$1" -o jsonpath='{.spec.nodeName}' 2>/dev/null)
+    reason=$(K get pod "$1" -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}' 2>/dev/null)
+    sched=$(K get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].status}' 2>/dev/null)
+    if [ "$phase" = Running ]; then
+        echo running
+    elif [ -z "$bound" ] && [ "$sched" = False ]; then
+        echo unscheduled
+    elif [ -n "$bound" ] && case $reason in *Error | *BackOff) true ;; *) false ;; esac then
+        echo refused
+    else
+        echo waiting
+    fi
+}
+settled() { [ "$(state "$1")" != waiting ]; }
+# pod_cpus NAME: the pod's container cpuset as the node's kernel has it
+# (the console's latest E2E-CPUS block).
+pod_cpus() {
+    local uid
+    uid=$(K get pod "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null)
+    [ -n "$uid" ] || return 0
+    tr -d '\r' <"$console" | awk -v uid="$uid" '
+        /^E2E-CPUS-BEGIN/ { last = "" }
+        /^E2E-CPUS / && index($0, "pod=" uid " ") { for (i = 1; i <= NF; i++) if ($i ~ /^cpus=/) last = substr($i, 6) }
+        END { print last }'
+}
+has_cpus() { [ -n "$(pod_cpus "$1")" ]; }
+# nodes_of LIST: the NUMA nodes of a cpuset list (CPUs 0-3 are node 0,
+# 4-7 node 1 in this shape).
+nodes_of() {
+    local part a b c
+    for part in ${1//,/ }; do
+        a=${part%-*} b=${part#*-}
+        for ((c = a; c <= b; c++)); do echo $((c / 4)); done
+    done | sort -u | tr '\n' ' ' | sed 's/ $//'
+}
+count_of() { # LIST: how many CPUs
+    local part a b n=0
+    for part in ${1//,/ }; do
+        a=${part%-*} b=${part#*-}
+        n=$((n + b - a + 1))
+    done
+    echo "$n"
+}
+# nrt_available ZONE: the zone's available cpu in the published object.
+nrt_available() {
+    nrt | python3 -c 'import json, sys
+o = json.load(sys.stdin)
+for z in o["zones"]:
+    if z["name"] == sys.argv[1]:
+        for r in z.get("resources", []):
+            if r["name"] == "cpu": print(r["available"])' "$1"
+}
+available_is() { [ "$(nrt_available "$1" 2>/dev/null)" = "$2" ]; }
+
+# The workload: two Guaranteed pods, of 1 and then 5 whole CPUs. The node
+# has 7 allocatable CPUs (CPU 0 reserved): 3 on NUMA node 0 and 4 on node
+# 1; Pinion's own pod requests 50m of them. Under single-numa-node the
+# first pod takes a CPU of node 0 (2 left there, 4 on node 1); the second
+# fits the node's 5.95 free CPUs but no NUMA node: a NUMA-blind scheduler
+# sends it and the node must refuse it, a scheduler reading the published
+# NodeResourceTopology leaves it Pending. Records one line per pod in
+# $W/workload-PREFIX.
+workload() { # SCHEDULER PREFIX
+    local scheduler=$1 prefix=$2 name cpus i=0 t0 got
+    : >"$W/workload-$prefix"
+    for cpus in 1 5; do
+        i=$((i + 1))
+        name=$prefix-$i
+        t0=$SECONDS
+        pod "$name" "$cpus" "$scheduler"
+        wait_until 600 settled "$name"
+        case $(state "$name") in
+        running)
+            wait_until 60 has_cpus "$name"
+            got=$(pod_cpus "$name")
+            e2e_log "$scheduler: $name ($cpus CPUs) runs after $((SECONDS - t0)) s on CPUs $got (NUMA node $(nodes_of "$got"))"
+            echo "$name running $got $(nodes_of "$got")" >>"$W/workload-$prefix"
+            ;;
+        refused)
+            e2e_log "$scheduler: $name ($cpus CPUs) was bound to $(K get pod "$name" -o jsonpath='{.spec.nodeName}') and refused there: $(K get pod "$name" -o jsonpath='{.status.containerStatuses[0].state.waiting.message}' | head -c 400)"
+            echo "$name refused" >>"$W/workload-$prefix"
+            ;;
+        unscheduled)
+            e2e_log "$scheduler: $name ($cpus CPUs) stays Pending: $(K get pod "$name" -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | head -c 400)"
+            echo "$name unscheduled" >>"$W/workload-$prefix"
+            ;;
+        *)
+            e2e_log "$scheduler: $name ($cpus CPUs) neither runs, nor is refused, nor unscheduled after 600 s"
+            echo "$name waiting" >>"$W/workload-$prefix"
+            ;;
+        esac
+        # The next pod is scheduled with the object as Pinion has it now.
+        [ "$(state "$name")" = running ] && sleep 3
+    done
+}
+
+# Pinning: a Guaranteed pod of 2 CPUs the default scheduler sends is pinned
+# to 2 CPUs of one NUMA node, and the published object follows: the lag
+# from the pod running to the object showing its CPUs taken.
+pod pinned 2 default-scheduler
+t0=$SECONDS
+wait_until 600 settled pinned
+if [ "$(state pinned)" = running ] && wait_until 60 has_cpus pinned; then
+    ran=$SECONDS
+    got=$(pod_cpus pinned)
+    if [ "$(count_of "$got")" = 2 ] && [ "$(nodes_of "$got" | wc -w)" = 1 ]; then
+        e2e_result PASS "pinning: a 2-CPU pod sent by kube-scheduler runs $((ran - t0)) s after it was created, pinned by Pinion to CPUs $got of NUMA node $(nodes_of "$got")"
+    else
+        e2e_result FAIL "pinning: the 2-CPU pod runs on CPUs '$got' (NUMA nodes '$(nodes_of "$got")')"
+    fi
+    zone=node-$(nodes_of "$got" | cut -d' ' -f1)
+    before=$([ "$zone" = node-0 ] && echo 3 || echo 4)
+    if wait_until 60 available_is "$zone" $((before - 2)); then
+        e2e_result PASS "nrt: the object shows the pod's 2 CPUs taken on $zone (at most $((SECONDS - ran)) s after the node's cgroup had them, polled every 2 s)"
+    else
+        e2e_result FAIL "nrt: $zone's available cpu is '$(nrt_available "$zone")' 60 s after the pod ran, not $((before - 2))"
+    fi
+else
+    e2e_result FAIL "pinning: the 2-CPU pod is $(state pinned) after $((SECONDS - t0)) s: $(K get pod pinned -o jsonpath='{.status.containerStatuses[0].state}' | head -c 300)"
+fi
+K delete pod pinned --wait=true --timeout=300s >/dev/null 2>&1
+t0=$SECONDS
+if wait_until 120 available_is node-0 3 && available_is node-1 4; then
+    e2e_result PASS "nrt: the object shows the pod's CPUs free again $((SECONDS - t0)) s after the pod was deleted"
+else
+    e2e_result FAIL "nrt: available cpu node-0 '$(nrt_available node-0)', node-1 '$(nrt_available node-1)' 120 s after the pod was deleted, not 3 and 4"
+fi
+
+workload default-scheduler default
+B=$(grep -c ' refused$' "$W/workload-default")
+K delete pods -l e2e=workload --wait=true --timeout=300s >/dev/null 2>&1
+wait_until 120 available_is node-0 3
+workload topology-aware aware
+A=$(grep -c ' refused$' "$W/workload-aware")
+P=2
+line="topology-aware scheduling: $A of $P pods refused at admission (default scheduler: $B refused)"
+echo "$line"
+if [ "$A" = 0 ] && [ "$B" -gt 0 ] && grep -q '^aware-2 unscheduled$' "$W/workload-aware"; then
+    e2e_result PASS "$line; the 5-CPU pod stays Pending under the topology-aware scheduler"
+else
+    e2e_result FAIL "$line; want 0 and more than 0, and aware-2 Pending: $(tr '\n' ';' <"$W/workload-aware")"
+fi
+K delete pods -l e2e=workload --wait=false >/dev/null 2>&1
+
+if [ "$KEEP_RUNNING" = 1 ]; then
+    e2e_log "the cluster is up: KUBECONFIG=$W/admin.kubeconfig $CP/kubectl get nodes; the node's console: $console. Press Enter to stop."
+    read -r _
+fi
+kill "$GUEST_PID" 2>/dev/null
+pkill -f "qemu-system-x86_64.*$W/" 2>/dev/null
+wait "$GUEST_PID" 2>/dev/null
+e2e_collect "$console" "$NODE"
+e2e_summary
