@@ -89,7 +89,7 @@ pub(super) async fn admit(
     }
 }
 
-/// 2 before 3: the plugins' `Allocate` with the Topology Manager's hint
+/// Step 2 before step 3: the plugins' `Allocate` with the Topology Manager's hint
 /// known now, then the engine decides with their answers (one trip, one
 /// flush).
 async fn plugins_first(
@@ -124,7 +124,7 @@ async fn plugins_first(
     Ok(admitted)
 }
 
-/// 3 before 2: the engine decides (its merged affinity is what the plugins
+/// Step 3 before step 2: the engine decides (its merged affinity is what the plugins
 /// are given), then the plugins' answers are recorded (a second trip and
 /// flush).
 async fn engine_first(
@@ -162,7 +162,7 @@ async fn engine_first(
     recorded
 }
 
-/// 0. The resource plugins container `request` asks (none without the QoS
+/// Step 0: the resource plugins container `request` asks (none without the QoS
 /// Resource Manager).
 fn plugins_asked(
     qrm: Option<&Qrm>,
@@ -206,7 +206,7 @@ async fn readmit_held(
     Ok(readmitted)
 }
 
-/// 1. The outside providers' hints (every provider at once, one deadline;
+/// Step 1: the outside providers' hints (every provider at once, one deadline;
 /// one that fails or misses it fails the admission closed).
 async fn gather_hints(
     handle: &ControllerHandle,
@@ -262,7 +262,7 @@ fn order(
     (known.admit && !admitted_already()).then_some(known.hint)
 }
 
-/// 3–6: the engine decides (with the plugins' answers when they were asked
+/// Steps 3–6: the engine decides (with the plugins' answers when they were asked
 /// first), the batch is made durable with one flush, the executor applies
 /// it, the controller answers.
 async fn decide(
