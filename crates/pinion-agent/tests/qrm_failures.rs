@@ -505,6 +505,66 @@ async fn under_the_none_policy_plugins_answer_first_and_one_flush_keeps_both() {
     agent.stop().await;
 }
 
+fn batches(agent: &Agent) -> u64 {
+    agent
+        .handle
+        .snapshot()
+        .metrics
+        .counters
+        .journal_batches_total
+}
+
+/// Issue 30 item 1: under a policy that merges hints, a container whose
+/// CPUs a resource plugin owns gets no hints from the CPU manager, so its
+/// merged hint is known before the admission: the plugins answer first and
+/// one flush keeps the admission and their answers, as under `none`. A
+/// container whose CPUs the policy owns still has the engine decide first
+/// (its hints count): the plugins' answers are a second flush. The
+/// placements are the plugins' and the policy's either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_best_effort_plugins_answer_first_only_for_cpus_a_plugin_owns() {
+    let owned_by_plugin = Agent::start_with_policy("best-effort");
+    let cpu = Knob::one("cpu", "CpusetCpus", "2-3", "cpu");
+    let _cpu = owned_by_plugin.serve(cpu.clone());
+    owned_by_plugin.wait_for_plugin("cpu", "active").await;
+    let before = batches(&owned_by_plugin);
+    let admitted = owned_by_plugin
+        .handle
+        .admit(admission("pinion-run-owned", "1", &[], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        batches(&owned_by_plugin) - before,
+        1,
+        "the admission and the plugin's answer are made durable together"
+    );
+    assert_eq!(admitted.placement.cpus.to_string(), "2-3");
+    assert_eq!(
+        cpu.state().allocate_calls,
+        vec![("pinion-run-owned".to_string(), "main".to_string())]
+    );
+    owned_by_plugin.stop().await;
+
+    let owned_by_policy = Agent::start_with_policy("best-effort");
+    let fast = Knob::one(FAST, "CpuShares", "512", "fast");
+    let _fast = owned_by_policy.serve(fast.clone());
+    owned_by_policy.wait_for_plugin(FAST, "active").await;
+    let before = batches(&owned_by_policy);
+    let admitted = owned_by_policy
+        .handle
+        .admit(admission("pinion-run-policy", "2", &[(FAST, "1")], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        batches(&owned_by_policy) - before,
+        2,
+        "the engine decides first, the plugin's answer follows"
+    );
+    assert_eq!(admitted.placement.cpus.len(), 2, "the static policy's CPUs");
+    assert_eq!(admitted.placement.resources.cpu_shares, Some(512));
+    owned_by_policy.stop().await;
+}
+
 /// An admission refused after the plugins answered (here: more exclusive
 /// CPUs than the node has) leaves nothing behind: the plugins are told to
 /// forget the pod, as for a released one.

@@ -28,7 +28,7 @@ pub use metrics::{
     AlignBoundary, AlignScope, AlignmentCounts, AllocationSource, AssignmentType, CpuGauges,
     ResourceManagerCounts,
 };
-pub use topology::{AdmitReport, CpuOwner, TopologyDecision};
+pub use topology::{admission_before_engine, AdmitReport, CpuOwner, TopologyDecision};
 
 /// Counters of the CPU and Topology Managers (kubelet names, see
 /// `docs/metrics.md` and [`metrics`] for when each one counts).

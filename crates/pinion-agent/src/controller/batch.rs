@@ -1,3 +1,5 @@
+//! Owns the batch: group commit of decisions, the batch's undo log, its one journal flush and the effects applied after it.
+//!
 //! Batches: group commit of decisions. A batch is a run of decisions made
 //! in memory one after the other (strictly in arrival order), each appending
 //! its records to the journal; then one `fdatasync` makes them all durable
@@ -33,7 +35,7 @@ pub enum Decision {
         hints: Box<GatheredHints>,
         /// The plugins' answers when they were asked before the admission
         /// (stored with it, in the same flush); `None`: asked after it, if
-        /// at all ([`super::ControllerHandle::admit`]).
+        /// at all ([`super::admission`]).
         plugins: Option<Box<StoredAllocations>>,
     },
     Release {
@@ -109,7 +111,7 @@ enum Outcome {
 impl Controller {
     /// Starts a batch at the current (durable) state.
     pub(super) fn begin(&mut self) -> Batch {
-        self.side.begin();
+        self.plugin_data.side_mut().begin();
         Batch {
             engine: self.engine.clone(),
             workloads: Vec::new(),
@@ -202,7 +204,7 @@ impl Controller {
         // includes those records too.
         let engine_side = self.engine_side_records();
         match side_before {
-            Some(side_before) => records.extend(diff_side(side_before, &self.side)),
+            Some(side_before) => records.extend(diff_side(side_before, self.plugin_data.side())),
             None => records.extend(engine_side),
         }
         for record in &records {
@@ -278,7 +280,7 @@ impl Controller {
                 self.rollback(batch);
                 // The rollback took them out of the side data; the next
                 // flush carries them.
-                self.waiting.put_back(waiting);
+                self.plugin_data.put_back(waiting);
                 return Err(err.into());
             }
             self.counters.journal_batches_total += 1;
@@ -302,16 +304,16 @@ impl Controller {
     /// with this flush — a plugin's change together with the allocation it
     /// was made for. Records that cannot be appended wait for the next.
     fn take_waiting(&mut self) -> Vec<Record> {
-        let mut records = self.waiting.take();
+        let mut records = self.plugin_data.take_waiting();
         for at in 0..records.len() {
             if let Err(err) = self.store.record(&records[at]) {
                 tracing::error!("side-data records cannot be journalled yet: {err}");
-                self.waiting.put_back(records.split_off(at));
+                self.plugin_data.put_back(records.split_off(at));
                 break;
             }
         }
         for record in &records {
-            self.side.apply(record);
+            self.plugin_data.side_mut().apply(record);
         }
         records
     }
@@ -338,7 +340,7 @@ impl Controller {
                 }
             }
         }
-        self.side.rollback();
+        self.plugin_data.side_mut().rollback();
         for cgroup in batch.created {
             if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of a rolled-back admission: {err}");
@@ -395,7 +397,10 @@ impl Controller {
             return;
         }
         let started = Instant::now();
-        match self.store.compact(self.engine.state(), &self.side) {
+        match self
+            .store
+            .compact(self.engine.state(), self.plugin_data.side())
+        {
             Ok(()) => {
                 self.compacted = Instant::now();
                 self.counters

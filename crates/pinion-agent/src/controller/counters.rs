@@ -1,3 +1,5 @@
+//! Owns the controller's counters, and the metrics snapshot they are published in.
+//!
 //! The controller's own counters and the numbers `/metrics` shows, taken
 //! from one snapshot (the agent's `metrics` module encodes them; names and
 //! meanings: `docs/metrics.md`).

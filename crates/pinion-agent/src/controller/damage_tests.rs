@@ -1,3 +1,5 @@
+//! Owns the tests of a damaged journal: no acknowledged decision is lost at restart.
+//!
 //! Issue 27, item 1: a damaged journal must not lose an acknowledged
 //! decision. The journal is damaged anywhere (bytes flipped, the file cut,
 //! a page zeroed) after acknowledged admissions and a release; at restart

@@ -1,3 +1,5 @@
+//! Owns the decisions of a batch, made in memory: an admission (new, retried or in conflict) and a release.
+//!
 //! The decisions of a batch: admissions and releases, made in memory with
 //! their journal records appended; [`super::batch`] makes them durable and
 //! applies their effects.
@@ -196,7 +198,7 @@ impl Controller {
         // A run that held plugin resources waits for the reconcile pass:
         // its release sends the plugins `RemovePod` for the id, which would
         // also take what they allocate for the new run of that id.
-        let plugins = !existing.plugins.is_empty() || !existing.plugin_resources.is_empty();
+        let plugins = !existing.plugins.is_empty();
         !retry && !plugins && self.host.pids(cgroup).is_ok_and(|pids| pids.is_empty())
     }
 

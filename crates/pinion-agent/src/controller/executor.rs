@@ -1,3 +1,5 @@
+//! Owns every write to the node: cgroups, cpusets, OCI settings, pids, partitions, and the runtime updates.
+//!
 //! The executor: the one place where placements reach the node. After every
 //! change the controller recomputes each workload's *desired* placement from
 //! the engine, and the executor turns each difference from what was last

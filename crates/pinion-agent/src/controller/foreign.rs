@@ -1,3 +1,5 @@
+//! Owns what Pinion does about other writers of the cpusets it keeps (`otherWriters`): the counters, the rate-limited log lines, the marks `pinion ps` shows.
+//!
 //! Other writers (issue 31 item 6): cpusets Pinion keeps that someone else
 //! changed. The reconcile pass compares each kept file's observed value
 //! with the one Pinion intends ([`pinion_core::drift::judge`], the one

@@ -1,3 +1,5 @@
+//! Owns the following of CPU hot-plug at run time: the state, the workloads and the report when the online CPUs change.
+//!
 //! CPU hot-plug at run time (issue 13): the reconcile loop polls the
 //! machine's online CPUs (`pinion_host::online_cpus`); when they changed it
 //! discovers the topology again and hands it here. The state follows with

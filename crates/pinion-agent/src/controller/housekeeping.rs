@@ -1,3 +1,5 @@
+//! Owns the housekeeping cgroups (`housekeeping.cgroups`) kept on the shared pool.
+//!
 //! Housekeeping cgroups (issue 31 item 2, config `housekeeping.cgroups`):
 //! cgroups outside Pinion's (`/system.slice`, the runtime's, kubelet's)
 //! whose `cpuset.cpus` the executor keeps equal to the shared pool with the

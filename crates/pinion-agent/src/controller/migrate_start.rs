@@ -1,3 +1,5 @@
+//! Owns the migration at start of a checkpoint that no longer fits the configuration (`migrateOnStart`).
+//!
 //! A checkpoint that no longer fits the configuration (reserved CPUs,
 //! policy, options, CPUs gone offline) is migrated at start with the plan
 //! `pinion state migrate` prints (`pinion_core::migrate`): workloads that

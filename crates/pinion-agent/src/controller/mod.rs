@@ -1,3 +1,5 @@
+//! Owns the `Controller` (the single owner of the engine, the journal/checkpoint store, the workloads and the node handle) and the types every part of it shares.
+//!
 //! The controller: the single owner of the engine, the checkpoint store and
 //! the workloads Pinion places. Front-ends (local API, NRI) and timers talk
 //! to it only through [`Command`]s (see [`task`]); reads come from the
@@ -16,6 +18,7 @@
 //! runtime updates — after admissions and releases, for shared-pool
 //! changes, drift repair and restart recovery alike.
 
+mod admission;
 mod batch;
 pub mod counters;
 #[cfg(test)]
@@ -27,6 +30,7 @@ mod hotplug;
 mod housekeeping;
 mod migrate_start;
 mod partition;
+mod plugin_data;
 mod plugins;
 mod pod_level;
 mod rebuild;
@@ -42,7 +46,7 @@ pub mod task;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,7 +54,6 @@ pub use batch::{Answer, Decision};
 pub use plugins::{Reallocation, Reconciled, StoredAllocations};
 
 use pinion_core::engine::{CpuOwner, Engine};
-use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::policy::PolicyError;
 use pinion_core::record::SideData;
@@ -318,12 +321,8 @@ struct Workload {
     /// What its cgroup or the runtime last accepted (`None`: unknown, to be
     /// written at the next executor pass).
     applied: Option<Placement>,
-    /// The plugin resources it requested, and what the plugins allocated.
-    plugin_resources: BTreeSet<String>,
-    plugins: PluginAllocations,
-    /// When `Allocate` answers were last recorded (reconcile polls older
-    /// than that do not know of them).
-    plugins_recorded: Option<Instant>,
+    /// The plugin resources it requested, and what the plugins answered.
+    plugins: plugin_data::ContainerPlugins,
     /// Why its cgroup settings could not be written, since the last write
     /// that succeeded (`pinion ps` shows it; counted once per failure).
     apply_failure: Option<String>,
@@ -354,9 +353,7 @@ impl Workload {
             spec,
             desired,
             applied: None,
-            plugin_resources: BTreeSet::new(),
-            plugins: PluginAllocations::new(),
-            plugins_recorded: None,
+            plugins: plugin_data::ContainerPlugins::default(),
             apply_failure: None,
             foreign_mark: None,
             foreign_yielded: None,
@@ -379,9 +376,10 @@ impl Workload {
 pub struct Controller {
     engine: Engine,
     store: StateStore,
-    /// Durable data beside the CPU state (resource-plugin allocations…),
-    /// as the journal keeps it.
-    side: side::Side,
+    /// The resource plugins' data: the journal's side data (their
+    /// answers, pending removals, the engine's pod-level data), the records
+    /// waiting for the next flush, the removal list's channel.
+    plugin_data: plugin_data::PluginData,
     /// When the checkpoint was last rewritten from the state.
     compacted: Instant,
     host: Box<dyn CpusetHost>,
@@ -395,18 +393,8 @@ pub struct Controller {
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.
     runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
-    /// Side-data records journalled with the next flush rather than
-    /// flushed on their own: the built-in resource plugins' state changes
-    /// (`pinion_plugins::store`; the outbox is shared with them when they
-    /// run in the agent), and records whose loss costs nothing but a
-    /// repeated message (a pod every plugin heard of).
-    waiting: Outbox,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
-    /// The pods whose plugins have yet to hear of their removal, sent only
-    /// when the list changes (the removal loop waits on it; waking it at
-    /// every snapshot cost each command a thread wake-up).
-    removals_tx: watch::Sender<Vec<String>>,
     /// Exclusive runs' cpuset partitions (`exclusiveCpus.partition`).
     partitions: partition::Partitions,
     /// Cgroups whose cpus follow the shared pool (`housekeeping.cgroups`).
@@ -440,13 +428,7 @@ impl Controller {
     /// Returns the side data they kept (kind → key → value, kinds starting
     /// with `prefix`), to open them with.
     pub fn keep_plugin_state(&mut self, outbox: Outbox, prefix: &str) -> SideData {
-        outbox.put_back(self.waiting.take());
-        self.waiting = outbox;
-        self.side
-            .iter()
-            .filter(|(kind, _)| kind.starts_with(prefix))
-            .map(|(kind, entries)| (kind.clone(), entries.clone()))
-            .collect()
+        self.plugin_data.keep_builtin_state(outbox, prefix)
     }
 
     /// A receiver of the shared pool.
@@ -466,7 +448,7 @@ impl Controller {
     /// the list does).
     #[must_use]
     pub fn subscribe_plugin_removals(&self) -> watch::Receiver<Vec<String>> {
-        self.removals_tx.subscribe()
+        self.plugin_data.subscribe_removals()
     }
 
     /// The engine's state (tests, snapshots).

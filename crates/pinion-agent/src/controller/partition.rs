@@ -1,3 +1,5 @@
+//! Owns the exclusive runs' cpuset partitions (`exclusiveCpus.partition`): which cgroup is one, and the order of their writes.
+//!
 //! Exclusive CPUs as cgroup v2 cpuset partitions (config
 //! `exclusiveCpus.partition`): once the executor has written an exclusive
 //! run's cpuset, its cgroup becomes a `root` or `isolated` partition; before

@@ -1,27 +1,23 @@
-//! Resource plugins' allocations in the controller: stored per container
-//! as part of its placement (merged by `pinion_core::plugin_allocation`),
-//! durable as journal side data before anyone hears of them, merged with
-//! each reconcile poll as the spec's §4.9 says (the `Allocate`-time hints
-//! are kept), and pods whose plugins have yet to hear of their removal.
+//! Owns what the resource plugins' answers do in the controller: placements with the answers applied (`pinion_core::plugin_allocation`), the checks only the controller can make of them, their recording (durable before anyone hears of them) and each reconcile poll's merge (the spec's §4.9: the `Allocate`-time hints are kept).
+//!
+//! The data itself (each container's answers, the side data they are
+//! durable in, the pods whose plugins must hear of a removal) is owned by
+//! [`super::plugin_data`]; these methods need the engine and every
+//! workload besides.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use pinion_core::plugin_allocation::{self, PluginAllocation, PluginAllocations};
 use pinion_core::plugin_answer::{self, AnswerError};
-use pinion_core::record::{Record, SideData, SideValue};
+use pinion_core::record::{Record, SideValue};
 use pinion_core::{CpuSet, Placement};
 use pinion_host::journal::format::MAX_PAYLOAD;
 
 use super::batch::Batch;
+use super::plugin_data::{allocation_keys, side_key, stored_allocations, ALLOCATIONS};
 use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
 use crate::qrm::Poll;
-
-/// Side-data kind of a container's allocations (key `<pod>/<container>`).
-pub use pinion_core::qrm_checkpoint::ALLOCATIONS;
-/// Side-data kind of a pod whose plugins have not all heard of its removal
-/// (key: the pod UID).
-pub const REMOVALS: &str = "qrm-removal";
 
 /// A container's plugin data as the journal keeps it (shared with
 /// `pinion state import-qrm`).
@@ -31,10 +27,6 @@ pub use pinion_core::qrm_checkpoint::StoredAllocations;
 /// answers did: the QRM loops' own types.
 pub use crate::qrm::loops::{Reallocation, Reconciled};
 
-fn side_key((pod, container): &Key) -> String {
-    pinion_core::qrm_checkpoint::side_key(pod, container)
-}
-
 impl Controller {
     /// The placement of `key` the engine decides, with its plugins'
     /// allocations applied. Allocations that cannot be applied were refused
@@ -42,10 +34,18 @@ impl Controller {
     /// stands (logged).
     pub(super) fn placement_for(&self, key: &Key) -> Placement {
         let base = self.engine.placement(&key.0, &key.1);
-        let Some(workload) = self.workloads.get(key).filter(|w| !w.plugins.is_empty()) else {
+        let Some(workload) = self
+            .workloads
+            .get(key)
+            .filter(|w| !w.plugins.allocations.is_empty())
+        else {
             return base;
         };
-        match plugin_allocation::apply(self.engine.machine(), base.clone(), &workload.plugins) {
+        match plugin_allocation::apply(
+            self.engine.machine(),
+            base.clone(),
+            &workload.plugins.allocations,
+        ) {
             Ok((placement, _)) => placement,
             Err(err) => {
                 tracing::error!(pod = %key.0, container = %key.1, "plugin allocation not applied: {err}");
@@ -185,9 +185,7 @@ impl Controller {
         self.append(&records, batch);
         batch.touch(&self.workloads, key);
         if let Some(workload) = self.workloads.get_mut(key) {
-            workload.plugins = stored.allocations;
-            workload.plugin_resources = stored.resources;
-            workload.plugins_recorded = Some(Instant::now());
+            workload.plugins.hold(stored, Some(Instant::now()));
         }
     }
 
@@ -212,8 +210,8 @@ impl Controller {
                 return Vec::new();
             }
         };
-        self.side
-            .set(ALLOCATIONS, &side_key(key), value)
+        self.plugin_data
+            .set_allocations(key, value)
             .into_iter()
             .collect()
     }
@@ -236,13 +234,13 @@ impl Controller {
         let mut updated: BTreeMap<Key, PluginAllocations> = BTreeMap::new();
         for (resource, poll) in polls {
             for (key, workload) in &self.workloads {
-                if !workload.plugin_resources.contains(resource)
+                if !workload.plugins.resources.contains(resource)
                     || workload.is_init(&key.1)
-                    || workload.plugins_recorded.is_some_and(|at| at > polled_at)
+                    || workload.plugins.recorded.is_some_and(|at| at > polled_at)
                 {
                     continue;
                 }
-                let current = updated.get(key).unwrap_or(&workload.plugins);
+                let current = updated.get(key).unwrap_or(&workload.plugins.allocations);
                 let answer = poll
                     .get(&key.0)
                     .and_then(|c| c.get(&key.1))
@@ -272,10 +270,7 @@ impl Controller {
                     continue;
                 }
                 let base = self.engine.placement(&key.0, &key.1);
-                let checked = StoredAllocations {
-                    resources: workload.plugin_resources.clone(),
-                    allocations: next,
-                };
+                let checked = workload.plugins.stored_with(next);
                 if let Err(err) = self.check_answers(key, &checked) {
                     tracing::error!(pod = %key.0, container = %key.1, %resource, "reconcile answer refused, the previous allocation stays: {err}");
                     continue;
@@ -296,10 +291,7 @@ impl Controller {
         let mut records = Vec::new();
         for (key, allocations) in &updated {
             batch.touch(&self.workloads, key);
-            let stored = StoredAllocations {
-                resources: self.workloads[key].plugin_resources.clone(),
-                allocations: allocations.clone(),
-            };
+            let stored = self.workloads[key].plugins.stored_with(allocations.clone());
             records.extend(self.store_allocations(key, &stored, None));
         }
         self.append(&records, &mut batch);
@@ -309,7 +301,7 @@ impl Controller {
             .collect();
         for (key, allocations) in updated {
             if let Some(workload) = self.workloads.get_mut(&key) {
-                workload.plugins = allocations;
+                workload.plugins.allocations = allocations;
             }
         }
         self.commit(batch)?;
@@ -333,18 +325,12 @@ impl Controller {
         let pods: BTreeSet<&String> = released.iter().map(|(pod, _)| pod).collect();
         for pod in pods {
             let gone = !self.workloads.keys().any(|(p, _)| p == pod);
-            let prefix = format!("{pod}/");
-            let had_plugins = self.side.get(ALLOCATIONS).is_some_and(|entries| {
-                entries
-                    .range(prefix.clone()..)
-                    .next()
-                    .is_some_and(|(k, _)| k.starts_with(&prefix))
-            });
+            let had_plugins = self.plugin_data.pod_has_allocations(pod);
             for key in released.iter().filter(|(p, _)| p == pod) {
-                records.extend(self.side.set(ALLOCATIONS, &side_key(key), None));
+                records.extend(self.plugin_data.set_allocations(key, None));
             }
             if gone && had_plugins {
-                records.extend(self.plugins_must_hear_of(pod));
+                records.extend(self.plugin_data.must_hear_of_removal(pod));
             }
         }
         records
@@ -358,14 +344,7 @@ impl Controller {
         if !self.keys_of(pod, None).is_empty() {
             return None;
         }
-        self.plugins_must_hear_of(pod)
-    }
-
-    /// Notes that every plugin must hear of pod `pod`'s removal (the
-    /// removal loop's `RemovePod`); returns the side-data record.
-    fn plugins_must_hear_of(&mut self, pod: &str) -> Option<Record> {
-        self.side
-            .set(REMOVALS, pod, Some(serde_json::Value::Bool(true).into()))
+        self.plugin_data.must_hear_of_removal(pod)
     }
 
     /// An admission of a container of `pod` was refused after plugins may
@@ -375,7 +354,7 @@ impl Controller {
     /// waits for the next flush, as [`Controller::plugin_pod_removed`]'s.
     pub fn forget_refused(&mut self, pod: &str) {
         if let Some(record) = self.plugins_must_forget(pod) {
-            self.waiting.push([record]);
+            self.plugin_data.wait([record]);
             self.publish();
         }
     }
@@ -387,35 +366,11 @@ impl Controller {
     /// backstop delay in the agent). Lost in a crash before that, it costs
     /// one more `RemovePod` (idempotent) after the restart.
     pub fn plugin_pod_removed(&mut self, uid: &str) {
-        let Some(record) = self.side.set(REMOVALS, uid, None) else {
+        let Some(record) = self.plugin_data.heard_of_removal(uid) else {
             return;
         };
-        self.waiting.push([record]);
+        self.plugin_data.wait([record]);
         self.publish();
-    }
-
-    /// The durable plugin data of `key` (restored at start).
-    pub(super) fn stored_allocations(side: &SideData, key: &Key) -> Option<StoredAllocations> {
-        let value = side.get(ALLOCATIONS)?.get(&side_key(key))?;
-        match value.decode() {
-            Ok(stored) => Some(stored),
-            Err(err) => {
-                tracing::error!(pod = %key.0, container = %key.1, "unreadable plugin allocations in the journal: {err}");
-                None
-            }
-        }
-    }
-
-    /// The keys of every container with durable plugin data.
-    pub(super) fn allocation_keys(side: &SideData) -> Vec<Key> {
-        side.get(ALLOCATIONS)
-            .into_iter()
-            .flat_map(BTreeMap::keys)
-            .filter_map(|k| {
-                let (pod, container) = k.split_once('/')?;
-                Some((pod.to_string(), container.to_string()))
-            })
-            .collect()
     }
 
     /// Attaches the durable plugin data to the recovered workloads; data
@@ -423,14 +378,14 @@ impl Controller {
     /// runtime synchronizes) when there is a runtime front-end, else it is
     /// dropped.
     pub(super) fn restore_allocations(&mut self) {
-        for key in Self::allocation_keys(&self.side) {
-            let Some(stored) = Self::stored_allocations(&self.side, &key) else {
+        for key in allocation_keys(self.plugin_data.side()) {
+            let Some(stored) = stored_allocations(self.plugin_data.side(), &key) else {
                 continue;
             };
             if !self.workloads.contains_key(&key) {
                 if self.runtime_updates.is_none() {
                     tracing::warn!(pod = %key.0, container = %key.1, "plugin allocations of a container that no longer runs dropped");
-                    self.side.set(ALLOCATIONS, &side_key(&key), None);
+                    self.plugin_data.set_allocations(&key, None);
                     continue;
                 }
                 let desired = self.engine.placement(&key.0, &key.1);
@@ -440,8 +395,7 @@ impl Controller {
                 );
             }
             if let Some(workload) = self.workloads.get_mut(&key) {
-                workload.plugins = stored.allocations;
-                workload.plugin_resources = stored.resources;
+                workload.plugins.hold(stored, None);
             }
         }
     }
@@ -450,17 +404,19 @@ impl Controller {
     pub(super) fn plugin_resources(&self) -> BTreeSet<String> {
         self.workloads
             .values()
-            .flat_map(|w| w.plugin_resources.iter().chain(w.plugins.keys()))
+            .flat_map(|w| {
+                w.plugins
+                    .resources
+                    .iter()
+                    .chain(w.plugins.allocations.keys())
+            })
             .cloned()
             .collect()
     }
 
     /// The pods waiting for their plugins to hear of their removal.
     pub(super) fn pending_removals(&self) -> Vec<String> {
-        self.side
-            .get(REMOVALS)
-            .map(|pods| pods.keys().cloned().collect())
-            .unwrap_or_default()
+        self.plugin_data.pending_removals()
     }
 }
 

@@ -1,3 +1,5 @@
+//! Owns the registration of pods' pod-level resources (`PodLevelResourceManagers`).
+//!
 //! Pod-level resources (issue #15, KEP-5526; `featureGates:
 //! PodLevelResourceManagers`): the front-end registers a pod's pod-level
 //! resources before its containers are admitted; the engine then follows

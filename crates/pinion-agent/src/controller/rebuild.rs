@@ -1,3 +1,5 @@
+//! Owns the rebuild of the state from the node at start, when no checkpoint can be read.
+//!
 //! Rebuilding the state from the node at start, when there is no readable
 //! checkpoint: each live cgroup of Pinion's says which CPUs its run has
 //! (`cpuset.cpus`) and its run record what it asked for; the rule of

@@ -1,3 +1,5 @@
+//! Owns the reconcile pass: ended runs released, changed cpusets noticed and repaired, stray cgroups removed.
+//!
 //! The reconcile pass: release what has ended, notice cpusets changed
 //! behind Pinion's back — in Pinion's own cgroups and in the cgroups of the
 //! runtime's containers — and let the executor repair them (cgroup writes,

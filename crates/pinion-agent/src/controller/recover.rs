@@ -1,3 +1,5 @@
+//! Owns the controller's start: the checkpoint restored (or rebuilt, or migrated) and the workloads found again.
+//!
 //! Starting the controller: restore the checkpoint with kubelet's checks
 //! (or rebuild the state from the node, or migrate it to the configuration:
 //! `docs/state-recovery.md`), find the cgroups a previous run left, keep
@@ -130,7 +132,6 @@ impl Controller {
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let (shared_tx, _) = watch::channel(CpuSet::new());
         let (snapshot_tx, _) = watch::channel(Arc::new(Snapshot::default()));
-        let (removals_tx, _) = watch::channel(Vec::new());
         let mut counters = Counters::default();
         if report.rebuilt {
             counters.state_rebuilds_total += 1;
@@ -143,7 +144,7 @@ impl Controller {
         let mut controller = Controller {
             engine,
             store,
-            side: super::side::Side::new(side),
+            plugin_data: super::plugin_data::PluginData::new(side),
             compacted: Instant::now(),
             host: parts.host,
             runs,
@@ -152,10 +153,8 @@ impl Controller {
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
-            waiting: pinion_plugins::store::Outbox::default(),
             shared_tx,
             snapshot_tx,
-            removals_tx,
             partitions: super::partition::Partitions::new(parts.partition),
             housekeeping: super::housekeeping::Housekeeping::new(
                 &parts.isolation.housekeeping,
@@ -237,7 +236,7 @@ impl Controller {
             }
         }
         let before = std::mem::replace(&mut self.engine, next);
-        let side_before = self.side.clone();
+        let side_before = SideData::clone(self.plugin_data.side());
         self.restore_allocations();
         let base = base.unwrap_or_else(|| before.state().clone());
         self.record(&base, Some(&side_before))?;
@@ -404,7 +403,7 @@ fn lost_decisions(
     if !matches!(parts.policy, Policy::Static(_)) {
         return None;
     }
-    let owned_by_plugins = Controller::allocation_keys(side);
+    let owned_by_plugins = super::plugin_data::allocation_keys(side);
     let lost: Vec<String> = claims
         .iter()
         .filter(|c| c.exclusive > 0 && c.cpus != state.default)

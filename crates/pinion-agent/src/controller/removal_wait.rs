@@ -1,3 +1,5 @@
+//! Owns how long a release waits for the resource plugins to hear of the pod's removal.
+//!
 //! How long a release waits for the resource plugins to hear of the pod's
 //! removal: until they all did, at most [`REMOVAL_WAIT`], and not at all
 //! while no removal loop runs to tell them (stopped, or never started) —

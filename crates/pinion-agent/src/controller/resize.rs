@@ -1,3 +1,5 @@
+//! Owns in-place resize of a placed container's CPUs, and the engine's pod-level data in the side data.
+//!
 //! In-place resize of a placed container's CPU request (issue #15, KEP-5554;
 //! `featureGates: InPlacePodVerticalScalingExclusiveCPUs`), and the durable
 //! data of the newest kubelet features that lives beside the CPU state.
@@ -114,7 +116,8 @@ impl Controller {
             .collect();
         for kind in [PROMISED, POD_CPUS] {
             pods.extend(
-                self.side
+                self.plugin_data
+                    .side()
                     .get(kind)
                     .into_iter()
                     .flat_map(|m| m.keys().cloned()),
@@ -132,7 +135,7 @@ impl Controller {
         let mut records = Vec::new();
         for pod in pods {
             for (kind, now) in engine_side_of(&self.engine, pod) {
-                records.extend(self.side.set(kind, pod, now));
+                records.extend(self.plugin_data.side_mut().set(kind, pod, now));
             }
         }
         records
@@ -270,7 +273,7 @@ mod tests {
         assert!(matches!(err, ControlError::Journal(_)), "{err}");
         assert_eq!(controller.state(), &state, "rolled back");
         assert!(controller.engine.promised_cpus().is_empty());
-        assert!(!controller.side.contains_key(super::PROMISED));
+        assert!(!controller.plugin_data.side().contains_key(super::PROMISED));
         assert_eq!(cgroup_cpus(&host), first);
 
         let grown = controller.resize(&key(), &cpus("4")).expect("resized");
@@ -311,7 +314,7 @@ mod tests {
             .clear();
         controller.release(RUN, None).expect("released");
         assert!(controller.engine.promised_cpus().is_empty());
-        assert!(!controller.side.contains_key(super::PROMISED));
+        assert!(!controller.plugin_data.side().contains_key(super::PROMISED));
         drop(controller);
         let controller = node(&host).start(dir.path()).expect("restart");
         assert!(controller.engine.promised_cpus().is_empty());

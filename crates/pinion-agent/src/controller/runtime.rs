@@ -1,3 +1,5 @@
+//! Owns the runtime (NRI) containers' life: synchronization with the runtime's list, parking, restarts and followers of the shared pool.
+//!
 //! Containers placed by the runtime (NRI). Their record is the runtime's
 //! own list, sent in `Synchronize`: there is no cgroup of Pinion's to look
 //! at. [`Controller::sync_runtime`] makes the controller agree with it.

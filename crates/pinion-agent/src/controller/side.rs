@@ -1,6 +1,9 @@
-//! The side data (durable data beside the CPU state: resource-plugin
+//! Owns the side-data table beside the CPU state, with the undo log of the open batch.
+//!
+//! The side data is durable data beside the CPU state: resource-plugin
 //! allocations, pods whose plugins must hear of their removal, pod-level
-//! CPUs, the built-in plugins' state) with the undo log of the open batch.
+//! CPUs, the built-in plugins' state. The controller holds it through
+//! [`super::plugin_data::PluginData`].
 //!
 //! Every change goes through [`Side::set`], which returns the journal
 //! record of the change and remembers the old value, so a batch whose flush

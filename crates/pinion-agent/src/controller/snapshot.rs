@@ -1,3 +1,5 @@
+//! Owns the snapshot readers see (`ps`, `/metrics`, the front-ends) and its publication after every change.
+//!
 //! Snapshots: what readers (the local API's `ps`, `/metrics`, front-ends
 //! looking up a container's placement) see, published by the controller
 //! after each change.
@@ -157,13 +159,8 @@ impl Controller {
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
-        self.removals_tx.send_if_modified(|pending| {
-            let changed = *pending != snapshot.pending_plugin_removals;
-            if changed {
-                pending.clone_from(&snapshot.pending_plugin_removals);
-            }
-            changed
-        });
+        self.plugin_data
+            .publish_removals(&snapshot.pending_plugin_removals);
     }
 }
 
@@ -222,7 +219,7 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         cgroup,
         pid,
         container_id,
-        plugins: workload.plugins.clone(),
+        plugins: workload.plugins.allocations.clone(),
         apply_error: workload.apply_failure.clone(),
         partition: None,
         foreign_write: workload.foreign_mark.as_ref().map(ToString::to_string),

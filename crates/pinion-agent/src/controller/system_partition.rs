@@ -1,3 +1,5 @@
+//! Owns KEP-5894's node system partition (`systemPartition`): its namespaces' shared containers and its memory limit.
+//!
 //! KEP-5894's node system partition (config `systemPartition`, gate
 //! `NodeSystemPartition`): containers of pods in the partition's namespaces
 //! that run in the shared pool run on the partition's `cpuset` instead.

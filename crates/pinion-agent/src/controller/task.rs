@@ -1,34 +1,34 @@
-//! The controller's thread and the handle front-ends use to reach it.
+//! Owns the transport to the controller: its thread, the command queue and its polling, the [`Command`] enum, and the handle front-ends use.
 //!
 //! The controller runs on one dedicated OS thread (its work is blocking
 //! file I/O: fsync of the checkpoint, cgroupfs writes), receiving
 //! [`Command`]s from a bounded channel and answering each on its own
 //! one-shot channel. Snapshots and the shared pool are `watch` channels, so
-//! readers never wait for the controller. Anything slow or remote — the
-//! topology hints of outside providers — happens in the handle, before a
-//! command is sent.
+//! readers never wait for the controller. The handle is thin: each method
+//! sends a command and awaits its answer; an admission is the one sequence
+//! of several steps, and it lives in [`super::admission`]. Anything slow or
+//! remote — the topology hints of outside providers, the resource plugins'
+//! calls — happens on the async side, before a command is sent or after it
+//! was answered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use pinion_core::engine::CpuOwner;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::PodResources;
-use pinion_core::qrm_rules::allocations_cover;
-use pinion_core::topomgr::TopologyHint;
+use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Placement, Quantity, Topology};
 use pinion_host::cgroup::ContainerCgroup;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::plugins::plugin_error;
 use super::{
     AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, ReconcileReport,
     Reconciled, Released, RunningContainer, Snapshot, StoredAllocations, Synced, TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
-use crate::qrm::{PluginRequest, Poll, Qrm};
+use crate::qrm::{Poll, Qrm};
 
 /// How many commands may wait for the controller.
 const QUEUE: usize = 1024;
@@ -120,9 +120,14 @@ pub enum Command {
         polled_at: Instant,
         reply: Reply<Reconciled>,
     },
-    /// An admission refused after plugins may have allocated for it
-    /// ([`Controller::forget_refused`]).
-    ForgetRefused { pod: String, reply: Reply<()> },
+    /// Undo a failed admission: release `container` of `pod` when it was
+    /// admitted, and have the plugins told to forget the pod when none of
+    /// its containers is left ([`Controller::undo_admission`]).
+    UndoAdmission {
+        pod: String,
+        container: Option<String>,
+        reply: Reply<()>,
+    },
     /// Every plugin heard of a pod's removal; the reply comes once the
     /// snapshot no longer lists it as pending.
     PluginPodRemoved { uid: String, reply: Reply<()> },
@@ -158,11 +163,13 @@ pub struct ControllerHandle {
     snapshots: watch::Receiver<Arc<Snapshot>>,
     plugin_removals: watch::Receiver<Vec<String>>,
     shared_pool: watch::Receiver<CpuSet>,
-    hints: Arc<HintGatherer>,
-    qrm: Option<Arc<Qrm>>,
-    /// The Topology Manager's hint for every admission when it merges
-    /// nothing (its `none` policy): the plugins are then asked first.
-    fixed_hint: Option<TopologyHint>,
+    /// The outside hint providers admissions ask first.
+    pub(super) hints: Arc<HintGatherer>,
+    /// The QoS Resource Manager (resource plugins), when it runs.
+    pub(super) qrm: Option<Arc<Qrm>>,
+    /// The engine's Topology Manager (fixed at start): what an admission's
+    /// merged hint is, when it can be known before the engine decides.
+    pub(super) topology_manager: Arc<TopologyManager>,
 }
 
 /// Starts the controller thread, with no outside hint providers.
@@ -202,7 +209,7 @@ pub fn spawn_with(
         shared_pool: controller.subscribe_shared_pool(),
         hints: Arc::new(hints),
         qrm,
-        fixed_hint: controller.engine.topology_manager().fixed_hint(),
+        topology_manager: Arc::new(controller.engine.topology_manager().clone()),
     };
     let thread = std::thread::Builder::new()
         .name("pinion-controller".to_string())
@@ -290,8 +297,12 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 drop(polls);
                 let _ = reply.send(outcome);
             }
-            Command::ForgetRefused { pod, reply } => {
-                controller.forget_refused(&pod);
+            Command::UndoAdmission {
+                pod,
+                container,
+                reply,
+            } => {
+                controller.undo_admission(&pod, container.as_deref());
                 let _ = reply.send(Ok(()));
             }
             Command::PluginPodRemoved { uid, reply } => {
@@ -426,7 +437,11 @@ fn run_batch(controller: &mut Controller, batch: Vec<(Decision, Queued)>) {
 }
 
 impl ControllerHandle {
-    async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ControlError> {
+    /// Sends the command `make` builds and awaits its answer.
+    pub(super) async fn ask<T>(
+        &self,
+        make: impl FnOnce(Reply<T>) -> Command,
+    ) -> Result<T, ControlError> {
         let (reply, answer) = oneshot::channel();
         self.commands
             .send(make(reply))
@@ -435,171 +450,12 @@ impl ControllerHandle {
         answer.await.map_err(|_| ControlError::Stopped)?
     }
 
-    /// Admits a container: gathers the outside providers' hints, asks the
-    /// controller, then the resource plugins (with the merged affinity),
-    /// whose answers the controller stores; answers once everything is
-    /// durable and placed. A plugin failure undoes the admission.
-    ///
-    /// When the Topology Manager merges nothing (`none` policy), the plugins
-    /// need nothing from the admission: they are asked first, and the
-    /// controller decides the admission with their answers and makes both
-    /// durable in one flush ([`ControllerHandle::admit_plugins_first`]).
-    pub async fn admit(&self, mut request: AdmitRequest) -> Result<Admitted, ControlError> {
-        let plugin_requests = match &self.qrm {
-            Some(qrm) => qrm
-                .plugin_requests(&request.pod, &request.container)
-                .map_err(|err| plugin_error(&request.pod.uid, &request.container, &err))?,
-            None => Vec::new(),
-        };
-        if plugin_requests.iter().any(|r| r.resource == "cpu") {
-            request.cpu_owner = CpuOwner::Plugin;
-        }
-        if let Some(admitted) = self.readmit_held(&request, &plugin_requests).await? {
-            return Ok(admitted);
-        }
-        let Some(qrm) = self.qrm.as_ref().filter(|_| !plugin_requests.is_empty()) else {
-            return self.admit_only(request, None).await;
-        };
-        if let Some(hint) = self.fixed_hint {
-            return self
-                .admit_plugins_first(qrm, request, &plugin_requests, hint)
-                .await;
-        }
-        let (pod, container) = (request.pod.clone(), request.container.clone());
-        let admitted = self.admit_only(request, None).await?;
-        let allocated = qrm
-            .allocate(&pod, &container, &plugin_requests, admitted.affinity)
-            .await;
-        let key = (pod.uid.clone(), container.clone());
-        let result = match allocated {
-            Ok(allocations) => {
-                let resources = plugin_requests.iter().map(|r| r.resource.clone()).collect();
-                let recorded = self.record_allocations(key, resources, allocations).await;
-                // The plugins may have moved other containers to make room.
-                qrm.request_reconcile();
-                recorded
-            }
-            Err(err) => Err(plugin_error(&pod.uid, &container, &err)),
-        };
-        if result.is_err() {
-            if let Err(undo) = self.release(pod.uid.clone(), Some(container.clone())).await {
-                tracing::error!(pod = %pod.uid, %container, "undoing a failed plugin admission: {undo}");
-            }
-            // Plugins may have allocated without the answers being stored.
-            self.forget_refused(pod.uid.clone()).await;
-        }
-        result
-    }
-
-    /// A new runtime container of a container Pinion holds whose resource
-    /// plugins' stored allocations cover what it asks now (the proposal's
-    /// re-admission, [`allocations_cover`]): it keeps its placement and
-    /// those allocations, and no plugin is asked for hints or `Allocate`.
-    /// `None`: admit it the ordinary way (not held, no plugin asked, or a
-    /// quantity changed — then every plugin is asked again).
-    async fn readmit_held(
-        &self,
-        request: &AdmitRequest,
-        plugin_requests: &[PluginRequest],
-    ) -> Result<Option<Admitted>, ControlError> {
-        let snapshot = self.snapshot();
-        let Some(held) = snapshot.workload(&request.pod.uid, &request.container) else {
-            return Ok(None);
-        };
-        let asked = plugin_requests
-            .iter()
-            .map(|r| (r.resource.as_str(), r.quantity));
-        if !allocations_cover(&held.plugins, asked) {
-            return Ok(None);
-        }
-        let readmitted = self
-            .ask(|reply| Command::ReadmitHeld {
-                request: Box::new(request.clone()),
-                reply,
-            })
-            .await?;
-        if readmitted.is_some() {
-            tracing::info!(pod = %request.pod.uid, container = %request.container, "re-admitted with the allocations its resource plugins made before; no plugin asked");
-        }
-        Ok(readmitted)
-    }
-
-    /// An admission of a container of `pod` refused after plugins may have
-    /// allocated for it ([`Controller::forget_refused`]).
-    async fn forget_refused(&self, pod: String) {
-        let asked = self
-            .ask(|reply| Command::ForgetRefused {
-                pod: pod.clone(),
-                reply,
-            })
-            .await;
-        if let Err(err) = asked {
-            tracing::error!(%pod, "the plugins will not be told to forget the refused pod: {err}");
-        }
-    }
-
-    /// The plugins' `Allocate` with the Topology Manager's fixed hint, then
-    /// the admission with their answers: one round trip to the controller
-    /// and one flush. A plugin failure refuses the container before the
-    /// controller hears of it; an admission refused after the plugins
-    /// answered has them told to forget the pod when it has no other
-    /// container ([`Controller::run_batch`]).
-    async fn admit_plugins_first(
-        &self,
-        qrm: &Qrm,
-        request: AdmitRequest,
-        plugin_requests: &[PluginRequest],
-        hint: TopologyHint,
-    ) -> Result<Admitted, ControlError> {
-        let allocated = qrm
-            .allocate(
-                &request.pod,
-                &request.container,
-                plugin_requests,
-                Some(hint),
-            )
-            .await;
-        let allocations = match allocated {
-            Ok(allocations) => allocations,
-            Err(err) => {
-                // Plugins before the failed one may have allocated.
-                self.forget_refused(request.pod.uid.clone()).await;
-                return Err(plugin_error(&request.pod.uid, &request.container, &err));
-            }
-        };
-        let answers = StoredAllocations {
-            resources: plugin_requests.iter().map(|r| r.resource.clone()).collect(),
-            allocations,
-        };
-        let admitted = self.admit_only(request, Some(answers)).await?;
-        // The plugins may have moved other containers to make room.
-        qrm.request_reconcile();
-        Ok(admitted)
-    }
-
-    /// The admission by the controller (hints gathered first), with the
-    /// plugins' answers when they were asked first.
-    async fn admit_only(
-        &self,
-        request: AdmitRequest,
-        plugins: Option<StoredAllocations>,
-    ) -> Result<Admitted, ControlError> {
-        let hints = self
-            .hints
-            .gather(&request.pod, &request.container)
-            .await
-            .map_err(|err| ControlError::Hints {
-                pod: request.pod.uid.clone(),
-                container: request.container.clone(),
-                reason: err.to_string(),
-            })?;
-        self.ask(|reply| Command::Admit {
-            request: Box::new(request),
-            hints: Box::new(hints),
-            plugins: plugins.map(Box::new),
-            reply,
-        })
-        .await
+    /// Admits a container: the admission sequence
+    /// ([`super::admission`]: hints, resource plugins, the engine's
+    /// decision, one flush, the executor); answers once everything is
+    /// durable and placed.
+    pub async fn admit(&self, request: AdmitRequest) -> Result<Admitted, ControlError> {
+        super::admission::admit(self, request).await
     }
 
     /// Releases a container, or every container of the pod with `None`.

@@ -1,3 +1,6 @@
+//! Owns the controller's tests on the fake host: admission, release, restart, runtime containers and resource plugins.
+
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use pinion_core::policy::PolicyConfig;
@@ -885,7 +888,8 @@ fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
         value: Some(serde_json::json!({ "k": key }).into()),
     };
     let side_of = |c: &Controller| {
-        c.side
+        c.plugin_data
+            .side()
             .get("plugin-state/cpu")
             .map(|entries| entries.keys().cloned().collect::<Vec<_>>())
             .unwrap_or_default()

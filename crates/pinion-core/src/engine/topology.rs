@@ -304,6 +304,39 @@ impl Engine {
     }
 }
 
+/// The Topology Manager's admission of container `name` of `pod` when it is
+/// known before the engine is asked: the hint the admission will store (and
+/// the resource plugins' `Allocate` is given) and whether it admits, from
+/// the outside providers' hints (`outside`) alone. `None` when it depends on
+/// the engine's state, so the engine must decide first:
+///
+/// * policy `none`: the fixed empty hint, always admitted (nothing merged);
+/// * CPUs owned by a resource plugin (`owner`), container scope, no NUMA
+///   allocation scores: the CPU manager gives no hints, so the merge is the
+///   outside providers' alone — as [`Engine::admit_container_as`] merges it;
+/// * otherwise `None`: the CPU manager's hints depend on the free CPUs, pod
+///   scope reuses the affinity stored for the pod's earlier containers, and
+///   `numa-allocation-strategy` scores nodes by the exclusive CPUs taken.
+#[must_use]
+pub fn admission_before_engine(
+    manager: &TopologyManager,
+    pod: &Pod,
+    name: &str,
+    outside: &dyn HintProvider,
+    owner: CpuOwner,
+) -> Option<crate::topomgr::Admission> {
+    if manager.policy() == TmPolicy::None {
+        return Some(crate::topomgr::Admission {
+            hint: TopologyHint::cannot_satisfy(),
+            admit: true,
+        });
+    }
+    let stateless = owner == CpuOwner::Plugin
+        && manager.scope() != Scope::Pod
+        && manager.options().numa_allocation_strategy == NumaAllocationStrategy::None;
+    stateless.then(|| manager.merge(&[outside.container_hints(pod, name)]))
+}
+
 /// The providers' answers as one `(resource, hints)` list.
 fn flatten(answers: Vec<ProviderHints>) -> Vec<(String, Option<Vec<TopologyHint>>)> {
     answers

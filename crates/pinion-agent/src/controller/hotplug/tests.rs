@@ -1,3 +1,5 @@
+//! Owns the tests of CPU hot-plug with fake cgroups on a synthetic machine.
+//!
 //! CPU hot-plug with fake cgroups on a synthetic machine (1 socket × 4
 //! cores × 2 threads: core n = cpus n and n+4; cpu 0 reserved).
 

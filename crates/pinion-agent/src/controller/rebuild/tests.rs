@@ -1,3 +1,5 @@
+//! Owns the tests of rebuilding runtime containers from `Synchronize` after a lost checkpoint.
+//!
 //! Rebuilding runtime containers from `Synchronize` after a lost
 //! checkpoint, with conflicting claims (fake cgroups, no NRI socket: the
 //! controller is driven directly).

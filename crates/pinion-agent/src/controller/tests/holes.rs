@@ -1,3 +1,5 @@
+//! Owns the tests of issue 27's smaller holes in admission and the executor.
+//!
 //! Issue 27's smaller holes in admission and the executor, at the
 //! controller level with the fake host.
 

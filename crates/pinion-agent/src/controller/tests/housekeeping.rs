@@ -1,3 +1,5 @@
+//! Owns the tests of housekeeping cgroups, other writers and the system partition on the fake host.
+//!
 //! Issue 31 items 2 and 6 on the fake host: housekeeping cgroups follow the
 //! shared pool (shrunk before an exclusive run's process joins, grown after
 //! its release), other writers are reported and repaired or yielded to,

@@ -1,3 +1,5 @@
+//! Owns the tests of exclusive runs' cpuset partitions on the fake host.
+//!
 //! Issue 31 item 1: exclusive runs' cgroups as cpuset partitions, at the
 //! controller level with the fake host (which models the kernel's rules for
 //! `cpuset.cpus.exclusive` and the partition file).

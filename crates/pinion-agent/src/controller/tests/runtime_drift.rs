@@ -1,3 +1,5 @@
+//! Owns the tests of the reconcile pass over runtime (NRI) containers.
+//!
 //! Issue 28 item 5: the reconcile pass covers runtime (NRI) containers —
 //! their cgroup is read back and a changed cpuset is sent again through
 //! the executor — and a Guaranteed container the runtime created while no

@@ -1,3 +1,5 @@
+//! Owns the tests of runtime containers' cpuset partitions.
+//!
 //! Issue 31 item 1 for runtime (NRI) containers: an exclusive container's
 //! cgroup (NRI's `linux.cgroups_path`) becomes a cpuset partition once the
 //! runtime created its task, and is taken apart — before its CPUs go to the

@@ -339,3 +339,79 @@ fn the_fixed_hint_is_the_hint_every_admission_stores() {
         }
     }
 }
+
+/// The agent asks resource plugins before the admission whenever
+/// `admission_before_engine` knows the Topology Manager's answer: it must
+/// be the answer the engine gives (the hint it stores, the refusal), for
+/// every policy, scope and owner, whatever the outside providers say and
+/// whatever exclusive CPUs are taken already.
+#[test]
+fn the_admission_known_before_the_engine_is_the_engines() {
+    let outside: Vec<(&str, Option<Vec<TopologyHint>>)> = vec![
+        ("don't care", None),
+        ("cannot satisfy", Some(Vec::new())),
+        ("node 0", Some(vec![TopologyHint::new(node(0), true)])),
+        (
+            "node 1 or both",
+            Some(vec![
+                TopologyHint::new(node(1), true),
+                TopologyHint::new(node(0).or(node(1)), false),
+            ]),
+        ),
+        (
+            "both only",
+            Some(vec![TopologyHint::new(node(0).or(node(1)), false)]),
+        ),
+    ];
+    let mut known = 0;
+    for policy in ["none", "best-effort", "restricted", "single-numa-node"] {
+        for scope in ["container", "pod"] {
+            for (what, hints) in &outside {
+                for owner in [CpuOwner::Policy, CpuOwner::Plugin] {
+                    let mut engine = engine(policy, scope);
+                    // 6 exclusive CPUs on node 0 taken: the CPU manager's
+                    // hints depend on it.
+                    engine.admit_container(&pod("a", &[6]), "c0", None).unwrap();
+                    let extra = StaticHints::new(BTreeMap::from([
+                        (
+                            "b/c0".to_owned(),
+                            BTreeMap::from([("gpu".to_owned(), hints.clone())]),
+                        ),
+                        (
+                            "b".to_owned(),
+                            BTreeMap::from([("gpu".to_owned(), hints.clone())]),
+                        ),
+                    ]));
+                    let b = pod("b", &[2]);
+                    let case = format!("{policy} {scope} {what} {owner:?}");
+                    let before =
+                        admission_before_engine(engine.topology_manager(), &b, "c0", &extra, owner);
+                    let report = engine.admit_container_as(&b, "c0", &[&extra], owner);
+                    let Some(before) = before else {
+                        assert_ne!(policy, "none", "{case}");
+                        assert!(owner == CpuOwner::Policy || scope == "pod", "{case}");
+                        continue;
+                    };
+                    known += 1;
+                    if before.admit {
+                        assert!(report.result.is_ok(), "{case}: {:?}", report.result);
+                        assert_eq!(
+                            engine.topology_affinity("b", "c0"),
+                            Some(before.hint),
+                            "{case}"
+                        );
+                    } else {
+                        assert_eq!(
+                            report.result,
+                            Err(PolicyError::TopologyAffinity(TopologyAffinityError)),
+                            "{case}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // `none` for both owners and scopes, and every other policy for a
+    // plugin's CPUs in container scope.
+    assert_eq!(known, 5 * (2 * 2 + 3));
+}
