@@ -337,3 +337,18 @@ async fn with_no_plugin_left_a_key_owned_before_is_still_removed() {
     assert_eq!(bed.server.status("capacity")["other.example/thing"], "2");
     assert_kubelets_keys_kept(&bed.server);
 }
+
+#[tokio::test]
+async fn without_node_resources_the_node_is_read_once_and_never_written() {
+    let bed = start(&checking(), ApiServer::default()).await;
+    declare(&bed, vec![resource("cpu", false, 8.0)]);
+    let reads = |s: &ApiServer| s.of(|r| r.method == "GET").len();
+    until(&bed.server, |s| reads(s) == 1).await;
+    // Five check periods more: no other read, no write.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(reads(&bed.server), 1, "{:#?}", bed.server.of(|_| true));
+    assert!(bed.server.patches().is_empty());
+    // Once Pinion has resources in the Node, it checks them again.
+    declare(&bed, vec![resource(WIDGET, true, 4.0)]);
+    until(&bed.server, |s| reads(s) >= 3).await;
+}

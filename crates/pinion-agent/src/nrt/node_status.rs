@@ -6,9 +6,10 @@
 //!
 //! One task, fed by the registry's node resources (a `watch` channel: the
 //! controller and admissions never wait for it). A change is applied after
-//! `updateDelay`; every `nodeStatusCheckPeriod` the Node is read back and
-//! the configuration applied again when the status no longer says what
-//! Pinion wants (kubelet zeroes extended resources when it registers a
+//! `updateDelay`; every `nodeStatusCheckPeriod` (once after the start, then
+//! while Pinion has resources in it) the Node is read back and the
+//! configuration applied again when the status no longer says what Pinion
+//! wants (kubelet zeroes extended resources when it registers a
 //! recreated node) or still holds a key Pinion owned before and no longer
 //! wants. A failed update is retried after 1 s, doubling to 60 s.
 //!
@@ -92,8 +93,13 @@ impl NodeStatusUpdater {
         let mut retry: Option<Instant> = None;
         // The first check waits a whole period: plugins register again
         // after an agent restart before keys they own are judged stale.
+        // Later ones only while Pinion has resources in the Node.
         let mut check = self.next_check();
+        let mut first_check_done = false;
         loop {
+            if check.is_none() && applied.as_ref().is_some_and(|a| !a.is_empty()) {
+                check = self.next_check();
+            }
             let wake = tokio::select! {
                 () = changed(&mut self.resources) => Wake::Change,
                 () = resync_at(check) => Wake::Check,
@@ -110,11 +116,12 @@ impl NodeStatusUpdater {
                 }
                 Wake::Retry => true,
                 Wake::Check => {
-                    check = self.next_check();
                     let observed = tokio::select! {
                         observed = observe(&nodes, &name) => observed,
                         () = stopped(&mut stop) => return,
                     };
+                    first_check_done |= observed.is_ok();
+                    check = (!first_check_done).then(|| self.next_check()).flatten();
                     match observed {
                         Ok(observed) => model::needs_apply(&observed, &desired),
                         Err(err) => {
