@@ -265,6 +265,20 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     )
     .await?;
     tasks.extend(nrt_task);
+    let env = |key: &str| std::env::var(key).ok();
+    let node_name = crate::nrt::node_name(&config.nrt, env, || {
+        pinion_host::hostname::hostname(std::path::Path::new("/"))
+    });
+    tasks.extend(
+        crate::nrt::node_status::start(
+            &config.nrt,
+            node_name,
+            qrm.as_ref().map(|qrm| qrm.registry().node_resources()),
+            env,
+            &stop_rx,
+        )
+        .await?,
+    );
     // Admissions only once every built-in plugin is there to place them.
     tasks.push(tokio::spawn(api::serve_with_nrt(
         socket,

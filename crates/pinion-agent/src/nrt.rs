@@ -6,6 +6,7 @@
 //! channel (the latest one only) and a slow or absent API server delays
 //! nothing but the object.
 
+pub mod node_status;
 pub mod publish;
 #[cfg(test)]
 mod tests;

@@ -1,22 +1,20 @@
-//! The NodeResourceTopology publisher against a stand-in API server: no API
-//! server runs on this machine yet (issue 32 items 3-5 bring a real control
-//! plane), so a small hyper server answers the two calls the publisher
-//! makes — `GET` of the Node and the server-side apply `PATCH` of the
-//! object — and records every request. The publisher's client is the real
-//! `kube` client.
+//! The NodeResourceTopology publisher against the stand-in API server of
+//! `tests/common/apiserver.rs` (no API server runs on this machine yet):
+//! it answers the two calls the publisher makes — `GET` of the Node and the
+//! server-side apply `PATCH` of the object — and records every request.
+//! The publisher's client is the real `kube` client.
 
+#[path = "common/apiserver.rs"]
+mod apiserver;
 #[path = "common/sysroot.rs"]
 mod sysroot;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full};
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use apiserver::{serve, ApiServer as Server, Recorded, NODE, NODE_UID};
 use pinion_agent::config::NrtConfig;
 use pinion_agent::controller::{Snapshot, WorkloadView};
 use pinion_agent::nrt::publish::Publisher;
@@ -31,131 +29,6 @@ use tokio::sync::watch;
 
 /// Upper bound for waiting on the publisher (not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(30);
-const NODE: &str = "worker-1";
-const NODE_UID: &str = "6f1c1a52-node-uid";
-const OBJECT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
-
-#[derive(Debug, Clone)]
-struct Recorded {
-    method: String,
-    path: String,
-    query: String,
-    content_type: String,
-    body: Value,
-}
-
-#[derive(Default)]
-struct Server {
-    requests: Mutex<Vec<Recorded>>,
-    /// Answer this many of the next PATCHes with 500.
-    failures: Mutex<usize>,
-    /// Never answer a PATCH (a hung API server).
-    hang: Mutex<bool>,
-}
-
-impl Server {
-    fn patches(&self) -> Vec<Recorded> {
-        self.requests
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter(|r| r.method == "PATCH")
-            .cloned()
-            .collect()
-    }
-
-    fn answer(&self, request: Recorded) -> (StatusCode, Value) {
-        let node_path = format!("/api/v1/nodes/{NODE}");
-        let answer = match (request.method.as_str(), request.path.as_str()) {
-            ("GET", path) if path == node_path => (
-                StatusCode::OK,
-                serde_json::json!({"apiVersion": "v1", "kind": "Node",
-                    "metadata": {"name": NODE, "uid": NODE_UID}}),
-            ),
-            ("PATCH", OBJECT_PATH) => {
-                let mut failures = self.failures.lock().expect("lock");
-                if *failures > 0 {
-                    *failures -= 1;
-                    // 500, not 503: kube's client retries 503 itself.
-                    (
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        serde_json::json!({"apiVersion": "v1", "kind": "Status",
-                            "status": "Failure", "message": "etcd is down", "reason": "InternalError", "code": 500}),
-                    )
-                } else {
-                    (StatusCode::OK, request.body.clone())
-                }
-            }
-            _ => (
-                StatusCode::NOT_FOUND,
-                serde_json::json!({"apiVersion": "v1", "kind": "Status",
-                    "status": "Failure", "reason": "NotFound", "code": 404}),
-            ),
-        };
-        self.requests.lock().expect("lock").push(request);
-        answer
-    }
-}
-
-/// Serves the stand-in API server on 127.0.0.1.
-async fn serve(server: Arc<Server>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let server = Arc::clone(&server);
-            tokio::spawn(async move {
-                let service =
-                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                        let server = Arc::clone(&server);
-                        async move {
-                            let (parts, body) = request.into_parts();
-                            let bytes = body
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let recorded = Recorded {
-                                method: parts.method.to_string(),
-                                path: parts.uri.path().to_string(),
-                                query: parts.uri.query().unwrap_or_default().to_string(),
-                                content_type: parts
-                                    .headers
-                                    .get("content-type")
-                                    .and_then(|v| v.to_str().ok())
-                                    .unwrap_or_default()
-                                    .to_string(),
-                                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                            };
-                            let hang =
-                                recorded.method == "PATCH" && *server.hang.lock().expect("lock");
-                            let (status, answer) = server.answer(recorded);
-                            if hang {
-                                std::future::pending::<()>().await;
-                            }
-                            let mut response =
-                                Response::new(Full::new(Bytes::from(answer.to_string())));
-                            *response.status_mut() = status;
-                            response.headers_mut().insert(
-                                "content-type",
-                                "application/json".parse().expect("header"),
-                            );
-                            Ok::<_, std::convert::Infallible>(response)
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    address
-}
 
 /// 2 NUMA nodes of 2 cores × 2 threads (node 0: CPUs 0-1, 4-5).
 fn machine() -> Topology {
@@ -481,7 +354,8 @@ struct Agent {
 }
 
 impl Agent {
-    fn start(machine: &std::path::Path, server: SocketAddr) -> Self {
+    /// The agent, with `extra` lines appended to its configuration.
+    fn start(machine: &std::path::Path, server: SocketAddr, extra: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("sysroot");
         sysroot::fake_cgroup_v2_sysroot(machine, &root);
@@ -496,7 +370,7 @@ impl Agent {
         std::fs::write(
             dir.path().join("config.yaml"),
             format!(
-                "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ntopologyManagerPolicy: single-numa-node\nnodeResourceTopology:\n  kubeconfig: {}\n  nodeName: {NODE}\n  updateDelay: 50ms\n",
+                "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ntopologyManagerPolicy: single-numa-node\nnodeResourceTopology:\n  kubeconfig: {}\n  nodeName: {NODE}\n  updateDelay: 50ms\n{extra}",
                 kubeconfig.display()
             ),
         )
@@ -566,7 +440,7 @@ async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
     };
     let server = Arc::new(Server::default());
     let address = serve(Arc::clone(&server)).await;
-    let agent = Agent::start(&machine, address);
+    let agent = Agent::start(&machine, address, "");
     let first = patches_until(&server, |p| !p.is_empty()).await;
     let object = &first[0].body;
     assert_eq!(
@@ -618,4 +492,100 @@ async fn the_agent_publishes_through_its_kubeconfig_and_follows_a_run() {
             .is_some_and(|last| cpus_in(&last.body, "available") == 79)
     })
     .await;
+}
+
+/// A resource plugin that declares `example.com/widget` as a node resource
+/// (`IsNodeResource`, `IsScalarResource`) and allocates nothing.
+struct DeclaresWidgets;
+
+impl pinion_plugins::ResourcePlugin for DeclaresWidgets {
+    fn resource_name(&self) -> &str {
+        "example.com/widget"
+    }
+
+    fn options(&self) -> pinion_plugins::Options {
+        pinion_plugins::Options::default()
+    }
+
+    fn allocate(
+        &mut self,
+        _request: &pinion_plugins::Request,
+    ) -> Result<Option<pinion_plugins::Allocation>, pinion_plugins::PluginError> {
+        Ok(None)
+    }
+
+    fn allocations(&self) -> pinion_plugins::Allocations {
+        pinion_plugins::Allocations::new()
+    }
+
+    fn remove_pod(&mut self, _pod_uid: &str) -> Result<(), pinion_plugins::PluginError> {
+        Ok(())
+    }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, pinion_plugins::AllocatableResource> {
+        let widgets = pinion_plugins::AllocatableResource {
+            is_node_resource: true,
+            is_scalar_resource: true,
+            aggregated_allocatable_quantity: 4.0,
+            aggregated_capacity_quantity: 6.0,
+            ..pinion_plugins::AllocatableResource::default()
+        };
+        [("example.com/widget".to_string(), widgets)].into()
+    }
+}
+
+/// Issue 32 item 6 through the agent binary: with a kubeconfig and the
+/// QoS Resource Manager on (nothing else configured), a plugin that
+/// registers a node resource puts it in the Node's status; when it goes
+/// away its keys go too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_keeps_a_plugins_node_resource_in_the_node_status() {
+    let Some(machine) = shared::shared(MACHINE) else {
+        return;
+    };
+    let server = Arc::new(Server::default());
+    let address = serve(Arc::clone(&server)).await;
+    let agent = Agent::start(
+        &machine,
+        address,
+        "qosResourceManager:\n  enabled: true\n  reconcilePeriod: 1s\n",
+    );
+    let registry = agent.dir.path().join("state/plugins_registry");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !registry.is_dir() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no plugin directory: {}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let plugin =
+        pinion_agent::testing::qrm_node::serve_in(&registry, DeclaresWidgets, "widget.sock");
+    let status = |map: &str| server.node.lock().expect("lock")["status"][map].clone();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while status("allocatable")["example.com/widget"] != "4" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not in the node's status: {:#?}\n{}",
+            server.status_patches(),
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status("capacity")["example.com/widget"], "4");
+    assert_eq!(status("capacity")["cpu"], "8", "kubelet's key kept");
+
+    plugin.stop().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while status("capacity").get("example.com/widget").is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still in the node's status: {:#?}\n{}",
+            server.status_patches(),
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(status("allocatable").get("example.com/widget").is_none());
 }

@@ -10,6 +10,7 @@ pub mod engine;
 pub mod hotplug;
 pub mod housekeeping;
 pub mod migrate;
+pub mod node_status;
 pub mod nrt;
 pub mod partition;
 pub mod placement;

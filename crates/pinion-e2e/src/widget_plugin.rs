@@ -14,6 +14,12 @@
 //!   the plugin then serves `cpu` instead of widgets, and every run with
 //!   `--cpus` asks it.
 //!
+//! It declares `--count N` widgets (default 4) as a node resource
+//! (`GetTopologyAwareAllocatableResources`, `IsNodeResource` and
+//! `IsScalarResource`): with API-server credentials the agent puts them in
+//! the Node's capacity and allocatable, where the scheduler and kubelet see
+//! them (`docs/nrt.md`). Serving `cpu`, it declares nothing (kubelet's).
+//!
 //! Run it beside an agent that has `qosResourceManager.enabled: true`:
 //!
 //! ```text
@@ -32,7 +38,8 @@ use std::path::PathBuf;
 use pinion_api::plugin::Identity;
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::{
-    Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
+    AllocatableResource, Allocation, AllocationInfo, Allocations, Options, PluginError, Request,
+    ResourcePlugin,
 };
 
 const RESOURCE: &str = "example.com/widget";
@@ -42,6 +49,8 @@ struct Widgets {
     resource: String,
     cpus: Option<String>,
     cpus_file: Option<PathBuf>,
+    /// The widgets it declares (`--count`).
+    count: u32,
     /// pod uid → container → (count, team)
     held: BTreeMap<String, BTreeMap<String, (f64, String)>>,
 }
@@ -129,6 +138,21 @@ impl ResourcePlugin for Widgets {
         self.held.remove(pod_uid);
         Ok(())
     }
+
+    fn allocatable_resources(&self) -> BTreeMap<String, AllocatableResource> {
+        if self.resource == "cpu" {
+            return BTreeMap::new();
+        }
+        let count = f64::from(self.count);
+        let widgets = AllocatableResource {
+            is_node_resource: true,
+            is_scalar_resource: true,
+            aggregated_allocatable_quantity: count,
+            aggregated_capacity_quantity: count,
+            ..AllocatableResource::default()
+        };
+        [(self.resource.clone(), widgets)].into()
+    }
 }
 
 fn main() {
@@ -136,6 +160,7 @@ fn main() {
     let mut resource = RESOURCE.to_string();
     let mut cpus = None;
     let mut cpus_file = None;
+    let mut count = 4;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || {
@@ -147,6 +172,12 @@ fn main() {
             "--resource" => resource = value(),
             "--cpus" => cpus = Some(value()),
             "--cpus-file" => cpus_file = Some(PathBuf::from(value())),
+            "--count" => {
+                let text = value();
+                count = text.parse().unwrap_or_else(|_| {
+                    usage(&format!("--count {text:?}: not a whole number of widgets"))
+                });
+            }
             other => usage(&format!("unknown argument {other:?}")),
         }
     }
@@ -159,6 +190,7 @@ fn main() {
         resource: resource.clone(),
         cpus,
         cpus_file,
+        count,
         held: BTreeMap::new(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -193,6 +225,6 @@ fn main() {
 }
 
 fn usage(problem: &str) -> ! {
-    eprintln!("widget plugin: {problem}\nusage: widget-plugin --socket-dir DIR [--resource NAME] [--cpus LIST] [--cpus-file FILE]");
+    eprintln!("widget plugin: {problem}\nusage: widget-plugin --socket-dir DIR [--resource NAME] [--cpus LIST] [--cpus-file FILE] [--count N]");
     std::process::exit(2);
 }

@@ -13,6 +13,8 @@ use super::{field_error, parse_go_duration, ConfigError};
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 /// Default `updateDelay`: changes within it go in one update.
 pub const DEFAULT_UPDATE_DELAY: Duration = Duration::from_millis(200);
+/// Default `nodeStatusCheckPeriod`: kubelet's `nodeStatusUpdateFrequency`.
+pub const DEFAULT_NODE_STATUS_CHECK: Duration = Duration::from_secs(10);
 
 /// The file form.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -33,6 +35,13 @@ pub struct NrtFileConfig {
     pub resync_period: Option<String>,
     /// How long an update waits for more changes after the first one.
     pub update_delay: Option<String>,
+    /// The resource plugins' extended resources in the Node's status:
+    /// `true` (start fails without credentials or plugins), `false`, or
+    /// absent: when credentials are found and the QoS Resource Manager is on.
+    pub node_status: Option<bool>,
+    /// How often the Node's status is read back and corrected (Go
+    /// duration; `0` = never).
+    pub node_status_check_period: Option<String>,
 }
 
 /// The validated section.
@@ -44,6 +53,8 @@ pub struct NrtConfig {
     pub method: Method,
     pub resync_period: Duration,
     pub update_delay: Duration,
+    pub node_status: Option<bool>,
+    pub node_status_check_period: Duration,
 }
 
 impl Default for NrtConfig {
@@ -55,6 +66,8 @@ impl Default for NrtConfig {
             method: Method::default(),
             resync_period: DEFAULT_RESYNC,
             update_delay: DEFAULT_UPDATE_DELAY,
+            node_status: None,
+            node_status_check_period: DEFAULT_NODE_STATUS_CHECK,
         }
     }
 }
@@ -101,6 +114,12 @@ impl NrtConfig {
                 "nodeResourceTopology.updateDelay",
                 file.update_delay.as_ref(),
                 defaults.update_delay,
+            )?,
+            node_status: file.node_status,
+            node_status_check_period: duration(
+                "nodeResourceTopology.nodeStatusCheckPeriod",
+                file.node_status_check_period.as_ref(),
+                defaults.node_status_check_period,
             )?,
         })
     }

@@ -543,7 +543,7 @@ fn the_node_resource_topology_section_is_read_with_its_defaults() {
         pinion_core::nrt::Method::WithExclusiveResources
     );
     let config = resolve_yaml(
-        "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n",
+        "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n  nodeStatus: false\n  nodeStatusCheckPeriod: 1m\n",
     )
     .expect("section");
     assert_eq!(config.nrt.publish, Some(true));
@@ -555,6 +555,11 @@ fn the_node_resource_topology_section_is_read_with_its_defaults() {
     assert_eq!(config.nrt.method, pinion_core::nrt::Method::All);
     assert_eq!(config.nrt.resync_period, Duration::from_secs(30));
     assert_eq!(config.nrt.update_delay, Duration::from_millis(50));
+    assert_eq!(config.nrt.node_status, Some(false));
+    assert_eq!(config.nrt.node_status_check_period, Duration::from_secs(60));
+    let defaults = NrtConfig::default();
+    assert_eq!(defaults.node_status, None);
+    assert_eq!(defaults.node_status_check_period, Duration::from_secs(10));
 }
 
 #[test]
@@ -569,6 +574,11 @@ fn bad_node_resource_topology_values_are_named() {
             "nodeResourceTopology: {resyncPeriod: soon}",
             "nodeResourceTopology.resyncPeriod",
             "soon",
+        ),
+        (
+            "nodeResourceTopology: {nodeStatusCheckPeriod: '10'}",
+            "nodeResourceTopology.nodeStatusCheckPeriod",
+            "10",
         ),
         (
             "nodeResourceTopology: {nodeName: Worker_1}",

@@ -41,6 +41,10 @@ pub enum PublishError {
         path: PathBuf,
         source: kube::config::KubeconfigError,
     },
+    #[error("nodeResourceTopology.nodeStatus is true, but there are no api server credentials: set nodeResourceTopology.kubeconfig, or run in a pod (KUBERNETES_SERVICE_HOST is not set)")]
+    NodeStatusWithoutCredentials,
+    #[error("nodeResourceTopology.nodeStatus is true, but the QoS resource manager is off (qosResourceManager): no resource plugin can declare node resources")]
+    NodeStatusWithoutPlugins,
     #[error("in-cluster credentials: {0}")]
     InCluster(#[from] kube::config::InClusterError),
     #[error("api server client: {0}")]
@@ -65,17 +69,24 @@ pub fn credentials(
     if config.publish == Some(false) {
         return Ok(None);
     }
+    match found_credentials(config, env) {
+        None if config.publish == Some(true) => Err(PublishError::NoCredentials),
+        found => Ok(found),
+    }
+}
+
+/// The credentials there are, whatever `publish` says: the configured
+/// kubeconfig, else the pod's service account when the agent runs in a pod.
+pub fn found_credentials(
+    config: &NrtConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<Credentials> {
     if let Some(path) = &config.kubeconfig {
-        return Ok(Some(Credentials::Kubeconfig(path.clone())));
+        return Some(Credentials::Kubeconfig(path.clone()));
     }
     let set = |key: &str| env(key).is_some_and(|v| !v.is_empty());
-    if set("KUBERNETES_SERVICE_HOST") && set("KUBERNETES_SERVICE_PORT") {
-        return Ok(Some(Credentials::InCluster));
-    }
-    if config.publish == Some(true) {
-        return Err(PublishError::NoCredentials);
-    }
-    Ok(None)
+    (set("KUBERNETES_SERVICE_HOST") && set("KUBERNETES_SERVICE_PORT"))
+        .then_some(Credentials::InCluster)
 }
 
 /// Whether publishing may be given up when `credentials` cannot be used:
@@ -252,20 +263,20 @@ async fn node_uid(nodes: &Api<Node>, name: &str) -> Option<String> {
 
 /// Returns when `rx` has a value not seen yet; never when its sender is
 /// gone (an agent without resource plugins has no sender of theirs).
-async fn changed<T>(rx: &mut watch::Receiver<T>) {
+pub(super) async fn changed<T>(rx: &mut watch::Receiver<T>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
 }
 
-async fn sleep_or_stop(delay: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+pub(super) async fn sleep_or_stop(delay: Duration, stop: &mut watch::Receiver<bool>) -> bool {
     tokio::select! {
         () = tokio::time::sleep(delay) => true,
         () = stopped(stop) => false,
     }
 }
 
-async fn resync_at(at: Option<Instant>) {
+pub(super) async fn resync_at(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
@@ -273,7 +284,7 @@ async fn resync_at(at: Option<Instant>) {
 }
 
 /// Returns once `stop` is true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
+pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopped| *stopped).await;
 }
 

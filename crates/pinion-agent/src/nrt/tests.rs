@@ -60,6 +60,77 @@ fn publish_true_without_credentials_is_refused_with_what_to_set() {
     );
 }
 
+/// Whether the node-status task starts: `nodeStatus: false` never; by
+/// default only with the QoS Resource Manager and credentials (also with
+/// `publish: false`); `nodeStatus: true` without either is a start error
+/// saying what is missing.
+#[tokio::test]
+async fn the_node_status_task_needs_plugins_and_credentials() {
+    let (_stop_tx, stop) = tokio::sync::watch::channel(false);
+    let resources = || Some(tokio::sync::watch::channel(Arc::default()).1);
+    let name = || Ok("worker-1".to_string());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"http://127.0.0.1:9\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .expect("kubeconfig");
+    let with = |node_status, kubeconfig: Option<&std::path::Path>| NrtConfig {
+        node_status,
+        publish: Some(false),
+        kubeconfig: kubeconfig.map(std::path::Path::to_path_buf),
+        ..NrtConfig::default()
+    };
+
+    let start = |config: NrtConfig, plugins: bool| {
+        let stop = stop.clone();
+        async move {
+            let resources = if plugins { resources() } else { None };
+            node_status::start(&config, name(), resources, env_of(&[]), &stop).await
+        }
+    };
+    let task = start(with(None, Some(&kubeconfig)), true)
+        .await
+        .expect("on");
+    let task = task.expect("runs with plugins and credentials, publish: false or not");
+    task.abort();
+    assert!(start(with(None, None), true).await.expect("off").is_none());
+    assert!(start(with(None, Some(&kubeconfig)), false)
+        .await
+        .expect("off")
+        .is_none());
+    assert!(start(with(Some(false), Some(&kubeconfig)), true)
+        .await
+        .expect("off")
+        .is_none());
+    let err = start(with(Some(true), None), true)
+        .await
+        .expect_err("no credentials");
+    assert!(
+        matches!(
+            err,
+            NrtStartError::Publish(PublishError::NodeStatusWithoutCredentials)
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("nodeResourceTopology.kubeconfig"),
+        "{err}"
+    );
+    let err = start(with(Some(true), Some(&kubeconfig)), false)
+        .await
+        .expect_err("no plugins");
+    assert!(
+        matches!(
+            err,
+            NrtStartError::Publish(PublishError::NodeStatusWithoutPlugins)
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("qosResourceManager"), "{err}");
+}
+
 #[test]
 fn the_node_name_is_the_configured_one_else_node_name_else_the_host_name() {
     let mut config = NrtConfig::default();
