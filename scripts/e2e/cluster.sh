@@ -184,6 +184,14 @@ EOF
 e2e_control_plane_start() {
     local dir=$1 cp=$2 sp=$3 etcd=$4 pki=$1/pki
     local api=https://127.0.0.1:$CLUSTER_API_PORT
+    local port holder
+    for port in "$CLUSTER_API_PORT" "$CLUSTER_ETCD_PORT" "$((CLUSTER_ETCD_PORT + 1))"; do
+        holder=$(ss -Hltnp "sport = :$port" 2>/dev/null | grep -o 'users:.*' | head -1)
+        if [ -n "$holder" ]; then
+            e2e_log "port $port is taken ($holder): another cluster still running? (PINION_E2E_API_PORT and PINION_E2E_ETCD_PORT choose others)"
+            return 1
+        fi
+    done
     mkdir -p "$dir/etcd" && chmod 700 "$dir/etcd" && : >"$dir/pids" || return 1
     "$etcd/usr/bin/etcd" --name e2e --data-dir "$dir/etcd" \
         --listen-client-urls "https://127.0.0.1:$CLUSTER_ETCD_PORT" \

@@ -124,9 +124,15 @@ async fn start(config: NrtConfig, failures: usize) -> Bed {
 }
 
 async fn start_with(config: NrtConfig, failures: usize, hang: bool) -> Bed {
-    let server = Arc::new(Server::default());
+    let server = Server::default();
     *server.failures.lock().expect("lock") = failures;
     *server.hang.lock().expect("lock") = hang;
+    start_on(config, server).await
+}
+
+/// The publisher against `server` as the test set it up.
+async fn start_on(config: NrtConfig, server: Server) -> Bed {
+    let server = Arc::new(server);
     let address = serve(Arc::clone(&server)).await;
     let topology = machine();
     let (snapshots, rx) = watch::channel(Arc::new(snapshot(&topology, &[])));
@@ -325,6 +331,44 @@ async fn a_hung_api_server_does_not_hold_the_agents_stop_up() {
         .await
         .expect("the publisher stopped while its update hung")
         .expect("publisher task");
+}
+
+/// The e2e cluster found it: kube's client has no read timeout, so an
+/// update sent to an API server that accepted the connection and never
+/// answered held the publisher for ever, and the object was never updated
+/// again after the server recovered. Each request now has `requestTimeout`;
+/// the abandoned update is retried with the latest state.
+#[tokio::test]
+async fn regression_an_update_the_api_server_never_answers_is_abandoned_and_retried() {
+    let config = NrtConfig {
+        request_timeout: Duration::from_millis(300),
+        ..quick()
+    };
+    let server = Server::default();
+    *server.hang_next.lock().expect("lock") = 1;
+    let bed = start_on(config, server).await;
+    // The first update hangs; the node changes meanwhile.
+    patches_until(&bed.server, |p| !p.is_empty()).await;
+    assert_eq!(bed.source.answer().publishing.updates, 0);
+    bed.snapshots
+        .send(Arc::new(snapshot(&bed.topology, &[("db", "2,6")])))
+        .expect("snapshot");
+    // A later update reaches the server and is answered with the latest state.
+    let patches = patches_until(&bed.server, |p| {
+        p.len() >= 2
+            && attribute(&p[p.len() - 1].body, "nodeTopologyPodsFingerprint")
+                == sign([("prod", "db")])
+    })
+    .await;
+    assert!(patches.len() >= 2);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while bed.source.answer().publishing.updates == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no update accepted after the hang"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]

@@ -15,6 +15,8 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
 pub const DEFAULT_UPDATE_DELAY: Duration = Duration::from_millis(200);
 /// Default `nodeStatusCheckPeriod`: kubelet's `nodeStatusUpdateFrequency`.
 pub const DEFAULT_NODE_STATUS_CHECK: Duration = Duration::from_secs(10);
+/// Default `requestTimeout`: how long one API request may go unanswered.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The file form.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -42,6 +44,9 @@ pub struct NrtFileConfig {
     /// How often the Node's status is read back and corrected (Go
     /// duration; `0` = never).
     pub node_status_check_period: Option<String>,
+    /// How long one request to the API server may go unanswered before it
+    /// is abandoned and retried (Go duration, more than 0).
+    pub request_timeout: Option<String>,
 }
 
 /// The validated section.
@@ -55,6 +60,7 @@ pub struct NrtConfig {
     pub update_delay: Duration,
     pub node_status: Option<bool>,
     pub node_status_check_period: Duration,
+    pub request_timeout: Duration,
 }
 
 impl Default for NrtConfig {
@@ -68,6 +74,7 @@ impl Default for NrtConfig {
             update_delay: DEFAULT_UPDATE_DELAY,
             node_status: None,
             node_status_check_period: DEFAULT_NODE_STATUS_CHECK,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -100,6 +107,18 @@ impl NrtConfig {
                 &"must not be empty",
             ));
         }
+        let request_timeout = duration(
+            "nodeResourceTopology.requestTimeout",
+            file.request_timeout.as_ref(),
+            defaults.request_timeout,
+        )?;
+        if request_timeout.is_zero() {
+            return Err(field_error(
+                "nodeResourceTopology.requestTimeout",
+                file.request_timeout.as_deref().unwrap_or_default(),
+                &"must be more than 0 (a request without a deadline can wait for ever)",
+            ));
+        }
         Ok(Self {
             publish: file.publish,
             kubeconfig: file.kubeconfig,
@@ -121,6 +140,7 @@ impl NrtConfig {
                 file.node_status_check_period.as_ref(),
                 defaults.node_status_check_period,
             )?,
+            request_timeout,
         })
     }
 }

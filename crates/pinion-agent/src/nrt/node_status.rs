@@ -35,8 +35,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::publish::{
-    changed, client_config, found_credentials, resync_at, sleep_or_stop, stopped, Credentials,
-    PublishError, FIELD_MANAGER, MAX_BACKOFF, MIN_BACKOFF,
+    bounded, changed, client_config, found_credentials, resync_at, sleep_or_stop, stopped,
+    Credentials, PublishError, FIELD_MANAGER, MAX_BACKOFF, MIN_BACKOFF,
 };
 use super::NrtStartError;
 use crate::config::NrtConfig;
@@ -51,6 +51,8 @@ pub struct NodeStatusUpdater {
     resources: NodeResources,
     delay: Duration,
     check: Duration,
+    /// Each API request's deadline (`requestTimeout`).
+    timeout: Duration,
 }
 
 /// What woke the task.
@@ -76,6 +78,7 @@ impl NodeStatusUpdater {
             resources,
             delay: config.update_delay,
             check: config.node_status_check_period,
+            timeout: config.request_timeout,
         }
     }
 
@@ -117,7 +120,7 @@ impl NodeStatusUpdater {
                 Wake::Retry => true,
                 Wake::Check => {
                     let observed = tokio::select! {
-                        observed = observe(&nodes, &name) => observed,
+                        observed = bounded(self.timeout, observe(&nodes, &name)) => observed,
                         () = stopped(&mut stop) => return,
                     };
                     first_check_done |= observed.is_ok();
@@ -139,7 +142,7 @@ impl NodeStatusUpdater {
             let params = PatchParams::apply(FIELD_MANAGER).force();
             let patch = Patch::Apply(&body);
             let sent = tokio::select! {
-                sent = nodes.patch_status(&name, &params, &patch) => sent,
+                sent = bounded(self.timeout, nodes.patch_status(&name, &params, &patch)) => sent,
                 () = stopped(&mut stop) => return,
             };
             match sent {

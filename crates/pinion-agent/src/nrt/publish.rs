@@ -135,6 +135,8 @@ pub struct Publisher {
     client: kube::Client,
     resync: Duration,
     delay: Duration,
+    /// Each API request's deadline (`requestTimeout`).
+    timeout: Duration,
     status: watch::Sender<NrtPublishing>,
 }
 
@@ -158,6 +160,7 @@ impl Publisher {
             client,
             resync: config.resync_period,
             delay: config.update_delay,
+            timeout: config.request_timeout,
             status,
         }
     }
@@ -199,7 +202,7 @@ impl Publisher {
             // A hung API server must not hold the agent's stop up.
             if owner.is_none() {
                 owner = tokio::select! {
-                    uid = node_uid(&nodes, &name) => uid,
+                    uid = node_uid(&nodes, &name, self.timeout) => uid,
                     () = stopped(&mut stop) => return,
                 };
             }
@@ -219,7 +222,7 @@ impl Publisher {
             let params = PatchParams::apply(FIELD_MANAGER).force();
             let patch = Patch::Apply(&object);
             let sent = tokio::select! {
-                sent = objects.patch(&name, &params, &patch) => sent,
+                sent = bounded(self.timeout, objects.patch(&name, &params, &patch)) => sent,
                 () = stopped(&mut stop) => return,
             };
             match sent {
@@ -251,13 +254,29 @@ impl Publisher {
 
 /// The UID of Node `name` (the object's owner), or `None` when it cannot be
 /// read now (a standalone machine has no Node; asked again next update).
-async fn node_uid(nodes: &Api<Node>, name: &str) -> Option<String> {
-    match nodes.get(name).await {
+async fn node_uid(nodes: &Api<Node>, name: &str, timeout: Duration) -> Option<String> {
+    match bounded(timeout, nodes.get(name)).await {
         Ok(node) => node.metadata.uid,
         Err(err) => {
             tracing::debug!(node = %name, error = %err, "node not readable: no owner reference yet");
             None
         }
+    }
+}
+
+/// One request to the API server, abandoned after `timeout`. kube's client
+/// sets no read timeout: a server that accepts the connection and never
+/// answers (a hung API server, a half-open connection) would hold the task
+/// for ever, and the object would never be updated again even after the
+/// server recovers (found by scripts/e2e-cluster.sh). The error names what
+/// happened.
+pub(super) async fn bounded<T>(
+    timeout: Duration,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(answer) => answer.map_err(|err| err.to_string()),
+        Err(_) => Err(format!("no answer within {timeout:?}")),
     }
 }
 

@@ -48,6 +48,9 @@ pub struct ApiServer {
     pub failures: Mutex<usize>,
     /// Never answer a PATCH (a hung API server).
     pub hang: Mutex<bool>,
+    /// Never answer this many of the next PATCHes (a server that hangs,
+    /// then recovers).
+    pub hang_next: Mutex<usize>,
     /// The Node, as `GET` answers it.
     pub node: Mutex<Value>,
     /// The keys of `status.capacity` / `status.allocatable` each field
@@ -65,6 +68,7 @@ impl Default for ApiServer {
             requests: Mutex::default(),
             failures: Mutex::default(),
             hang: Mutex::default(),
+            hang_next: Mutex::default(),
             node: Mutex::new(json!({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": NODE, "uid": NODE_UID},
@@ -290,7 +294,12 @@ async fn respond(
             .to_string(),
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     };
-    let hang = recorded.method == "PATCH" && *server.hang.lock().unwrap();
+    let hang = recorded.method == "PATCH" && {
+        let mut next = server.hang_next.lock().unwrap();
+        let once = *next > 0;
+        *next = next.saturating_sub(1);
+        once || *server.hang.lock().unwrap()
+    };
     let (status, answer) = server.answer(recorded);
     if hang {
         std::future::pending::<()>().await;

@@ -6,8 +6,8 @@
 # guest imported. The scenario then reports, until the host stops the
 # guest, every container's cpuset (`E2E-CPUS` lines) for the host's checks.
 #
-# Kernel command line: E2E_NODE_NAME. Files: /e2e/cluster/kubelet.kubeconfig (this node's
-# client certificate), /e2e/cluster/ca.crt, /e2e/images/*.tar, the CNI
+# Kernel command line: E2E_NODE_NAME. Files: /e2e/cluster/NAME.kubeconfig (each
+# node's client certificate), /e2e/cluster/ca.crt, /e2e/images/*.tar, the CNI
 # plugins in /opt/cni/bin, containerd under /opt/containerd1/bin.
 
 export PATH="/opt/containerd1/bin:$PATH"
@@ -123,30 +123,41 @@ kubeReserved:
 systemReserved:
   cpu: 500m
 EOF
-kubelet --config "$S/kubelet.yaml" --kubeconfig /e2e/cluster/kubelet.kubeconfig \
+kubelet --config "$S/kubelet.yaml" --kubeconfig "/e2e/cluster/$NODE.kubeconfig" \
     --hostname-override "$NODE" --node-ip "$NODE_IP" --v=2 >>"$S/kubelet.log" 2>&1 &
 if ! wait_for 180 wget -q -O /dev/null http://127.0.0.1:10248/healthz; then
     fail "kubelet runs" "$(grep '^E' "$S/kubelet.log" | tail -n 5 | cut -c1-300)"
     exit 0
 fi
 pass "kubelet runs as node $NODE of the cluster (API server at 10.0.2.2)"
+# E2E_WIDGETS=N: the example resource plugin (pinion-e2e's widget-plugin)
+# serves N widgets, example.com/widget, to the QoS Resource Manager of the
+# agent in Pinion's pod, registering in the directory of its hostPath.
+if [ -n "${E2E_WIDGETS:-}" ]; then
+    mkdir -p /var/lib/pinion/plugins_registry
+    widget-plugin --socket-dir /var/lib/pinion/plugins_registry --count "$E2E_WIDGETS" >>"$S/widget.log" 2>&1 &
+    note "widget-plugin serves $E2E_WIDGETS widgets"
+fi
 echo "E2E-NODE-UP $NODE"
 
 # Until the host stops the guest: every container's cpuset and memory
 # nodes, as the kernel has them, whenever they change; and the log lines of
-# the containers of namespace pinion-system (Pinion's own pod) as they come
-# (the API server cannot reach this kubelet for `kubectl logs`).
+# the containers of namespace pinion-system (Pinion's own pod) and of the
+# pods named widget-* as they come (the API server cannot reach this
+# kubelet for `kubectl logs`).
 last=""
 mkdir -p "$S/logs-seen"
 while :; do
-    for f in /var/log/pods/pinion-system_*/*/*.log; do
+    for f in /var/log/pods/pinion-system_*/*/*.log /var/log/pods/default_widget-*/*/*.log; do
         [ -f "$f" ] || continue
         key=$(echo "$f" | tr '/' '_')
         seen=$(cat "$S/logs-seen/$key" 2>/dev/null || echo 0)
         total=$(wc -l <"$f")
         if [ "$total" -gt "$seen" ]; then
+            # /var/log/pods/NAMESPACE_POD_UID/CONTAINER/N.log -> NAMESPACE/POD/CONTAINER
+            label=$(echo "$f" | sed 's|^/var/log/pods/\([^_]*\)_\([^_]*\)_[^/]*/\([^/]*\)/.*|\1/\2/\3|')
             tail -n +"$((seen + 1))" "$f" | head -n "$((total - seen))" |
-                sed "s|^[^ ]* [a-z]* [FP] |E2E-LOG $(basename "$(dirname "$f")"): |"
+                sed "s|^[^ ]* [a-z]* [FP] |E2E-LOG $label: |"
             echo "$total" >"$S/logs-seen/$key"
         fi
     done
