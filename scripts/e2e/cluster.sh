@@ -279,15 +279,20 @@ EOF
     echo $! >>"$dir/pids"
 }
 
-# e2e_control_plane_stop DIR: stops what e2e_control_plane_start started.
+# e2e_control_plane_stop DIR: stops what e2e_control_plane_start started,
+# the clients first and etcd last; what has not exited 15 s after its
+# SIGTERM (the API server waits on requests, and on etcd once it is gone)
+# gets SIGKILL.
 e2e_control_plane_stop() {
-    local pid
+    local pid i
     [ -f "$1/pids" ] || return 0
     for pid in $(tac "$1/pids"); do
         kill "$pid" 2>/dev/null
-    done
-    for pid in $(cat "$1/pids"); do
-        wait "$pid" 2>/dev/null
+        for i in $(seq 1 15); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 1
+        done
+        kill -9 "$pid" 2>/dev/null
     done
     rm -f "$1/pids"
 }
