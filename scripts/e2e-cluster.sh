@@ -286,47 +286,6 @@ done
 e2e_log "the NodeResourceTopology object of $NODE:"
 sed 's/^/  | /' "$W/nrt-$NODE.yaml" >&2
 
-# The smallest node: 2 CPUs, 1 reserved, so 1 allocatable — and Pinion's
-# own pod requests 50m of it: no Guaranteed pod of a whole CPU fits there
-# (the scheduler says Insufficient cpu). A Burstable pod runs on the shared
-# pool Pinion gives it (both CPUs: the static policy's shared pool keeps the
-# reserved CPU without strict-cpu-reservation).
-K apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: small, namespace: default, labels: {e2e: workload}}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $NODE2}
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  containers:
-  - name: app
-    image: pinion.test/busybox:1
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
-    resources:
-      requests: {cpu: 250m, memory: 32Mi}
-      limits: {cpu: 500m, memory: 64Mi}
-EOF
-if wait_until 600 settled small && [ "$(state small)" = running ] && wait_until 60 has_cpus small; then
-    got=$(pod_cpus small)
-    if [ "$got" = 0-1 ]; then
-        e2e_result PASS "pinning: on $NODE2 (2 CPUs, 1 reserved) a Burstable pod runs on Pinion's shared pool, CPUs $got"
-    else
-        e2e_result FAIL "pinning: on $NODE2 the Burstable pod runs on CPUs '$got', not the shared pool 0-1"
-    fi
-else
-    e2e_result FAIL "pinning: the Burstable pod on $NODE2 is $(state small): $(K get pod small -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message} {.status.containerStatuses[0].state}' | head -c 300)"
-fi
-K delete pod small --wait=true --timeout=300s >/dev/null 2>&1
-
-# The rest runs on $NODE alone: the small node's guest is stopped (an idle
-# emulated guest still takes host CPU from the other) and its Node deleted.
-e2e_collect "$W/$NODE2.console" "$NODE2"
-kill "${GUEST_PID[$NODE2]}" 2>/dev/null
-pkill -f "qemu-system-x86_64.*E2E_NODE_NAME=$NODE2" 2>/dev/null
-K delete node "$NODE2" --wait=false >/dev/null 2>&1
-NODE2_COLLECTED=1
 
 
 # --- pods the real schedulers send ------------------------------------------------
@@ -487,6 +446,48 @@ if wait_until 120 available_is node-0 3 && available_is node-1 4; then
 else
     e2e_result FAIL "nrt: available cpu node-0 '$(nrt_available node-0)', node-1 '$(nrt_available node-1)' 120 s after the pod was deleted, not 3 and 4"
 fi
+
+# The smallest node: 2 CPUs, 1 reserved, so 1 allocatable — and Pinion's
+# own pod requests 50m of it: no Guaranteed pod of a whole CPU fits there
+# (the scheduler says Insufficient cpu). A Burstable pod runs on the shared
+# pool Pinion gives it (both CPUs: the static policy's shared pool keeps the
+# reserved CPU without strict-cpu-reservation).
+K apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: small, namespace: default, labels: {e2e: workload}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: $NODE2}
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  containers:
+  - name: app
+    image: pinion.test/busybox:1
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    resources:
+      requests: {cpu: 250m, memory: 32Mi}
+      limits: {cpu: 500m, memory: 64Mi}
+EOF
+if wait_until 600 settled small && [ "$(state small)" = running ] && wait_until 60 has_cpus small; then
+    got=$(pod_cpus small)
+    if [ "$got" = 0-1 ]; then
+        e2e_result PASS "pinning: on $NODE2 (2 CPUs, 1 reserved) a Burstable pod runs on Pinion's shared pool, CPUs $got"
+    else
+        e2e_result FAIL "pinning: on $NODE2 the Burstable pod runs on CPUs '$got', not the shared pool 0-1"
+    fi
+else
+    e2e_result FAIL "pinning: the Burstable pod on $NODE2 is $(state small): $(K get pod small -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message} {.status.containerStatuses[0].state}' | head -c 300)"
+fi
+K delete pod small --wait=true --timeout=300s >/dev/null 2>&1
+
+# The rest runs on $NODE alone: the small node's guest is stopped (an idle
+# emulated guest still takes host CPU from the other) and its Node deleted.
+e2e_collect "$W/$NODE2.console" "$NODE2"
+kill "${GUEST_PID[$NODE2]}" 2>/dev/null
+pkill -f "qemu-system-x86_64.*E2E_NODE_NAME=$NODE2" 2>/dev/null
+K delete node "$NODE2" --wait=false >/dev/null 2>&1
+NODE2_COLLECTED=1
 
 # The QoS Resource Manager's node resources (issue 32 item 6): the example
 # plugin on $NODE declares $WIDGETS widgets; Pinion puts them in the Node's
