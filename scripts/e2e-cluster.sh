@@ -332,8 +332,9 @@ state() {
     fi
 }
 settled() { [ "$(state "$1")" != waiting ]; }
-# pod_cpus NAME: the pod's container cpuset as the node's kernel has it
-# (the console's latest E2E-CPUS block).
+# pod_cpus NAME: the cpuset of the pod's container (the one running `sh`,
+# not the sandbox) as the node's kernel has it (the console's latest
+# E2E-CPUS block).
 pod_cpus() {
     local uid node
     uid=$(K get pod "$1" -o jsonpath='{.metadata.uid}' 2>/dev/null)
@@ -341,7 +342,7 @@ pod_cpus() {
     [ -n "$uid" ] && [ -f "$W/$node.console" ] || return 0
     tr -d '\r' <"$W/$node.console" | awk -v uid="$uid" '
         /^E2E-CPUS-BEGIN/ { last = "" }
-        /^E2E-CPUS / && index($0, "pod=" uid " ") { for (i = 1; i <= NF; i++) if ($i ~ /^cpus=/) last = substr($i, 6) }
+        /^E2E-CPUS / && index($0, "pod=" uid " ") && $0 ~ /procs=([^ ]*,)?sh(,|$)/ { for (i = 1; i <= NF; i++) if ($i ~ /^cpus=/) last = substr($i, 6) }
         END { print last }'
 }
 has_cpus() { [ -n "$(pod_cpus "$1")" ]; }

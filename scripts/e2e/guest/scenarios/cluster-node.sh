@@ -169,7 +169,10 @@ while :; do
         [ -d "$d" ] || continue
         for c in "$d"/*/; do
             [ -f "$c/cpuset.cpus.effective" ] || continue
-            echo "E2E-CPUS node=$NODE pod=${d##*/pod} container=$(basename "$c") cpus=$(cat "$c/cpuset.cpus.effective") mems=$(cat "$c/cpuset.mems.effective")"
+            # procs: the commands in it (the sandbox is the pause image's
+            # `sleep`, the test pods' containers run `sh`).
+            procs=$(for pid in $(cat "$c/cgroup.procs"); do cat "/proc/$pid/comm" 2>/dev/null; done | sort -u | tr '\n' ',' | sed 's/,$//')
+            echo "E2E-CPUS node=$NODE pod=${d##*/pod} container=$(basename "$c") cpus=$(cat "$c/cpuset.cpus.effective") mems=$(cat "$c/cpuset.mems.effective") procs=$procs"
         done
     done | sort)
     if [ "$now" != "$last" ]; then
