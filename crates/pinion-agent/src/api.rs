@@ -27,24 +27,18 @@ use crate::controller::{
 use crate::nrt::NrtSource;
 use crate::server::{self, Answer, Limits};
 
-/// Binds the socket: removes a stale socket file, creates the parent
-/// directory (0700) when missing, and sets the socket's mode to 0600.
+/// Binds the socket: creates the parent directory (0700) when missing,
+/// replaces a stale socket file and listens with mode 0600; the path
+/// appears only once the socket accepts (`pinion_api::uds::listen`).
 pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
-    use std::os::unix::fs::{DirBuilderExt as _, FileTypeExt as _, PermissionsExt as _};
+    use std::os::unix::fs::DirBuilderExt as _;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(parent)?;
     }
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err() {
-            std::fs::remove_file(path)?;
-        }
-    }
-    let listener = UnixListener::bind(path)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    pinion_api::uds::listen(path, 0o600)
 }
 
 /// Serves connections until `stop` turns true, with [`Limits::LOCAL_API`].

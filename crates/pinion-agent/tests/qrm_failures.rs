@@ -77,6 +77,8 @@ fn placed(agent: &Agent, pod: &str) -> bool {
 /// §4.6: fail closed for the pods that need the plugin, never block the
 /// others. Regression (#11): the missed deadline was reported as `failed
 /// Allocate: Timeout expired` (tonic's cancellation), now as the deadline.
+/// The slow plugin hangs in `Allocate` only ([`HangingAllocate`]), so the
+/// one deadline it misses is `Allocate`'s and its last error is that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     let agent = Agent::start_with(
@@ -87,7 +89,7 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     );
     let slow = Knob::one(SLOW, "", "", "slow");
     let fast = Knob::one(FAST, "CpuShares", "512", "fast");
-    let _slow_served = agent.serve(slow.clone());
+    let slow_served = serve_service(&agent, SLOW, HangingAllocate::new(&slow));
     let _fast_served = agent.serve(fast.clone());
     agent.wait_for_plugin(SLOW, "active").await;
     agent.wait_for_plugin(FAST, "active").await;
@@ -160,7 +162,132 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
         )),
         "{metrics}"
     );
+    slow_served.stop().await;
     agent.stop().await;
+}
+
+/// A [`Knob`] whose `Allocate` alone hangs while `hang_allocate` is set:
+/// it waits before it reaches the plugin, so the plugin's other methods
+/// answer meanwhile. Served as it is, a `Knob`'s hanging `Allocate` holds
+/// the whole plugin (`GrpcPlugin` calls it under its lock), and the calls
+/// queued behind it — the periodic `GetTopologyAwareAllocatableResources`
+/// and `GetResourcesAllocation`, the refused pod's `RemovePod` — miss their
+/// deadlines after `Allocate` did: whichever of them ended last was the
+/// plugin's last error, depending on how late the test read it.
+struct HangingAllocate {
+    knob: Knob,
+    plugin: GrpcPlugin<Knob>,
+}
+
+impl HangingAllocate {
+    fn new(knob: &Knob) -> Self {
+        Self {
+            knob: knob.clone(),
+            plugin: GrpcPlugin::new(knob.clone()),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl rp::resource_plugin_server::ResourcePlugin for HangingAllocate {
+    async fn get_topology_hints(
+        &self,
+        request: tonic::Request<rp::ResourceRequest>,
+    ) -> Answer<rp::ResourceHintsResponse> {
+        self.plugin.get_topology_hints(request).await
+    }
+
+    async fn allocate(
+        &self,
+        request: tonic::Request<rp::ResourceRequest>,
+    ) -> Answer<rp::ResourceAllocationResponse> {
+        // Dropped at the caller's deadline (the server's grpc-timeout):
+        // `in_allocate` stays set, as for a plugin still stuck.
+        self.knob.state().in_allocate = true;
+        let deadline = tokio::time::Instant::now() + qrm_common::PATIENCE;
+        while self.knob.state().hang_allocate && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.plugin.allocate(request).await
+    }
+
+    async fn get_resources_allocation(
+        &self,
+        request: tonic::Request<rp::GetResourcesAllocationRequest>,
+    ) -> Answer<rp::GetResourcesAllocationResponse> {
+        self.plugin.get_resources_allocation(request).await
+    }
+
+    async fn remove_pod(
+        &self,
+        request: tonic::Request<rp::RemovePodRequest>,
+    ) -> Answer<rp::RemovePodResponse> {
+        self.plugin.remove_pod(request).await
+    }
+
+    async fn get_resource_plugin_options(
+        &self,
+        request: tonic::Request<rp::Empty>,
+    ) -> Answer<rp::ResourcePluginOptions> {
+        self.plugin.get_resource_plugin_options(request).await
+    }
+
+    async fn get_topology_aware_resources(
+        &self,
+        request: tonic::Request<rp::GetTopologyAwareResourcesRequest>,
+    ) -> Answer<rp::GetTopologyAwareResourcesResponse> {
+        self.plugin.get_topology_aware_resources(request).await
+    }
+
+    async fn get_topology_aware_allocatable_resources(
+        &self,
+        request: tonic::Request<rp::GetTopologyAwareAllocatableResourcesRequest>,
+    ) -> Answer<rp::GetTopologyAwareAllocatableResourcesResponse> {
+        self.plugin
+            .get_topology_aware_allocatable_resources(request)
+            .await
+    }
+
+    async fn pre_start_container(
+        &self,
+        request: tonic::Request<rp::PreStartContainerRequest>,
+    ) -> Answer<rp::PreStartContainerResponse> {
+        self.plugin.pre_start_container(request).await
+    }
+}
+
+/// A gRPC plugin service served in the agent's watched directory for
+/// `resource`, until [`ServedService::stop`].
+struct ServedService {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ServedService {
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("plugin task");
+    }
+}
+
+fn serve_service<S>(agent: &Agent, resource: &str, service: S) -> ServedService
+where
+    S: rp::resource_plugin_server::ResourcePlugin,
+{
+    let socket = agent
+        .registry_dir()
+        .join(format!("{}.sock", resource.replace('/', "_")));
+    let identity = Identity::new(resource);
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        pinion_api::plugin::serve(&socket, identity, service, shutdown)
+            .await
+            .expect("plugin serves");
+    });
+    ServedService { stop, task }
 }
 
 /// A plugin's answer that cannot be applied fails the admission with the

@@ -104,7 +104,8 @@ pub async fn run(
 }
 
 /// Registers the plugin on `socket`, trying a few times while its server
-/// comes up (the socket file exists from `bind`, before `accept`).
+/// comes up (another server's socket file may exist from `bind(2)`, before
+/// `listen(2)`; Pinion's own appear listening, `pinion_api::uds::listen`).
 async fn register(registry: &Registry, socket: &Path) {
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
