@@ -504,11 +504,20 @@ else
     e2e_result FAIL "node status: $NODE shows example.com/widget '$(K get node "$NODE" -o jsonpath='{.status.capacity.example\.com/widget}/{.status.allocatable.example\.com/widget}')', not $WIDGETS/$WIDGETS"
     tr -d '\r' <"$W/$NODE.console" | grep '^E2E-LOG pinion-system' | grep -i 'node status\|widget\|plugin' | tail -n 8 | cut -c1-300 | sed 's/^/  pinion| /' >&2
 fi
-widget_pod() { # NAME WIDGETS: a Guaranteed 1-CPU pod asking WIDGETS widgets
+# widget_pod NAME WIDGETS: a Guaranteed 1-CPU pod asking WIDGETS widgets.
+# The resources are for the scheduler and kubelet; NRI does not carry
+# extended resources to Pinion, so the pod says them again in the
+# annotation pinion.dev/requests (docs/differences-from-kubelet.md,
+# qrm-annotations-over-nri).
+widget_pod() {
     K apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, namespace: default, labels: {e2e: workload}}
+metadata:
+  name: $1
+  namespace: default
+  labels: {e2e: workload}
+  annotations: {pinion.dev/requests: '{"app": {"example.com/widget": "$2"}}'}
 spec:
   terminationGracePeriodSeconds: 1
   automountServiceAccountToken: false
