@@ -253,10 +253,23 @@ e2e_first_output() {
 # and once stalled for over 10 minutes (soft lockups in a cpuset write) on
 # a busy host. Single-threaded TCG runs the vCPUs in turn on one thread, where
 # a lock holder always gets its turn; it took 198 s against 160 s for that
-# guest here. PINION_E2E_TCG_THREAD=single|multi overrides.
+# guest here.
+#
+# Guests booting Debian trixie's 6.12 kernel (a shape's E2E_GUEST_KERNEL)
+# run single-threaded too: under multi-threaded TCG that kernel died of its
+# own code patching in CI twice — "Oops: int3" (2026-11-28), then on
+# 2026-11-29 once on each of two boots, the second in enqueue_entity with
+# the patched bytes still showing (a vCPU ran a stale translation of text
+# another vCPU had just patched). Single-threaded TCG runs one vCPU at a
+# time, so no vCPU runs code while another patches it.
+# PINION_E2E_TCG_THREAD=single|multi overrides.
 e2e_tcg_threads() {
     if [ -n "${PINION_E2E_TCG_THREAD:-}" ]; then
         echo "$PINION_E2E_TCG_THREAD"
+        return
+    fi
+    if [ -n "${E2E_GUEST_KERNEL:-}" ]; then
+        echo single
         return
     fi
     local vcpus=0
