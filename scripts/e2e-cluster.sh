@@ -70,10 +70,7 @@ SP=$(e2e_scheduler_plugins_build) || e2e_die "cannot build scheduler-plugins (se
 ETCD=$(e2e_etcd_deb) || e2e_die "cannot fetch Debian trixie's etcd-server (see above)"
 KUBELET_DIR=$(e2e_kubelet_build) || e2e_die "cannot build kubelet (see above)"
 CTRD1=$(e2e_containerd_deb trixie) || e2e_die "cannot fetch Debian trixie's containerd (see above)"
-cni_deb=$(e2e_fetch_deb trixie containernetworking-plugins) || e2e_die "cannot fetch the CNI plugins (see above)"
-CNI=$E2E_CACHE/$(basename "$cni_deb" .deb)
-[ -x "$CNI/usr/lib/cni/ipvlan" ] || { rm -rf "$CNI.tmp" && dpkg-deb -x "$cni_deb" "$CNI.tmp" && mv "$CNI.tmp" "$CNI"; } ||
-    e2e_die "cannot extract $cni_deb"
+CNI=$(e2e_deb_tree trixie containernetworking-plugins usr/lib/cni/ipvlan) || e2e_die "cannot fetch the CNI plugins (see above)"
 CRD=$(e2e_nrt_crd) || e2e_die "cannot download the NodeResourceTopology CRD (see above)"
 kube_version=$("$CP/kube-apiserver" --version 2>&1)
 e2e_log "control plane: $kube_version; etcd $("$ETCD/usr/bin/etcd" --version 2>&1 | head -1); $("$SP/kube-scheduler" --version 2>&1 | head -1) (sigs.k8s.io/scheduler-plugins $(cd "$E2E_REPO/interop/scheduler-plugins" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins))"
@@ -289,17 +286,24 @@ sed 's/^/  | /' "$W/nrt-$NODE.yaml" >&2
 
 
 # --- pods the real schedulers send ------------------------------------------------
-# pod NAME CPUS SCHEDULER [NODE]: a Guaranteed pod of CPUS whole CPUs (on
-# NODE when given).
-pod() {
-    local selector=""
-    [ -n "${4:-}" ] && selector="nodeSelector: {kubernetes.io/hostname: $4}"
+# apply_pod NAME REQUESTS LIMITS: a pod whose one container `app` (busybox's
+# sh, waiting for TERM) asks REQUESTS and LIMITS (YAML flow maps). From the
+# caller's environment, all optional: SCHEDULER (default-scheduler),
+# ON_NODE (a nodeSelector on that node), ANNOTATIONS (a YAML flow map),
+# SAY (shell the container runs first: what it prints to its log).
+apply_pod() {
+    local annotations=${ANNOTATIONS:-"{}"} selector=""
+    [ -n "${ON_NODE:-}" ] && selector="nodeSelector: {kubernetes.io/hostname: $ON_NODE}"
     K apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, namespace: default, labels: {e2e: workload}}
+metadata:
+  name: $1
+  namespace: default
+  labels: {e2e: workload}
+  annotations: $annotations
 spec:
-  schedulerName: $3
+  schedulerName: ${SCHEDULER:-default-scheduler}
   $selector
   terminationGracePeriodSeconds: 1
   automountServiceAccountToken: false
@@ -307,11 +311,16 @@ spec:
   - name: app
     image: pinion.test/busybox:1
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+    command: ["/bin/sh", "-c", "${SAY:-}trap 'exit 0' TERM; while :; do sleep 1; done"]
     resources:
-      requests: {cpu: "$2", memory: 32Mi}
-      limits: {cpu: "$2", memory: 32Mi}
+      requests: $2
+      limits: $3
 EOF
+}
+# pod NAME CPUS SCHEDULER [NODE]: a Guaranteed pod of CPUS whole CPUs (on
+# NODE when given).
+pod() {
+    SCHEDULER=$3 ON_NODE=${4:-} apply_pod "$1" "{cpu: \"$2\", memory: 32Mi}" "{cpu: \"$2\", memory: 32Mi}"
 }
 # state NAME: running | unscheduled | refused (bound, its container not
 # created: CreateContainerError and the like) | waiting
@@ -453,23 +462,7 @@ fi
 # (the scheduler says Insufficient cpu). A Burstable pod runs on the shared
 # pool Pinion gives it (both CPUs: the static policy's shared pool keeps the
 # reserved CPU without strict-cpu-reservation).
-K apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: small, namespace: default, labels: {e2e: workload}}
-spec:
-  nodeSelector: {kubernetes.io/hostname: $NODE2}
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  containers:
-  - name: app
-    image: pinion.test/busybox:1
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
-    resources:
-      requests: {cpu: 250m, memory: 32Mi}
-      limits: {cpu: 500m, memory: 64Mi}
-EOF
+ON_NODE=$NODE2 apply_pod small "{cpu: 250m, memory: 32Mi}" "{cpu: 500m, memory: 64Mi}"
 if wait_until 600 settled small && [ "$(state small)" = running ] && wait_until 60 has_cpus small; then
     got=$(pod_cpus small)
     if [ "$got" = 0-1 ]; then
@@ -510,26 +503,10 @@ fi
 # annotation pinion.dev/requests (docs/differences-from-kubelet.md,
 # qrm-annotations-over-nri).
 widget_pod() {
-    K apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Pod
-metadata:
-  name: $1
-  namespace: default
-  labels: {e2e: workload}
-  annotations: {pinion.dev/requests: '{"app": {"example.com/widget": "$2"}}'}
-spec:
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  containers:
-  - name: app
-    image: pinion.test/busybox:1
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "echo WIDGET_ID=\$WIDGET_ID; grep Cpus_allowed_list /proc/self/status; trap 'exit 0' TERM; while :; do sleep 1; done"]
-    resources:
-      requests: {cpu: "1", memory: 32Mi, example.com/widget: "$2"}
-      limits: {cpu: "1", memory: 32Mi, example.com/widget: "$2"}
-EOF
+    ANNOTATIONS="{pinion.dev/requests: '{\"app\": {\"example.com/widget\": \"$2\"}}'}" \
+        SAY='echo WIDGET_ID=$WIDGET_ID; grep Cpus_allowed_list /proc/self/status; ' \
+        apply_pod "$1" "{cpu: \"1\", memory: 32Mi, example.com/widget: \"$2\"}" \
+        "{cpu: \"1\", memory: 32Mi, example.com/widget: \"$2\"}"
 }
 widget_pod widget-1 1
 if wait_until 600 settled widget-1 && [ "$(state widget-1)" = running ] && wait_until 60 has_cpus widget-1; then

@@ -81,20 +81,8 @@ e2e_scheduler_plugins_build() {
     echo "$out"
 }
 
-# e2e_etcd_deb: Debian trixie's etcd-server, extracted once into the cache;
-# prints the directory (usr/bin/etcd under it).
-e2e_etcd_deb() {
-    local deb dir
-    deb=$(e2e_fetch_deb trixie etcd-server) && [ -n "$deb" ] || return 1
-    dir=$E2E_CACHE/$(basename "$deb" .deb)
-    if [ ! -x "$dir/usr/bin/etcd" ]; then
-        rm -rf "$dir.tmp" && dpkg-deb -x "$deb" "$dir.tmp" && mv "$dir.tmp" "$dir" || {
-            e2e_log "cannot extract $deb"
-            return 1
-        }
-    fi
-    echo "$dir"
-}
+# e2e_etcd_deb: Debian trixie's etcd-server (e2e_deb_tree; usr/bin/etcd).
+e2e_etcd_deb() { e2e_deb_tree trixie etcd-server usr/bin/etcd; }
 
 # e2e_nrt_crd: the NodeResourceTopology CRD file of the API module (Go's
 # module cache; downloaded the first time).

@@ -4,22 +4,26 @@
 # and the binaries live outside the repository (E2E_CACHE, Go's caches under
 # $HOME); a second run reuses the binaries. See docs/testing.md.
 
-# e2e_containerd_deb SUITE: Debian SUITE's containerd package, fetched
-# (e2e_fetch_deb) and extracted once into the cache; prints the directory
-# (usr/bin/containerd, containerd-shim-runc-v2, ctr under it). On failure it
-# says why on stderr and returns 1.
-e2e_containerd_deb() {
-    local deb dir
-    deb=$(e2e_fetch_deb "$1" containerd) && [ -n "$deb" ] || return 1
+# e2e_deb_tree SUITE PACKAGE FILE: Debian SUITE's PACKAGE, fetched
+# (e2e_fetch_deb) and extracted once into the cache; prints the directory.
+# FILE (a path inside the package) tells an extraction is complete. On
+# failure it says why on stderr and returns 1.
+e2e_deb_tree() {
+    local suite=$1 package=$2 file=$3 deb dir
+    deb=$(e2e_fetch_deb "$suite" "$package") && [ -n "$deb" ] || return 1
     dir=$E2E_CACHE/$(basename "$deb" .deb)
-    if [ ! -x "$dir/usr/bin/containerd" ]; then
-        rm -rf "$dir.tmp" && dpkg-deb -x "$deb" "$dir.tmp" && mv "$dir.tmp" "$dir" || {
+    if [ ! -e "$dir/$file" ]; then
+        rm -rf "$dir.tmp" && dpkg-deb -x "$deb" "$dir.tmp" && rm -rf "$dir" && mv "$dir.tmp" "$dir" || {
             e2e_log "cannot extract $deb"
             return 1
         }
     fi
     echo "$dir"
 }
+
+# e2e_containerd_deb SUITE: Debian SUITE's containerd package (e2e_deb_tree;
+# usr/bin/containerd, containerd-shim-runc-v2, ctr under it).
+e2e_containerd_deb() { e2e_deb_tree "$1" containerd usr/bin/containerd; }
 
 # e2e_test_images DIR: the sandbox (pause) and workload images as OCI
 # archives, DIR/pause.tar (pinion.test/pause:1) and DIR/busybox.tar
