@@ -3,6 +3,11 @@
 # and the agent's RSS idle and with 500 managed processes. Needs root and a
 # writable cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset.
 # Usage: cargo build --release -p pinion -p pinion-agent && sudo scripts/agent-figures.sh
+# API_SERVER=hung: the agent also publishes its NodeResourceTopology to an
+# API server that accepts every connection and never answers (a hung API
+# server as the agent sees it), so the admissions can be compared with the
+# default run (no API server) on the same machine (issue 32: an API server
+# that hangs must not slow an admission).
 set -euo pipefail
 BIN=${BIN:-target/release/pinion}
 RUNS=${RUNS:-200}
@@ -11,10 +16,33 @@ WORK=$(mktemp -d)
 ROOT=/sys/fs/cgroup/cpuset/pinion-figures-$$
 SOCK=$WORK/pinion.sock
 printf 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\ncpuManagerReconcilePeriod: 1s\n' >"$WORK/config.yaml"
+HUNG=""
+if [ "${API_SERVER:-none}" = hung ]; then
+    # Accepts, reads nothing, answers nothing; prints its port first.
+    python3 -u -c 'import socket, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1024)
+print(s.getsockname()[1]); held = []
+while True: held.append(s.accept()[0])' >"$WORK/hung.port" &
+    HUNG=$!
+    until [ -s "$WORK/hung.port" ]; do sleep 0.05; done
+    cat >"$WORK/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: hung, cluster: {server: "https://127.0.0.1:$(cat "$WORK/hung.port")", insecure-skip-tls-verify: true}}]
+users: [{name: hung, user: {token: figures}}]
+contexts: [{name: hung, context: {cluster: hung, user: hung}}]
+current-context: hung
+EOF
+    printf 'nodeResourceTopology:\n  publish: true\n  kubeconfig: %s\n  nodeName: figures\n' "$WORK/kubeconfig" >>"$WORK/config.yaml"
+elif [ "${API_SERVER:-none}" != none ]; then
+    echo "API_SERVER is none or hung, not '$API_SERVER'" >&2
+    exit 2
+fi
 "$BIN" agent --config "$WORK/config.yaml" --state-dir "$WORK/state" --socket "$SOCK" \
     --cgroup-root "$ROOT" --metrics-addr 127.0.0.1:0 2>"$WORK/agent.log" &
 AGENT=$!
 cleanup() {
+    [ -z "$HUNG" ] || kill "$HUNG" 2>/dev/null || true
     kill -TERM "$AGENT" 2>/dev/null || true
     wait "$AGENT" 2>/dev/null || true
     for dir in "$ROOT"/*/; do [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true; done
@@ -34,7 +62,10 @@ for _ in $(seq "$RUNS"); do
     echo $(((end - start) / 1000))
 done | sort -n >"$WORK/latency"
 p() { sed -n "$(($(wc -l <"$WORK/latency") * $1 / 100))p" "$WORK/latency"; }
-echo "pinion run --cpus 1 -- true (wall, us, $RUNS runs): p50 $(p 50) p99 $(p 99)"
+echo "pinion run --cpus 1 -- true (wall, us, $RUNS runs, API server: ${API_SERVER:-none}): p50 $(p 50) p99 $(p 99)"
+if [ -n "$HUNG" ]; then
+    echo "connections the hung API server holds: $(ls /proc/"$HUNG"/fd | wc -l) descriptors; the agent's published object: $("$BIN" nrt --socket "$SOCK" 2>&1 | head -1)"
+fi
 
 # Managed processes: launchers started directly (no waiting parent), shared pool.
 pids=()

@@ -72,9 +72,10 @@ KUBELET_DIR=$(e2e_kubelet_build) || e2e_die "cannot build kubelet (see above)"
 CTRD1=$(e2e_containerd_deb trixie) || e2e_die "cannot fetch Debian trixie's containerd (see above)"
 CNI=$(e2e_deb_tree trixie containernetworking-plugins usr/lib/cni/ipvlan) || e2e_die "cannot fetch the CNI plugins (see above)"
 CRD=$(e2e_nrt_crd) || e2e_die "cannot download the NodeResourceTopology CRD (see above)"
+NFD=$(e2e_nfd_build) || e2e_die "cannot build NFD's nfd-topology-updater (see above)"
 kube_version=$("$CP/kube-apiserver" --version 2>&1)
 e2e_log "control plane: $kube_version; etcd $("$ETCD/usr/bin/etcd" --version 2>&1 | head -1); $("$SP/kube-scheduler" --version 2>&1 | head -1) (sigs.k8s.io/scheduler-plugins $(cd "$E2E_REPO/interop/scheduler-plugins" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins))"
-e2e_log "node: $("$KUBELET_DIR/kubelet" --version 2>&1), containerd $("$CTRD1/usr/bin/containerd" --version 2>&1 | awk '{ print $3 }')"
+e2e_log "node: $("$KUBELET_DIR/kubelet" --version 2>&1), containerd $("$CTRD1/usr/bin/containerd" --version 2>&1 | awk '{ print $3 }'); exporter: $("$NFD/nfd-topology-updater" -version 2>&1 | tail -1) (sigs.k8s.io/node-feature-discovery)"
 e2e_log "peers ready in $(($(date +%s) - start)) s"
 
 mkdir -p "$W/images"
@@ -120,6 +121,27 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-topo
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-scheduler}
 EOF
+# NFD's topology-updater on $NODE (its own certificate): what its
+# deployment's ClusterRole grants it, for the rules it uses here.
+K apply -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: e2e-nfd-topology-updater}
+rules:
+- apiGroups: ["topology.node.k8s.io"]
+  resources: ["noderesourcetopologies"]
+  verbs: ["get", "create", "update"]
+- apiGroups: [""]
+  resources: ["pods", "namespaces"]
+  verbs: ["get"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: e2e-nfd-topology-updater}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-nfd-topology-updater}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: pinion-e2e-nfd-topology-updater}
+EOF
 
 # deploy/ as a user applies it: a kustomize overlay over deploy/ that sets
 # only the agent's configuration (this node's policy: single-numa-node).
@@ -154,7 +176,11 @@ images=("$KUBELET_DIR/kubelet:/usr/local/bin/kubelet"
     "$(command -v runc):/usr/sbin/runc"
     "$W/pki/ca.crt:/e2e/cluster/ca.crt"
     "$W/images:/e2e/images"
-    "$E2E_BIN_DIR/widget-plugin:/usr/local/bin/widget-plugin")
+    "$E2E_BIN_DIR/widget-plugin:/usr/local/bin/widget-plugin"
+    "$NFD/nfd-topology-updater:/usr/local/bin/nfd-topology-updater"
+    "$W/nfd.kubeconfig:/e2e/cluster/nfd.kubeconfig")
+e2e_kubeconfig "$W/nfd.kubeconfig" "https://10.0.2.2:$CLUSTER_API_PORT" "$W/pki/ca.crt" \
+    "$W/pki/nfd.crt" "$W/pki/nfd.key" || e2e_die "cannot write the exporter's kubeconfig"
 for node in "$NODE" "$NODE2"; do
     e2e_kubeconfig "$W/$node.kubeconfig" "https://10.0.2.2:$CLUSTER_API_PORT" "$W/pki/ca.crt" \
         "$W/pki/node-$node.crt" "$W/pki/node-$node.key" || e2e_die "cannot write $node's kubeconfig"
@@ -200,7 +226,7 @@ boot_node() {
 e2e_log "booting nodes $NODE and $NODE2 ($(e2e_accel)); image $(du -h "$W/initrd" | cut -f1)"
 start=$(date +%s)
 WIDGETS=2
-boot_node "$NODE" "E2E_WIDGETS=$WIDGETS" "${GUEST_SHAPE[@]}"
+boot_node "$NODE" "E2E_WIDGETS=$WIDGETS E2E_NFD=1" "${GUEST_SHAPE[@]}"
 boot_node "$NODE2" "" "${GUEST2_SHAPE[@]}"
 console=$W/$NODE.console
 
@@ -449,6 +475,24 @@ if [ "$(state pinned)" = running ] && wait_until 60 has_cpus pinned; then
 else
     e2e_result FAIL "pinning: the 2-CPU pod is $(state pinned) after $((SECONDS - t0)) s: $(K get pod pinned -o jsonpath='{.status.containerStatuses[0].state}' | head -c 300)"
 fi
+
+# The real exporter (NFD's nfd-topology-updater, the other exporter kubelet
+# users run; resource-topology-exporter's module is not served here) reads
+# Pinion's podresources socket on $NODE and publishes $NODE-nfd: with the
+# pinned pod running, both objects must agree field by field, but for the
+# exporter's own documented rules (scripts/e2e/nrt_compare.py).
+nfd_agrees() {
+    nrt_of "$NODE" >"$W/nrt-pinion.json" && nrt_of "$NODE-nfd" >"$W/nrt-nfd.json" &&
+        python3 "$E2E_LIB/nrt_compare.py" "$W/nrt-pinion.json" "$W/nrt-nfd.json" none container >"$W/nrt-compare.txt" 2>&1
+}
+t0=$SECONDS
+if wait_until 300 nfd_agrees; then
+    e2e_result PASS "nrt: NFD's nfd-topology-updater, reading Pinion's podresources, publishes $NODE-nfd equal to Pinion's $NODE field by field ($(grep -c '^same' "$W/nrt-compare.txt") fields the same, $(grep -c '^differs' "$W/nrt-compare.txt") explained differences; after $((SECONDS - t0)) s)"
+else
+    e2e_result FAIL "nrt: NFD's object $NODE-nfd and Pinion's $NODE differ after 300 s: $(grep '^DIFFERS' "$W/nrt-compare.txt" 2>/dev/null | head -3 | tr '\n' ';' | head -c 600)"
+    tr -d '\r' <"$console" | grep '^E2E-NFD ' | tail -n 8 | cut -c1-300 | sed 's/^/  nfd| /' >&2
+fi
+[ -f "$W/nrt-compare.txt" ] && sed 's/^/  nrt vs nfd| /' "$W/nrt-compare.txt" >&2
 K delete pod pinned --wait=true --timeout=300s >/dev/null 2>&1
 t0=$SECONDS
 if wait_until 120 available_is node-0 3 && available_is node-1 4; then
@@ -497,14 +541,12 @@ else
     e2e_result FAIL "node status: $NODE shows example.com/widget '$(K get node "$NODE" -o jsonpath='{.status.capacity.example\.com/widget}/{.status.allocatable.example\.com/widget}')', not $WIDGETS/$WIDGETS"
     tr -d '\r' <"$W/$NODE.console" | grep '^E2E-LOG pinion-system' | grep -i 'node status\|widget\|plugin' | tail -n 8 | cut -c1-300 | sed 's/^/  pinion| /' >&2
 fi
-# widget_pod NAME WIDGETS: a Guaranteed 1-CPU pod asking WIDGETS widgets.
-# The resources are for the scheduler and kubelet; NRI does not carry
-# extended resources to Pinion, so the pod says them again in the
-# annotation pinion.dev/requests (docs/differences-from-kubelet.md,
-# qrm-annotations-over-nri).
+# widget_pod NAME WIDGETS: a Guaranteed 1-CPU pod asking WIDGETS widgets,
+# in its resources only, as for kubelet: NRI does not carry extended
+# resources, and Pinion reads them from the pod the API server has
+# (nodeResourceTopology.podRequests, with the DaemonSet's token).
 widget_pod() {
-    ANNOTATIONS="{pinion.dev/requests: '{\"app\": {\"example.com/widget\": \"$2\"}}'}" \
-        SAY='echo WIDGET_ID=$WIDGET_ID; grep Cpus_allowed_list /proc/self/status; ' \
+    SAY='echo WIDGET_ID=$WIDGET_ID; grep Cpus_allowed_list /proc/self/status; ' \
         apply_pod "$1" "{cpu: \"1\", memory: 32Mi, example.com/widget: \"$2\"}" \
         "{cpu: \"1\", memory: 32Mi, example.com/widget: \"$2\"}"
 }

@@ -59,26 +59,45 @@ e2e_control_plane_build() {
     echo "$out"
 }
 
-# e2e_scheduler_plugins_build: scheduler-plugins' kube-scheduler
-# (sigs.k8s.io/scheduler-plugins/cmd/scheduler, interop/scheduler-plugins)
-# into E2E_CACHE/scheduler-plugins; prints that directory.
-e2e_scheduler_plugins_build() {
-    local mod=$E2E_REPO/interop/scheduler-plugins out=$E2E_CACHE/scheduler-plugins stamp version
+# _e2e_interop_build DIR MODULE PACKAGE BINARY [VERSION_VAR]: go build of
+# PACKAGE in the module interop/DIR into E2E_CACHE/DIR/BINARY, static,
+# MODULE's version stamped into VERSION_VAR when given; prints that
+# directory. A second run with the same go.mod, go.sum and Go builds nothing.
+_e2e_interop_build() {
+    local dir=$1 module=$2 package=$3 binary=$4 version_var=${5:-}
+    local mod=$E2E_REPO/interop/$dir out=$E2E_CACHE/$dir stamp version ldflags="-s -w"
     stamp=$(_e2e_go_stamp "$mod/go.mod" "$mod/go.sum")
-    if [ -x "$out/kube-scheduler" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
+    if [ -x "$out/$binary" ] && [ "$(cat "$out/stamp" 2>/dev/null)" = "$stamp" ]; then
         echo "$out"
         return 0
     fi
-    version=$(cd "$mod" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins) || return 1
+    version=$(cd "$mod" && go list -m -f '{{.Version}}' "$module") || return 1
+    [ -z "$version_var" ] || ldflags+=" -X $version_var=$version"
     mkdir -p "$out" && rm -f "$out/stamp"
-    e2e_log "go build sigs.k8s.io/scheduler-plugins/cmd/scheduler ($version) in $mod"
-    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/kube-scheduler" \
-        sigs.k8s.io/scheduler-plugins/cmd/scheduler) >&2 || {
-        e2e_log "building scheduler-plugins failed"
+    e2e_log "go build $package ($version) in $mod"
+    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/$binary" "$package") >&2 || {
+        e2e_log "building $package failed"
         return 1
     }
     echo "$stamp" >"$out/stamp"
     echo "$out"
+}
+
+# e2e_scheduler_plugins_build: scheduler-plugins' kube-scheduler
+# (sigs.k8s.io/scheduler-plugins/cmd/scheduler, interop/scheduler-plugins)
+# into E2E_CACHE/scheduler-plugins; prints that directory.
+e2e_scheduler_plugins_build() {
+    _e2e_interop_build scheduler-plugins sigs.k8s.io/scheduler-plugins \
+        sigs.k8s.io/scheduler-plugins/cmd/scheduler kube-scheduler
+}
+
+# e2e_nfd_build: NFD's nfd-topology-updater, a NodeResourceTopology exporter
+# that reads podresources (interop/nfd-topology-updater), into
+# E2E_CACHE/nfd-topology-updater; prints that directory.
+e2e_nfd_build() {
+    _e2e_interop_build nfd-topology-updater sigs.k8s.io/node-feature-discovery \
+        sigs.k8s.io/node-feature-discovery/cmd/nfd-topology-updater nfd-topology-updater \
+        sigs.k8s.io/node-feature-discovery/pkg/version.version
 }
 
 # e2e_etcd_deb: Debian trixie's etcd-server (e2e_deb_tree; usr/bin/etcd).
@@ -116,7 +135,8 @@ _e2e_cert() {
 # e2e_cluster_pki DIR: this run's CA, the servers' certificates (etcd, the
 # API server for 127.0.0.1, 10.0.2.2 and the kubernetes service), the
 # clients' (admin, scheduler, controller manager, API server to etcd and to
-# kubelets, one per node named in NODES) and the service-account key pair.
+# kubelets, NFD's topology-updater, one per node named in NODES) and the
+# service-account key pair.
 e2e_cluster_pki() {
     local dir=$1
     shift
@@ -130,7 +150,8 @@ e2e_cluster_pki() {
         _e2e_cert "$dir" apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client" &&
         _e2e_cert "$dir" admin "/O=system:masters/CN=pinion-e2e-admin" &&
         _e2e_cert "$dir" scheduler "/CN=system:kube-scheduler" &&
-        _e2e_cert "$dir" controller-manager "/CN=system:kube-controller-manager" || return 1
+        _e2e_cert "$dir" controller-manager "/CN=system:kube-controller-manager" &&
+        _e2e_cert "$dir" nfd "/CN=pinion-e2e-nfd-topology-updater" || return 1
     local node
     for node in "$@"; do
         _e2e_cert "$dir" "node-$node" "/O=system:nodes/CN=system:node:$node" || return 1

@@ -266,19 +266,35 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     .await?;
     tasks.extend(nrt_task);
     let env = |key: &str| std::env::var(key).ok();
-    let node_name = crate::nrt::node_name(&config.nrt, env, || {
-        pinion_host::hostname::hostname(std::path::Path::new("/"))
-    });
+    let node_name = || {
+        crate::nrt::node_name(&config.nrt, env, || {
+            pinion_host::hostname::hostname(std::path::Path::new("/"))
+        })
+    };
     tasks.extend(
         crate::nrt::node_status::start(
             &config.nrt,
-            node_name,
+            node_name(),
             qrm.as_ref().map(|qrm| qrm.registry().node_resources()),
             env,
             &stop_rx,
         )
         .await?,
     );
+    // What the node's pods request beyond cpu and memory, which NRI does
+    // not carry: read from the API server for the resource plugins.
+    let pod_requests = crate::nrt::pod_requests::start(
+        &config.nrt,
+        node_name(),
+        qrm.is_some() && plugin_options.is_some(),
+        env,
+        &stop_rx,
+    )
+    .await?
+    .map(|(cache, task)| {
+        tasks.push(task);
+        cache
+    });
     // Admissions only once every built-in plugin is there to place them.
     tasks.push(tokio::spawn(api::serve_with_nrt(
         socket,
@@ -288,7 +304,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     )));
     let mut plugin = None;
     if let Some(options) = plugin_options {
-        let (forwarder, task) = start_nri(options, &handle, runtime_rx, &stop_rx);
+        let (forwarder, task) = start_nri(options, &handle, pod_requests, runtime_rx, &stop_rx);
         tasks.push(forwarder);
         plugin = Some(task);
     }
@@ -354,11 +370,16 @@ type PluginTask = tokio::task::JoinHandle<Result<(), PluginError>>;
 fn start_nri(
     options: PluginOptions,
     handle: &ControllerHandle,
+    pod_requests: Option<crate::nrt::pod_requests::PodRequests>,
     updates: tokio::sync::mpsc::UnboundedReceiver<Vec<controller::RuntimeUpdate>>,
     stop: &watch::Receiver<bool>,
 ) -> (tokio::task::JoinHandle<()>, PluginTask) {
     tracing::info!(name = %options.name, index = %options.index, endpoint = ?options.endpoint, "nri plugin mode");
-    let frontend = Arc::new(NriFrontend::new(handle.clone()));
+    let mut frontend = NriFrontend::new(handle.clone());
+    if let Some(cache) = pod_requests {
+        frontend = frontend.with_pod_requests(cache);
+    }
+    let frontend = Arc::new(frontend);
     let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
     frontend.set_update_sender(sender);
     let forwarder_stop = stop.clone();

@@ -7,6 +7,7 @@
 //! nothing but the object.
 
 pub mod node_status;
+pub mod pod_requests;
 pub mod publish;
 #[cfg(test)]
 mod tests;

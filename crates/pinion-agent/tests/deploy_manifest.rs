@@ -374,9 +374,14 @@ fn the_daemonset_can_publish_with_its_own_rbac() {
     }
     assert!(allowed("", "nodes", "get"));
     assert!(allowed("", "nodes/status", "patch"));
-    // Nothing beyond what publishing needs.
+    // The node's pods' extended requests (nodeResourceTopology.podRequests):
+    // a list and a watch, as kube's reflector makes them.
+    assert!(allowed("", "pods", "list"));
+    assert!(allowed("", "pods", "watch"));
+    // Nothing beyond what publishing and reading needs.
     assert!(!allowed("", "nodes", "patch"));
     assert!(!allowed("", "pods", "get"));
+    assert!(!allowed("", "pods", "patch"));
 }
 
 /// The first run on a real node (scripts/e2e-cluster.sh): with every

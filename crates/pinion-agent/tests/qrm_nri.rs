@@ -6,12 +6,16 @@
 //! reconcile loop. Real NRI (ttrpc) to the fake runtime, real gRPC to the
 //! plugin, fake cgroups.
 
+#[path = "common/apiserver.rs"]
+mod apiserver;
 mod nri_common;
 mod qrm_common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_agent::daemon::qrm_loops;
+use pinion_agent::nrt::pod_requests::PodRequests;
 use pinion_agent::qrm::Qrm;
 use pinion_nri::kube::REQUESTS_ANNOTATION;
 use qrm_common::{info, qrm_config, serve_in, wait_until, Knob};
@@ -330,4 +334,156 @@ async fn after_an_agent_restart_a_restarted_container_keeps_its_plugin_allocatio
         "no new Allocate"
     );
     bed.stop().await;
+}
+
+/// The API server's pod of the stand-in: `namespace/name`, `uid`, one
+/// container `main` asking 500m CPU and `widgets` widgets in its
+/// `resources.requests`, with `annotations`.
+fn api_pod(
+    name: &str,
+    uid: &str,
+    widgets: &str,
+    annotations: &serde_json::Value,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "annotations": annotations},
+        "spec": {"nodeName": apiserver::NODE, "containers": [{"name": "main", "image": "busybox",
+            "resources": {"requests": {"cpu": "500m", WIDGET: widgets}, "limits": {WIDGET: widgets}}}]},
+    })
+}
+
+/// A runtime pod of `uid` named `NAME`, as kubelet hands it over: sent by
+/// the API server (`kubernetes.io/config.source: api`) or a static pod
+/// (`file`).
+fn runtime_pod(uid: &str, source: &str) -> pinion_nri::fake_runtime::PodSpec {
+    let mut pod = nri_common::burstable_pod(uid);
+    pod.annotations.insert(
+        "kubernetes.io/config.source".to_string(),
+        source.to_string(),
+    );
+    pod
+}
+
+/// Found in the cluster (issue 32): through NRI a pod had to repeat its
+/// extended resources in `pinion.dev/requests`, where kubelet reads the
+/// pod spec. With API-server credentials the agent reads the node's pods:
+/// a pod asking a widget in `resources.requests` only is allocated one by
+/// the plugin, a static pod through its mirror pod too, a pod the API
+/// server does not have asks none (after a bounded wait), and the
+/// annotation still wins over the spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pod_asking_a_plugins_resource_in_its_spec_gets_it_through_nri() {
+    let server = Arc::new(apiserver::ApiServer::default());
+    *server.pods.lock().unwrap() = vec![
+        api_pod("spec-pod", "spec", "1", &serde_json::json!({})),
+        // A static pod's mirror: its own UID, the static pod's in the annotation.
+        api_pod(
+            "static-pod",
+            "mirror-uid",
+            "1",
+            &serde_json::json!({"kubernetes.io/config.mirror": "static"}),
+        ),
+        api_pod("annotated-pod", "annotated", "1", &serde_json::json!({})),
+    ];
+    let address = apiserver::serve(Arc::clone(&server)).await;
+    let client = kube::Client::try_from(kube::Config::new(
+        format!("http://{address}").parse().expect("url"),
+    ))
+    .expect("client");
+    let (stop_pods, stop_rx) = watch::channel(false);
+    let (pods, watch_task) = PodRequests::watch(client, apiserver::NODE, &stop_rx);
+
+    let node = nri_common::Node::new();
+    let plugins = tempfile::tempdir().expect("tempdir");
+    let knob = Knob::new(WIDGET, [(WIDGET.to_string(), info("", "", "a"))].into());
+    let registry = plugins.path().join("plugins_registry");
+    let served = serve_in(&registry, knob.clone(), "widget.sock");
+    let qrm = Qrm::new(qrm_config(plugins.path(), Duration::from_secs(5)));
+    let agent = nri_common::Agent::start_with_pods(
+        &nri_common::synthetic_node(&node.host),
+        node.state.path(),
+        &node.socket(),
+        Some(Arc::clone(&qrm)),
+        Some(pods),
+    );
+    node.runtime.wait_synced(1).await;
+    let (stop, qrm_stop) = watch::channel(false);
+    let tasks = qrm_loops::start(&qrm, &agent.handle, &qrm_stop).expect("qrm starts");
+    wait_until("the widget plugin is active", || {
+        agent
+            .handle
+            .plugins()
+            .iter()
+            .any(|v| v.resource == WIDGET && v.state == "active")
+    })
+    .await;
+    let allocated = |uid: &str| {
+        knob.state()
+            .allocate_calls
+            .iter()
+            .filter(|(pod, _)| pod == uid)
+            .count()
+    };
+
+    // The spec's request, no annotation: the plugin allocates, the
+    // container gets its environment.
+    let (_, id) = node
+        .pod_with(
+            runtime_pod("spec", "api"),
+            nri_common::burstable("main", 500),
+        )
+        .await;
+    assert_eq!(allocated("spec"), 1, "{:?}", knob.state().allocate_calls);
+    let created = node.runtime.container(&id).expect("created");
+    assert!(
+        created.env.contains(&"KNOB=a".to_string()),
+        "{:?}",
+        created.env
+    );
+
+    // A static pod, matched through its mirror pod.
+    node.pod_with(
+        runtime_pod("static", "file"),
+        nri_common::burstable("main", 500),
+    )
+    .await;
+    assert_eq!(allocated("static"), 1, "{:?}", knob.state().allocate_calls);
+
+    // A pod the API server does not have: nothing asked of the plugin.
+    let (_, id) = node
+        .pod_with(
+            runtime_pod("unknown", "api"),
+            nri_common::burstable("main", 500),
+        )
+        .await;
+    assert_eq!(allocated("unknown"), 0, "{:?}", knob.state().allocate_calls);
+    assert!(
+        node.runtime.container(&id).is_some(),
+        "admitted all the same"
+    );
+
+    // The annotation wins: it asks no widget for `main`.
+    let mut annotated = runtime_pod("annotated", "api");
+    annotated.annotations.insert(
+        REQUESTS_ANNOTATION.to_string(),
+        r#"{"other": {}}"#.to_string(),
+    );
+    node.pod_with(annotated, nri_common::burstable("main", 500))
+        .await;
+    assert_eq!(
+        allocated("annotated"),
+        0,
+        "{:?}",
+        knob.state().allocate_calls
+    );
+
+    served.stop().await;
+    let _ = stop.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    agent.stop().await;
+    let _ = stop_pods.send(true);
+    let _ = watch_task.await;
 }

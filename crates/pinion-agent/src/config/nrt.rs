@@ -47,6 +47,11 @@ pub struct NrtFileConfig {
     /// How long one request to the API server may go unanswered before it
     /// is abandoned and retried (Go duration, more than 0).
     pub request_timeout: Option<String>,
+    /// The node's pods' extended-resource requests read from the API server
+    /// for NRI admissions: `true` (start fails without credentials or
+    /// without the QoS Resource Manager as an NRI plugin), `false`, or
+    /// absent: when all of them are there.
+    pub pod_requests: Option<bool>,
 }
 
 /// The validated section.
@@ -61,6 +66,7 @@ pub struct NrtConfig {
     pub node_status: Option<bool>,
     pub node_status_check_period: Duration,
     pub request_timeout: Duration,
+    pub pod_requests: Option<bool>,
 }
 
 impl Default for NrtConfig {
@@ -75,6 +81,7 @@ impl Default for NrtConfig {
             node_status: None,
             node_status_check_period: DEFAULT_NODE_STATUS_CHECK,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            pod_requests: None,
         }
     }
 }
@@ -141,6 +148,7 @@ impl NrtConfig {
                 defaults.node_status_check_period,
             )?,
             request_timeout,
+            pod_requests: file.pod_requests,
         })
     }
 }

@@ -543,7 +543,7 @@ fn the_node_resource_topology_section_is_read_with_its_defaults() {
         pinion_core::nrt::Method::WithExclusiveResources
     );
     let config = resolve_yaml(
-        "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n  nodeStatus: false\n  nodeStatusCheckPeriod: 1m\n",
+        "nodeResourceTopology:\n  publish: true\n  kubeconfig: /etc/pinion/kubeconfig\n  nodeName: worker-1\n  podsFingerprintMethod: all\n  resyncPeriod: 30s\n  updateDelay: 50ms\n  nodeStatus: false\n  nodeStatusCheckPeriod: 1m\n  podRequests: false\n",
     )
     .expect("section");
     assert_eq!(config.nrt.publish, Some(true));
@@ -557,7 +557,9 @@ fn the_node_resource_topology_section_is_read_with_its_defaults() {
     assert_eq!(config.nrt.update_delay, Duration::from_millis(50));
     assert_eq!(config.nrt.node_status, Some(false));
     assert_eq!(config.nrt.node_status_check_period, Duration::from_secs(60));
+    assert_eq!(config.nrt.pod_requests, Some(false));
     let defaults = NrtConfig::default();
+    assert_eq!(defaults.pod_requests, None);
     assert_eq!(defaults.node_status, None);
     assert_eq!(defaults.node_status_check_period, Duration::from_secs(10));
 }

@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, watch};
 use crate::controller::{
     AdmitRequest, ControlError, ControllerHandle, Frontend, Key, RunningContainer, RuntimeUpdate,
 };
+use crate::nrt::pod_requests::PodRequests;
 pub use state::kubelet_admission_text;
 use state::{follower_key, handler_error, identify, observed, sandbox_cgroup, Entry, Tracked};
 
@@ -35,6 +36,9 @@ pub struct NriFrontend {
     handle: ControllerHandle,
     tracked: Mutex<Tracked>,
     updates: OnceLock<UpdateSender>,
+    /// The API server's pods of this node (their extended requests), with
+    /// credentials (`crate::nrt::pod_requests`).
+    pod_requests: Option<PodRequests>,
 }
 
 impl NriFrontend {
@@ -44,7 +48,16 @@ impl NriFrontend {
             handle,
             tracked: Mutex::new(Tracked::default()),
             updates: OnceLock::new(),
+            pod_requests: None,
         }
+    }
+
+    /// Admissions take the pods' extended requests from the API server's
+    /// pods in `cache` (unless a pod names them in `pinion.dev/requests`).
+    #[must_use]
+    pub fn with_pod_requests(mut self, cache: PodRequests) -> Self {
+        self.pod_requests = Some(cache);
+        self
     }
 
     /// Sets the sender of unsolicited updates (once, after `Plugin::new`).
@@ -251,7 +264,10 @@ impl NriHandler for NriFrontend {
                     .map_err(handler_error)?;
                 (key, placement)
             }
-            Some((key, spec)) => {
+            Some((key, mut spec)) => {
+                if let Some(cache) = &self.pod_requests {
+                    cache.fill(&mut spec).await;
+                }
                 self.register_pod_resources(&pod, &key.0).await?;
                 let request = AdmitRequest {
                     pod: spec,

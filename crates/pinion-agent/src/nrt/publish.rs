@@ -45,6 +45,10 @@ pub enum PublishError {
     NodeStatusWithoutCredentials,
     #[error("nodeResourceTopology.nodeStatus is true, but the QoS resource manager is off (qosResourceManager): no resource plugin can declare node resources")]
     NodeStatusWithoutPlugins,
+    #[error("nodeResourceTopology.podRequests is true, but there are no api server credentials: set nodeResourceTopology.kubeconfig, or run in a pod (KUBERNETES_SERVICE_HOST is not set)")]
+    PodRequestsWithoutCredentials,
+    #[error("nodeResourceTopology.podRequests is true, but the agent runs no QoS resource manager as an NRI plugin (qosResourceManager, nri): nothing would read the pods' requests")]
+    PodRequestsWithoutNriPlugins,
     #[error("in-cluster credentials: {0}")]
     InCluster(#[from] kube::config::InClusterError),
     #[error("api server client: {0}")]

@@ -13,7 +13,10 @@
 //!   owner of its keys — the applied keys of `status.capacity` and
 //!   `status.allocatable` are set, the keys it applied before and no
 //!   longer does are removed, its `managedFields` entry lists what it owns.
-//!   Other patch types are refused (415), as the agent sends none.
+//!   Other patch types are refused (415), as the agent sends none;
+//! * `GET /api/v1/pods` (the node's pods' reflector): the pods it holds as
+//!   a `PodList`; a watch (`watch=true`) is accepted and never answered, as
+//!   a real watch with no changes.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
@@ -30,6 +33,7 @@ pub const NODE: &str = "worker-1";
 pub const NODE_UID: &str = "6f1c1a52-node-uid";
 pub const NODE_STATUS_PATH: &str = "/api/v1/nodes/worker-1/status";
 const NODE_PATH: &str = "/api/v1/nodes/worker-1";
+const PODS_PATH: &str = "/api/v1/pods";
 const NRT_PATH: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
 
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub struct ApiServer {
     pub hang_next: Mutex<usize>,
     /// The Node, as `GET` answers it.
     pub node: Mutex<Value>,
+    /// The pods a list of pods answers.
+    pub pods: Mutex<Vec<Value>>,
     /// The keys of `status.capacity` / `status.allocatable` each field
     /// manager's apply owns (by manager).
     owned: Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>,
@@ -75,6 +81,7 @@ impl Default for ApiServer {
                 "status": {"capacity": kubelets.clone(), "allocatable": kubelets},
             })),
             owned: Mutex::default(),
+            pods: Mutex::default(),
         }
     }
 }
@@ -145,6 +152,12 @@ impl ApiServer {
     fn answer(&self, request: Recorded) -> (StatusCode, Value) {
         let answer = match (request.method.as_str(), request.path.as_str()) {
             ("GET", NODE_PATH) => (StatusCode::OK, self.node.lock().unwrap().clone()),
+            ("GET", PODS_PATH) => (
+                StatusCode::OK,
+                json!({"apiVersion": "v1", "kind": "PodList",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": self.pods.lock().unwrap().clone()}),
+            ),
             ("PATCH", NRT_PATH | NODE_STATUS_PATH) if self.fail_once() => (
                 // 500, not 503: kube's client retries 503 itself.
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -294,12 +307,15 @@ async fn respond(
             .to_string(),
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     };
-    let hang = recorded.method == "PATCH" && {
-        let mut next = server.hang_next.lock().unwrap();
-        let once = *next > 0;
-        *next = next.saturating_sub(1);
-        once || *server.hang.lock().unwrap()
-    };
+    let watch = recorded.path == PODS_PATH
+        && query_value(&recorded.query, "watch").is_some_and(|v| v == "true" || v == "1");
+    let hang = watch
+        || recorded.method == "PATCH" && {
+            let mut next = server.hang_next.lock().unwrap();
+            let once = *next > 0;
+            *next = next.saturating_sub(1);
+            once || *server.hang.lock().unwrap()
+        };
     let (status, answer) = server.answer(recorded);
     if hang {
         std::future::pending::<()>().await;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use pinion_agent::controller::{self, ControllerHandle};
 use pinion_agent::hints::{HintGatherer, HintSource};
 use pinion_agent::nri::NriFrontend;
+use pinion_agent::nrt::pod_requests::PodRequests;
 use pinion_agent::qrm::{Qrm, QrmHints};
 use pinion_agent::testing::SyntheticNode;
 use pinion_core::policy::{Features, PolicyConfig};
@@ -71,11 +72,7 @@ impl Agent {
         socket: &Path,
         qrm: Arc<Qrm>,
     ) -> Self {
-        let node = SyntheticNode {
-            host: host.clone(),
-            ..SyntheticNode::new(topology())
-        };
-        Self::start_on(&node, state_dir, socket, Some(qrm))
+        Self::start_on(&synthetic_node(host), state_dir, socket, Some(qrm))
     }
 
     /// The agent on `node` (its policy, switches and cgroups), with the
@@ -85,6 +82,18 @@ impl Agent {
         state_dir: &Path,
         socket: &Path,
         qrm: Option<Arc<Qrm>>,
+    ) -> Self {
+        Self::start_with_pods(node, state_dir, socket, qrm, None)
+    }
+
+    /// [`Agent::start_on`], its NRI front-end reading the pods' extended
+    /// requests from `pods` (the API server's pods of the node) when given.
+    pub fn start_with_pods(
+        node: &SyntheticNode,
+        state_dir: &Path,
+        socket: &Path,
+        qrm: Option<Arc<Qrm>>,
+        pods: Option<PodRequests>,
     ) -> Self {
         let (controller, updates) = node.start_with_runtime(state_dir).unwrap();
         let hints = match &qrm {
@@ -96,7 +105,11 @@ impl Agent {
             None => HintGatherer::none(),
         };
         let (handle, thread) = controller::spawn_with(controller, hints, qrm).unwrap();
-        let frontend = Arc::new(NriFrontend::new(handle.clone()));
+        let mut frontend = NriFrontend::new(handle.clone());
+        if let Some(pods) = pods {
+            frontend = frontend.with_pod_requests(pods);
+        }
+        let frontend = Arc::new(frontend);
         let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
         options.backoff_initial = Duration::from_millis(10);
         options.backoff_max = Duration::from_millis(100);
@@ -261,6 +274,14 @@ impl Node {
             .unwrap();
         self.runtime.start_container(&id).await.unwrap();
         (pod_id, id)
+    }
+}
+
+/// The test machine with the default policy, on the fake cgroups `host`.
+pub fn synthetic_node(host: &FakeCgroups) -> SyntheticNode {
+    SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(topology())
     }
 }
 

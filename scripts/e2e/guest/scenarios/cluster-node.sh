@@ -142,6 +142,27 @@ if [ -n "${E2E_WIDGETS:-}" ]; then
     widget-plugin --socket-dir /var/lib/pinion/plugins_registry --count "$E2E_WIDGETS" >>"$S/widget.log" 2>&1 &
     note "widget-plugin serves $E2E_WIDGETS widgets"
 fi
+# E2E_NFD=1: NFD's nfd-topology-updater, a real NodeResourceTopology
+# exporter that reads podresources, run as its users run it beside kubelet
+# but against Pinion's podresources socket (deploy/'s hostPath), publishing
+# the object NODE-nfd every 10 s with its own credentials; the host compares
+# it with Pinion's NODE field by field. It exits while the socket is not
+# there yet (Pinion's pod starts later), so it is started again. Its log
+# reaches the console as E2E-NFD lines, less the per-pod scanning lines.
+if [ -n "${E2E_NFD:-}" ]; then
+    (while :; do
+        NODE_NAME=$NODE-nfd KUBERNETES_NAMESPACE=default nfd-topology-updater \
+            -kubeconfig /e2e/cluster/nfd.kubeconfig \
+            -podresources-socket /var/lib/pinion/pod-resources/pinion.sock \
+            -kubelet-config-uri "file://$S/kubelet.yaml" -kubelet-state-dir "" -config "" \
+            -sleep-interval 10s -metrics 0 -grpc-health 0 2>&1 |
+            while IFS= read -r line; do
+                case $line in *'scanning pod'* | *'podFingerprint calculated'*) ;; *) echo "E2E-NFD $line" ;; esac
+            done
+        sleep 5
+    done) &
+    note "nfd-topology-updater publishes $NODE-nfd from Pinion's podresources"
+fi
 echo "E2E-NODE-UP $NODE"
 
 # Until the host stops the guest: every container's cpuset and memory
