@@ -483,7 +483,7 @@ fi
 # exporter's own documented rules (scripts/e2e/nrt_compare.py).
 nfd_agrees() {
     nrt_of "$NODE" >"$W/nrt-pinion.json" && nrt_of "$NODE-nfd" >"$W/nrt-nfd.json" &&
-        python3 "$E2E_LIB/nrt_compare.py" "$W/nrt-pinion.json" "$W/nrt-nfd.json" none container >"$W/nrt-compare.txt" 2>&1
+        python3 "$E2E_LIB/nrt_compare.py" "$W/nrt-pinion.json" "$W/nrt-nfd.json" none container example.com/widget >"$W/nrt-compare.txt" 2>&1
 }
 t0=$SECONDS
 if wait_until 300 nfd_agrees; then

@@ -4,14 +4,16 @@ publishes for a node and the one a real exporter (NFD's nfd-topology-updater)
 publishes from Pinion's podresources socket for the same node
 (scripts/e2e-cluster.sh, issue 32 item 5).
 
-Usage: nrt_compare.py PINION.json EXPORTER.json KUBELET_POLICY KUBELET_SCOPE
+Usage: nrt_compare.py PINION.json EXPORTER.json KUBELET_POLICY KUBELET_SCOPE [PLUGIN_RESOURCES]
 
 Prints one line per compared field: `same`, `differs (explained: WHY)` or
 `DIFFERS`. Exits 1 when a field differs without an explanation below, 2 on
 bad input. Quantities are compared as numbers ("1Gi" equals "1073741824").
 Explained differences are the exporter's own rules, not Pinion's choices
 to hide: each names the evidence it needs (KUBELET_POLICY/SCOPE are the
-node's kubelet configuration, which the exporter reads).
+node's kubelet configuration, which the exporter reads; PLUGIN_RESOURCES,
+comma-separated, the QoS Resource Manager's resources the node serves, which
+podresources carries in kubewharf's `resources` field, not in `devices`).
 """
 
 import json
@@ -56,7 +58,7 @@ def zones(obj):
 
 
 def main(argv):
-    if len(argv) != 5:
+    if len(argv) not in (5, 6):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     try:
@@ -69,6 +71,7 @@ def main(argv):
         print(f"cannot read the objects: {e}", file=sys.stderr)
         return 2
     policy, scope = argv[3], argv[4]
+    plugin_resources = set(filter(None, argv[5].split(","))) if len(argv) == 6 else set()
     unexplained = 0
 
     def report(field, ours, theirs, why=None):
@@ -86,7 +89,13 @@ def main(argv):
         ours, theirs = pz[name], ez[name]
         report(f"{name}.type", ours["type"], theirs["type"])
         report(f"{name}.costs", ours["costs"], theirs["costs"])
-        report(f"{name}.resources", sorted(ours["resources"]), sorted(theirs["resources"]))
+        only_ours = set(ours["resources"]) - set(theirs["resources"])
+        why = None
+        if only_ours and only_ours <= plugin_resources:
+            why = (f"{', '.join(sorted(only_ours))}: the QoS Resource Manager's, which podresources "
+                   "carries in kubewharf's `resources` field (upstream exporters read `devices`); Pinion "
+                   "publishes them from the plugins")
+        report(f"{name}.resources", sorted(ours["resources"]), sorted(theirs["resources"]), why)
         for res in sorted(set(ours["resources"]) & set(theirs["resources"])):
             report(f"{name}.{res} (capacity, allocatable, available)",
                    ours["resources"][res], theirs["resources"][res])
