@@ -50,6 +50,7 @@ e2e_control_plane_build() {
         echo "$out"
         return 0
     fi
+    _e2e_not_cached "the control plane" && return 2
     mkdir -p "$out" && rm -f "$out/stamp"
     _e2e_k8s_build "$mod" "$out" "${bins[@]}" || {
         e2e_log "building the control plane failed"
@@ -71,6 +72,7 @@ _e2e_interop_build() {
         echo "$out"
         return 0
     fi
+    _e2e_not_cached "$package" && return 2
     version=$(cd "$mod" && go list -m -f '{{.Version}}' "$module") || return 1
     [ -z "$version_var" ] || ldflags+=" -X $version_var=$version"
     mkdir -p "$out" && rm -f "$out/stamp"
