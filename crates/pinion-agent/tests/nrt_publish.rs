@@ -1,5 +1,5 @@
 //! The NodeResourceTopology publisher against the stand-in API server of
-//! `tests/common/apiserver.rs` (no API server runs on this machine yet):
+//! `tests/common/apiserver.rs` (the real one is `scripts/e2e-cluster.sh`'s):
 //! it answers the two calls the publisher makes — `GET` of the Node and the
 //! server-side apply `PATCH` of the object — and records every request.
 //! The publisher's client is the real `kube` client.

@@ -1,8 +1,9 @@
-//! A stand-in API server for the agent's Kubernetes writers (included with
-//! `#[path]` by `nrt_publish.rs` and `node_status.rs`): no API server runs
-//! on this machine yet (issue 32 items 3-5 bring a real control plane), so
-//! a small hyper server answers the calls the agent makes and records every
-//! request. The agent's client is the real `kube` client.
+//! A stand-in API server for the agent's Kubernetes clients (included with
+//! `#[path]` by `nrt_publish.rs`, `node_status.rs` and `qrm_nri.rs`): a
+//! small hyper server answers the calls the agent makes and records every
+//! request, so these tests can set failures, hangs and the objects it holds
+//! (the real control plane is `scripts/e2e-cluster.sh`'s). The agent's
+//! client is the real `kube` client.
 //!
 //! It answers:
 //! * `GET /api/v1/nodes/NODE`: the Node it holds (name, UID, kubelet's
