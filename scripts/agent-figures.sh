@@ -17,7 +17,7 @@ WORK=$(mktemp -d)
 ROOT=/sys/fs/cgroup/cpuset/pinion-figures-$$
 SOCK=$WORK/pinion.sock
 printf 'cpuManagerPolicy: static\nreservedSystemCPUs: "0"\ncpuManagerReconcilePeriod: 1s\n' >"$WORK/config.yaml"
-HUNG=""
+STANDIN=""
 case ${API_SERVER:-none} in
 hung)
     # Accepts, reads nothing, answers nothing; prints its port first.
@@ -47,17 +47,17 @@ none) ;;
     ;;
 esac
 if [ "${API_SERVER:-none}" != none ]; then
-    HUNG=$!
+    STANDIN=$!
     until [ -s "$WORK/api.port" ]; do sleep 0.05; done
     scheme=https
     [ "$API_SERVER" = up ] && scheme=http
     cat >"$WORK/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
-clusters: [{name: hung, cluster: {server: "$scheme://127.0.0.1:$(cat "$WORK/api.port")", insecure-skip-tls-verify: true}}]
-users: [{name: hung, user: {token: figures}}]
-contexts: [{name: hung, context: {cluster: hung, user: hung}}]
-current-context: hung
+clusters: [{name: standin, cluster: {server: "$scheme://127.0.0.1:$(cat "$WORK/api.port")", insecure-skip-tls-verify: true}}]
+users: [{name: standin, user: {token: figures}}]
+contexts: [{name: standin, context: {cluster: standin, user: standin}}]
+current-context: standin
 EOF
     printf 'nodeResourceTopology:\n  publish: true\n  kubeconfig: %s\n  nodeName: figures\n' "$WORK/kubeconfig" >>"$WORK/config.yaml"
 fi
@@ -65,7 +65,7 @@ fi
     --cgroup-root "$ROOT" --metrics-addr 127.0.0.1:0 2>"$WORK/agent.log" &
 AGENT=$!
 cleanup() {
-    [ -z "$HUNG" ] || kill "$HUNG" 2>/dev/null || true
+    [ -z "$STANDIN" ] || kill "$STANDIN" 2>/dev/null || true
     kill -TERM "$AGENT" 2>/dev/null || true
     wait "$AGENT" 2>/dev/null || true
     for dir in "$ROOT"/*/; do [ -d "$dir" ] && rmdir "$dir" 2>/dev/null || true; done
@@ -86,8 +86,8 @@ for _ in $(seq "$RUNS"); do
 done | sort -n >"$WORK/latency"
 p() { sed -n "$(($(wc -l <"$WORK/latency") * $1 / 100))p" "$WORK/latency"; }
 echo "pinion run --cpus 1 -- true (wall, us, $RUNS runs, API server: ${API_SERVER:-none}): p50 $(p 50) p99 $(p 99)"
-if [ -n "$HUNG" ]; then
-    echo "the stand-in API server's descriptors: $(ls /proc/"$HUNG"/fd | wc -l); the agent: $("$BIN" nrt --socket "$SOCK" 2>&1 | head -1)"
+if [ -n "$STANDIN" ]; then
+    echo "the stand-in API server's descriptors: $(ls /proc/"$STANDIN"/fd | wc -l); the agent: $("$BIN" nrt --socket "$SOCK" 2>&1 | head -1)"
 fi
 
 # Managed processes: launchers started directly (no waiting parent), shared pool.

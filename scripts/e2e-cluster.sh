@@ -113,42 +113,31 @@ if K apply -f "$CRD" >/dev/null &&
 else
     e2e_result FAIL "control plane: the NodeResourceTopology CRD is not established"
 fi
-K apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-topology-aware-scheduler}
-rules:
+# grant NAME USER: a ClusterRole NAME with the rules read from stdin (YAML
+# list items), bound to the user USER (a client certificate's CN).
+grant() {
+    {
+        printf 'apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: %s}\nrules:\n' "$1"
+        cat
+        printf -- '---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: %s}\n' "$1"
+        printf 'roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %s}\n' "$1"
+        printf 'subjects:\n- {apiGroup: rbac.authorization.k8s.io, kind: User, name: %s}\n' "$2"
+    } | K apply -f - >/dev/null
+}
+grant e2e-topology-aware-scheduler system:kube-scheduler <<EOF
 - apiGroups: ["topology.node.k8s.io"]
   resources: ["noderesourcetopologies"]
   verbs: ["get", "list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-topology-aware-scheduler}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-topology-aware-scheduler}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-scheduler}
 EOF
 # NFD's topology-updater on $NODE (its own certificate): what its
 # deployment's ClusterRole grants it, for the rules it uses here.
-K apply -f - >/dev/null <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: e2e-nfd-topology-updater}
-rules:
+grant e2e-nfd-topology-updater pinion-e2e-nfd-topology-updater <<EOF
 - apiGroups: ["topology.node.k8s.io"]
   resources: ["noderesourcetopologies"]
   verbs: ["get", "create", "update"]
 - apiGroups: [""]
   resources: ["pods", "namespaces"]
   verbs: ["get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: e2e-nfd-topology-updater}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: e2e-nfd-topology-updater}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: pinion-e2e-nfd-topology-updater}
 EOF
 
 # deploy/ as a user applies it: a kustomize overlay over deploy/ that sets

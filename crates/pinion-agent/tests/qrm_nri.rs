@@ -426,14 +426,16 @@ async fn regression_a_pod_asking_a_plugins_resource_in_its_spec_gets_it_through_
             .count()
     };
 
+    // The pod with its one container `main` (500m CPU) through the runtime.
+    let run = |pod| async {
+        node.pod_with(pod, nri_common::burstable("main", 500))
+            .await
+            .1
+    };
+
     // The spec's request, no annotation: the plugin allocates, the
     // container gets its environment.
-    let (_, id) = node
-        .pod_with(
-            runtime_pod("spec", "api"),
-            nri_common::burstable("main", 500),
-        )
-        .await;
+    let id = run(runtime_pod("spec", "api")).await;
     assert_eq!(allocated("spec"), 1, "{:?}", knob.state().allocate_calls);
     let created = node.runtime.container(&id).expect("created");
     assert!(
@@ -443,20 +445,11 @@ async fn regression_a_pod_asking_a_plugins_resource_in_its_spec_gets_it_through_
     );
 
     // A static pod, matched through its mirror pod.
-    node.pod_with(
-        runtime_pod("static", "file"),
-        nri_common::burstable("main", 500),
-    )
-    .await;
+    run(runtime_pod("static", "file")).await;
     assert_eq!(allocated("static"), 1, "{:?}", knob.state().allocate_calls);
 
     // A pod the API server does not have: nothing asked of the plugin.
-    let (_, id) = node
-        .pod_with(
-            runtime_pod("unknown", "api"),
-            nri_common::burstable("main", 500),
-        )
-        .await;
+    let id = run(runtime_pod("unknown", "api")).await;
     assert_eq!(allocated("unknown"), 0, "{:?}", knob.state().allocate_calls);
     assert!(
         node.runtime.container(&id).is_some(),
@@ -469,8 +462,7 @@ async fn regression_a_pod_asking_a_plugins_resource_in_its_spec_gets_it_through_
         REQUESTS_ANNOTATION.to_string(),
         r#"{"other": {}}"#.to_string(),
     );
-    node.pod_with(annotated, nri_common::burstable("main", 500))
-        .await;
+    run(annotated).await;
     assert_eq!(
         allocated("annotated"),
         0,

@@ -35,8 +35,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::publish::{
-    bounded, changed, client_config, found_credentials, resync_at, sleep_or_stop, stopped,
-    Credentials, PublishError, FIELD_MANAGER, MAX_BACKOFF, MIN_BACKOFF,
+    bounded, changed, resync_at, sleep_or_stop, stopped, task_client, PublishError, FIELD_MANAGER,
+    MAX_BACKOFF, MIN_BACKOFF,
 };
 use super::NrtStartError;
 use crate::config::NrtConfig;
@@ -249,23 +249,19 @@ pub async fn start(
             Ok(None)
         };
     };
-    let Some(credentials) = found_credentials(config, env) else {
-        return if asked {
-            Err(PublishError::NodeStatusWithoutCredentials.into())
-        } else {
-            Ok(None)
-        };
+    let Some(client) = task_client(
+        config,
+        "nodeStatus",
+        asked,
+        PublishError::NodeStatusWithoutCredentials,
+        "resource plugins' extended resources not kept in the node's status",
+        env,
+    )
+    .await?
+    else {
+        return Ok(None);
     };
     let node_name = node_name?;
-    let client_config = match client_config(&credentials).await {
-        Ok(client_config) => client_config,
-        Err(err) if !asked && credentials == Credentials::InCluster => {
-            tracing::warn!(error = %err, "resource plugins' extended resources not kept in the node's status (in a pod without a service account token?); nodeResourceTopology.nodeStatus: true makes this an error");
-            return Ok(None);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    let client = kube::Client::try_from(client_config).map_err(PublishError::from)?;
     tracing::info!(node = %node_name, "keeping the resource plugins' extended resources in the node's status");
     let updater = NodeStatusUpdater::new(node_name, client, resources, config);
     Ok(Some(tokio::spawn(updater.run(stop.clone()))))

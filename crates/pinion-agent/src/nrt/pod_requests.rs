@@ -29,7 +29,7 @@ use pinion_core::quantity::Quantity;
 use tokio::sync::watch;
 use tokio_stream::StreamExt as _;
 
-use super::publish::{client_config, found_credentials, Credentials, PublishError};
+use super::publish::{task_client, PublishError};
 use super::NrtStartError;
 use crate::config::NrtConfig;
 
@@ -200,23 +200,19 @@ pub async fn start(
             Ok(None)
         };
     }
-    let Some(credentials) = found_credentials(config, env) else {
-        return if asked {
-            Err(PublishError::PodRequestsWithoutCredentials.into())
-        } else {
-            Ok(None)
-        };
+    let Some(client) = task_client(
+        config,
+        "podRequests",
+        asked,
+        PublishError::PodRequestsWithoutCredentials,
+        "pods' extended resources read from their annotation only",
+        env,
+    )
+    .await?
+    else {
+        return Ok(None);
     };
     let node_name = node_name?;
-    let client_config = match client_config(&credentials).await {
-        Ok(client_config) => client_config,
-        Err(err) if !asked && credentials == Credentials::InCluster => {
-            tracing::warn!(error = %err, "pods' extended resources read from their annotation only (in a pod without a service account token?); nodeResourceTopology.podRequests: true makes this an error");
-            return Ok(None);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    let client = kube::Client::try_from(client_config).map_err(PublishError::from)?;
     tracing::info!(node = %node_name, "reading this node's pods' extended resources from the api server");
     Ok(Some(PodRequests::watch(client, &node_name, stop)))
 }

@@ -102,6 +102,38 @@ pub fn optional(config: &NrtConfig, credentials: &Credentials) -> bool {
     config.publish.is_none() && *credentials == Credentials::InCluster
 }
 
+/// The API-server client of a task beside the publisher that a switch of
+/// `nodeResourceTopology` turns on (`key`: `nodeStatus`, `podRequests`),
+/// once the caller found what the task needs: `None` without credentials
+/// (an error, `without_credentials`, when the switch `asked` for the task),
+/// or with the pod's service account unusable and the task not asked for
+/// (then a warning says `what` is off and which key makes it an error).
+pub async fn task_client(
+    config: &NrtConfig,
+    key: &str,
+    asked: bool,
+    without_credentials: PublishError,
+    what: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<kube::Client>, PublishError> {
+    let Some(credentials) = found_credentials(config, env) else {
+        return if asked {
+            Err(without_credentials)
+        } else {
+            Ok(None)
+        };
+    };
+    let client_config = match client_config(&credentials).await {
+        Ok(client_config) => client_config,
+        Err(err) if !asked && credentials == Credentials::InCluster => {
+            tracing::warn!(error = %err, "{what} (in a pod without a service account token?); nodeResourceTopology.{key}: true makes this an error");
+            return Ok(None);
+        }
+        Err(err) => return Err(err),
+    };
+    Ok(Some(kube::Client::try_from(client_config)?))
+}
+
 /// The client configuration for `credentials`.
 pub async fn client_config(credentials: &Credentials) -> Result<kube::Config, PublishError> {
     match credentials {
