@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::controller::{self, ControlError, Controller, ControllerHandle, StartParts};
 use crate::hints::{HintGatherer, HintSource};
+use crate::nri::request_times::RequestTimes;
 use crate::nri::NriFrontend;
 use crate::podresources::{self, PodResourcesService};
 use crate::qrm::{self, Qrm, QrmError, QrmHints};
@@ -214,10 +215,12 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
         podresources_service =
             podresources_service.with_plugin_resources(qrm.registry().node_resources());
     }
+    let nri_requests = Arc::new(RequestTimes::default());
     let mut tasks = vec![
         tokio::spawn(metrics::serve(
             metrics_listener,
             handle.clone(),
+            Arc::clone(&nri_requests),
             stop_rx.clone(),
         )),
         tokio::spawn(podresources::serve(
@@ -304,7 +307,14 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     )));
     let mut plugin = None;
     if let Some(options) = plugin_options {
-        let (forwarder, task) = start_nri(options, &handle, pod_requests, runtime_rx, &stop_rx);
+        let (forwarder, task) = start_nri(
+            options,
+            &handle,
+            pod_requests,
+            nri_requests,
+            runtime_rx,
+            &stop_rx,
+        );
         tasks.push(forwarder);
         plugin = Some(task);
     }
@@ -371,11 +381,12 @@ fn start_nri(
     options: PluginOptions,
     handle: &ControllerHandle,
     pod_requests: Option<crate::nrt::pod_requests::PodRequests>,
+    request_times: Arc<RequestTimes>,
     updates: tokio::sync::mpsc::UnboundedReceiver<Vec<controller::RuntimeUpdate>>,
     stop: &watch::Receiver<bool>,
 ) -> (tokio::task::JoinHandle<()>, PluginTask) {
     tracing::info!(name = %options.name, index = %options.index, endpoint = ?options.endpoint, "nri plugin mode");
-    let mut frontend = NriFrontend::new(handle.clone());
+    let mut frontend = NriFrontend::new(handle.clone()).with_request_times(request_times);
     if let Some(cache) = pod_requests {
         frontend = frontend.with_pod_requests(cache);
     }

@@ -27,9 +27,17 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// plugins' statistics.
 #[must_use]
 // difference-from-kubelet: metric-names-without-kubelet-prefix
-pub fn render(m: &MetricsSnapshot, plugins: &[wire::Plugin]) -> String {
+pub fn render(
+    m: &MetricsSnapshot,
+    plugins: &[wire::Plugin],
+    nri_requests: &[(&'static str, Histogram)],
+) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(SnapshotCollector(m.clone(), plugins.to_vec())));
+    registry.register_collector(Box::new(SnapshotCollector(
+        m.clone(),
+        plugins.to_vec(),
+        nri_requests.to_vec(),
+    )));
     let mut out = String::new();
     if let Err(err) = encode(&mut out, &registry) {
         tracing::error!("encoding metrics: {err}");
@@ -40,7 +48,11 @@ pub fn render(m: &MetricsSnapshot, plugins: &[wire::Plugin]) -> String {
 /// Encodes one snapshot's values on each scrape. The names are written
 /// without the `_total` suffix prometheus-client appends to counters.
 #[derive(Debug)]
-struct SnapshotCollector(MetricsSnapshot, Vec<wire::Plugin>);
+struct SnapshotCollector(
+    MetricsSnapshot,
+    Vec<wire::Plugin>,
+    Vec<(&'static str, Histogram)>,
+);
 
 impl Collector for SnapshotCollector {
     fn encode(&self, mut out: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -221,7 +233,8 @@ impl Collector for SnapshotCollector {
             &c.plugin_apply_seconds,
         )?;
         isolation(&mut out, m)?;
-        plugins(&mut out, &self.1)
+        plugins(&mut out, &self.1)?;
+        nri_requests(&mut out, &self.2)
     }
 }
 
@@ -300,7 +313,12 @@ fn seconds(
     help: &str,
     h: &Histogram,
 ) -> Result<(), std::fmt::Error> {
-    let buckets: Vec<(f64, u64)> = WRITE_BUCKETS
+    histogram(out, name, help, (h.sum, h.count), &buckets(h))
+}
+
+/// The (upper bound, count) pairs of `h`, `+Inf` last.
+fn buckets(h: &Histogram) -> Vec<(f64, u64)> {
+    WRITE_BUCKETS
         .iter()
         .copied()
         .zip(h.counts)
@@ -308,8 +326,28 @@ fn seconds(
             f64::INFINITY,
             h.count - h.counts.iter().sum::<u64>(),
         )))
-        .collect();
-    histogram(out, name, help, (h.sum, h.count), &buckets)
+        .collect()
+}
+
+/// The NRI front-end's answers to the runtime, by method (seconds,
+/// [`WRITE_BUCKETS`]): Pinion's time on a pod's start-up path.
+fn nri_requests(
+    out: &mut DescriptorEncoder,
+    by_method: &[(&'static str, Histogram)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = out.encode_descriptor(
+        "pinion_nri_request_duration_seconds",
+        "Time Pinion took to answer the container runtime's NRI requests, by method.",
+        None,
+        MetricType::Histogram,
+    )?;
+    for (method, h) in by_method {
+        let labels = [("method", *method)];
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(h.sum, h.count, &buckets(h), None)?;
+    }
+    Ok(())
 }
 
 /// Per resource plugin: whether it is active, its calls by method (count,
@@ -556,7 +594,7 @@ mod tests {
         m.engine
             .topology
             .observe_duration(std::time::Duration::from_micros(70));
-        let text = render(&m, &[]);
+        let text = render(&m, &[], &[]);
         let cases = [
             ("cpu_manager_pinning_requests_total", "7"),
             ("cpu_manager_pinning_errors_total", "2"),
@@ -607,6 +645,51 @@ mod tests {
         );
     }
 
+    /// The NRI front-end's request times: one histogram series per method
+    /// answered, `method` as the label, none without the front-end.
+    #[test]
+    fn nri_request_times_are_a_histogram_by_method() {
+        let mut create = Histogram::default();
+        create.observe(0.0003);
+        create.observe(0.002);
+        let mut start = Histogram::default();
+        start.observe(0.0001);
+        let m = MetricsSnapshot::default();
+        let text = render(
+            &m,
+            &[],
+            &[("CreateContainer", create), ("StartContainer", start)],
+        );
+        for (series, value) in [
+            ("pinion_nri_request_duration_seconds_count{method=\"CreateContainer\"}", "2"),
+            ("pinion_nri_request_duration_seconds_bucket{le=\"0.0005\",method=\"CreateContainer\"}", "1"),
+            ("pinion_nri_request_duration_seconds_bucket{le=\"0.0025\",method=\"CreateContainer\"}", "2"),
+            ("pinion_nri_request_duration_seconds_count{method=\"StartContainer\"}", "1"),
+        ] {
+            let line = format!("{series} {value}");
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+        let sum = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "pinion_nri_request_duration_seconds_sum{method=\"CreateContainer\"} ",
+                )
+            })
+            .expect("the sum");
+        assert!(
+            (sum.parse::<f64>().expect("a number") - 0.0023).abs() < 1e-9,
+            "{sum}"
+        );
+        let without = render(&m, &[], &[]);
+        assert!(
+            !without
+                .lines()
+                .any(|l| l.starts_with("pinion_nri_request_duration_seconds_count")),
+            "no series without the front-end:\n{without}"
+        );
+    }
+
     /// Every metric of `docs/metrics.md` (a contract) is exposed under its
     /// documented name: counters and gauges as a series of that name,
     /// histograms as `_bucket`, `_sum` and `_count` series.
@@ -646,7 +729,9 @@ mod tests {
             stats,
             node_resources: Vec::new(),
         };
-        let text = render(&m, &[plugin]);
+        let mut create = Histogram::default();
+        create.observe(0.0004);
+        let text = render(&m, &[plugin], &[("CreateContainer", create)]);
         let series: Vec<&str> = text
             .lines()
             .filter(|line| !line.starts_with('#'))

@@ -46,7 +46,7 @@ async fn start_agent() -> Agent {
     let metrics = tcp.local_addr().expect("metrics address");
     let (stop, stop_rx) = watch::channel(false);
     tokio::spawn(api::serve(listener, handle.clone(), stop_rx.clone()));
-    tokio::spawn(metrics::serve(tcp, handle, stop_rx));
+    tokio::spawn(metrics::serve(tcp, handle, Default::default(), stop_rx));
     Agent {
         _dir: dir,
         socket,

@@ -154,8 +154,11 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     assert_eq!(errors(&agent, SLOW, "Allocate"), 1);
     let last = view(&agent, SLOW).stats.last_error.unwrap_or_default();
     assert!(last.contains("did not answer Allocate"), "{last}");
-    let metrics =
-        pinion_agent::metrics::render(&agent.handle.snapshot().metrics, &agent.handle.plugins());
+    let metrics = pinion_agent::metrics::render(
+        &agent.handle.snapshot().metrics,
+        &agent.handle.plugins(),
+        &[],
+    );
     assert!(
         metrics.contains(&format!(
             "pinion_qrm_plugin_call_errors_total{{method=\"Allocate\",resource=\"{SLOW}\"}} 1"

@@ -181,6 +181,14 @@ pub trait NriHandler: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// The runtime's request `method` (a method of the Plugin service,
+    /// [`crate::service::PLUGIN_METHODS`]) took `took` to answer, the
+    /// handler's time included: for the plugin's metrics. Called once per
+    /// answered request, before the answer is sent; it must not block.
+    fn request_served(&self, method: &'static str, took: Duration) {
+        let _ = (method, took);
+    }
+
     /// The runtime could not apply these unsolicited updates.
     fn updates_failed(&self, container_ids: Vec<String>) -> impl Future<Output = ()> + Send {
         tracing::warn!(?container_ids, "runtime failed to apply container updates");

@@ -4,7 +4,7 @@
 //! unknown methods answer UNIMPLEMENTED.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prost::Message;
 use tokio::sync::watch;
@@ -19,6 +19,30 @@ use crate::status::{Code, Status};
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
 /// The Runtime service name on the wire.
 pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
+
+/// The Plugin service's methods [`PluginService`] answers; a request of
+/// one of them is timed ([`NriHandler::request_served`]), anything else
+/// the runtime sends is not (its name is not trusted as a metric label).
+pub const PLUGIN_METHODS: [&str; 18] = [
+    "Configure",
+    "Synchronize",
+    "Shutdown",
+    "StateChange",
+    "CreateContainer",
+    "UpdateContainer",
+    "StopContainer",
+    "RunPodSandbox",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+    "PostUpdatePodSandbox",
+    "PostCreateContainer",
+    "StartContainer",
+    "PostStartContainer",
+    "PostUpdateContainer",
+    "RemoveContainer",
+    "UpdatePodSandbox",
+    "ValidateContainerAdjustment",
+];
 
 /// NRI event numbers (the `Event` enum).
 pub mod event {
@@ -84,7 +108,17 @@ impl<H: NriHandler> PluginService<H> {
 impl<H: NriHandler> Service for Arc<PluginService<H>> {
     fn call(&self, call: Call) -> ServiceFuture {
         let this = Arc::clone(self);
-        Box::pin(async move { this.dispatch(call).await })
+        Box::pin(async move {
+            let method = (call.service == PLUGIN_SERVICE)
+                .then(|| PLUGIN_METHODS.iter().copied().find(|m| *m == call.method))
+                .flatten();
+            let started = Instant::now();
+            let answer = this.dispatch(call).await;
+            if let Some(method) = method {
+                this.handler.request_served(method, started.elapsed());
+            }
+            answer
+        })
     }
 }
 

@@ -59,6 +59,31 @@ async fn unknown_methods_answer_unimplemented_not_not_found() {
     plugin.stop().await;
 }
 
+/// Every answered request of the Plugin service is reported to the handler
+/// by its method (the agent's `pinion_nri_request_duration_seconds`), an
+/// error answer too; a method the service does not know is not (the
+/// runtime's strings never become metric labels).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answered_requests_are_timed_by_method_and_unknown_ones_are_not() {
+    let (_dir, fake, plugin) = connected().await;
+    plugin.handler.lock().served.clear();
+    let _ = fake.call_plugin("FutureMethod", Vec::new()).await;
+    let request = pb::ContainerRequest {
+        pod: Some(pb::PodSandbox::default()),
+        container: Some(pb::Container::default()),
+    };
+    assert!(fake
+        .call_plugin("StartContainer", request.encode_to_vec())
+        .await
+        .is_ok());
+    let _ = fake.call_plugin("CreateContainer", vec![0xff, 0xff]).await;
+    assert_eq!(
+        plugin.handler.lock().served,
+        ["StartContainer", "CreateContainer"]
+    );
+    plugin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_invalid_argument_and_the_connection_survives() {
     let (_dir, fake, plugin) = connected().await;

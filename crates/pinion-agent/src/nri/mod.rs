@@ -7,13 +7,15 @@
 //! plugin stub: it sends them after the handler that caused them returned.
 //! Design: `docs/design.md`, usage: `docs/nri.md`.
 
+pub mod request_times;
 mod state;
 mod sync;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Duration;
 
 use pinion_core::{CpuSet, Placement};
 use pinion_host::cgroup::ContainerCgroup;
@@ -28,6 +30,7 @@ use crate::controller::{
     AdmitRequest, ControlError, ControllerHandle, Frontend, Key, RunningContainer, RuntimeUpdate,
 };
 use crate::nrt::pod_requests::PodRequests;
+use request_times::RequestTimes;
 pub use state::kubelet_admission_text;
 use state::{follower_key, handler_error, identify, observed, sandbox_cgroup, Entry, Tracked};
 
@@ -39,6 +42,8 @@ pub struct NriFrontend {
     /// The API server's pods of this node (their extended requests), with
     /// credentials (`crate::nrt::pod_requests`).
     pod_requests: Option<PodRequests>,
+    /// How long each runtime request took to answer (`/metrics`).
+    request_times: Arc<RequestTimes>,
 }
 
 impl NriFrontend {
@@ -49,7 +54,16 @@ impl NriFrontend {
             tracked: Mutex::new(Tracked::default()),
             updates: OnceLock::new(),
             pod_requests: None,
+            request_times: Arc::default(),
         }
+    }
+
+    /// Records the runtime's requests' durations in `times` (shared with
+    /// the metrics endpoint).
+    #[must_use]
+    pub fn with_request_times(mut self, times: Arc<RequestTimes>) -> Self {
+        self.request_times = times;
+        self
     }
 
     /// Admissions take the pods' extended requests from the API server's
@@ -178,6 +192,10 @@ fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {
 }
 
 impl NriHandler for NriFrontend {
+    fn request_served(&self, method: &'static str, took: Duration) {
+        self.request_times.observe(method, took);
+    }
+
     async fn configure(&self, info: RuntimeInfo) -> Result<(), HandlerError> {
         tracing::info!(runtime = %info.runtime_name, version = %info.runtime_version, "nri runtime configured");
         if info.config.trim().is_empty() {

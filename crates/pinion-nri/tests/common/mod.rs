@@ -35,6 +35,8 @@ pub struct State {
     /// What the runtime answered as applied (`Handler::updates_applied`).
     pub applied_updates: Vec<String>,
     pub synced_containers: usize,
+    /// The requests answered, by method (`Handler::request_served`).
+    pub served: Vec<&'static str>,
 }
 
 /// A simple allocator over CPUs 0-7 (NUMA node 0 = 0-3, node 1 = 4-7).
@@ -133,6 +135,14 @@ impl TestHandler {
 }
 
 impl NriHandler for TestHandler {
+    fn request_served(&self, method: &'static str, took: std::time::Duration) {
+        assert!(
+            took < std::time::Duration::from_secs(60),
+            "{method} took {took:?}"
+        );
+        self.lock().served.push(method);
+    }
+
     async fn configure(&self, info: RuntimeInfo) -> Result<(), HandlerError> {
         self.lock().runtime = Some(info);
         Ok(())
