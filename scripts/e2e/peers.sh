@@ -98,6 +98,7 @@ e2e_containerd2_build() {
         e2e_log "go is not installed"
         return 1
     }
+    _e2e_not_cached "containerd $version" && return 2
     local m=github.com/containerd/containerd/v2
     e2e_log "go install $m/cmd/{containerd,containerd-shim-runc-v2,ctr}@$version"
     mkdir -p "$out.tmp" &&

@@ -276,21 +276,40 @@ EOF
 # once pids wrap around (pid_max 32768, and this scenario forks tens of
 # thousands of processes in its 40 minutes) a `sleep` can have a lower pid
 # than its shell, and it is gone before its status is read (empty cpus).
+# The pid found is kept in $S/pid-NAME and checked first: a walk of /proc
+# forks twice per process, seconds under TCG, and the waits call this
+# every 0.2 s (the walk loaded the guest it measures).
 pod_pid() {
-    for p in /proc/[0-9]*; do
-        { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "E2E_POD=$1" &&
-            { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q 'proc/uptime' && echo "${p#/proc/}"
-    done | sort -n | head -1
+    kept=$(cat "$S/pid-$1" 2>/dev/null)
+    if [ -n "$kept" ] && is_pod_shell "$kept" "$1"; then
+        echo "$kept"
+        return 0
+    fi
+    found=$(for p in /proc/[0-9]*; do
+        is_pod_shell "${p#/proc/}" "$1" && echo "${p#/proc/}"
+    done | sort -n | head -1)
+    if [ -n "$found" ]; then echo "$found" >"$S/pid-$1"; else rm -f "$S/pid-$1"; fi
+    echo "$found"
+}
+# is_pod_shell PID NAME: whether PID is the shell of pod NAME's container.
+is_pod_shell() {
+    { tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null | grep -qx "E2E_POD=$2" &&
+        { tr '\0' ' ' <"/proc/$1/cmdline"; } 2>/dev/null | grep -q 'proc/uptime'
 }
 pod_cpus() { cpus_expand "$(proc_field "$(pod_pid "$1")" Cpus_allowed_list)"; }
 pod_running() { [ -s "$OUT/$1.started" ] && [ -n "$(pod_pid "$1")" ]; }
 pod_gone() { [ -z "$(pod_pid "$1")" ]; }
 
+pod_started() { [ -s "$OUT/$1.started" ]; }
+
 # start_pod NAME KIND: writes the manifest, waits until the container runs;
-# records the start-up latency (ms) in $S/latency-$PHASE.
+# records the start-up latency (ms) in $S/latency-$PHASE. It waits for the
+# container's own start record first (a file test), and only then looks
+# for its process (a walk of /proc, heavy under TCG), so that the waiting
+# does not load the guest while kubelet starts the pod.
 start_pod() {
     write_pod "$1" "$2"
-    if wait_for "${POD_WAIT:-180}" pod_running "$1"; then
+    if wait_for "${POD_WAIT:-180}" pod_started "$1" && wait_for 30 pod_running "$1"; then
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
@@ -419,6 +438,46 @@ run_sequence() {
     return 0
 }
 
+# latency_pods: the start-up latency of pods started alone, the same on both
+# sides: $LATENCY_PODS (8) Guaranteed 1-CPU pods, each started on an
+# otherwise empty node and deleted before the next (recorded in
+# $S/latency-$PHASE; the sequence's pods differ in kind and in what runs
+# beside them, so they are reported apart).
+latency_pods() {
+    i=1
+    while [ "$i" -le "${E2E_LATENCY_PODS:-8}" ]; do
+        if ! start_pod "lat$i" g1; then
+            fail "$PHASE: latency pod lat$i runs" "see the notes above"
+            return 1
+        fi
+        delete_pod "lat$i" || note "$PHASE: latency pod lat$i still runs 120 s after its manifest was removed"
+        i=$((i + 1))
+    done
+}
+
+# nri_times: the agent's NRI request times so far (its /metrics,
+# pinion_nri_request_duration_seconds), "METHOD COUNT SUM" lines.
+nri_times() {
+    addr=$(grep -o 'metrics=[0-9.]*:[0-9]*' "$S/agent.log" 2>/dev/null | tail -1 | cut -d= -f2)
+    [ -n "$addr" ] || return 0
+    wget -q -O - "http://$addr/metrics" 2>/dev/null | awk '
+        /^pinion_nri_request_duration_seconds_(count|sum)\{/ {
+            m = $1; sub(/.*method="/, "", m); sub(/".*/, "", m)
+            if ($1 ~ /_count\{/) count[m] = $2; else sum[m] = $2
+        }
+        END { for (m in count) print m, count[m], sum[m] }' | sort
+}
+
+# nri_share LABEL PODS BEFORE: Pinion's time on the runtime's side of PODS
+# pods since BEFORE (nri_times), per pod and by method, as an E2E-NRI line.
+nri_share() {
+    nri_times | awk -v label="$1" -v pods="$2" -v before="$3" '
+        BEGIN { n = split(before, l, "\n"); for (i = 1; i <= n; i++) { split(l[i], f, " "); c0[f[1]] = f[2]; s0[f[1]] = f[3] } }
+        { dc = $2 - c0[$1]; ds = $3 - s0[$1]; if (dc <= 0) next
+          total += ds; detail = detail sprintf(" %s=%d/%.1f", $1, dc, ds * 1000 / dc) }
+        END { if (pods > 0) printf "E2E-NRI %s pods=%d pinion_ms_per_pod=%.1f (method=requests/mean ms:%s)\n", label, pods, total * 1000 / pods, detail }'
+}
+
 # The podresources answer without the shared containers (no cpu_ids).
 podres_exclusive() { podres "$1" | grep -v 'cpus=-$'; }
 
@@ -451,6 +510,9 @@ if ! kubelet_start static; then
     fail "kubelet starts standalone (cpuManagerPolicy static)" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
     exit 0
 fi
+PHASE=static-alone
+latency_pods || exit 0
+PHASE=static
 run_sequence b g1 pl g2 g3 || exit 0
 pass "kubelet static: pods b g1 pl g2 g3 run ($(tr '\n' ' ' <"$S/seq-static"))"
 podres_exclusive "$KROOT/pod-resources/kubelet.sock" >"$S/podres-static"
@@ -552,8 +614,17 @@ check_eq "deleting g3 releases it in Pinion's checkpoint" "" "$(pinion_entries |
 for name in g2 pl g1 b; do delete_pod "$name"; done
 check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pinion_entries)"
 
+PHASE=pinion-alone
+before=$(nri_times)
+latency_pods || exit 0
+nri_share "containerd$CTRD_MAJOR pinion-alone" "${E2E_LATENCY_PODS:-8}" "$before"
 PHASE=pinion
+before=$(nri_times)
 if run_sequence b g1 pl g2 g3; then
+    nri_share "containerd$CTRD_MAJOR pinion" 5 "$before"
+    created=$(nri_times | awk '$1 == "CreateContainer" { print $2 }')
+    check_true "Pinion's /metrics times the runtime's NRI requests (CreateContainer answered ${created:-0} times since the agent started)" \
+        test "${created:-0}" -ge 5
     while IFS= read -r line; do
         got=$(grep -x "${line%%=*}=.*" "$S/seq-pinion")
         check_eq "kubelet static and Pinion agree: ${line%%=*}" "$line" "$got"
@@ -577,7 +648,7 @@ fi
 
 # --- start-up latency: manifest written -> container running ------------------------
 
-for phase in static pinion; do
+for phase in static pinion static-alone pinion-alone; do
     [ -s "$S/latency-$phase" ] || continue
     echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
 done
