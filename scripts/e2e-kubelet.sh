@@ -150,4 +150,7 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
 # those pods (its pinion_nri_request_duration_seconds, read in the guest
 # before and after), per pod and by method.
 tr -d '\r' <"$log" | sed -n 's/^E2E-NRI \([^ ]*\) \([^ ]*\) /e2e-kubelet: the NRI handlers of Pinion, \1 \2: /p' >&2
+# The CPU time (ms) the node's daemons used while the pods started alone
+# ran, a side (the guest's CPUs are the pods' too).
+tr -d '\r' <"$log" | sed -n 's/^E2E-CPU \([^ ]*\) \([^ ]*\) /e2e-kubelet: daemons'"'"' CPU time (ms), \1 \2: /p' >&2
 e2e_summary

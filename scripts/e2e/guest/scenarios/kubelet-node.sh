@@ -444,6 +444,8 @@ run_sequence() {
 # $S/latency-$PHASE; the sequence's pods differ in kind and in what runs
 # beside them, so they are reported apart).
 latency_pods() {
+    [ "${E2E_LATENCY_PODS:-8}" -gt 0 ] || return 0
+    cpu_before=$(daemons_cpu)
     i=1
     while [ "$i" -le "${E2E_LATENCY_PODS:-8}" ]; do
         if ! start_pod "lat$i" g1; then
@@ -453,6 +455,24 @@ latency_pods() {
         delete_pod "lat$i" || note "$PHASE: latency pod lat$i still runs 120 s after its manifest was removed"
         i=$((i + 1))
     done
+    # What the node's daemons took of the guest's CPUs meanwhile (under TCG
+    # every guest CPU second is taken from the pods starting).
+    echo "E2E-CPU containerd$CTRD_MAJOR $PHASE $(daemons_cpu | awk -v before="$cpu_before" '
+        BEGIN { split(before, b, " "); for (i in b) { split(b[i], f, "="); ms[f[1]] = f[2] } }
+        { for (i = 1; i <= NF; i++) { split($i, f, "="); printf "%s%s=%d", (i > 1 ? " " : ""), f[1], f[2] - ms[f[1]] } }')"
+}
+
+# cpu_ms PID: the CPU time (user + system, ms) process PID has used.
+cpu_ms() {
+    awk '{ print int(($14 + $15) * 10) }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+# daemons_cpu: "kubelet=MS containerd=MS agent=MS" (the agent's 0 when it
+# does not run).
+daemons_cpu() {
+    agent=0
+    [ -n "${AGENT_PID:-}" ] && kill -0 "$AGENT_PID" 2>/dev/null && agent=$(cpu_ms "$AGENT_PID")
+    echo "kubelet=$(cpu_ms "$KUBELET_PID") containerd=$(cpu_ms "$CTRD_PID") agent=$agent"
 }
 
 # nri_times: the agent's NRI request times so far (its /metrics,
