@@ -66,21 +66,14 @@ e2e_build
 
 # --- the peers -----------------------------------------------------------------
 start=$(date +%s)
-# peer NAME STATUS: the Go-built peer's build ended with STATUS; 2 = not
-# cached under PINION_E2E_CACHED_ONLY (CI's budget), which skips the bed.
-peer() {
-    [ "$2" = 0 ] && return 0
-    [ "$2" = 2 ] && e2e_skip_all "$1 is not built yet and PINION_E2E_CACHED_ONLY is set (a fresh machine builds the kubelet alone in 26-39 minutes on 2 cores): run scripts/e2e-cluster.sh once without it"
-    e2e_die "cannot build $1 (see above)"
-}
-CP=$(e2e_control_plane_build); peer "the control plane" $?
-SP=$(e2e_scheduler_plugins_build); peer scheduler-plugins $?
+CP=$(e2e_control_plane_build); e2e_peer "the control plane" $?
+SP=$(e2e_scheduler_plugins_build); e2e_peer scheduler-plugins $?
 ETCD=$(e2e_etcd_deb) || e2e_die "cannot fetch Debian trixie's etcd-server (see above)"
-KUBELET_DIR=$(e2e_kubelet_build); peer kubelet $?
+KUBELET_DIR=$(e2e_kubelet_build); e2e_peer kubelet $?
 CTRD1=$(e2e_containerd_deb trixie) || e2e_die "cannot fetch Debian trixie's containerd (see above)"
 CNI=$(e2e_deb_tree trixie containernetworking-plugins usr/lib/cni/ipvlan) || e2e_die "cannot fetch the CNI plugins (see above)"
 CRD=$(e2e_nrt_crd) || e2e_die "cannot download the NodeResourceTopology CRD (see above)"
-NFD=$(e2e_nfd_build); peer "NFD's nfd-topology-updater" $?
+NFD=$(e2e_nfd_build); e2e_peer "NFD's nfd-topology-updater" $?
 kube_version=$("$CP/kube-apiserver" --version 2>&1)
 e2e_log "control plane: $kube_version; etcd $("$ETCD/usr/bin/etcd" --version 2>&1 | head -1); $("$SP/kube-scheduler" --version 2>&1 | head -1) (sigs.k8s.io/scheduler-plugins $(cd "$E2E_REPO/interop/scheduler-plugins" && go list -m -f '{{.Version}}' sigs.k8s.io/scheduler-plugins))"
 e2e_log "node: $("$KUBELET_DIR/kubelet" --version 2>&1), containerd $("$CTRD1/usr/bin/containerd" --version 2>&1 | awk '{ print $3 }'); exporter: $("$NFD/nfd-topology-updater" -version 2>&1 | tail -1) (sigs.k8s.io/node-feature-discovery)"

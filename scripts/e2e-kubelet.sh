@@ -63,14 +63,7 @@ fi
 e2e_build
 
 start=$(date +%s)
-# peer NAME STATUS: the Go-built peer's build ended with STATUS; 2 = not
-# cached under PINION_E2E_CACHED_ONLY (CI's budget), which skips the run.
-peer() {
-    [ "$2" = 0 ] && return 0
-    [ "$2" = 2 ] && e2e_skip_all "$1 is not built yet and PINION_E2E_CACHED_ONLY is set (a fresh machine builds the kubelet alone in 26-39 minutes on 2 cores): run scripts/e2e-kubelet.sh once without it"
-    e2e_die "cannot build $1 (see above)"
-}
-KUBELET_DIR=$(e2e_kubelet_build); peer kubelet $?
+KUBELET_DIR=$(e2e_kubelet_build); e2e_peer kubelet $?
 e2e_log "kubelet: $("$KUBELET_DIR/kubelet" --version 2>&1) (k8s.io/kubernetes $(cd "$E2E_REPO/interop/kubelet-node" && go list -m -f '{{.Version}}' k8s.io/kubernetes))"
 images=("$KUBELET_DIR/kubelet:/usr/local/bin/kubelet"
     "$KUBELET_DIR/podresources-client:/usr/local/bin/podresources-client"
@@ -85,7 +78,7 @@ if [ "$which" != 2 ]; then
     scenarios+=(kubelet-containerd1)
 fi
 if [ "$which" != 1 ]; then
-    CTRD2=$(e2e_containerd2_build "$CONTAINERD2_VERSION"); peer "containerd $CONTAINERD2_VERSION" $?
+    CTRD2=$(e2e_containerd2_build "$CONTAINERD2_VERSION"); e2e_peer "containerd $CONTAINERD2_VERSION" $?
     e2e_log "containerd 2.x: $("$CTRD2/containerd" --version 2>&1)"
     for bin in containerd containerd-shim-runc-v2 ctr; do
         images+=("$CTRD2/$bin:/opt/containerd2/bin/$bin")

@@ -439,7 +439,7 @@ run_sequence() {
 }
 
 # latency_pods: the start-up latency of pods started alone, the same on both
-# sides: $LATENCY_PODS (8) Guaranteed 1-CPU pods, each started on an
+# sides: $E2E_LATENCY_PODS (8) Guaranteed 1-CPU pods, each started on an
 # otherwise empty node and deleted before the next (recorded in
 # $S/latency-$PHASE; the sequence's pods differ in kind and in what runs
 # beside them, so they are reported apart).
@@ -488,10 +488,11 @@ nri_times() {
         END { for (m in count) print m, count[m], sum[m] }' | sort
 }
 
-# nri_share LABEL PODS BEFORE: Pinion's time on the runtime's side of PODS
-# pods since BEFORE (nri_times), per pod and by method, as an E2E-NRI line.
+# nri_share LABEL PODS BEFORE AFTER: Pinion's time on the runtime's side of
+# PODS pods between BEFORE and AFTER (nri_times), per pod and by method, as
+# an E2E-NRI line.
 nri_share() {
-    nri_times | awk -v label="$1" -v pods="$2" -v before="$3" '
+    printf '%s\n' "$4" | awk -v label="$1" -v pods="$2" -v before="$3" '
         BEGIN { n = split(before, l, "\n"); for (i = 1; i <= n; i++) { split(l[i], f, " "); c0[f[1]] = f[2]; s0[f[1]] = f[3] } }
         { dc = $2 - c0[$1]; ds = $3 - s0[$1]; if (dc <= 0) next
           total += ds; detail = detail sprintf(" %s=%d/%.1f", $1, dc, ds * 1000 / dc) }
@@ -637,12 +638,13 @@ check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pini
 PHASE=pinion-alone
 before=$(nri_times)
 latency_pods || exit 0
-nri_share "containerd$CTRD_MAJOR pinion-alone" "${E2E_LATENCY_PODS:-8}" "$before"
+nri_share "containerd$CTRD_MAJOR pinion-alone" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
 PHASE=pinion
 before=$(nri_times)
 if run_sequence b g1 pl g2 g3; then
-    nri_share "containerd$CTRD_MAJOR pinion" 5 "$before"
-    created=$(nri_times | awk '$1 == "CreateContainer" { print $2 }')
+    after=$(nri_times)
+    nri_share "containerd$CTRD_MAJOR pinion" 5 "$before" "$after"
+    created=$(printf '%s\n' "$after" | awk '$1 == "CreateContainer" { print $2 }')
     check_true "Pinion's /metrics times the runtime's NRI requests (CreateContainer answered ${created:-0} times since the agent started)" \
         test "${created:-0}" -ge 5
     while IFS= read -r line; do
