@@ -127,6 +127,21 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
         return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
+    # resample(list): as many values drawn from list with replacement.
+    function resample(list,    v, n, i, out) {
+        n = split(list, v, " "); out = ""
+        for (i = 1; i <= n; i++) out = out " " v[int(rand() * n) + 1]
+        return out
+    }
+    # interval(a, b): the 95 % bootstrap interval of median(b) - median(a),
+    # 2,000 resamples of each side (a fixed seed: the same pods print the
+    # same interval).
+    function interval(a, b,    r, d, i, j, t, R) {
+        R = 2000; srand(29)
+        for (r = 1; r <= R; r++) d[r] = median(resample(b)) - median(resample(a))
+        for (i = 2; i <= R; i++) for (j = i; j > 1 && d[j - 1] > d[j]; j--) { t = d[j]; d[j] = d[j - 1]; d[j - 1] = t }
+        return sprintf("[%+.0f, %+.0f]", d[int(R * 0.025) + 1], d[int(R * 0.975)])
+    }
     { k = $2 " " $3; rt[$2] = 1; ms[k] = ""; s = 0; n = 0; detail[k] = ""
       for (i = 4; i < NF; i += 2) { ms[k] = ms[k] " " $(i + 1); s += $(i + 1); n++; detail[k] = detail[k] " " $i "=" $(i + 1) }
       mean[k] = n ? s / n : 0; count[k] = n }
@@ -136,7 +151,7 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
         a = r " static" side; b = r " pinion" side
         if (!(a in ms) || !(b in ms)) continue
         ma = median(ms[a]); mb = median(ms[b])
-        printf "e2e-kubelet: start-up latency on %s, %s (ms, manifest written -> container running): kubelet static median %.0f mean %.0f of %d (%s ), kubelet none + Pinion median %.0f mean %.0f of %d (%s ); Pinion adds %+.0f ms (%+.1f %%) at the median\n", r, what, ma, mean[a], count[a], detail[a], mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0)
+        printf "e2e-kubelet: start-up latency on %s, %s (ms, manifest written -> container running): kubelet static median %.0f mean %.0f of %d (%s ), kubelet none + Pinion median %.0f mean %.0f of %d (%s ); Pinion adds %+.0f ms (%+.1f %%) at the median, 95 %% interval %s\n", r, what, ma, mean[a], count[a], detail[a], mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0), interval(ms[a], ms[b])
       }
     }' >&2
 # Pinion's own share: what its NRI handlers took to answer the runtime for

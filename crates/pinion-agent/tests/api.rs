@@ -5,7 +5,6 @@
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use pinion_agent::api::{self, RunRequest};
 use pinion_agent::controller::{self, ControllerHandle};
@@ -364,20 +363,6 @@ async fn regression_metrics_methods_and_queries() {
     let _ = agent.stop.send(true);
 }
 
-/// Log lines of the current thread's tracing events.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
 }
@@ -391,14 +376,7 @@ fn open_descriptors() -> usize {
 /// descriptors stay bounded and nothing is logged.
 #[tokio::test(flavor = "current_thread")]
 async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
-    let log = Captured::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (log, _guard) = pinion_core::testing::logs::capture();
     let agent = start_agent().await;
     let cap = server::Limits::METRICS.max_connections;
     // More than the cap, within the listen backlog (128) so that every
@@ -458,7 +436,7 @@ async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
     .await
     .expect("metrics answer");
     assert_eq!(status, 200);
-    let text = String::from_utf8_lossy(&log.0.lock().expect("log")).into_owned();
+    let text = log.text();
     assert!(
         text.lines().count() <= 2,
         "the agent's log (info level):\n{text}"

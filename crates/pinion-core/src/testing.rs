@@ -7,6 +7,64 @@ use std::collections::BTreeMap;
 
 use crate::{CpuSet, Topology};
 
+#[cfg(feature = "testing")]
+pub mod logs {
+    //! The log lines a test's own thread emits (`tracing` events at INFO
+    //! and above, as the agent prints them), for tests that assert on
+    //! what is logged.
+
+    use std::sync::{Arc, Mutex, PoisonError};
+
+    /// What was logged since [`capture`]; clones share the lines.
+    #[derive(Clone, Default)]
+    pub struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        /// Everything logged so far.
+        #[must_use]
+        pub fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
+                .into_owned()
+        }
+
+        /// How many lines contain `needle`.
+        #[must_use]
+        pub fn lines(&self, needle: &str) -> usize {
+            self.text()
+                .lines()
+                .filter(|line| line.contains(needle))
+                .count()
+        }
+    }
+
+    /// Captures this thread's log lines (a current-thread runtime's tasks
+    /// included) until the guard is dropped.
+    #[must_use]
+    pub fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+}
+
 /// The set of a cpulist literal (`"0-3,8"`, `""` for none). Panics, naming
 /// the text and the calling test, when the literal is malformed.
 #[track_caller]

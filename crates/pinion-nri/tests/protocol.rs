@@ -84,6 +84,48 @@ async fn answered_requests_are_timed_by_method_and_unknown_ones_are_not() {
     plugin.stop().await;
 }
 
+/// The runtime holds a container (often a pod's start) while it waits on
+/// Pinion's answer; the handler's own time (`request_served`) misses the
+/// time a request queued behind others. An answer that kept the runtime
+/// waiting a second or more is a warning naming the method and both times;
+/// a quick one is not (found diagnosing slow pod starts on containerd 1.7).
+#[tokio::test(flavor = "current_thread")]
+async fn an_answer_that_kept_the_runtime_waiting_is_logged_as_a_warning() {
+    // This thread's log: the current-thread runtime runs the plugin's tasks too.
+    let (captured, _guard) = pinion_core::testing::logs::capture();
+    let (_dir, fake, plugin) = connected().await;
+    let quick = fake.run_pod(burstable_pod("quick")).await.unwrap();
+    fake.create_container(&quick, container("quick", 100))
+        .await
+        .unwrap();
+    assert!(
+        !captured.text().contains("answered slowly"),
+        "{}",
+        captured.text()
+    );
+    plugin
+        .handler
+        .create_delay_ms
+        .store(1100, std::sync::atomic::Ordering::SeqCst);
+    let slow = fake.run_pod(burstable_pod("slow")).await.unwrap();
+    fake.create_container(&slow, container("slow", 100))
+        .await
+        .unwrap();
+    let text = captured.text();
+    let warning = text
+        .lines()
+        .find(|line| line.contains("nri request answered slowly"))
+        .unwrap_or_else(|| panic!("no warning in: {text}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(warning.contains("method=CreateContainer"), "{warning}");
+    assert!(
+        warning.contains("queued=") && warning.contains("served=1."),
+        "{warning}"
+    );
+    assert_eq!(text.matches("answered slowly").count(), 1, "{text}");
+    plugin.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_invalid_argument_and_the_connection_survives() {
     let (_dir, fake, plugin) = connected().await;

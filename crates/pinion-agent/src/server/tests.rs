@@ -1,5 +1,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+
+use pinion_core::testing::logs::capture;
 
 use super::slots::{self, Room, Slots};
 use super::*;
@@ -22,38 +23,6 @@ impl Listener for Exhausted {
         std::mem::forget(theirs);
         Ok(ours)
     }
-}
-
-/// Log lines captured from the current thread's tracing events.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self, level: &str) -> usize {
-        let text = String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned();
-        text.lines().filter(|line| line.contains(level)).count()
-    }
-}
-
-fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
 }
 
 /// Regression (issue 10): with its descriptors exhausted the agent's accept

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prost::Message as _;
 use tokio::io::AsyncReadExt;
@@ -18,10 +18,17 @@ use crate::wire::{
     decode_frame_header, Assembler, Message, FRAME_HEADER_LEN, TYPE_REQUEST, TYPE_RESPONSE,
 };
 
+/// An answer that kept the runtime waiting this long is logged as a warning
+/// (the runtime holds the container, often the pod's start, meanwhile).
+const SLOW_ANSWER: Duration = Duration::from_secs(1);
+
+/// A request read off the served connection, with when it was read.
+pub(super) type Received = (Instant, Message);
+
 pub(super) async fn read_loop(
     shared: Arc<Shared>,
     mut read: OwnedReadHalf,
-    requests: mpsc::UnboundedSender<Message>,
+    requests: mpsc::UnboundedSender<Received>,
 ) {
     let reason = match read_frames(&shared, &mut read, &requests).await {
         Ok(()) => {
@@ -39,7 +46,7 @@ pub(super) async fn read_loop(
 async fn read_frames(
     shared: &Shared,
     read: &mut OwnedReadHalf,
-    requests: &mpsc::UnboundedSender<Message>,
+    requests: &mpsc::UnboundedSender<Received>,
 ) -> Result<(), String> {
     let roles = shared.roles;
     let mut served = Assembler::default();
@@ -67,7 +74,7 @@ async fn read_frames(
             served.push(&payload);
             while let Some(message) = served.next_message().map_err(|e| e.to_string())? {
                 if message.kind == TYPE_REQUEST {
-                    let _ = requests.send(message);
+                    let _ = requests.send((Instant::now(), message));
                 } else {
                     tracing::debug!(
                         kind = message.kind,
@@ -91,35 +98,44 @@ async fn read_frames(
 pub(super) async fn serve_loop(
     shared: Arc<Shared>,
     service: Arc<dyn Service>,
-    mut requests: mpsc::UnboundedReceiver<Message>,
+    mut requests: mpsc::UnboundedReceiver<Received>,
 ) {
-    while let Some(message) = requests.recv().await {
+    while let Some((read_at, message)) = requests.recv().await {
         let _gate = shared.gate.lock().await;
-        let response = serve_one(service.as_ref(), &message.payload).await;
+        let started = Instant::now();
+        let (method, response) = serve_one(service.as_ref(), &message.payload).await;
         let reply = Message {
             stream_id: message.stream_id,
             kind: TYPE_RESPONSE,
             flags: 0,
             payload: response.encode_to_vec(),
         };
-        if shared
-            .write_message(shared.roles.serve, &reply)
-            .await
-            .is_err()
-        {
+        let written = shared.write_message(shared.roles.serve, &reply).await;
+        // What the peer waited on us: queued behind earlier calls (or an
+        // unsolicited request being written), then served and answered.
+        let (queued, served) = (started.duration_since(read_at), started.elapsed());
+        if queued + served >= SLOW_ANSWER {
+            tracing::warn!(%method, stream = message.stream_id, ?queued, ?served, "nri request answered slowly");
+        } else {
+            tracing::debug!(%method, stream = message.stream_id, ?queued, ?served, "nri request answered");
+        }
+        if written.is_err() {
             return;
         }
     }
 }
 
-async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
+/// Serves one encoded ttrpc request: the method it named (empty when it
+/// did not decode) and the response.
+async fn serve_one(service: &dyn Service, payload: &[u8]) -> (String, ttrpc::Response) {
     let request = match ttrpc::Request::decode(payload) {
         Ok(request) => request,
         Err(err) => {
-            return status_response(&Status::new(
+            let status = Status::new(
                 Code::InvalidArgument,
                 format!("undecodable ttrpc request: {err}"),
-            ))
+            );
+            return (String::new(), status_response(&status));
         }
     };
     let timeout = u64::try_from(request.timeout_nano)
@@ -144,7 +160,7 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
             }),
         None => future.await,
     };
-    match result {
+    let response = match result {
         Ok(payload) => ttrpc::Response {
             status: Some(ttrpc::Status {
                 code: 0,
@@ -153,7 +169,8 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> ttrpc::Response {
             payload,
         },
         Err(status) => status_response(&status),
-    }
+    };
+    (method, response)
 }
 
 /// The part of the caller's budget a handler may use: a tenth (at most

@@ -48,6 +48,8 @@ pub struct TestHandler {
     pub sender: OnceLock<UpdateSender>,
     /// Make `create_container` hang (to trigger the runtime's timeout).
     pub hang_create: std::sync::atomic::AtomicBool,
+    /// Make `create_container` take this many milliseconds first.
+    pub create_delay_ms: std::sync::atomic::AtomicU64,
     pub never: Notify,
 }
 
@@ -197,6 +199,12 @@ impl NriHandler for TestHandler {
     ) -> Result<Created, HandlerError> {
         if self.hang_create.load(std::sync::atomic::Ordering::SeqCst) {
             self.never.notified().await;
+        }
+        let delay = self
+            .create_delay_ms
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
         }
         self.admit(&pod, &container)
     }

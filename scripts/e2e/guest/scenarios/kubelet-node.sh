@@ -308,12 +308,14 @@ pod_started() { [ -s "$OUT/$1.started" ]; }
 # for its process (a walk of /proc, heavy under TCG), so that the waiting
 # does not load the guest while kubelet starts the pod.
 start_pod() {
+    log_marks=$(log_lines)
     write_pod "$1" "$2"
     if wait_for "${POD_WAIT:-180}" pod_started "$1" && wait_for 30 pod_running "$1"; then
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
         note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
+        [ "$ms" -gt "${SLOW_POD_MS:-12000}" ] && slow_pod_notes "$1" "$log_marks"
         return 0
     fi
     note "$PHASE: pod $1 does not run; kubelet's log about it and containerd's errors end with:"
@@ -323,6 +325,28 @@ start_pod() {
     ps -o pid,args | grep -v ' \[' | tail -n 15 | sed 's/^/  ps| /'
     grep 'level=error' "$S/containerd.log" | tail -n 5 | cut -c1-400 | sed 's/^/  containerd| /'
     return 1
+}
+
+# log_lines: how many lines the logs of kubelet, containerd and the agent
+# hold now ("KUBELET CONTAINERD AGENT").
+log_lines() {
+    for log in kubelet containerd agent; do
+        printf '%s ' "$(cat "$S/$log.log" 2>/dev/null | wc -l)"
+    done
+}
+
+# slow_pod_notes NAME MARKS: what the daemons logged while pod NAME took
+# longer than $SLOW_POD_MS to start (MARKS: log_lines before its manifest):
+# kubelet's lines about the pod, containerd's and the agent's about
+# containers and NRI — to tell who the time went to.
+slow_pod_notes() {
+    set -- "$1" $2
+    note "$PHASE: pod $1 was slow; what the daemons logged meanwhile:"
+    tail -n +"$(($2 + 1))" "$S/kubelet.log" | grep -F "$1" | grep -v 'cri_stats_provider\|eviction_manager' |
+        head -n 20 | cut -c1-300 | sed 's/^/  kubelet| /'
+    tail -n +"$(($3 + 1))" "$S/containerd.log" | grep -i 'nri\|container\|sandbox\|update\|level=warn\|level=error' |
+        head -n 40 | cut -c1-300 | sed 's/^/  containerd| /'
+    tail -n +"$(($4 + 1))" "$S/agent.log" 2>/dev/null | head -n 40 | cut -c1-300 | sed 's/^/  agent| /'
 }
 
 delete_pod() {
@@ -438,16 +462,18 @@ run_sequence() {
     return 0
 }
 
-# latency_pods: the start-up latency of pods started alone, the same on both
-# sides: $E2E_LATENCY_PODS (8) Guaranteed 1-CPU pods, each started on an
-# otherwise empty node and deleted before the next (recorded in
-# $S/latency-$PHASE; the sequence's pods differ in kind and in what runs
-# beside them, so they are reported apart).
+# latency_pods [FIRST]: the start-up latency of pods started alone, the
+# same on both sides: $E2E_LATENCY_PODS (8) Guaranteed 1-CPU pods, named
+# latFIRST (1) on, each started on an otherwise empty node and deleted
+# before the next (recorded in $S/latency-$PHASE; the sequence's pods
+# differ in kind and in what runs beside them, so they are reported
+# apart). Each side runs two blocks, in the order static, Pinion, Pinion,
+# static, so that what drifts over the run weighs on both sides alike.
 latency_pods() {
     [ "${E2E_LATENCY_PODS:-8}" -gt 0 ] || return 0
     cpu_before=$(daemons_cpu)
-    i=1
-    while [ "$i" -le "${E2E_LATENCY_PODS:-8}" ]; do
+    i=${1:-1}
+    while [ "$i" -lt "$((${1:-1} + ${E2E_LATENCY_PODS:-8}))" ]; do
         if ! start_pod "lat$i" g1; then
             fail "$PHASE: latency pod lat$i runs" "see the notes above"
             return 1
@@ -457,7 +483,7 @@ latency_pods() {
     done
     # What the node's daemons took of the guest's CPUs meanwhile (under TCG
     # every guest CPU second is taken from the pods starting).
-    echo "E2E-CPU containerd$CTRD_MAJOR $PHASE $(daemons_cpu | awk -v before="$cpu_before" '
+    echo "E2E-CPU containerd$CTRD_MAJOR $PHASE-$(((${1:-1} - 1) / ${E2E_LATENCY_PODS:-8} + 1)) $(daemons_cpu | awk -v before="$cpu_before" '
         BEGIN { split(before, b, " "); for (i in b) { split(b[i], f, "="); ms[f[1]] = f[2] } }
         { for (i = 1; i <= NF; i++) { split($i, f, "="); printf "%s%s=%d", (i > 1 ? " " : ""), f[1], f[2] - ms[f[1]] } }')"
 }
@@ -638,7 +664,7 @@ check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pini
 PHASE=pinion-alone
 before=$(nri_times)
 latency_pods || exit 0
-nri_share "containerd$CTRD_MAJOR pinion-alone" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
+nri_share "containerd$CTRD_MAJOR pinion-alone-1" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
 PHASE=pinion
 before=$(nri_times)
 if run_sequence b g1 pl g2 g3; then
@@ -666,6 +692,29 @@ if run_sequence b g1 pl g2 g3; then
     wait_for 30 b_is "$(shared_without $(exclusive g2 g3))" || true
     check_eq "Pinion: deleting g1 grows the burstable pod by its cpus" \
         "$(shared_without $(exclusive g2 g3))" "$(pod_cpus b)"
+fi
+
+# --- start-up latency, the second blocks: Pinion, then kubelet's static again -------
+
+if [ "${E2E_LATENCY_PODS:-8}" -gt 0 ]; then
+    for name in b pl g2 g3; do delete_pod "$name"; done
+    second=$((${E2E_LATENCY_PODS:-8} + 1))
+    PHASE=pinion-alone
+    before=$(nri_times)
+    latency_pods "$second" || exit 0
+    nri_share "containerd$CTRD_MAJOR pinion-alone-2" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
+    # Back to kubelet's own static policy on the empty node: Pinion
+    # stopped, the checkpoint of `none` aside (kubelet refuses another
+    # policy's); containerd keeps NRI on, with no plugin.
+    agent_stop TERM
+    kubelet_stop
+    mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.none"
+    PHASE=static-alone
+    if kubelet_start static; then
+        latency_pods "$second" || exit 0
+    else
+        fail "kubelet starts again with cpuManagerPolicy static" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+    fi
 fi
 
 # --- start-up latency: manifest written -> container running ------------------------
