@@ -112,12 +112,25 @@ pub(super) async fn serve_loop(
         };
         let written = shared.write_message(shared.roles.serve, &reply).await;
         // What the peer waited on us: queued behind earlier calls (or an
-        // unsolicited request being written), then served and answered.
+        // unsolicited request being written), then served and answered. The
+        // method is the peer's string: logged escaped (`?`).
         let (queued, served) = (started.duration_since(read_at), started.elapsed());
         if queued + served >= SLOW_ANSWER {
-            tracing::warn!(%method, stream = message.stream_id, ?queued, ?served, "nri request answered slowly");
+            tracing::warn!(
+                ?method,
+                stream = message.stream_id,
+                ?queued,
+                ?served,
+                "nri request answered slowly"
+            );
         } else {
-            tracing::debug!(%method, stream = message.stream_id, ?queued, ?served, "nri request answered");
+            tracing::debug!(
+                ?method,
+                stream = message.stream_id,
+                ?queued,
+                ?served,
+                "nri request answered"
+            );
         }
         if written.is_err() {
             return;
