@@ -308,7 +308,7 @@ pod_started() { [ -s "$OUT/$1.started" ]; }
 # for its process (a walk of /proc, heavy under TCG), so that the waiting
 # does not load the guest while kubelet starts the pod.
 start_pod() {
-    log_marks=$(log_lines)
+    log_marks=$(log_sizes)
     write_pod "$1" "$2"
     if wait_for "${POD_WAIT:-180}" pod_started "$1" && wait_for 30 pod_running "$1"; then
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
@@ -327,26 +327,27 @@ start_pod() {
     return 1
 }
 
-# log_lines: how many lines the logs of kubelet, containerd and the agent
-# hold now ("KUBELET CONTAINERD AGENT").
-log_lines() {
+# log_sizes: the sizes in bytes of the logs of kubelet, containerd and the
+# agent now ("KUBELET CONTAINERD AGENT"; 0 for a missing one): taken before
+# every pod, so stat'ed rather than read.
+log_sizes() {
     for log in kubelet containerd agent; do
-        printf '%s ' "$(cat "$S/$log.log" 2>/dev/null | wc -l)"
+        printf '%s ' "$(stat -c %s "$S/$log.log" 2>/dev/null || echo 0)"
     done
 }
 
 # slow_pod_notes NAME MARKS: what the daemons logged while pod NAME took
-# longer than $SLOW_POD_MS to start (MARKS: log_lines before its manifest):
+# longer than $SLOW_POD_MS to start (MARKS: log_sizes before its manifest):
 # kubelet's lines about the pod, containerd's and the agent's about
 # containers and NRI — to tell who the time went to.
 slow_pod_notes() {
     set -- "$1" $2
     note "$PHASE: pod $1 was slow; what the daemons logged meanwhile:"
-    tail -n +"$(($2 + 1))" "$S/kubelet.log" | grep -F "$1" | grep -v 'cri_stats_provider\|eviction_manager' |
+    tail -c +"$(($2 + 1))" "$S/kubelet.log" | grep -F "$1" | grep -v 'cri_stats_provider\|eviction_manager' |
         head -n 20 | cut -c1-300 | sed 's/^/  kubelet| /'
-    tail -n +"$(($3 + 1))" "$S/containerd.log" | grep -i 'nri\|container\|sandbox\|update\|level=warn\|level=error' |
+    tail -c +"$(($3 + 1))" "$S/containerd.log" | grep -i 'nri\|container\|sandbox\|update\|level=warn\|level=error' |
         head -n 40 | cut -c1-300 | sed 's/^/  containerd| /'
-    tail -n +"$(($4 + 1))" "$S/agent.log" 2>/dev/null | head -n 40 | cut -c1-300 | sed 's/^/  agent| /'
+    tail -c +"$(($4 + 1))" "$S/agent.log" 2>/dev/null | head -n 40 | cut -c1-300 | sed 's/^/  agent| /'
 }
 
 delete_pod() {
@@ -470,10 +471,11 @@ run_sequence() {
 # apart). Each side runs two blocks, in the order static, Pinion, Pinion,
 # static, so that what drifts over the run weighs on both sides alike.
 latency_pods() {
-    [ "${E2E_LATENCY_PODS:-8}" -gt 0 ] || return 0
+    lat_n=${E2E_LATENCY_PODS:-8} lat_first=${1:-1}
+    [ "$lat_n" -gt 0 ] || return 0
     cpu_before=$(daemons_cpu)
-    i=${1:-1}
-    while [ "$i" -lt "$((${1:-1} + ${E2E_LATENCY_PODS:-8}))" ]; do
+    i=$lat_first
+    while [ "$i" -lt "$((lat_first + lat_n))" ]; do
         if ! start_pod "lat$i" g1; then
             fail "$PHASE: latency pod lat$i runs" "see the notes above"
             return 1
@@ -483,7 +485,7 @@ latency_pods() {
     done
     # What the node's daemons took of the guest's CPUs meanwhile (under TCG
     # every guest CPU second is taken from the pods starting).
-    echo "E2E-CPU containerd$CTRD_MAJOR $PHASE-$(((${1:-1} - 1) / ${E2E_LATENCY_PODS:-8} + 1)) $(daemons_cpu | awk -v before="$cpu_before" '
+    echo "E2E-CPU containerd$CTRD_MAJOR $PHASE-$(((lat_first - 1) / lat_n + 1)) $(daemons_cpu | awk -v before="$cpu_before" '
         BEGIN { split(before, b, " "); for (i in b) { split(b[i], f, "="); ms[f[1]] = f[2] } }
         { for (i = 1; i <= NF; i++) { split($i, f, "="); printf "%s%s=%d", (i > 1 ? " " : ""), f[1], f[2] - ms[f[1]] } }')"
 }
