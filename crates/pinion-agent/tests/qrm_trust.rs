@@ -173,7 +173,12 @@ async fn regression_a_plugin_served_by_another_user_is_refused() {
     chmod(node.registry_dir(), 0o755);
     let socket = theirs.join("cpu.sock");
     let _helper = Helper::start(state.path(), &socket);
-    wait_until("the helper listens", || socket.exists()).await;
+    // Not `socket.exists()`: the file appears at bind(), before listen(),
+    // and a connect in between is refused (a CI run failed on that race).
+    wait_until("the helper listens", || {
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
+    })
+    .await;
 
     let err = node
         .qrm
