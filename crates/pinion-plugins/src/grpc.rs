@@ -77,6 +77,51 @@ impl<P: ResourcePlugin + 'static> GrpcPlugin<P> {
     }
 }
 
+/// A plugin called in its caller's process without the wire (the agent's
+/// built-in plugins): the plugin's own requests and answers, on the
+/// caller's thread. The agent calls the admission's `Allocate` and the
+/// reconcile poll this way — the calls an admission waits for, or that
+/// share its thread — and the rest through the gRPC service of the same
+/// plugin; both lock the same plugin, so they see one state.
+pub trait InProcess: Send + Sync {
+    /// `Allocate`.
+    fn allocate(&self, request: &Request) -> Result<Option<crate::Allocation>, PluginError>;
+    /// `GetResourcesAllocation`.
+    fn allocations(&self) -> crate::Allocations;
+}
+
+/// A plugin the agent runs: its gRPC service and its calls without the
+/// wire, one object.
+pub trait InProcessService: rp::resource_plugin_server::ResourcePlugin + InProcess {}
+
+impl<T: rp::resource_plugin_server::ResourcePlugin + InProcess> InProcessService for T {}
+
+/// Only for a plugin made [`GrpcPlugin::inline`]: the call runs on the
+/// caller's thread, whatever the plugin was built with.
+impl<P: ResourcePlugin + 'static> InProcess for GrpcPlugin<P> {
+    fn allocate(&self, request: &Request) -> Result<Option<crate::Allocation>, PluginError> {
+        debug_assert!(
+            !self.blocking,
+            "called in process: the plugin must be inline"
+        );
+        self.plugin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .allocate(request)
+    }
+
+    fn allocations(&self) -> crate::Allocations {
+        debug_assert!(
+            !self.blocking,
+            "called in process: the plugin must be inline"
+        );
+        self.plugin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .allocations()
+    }
+}
+
 /// The gRPC status of a plugin error (its message is the error's text).
 #[must_use]
 pub fn status(err: &PluginError) -> Status {

@@ -1,12 +1,14 @@
 //! Pinion's own plugins run by the agent (`qosResourceManager.builtinPlugins`).
 //!
-//! There is no special path in the manager: each plugin is the same gRPC
-//! service `pinion plugin serve` puts on a socket, registered in the
-//! endpoint table like any plugin (its options asked with
-//! `GetResourcePluginOptions`), and called with the same requests and
-//! answers — in the agent's process rather than over a socket
-//! ([`registry::Client::InProcess`](super::registry::Client)), so an
-//! admission pays no round trip. A plugin registering the same resource
+//! There is no special path in the manager's rules: each plugin is the
+//! same gRPC service `pinion plugin serve` puts on a socket, registered in
+//! the endpoint table like any plugin (its options asked with
+//! `GetResourcePluginOptions`), and called in the agent's process rather
+//! than over a socket ([`registry::Client::InProcess`](super::registry::Client)),
+//! so an admission pays no round trip; `Allocate` and the reconcile poll
+//! skip the wire's messages as well
+//! ([`Registry::call_in_process`](super::registry::Registry::call_in_process)).
+//! A plugin registering the same resource
 //! over a socket later replaces it (the newest registration wins), which is
 //! how katalyst's plugins are run instead.
 //!
@@ -127,7 +129,7 @@ impl Qrm {
             let failed =
                 |err: &dyn std::fmt::Display| QrmError::Start(format!("built-in plugin: {err}"));
             let store = self.plugin_journal.store(config.kind(), machine.state_dir);
-            let (resource, service): (String, Arc<super::registry::Service>) =
+            let (resource, service): (String, Arc<super::registry::InProcessService>) =
                 if let Config::Cpu(cpu) = &config {
                     // The CPU plugin is shared with its closed loop and with
                     // `pinion pools set`.

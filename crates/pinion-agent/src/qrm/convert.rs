@@ -35,6 +35,42 @@ pub fn node_resource(
     }
 }
 
+/// A plugin's allocation answered in the agent's process as Pinion's:
+/// what [`allocation`] makes of it after the wire (no hints = `None`).
+#[must_use]
+pub fn in_process_allocation(info: &pinion_plugins::AllocationInfo) -> PluginAllocation {
+    PluginAllocation {
+        oci_property_name: info.oci_property_name.clone(),
+        is_node_resource: info.is_node_resource,
+        is_scalar_resource: info.is_scalar_resource,
+        allocated_quantity: info.allocated_quantity,
+        allocation_result: info.allocation_result.clone(),
+        envs: info.envs.clone(),
+        annotations: info.annotations.clone(),
+        resource_hints: (!info.resource_hints.is_empty()).then(|| {
+            info.resource_hints
+                .iter()
+                .map(|h| PluginHint {
+                    nodes: h.nodes.clone(),
+                    preferred: h.preferred,
+                })
+                .collect()
+        }),
+        topology_assignments: info.topology_assignments.clone(),
+    }
+}
+
+/// A plugin's answer for one container, answered in the agent's process.
+#[must_use]
+pub fn in_process_allocations(
+    allocation: &pinion_plugins::Allocation,
+) -> pinion_core::plugin_allocation::PluginAllocations {
+    allocation
+        .iter()
+        .map(|(name, info)| (name.clone(), in_process_allocation(info)))
+        .collect()
+}
+
 /// A wire allocation as Pinion's.
 #[must_use]
 pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {

@@ -247,7 +247,20 @@ impl Qrm {
     ) -> Result<PluginAllocations, CallError> {
         let plugin = self.registry.active(&request.resource)?;
         let hint = qrm_request::allocate_hint(plugin.options.with_topology_alignment, affinity);
-        let wire = grpc::wire_request(&qrm_request::request(pod, container, request, hint));
+        let request = qrm_request::request(pod, container, request, hint);
+        if let Some(answer) = self
+            .registry
+            .call_in_process(&plugin, "Allocate", |native| native.allocate(&request))
+        {
+            // The plugin answers for this very request: no pod to check.
+            let allocations = answer?
+                .as_ref()
+                .map(convert::in_process_allocations)
+                .unwrap_or_default();
+            self.check_answer(&plugin.resource, "Allocate", &allocations)?;
+            return Ok(allocations);
+        }
+        let wire = grpc::wire_request(&request);
         let response = self
             .registry
             .call(&plugin, "Allocate", |mut client, timeout| async move {
@@ -335,6 +348,21 @@ impl Qrm {
             if !plugin.options.need_reconcile {
                 continue;
             }
+            if let Some(result) =
+                self.registry
+                    .call_in_process(&plugin, "GetResourcesAllocation", |native| {
+                        Ok(native.allocations())
+                    })
+            {
+                match result {
+                    Ok(all) => polls.push((
+                        plugin.resource.clone(),
+                        self.in_process_poll(&plugin.resource, &all),
+                    )),
+                    Err(err) => tracing::warn!(resource = %plugin.resource, "reconcile: {err}"),
+                }
+                continue;
+            }
             let result = self
                 .registry
                 .call(
@@ -382,6 +410,25 @@ impl Qrm {
             }
         }
         polls
+    }
+
+    /// A reconcile poll of a plugin in the agent's process, as
+    /// [`Self::poll`] makes one of a wire answer (every answer checked,
+    /// kept whatever the check says: the controller refuses it).
+    fn in_process_poll(&self, resource: &str, all: &pinion_plugins::Allocations) -> Poll {
+        all.iter()
+            .map(|(pod, containers)| {
+                let containers = containers
+                    .iter()
+                    .map(|(name, allocation)| {
+                        let allocations = convert::in_process_allocations(allocation);
+                        let _ = self.check_answer(resource, "GetResourcesAllocation", &allocations);
+                        (name.clone(), Some(allocations))
+                    })
+                    .collect();
+                (pod.clone(), containers)
+            })
+            .collect()
     }
 
     /// Starts the watcher of the registration directory and the

@@ -8,7 +8,9 @@
 //! A plugin is reached over its unix socket, or — Pinion's built-in plugins
 //! running in the agent — in the process, through the very same service
 //! implementation `pinion plugin serve` puts on the wire ([`Client`]). The
-//! manager calls both the same way; only the transport differs.
+//! manager calls both the same way; only the transport differs — except
+//! for `Allocate` and the reconcile poll of a plugin in the process, which
+//! skip the wire's messages ([`Registry::call_in_process`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,12 +22,17 @@ use pinion_api::pluginregistration as pr;
 use pinion_api::resourceplugin as rp;
 use pinion_api::resourceplugin::resource_plugin_client::ResourcePluginClient;
 use pinion_api::uds;
+use pinion_plugins::grpc::InProcess;
 use pinion_core::podresources::AllocatableResource;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
 /// The service a plugin implements (what `pinion plugin serve` serves).
 pub type Service = dyn rp::resource_plugin_server::ResourcePlugin;
+
+/// A plugin in the agent's process: the same service, and its calls
+/// without the wire.
+pub type InProcessService = dyn pinion_plugins::grpc::InProcessService;
 
 /// The `socket` shown for a plugin called in the agent's process.
 pub const IN_PROCESS: &str = "in-process";
@@ -36,7 +43,18 @@ pub const IN_PROCESS: &str = "in-process";
 #[derive(Clone)]
 pub enum Client {
     Socket(ResourcePluginClient<Channel>),
-    InProcess(Arc<Service>),
+    InProcess(Arc<InProcessService>),
+}
+
+impl Client {
+    /// The plugin itself, when it runs in the agent's process.
+    #[must_use]
+    pub fn in_process(&self) -> Option<&Arc<InProcessService>> {
+        match self {
+            Self::Socket(_) => None,
+            Self::InProcess(plugin) => Some(plugin),
+        }
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -68,7 +86,10 @@ macro_rules! client_calls {
                             request.set_timeout(timeout);
                             client.$method(request).await
                         }
-                        Self::InProcess(service) => service.$method(request).await,
+                        Self::InProcess(service) => {
+                            let service: &Service = service.as_ref();
+                            service.$method(request).await
+                        }
                     }
                 }
             )*
@@ -459,7 +480,7 @@ impl Registry {
     pub async fn register_in_process(
         &self,
         resource: &str,
-        service: Arc<Service>,
+        service: Arc<InProcessService>,
     ) -> Result<(), RegisterError> {
         self.activate(
             resource,
@@ -636,6 +657,37 @@ impl Registry {
             result.as_ref().err(),
         );
         result
+    }
+
+    /// Calls a plugin in the agent's process without the wire's messages
+    /// (`None` for a plugin behind a socket): the same statistics as
+    /// [`Self::call`], and its error the one the wire would have carried
+    /// (the plugin's error as a gRPC status, classified alike). No
+    /// deadline: the call runs on this thread and does no I/O.
+    pub fn call_in_process<T>(
+        &self,
+        plugin: &Active,
+        method: &str,
+        call: impl FnOnce(&dyn InProcess) -> Result<T, pinion_plugins::PluginError>,
+    ) -> Option<Result<T, CallError>> {
+        let native = plugin.client.in_process()?;
+        let started = Instant::now();
+        let result = call(native.as_ref()).map_err(|err| {
+            classify(
+                &plugin.resource,
+                method,
+                &pinion_plugins::grpc::status(&err),
+                self.timeout,
+                started.elapsed(),
+            )
+        });
+        self.note(
+            &plugin.resource,
+            method,
+            started.elapsed(),
+            result.as_ref().err(),
+        );
+        Some(result)
     }
 
     /// Counts `error` against a call of `method` that already returned (an
