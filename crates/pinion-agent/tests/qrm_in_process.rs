@@ -1,10 +1,10 @@
 //! A plugin in the agent's process (a built-in plugin) is called without
-//! the wire's messages for `Allocate` and the reconcile poll (issue 30,
-//! item 6: the wire types were most of what an in-process admission paid
-//! on top of the plugin's decision). What the manager makes of its answers
-//! must not change: the same plugin is registered with one manager over a
-//! socket and with another in the process, and every answer, poll, error
-//! and call count is compared.
+//! the wire's messages for `Allocate`, the reconcile poll and `RemovePod`
+//! (issue 30, item 6: building and reading back the wire's messages was
+//! about a third of an in-process `Allocate`). What the manager makes of
+//! the answers must not change: the same plugins are registered with one
+//! manager over sockets and with another in the process, and every answer,
+//! poll, removal, error and call count is compared.
 #![allow(clippy::unwrap_used)]
 
 mod qrm_common;
@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_agent::qrm::{Qrm, QrmError};
-use pinion_core::topomgr::{NumaMask, TopologyHint};
 use pinion_agent::testing::qrm_node::{serve_in, ServedPlugin};
+use pinion_core::topomgr::{NumaMask, TopologyHint};
 use pinion_plugins::grpc::GrpcPlugin;
 use pinion_plugins::{
     Allocation, AllocationInfo, Allocations, Hint, Options, PluginError, Request, ResourcePlugin,
@@ -103,6 +103,8 @@ struct Pair {
     _dirs: [tempfile::TempDir; 2],
     wire: Arc<Qrm>,
     native: Arc<Qrm>,
+    /// The widget plugin of each (clones share the state).
+    knobs: [Knob; 2],
     _served: Vec<ServedPlugin>,
 }
 
@@ -112,8 +114,12 @@ async fn pair() -> Pair {
     let native = Qrm::new(qrm_config(dirs[1].path(), Duration::from_secs(5)));
     let registry_dir = dirs[0].path().join("plugins_registry");
     std::fs::create_dir_all(&registry_dir).unwrap();
+    let knobs = [
+        Knob::new(WIDGET, rich_answer()),
+        Knob::new(WIDGET, rich_answer()),
+    ];
     let served = vec![
-        serve_in(&registry_dir, Knob::new(WIDGET, rich_answer()), "widget.sock"),
+        serve_in(&registry_dir, knobs[0].clone(), "widget.sock"),
         serve_in(&registry_dir, Refuser, "refused.sock"),
     ];
     for file in ["widget.sock", "refused.sock"] {
@@ -126,10 +132,7 @@ async fn pair() -> Pair {
     }
     native
         .registry()
-        .register_in_process(
-            WIDGET,
-            Arc::new(GrpcPlugin::new(Knob::new(WIDGET, rich_answer())).inline()),
-        )
+        .register_in_process(WIDGET, Arc::new(GrpcPlugin::new(knobs[1].clone()).inline()))
         .await
         .unwrap();
     native
@@ -141,6 +144,7 @@ async fn pair() -> Pair {
         _dirs: dirs,
         wire,
         native,
+        knobs,
         _served: served,
     }
 }
@@ -209,5 +213,23 @@ async fn a_plugin_in_the_process_answers_as_it_does_over_its_socket() {
             })
             .collect::<Vec<_>>()
     };
+    assert_eq!(counts(&pair.native), counts(&pair.wire));
+
+    // RemovePod: a failure alike, then the pod forgotten alike.
+    for knob in &pair.knobs {
+        knob.state().remove_failures = 1;
+    }
+    let over_socket = format!("{:?}", pair.wire.remove_pod("pod-a").await);
+    let in_process = format!("{:?}", pair.native.remove_pod("pod-a").await);
+    assert_eq!(in_process, over_socket);
+    assert!(
+        in_process.contains("not removing pod-a yet"),
+        "{in_process}"
+    );
+    pair.wire.remove_pod("pod-a").await.unwrap();
+    pair.native.remove_pod("pod-a").await.unwrap();
+    let (wire_poll, native_poll) = (polls(&pair.wire).await, polls(&pair.native).await);
+    assert_eq!(native_poll, wire_poll);
+    assert!(!native_poll.contains("pod-a"), "{native_poll}");
     assert_eq!(counts(&pair.native), counts(&pair.wire));
 }

@@ -79,15 +79,18 @@ impl<P: ResourcePlugin + 'static> GrpcPlugin<P> {
 
 /// A plugin called in its caller's process without the wire (the agent's
 /// built-in plugins): the plugin's own requests and answers, on the
-/// caller's thread. The agent calls the admission's `Allocate` and the
-/// reconcile poll this way — the calls an admission waits for, or that
-/// share its thread — and the rest through the gRPC service of the same
-/// plugin; both lock the same plugin, so they see one state.
+/// caller's thread. The agent calls the admission's `Allocate`, the
+/// reconcile poll and `RemovePod` this way — the calls an admission or a
+/// release waits for, or that share their thread — and the rest through
+/// the gRPC service of the same plugin; both lock the same plugin, so they
+/// see one state.
 pub trait InProcess: Send + Sync {
     /// `Allocate`.
     fn allocate(&self, request: &Request) -> Result<Option<crate::Allocation>, PluginError>;
     /// `GetResourcesAllocation`.
     fn allocations(&self) -> crate::Allocations;
+    /// `RemovePod`.
+    fn remove_pod(&self, pod_uid: &str) -> Result<(), PluginError>;
 }
 
 /// A plugin the agent runs: its gRPC service and its calls without the
@@ -119,6 +122,17 @@ impl<P: ResourcePlugin + 'static> InProcess for GrpcPlugin<P> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .allocations()
+    }
+
+    fn remove_pod(&self, pod_uid: &str) -> Result<(), PluginError> {
+        debug_assert!(
+            !self.blocking,
+            "called in process: the plugin must be inline"
+        );
+        self.plugin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove_pod(pod_uid)
     }
 }
 

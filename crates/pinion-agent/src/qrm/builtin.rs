@@ -5,8 +5,8 @@
 //! the endpoint table like any plugin (its options asked with
 //! `GetResourcePluginOptions`), and called in the agent's process rather
 //! than over a socket ([`registry::Client::InProcess`](super::registry::Client)),
-//! so an admission pays no round trip; `Allocate` and the reconcile poll
-//! skip the wire's messages as well
+//! so an admission pays no round trip; `Allocate`, the reconcile poll and
+//! `RemovePod` skip the wire's messages as well
 //! ([`Registry::call_in_process`](super::registry::Registry::call_in_process)).
 //! A plugin registering the same resource
 //! over a socket later replaces it (the newest registration wins), which is

@@ -319,6 +319,16 @@ impl Qrm {
     pub async fn remove_pod(&self, uid: &str) -> Result<(), Vec<CallError>> {
         let mut errors = Vec::new();
         for plugin in self.registry.all_active() {
+            let in_process = self
+                .registry
+                .call_in_process(&plugin, "RemovePod", |native| native.remove_pod(uid));
+            if let Some(result) = in_process {
+                match result {
+                    Ok(()) | Err(CallError::Unsupported { .. }) => {}
+                    Err(err) => errors.push(err),
+                }
+                continue;
+            }
             let request = rp::RemovePodRequest {
                 pod_uid: uid.to_string(),
             };

@@ -9,8 +9,8 @@
 //! running in the agent — in the process, through the very same service
 //! implementation `pinion plugin serve` puts on the wire ([`Client`]). The
 //! manager calls both the same way; only the transport differs — except
-//! for `Allocate` and the reconcile poll of a plugin in the process, which
-//! skip the wire's messages ([`Registry::call_in_process`]).
+//! for `Allocate`, the reconcile poll and `RemovePod` of a plugin in the
+//! process, which skip the wire's messages ([`Registry::call_in_process`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,8 +22,8 @@ use pinion_api::pluginregistration as pr;
 use pinion_api::resourceplugin as rp;
 use pinion_api::resourceplugin::resource_plugin_client::ResourcePluginClient;
 use pinion_api::uds;
-use pinion_plugins::grpc::InProcess;
 use pinion_core::podresources::AllocatableResource;
+use pinion_plugins::grpc::InProcess;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
