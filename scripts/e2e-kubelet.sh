@@ -161,4 +161,5 @@ tr -d '\r' <"$log" | sed -n 's/^E2E-NRI \([^ ]*\) \([^ ]*\) /e2e-kubelet: the NR
 # The CPU time (ms) the node's daemons used while the pods started alone
 # ran, a side (the guest's CPUs are the pods' too).
 tr -d '\r' <"$log" | sed -n 's/^E2E-CPU \([^ ]*\) \([^ ]*\) /e2e-kubelet: daemons'"'"' CPU time (ms), \1 \2: /p' >&2
+tr -d '\r' <"$log" | sed -n 's/^E2E-GUESTCPU \([^ ]*\) \([^ ]*\) /e2e-kubelet: guest CPU time, \1 \2: /p' >&2
 e2e_summary

@@ -474,6 +474,7 @@ latency_pods() {
     lat_n=${E2E_LATENCY_PODS:-8} lat_first=${1:-1}
     [ "$lat_n" -gt 0 ] || return 0
     cpu_before=$(daemons_cpu)
+    guest_before=$(guest_cpu)
     i=$lat_first
     while [ "$i" -lt "$((lat_first + lat_n))" ]; do
         if ! start_pod "lat$i" g1; then
@@ -488,6 +489,37 @@ latency_pods() {
     echo "E2E-CPU containerd$CTRD_MAJOR $PHASE-$(((lat_first - 1) / lat_n + 1)) $(daemons_cpu | awk -v before="$cpu_before" '
         BEGIN { split(before, b, " "); for (i in b) { split(b[i], f, "="); ms[f[1]] = f[2] } }
         { for (i = 1; i <= NF; i++) { split($i, f, "="); printf "%s%s=%d", (i > 1 ? " " : ""), f[1], f[2] - ms[f[1]] } }')"
+    # And the whole guest's: busy and idle CPU time, and the commands that
+    # took the most (live processes, their reaped children included).
+    echo "E2E-GUESTCPU containerd$CTRD_MAJOR $PHASE-$(((lat_first - 1) / lat_n + 1)) $(printf '%s\n%s\n' "$guest_before" "$(guest_cpu)" | awk '
+        NR == 1 { n = split($0, a, " "); for (i = 1; i <= n; i++) { split(a[i], f, "="); was[f[1]] = f[2] } next }
+        { n = split($0, a, " "); for (i = 1; i <= n; i++) { split(a[i], f, "="); d[f[1]] = f[2] - was[f[1]] } }
+        END {
+            printf "busy=%dms idle=%dms top:", d["BUSY"], d["IDLE"]
+            for (k = 0; k < 8; k++) {
+                best = ""; for (c in d) if (c != "BUSY" && c != "IDLE" && d[c] > 0 && (best == "" || d[c] > d[best])) best = c
+                if (best == "") break
+                printf " %s=%d", best, d[best]; delete d[best]
+            }
+            print ""
+        }')"
+}
+
+# guest_cpu: one line, "BUSY=MS IDLE=MS COMM=MS ...": the guest's busy and
+# idle CPU time (/proc/stat) and, per command, what its live processes have
+# used (user + system, their reaped children's included).
+guest_cpu() {
+    {
+        head -n 1 /proc/stat
+        cat /proc/[0-9]*/stat 2>/dev/null
+    } | awk '
+        NR == 1 { busy = ($2 + $3 + $4 + $7 + $8 + $9) * 10; idle = ($5 + $6) * 10; next }
+        {
+            c = $0; sub(/^[^(]*\(/, "", c); sub(/\).*$/, "", c); gsub(/[ =]/, "_", c)
+            r = $0; sub(/^.*\) /, "", r); split(r, f, " ")
+            ms[c] += (f[12] + f[13] + f[14] + f[15]) * 10
+        }
+        END { printf "BUSY=%d IDLE=%d", busy, idle; for (c in ms) printf " %s=%d", c, ms[c]; print "" }'
 }
 
 # cpu_ms PID: the CPU time (user + system, ms) process PID has used.
