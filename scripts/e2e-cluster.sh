@@ -33,11 +33,13 @@ E2E_NAME=e2e-cluster
 # 4-7), 1.5 GiB a node; its uplink on qemu's user network.
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
 NODE=pinion-smt
-# The smallest machine: 2 CPUs, one NUMA node. 2 GiB: the guest's root file
-# system is its initramfs in memory (about 300 MB of it), and containerd's
-# content store and snapshots are there too (1 GiB ran out of room while
-# importing Pinion's image).
-GUEST2_SHAPE=(1 2 1 1 10 2048)
+# The smallest machine: 2 CPUs, one NUMA node. 3 GiB: the guest's root file
+# system is its initramfs in memory (about 300 MB of it; a tmpfs gets half
+# the memory), and containerd's content store and snapshots are there too —
+# each container a full copy of its image's layers. 1 GiB ran out of room
+# while importing Pinion's image; 2 GiB ran out once creating the Burstable
+# pod's container ("copy file range failed: no space left on device").
+GUEST2_SHAPE=(1 2 1 1 10 3072)
 NODE2=pinion-small
 KEEP_RUNNING=0
 while [ $# -gt 0 ]; do
