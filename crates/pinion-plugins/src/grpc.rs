@@ -53,6 +53,16 @@ impl<P> GrpcPlugin<P> {
         self.blocking = false;
         self
     }
+
+    /// The plugin, locked, for a call on the caller's thread (only for a
+    /// plugin made [`GrpcPlugin::inline`]: [`InProcess`]).
+    fn in_process(&self) -> std::sync::MutexGuard<'_, P> {
+        debug_assert!(
+            !self.blocking,
+            "called in process: the plugin must be inline"
+        );
+        self.plugin.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl<P: ResourcePlugin + 'static> GrpcPlugin<P> {
@@ -103,36 +113,15 @@ impl<T: rp::resource_plugin_server::ResourcePlugin + InProcess> InProcessService
 /// caller's thread, whatever the plugin was built with.
 impl<P: ResourcePlugin + 'static> InProcess for GrpcPlugin<P> {
     fn allocate(&self, request: &Request) -> Result<Option<crate::Allocation>, PluginError> {
-        debug_assert!(
-            !self.blocking,
-            "called in process: the plugin must be inline"
-        );
-        self.plugin
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .allocate(request)
+        self.in_process().allocate(request)
     }
 
     fn allocations(&self) -> crate::Allocations {
-        debug_assert!(
-            !self.blocking,
-            "called in process: the plugin must be inline"
-        );
-        self.plugin
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .allocations()
+        self.in_process().allocations()
     }
 
     fn remove_pod(&self, pod_uid: &str) -> Result<(), PluginError> {
-        debug_assert!(
-            !self.blocking,
-            "called in process: the plugin must be inline"
-        );
-        self.plugin
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove_pod(pod_uid)
+        self.in_process().remove_pod(pod_uid)
     }
 }
 

@@ -47,15 +47,8 @@ pub fn in_process_allocation(info: &pinion_plugins::AllocationInfo) -> PluginAll
         allocation_result: info.allocation_result.clone(),
         envs: info.envs.clone(),
         annotations: info.annotations.clone(),
-        resource_hints: (!info.resource_hints.is_empty()).then(|| {
-            info.resource_hints
-                .iter()
-                .map(|h| PluginHint {
-                    nodes: h.nodes.clone(),
-                    preferred: h.preferred,
-                })
-                .collect()
-        }),
+        resource_hints: (!info.resource_hints.is_empty())
+            .then(|| hints(info.resource_hints.iter().map(|h| (&h.nodes, h.preferred)))),
         topology_assignments: info.topology_assignments.clone(),
     }
 }
@@ -82,17 +75,21 @@ pub fn allocation(info: &rp::ResourceAllocationInfo) -> PluginAllocation {
         allocation_result: info.allocation_result.clone(),
         envs: info.envs.clone(),
         annotations: info.annotations.clone(),
-        resource_hints: info.resource_hints.as_ref().map(|list| {
-            list.hints
-                .iter()
-                .map(|h| PluginHint {
-                    nodes: h.nodes.clone(),
-                    preferred: h.preferred,
-                })
-                .collect()
-        }),
+        resource_hints: info
+            .resource_hints
+            .as_ref()
+            .map(|list| hints(list.hints.iter().map(|h| (&h.nodes, h.preferred)))),
         topology_assignments: info.topology_assignments.clone(),
     }
+}
+
+/// A plugin's hints (nodes, preferred) as Pinion's, from either transport.
+fn hints<'a>(list: impl Iterator<Item = (&'a Vec<u64>, bool)>) -> Vec<PluginHint> {
+    list.map(|(nodes, preferred)| PluginHint {
+        nodes: nodes.clone(),
+        preferred,
+    })
+    .collect()
 }
 
 /// Pinion's allocation on the wire.

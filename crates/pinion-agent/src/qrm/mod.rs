@@ -322,24 +322,22 @@ impl Qrm {
             let in_process = self
                 .registry
                 .call_in_process(&plugin, "RemovePod", |native| native.remove_pod(uid));
-            if let Some(result) = in_process {
-                match result {
-                    Ok(()) | Err(CallError::Unsupported { .. }) => {}
-                    Err(err) => errors.push(err),
+            let result = match in_process {
+                Some(result) => result,
+                None => {
+                    let request = rp::RemovePodRequest {
+                        pod_uid: uid.to_string(),
+                    };
+                    self.registry
+                        .call(&plugin, "RemovePod", |mut client, timeout| async move {
+                            client.remove_pod(request, timeout).await
+                        })
+                        .await
+                        .map(drop)
                 }
-                continue;
-            }
-            let request = rp::RemovePodRequest {
-                pod_uid: uid.to_string(),
             };
-            let result = self
-                .registry
-                .call(&plugin, "RemovePod", |mut client, timeout| async move {
-                    client.remove_pod(request, timeout).await
-                })
-                .await;
             match result {
-                Ok(_) | Err(CallError::Unsupported { .. }) => {}
+                Ok(()) | Err(CallError::Unsupported { .. }) => {}
                 Err(err) => errors.push(err),
             }
         }
