@@ -154,6 +154,35 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
         printf "e2e-kubelet: start-up latency on %s, %s (ms, manifest written -> container running): kubelet static median %.0f mean %.0f of %d (%s ), kubelet none + Pinion median %.0f mean %.0f of %d (%s ); Pinion adds %+.0f ms (%+.1f %%) at the median, 95 %% interval %s\n", r, what, ma, mean[a], count[a], detail[a], mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0), interval(ms[a], ms[b])
       }
     }' >&2
+# Where the pods' start-up went, step by step (containerd's log of each pod
+# against its manifest and its start record; the guest's pod_phases), the
+# median of each step a side.
+tr -d '\r' <"$log" | grep '^E2E-PHASES ' | awk '
+    function median(list,    v, n, i, j, t) {
+        n = split(list, v, " ")
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    {
+        side = ($3 ~ /^pinion/ ? "pinion" : "static") ($3 ~ /-alone$/ ? " alone" : " sequence")
+        rt[$2] = 1
+        for (i = 5; i <= NF; i++) {
+            split($i, f, "="); if (f[2] < 0) continue
+            if (!((f[1]) in rank)) { rank[f[1]] = ++steps; name[steps] = f[1] }
+            v[$2 " " side " " f[1]] = v[$2 " " side " " f[1]] " " f[2]
+        }
+    }
+    END {
+        for (r in rt) for (w = 1; w <= 2; w++) {
+            kind = (w == 1 ? "alone" : "sequence"); line = ""
+            for (k = 1; k <= steps; k++) {
+                a = r " static " kind " " name[k]; b = r " pinion " kind " " name[k]
+                if (!(a in v) || !(b in v)) continue
+                line = line sprintf(" %s=%.0f/%.0f", name[k], median(v[a]), median(v[b]))
+            }
+            if (line != "") printf "e2e-kubelet: where the start-up went on %s, pods %s (ms, medians, kubelet static/Pinion):%s\n", r, (w == 1 ? "started alone" : "of the sequence"), line
+        }
+    }' >&2
 # Pinion's own share: what its NRI handlers took to answer the runtime for
 # those pods (its pinion_nri_request_duration_seconds, read in the guest
 # before and after), per pod and by method.

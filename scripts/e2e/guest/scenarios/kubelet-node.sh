@@ -314,6 +314,7 @@ start_pod() {
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
+        echo "$1 $(pod_phases "$1" "$log_marks")" >>"$S/phases-$PHASE"
         note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
         [ "$ms" -gt "${SLOW_POD_MS:-12000}" ] && slow_pod_notes "$1" "$log_marks"
         return 0
@@ -325,6 +326,60 @@ start_pod() {
     ps -o pid,args | grep -v ' \[' | tail -n 15 | sed 's/^/  ps| /'
     grep 'level=error' "$S/containerd.log" | tail -n 5 | cut -c1-400 | sed 's/^/  containerd| /'
     return 1
+}
+
+# clock_offset: wall-clock seconds (UTC, of the day) minus /proc/uptime,
+# to within a few ms: read at the turn of a second (`date` has no finer
+# resolution here). containerd's log is in wall-clock time, the pods' start
+# records in uptime.
+clock_offset() {
+    s0=$(date -u +%s)
+    while [ "$(date -u +%s)" = "$s0" ]; do :; done
+    awk -v s="$s0" '{ printf "%.3f", (s + 1) % 86400 - $1 }' /proc/uptime
+}
+
+# pod_phases NAME MARKS: where pod NAME's start-up time went, from
+# containerd's log (MARKS: log_sizes before its manifest), ms:
+# "kubelet=" manifest written -> RunPodSandbox asked, "sandbox=" the
+# sandbox's start, "kubelet2=" sandbox ready -> CreateContainer asked,
+# "create=" CreateContainer (NRI's CreateContainer inside), "kubelet3=" ->
+# StartContainer asked, "start=" StartContainer (NRI's StartContainer and
+# runc's start inside), "running=" its answer -> the container's own start
+# record. -1 for a step not found in the log.
+pod_phases() {
+    set -- "$1" $2
+    [ -n "${CLOCK_OFFSET:-}" ] || CLOCK_OFFSET=$(clock_offset)
+    tail -c +"$(($3 + 1))" "$S/containerd.log" | awk -v pod="$1-" -v off="$CLOCK_OFFSET" \
+        -v written="$(cat "$OUT/$1.written")" -v started="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" '
+        function t(line,    s, h) {
+            s = line; sub(/^time="[0-9-]*T/, "", s); sub(/Z".*$/, "", s); split(s, h, ":")
+            return h[1] * 3600 + h[2] * 60 + h[3]
+        }
+        function id(line, after,    s) { s = line; sub(".*" after " \\\\\"", "", s); sub(/\\".*/, "", s); return s }
+        function ms(a, b,    d) {
+            if (a == "" || b == "") return -1
+            d = b - a; if (d < -43200) d += 86400
+            return int(d * 1000 + 0.5)
+        }
+        # 1.7 prints the sandbox as "&PodSandboxMetadata{Name:NAME-NODE,…",
+        # 2.x as "name:\"NAME-NODE\" …".
+        index($0, "RunPodSandbox for ") && (index($0, "{Name:" pod) || index($0, "name:\\\"" pod)) {
+            if (index($0, "returns sandbox id")) { sb_end = t($0); sb = id($0, "returns sandbox id") } else sb_start = t($0)
+            next
+        }
+        sb != "" && index($0, "CreateContainer within sandbox \\\"" sb "\\\"") {
+            if (index($0, "returns container id")) { cr_end = t($0); ctr = id($0, "returns container id") } else cr_start = t($0)
+            next
+        }
+        ctr != "" && index($0, "StartContainer for \\\"" ctr "\\\"") {
+            if (index($0, "returns successfully")) st_end = t($0); else st_start = t($0)
+        }
+        END {
+            w = (written + off) % 86400; r = (started + off) % 86400
+            printf "kubelet=%d sandbox=%d kubelet2=%d create=%d kubelet3=%d start=%d running=%d\n",
+                ms(w, sb_start), ms(sb_start, sb_end), ms(sb_end, cr_start), ms(cr_start, cr_end),
+                ms(cr_end, st_start), ms(st_start, st_end), ms(st_end, r)
+        }'
 }
 
 # log_sizes: the sizes in bytes of the logs of kubelet, containerd and the
@@ -495,9 +550,9 @@ latency_pods() {
         NR == 1 { n = split($0, a, " "); for (i = 1; i <= n; i++) { split(a[i], f, "="); was[f[1]] = f[2] } next }
         { n = split($0, a, " "); for (i = 1; i <= n; i++) { split(a[i], f, "="); d[f[1]] = f[2] - was[f[1]] } }
         END {
-            printf "busy=%dms idle=%dms top:", d["BUSY"], d["IDLE"]
+            printf "busy=%dms idle=%dms pages-migrated=%d top:", d["BUSY"], d["IDLE"], d["MIGRATED"]
             for (k = 0; k < 8; k++) {
-                best = ""; for (c in d) if (c != "BUSY" && c != "IDLE" && d[c] > 0 && (best == "" || d[c] > d[best])) best = c
+                best = ""; for (c in d) if (c != "BUSY" && c != "IDLE" && c != "MIGRATED" && d[c] > 0 && (best == "" || d[c] > d[best])) best = c
                 if (best == "") break
                 printf " %s=%d", best, d[best]; delete d[best]
             }
@@ -505,21 +560,26 @@ latency_pods() {
         }')"
 }
 
-# guest_cpu: one line, "BUSY=MS IDLE=MS COMM=MS ...": the guest's busy and
-# idle CPU time (/proc/stat) and, per command, what its live processes have
-# used (user + system, their reaped children's included).
+# guest_cpu: one line, "BUSY=MS IDLE=MS MIGRATED=PAGES COMM=MS ...": the
+# guest's busy and idle CPU time (/proc/stat), the pages the kernel has
+# migrated between NUMA nodes (/proc/vmstat: a write of `cpuset.mems`, or a
+# process joining a cgroup with fewer memory nodes, moves its memory) and,
+# per command, what its live processes have used (user + system, their
+# reaped children's included).
 guest_cpu() {
     {
         head -n 1 /proc/stat
+        grep '^pgmigrate_success ' /proc/vmstat
         cat /proc/[0-9]*/stat 2>/dev/null
     } | awk '
         NR == 1 { busy = ($2 + $3 + $4 + $7 + $8 + $9) * 10; idle = ($5 + $6) * 10; next }
+        $1 == "pgmigrate_success" { migrated = $2; next }
         {
             c = $0; sub(/^[^(]*\(/, "", c); sub(/\).*$/, "", c); gsub(/[ =]/, "_", c)
             r = $0; sub(/^.*\) /, "", r); split(r, f, " ")
             ms[c] += (f[12] + f[13] + f[14] + f[15]) * 10
         }
-        END { printf "BUSY=%d IDLE=%d", busy, idle; for (c in ms) printf " %s=%d", c, ms[c]; print "" }'
+        END { printf "BUSY=%d IDLE=%d MIGRATED=%d", busy, idle, migrated; for (c in ms) printf " %s=%d", c, ms[c]; print "" }'
 }
 
 # cpu_ms PID: the CPU time (user + system, ms) process PID has used.
@@ -756,4 +816,5 @@ fi
 for phase in static pinion static-alone pinion-alone; do
     [ -s "$S/latency-$phase" ] || continue
     echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
+    sed "s/^/E2E-PHASES containerd$CTRD_MAJOR $phase /" "$S/phases-$phase" 2>/dev/null
 done
