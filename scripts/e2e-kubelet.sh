@@ -121,12 +121,15 @@ e2e_log "guest done in $(($(date +%s) - start)) s"
 # pods (differing in kind and in what runs beside them). Median and mean
 # each; "Pinion adds" compares the medians.
 tr -d '\r' <"$log" | sed -n 's/^E2E-CONTAINERD \([12]\) /containerd \1.x: /p' | sed 's/^/e2e-kubelet: ran on /' >&2
-tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
+# median(list): the median of a space-separated list of numbers.
+AWK_MEDIAN='
     function median(list,    v, n, i, j, t) {
         n = split(list, v, " ")
         for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
         return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
     }
+'
+tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk "$AWK_MEDIAN"'
     # resample(list): as many values drawn from list with replacement.
     function resample(list,    v, n, i, out) {
         n = split(list, v, " "); out = ""
@@ -157,12 +160,7 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk '
 # Where the pods' start-up went, step by step (containerd's log of each pod
 # against its manifest and its start record; the guest's pod_phases), the
 # median of each step a side.
-tr -d '\r' <"$log" | grep '^E2E-PHASES ' | awk '
-    function median(list,    v, n, i, j, t) {
-        n = split(list, v, " ")
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
-        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
+tr -d '\r' <"$log" | grep '^E2E-PHASES ' | awk "$AWK_MEDIAN"'
     {
         side = ($3 ~ /^pinion/ ? "pinion" : "static") ($3 ~ /-alone$/ ? " alone" : " sequence")
         rt[$2] = 1

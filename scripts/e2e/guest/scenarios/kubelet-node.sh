@@ -337,6 +337,9 @@ clock_offset() {
     while [ "$(date -u +%s)" = "$s0" ]; do :; done
     awk -v s="$s0" '{ printf "%.3f", (s + 1) % 86400 - $1 }' /proc/uptime
 }
+# Read once: the guest has no clock adjustment, and pod_phases runs in a
+# command substitution, where a value it set would not be kept.
+CLOCK_OFFSET=$(clock_offset)
 
 # pod_phases NAME MARKS: where pod NAME's start-up time went, from
 # containerd's log (MARKS: log_sizes before its manifest), ms:
@@ -348,7 +351,6 @@ clock_offset() {
 # record. -1 for a step not found in the log.
 pod_phases() {
     set -- "$1" $2
-    [ -n "${CLOCK_OFFSET:-}" ] || CLOCK_OFFSET=$(clock_offset)
     tail -c +"$(($3 + 1))" "$S/containerd.log" | awk -v pod="$1-" -v off="$CLOCK_OFFSET" \
         -v written="$(cat "$OUT/$1.written")" -v started="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" '
         function t(line,    s, h) {
