@@ -36,8 +36,11 @@ async fn guaranteed_gets_a_whole_core_and_burstable_follows_the_shared_pool() {
         "{cpus} is one whole core"
     );
     assert!(!cpus.contains(0), "reserved cpu 0 stays shared");
-    let node_of = topology.numa_nodes_of(&cpus);
-    assert_eq!(node.mems(&db), format!("{}", node_of[0]));
+    assert_eq!(
+        node.mems(&db),
+        "",
+        "memory nodes left to the runtime, as kubelet's static policy leaves them"
+    );
     assert_eq!(
         node.runtime.quota(&db),
         Some(-1),
@@ -558,17 +561,18 @@ async fn regression_an_nri_pod_with_a_run_like_uid_keeps_its_cpus_across_an_agen
     agent.stop().await;
 }
 
-/// One memory-node rule for both front-ends: NRI shared containers now get
-/// the memory nodes of the shared pool, as standalone shared cgroups do.
+/// One memory-node rule for both front-ends: neither an NRI shared
+/// container nor a standalone shared run gets memory nodes from Pinion
+/// (regression: both were narrowed to the shared pool's nodes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shared_containers_get_the_memory_nodes_of_the_pool() {
+async fn shared_containers_and_runs_leave_the_memory_nodes() {
     let node = Node::new();
     let agent = node.agent(1).await;
     let (_, web) = node
         .pod_with(burstable_pod("web"), burstable("web", 500))
         .await;
     assert_eq!(node.runtime.cpus(&web), "0-7");
-    assert_eq!(node.mems(&web), "0-1");
+    assert_eq!(node.mems(&web), "");
     let run = pinion_agent::testing::run_request("pinion-run-s", None, Some(7));
     let standalone = agent.handle.admit(run).await.unwrap();
     let snapshot = agent.handle.snapshot();

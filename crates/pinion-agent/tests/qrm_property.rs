@@ -24,7 +24,7 @@ use pinion_agent::qrm::Poll;
 use pinion_agent::testing::table_plugin::TablePlugin;
 use pinion_agent::testing::SyntheticNode;
 use pinion_core::plugin_allocation::PluginAllocations;
-use pinion_core::{Placement, Topology};
+use pinion_core::Placement;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_plugins::{Request, ResourcePlugin};
 use proptest::prelude::*;
@@ -116,7 +116,6 @@ struct Polled {
 /// The controller with a fake runtime, the plugins, and the model.
 struct Model {
     _dir: tempfile::TempDir,
-    topology: Topology,
     host: FakeCgroups,
     controller: Controller,
     updates: mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
@@ -136,7 +135,6 @@ impl Model {
         let (controller, updates) = node.start_with_runtime(dir.path()).expect("controller");
         Self {
             _dir: dir,
-            topology: node.topology.clone(),
             host: node.host.clone(),
             controller,
             updates,
@@ -463,7 +461,7 @@ impl Model {
         let live: BTreeSet<Key> = self.live.values().map(|l| l.key.clone()).collect();
         assert_eq!(keys, live, "the controller's workloads");
         for live in self.live.values() {
-            let want = expected(&self.topology, &self.plugins, &live.base, &live.said);
+            let want = expected(&self.plugins, &live.base, &live.said);
             let desired = &snapshot
                 .workload(&live.key.0, &live.key.1)
                 .expect("workload")
@@ -487,7 +485,7 @@ impl Model {
             if let Some(cgroup) = &live.cgroup {
                 assert_eq!(
                     cgroup_of(&self.host, cgroup),
-                    Some((want.cpus.clone(), want.mems.clone())),
+                    written(&self.host, &want),
                     "{cgroup}: cpus and mems written"
                 );
             }

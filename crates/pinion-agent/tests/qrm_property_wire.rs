@@ -18,7 +18,7 @@ use pinion_agent::controller::Key;
 use pinion_agent::testing::qrm_node::{QrmNode, QrmNodeOptions, ServedPlugin};
 use pinion_agent::testing::table_plugin::TablePlugin;
 use pinion_agent::testing::SyntheticNode;
-use pinion_core::{Placement, Topology};
+use pinion_core::Placement;
 use pinion_plugins::ResourcePlugin;
 use proptest::prelude::*;
 use qrm_model::*;
@@ -85,7 +85,6 @@ struct Run {
 /// The manager with three plugins on their sockets, and the runs.
 struct Wire {
     _dir: tempfile::TempDir,
-    topology: Topology,
     node: QrmNode,
     plugins: [TablePlugin; 3],
     served: Vec<Option<ServedPlugin>>,
@@ -110,7 +109,6 @@ impl Wire {
         }
         Self {
             _dir: dir,
-            topology: node.topology,
             node: qrm,
             plugins,
             served,
@@ -168,10 +166,10 @@ impl Wire {
         let snapshot = self.node.handle.snapshot();
         for run in self.runs.values() {
             let said = self.said(run, frozen);
-            let want = expected(&self.topology, &self.plugins, &run.admitted, &said);
+            let want = expected(&self.plugins, &run.admitted, &said);
             assert_eq!(
                 cgroup_of(&self.node.host, &run.cgroup),
-                Some((want.cpus.clone(), want.mems.clone())),
+                written(&self.node.host, &want),
                 "{:?}: cpus and mems written, plugins said {said:?}",
                 run.key
             );

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use pinion_agent::config::QrmConfig;
 use pinion_agent::qrm::{Poll, Qrm};
 use pinion_agent::testing::qrm_node::{serve_grpc_in, ServedPlugin};
-use pinion_core::placement::memory_nodes;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::pools::PoolLoad;
@@ -54,7 +53,6 @@ struct AgentSide {
     cpu: Option<Arc<Mutex<CpuPlugin>>>,
     served: Vec<ServedPlugin>,
     topology_manager: TopologyManager,
-    topology: Topology,
     /// Admitted pods by UID.
     pods: BTreeMap<String, Pod>,
     /// What `Allocate` answered, by pod and container (what the agent
@@ -114,7 +112,6 @@ impl AgentSide {
             cpu,
             served,
             topology_manager: scenario::topology_manager(scenario, topology).expect("tm"),
-            topology: topology.clone(),
             pods: BTreeMap::new(),
             allocated: BTreeMap::new(),
             loads: BTreeMap::new(),
@@ -265,13 +262,6 @@ impl AgentSide {
                         .state()
                         .member(uid, &container.name)
                         .map(|m| m.kind.pool_name().to_string());
-                }
-                if entry.mems.is_none() {
-                    entry.mems = entry
-                        .cpus
-                        .as_ref()
-                        .filter(|cpus| !cpus.is_empty())
-                        .map(|cpus| memory_nodes(&self.topology, cpus, None));
                 }
                 out.push(entry);
             }

@@ -53,7 +53,8 @@ pub struct RunRequest {
     /// CPUs, anything else (or none) runs in the shared pool.
     #[serde(default)]
     pub cpus: Option<String>,
-    /// Only `auto` (the NUMA nodes of the CPUs) is supported.
+    /// Only `auto` is supported: the memory plugin's nodes when it binds
+    /// the run, else left as they are (the parent cgroup's).
     #[serde(default = "auto")]
     pub memory_nodes: String,
     /// Requests of other resources (served by resource plugins): name →

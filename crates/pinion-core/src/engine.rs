@@ -345,19 +345,13 @@ impl Engine {
     }
 
     /// The placement of container `container` of pod `pod`: its exclusive
-    /// CPUs (memory nodes aligned with its stored Topology Manager affinity)
-    /// when it holds some, else the shared pool. Any container the engine
-    /// does not know runs in the shared pool.
+    /// CPUs when it holds some, else the shared pool. Any container the
+    /// engine does not know runs in the shared pool.
     #[must_use]
     pub fn placement(&self, pod: &str, container: &str) -> Placement {
         match self.state.assignment(pod, container) {
-            Some(cpus) => {
-                let affinity = self
-                    .topology_affinity(pod, container)
-                    .and_then(|hint| hint.affinity);
-                Placement::exclusive(&self.machine, cpus.clone(), affinity)
-            }
-            None => Placement::shared(&self.machine, self.shared_pool()),
+            Some(cpus) => Placement::exclusive(cpus.clone()),
+            None => Placement::shared(self.shared_pool()),
         }
     }
 

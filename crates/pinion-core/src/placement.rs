@@ -4,8 +4,9 @@
 //! computes a placement for every workload ([`crate::engine::Engine::placement`]);
 //! the agent's executor turns the difference between a workload's placement
 //! and what was last applied into cgroup writes (standalone) or runtime
-//! updates (NRI). The memory-node rule is written once, here:
-//! [`memory_nodes`].
+//! updates (NRI). CPU decisions leave a workload's memory nodes as they
+//! are; [`memory_nodes`] is the memory plugin's rule for the containers it
+//! does not bind.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::topology::Topology;
-use crate::topomgr::NumaMask;
 
 /// CFS quota meaning "unlimited" (kubelet's `DisableCPUQuotaWithExclusiveCPUs`
 /// sets it for containers with exclusive CPUs).
@@ -94,7 +94,11 @@ impl ResourceSettings {
 pub struct Placement {
     /// The CPUs it may run on (`cpuset.cpus`).
     pub cpus: CpuSet,
-    /// The memory nodes it may allocate from (`cpuset.mems`).
+    /// The memory nodes it may allocate from (`cpuset.mems`); empty: as
+    /// they are. CPU decisions leave them (kubelet's CPU manager never
+    /// writes `cpuset.mems`); only a resource plugin's answer sets them —
+    /// the memory plugin's NUMA binding.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
     pub mems: CpuSet,
     pub pool: Pool,
     #[serde(default, skip_serializing_if = "ResourceSettings::is_empty")]
@@ -108,12 +112,15 @@ pub struct Placement {
 }
 
 impl Placement {
-    /// Exclusive CPUs: their memory nodes (see [`memory_nodes`]) and no CFS
-    /// quota (exclusive CPUs are never throttled).
+    /// Exclusive CPUs and no CFS quota (exclusive CPUs are never
+    /// throttled); memory nodes as they are, like kubelet's static policy.
+    /// Narrowing them to the CPUs' nodes would migrate the container's
+    /// pages on every move into the cgroup (cgroup v2 always migrates
+    /// memory on attach) and confine memory the pod never asked to bind.
     #[must_use]
-    pub fn exclusive(topology: &Topology, cpus: CpuSet, affinity: Option<NumaMask>) -> Self {
+    pub fn exclusive(cpus: CpuSet) -> Self {
         Self {
-            mems: memory_nodes(topology, &cpus, affinity),
+            mems: CpuSet::default(),
             cpus,
             pool: Pool::Exclusive,
             resources: ResourceSettings {
@@ -125,12 +132,12 @@ impl Placement {
         }
     }
 
-    /// The shared pool `cpus` and their memory nodes; other settings are
-    /// left as they are.
+    /// The shared pool `cpus`; memory nodes and other settings are left as
+    /// they are.
     #[must_use]
-    pub fn shared(topology: &Topology, cpus: CpuSet) -> Self {
+    pub fn shared(cpus: CpuSet) -> Self {
         Self {
-            mems: memory_nodes(topology, &cpus, None),
+            mems: CpuSet::default(),
             cpus,
             pool: Pool::Shared,
             resources: ResourceSettings::default(),
@@ -155,19 +162,13 @@ impl Placement {
     }
 }
 
-/// The memory nodes of a workload running on `cpus`: the NUMA nodes of those
-/// CPUs, together with the nodes of the Topology Manager's merged affinity
-/// when the workload has one (memory follows the NUMA alignment its CPUs and
-/// devices were given). When that is empty (CPUs without NUMA information),
-/// every memory node of the machine.
+/// The memory nodes of the CPUs `cpus`: their NUMA nodes, or every memory
+/// node of the machine when they have none (CPUs without NUMA
+/// information). The memory plugin's answer for a container it does not
+/// bind to NUMA nodes.
 #[must_use]
-pub fn memory_nodes(topology: &Topology, cpus: &CpuSet, affinity: Option<NumaMask>) -> CpuSet {
-    let mut nodes: CpuSet = topology.numa_nodes_of(cpus).into_iter().collect();
-    if let Some(mask) = affinity {
-        for node in mask.ids() {
-            nodes.insert(node);
-        }
-    }
+pub fn memory_nodes(topology: &Topology, cpus: &CpuSet) -> CpuSet {
+    let nodes: CpuSet = topology.numa_nodes_of(cpus).into_iter().collect();
     if nodes.is_empty() {
         all_memory_nodes(topology)
     } else {
@@ -207,42 +208,51 @@ mod tests {
     }
 
     #[test]
-    fn memory_follows_the_cpus_and_the_merged_affinity() {
+    fn memory_nodes_are_those_of_the_cpus() {
         let topology = two_nodes();
         let node1 = topology.numa_cpus()[&1].clone();
         let one_cpu: CpuSet = node1.iter().take(1).collect();
-        assert_eq!(memory_nodes(&topology, &one_cpu, None), set("1"));
-        let both = NumaMask::from_ids([0, 1]).expect("mask");
-        assert_eq!(memory_nodes(&topology, &one_cpu, Some(both)), set("0-1"));
-        assert_eq!(
-            memory_nodes(&topology, topology.all_cpus(), None),
-            set("0-1")
-        );
+        assert_eq!(memory_nodes(&topology, &one_cpu), set("1"));
+        assert_eq!(memory_nodes(&topology, topology.all_cpus()), set("0-1"));
         // CPUs the machine does not know have no node: every memory node.
-        assert_eq!(memory_nodes(&topology, &set("100"), None), set("0-1"));
+        assert_eq!(memory_nodes(&topology, &set("100")), set("0-1"));
     }
 
     #[test]
     fn exclusive_placements_have_no_quota_and_shared_ones_leave_it() {
         let topology = two_nodes();
         let node0 = topology.numa_cpus()[&0].clone();
-        let exclusive = Placement::exclusive(&topology, node0.clone(), None);
+        let exclusive = Placement::exclusive(node0.clone());
         assert_eq!(exclusive.resources.cpu_quota, Some(UNLIMITED_QUOTA));
-        assert_eq!(exclusive.mems, set("0"));
         assert!(exclusive.is_exclusive());
-        let shared = Placement::shared(&topology, node0);
+        let shared = Placement::shared(node0);
         assert_eq!(shared.resources, ResourceSettings::default());
-        assert_eq!(shared.mems, set("0"));
         assert_eq!(shared.pool, Pool::Shared);
+    }
+
+    /// Regression: exclusive CPUs on NUMA node 0 narrowed the container's
+    /// `cpuset.mems` to node 0. kubelet's static policy never writes
+    /// `cpuset.mems`, and on cgroup v2 the narrowing migrated the memory of
+    /// every process entering the cgroup (runc's, at a container's start).
+    #[test]
+    fn cpu_decisions_leave_the_memory_nodes_as_they_are() {
+        let topology = two_nodes();
+        let node0 = topology.numa_cpus()[&0].clone();
+        assert!(Placement::exclusive(node0.clone()).mems.is_empty());
+        assert!(Placement::shared(node0).mems.is_empty());
     }
 
     #[test]
     fn placements_serialize_without_empty_parts() {
-        let topology = two_nodes();
-        let shared = Placement::shared(&topology, set("0-1"));
+        let shared = Placement::shared(set("0-1"));
         let json = serde_json::to_string(&shared).expect("json");
-        assert_eq!(json, r#"{"cpus":"0-1","mems":"0","pool":"shared"}"#);
+        assert_eq!(json, r#"{"cpus":"0-1","pool":"shared"}"#);
         let back: Placement = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, shared);
+        // Placements written with memory nodes (by earlier versions, or
+        // from a plugin's answer) still read.
+        let bound: Placement =
+            serde_json::from_str(r#"{"cpus":"0-1","mems":"0","pool":"shared"}"#).expect("parses");
+        assert_eq!(bound.mems, set("0"));
     }
 }

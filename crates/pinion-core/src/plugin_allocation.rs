@@ -8,8 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::placement::{memory_nodes, Placement, Pool};
-use crate::topology::Topology;
+use crate::placement::{Placement, Pool};
 
 /// A topology hint as plugins send it: NUMA node ids and whether preferred.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,17 +81,16 @@ pub struct MergeNotes {
 /// `base` (the engine's placement) with the plugins' allocations applied:
 /// OCI properties set the cpuset and resource settings, environment
 /// variables and annotations are merged (first resource in name order wins a
-/// key). CPUs chosen by a plugin run in [`Pool::Plugin`]; their memory nodes
-/// follow them unless a plugin sets `CpusetMems`.
+/// key). CPUs chosen by a plugin run in [`Pool::Plugin`]; memory nodes are
+/// set only by a plugin's `CpusetMems` (katalyst's manager sends what the
+/// plugins answer and nothing else).
 pub fn apply(
-    topology: &Topology,
     base: Placement,
     allocations: &PluginAllocations,
 ) -> Result<(Placement, MergeNotes), OciError> {
     let mut placement = base;
     let mut notes = MergeNotes::default();
     let mut cpus_from_plugin = false;
-    let mut mems_from_plugin = false;
     for (resource, allocation) in allocations {
         match setting(resource, allocation)? {
             Setting::None => {}
@@ -100,10 +98,7 @@ pub fn apply(
                 placement.cpus = cpus;
                 cpus_from_plugin = true;
             }
-            Setting::Mems(mems) => {
-                placement.mems = mems;
-                mems_from_plugin = true;
-            }
+            Setting::Mems(mems) => placement.mems = mems,
             Setting::Shares(v) => placement.resources.cpu_shares = Some(v),
             Setting::Quota(v) => placement.resources.cpu_quota = Some(v),
             Setting::Period(v) => placement.resources.cpu_period = Some(v),
@@ -132,9 +127,6 @@ pub fn apply(
         if placement.resources.cpu_quota == Some(crate::placement::UNLIMITED_QUOTA) {
             // The quota removal belongs to Pinion's own exclusive CPUs.
             placement.resources.cpu_quota = None;
-        }
-        if !mems_from_plugin {
-            placement.mems = memory_nodes(topology, &placement.cpus, None);
         }
     }
     Ok((placement, notes))
@@ -291,18 +283,6 @@ fn unsigned(value: &str) -> Result<u64, OciError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::{synthetic, Shape};
-
-    fn machine() -> Topology {
-        synthetic(Shape {
-            sockets: 2,
-            numa_per_socket: 1,
-            cores_per_socket: 2,
-            threads_per_core: 2,
-            cores_per_uncore: 0,
-        })
-    }
-
     fn set(text: &str) -> CpuSet {
         CpuSet::parse_list(text).expect("cpulist")
     }
@@ -317,8 +297,7 @@ mod tests {
 
     #[test]
     fn oci_properties_set_the_cpuset_and_every_resource_setting() {
-        let topology = machine();
-        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let base = Placement::shared(set("0-7"));
         let allocations = PluginAllocations::from([
             ("cpu".to_string(), oci("CpusetCpus", "2-3")),
             ("example.com/quota".to_string(), oci("CpuQuota", "50000")),
@@ -334,9 +313,13 @@ mod tests {
             ),
             ("oom".to_string(), oci("OomScoreAdj", "-997")),
         ]);
-        let (placement, notes) = apply(&topology, base, &allocations).expect("applies");
+        let (placement, notes) = apply(base, &allocations).expect("applies");
         assert_eq!(placement.cpus, set("2-3"));
-        assert_eq!(placement.mems, set("1"), "memory follows the plugin's cpus");
+        assert!(
+            placement.mems.is_empty(),
+            "a plugin's cpus leave the memory nodes: {}",
+            placement.mems
+        );
         assert_eq!(placement.pool, Pool::Plugin);
         let r = &placement.resources;
         assert_eq!(r.cpu_quota, Some(50_000));
@@ -350,8 +333,7 @@ mod tests {
 
     #[test]
     fn mems_from_a_plugin_win_and_envs_merge_first_come() {
-        let topology = machine();
-        let base = Placement::exclusive(&topology, set("1,5"), None);
+        let base = Placement::exclusive(set("1,5"));
         let mut nic = oci("", "");
         nic.envs.insert("AFFINITY_NIC_NAME".into(), "eth1".into());
         nic.annotations.insert("k".into(), "nic".into());
@@ -361,7 +343,7 @@ mod tests {
             ("example.com/nic".to_string(), nic),
             ("memory".to_string(), memory),
         ]);
-        let (placement, notes) = apply(&topology, base, &allocations).expect("applies");
+        let (placement, notes) = apply(base, &allocations).expect("applies");
         assert_eq!(placement.cpus, set("1,5"), "cpus stay Pinion's");
         assert_eq!(placement.pool, Pool::Exclusive);
         assert_eq!(placement.mems, set("1"));
@@ -375,30 +357,28 @@ mod tests {
 
     #[test]
     fn unknown_properties_and_bad_values_are_refused_with_the_forks_texts() {
-        let topology = machine();
-        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let base = Placement::shared(set("0-7"));
         let unknown = PluginAllocations::from([("gpu".to_string(), oci("HugepageLimits", "1"))]);
-        let err = apply(&topology, base.clone(), &unknown).expect_err("unknown");
+        let err = apply(base.clone(), &unknown).expect_err("unknown");
         assert_eq!(
             err.to_string(),
             "OCI resource config doesn't support oci property name: HugepageLimits for resource: gpu"
         );
         let bad = PluginAllocations::from([("q".to_string(), oci("CpuQuota", "lots"))]);
-        let err = apply(&topology, base.clone(), &bad).expect_err("bad int");
+        let err = apply(base.clone(), &bad).expect_err("bad int");
         assert!(
             err.to_string()
                 .starts_with("parse: lots to int failed with error: "),
             "{err}"
         );
         let bad = PluginAllocations::from([("cpu".to_string(), oci("CpusetCpus", "3-1"))]);
-        let err = apply(&topology, base, &bad).expect_err("bad list");
+        let err = apply(base, &bad).expect_err("bad list");
         assert!(matches!(err, OciError::BadList { .. }), "{err}");
     }
 
     #[test]
     fn check_refuses_exactly_what_apply_refuses() {
-        let topology = machine();
-        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let base = Placement::shared(set("0-7"));
         let cases = [
             ("", "anything"),
             ("CpusetCpus", "0-1"),
@@ -414,7 +394,7 @@ mod tests {
         ];
         for (property, value) in cases {
             let allocations = PluginAllocations::from([("r".to_string(), oci(property, value))]);
-            let applied = apply(&topology, base.clone(), &allocations).err();
+            let applied = apply(base.clone(), &allocations).err();
             assert_eq!(check(&allocations).err(), applied, "{property}={value}");
         }
     }
@@ -424,8 +404,7 @@ mod tests {
     /// otherwise.
     #[test]
     fn unified_sets_listed_cgroup_v2_files_and_refuses_others() {
-        let topology = machine();
-        let base = Placement::shared(&topology, topology.all_cpus().clone());
+        let base = Placement::shared(set("0-7"));
         let allocations = PluginAllocations::from([
             (
                 "example.com/io".to_string(),
@@ -439,7 +418,7 @@ mod tests {
                 oci("Unified", r#"{"memory.high":"max","pids.max":"64"}"#),
             ),
         ]);
-        let (placement, notes) = apply(&topology, base, &allocations).expect("applied");
+        let (placement, notes) = apply(base, &allocations).expect("applied");
         let files: Vec<(&str, &str)> = placement
             .resources
             .unified

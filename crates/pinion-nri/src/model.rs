@@ -233,45 +233,36 @@ pub fn updates_to_proto(updates: &[ContainerUpdate]) -> Vec<pb::ContainerUpdate>
 mod tests {
     use super::*;
 
-    fn topology() -> pinion_core::Topology {
-        pinion_core::topology::synthetic(pinion_core::topology::Shape {
-            sockets: 2,
-            numa_per_socket: 1,
-            cores_per_socket: 2,
-            threads_per_core: 2,
-            cores_per_uncore: 0,
-        })
-    }
-
     fn set(text: &str) -> pinion_core::CpuSet {
         pinion_core::CpuSet::parse_list(text).unwrap()
     }
 
     #[test]
-    fn exclusive_placement_sets_cpus_mems_and_unlimited_quota() {
-        // cpus 1 and 5 are the two threads of core 1, on node 0.
-        let placement = Placement::exclusive(&topology(), set("1,5"), None);
+    fn exclusive_placement_sets_cpus_and_unlimited_quota_and_leaves_mems() {
+        let placement = Placement::exclusive(set("1,5"));
         let r = pb::LinuxResources::from(&placement);
         let cpu = r.cpu.unwrap();
         assert_eq!(cpu.cpus, "1,5");
-        assert_eq!(cpu.mems, "0");
+        assert_eq!(cpu.mems, "", "an empty list leaves the runtime's mems");
         assert_eq!(cpu.quota, Some(pb::OptionalInt64 { value: -1 }));
         assert_eq!(cpu.shares, None);
         assert!(r.memory.is_none());
     }
 
     #[test]
-    fn shared_placement_sets_cpus_and_mems_and_leaves_quota_alone() {
-        let placement = Placement::shared(&topology(), set("0-1,4-5"));
+    fn shared_placement_sets_cpus_and_leaves_mems_and_quota_alone() {
+        let placement = Placement::shared(set("0-1,4-5"));
         let cpu = pb::LinuxResources::from(&placement).cpu.unwrap();
         assert_eq!(cpu.cpus, "0-1,4-5");
-        assert_eq!(cpu.mems, "0");
+        assert_eq!(cpu.mems, "");
         assert_eq!(cpu.quota, None);
     }
 
     #[test]
     fn adjustment_carries_env_annotations_and_every_resource_setting() {
-        let mut placement = Placement::shared(&topology(), set("2-3,6-7"));
+        let mut placement = Placement::shared(set("2-3,6-7"));
+        // Memory nodes as a memory plugin's `CpusetMems` sets them.
+        placement.mems = set("1");
         placement.env.insert("NIC".into(), "eth1".into());
         placement.annotations.insert("team".into(), "a".into());
         placement.resources = pinion_core::placement::ResourceSettings {

@@ -12,7 +12,7 @@
 //! * Other containers get the memory nodes of their CPUs (core's
 //!   `placement::memory_nodes`), looked up through a [`CpuLookup`]; without
 //!   CPUs yet, every node no pod holds exclusively — or no `CpusetMems` at
-//!   all when no pod holds one (the manager's own rule then applies).
+//!   all when no pod holds one (the memory nodes are then left as they are).
 //! * Hugepages per node are reported as `hugepages-<size>` resources and,
 //!   when a request carries `hugepages-<size>` beside `memory`, accounted on
 //!   the bound nodes.
@@ -277,15 +277,14 @@ impl MemoryPlugin {
     /// The current memory nodes of a member: its bound nodes, else the
     /// nodes of its CPUs when they are known, else every node no other pod
     /// holds exclusively — and `None` ("no opinion") when that is every
-    /// node: the manager then applies its own rule (Pinion's: the nodes of
-    /// the CPUs, so a Guaranteed pod gets what the static policy gives it),
-    /// and a manager without one leaves the runtime's default, all nodes.
+    /// node: the manager then leaves the container's memory nodes as the
+    /// runtime set them (all nodes), as kubelet's static policy does.
     fn mems(&self, pod: &str, container: &str, member: &MemMember) -> Option<CpuSet> {
         if let Some(bound) = &member.bound {
             return Some(bound.clone());
         }
         if let Some(cpus) = self.cpus.cpus(pod, container).filter(|c| !c.is_empty()) {
-            return Some(memory_nodes(&self.topology, &cpus, None));
+            return Some(memory_nodes(&self.topology, &cpus));
         }
         let held = self.held_nodes(pod);
         if held.is_empty() {

@@ -323,7 +323,9 @@ steps:
     assert_eq!(db_cpus.len(), 8);
     let node = db_cpus.iter().next().expect("a cpu") % 4;
     assert!(db_cpus.iter().all(|cpu| cpu % 4 == node), "{db_cpus}");
-    assert_eq!(db["mems"], node.to_string());
+    // No memory plugin runs: the memory nodes are left as they are (the
+    // CPU plugin's binding does not write them; the manager has no rule).
+    assert!(db["mems"].is_null(), "{db}");
     let web = placement(&out, 2, "web", "app");
     assert_eq!(web["pool"], "share");
     assert_eq!(cpus(&web["cpus"]).len(), 4, "3 requested + 1 headroom");

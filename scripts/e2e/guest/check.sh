@@ -95,6 +95,12 @@ cpu_node() {
     echo 0
 }
 
+# memory_nodes: every NUMA node with memory (expanded; 0 without NUMA
+# information), what a cpuset nobody narrowed holds.
+memory_nodes() {
+    cpus_expand "$(cat /sys/devices/system/node/has_memory 2>/dev/null || echo 0)"
+}
+
 # nodes_of_cpus LIST: the NUMA nodes of the CPUs (expanded).
 nodes_of_cpus() {
     for c in $(cpus_expand "$1"); do cpu_node "$c"; done | sort -nu | tr '\n' ' ' | sed 's/ $//'

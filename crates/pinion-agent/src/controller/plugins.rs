@@ -42,7 +42,6 @@ impl Controller {
             return base;
         };
         match plugin_allocation::apply(
-            self.engine.machine(),
             base.clone(),
             &workload.plugins.allocations,
         ) {
@@ -122,7 +121,7 @@ impl Controller {
             .check_answers(key, stored)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         let (placement, notes) =
-            plugin_allocation::apply(self.engine.machine(), base, &stored.allocations)
+            plugin_allocation::apply(base, &stored.allocations)
                 .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         for (name, resource) in notes.conflicts {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
@@ -276,7 +275,7 @@ impl Controller {
                     continue;
                 }
                 let next = checked.allocations;
-                if let Err(err) = plugin_allocation::apply(self.engine.machine(), base, &next) {
+                if let Err(err) = plugin_allocation::apply(base, &next) {
                     tracing::error!(pod = %key.0, container = %key.1, %resource, "reconcile answer refused, the previous allocation stays: {err}");
                     continue;
                 }

@@ -31,15 +31,16 @@ pub struct Observed {
 }
 
 impl Observed {
-    /// True when what the runtime reports already is `placement`.
+    /// True when what the runtime reports already is `placement`: its
+    /// CPUs, and its memory nodes and quota where the placement sets them
+    /// (CPU decisions leave the memory nodes as they are: any will do).
     fn matches(&self, placement: &Placement) -> bool {
         let quota_ok = placement
             .resources
             .cpu_quota
             .is_none_or(|want| self.cpu_quota == Some(want));
-        self.cpus.as_ref() == Some(&placement.cpus)
-            && self.mems.as_ref() == Some(&placement.mems)
-            && quota_ok
+        let mems_ok = placement.mems.is_empty() || self.mems.as_ref() == Some(&placement.mems);
+        self.cpus.as_ref() == Some(&placement.cpus) && mems_ok && quota_ok
     }
 }
 

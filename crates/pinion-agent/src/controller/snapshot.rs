@@ -144,7 +144,7 @@ impl Controller {
                     pods: self.system_partition_pods(),
                 }),
             },
-            shared_placement: Placement::shared(self.engine.machine(), shared_pool.clone()),
+            shared_placement: Placement::shared(shared_pool.clone()),
             shared_pool,
             workloads,
             assignments: state.assignments.clone(),

@@ -101,10 +101,10 @@ pub fn admission(uid: &str, wants: [bool; 3], runtime: bool) -> AdmitRequest {
 
 /// What a container's placement must be: its placement without plugins
 /// (`base`) with the last valid answer of every plugin it asked (`said`):
-/// the cpuset plugin's CPUs (memory nodes following them), the memory
-/// plugin's nodes, each plugin's environment variable and annotation.
+/// the cpuset plugin's CPUs, the memory plugin's nodes (the only source of
+/// memory nodes: CPUs, the plugin's or Pinion's, leave them as they are),
+/// each plugin's environment variable and annotation.
 pub fn expected(
-    topology: &Topology,
     plugins: &[TablePlugin; 3],
     base: &Placement,
     said: &BTreeMap<usize, String>,
@@ -112,12 +112,6 @@ pub fn expected(
     let mut placement = base.clone();
     if let Some(cpus) = said.get(&CPUSET) {
         placement.cpus = CpuSet::parse_list(cpus).expect("said is valid");
-        placement.mems = topology
-            .numa_cpus()
-            .iter()
-            .filter(|(_, node)| !node.intersection(&placement.cpus).is_empty())
-            .map(|(id, _)| *id)
-            .collect();
     }
     if let Some(mems) = said.get(&MEMS) {
         placement.mems = CpuSet::parse_list(mems).expect("said is valid");
@@ -143,6 +137,18 @@ pub fn plugin_view(
     &BTreeMap<String, String>,
 ) {
     (p.cpus.clone(), p.mems.clone(), &p.env, &p.annotations)
+}
+
+/// What the cgroup of a run placed at `want` holds: its CPUs, and its
+/// memory nodes where the placement names some, else its parent's (Pinion's
+/// root's).
+pub fn written(host: &FakeCgroups, want: &Placement) -> Option<(CpuSet, CpuSet)> {
+    let mems = if want.mems.is_empty() {
+        host.tree().root.as_ref().map(|(_, mems)| mems.clone())?
+    } else {
+        want.mems.clone()
+    };
+    Some((want.cpus.clone(), mems))
 }
 
 pub fn cgroup_of(host: &FakeCgroups, name: &str) -> Option<(CpuSet, CpuSet)> {

@@ -115,9 +115,15 @@ impl CpusetHost for FakeCgroups {
         // and stays when that write fails.
         tree.children.entry(name.clone()).or_default();
         check_writable(&tree, name)?;
+        let inherited = tree.root.as_ref().map(|(_, m)| m.clone()).unwrap_or_default();
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
-        entry.mems = mems.clone();
+        // As cgroupfs: no memory nodes asked, the parent's.
+        entry.mems = if mems.is_empty() {
+            inherited
+        } else {
+            mems.clone()
+        };
         tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }
@@ -130,7 +136,9 @@ impl CpusetHost for FakeCgroups {
             .get_mut(name)
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         entry.cpus = cpus.clone();
-        entry.mems = mems.clone();
+        if !mems.is_empty() {
+            entry.mems = mems.clone();
+        }
         tree.log.push(format!("set {name} {cpus}"));
         Ok(())
     }

@@ -75,14 +75,24 @@ pub(super) fn remove_dir(dir: &Path) -> Result<(), CgroupError> {
 /// v1: an intermediate cpuset created empty gets its parent's cpus and
 /// mems, so that tasks (and Pinion's root) can live below it.
 pub(super) fn inherit_cpuset(dir: &Path) -> Result<(), CgroupError> {
+    for file in ["cpuset.mems", "cpuset.cpus"] {
+        inherit(dir, file)?;
+    }
+    Ok(())
+}
+
+/// v1: gives `dir` its parent's `cpuset.mems` when it has none yet.
+pub(super) fn inherit_mems(dir: &Path) -> Result<(), CgroupError> {
+    inherit(dir, "cpuset.mems")
+}
+
+fn inherit(dir: &Path, file: &str) -> Result<(), CgroupError> {
     let Some(parent) = dir.parent() else {
         return Ok(());
     };
-    for file in ["cpuset.mems", "cpuset.cpus"] {
-        if read(&dir.join(file))?.trim().is_empty() {
-            let value = read(&parent.join(file))?;
-            write(&dir.join(file), value.trim())?;
-        }
+    if read(&dir.join(file))?.trim().is_empty() {
+        let value = read(&parent.join(file))?;
+        write(&dir.join(file), value.trim())?;
     }
     Ok(())
 }

@@ -129,14 +129,16 @@ pub trait CpusetHost: Send {
     /// Creates Pinion's root (and its ancestors) as needed and sets its
     /// cpus and memory nodes.
     fn ensure_root(&mut self, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
-    /// Creates child `name` (if missing) and sets its cpus and mems.
+    /// Creates child `name` (if missing) and sets its cpus and mems (empty
+    /// `mems`: the parent's).
     fn create(
         &mut self,
         name: &CgroupName,
         cpus: &CpuSet,
         mems: &CpuSet,
     ) -> Result<(), CgroupError>;
-    /// Sets the cpus and mems of an existing child.
+    /// Sets the cpus and mems of an existing child (empty `mems`: left as
+    /// they are).
     fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
     /// Writes the resource settings `desired` gives that differ from
     /// `applied` (what was written last; `None`: unknown) into child `name`
@@ -474,9 +476,16 @@ impl Cgroups {
         }
     }
 
+    /// Writes `cpus` and, when some are given, the memory nodes `mems`
+    /// (none: as they are). Memory nodes first: a v1 cpuset with cpus but
+    /// no mems takes no task, so a new v1 child without asked nodes takes
+    /// its parent's.
     fn write_cpuset(&self, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
-        // Memory nodes first: a v1 cpuset with cpus but no mems takes no task.
-        fs_ops::write(&dir.join("cpuset.mems"), &mems.to_string())?;
+        if !mems.is_empty() {
+            fs_ops::write(&dir.join("cpuset.mems"), &mems.to_string())?;
+        } else if self.version == CgroupVersion::V1 {
+            fs_ops::inherit_mems(dir)?;
+        }
         fs_ops::write(&dir.join("cpuset.cpus"), &cpus.to_string())
     }
 

@@ -9,7 +9,6 @@ use pinion_core::pools::{Change, PoolLoad};
 use pinion_core::qos::{self, QosLevel};
 use pinion_core::qrm_rules::{self, allocation_failure_is_tolerated, PluginRequest};
 use pinion_core::topomgr::{Policy, TopologyHint, TopologyManager};
-use pinion_core::Topology;
 
 use super::spec::{QrmScenario, Step};
 use super::{
@@ -30,7 +29,6 @@ enum Refusal {
 
 pub(super) struct Manager<'a> {
     scenario: &'a QrmScenario,
-    topology: &'a Topology,
     topology_manager: TopologyManager,
     plugins: Plugins,
     /// Admitted pods, in admission order of their UIDs.
@@ -41,13 +39,11 @@ pub(super) struct Manager<'a> {
 impl<'a> Manager<'a> {
     pub(super) fn new(
         scenario: &'a QrmScenario,
-        topology: &'a Topology,
         topology_manager: TopologyManager,
         plugins: Plugins,
     ) -> Self {
         Self {
             scenario,
-            topology,
             topology_manager,
             plugins,
             pods: BTreeMap::new(),
@@ -104,7 +100,7 @@ impl<'a> Manager<'a> {
 
     pub(super) fn snapshot(&mut self) -> Snapshot {
         self.sync_memory_lookup();
-        Snapshot::take(self.topology, &self.plugins, &self.pods)
+        Snapshot::take(&self.plugins, &self.pods)
     }
 
     pub(super) fn step(&mut self, index: usize, step: &Step) -> Result<StepOutcome, ScenarioError> {

@@ -263,7 +263,7 @@ pub fn run(scenario: &QrmScenario, topology: &Topology) -> Result<Outcome, Scena
         }
     }
     let plugins = Plugins::open(scenario, topology)?;
-    let mut sim = manager::Manager::new(scenario, topology, manager, plugins);
+    let mut sim = manager::Manager::new(scenario, manager, plugins);
     let initial = sim.snapshot();
     let mut steps = Vec::with_capacity(scenario.steps.len());
     for (offset, value) in scenario.steps.iter().enumerate() {

@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 
 use pinion_core::cpuset::CpuSet;
-use pinion_core::placement::memory_nodes;
 use pinion_core::pod::Pod;
-use pinion_core::Topology;
 use serde::Serialize;
 
 use super::Plugins;
@@ -72,7 +70,6 @@ pub struct Snapshot {
 
 impl Snapshot {
     pub(super) fn take(
-        topology: &Topology,
         plugins: &Plugins,
         pods: &BTreeMap<String, Pod>,
     ) -> Self {
@@ -120,13 +117,6 @@ impl Snapshot {
                     .state()
                     .member(&entry.pod, &entry.container)
                     .map(|m| m.kind.pool_name().to_string());
-            }
-            if entry.mems.is_none() {
-                entry.mems = entry
-                    .cpus
-                    .as_ref()
-                    .filter(|cpus| !cpus.is_empty())
-                    .map(|cpus| memory_nodes(topology, cpus, None));
             }
         }
         Self {

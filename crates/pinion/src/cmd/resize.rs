@@ -33,8 +33,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let done = args.local.client().resize(&request)?;
     args.local.print(&done, |done, _| {
+        // Memory nodes only where a plugin set them.
+        let mems = if done.mems.is_empty() {
+            String::new()
+        } else {
+            format!(" (mems {})", done.mems)
+        };
         format!(
-            "{} {}: {} cpus {} (mems {})\n",
+            "{} {}: {} cpus {}{mems}\n",
             done.pod,
             done.container,
             if done.pool.is_empty() {
@@ -43,7 +49,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 &done.pool
             },
             done.cpus,
-            done.mems
         )
     })
 }

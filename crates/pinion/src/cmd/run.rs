@@ -36,7 +36,8 @@ pub struct Args {
     /// other quantity (or none) runs in the shared pool.
     #[arg(long)]
     cpus: Option<String>,
-    /// Memory nodes: `auto` = the NUMA nodes of the CPUs.
+    /// Memory nodes: `auto` = the memory plugin's when it binds the run,
+    /// else left as they are (the parent cgroup's).
     #[arg(long, default_value = "auto")]
     memory_nodes: String,
     /// A request of another resource, served by a resource plugin

@@ -217,10 +217,9 @@ fn placements_table(outcome: &Outcome) -> String {
     for (key, placement) in &outcome.placements {
         let _ = writeln!(
             out,
-            "  {key:<width$}  {:<9}  cpus {}  mems {}",
+            "  {key:<width$}  {:<9}  cpus {}",
             placement.pool,
             show(&placement.cpus.to_string()),
-            show(&placement.mems.to_string()),
         );
     }
     out

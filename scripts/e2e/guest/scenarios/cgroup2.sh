@@ -3,7 +3,7 @@
 # levels deep), and +cpu and +memory where offered (the OCI settings of
 # resource plugins become cpu.max, cpu.weight, memory.max in a run's
 # cgroup), leaves the other controllers alone, and its run cgroups show
-# the placement in cpuset.cpus.effective / cpuset.mems.effective, as plain
+# the placement in cpuset.cpus.effective (cpuset.mems left to the parent), as plain
 # domain cgroups with the partition file present and untouched.
 
 if [ "$(cgroup_version)" != v2 ]; then
@@ -45,7 +45,10 @@ if run_start pinned 2; then
     *) fail "the run's cgroup is under pinion's root" "$dir" ;;
     esac
     check_eq "cpuset.cpus.effective" "$(cpus_expand "$cpus")" "$(cpus_expand "$(cat "$dir/cpuset.cpus.effective")")"
-    check_eq "cpuset.mems.effective" "$(nodes_of_cpus "$cpus")" "$(cpus_expand "$(cat "$dir/cpuset.mems.effective")")"
+    # Regression: the run's memory nodes were narrowed to its CPUs' node
+    # (kubelet's static policy leaves them; v2 migrates memory on attach).
+    check_eq "cpuset.mems not written" "" "$(cat "$dir/cpuset.mems")"
+    check_eq "cpuset.mems.effective: every memory node" "$(memory_nodes)" "$(cpus_expand "$(cat "$dir/cpuset.mems.effective")")"
     check_eq "cgroup.type" domain "$(cat "$dir/cgroup.type")"
     check_eq "cpuset.cpus.partition" member "$(cat "$dir/cpuset.cpus.partition" 2>&1)"
     check_eq "pinion's root is a plain domain" domain "$(cat "$root/cgroup.type")"

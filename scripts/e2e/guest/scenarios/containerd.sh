@@ -204,8 +204,8 @@ if G=$(cri create --pod-id "$GP" --pod-name guaranteed --pod-uid "$POD_G" --qos 
         check_true "guaranteed container on sibling threads of one core ($cpus)" is_sibling_group "$cpus"
     fi
     check_eq "guaranteed container off the reserved cpu" "" "$(cpus_intersect "$cpus" "$RESERVED")"
-    check_eq "guaranteed container: cpuset.mems is its node" "$(nodes_of_cpus "$cpus")" \
-        "$(cpus_expand "$(cat "$(cpuset_dir "$pid")/cpuset.mems")")"
+    check_eq "guaranteed container: memory nodes left to the runtime (every node)" "$(memory_nodes)" \
+        "$(cpus_expand "$(proc_field "$pid" Mems_allowed_list)")"
     check_eq "guaranteed container: no cfs quota" -1 "$(cfs_quota "$pid")"
     check_eq "checkpoint holds the container" "$(cpus_expand "$cpus")" \
         "$(cpus_expand "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')")"
@@ -546,8 +546,8 @@ else
                 "the NIC $nic has no numa node (numa_node -1) on a machine of $nodes nodes"
         else
             check_eq "guaranteed pod with nic bandwidth: cpus ($cpus) on $what" "$want_node" "$(nodes_of_cpus "$cpus")"
-            check_eq "guaranteed pod with nic bandwidth: cpuset.mems is $what" "$want_node" \
-                "$(cpus_expand "$(cat "$(cpuset_dir "$pid")/cpuset.mems")")"
+            check_eq "guaranteed pod with nic bandwidth: memory nodes left to the runtime (every node)" \
+                "$(memory_nodes)" "$(cpus_expand "$(proc_field "$pid" Mems_allowed_list)")"
         fi
         cri stop "$GN" && cri rm "$GN" && cri stopp "$GNP" && cri rmp "$GNP" ||
             fail "guaranteed nic pod removed" "CRI stop/remove failed"
