@@ -175,7 +175,6 @@ fn list(text: &str) -> CpuSet {
     CpuSet::parse_list(text).expect("cpulist")
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn standalone_runs_are_pods_with_exclusive_cpus_only_where_exclusive() {
     let Some(mut node) = node("") else { return };

@@ -79,5 +79,9 @@ fn regression_whole_uncore_hints_skip_nodes_without_a_wholly_free_cache() {
     );
     assert_eq!(topology.numa_nodes_of(cpus), [1], "{cpus}");
     // The memory nodes are left as they are (kubelet's static policy).
-    assert!(admitted.placement.mems.is_empty(), "{:?}", admitted.placement);
+    assert!(
+        admitted.placement.mems.is_empty(),
+        "{:?}",
+        admitted.placement
+    );
 }

@@ -41,10 +41,7 @@ impl Controller {
         else {
             return base;
         };
-        match plugin_allocation::apply(
-            base.clone(),
-            &workload.plugins.allocations,
-        ) {
+        match plugin_allocation::apply(base.clone(), &workload.plugins.allocations) {
             Ok((placement, _)) => placement,
             Err(err) => {
                 tracing::error!(pod = %key.0, container = %key.1, "plugin allocation not applied: {err}");
@@ -120,9 +117,8 @@ impl Controller {
         let encoded = self
             .check_answers(key, stored)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
-        let (placement, notes) =
-            plugin_allocation::apply(base, &stored.allocations)
-                .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
+        let (placement, notes) = plugin_allocation::apply(base, &stored.allocations)
+            .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         for (name, resource) in notes.conflicts {
             tracing::warn!(pod = %key.0, container = %key.1, %name, %resource, "two plugins set the same environment variable or annotation; the first stays");
         }

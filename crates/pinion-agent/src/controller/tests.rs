@@ -654,7 +654,11 @@ fn both_front_ends_get_the_same_placements() {
     let root_mems = tree.root.as_ref().expect("pinion's root").1.clone();
     assert_eq!(root_mems, set("0-1"), "pinion's root: every memory node");
     for id in ["pinion-run-s", "pinion-run-x"] {
-        assert_eq!(tree.children[&name(id)].mems, root_mems, "{id}: the parent's");
+        assert_eq!(
+            tree.children[&name(id)].mems,
+            root_mems,
+            "{id}: the parent's"
+        );
     }
 }
 

@@ -115,7 +115,11 @@ impl CpusetHost for FakeCgroups {
         // and stays when that write fails.
         tree.children.entry(name.clone()).or_default();
         check_writable(&tree, name)?;
-        let inherited = tree.root.as_ref().map(|(_, m)| m.clone()).unwrap_or_default();
+        let inherited = tree
+            .root
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default();
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
         // As cgroupfs: no memory nodes asked, the parent's.

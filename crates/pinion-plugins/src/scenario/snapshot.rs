@@ -69,10 +69,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub(super) fn take(
-        plugins: &Plugins,
-        pods: &BTreeMap<String, Pod>,
-    ) -> Self {
+    pub(super) fn take(plugins: &Plugins, pods: &BTreeMap<String, Pod>) -> Self {
         let mut placements: BTreeMap<(String, String), ContainerPlacement> = BTreeMap::new();
         for (uid, pod) in pods {
             for container in pod.all_containers() {
