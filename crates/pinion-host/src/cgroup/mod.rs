@@ -478,13 +478,10 @@ impl Cgroups {
 
     /// Writes `cpus` and, when some are given, the memory nodes `mems`
     /// (none: as they are). Memory nodes first: a v1 cpuset with cpus but
-    /// no mems takes no task, so a new v1 child without asked nodes takes
-    /// its parent's.
+    /// no mems takes no task.
     fn write_cpuset(&self, dir: &Path, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
         if !mems.is_empty() {
             fs_ops::write(&dir.join("cpuset.mems"), &mems.to_string())?;
-        } else if self.version == CgroupVersion::V1 {
-            fs_ops::inherit_mems(dir)?;
         }
         fs_ops::write(&dir.join("cpuset.cpus"), &cpus.to_string())
     }
@@ -548,6 +545,11 @@ impl CpusetHost for Cgroups {
         // to create and remove, and most runs set nothing there.
         let dir = self.path_of(name);
         fs_ops::create_dir(&dir)?;
+        if mems.is_empty() && self.version == CgroupVersion::V1 {
+            // A new v1 child without asked nodes takes its parent's (only
+            // here: an existing child already has some).
+            fs_ops::inherit_mems(&dir)?;
+        }
         self.write_cpuset(&dir, cpus, mems)
     }
 
