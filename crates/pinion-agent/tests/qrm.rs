@@ -42,13 +42,7 @@ fn memory_plugin(state: &Path) -> MemoryPlugin {
             hugepages: Vec::new(),
         })
         .collect();
-    MemoryPlugin::open(
-        machine(2, 4, 2),
-        nodes,
-        MemoryPluginConfig::default(),
-        Some(state),
-    )
-    .expect("memory plugin")
+    MemoryPlugin::open(nodes, MemoryPluginConfig::default(), Some(state)).expect("memory plugin")
 }
 
 /// A plugin for `example.com/tag` whose answers the test scripts: every

@@ -5,8 +5,7 @@
 //! the agent's executor turns the difference between a workload's placement
 //! and what was last applied into cgroup writes (standalone) or runtime
 //! updates (NRI). CPU decisions leave a workload's memory nodes as they
-//! are; [`memory_nodes`] is the memory plugin's rule for the containers it
-//! does not bind.
+//! are; only a resource plugin's `CpusetMems` answer sets them.
 
 use std::collections::BTreeMap;
 
@@ -162,20 +161,6 @@ impl Placement {
     }
 }
 
-/// The memory nodes of the CPUs `cpus`: their NUMA nodes, or every memory
-/// node of the machine when they have none (CPUs without NUMA
-/// information). The memory plugin's answer for a container it does not
-/// bind to NUMA nodes.
-#[must_use]
-pub fn memory_nodes(topology: &Topology, cpus: &CpuSet) -> CpuSet {
-    let nodes: CpuSet = topology.numa_nodes_of(cpus).into_iter().collect();
-    if nodes.is_empty() {
-        all_memory_nodes(topology)
-    } else {
-        nodes
-    }
-}
-
 /// Every memory node of the machine (CPU-less nodes included); node 0 when
 /// the machine reports none.
 #[must_use]
@@ -205,17 +190,6 @@ mod tests {
 
     fn set(text: &str) -> CpuSet {
         CpuSet::parse_list(text).expect("cpulist")
-    }
-
-    #[test]
-    fn memory_nodes_are_those_of_the_cpus() {
-        let topology = two_nodes();
-        let node1 = topology.numa_cpus()[&1].clone();
-        let one_cpu: CpuSet = node1.iter().take(1).collect();
-        assert_eq!(memory_nodes(&topology, &one_cpu), set("1"));
-        assert_eq!(memory_nodes(&topology, topology.all_cpus()), set("0-1"));
-        // CPUs the machine does not know have no node: every memory node.
-        assert_eq!(memory_nodes(&topology, &set("100")), set("0-1"));
     }
 
     #[test]

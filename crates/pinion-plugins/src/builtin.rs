@@ -149,10 +149,7 @@ pub fn open(
         Config::Memory(config) => {
             let nodes = pinion_host::meminfo::read_node_memory(sysroot)
                 .map_err(|source| OpenError::Memory { plugin, source })?;
-            Box::new(
-                MemoryPlugin::open_with_store(topology, nodes, config.clone(), store)
-                    .map_err(failed)?,
-            )
+            Box::new(MemoryPlugin::open_with_store(nodes, config.clone(), store).map_err(failed)?)
         }
         Config::Nic(config) => {
             let nics = pinion_host::net::discover_nics(

@@ -9,10 +9,11 @@
 //!   has the fewest nodes that could hold the request), `CpusetMems` of the
 //!   chosen node(s), and their memory accounted there, lowest node first.
 //!   `numa_exclusive` pods hold their nodes alone.
-//! * Other containers get the memory nodes of their CPUs (core's
-//!   `placement::memory_nodes`), looked up through a [`CpuLookup`]; without
-//!   CPUs yet, every node no pod holds exclusively — or no `CpusetMems` at
-//!   all when no pod holds one (the memory nodes are then left as they are).
+//! * Other containers get every node no other pod holds exclusively, or no
+//!   `CpusetMems` at all when no pod holds one (their memory nodes are then
+//!   left as they are, as kubelet's static policy leaves them). Their CPUs
+//!   do not narrow them: memory no pod asked to bind is not confined, nor
+//!   accounted, on the nodes of its CPUs.
 //! * Hugepages per node are reported as `hugepages-<size>` resources and,
 //!   when a request carries `hugepages-<size>` beside `memory`, accounted on
 //!   the bound nodes.
@@ -20,9 +21,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use pinion_core::placement::memory_nodes;
 use pinion_core::qos::QosLevel;
-use pinion_core::{CpuSet, Topology};
+use pinion_core::CpuSet;
 use pinion_host::meminfo::NodeMemory;
 use serde::{Deserialize, Serialize};
 
@@ -54,20 +54,6 @@ impl Default for MemoryPluginConfig {
         Self {
             reserved_bytes_per_node: DEFAULT_RESERVED_PER_NODE,
         }
-    }
-}
-
-/// Where the memory plugin learns a container's CPUs.
-pub trait CpuLookup: Send {
-    /// The container's current cpuset, when known.
-    fn cpus(&self, pod: &str, container: &str) -> Option<CpuSet>;
-}
-
-/// A snapshot of every container's cpuset (the CPU plugin's
-/// [`crate::cpu::CpuPlugin::cpusets`]).
-impl CpuLookup for BTreeMap<(String, String), CpuSet> {
-    fn cpus(&self, pod: &str, container: &str) -> Option<CpuSet> {
-        self.get(&(pod.to_string(), container.to_string())).cloned()
     }
 }
 
@@ -106,12 +92,10 @@ crate::pod_keyed_entries!(MemoryState {
 
 /// The memory plugin.
 pub struct MemoryPlugin {
-    topology: Topology,
     nodes: Vec<NodeMemory>,
     config: MemoryPluginConfig,
     state: MemoryState,
     store: Store,
-    cpus: Box<dyn CpuLookup>,
 }
 
 impl std::fmt::Debug for MemoryPlugin {
@@ -128,41 +112,27 @@ impl MemoryPlugin {
     /// A plugin for the machine's `nodes` (`pinion_host::meminfo`),
     /// restoring its state from `state_dir`.
     pub fn open(
-        topology: Topology,
         nodes: Vec<NodeMemory>,
         config: MemoryPluginConfig,
         state_dir: Option<&Path>,
     ) -> Result<Self, PluginError> {
-        Self::open_with_store(
-            topology,
-            nodes,
-            config,
-            StateFile::new(state_dir, STATE_FILE).into(),
-        )
+        Self::open_with_store(nodes, config, StateFile::new(state_dir, STATE_FILE).into())
     }
 
     /// [`MemoryPlugin::open`] with its state in `store`.
     pub fn open_with_store(
-        topology: Topology,
         nodes: Vec<NodeMemory>,
         config: MemoryPluginConfig,
         mut store: Store,
     ) -> Result<Self, PluginError> {
         let state: MemoryState = store.load()?.unwrap_or_default();
         let plugin = Self {
-            topology,
             nodes,
             config,
             state,
             store,
-            cpus: Box::new(BTreeMap::<(String, String), CpuSet>::new()),
         };
         Ok(plugin)
-    }
-
-    /// Where containers' CPUs are looked up (for unbound containers' mems).
-    pub fn set_cpu_lookup(&mut self, lookup: Box<dyn CpuLookup>) {
-        self.cpus = lookup;
     }
 
     /// The state.
@@ -274,17 +244,14 @@ impl MemoryPlugin {
         Ok(wire::restrict(hints, &qos, &excluded))
     }
 
-    /// The current memory nodes of a member: its bound nodes, else the
-    /// nodes of its CPUs when they are known, else every node no other pod
-    /// holds exclusively — and `None` ("no opinion") when that is every
-    /// node: the manager then leaves the container's memory nodes as the
-    /// runtime set them (all nodes), as kubelet's static policy does.
-    fn mems(&self, pod: &str, container: &str, member: &MemMember) -> Option<CpuSet> {
+    /// The current memory nodes of a member: its bound nodes, else every
+    /// node no other pod holds exclusively — and `None` ("no opinion") when
+    /// that is every node: the manager then leaves the container's memory
+    /// nodes as the runtime set them (all nodes), as kubelet's static
+    /// policy does.
+    fn mems(&self, pod: &str, member: &MemMember) -> Option<CpuSet> {
         if let Some(bound) = &member.bound {
             return Some(bound.clone());
-        }
-        if let Some(cpus) = self.cpus.cpus(pod, container).filter(|c| !c.is_empty()) {
-            return Some(memory_nodes(&self.topology, &cpus));
         }
         let held = self.held_nodes(pod);
         if held.is_empty() {
@@ -297,7 +264,7 @@ impl MemoryPlugin {
 
     fn info(&self, pod: &str, container: &str) -> Option<AllocationInfo> {
         let member = self.member(pod, container)?;
-        let mems = self.mems(pod, container, member);
+        let mems = self.mems(pod, member);
         Some(AllocationInfo {
             oci_property_name: if mems.is_some() {
                 "CpusetMems".into()

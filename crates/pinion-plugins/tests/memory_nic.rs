@@ -5,7 +5,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use common::{list, meminfo_tree, seed_machine, write, Pod};
+use common::{meminfo_tree, seed_machine, write, Pod};
 use pinion_core::qos;
 use pinion_host::meminfo::{read_node_memory, HugePages, NodeMemory};
 use pinion_host::net::{Netns, Nic};
@@ -42,15 +42,18 @@ fn memory_plugin(dir: Option<&std::path::Path>) -> MemoryPlugin {
     let config = MemoryPluginConfig {
         reserved_bytes_per_node: GIB,
     };
-    MemoryPlugin::open(seed_machine(), nodes(), config, dir).expect("plugin")
+    MemoryPlugin::open(nodes(), config, dir).expect("plugin")
 }
 
 fn bound() -> Pod {
     Pod::new("b").annotate(qos::MEMORY_ENHANCEMENT_KEY, r#"{"numa_binding":"true"}"#)
 }
 
+/// Unbound containers' memory is neither confined nor accounted: no
+/// `CpusetMems` while no pod holds a node alone (the manager leaves the
+/// memory nodes as they are), whatever CPUs the container runs on.
 #[test]
-fn unbound_containers_follow_their_cpus_memory_nodes() {
+fn unbound_containers_keep_every_memory_node_until_one_is_held_alone() {
     let mut memory = memory_plugin(None);
     let pod = Pod::new("web");
     assert_eq!(
@@ -59,25 +62,17 @@ fn unbound_containers_follow_their_cpus_memory_nodes() {
             .expect("hints"),
         None
     );
-    let cpus = BTreeMap::from([(
-        ("uid-web".to_string(), "container0".to_string()),
-        list("41-42"),
-    )]);
-    memory.set_cpu_lookup(Box::new(cpus));
     let answer = memory
         .allocate(&pod.request("memory", 1e9, None))
         .expect("allocate")
         .expect("answer");
-    assert_eq!(answer["memory"].allocation_result, "1");
-    // Without known CPUs and no node held alone: no opinion (no
-    // `CpusetMems`), so the manager's own rule places the memory.
-    let other = Pod::new("other");
-    let answer = memory
-        .allocate(&other.request("memory", 1e9, None))
-        .expect("allocate")
-        .expect("answer");
     assert_eq!(answer["memory"].oci_property_name, "");
     assert_eq!(answer["memory"].allocation_result, "");
+    let reported = memory.allocations();
+    assert_eq!(
+        reported["uid-web"]["container0"]["memory"].allocation_result, "",
+        "the reconcile answer gives no memory nodes either"
+    );
     // A NUMA-exclusive pod holding node 1: the others are kept off it.
     let exclusive = Pod::new("exclusive").level("dedicated_cores").annotate(
         qos::MEMORY_ENHANCEMENT_KEY,
@@ -171,9 +166,7 @@ fn this_machines_memory_feeds_the_plugin() {
         eprintln!("skipping: no readable memory information on this machine");
         return;
     };
-    let topology = pinion_host::discover(std::path::Path::new("/")).expect("topology");
-    let plugin =
-        MemoryPlugin::open(topology, nodes, MemoryPluginConfig::default(), None).expect("plugin");
+    let plugin = MemoryPlugin::open(nodes, MemoryPluginConfig::default(), None).expect("plugin");
     assert!(plugin.allocatable_resources()["memory"].aggregated_capacity_quantity > 0.0);
 }
 
@@ -192,8 +185,7 @@ fn meminfo_from_a_fake_sysfs() {
         "1\n",
     );
     let nodes = read_node_memory(dir.path()).expect("read");
-    let plugin = MemoryPlugin::open(seed_machine(), nodes, MemoryPluginConfig::default(), None)
-        .expect("plugin");
+    let plugin = MemoryPlugin::open(nodes, MemoryPluginConfig::default(), None).expect("plugin");
     let allocatable = plugin.allocatable_resources();
     assert_eq!(
         allocatable["hugepages-1Gi"].aggregated_capacity_quantity,

@@ -103,8 +103,8 @@ fn example_two_machine(dir: &std::path::Path) -> (CpuPlugin, MemoryPlugin) {
     let cpu = CpuPlugin::open(seed_machine(), &config, None).expect("cpu plugin");
     meminfo_tree(dir, &[237_706_936_320, 237_806_551_040]);
     let nodes = pinion_host::meminfo::read_node_memory(dir).expect("meminfo");
-    let memory = MemoryPlugin::open(seed_machine(), nodes, MemoryPluginConfig::default(), None)
-        .expect("memory plugin");
+    let memory =
+        MemoryPlugin::open(nodes, MemoryPluginConfig::default(), None).expect("memory plugin");
     (cpu, memory)
 }
 

@@ -67,10 +67,8 @@ impl<'a> Manager<'a> {
         names
     }
 
-    /// The plugins, in call order (cpu, memory, nic), with the memory
-    /// plugin's view of containers' CPUs brought up to date.
+    /// The plugins, in call order (cpu, memory, nic).
     fn each(&mut self) -> Vec<&mut dyn ResourcePlugin> {
-        self.sync_memory_lookup();
         let mut out: Vec<&mut dyn ResourcePlugin> = Vec::new();
         if let Some(cpu) = &mut self.plugins.cpu {
             out.push(cpu);
@@ -90,16 +88,7 @@ impl<'a> Manager<'a> {
             .find(|p| p.resource_name() == resource)
     }
 
-    /// Gives the memory plugin the CPU plugin's current cpusets (unbound
-    /// containers get the memory nodes of their CPUs), as the agent does.
-    fn sync_memory_lookup(&mut self) {
-        if let (Some(cpu), Some(memory)) = (&self.plugins.cpu, &mut self.plugins.memory) {
-            memory.set_cpu_lookup(Box::new(cpu.cpusets()));
-        }
-    }
-
-    pub(super) fn snapshot(&mut self) -> Snapshot {
-        self.sync_memory_lookup();
+    pub(super) fn snapshot(&self) -> Snapshot {
         Snapshot::take(&self.plugins, &self.pods)
     }
 

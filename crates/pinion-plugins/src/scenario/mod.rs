@@ -177,8 +177,8 @@ impl Plugins {
                         });
                     }
                     let nodes = spec::node_memory(&scenario.memory)?;
-                    let plugin = MemoryPlugin::open(topology.clone(), nodes, config, None)
-                        .map_err(|err| failed(name, err))?;
+                    let plugin =
+                        MemoryPlugin::open(nodes, config, None).map_err(|err| failed(name, err))?;
                     plugins.memory = Some(plugin);
                 }
                 "nic" => {

@@ -22,7 +22,7 @@ pub struct ContainerPlacement {
     pub pool: Option<String>,
     /// `CpusetCpus`.
     pub cpus: Option<CpuSet>,
-    /// `CpusetMems` from the memory plugin, else the nodes of the CPUs.
+    /// `CpusetMems` from the memory plugin (`None`: left as they are).
     pub mems: Option<CpuSet>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub envs: BTreeMap<String, String>,

@@ -177,3 +177,37 @@ fn the_names_map_sends_reclaimed_millicpu_to_the_cpu_plugin() {
                               "resourceNamesMap": {"cpu": "cpu"}}));
     assert!(matches!(run_it(&bad), Err(ScenarioError::Plugins { .. })));
 }
+
+/// Regression: the simulator gave the memory plugin the CPU plugin's
+/// cpusets, so an unbound container's memory followed the NUMA node of its
+/// CPUs in `pinion simulate` — while the agent, which never did, left it
+/// on every node. Both now leave it as it is until a pod holds a node
+/// alone; only `numa_binding` binds memory.
+#[test]
+fn unbound_memory_does_not_follow_the_cpus() {
+    let s = scenario(json!({
+        "machine": machine(),
+        "plugins": {"cpu": {}, "memory": {}},
+        "memory": [{"numa": 0, "total": "8Gi"}, {"numa": 1, "total": "8Gi"}],
+        "pods": {
+            "db": {"annotations": {"katalyst.kubewharf.io/qos_level": "dedicated_cores"},
+                   "containers": [{"name": "app", "requests": {"cpu": "2", "memory": "1Gi"}}]},
+            "web": {"containers": [{"name": "app", "requests": {"cpu": "1", "memory": "1Gi"}}]},
+        },
+        "steps": [{"op": "add", "pod": "db"}, {"op": "add", "pod": "web"}],
+    }));
+    let out = run_it(&s).expect("runs");
+    let placements = &out.steps[1].snapshot.placements;
+    assert_eq!(placements.len(), 2);
+    for placement in placements {
+        let cpus = placement.cpus.clone().expect("cpus from the cpu plugin");
+        assert!(!cpus.is_empty());
+        assert_eq!(
+            placement.mems, None,
+            "{}: memory left as it is, whatever its cpus ({cpus})",
+            placement.pod
+        );
+    }
+    let db = placements.iter().find(|p| p.pod == "db").expect("db");
+    assert_eq!(db.cpus.as_ref().map(CpuSet::len), Some(2));
+}
