@@ -341,6 +341,24 @@ clock_offset() {
 # command substitution, where a value it set would not be kept.
 CLOCK_OFFSET=$(clock_offset)
 
+# oci_resources NAME: the `linux.resources` object of the OCI spec that
+# containerd gave pod NAME's running container (its bundle's config.json,
+# compact JSON): what runc wrote to its cgroup. Empty when not found.
+oci_resources() {
+    spec=$(grep -l "E2E_POD=$1\"" "$S"/state/io.containerd.runtime.v2.task/k8s.io/*/config.json 2>/dev/null | head -n 1)
+    [ -n "$spec" ] || return 0
+    awk '{
+        at = index($0, "\"linux\":{"); if (!at) exit
+        s = substr($0, at); at = index(s, "\"resources\":{"); if (!at) exit
+        s = substr(s, at + 12); depth = 0
+        for (i = 1; i <= length(s); i++) {
+            c = substr(s, i, 1)
+            if (c == "{") depth++
+            else if (c == "}" && --depth == 0) { print substr(s, 1, i); exit }
+        }
+    }' "$spec"
+}
+
 # pod_phases NAME MARKS: where pod NAME's start-up time went, from
 # containerd's log (MARKS: log_sizes before its manifest), ms:
 # "kubelet=" manifest written -> RunPodSandbox asked, "sandbox=" the
@@ -493,6 +511,7 @@ run_sequence() {
     done
     for name in $started; do
         echo "$name=$(pod_cpus "$name" | tr ' ' ',')" >>"$S/seq-$PHASE"
+        oci_resources "$name" >"$S/oci-$PHASE-$name"
         starts=$(wc -l <"$OUT/$name.started" 2>/dev/null || echo 0)
         [ "$starts" -gt 1 ] && note "$PHASE: pod $name's container started $starts times (kubelet restarted it)"
     done
@@ -748,6 +767,17 @@ if run_sequence b g1 pl g2 g3; then
         got=$(grep -x "${line%%=*}=.*" "$S/seq-pinion")
         check_eq "kubelet static and Pinion agree: ${line%%=*}" "$line" "$got"
     done <"$S/seq-static"
+    # What runc was told to write besides the CPUs (quota, shares, memory,
+    # memory nodes, devices): kubelet's values, whoever decided the CPUs.
+    for name in b g1 pl g2 g3; do
+        static_oci=$(cat "$S/oci-static-$name" 2>/dev/null)
+        if [ -z "$static_oci" ]; then
+            fail "kubelet static and Pinion: the same OCI resources for $name" "no config.json of its container found under $S/state"
+            continue
+        fi
+        check_eq "kubelet static and Pinion: the same OCI resources for $name" "$static_oci" "$(cat "$S/oci-pinion-$name" 2>/dev/null)"
+    done
+    note "Pinion: g1's OCI resources: $(cat "$S/oci-pinion-g1" 2>/dev/null)"
     g1=$(pod_cpus g1)
     check_true "Pinion: Guaranteed g1 (2 cpus) on the sibling threads of one core ($g1)" is_sibling_group "$(echo "$g1" | tr ' ' ',')"
     check_eq "Pinion: the burstable pod shrank to the shared pool" \
