@@ -276,18 +276,29 @@ EOF
 # once pids wrap around (pid_max 32768, and this scenario forks tens of
 # thousands of processes in its 40 minutes) a `sleep` can have a lower pid
 # than its shell, and it is gone before its status is read (empty cpus).
-# The pid found is kept in $S/pid-NAME and checked first: a walk of /proc
-# forks twice per process, seconds under TCG, and the waits call this
-# every 0.2 s (the walk loaded the guest it measures).
+# The pid found is kept in $S/pid-NAME and checked first, and it is looked
+# for among the processes of the pod's own cgroups (kubelet's cgroupfs
+# layout: kubepods[/QOS]/podUID/CONTAINER): a walk of all of /proc forks
+# twice per process, 10-20 s of CPU under TCG, twice per pod — until the
+# twentieth session that made the test bed's shell the guest's largest CPU
+# user (about half its busy time while the latency pods ran). The walk is
+# left for a node without kubelet's cgroups.
 pod_pid() {
     kept=$(cat "$S/pid-$1" 2>/dev/null)
     if [ -n "$kept" ] && is_pod_shell "$kept" "$1"; then
         echo "$kept"
         return 0
     fi
-    found=$(for p in /proc/[0-9]*; do
-        is_pod_shell "${p#/proc/}" "$1" && echo "${p#/proc/}"
-    done | sort -n | head -1)
+    if [ -d /sys/fs/cgroup/kubepods ]; then
+        uid=$(pod_uid "$1")
+        found=$(cat /sys/fs/cgroup/kubepods/pod"$uid"/*/cgroup.procs \
+            /sys/fs/cgroup/kubepods/*/pod"$uid"/*/cgroup.procs 2>/dev/null |
+            while read -r p; do is_pod_shell "$p" "$1" && echo "$p"; done | sort -n | head -1)
+    else
+        found=$(for p in /proc/[0-9]*; do
+            is_pod_shell "${p#/proc/}" "$1" && echo "${p#/proc/}"
+        done | sort -n | head -1)
+    fi
     if [ -n "$found" ]; then echo "$found" >"$S/pid-$1"; else rm -f "$S/pid-$1"; fi
     echo "$found"
 }
@@ -523,8 +534,8 @@ run_sequence() {
 # latFIRST (1) on, each started on an otherwise empty node and deleted
 # before the next (recorded in $S/latency-$PHASE; the sequence's pods
 # differ in kind and in what runs beside them, so they are reported
-# apart). Each side runs two blocks, in the order static, Pinion, Pinion,
-# static, so that what drifts over the run weighs on both sides alike.
+# apart). Each side runs two blocks (latency_block, at the end of the
+# scenario).
 latency_pods() {
     lat_n=${E2E_LATENCY_PODS:-8} lat_first=${1:-1}
     [ "$lat_n" -gt 0 ] || return 0
@@ -651,8 +662,6 @@ if ! kubelet_start static; then
     fail "kubelet starts standalone (cpuManagerPolicy static)" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
     exit 0
 fi
-PHASE=static-alone
-latency_pods || exit 0
 PHASE=static
 run_sequence b g1 pl g2 g3 || exit 0
 pass "kubelet static: pods b g1 pl g2 g3 run ($(tr '\n' ' ' <"$S/seq-static"))"
@@ -749,12 +758,13 @@ check_eq "deleting g3 returns its cpus ($g3_cpus) to the shared pool (g1 and g2 
     "$(shared_without $held)" "$(pod_cpus b)"
 check_eq "deleting g3 releases it in Pinion's checkpoint" "" "$(pinion_entries | grep "^$(pod_uid g3)/")"
 for name in g2 pl g1 b; do delete_pod "$name"; done
+# A pod's CPUs are released when the runtime reports its container
+# stopped or removed, which may come after its process is gone (what
+# delete_pod waits for): kubelet's `static` policy releases them later still.
+pinion_holds_nothing() { [ -z "$(pinion_entries)" ]; }
+wait_for 60 pinion_holds_nothing || true
 check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pinion_entries)"
 
-PHASE=pinion-alone
-before=$(nri_times)
-latency_pods || exit 0
-nri_share "containerd$CTRD_MAJOR pinion-alone-1" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
 PHASE=pinion
 before=$(nri_times)
 if run_sequence b g1 pl g2 g3; then
@@ -794,32 +804,73 @@ if run_sequence b g1 pl g2 g3; then
         "$(shared_without $(exclusive g2 g3))" "$(pod_cpus b)"
 fi
 
-# --- start-up latency, the second blocks: Pinion, then kubelet's static again -------
+# --- start-up latency: four blocks on the emptied node ------------------------------
+
+# latency_block SIDE FIRST: one block of latency pods (latFIRST on) with
+# SIDE (static: kubelet's own policy; pinion: kubelet `none` + Pinion)
+# deciding; `both` (a diagnostic, E2E_LATENCY_BOTH=1): kubelet `static`
+# deciding with Pinion connected to the runtime as well — on an empty node
+# both give a lone 1-CPU pod the same CPU, so it tells the cost of Pinion
+# being there from the cost of kubelet at `none`. Every block starts from the same point on both sides: the node
+# empty, kubelet, the agent and containerd stopped, the other policy's
+# checkpoint set aside (kubelet refuses it), containerd started with NRI on
+# (with no plugin on kubelet's side), the agent on Pinion's, kubelet, and
+# $E2E_LATENCY_SETTLE (10) seconds to settle. So neither side's pods start
+# beside daemons that have lived through more pods, restarts or the
+# migration than the other's.
+latency_block() {
+    side=$1 first=$2
+    kubelet_stop
+    agent_stop TERM
+    containerd_stop
+    if [ -f "$KROOT/cpu_manager_state" ]; then
+        mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.before-$side-$first"
+    fi
+    if ! containerd_start true; then
+        fail "latency block $side (lat$first on): containerd starts" "$(tail -5 "$S/containerd.log")"
+        return 1
+    fi
+    policy=static
+    [ "$side" = pinion ] && policy=none
+    if [ "$side" != static ]; then
+        if ! pinion_start; then
+            fail "latency block $side (lat$first on): the agent starts" "$(tail -5 "$S/agent.log")"
+            return 1
+        fi
+    fi
+    if ! kubelet_start "$policy"; then
+        fail "latency block $side (lat$first on): kubelet starts with cpuManagerPolicy $policy" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+        return 1
+    fi
+    sleep "${E2E_LATENCY_SETTLE:-10}"
+    PHASE=$side-alone
+    before=$(nri_times)
+    latency_pods "$first" || return 1
+    if [ "$side" != static ]; then
+        nri_share "containerd$CTRD_MAJOR $side-alone-$(((first - 1) / ${E2E_LATENCY_PODS:-8} + 1))" \
+            "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
+    fi
+}
 
 if [ "${E2E_LATENCY_PODS:-8}" -gt 0 ]; then
     for name in b pl g2 g3; do delete_pod "$name"; done
+    wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
     second=$((${E2E_LATENCY_PODS:-8} + 1))
-    PHASE=pinion-alone
-    before=$(nri_times)
-    latency_pods "$second" || exit 0
-    nri_share "containerd$CTRD_MAJOR pinion-alone-2" "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
-    # Back to kubelet's own static policy on the empty node: Pinion
-    # stopped, the checkpoint of `none` aside (kubelet refuses another
-    # policy's); containerd keeps NRI on, with no plugin.
-    agent_stop TERM
-    kubelet_stop
-    mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.none"
-    PHASE=static-alone
-    if kubelet_start static; then
-        latency_pods "$second" || exit 0
+    # static, Pinion, Pinion, static: a drift over the run weighs on both
+    # sides alike.
+    if [ "${E2E_LATENCY_BOTH:-0}" = 1 ]; then
+        latency_block static 1 && latency_block pinion 1 &&
+            latency_block both 1 && latency_block both "$second" &&
+            latency_block pinion "$second" && latency_block static "$second"
     else
-        fail "kubelet starts again with cpuManagerPolicy static" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+        latency_block static 1 && latency_block pinion 1 &&
+            latency_block pinion "$second" && latency_block static "$second"
     fi
 fi
 
 # --- start-up latency: manifest written -> container running ------------------------
 
-for phase in static pinion static-alone pinion-alone; do
+for phase in static pinion static-alone pinion-alone both-alone; do
     [ -s "$S/latency-$phase" ] || continue
     echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
     sed "s/^/E2E-PHASES containerd$CTRD_MAJOR $phase /" "$S/phases-$phase" 2>/dev/null
