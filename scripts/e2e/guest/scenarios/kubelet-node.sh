@@ -811,10 +811,11 @@ fi
 # deciding; `both` (a diagnostic, E2E_LATENCY_BOTH=1): kubelet `static`
 # deciding with Pinion connected to the runtime as well — on an empty node
 # both give a lone 1-CPU pod the same CPU, so it tells the cost of Pinion
-# being there from the cost of kubelet at `none`. Every block starts from the same point on both sides: the node
-# empty, kubelet, the agent and containerd stopped, the other policy's
-# checkpoint set aside (kubelet refuses it), containerd started with NRI on
-# (with no plugin on kubelet's side), the agent on Pinion's, kubelet, and
+# being there from the cost of kubelet at `none`.
+# Every block starts from the same point on both sides: the node empty,
+# kubelet, the agent and containerd stopped, the other policy's checkpoint
+# set aside (kubelet refuses it), containerd started with NRI on (with no
+# plugin on kubelet's side), the agent on Pinion's, kubelet, and
 # $E2E_LATENCY_SETTLE (10) seconds to settle. So neither side's pods start
 # beside daemons that have lived through more pods, restarts or the
 # migration than the other's.
