@@ -291,14 +291,12 @@ pod_pid() {
     fi
     if [ -d /sys/fs/cgroup/kubepods ]; then
         uid=$(pod_uid "$1")
-        found=$(cat /sys/fs/cgroup/kubepods/pod"$uid"/*/cgroup.procs \
-            /sys/fs/cgroup/kubepods/*/pod"$uid"/*/cgroup.procs 2>/dev/null |
-            while read -r p; do is_pod_shell "$p" "$1" && echo "$p"; done | sort -n | head -1)
+        candidates=$(cat /sys/fs/cgroup/kubepods/pod"$uid"/*/cgroup.procs \
+            /sys/fs/cgroup/kubepods/*/pod"$uid"/*/cgroup.procs 2>/dev/null)
     else
-        found=$(for p in /proc/[0-9]*; do
-            is_pod_shell "${p#/proc/}" "$1" && echo "${p#/proc/}"
-        done | sort -n | head -1)
+        candidates=$(cd /proc && echo [0-9]*)
     fi
+    found=$(for p in $candidates; do is_pod_shell "$p" "$1" && echo "$p"; done | sort -n | head -1)
     if [ -n "$found" ]; then echo "$found" >"$S/pid-$1"; else rm -f "$S/pid-$1"; fi
     echo "$found"
 }
@@ -857,16 +855,13 @@ if [ "${E2E_LATENCY_PODS:-8}" -gt 0 ]; then
     for name in b pl g2 g3; do delete_pod "$name"; done
     wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
     second=$((${E2E_LATENCY_PODS:-8} + 1))
-    # static, Pinion, Pinion, static: a drift over the run weighs on both
-    # sides alike.
-    if [ "${E2E_LATENCY_BOTH:-0}" = 1 ]; then
-        latency_block static 1 && latency_block pinion 1 &&
-            latency_block both 1 && latency_block both "$second" &&
-            latency_block pinion "$second" && latency_block static "$second"
-    else
-        latency_block static 1 && latency_block pinion 1 &&
-            latency_block pinion "$second" && latency_block static "$second"
-    fi
+    # static, Pinion, (both, both,) Pinion, static: a drift over the run
+    # weighs on every side alike.
+    middle=""
+    [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && middle="both:1 both:$second"
+    for block in static:1 pinion:1 $middle pinion:$second static:$second; do
+        latency_block "${block%:*}" "${block#*:}" || break
+    done
 fi
 
 # --- start-up latency: manifest written -> container running ------------------------
