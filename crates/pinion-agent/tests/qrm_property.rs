@@ -23,6 +23,7 @@ use pinion_agent::hints::GatheredHints;
 use pinion_agent::qrm::Poll;
 use pinion_agent::testing::table_plugin::TablePlugin;
 use pinion_agent::testing::SyntheticNode;
+use pinion_core::placement::all_memory_nodes;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::Placement;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -443,7 +444,12 @@ impl Model {
                     "{}: an update that changes nothing",
                     update.container_id
                 );
-                self.runtime.insert(update.container_id, update.placement);
+                // As containerd: memory nodes an update does not name stay.
+                let mut placement = update.placement;
+                if placement.mems.is_empty() {
+                    placement.mems = held.map(|h| h.mems.clone()).unwrap_or_default();
+                }
+                self.runtime.insert(update.container_id, placement);
                 sent += 1;
             }
         }
@@ -476,9 +482,14 @@ impl Model {
                 // What an update can change: NRI's `UpdateContainers` carries
                 // no env or annotations, so a change of only those is not sent
                 // (issue 27, item 10).
+                // Memory nodes no plugin names any more: every node (what
+                // Pinion sends to take a plugin's nodes back) or, never
+                // named, the runtime's own.
                 let held = &self.runtime[id];
+                let mems_ok = held.mems == desired.mems
+                    || (desired.mems.is_empty() && held.mems == all_memory_nodes(&topology()));
                 assert!(
-                    held.same_resources(desired),
+                    held.cpus == desired.cpus && mems_ok && held.resources == desired.resources,
                     "{id}: the runtime holds another placement: {held:?}, desired {desired:?}"
                 );
             }
@@ -584,4 +595,56 @@ fn regression_a_container_every_plugin_forgot_is_allocated_again_once() {
         .plugin_reconcile(&polled.polls, polled.at)
         .expect("reconciled");
     assert_eq!(outcome.reallocate.len(), 1);
+}
+
+/// Regression (CI, stop 44): a standalone run whose memory plugin forgot it,
+/// and whose re-allocation failed (the cpuset plugin answered garbage), kept
+/// the plugin's old memory nodes in its cgroup: the desired placement had
+/// none, and writing a cpuset without memory nodes left them as they were.
+/// They go back to the parent's.
+#[test]
+fn regression_a_dropped_memory_answer_gives_the_run_its_parents_nodes_again() {
+    dropped_memory_answer(false);
+}
+
+/// The same for a runtime container: an update without memory nodes leaves
+/// the runtime's, so Pinion names every memory node instead.
+#[test]
+fn regression_a_dropped_memory_answer_gives_the_container_every_node_again() {
+    let model = dropped_memory_answer(true);
+    let held = &model.runtime["c-pinion-run-p1"];
+    assert_eq!(held.mems, all_memory_nodes(&topology()), "{held:?}");
+}
+
+/// A pod bound to memory node 0 by the memory plugin, then forgotten by
+/// that plugin while the cpuset plugin answers garbage: the re-allocation
+/// fails and the memory answer is dropped.
+fn dropped_memory_answer(runtime: bool) -> Model {
+    let mut model = Model::new();
+    for op in [
+        Op::Admit {
+            slot: 0,
+            wants: [true, true, false],
+            runtime,
+            values: [0, 0, 0],
+        },
+        Op::Garbage { slot: 0 },
+        Op::Forget {
+            slot: 0,
+            plugin: MEMS,
+        },
+    ] {
+        model.apply(&op);
+        model.deliver_and_check();
+    }
+    assert!(
+        model.reconcile([true; 3]),
+        "the forgotten container asked again"
+    );
+    assert!(model.deliver_and_check() <= 1);
+    assert!(
+        !model.live[&0].said.contains_key(&MEMS),
+        "the memory answer is dropped"
+    );
+    model
 }

@@ -27,8 +27,9 @@
 use std::sync::Arc;
 
 use pinion_core::partition::PartitionMode;
+use pinion_core::placement::all_memory_nodes;
 use pinion_core::pod::Pod;
-use pinion_core::{CpuSet, Placement};
+use pinion_core::{CpuSet, Placement, Topology};
 use pinion_host::cgroup::{
     CgroupError, CgroupName, ContainerCgroup, CpusetHost, PartitionOutcome, PartitionTarget,
 };
@@ -40,6 +41,11 @@ use super::{ControlError, Controller, Frontend, Key};
 /// `desired`: the cpuset when it moved, then the resource settings that
 /// changed (CFS quota and period, shares, memory and swap limits; the OOM
 /// score adjustment is the launcher's, set on itself before exec).
+///
+/// Memory nodes a plugin named and no longer names (its answer dropped:
+/// `desired.mems` empty) go back to the parent's; writing only the CPUs
+/// would leave the old nodes in place. A run that never had any keeps
+/// none written (v2: it follows its parent).
 pub(super) fn write_cgroup(
     host: &mut dyn CpusetHost,
     cgroup: &CgroupName,
@@ -49,7 +55,31 @@ pub(super) fn write_cgroup(
     if applied.is_none_or(|a| a.cpus != desired.cpus || a.mems != desired.mems) {
         host.set(cgroup, &desired.cpus, &desired.mems)?;
     }
+    if desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty()) {
+        host.reset_mems(cgroup)?;
+    }
     host.set_resources(cgroup, &desired.resources, applied.map(|a| &a.resources))
+}
+
+/// The update that brings a runtime container from `applied` to
+/// `desired`. The runtime keeps the memory nodes an update does not name,
+/// so memory nodes Pinion sent and no longer wants (a plugin's answer
+/// dropped) are replaced by every memory node of the machine — what a
+/// container that never had any may use.
+fn runtime_update(
+    container_id: &str,
+    desired: &Placement,
+    applied: Option<&Placement>,
+    machine: &Topology,
+) -> RuntimeUpdate {
+    let mut placement = desired.clone();
+    if desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty()) {
+        placement.mems = all_memory_nodes(machine);
+    }
+    RuntimeUpdate {
+        container_id: container_id.to_string(),
+        placement,
+    }
 }
 
 /// A placement for a runtime container.
@@ -196,10 +226,12 @@ impl Controller {
                         .as_ref()
                         .is_some_and(|applied| applied.same_resources(&desired));
                     if !unchanged {
-                        runtime.push(RuntimeUpdate {
-                            container_id: id.clone(),
-                            placement: desired.clone(),
-                        });
+                        runtime.push(runtime_update(
+                            id,
+                            &desired,
+                            workload.applied.as_ref(),
+                            self.engine.machine(),
+                        ));
                     }
                     workload.applied = Some(desired);
                 }

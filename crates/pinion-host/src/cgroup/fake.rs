@@ -147,6 +147,23 @@ impl CpusetHost for FakeCgroups {
         Ok(())
     }
 
+    fn reset_mems(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        check_writable(&tree, name)?;
+        let inherited = tree
+            .root
+            .as_ref()
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default();
+        let entry = tree
+            .children
+            .get_mut(name)
+            .ok_or_else(|| not_found(name, CgroupOp::Write))?;
+        entry.mems = inherited;
+        tree.log.push(format!("reset mems {name}"));
+        Ok(())
+    }
+
     fn set_resources(
         &mut self,
         name: &CgroupName,

@@ -87,14 +87,19 @@ pub(super) fn inherit_mems(dir: &Path) -> Result<(), CgroupError> {
 }
 
 fn inherit(dir: &Path, file: &str) -> Result<(), CgroupError> {
+    if read(&dir.join(file))?.trim().is_empty() {
+        copy_from_parent(dir, file, file)?;
+    }
+    Ok(())
+}
+
+/// Writes the list in the parent's file `from` into `dir`'s file `to`.
+pub(super) fn copy_from_parent(dir: &Path, from: &str, to: &str) -> Result<(), CgroupError> {
     let Some(parent) = dir.parent() else {
         return Ok(());
     };
-    if read(&dir.join(file))?.trim().is_empty() {
-        let value = read(&parent.join(file))?;
-        write(&dir.join(file), value.trim())?;
-    }
-    Ok(())
+    let value = read(&parent.join(from))?;
+    write(&dir.join(to), value.trim())
 }
 
 /// v2: enables the cpuset controller for the children of `dir`, and the

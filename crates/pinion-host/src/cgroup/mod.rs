@@ -140,6 +140,12 @@ pub trait CpusetHost: Send {
     /// Sets the cpus and mems of an existing child (empty `mems`: left as
     /// they are).
     fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError>;
+    /// Gives an existing child its parent's memory nodes again, after
+    /// [`CpusetHost::set`] named some: the parent's list is written (v2:
+    /// its `cpuset.mems.effective`, v1: its `cpuset.mems`). Emptying the
+    /// file is no way back: a cpuset with processes that has memory nodes
+    /// refuses to lose them all, v2 as v1 (`ENOSPC`).
+    fn reset_mems(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
     /// Writes the resource settings `desired` gives that differ from
     /// `applied` (what was written last; `None`: unknown) into child `name`
     /// ([`resources::plan`]).
@@ -555,6 +561,14 @@ impl CpusetHost for Cgroups {
 
     fn set(&mut self, name: &CgroupName, cpus: &CpuSet, mems: &CpuSet) -> Result<(), CgroupError> {
         self.write_cpuset(&self.path_of(name), cpus, mems)
+    }
+
+    fn reset_mems(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
+        let from = match self.version {
+            CgroupVersion::V2 => "cpuset.mems.effective",
+            CgroupVersion::V1 => "cpuset.mems",
+        };
+        fs_ops::copy_from_parent(&self.path_of(name), from, "cpuset.mems")
     }
 
     fn set_resources(

@@ -56,3 +56,34 @@ if run_start pinned 2; then
 else
     fail "pinned run starts" "$(cat "$E2E_STATE/pinned.log")"
 fi
+
+# What Pinion's executor does when a plugin's memory nodes are taken back
+# from a run (`reset_mems`, v2), on a cgroup with a process bound to one
+# node: an empty cpuset.mems is no way back (the kernel refuses it: ENOSPC),
+# the parent's cpuset.mems.effective written as a list is.
+probe=$mnt/e2e/nested/mems-probe
+if mkdir "$probe" 2>/dev/null; then
+    sleep 60 &
+    sleeper=$!
+    echo "$sleeper" >"$probe/cgroup.procs"
+    first=$(memory_nodes | cut -d' ' -f1)
+    echo "$first" >"$probe/cpuset.mems"
+    check_eq "a populated cgroup bound to node $first" "$first" "$(cat "$probe/cpuset.mems.effective")"
+    if echo >"$probe/cpuset.mems" 2>"$E2E_STATE/mems-probe.err"; then
+        note "this kernel lets a populated cgroup empty its cpuset.mems"
+    else
+        note "emptying cpuset.mems refused: $(cat "$E2E_STATE/mems-probe.err")"
+    fi
+    if cat "$mnt/e2e/nested/cpuset.mems.effective" >"$probe/cpuset.mems" 2>"$E2E_STATE/mems-probe.err"; then
+        pass "a populated cgroup takes its parent's effective memory nodes"
+    else
+        fail "a populated cgroup takes its parent's effective memory nodes" "$(cat "$E2E_STATE/mems-probe.err")"
+    fi
+    check_eq "then its cpuset.mems.effective is every memory node" "$(memory_nodes)" \
+        "$(cpus_expand "$(cat "$probe/cpuset.mems.effective")")"
+    kill "$sleeper"
+    wait "$sleeper" 2>/dev/null
+    rmdir "$probe"
+else
+    fail "the memory-node probe cgroup is made" "$probe"
+fi
