@@ -55,10 +55,17 @@ pub(super) fn write_cgroup(
     if applied.is_none_or(|a| a.cpus != desired.cpus || a.mems != desired.mems) {
         host.set(cgroup, &desired.cpus, &desired.mems)?;
     }
-    if desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty()) {
+    if mems_taken_back(desired, applied) {
         host.reset_mems(cgroup)?;
     }
     host.set_resources(cgroup, &desired.resources, applied.map(|a| &a.resources))
+}
+
+/// Whether `desired` names no memory nodes where the `applied` placement
+/// named some: a plugin's `CpusetMems` answer was dropped, and the nodes
+/// must be given back explicitly (writing without them leaves them).
+fn mems_taken_back(desired: &Placement, applied: Option<&Placement>) -> bool {
+    desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty())
 }
 
 /// The update that brings a runtime container from `applied` to
@@ -73,7 +80,7 @@ fn runtime_update(
     machine: &Topology,
 ) -> RuntimeUpdate {
     let mut placement = desired.clone();
-    if desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty()) {
+    if mems_taken_back(desired, applied) {
         placement.mems = all_memory_nodes(machine);
     }
     RuntimeUpdate {

@@ -67,6 +67,17 @@ pub struct FakeTree {
     pub log: Vec<String>,
 }
 
+impl FakeTree {
+    /// The memory nodes of Pinion's root (none before it is made): what a
+    /// child without its own has, as cgroupfs.
+    fn root_mems(&self) -> CpuSet {
+        self.root
+            .as_ref()
+            .map(|(_, mems)| mems.clone())
+            .unwrap_or_default()
+    }
+}
+
 impl FakeCgroups {
     /// The tree, for inspection or changes.
     ///
@@ -115,11 +126,7 @@ impl CpusetHost for FakeCgroups {
         // and stays when that write fails.
         tree.children.entry(name.clone()).or_default();
         check_writable(&tree, name)?;
-        let inherited = tree
-            .root
-            .as_ref()
-            .map(|(_, m)| m.clone())
-            .unwrap_or_default();
+        let inherited = tree.root_mems();
         let entry = tree.children.entry(name.clone()).or_default();
         entry.cpus = cpus.clone();
         // As cgroupfs: no memory nodes asked, the parent's.
@@ -150,11 +157,7 @@ impl CpusetHost for FakeCgroups {
     fn reset_mems(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
         let mut tree = self.tree();
         check_writable(&tree, name)?;
-        let inherited = tree
-            .root
-            .as_ref()
-            .map(|(_, m)| m.clone())
-            .unwrap_or_default();
+        let inherited = tree.root_mems();
         let entry = tree
             .children
             .get_mut(name)
