@@ -23,7 +23,7 @@ use pinion_agent::hints::GatheredHints;
 use pinion_agent::qrm::Poll;
 use pinion_agent::testing::table_plugin::TablePlugin;
 use pinion_agent::testing::SyntheticNode;
-use pinion_core::placement::all_memory_nodes;
+use pinion_core::placement::{all_memory_nodes, ResourceSettings, UNLIMITED_QUOTA};
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::Placement;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -444,11 +444,21 @@ impl Model {
                     "{}: an update that changes nothing",
                     update.container_id
                 );
-                // As containerd: memory nodes an update does not name stay.
+                // As containerd: memory nodes and resource settings an
+                // update does not name stay; those Pinion takes back get the
+                // runtime's own (NRI front-end: these containers were
+                // created without any, so an unset setting's).
                 let mut placement = update.placement;
-                if placement.mems.is_empty() {
-                    placement.mems = held.map(|h| h.mems.clone()).unwrap_or_default();
+                if let Some(held) = held {
+                    if placement.mems.is_empty() {
+                        placement.mems = held.mems.clone();
+                    }
+                    if placement.resources.cpu_quota.is_none() {
+                        placement.resources.cpu_quota = held.resources.cpu_quota;
+                    }
                 }
+                pinion_nri::model::Resources::default()
+                    .give_back(&mut placement, &update.taken_back);
                 self.runtime.insert(update.container_id, placement);
                 sent += 1;
             }
@@ -485,11 +495,23 @@ impl Model {
                 // Memory nodes no plugin names any more: every node (what
                 // Pinion sends to take a plugin's nodes back) or, never
                 // named, the runtime's own.
+                // A quota no plugin names any more: none (`-1`, what Pinion
+                // sends to take a plugin's quota back) or, never named, none.
                 let held = &self.runtime[id];
                 let mems_ok = held.mems == desired.mems
                     || (desired.mems.is_empty() && held.mems == all_memory_nodes(&topology()));
+                let quota_ok = held.resources.cpu_quota == desired.resources.cpu_quota
+                    || (desired.resources.cpu_quota.is_none()
+                        && held.resources.cpu_quota == Some(UNLIMITED_QUOTA));
+                let others = |r: &ResourceSettings| ResourceSettings {
+                    cpu_quota: None,
+                    ..r.clone()
+                };
                 assert!(
-                    held.cpus == desired.cpus && mems_ok && held.resources == desired.resources,
+                    held.cpus == desired.cpus
+                        && mems_ok
+                        && quota_ok
+                        && others(&held.resources) == others(&desired.resources),
                     "{id}: the runtime holds another placement: {held:?}, desired {desired:?}"
                 );
             }
@@ -498,6 +520,11 @@ impl Model {
                     cgroup_of(&self.host, cgroup),
                     written(&self.host, &want),
                     "{cgroup}: cpus and mems written"
+                );
+                assert_eq!(
+                    quota_of(&self.host, cgroup),
+                    quota_written(&want),
+                    "{cgroup}: quota written"
                 );
             }
         }
@@ -616,23 +643,56 @@ fn regression_a_dropped_memory_answer_gives_the_container_every_node_again() {
     assert_eq!(held.mems, all_memory_nodes(&topology()), "{held:?}");
 }
 
+/// Regression: the same for a plugin's CFS quota (any OCI resource
+/// setting): a run whose quota plugin forgot it, and whose re-allocation
+/// failed, kept the plugin's quota in `cpu.max` — writing a placement
+/// without a quota left the file as it was. It is `max` again.
+#[test]
+fn regression_a_dropped_quota_answer_gives_the_run_no_quota_again() {
+    let model = dropped_answer(QUOTA, false);
+    let cgroup = model.live[&0].cgroup.as_deref().expect("a run");
+    let name = pinion_host::cgroup::CgroupName::new(cgroup).expect("name");
+    let files = model.host.tree().children[&name].files.clone();
+    assert_eq!(
+        files.get("cpu.max").map(String::as_str),
+        Some("max"),
+        "{files:?}"
+    );
+}
+
+/// The same for a runtime container: an update without a quota leaves the
+/// runtime's, so Pinion names the setting as taken back and the runtime's
+/// own value (here none: unlimited) goes back.
+#[test]
+fn regression_a_dropped_quota_answer_gives_the_container_its_own_quota_again() {
+    let model = dropped_answer(QUOTA, true);
+    let held = &model.runtime["c-pinion-run-p1"];
+    assert_eq!(held.resources.cpu_quota, Some(UNLIMITED_QUOTA), "{held:?}");
+}
+
 /// A pod bound to memory node 0 by the memory plugin, then forgotten by
 /// that plugin while the cpuset plugin answers garbage: the re-allocation
 /// fails and the memory answer is dropped.
 fn dropped_memory_answer(runtime: bool) -> Model {
+    dropped_answer(MEMS, runtime)
+}
+
+/// A pod given `plugin`'s answer, then forgotten by that plugin while the
+/// cpuset plugin answers garbage: the re-allocation fails and `plugin`'s
+/// answer is dropped.
+fn dropped_answer(plugin: usize, runtime: bool) -> Model {
     let mut model = Model::new();
+    let mut wants = [true, false, false];
+    wants[plugin] = true;
     for op in [
         Op::Admit {
             slot: 0,
-            wants: [true, true, false],
+            wants,
             runtime,
             values: [0, 0, 0],
         },
         Op::Garbage { slot: 0 },
-        Op::Forget {
-            slot: 0,
-            plugin: MEMS,
-        },
+        Op::Forget { slot: 0, plugin },
     ] {
         model.apply(&op);
         model.deliver_and_check();
@@ -643,8 +703,8 @@ fn dropped_memory_answer(runtime: bool) -> Model {
     );
     assert!(model.deliver_and_check() <= 1);
     assert!(
-        !model.live[&0].said.contains_key(&MEMS),
-        "the memory answer is dropped"
+        !model.live[&0].said.contains_key(&plugin),
+        "the answer is dropped"
     );
     model
 }

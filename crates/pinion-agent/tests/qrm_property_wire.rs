@@ -173,6 +173,12 @@ impl Wire {
                 "{:?}: cpus and mems written, plugins said {said:?}",
                 run.key
             );
+            assert_eq!(
+                quota_of(&self.node.host, &run.cgroup),
+                quota_written(&want),
+                "{:?}: quota written, plugins said {said:?}",
+                run.key
+            );
             let placement = &snapshot
                 .workload(&run.key.0, &run.key.1)
                 .expect("workload")

@@ -85,6 +85,36 @@ impl ResourceSettings {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+
+    /// The settings `applied` gave that these no longer give, with their
+    /// applied values: a plugin's answer dropped or changed to name fewer
+    /// settings. Writing only these settings would leave the old values in
+    /// place (a cgroup file keeps its text; the runtime keeps what an update
+    /// does not name), so the writer puts each one back explicitly: the
+    /// kernel's default for a run's cgroup, the runtime's own value for a
+    /// container. Zero is CRI's "not set" on both sides; the OOM score
+    /// adjustment is not a cgroup setting (the launcher sets it on itself).
+    #[must_use]
+    pub fn taken_back(&self, applied: &Self) -> Self {
+        fn gone<T: PartialEq + Copy + Default>(want: Option<T>, had: Option<T>) -> Option<T> {
+            let unset = |v: &Option<T>| v.is_none_or(|v| v == T::default());
+            (unset(&want) && !unset(&had)).then_some(had).flatten()
+        }
+        Self {
+            cpu_quota: gone(self.cpu_quota, applied.cpu_quota),
+            cpu_period: gone(self.cpu_period, applied.cpu_period),
+            cpu_shares: gone(self.cpu_shares, applied.cpu_shares),
+            memory_limit: gone(self.memory_limit, applied.memory_limit),
+            memory_swap_limit: gone(self.memory_swap_limit, applied.memory_swap_limit),
+            oom_score_adj: None,
+            unified: applied
+                .unified
+                .iter()
+                .filter(|(file, _)| !self.unified.contains_key(*file))
+                .map(|(file, value)| (file.clone(), value.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// Where and how a workload runs. The default (empty sets, nothing set)
@@ -190,6 +220,52 @@ mod tests {
 
     fn set(text: &str) -> CpuSet {
         CpuSet::parse_list(text).expect("cpulist")
+    }
+
+    #[test]
+    fn settings_no_longer_given_are_taken_back_with_their_applied_values() {
+        let applied = ResourceSettings {
+            cpu_quota: Some(50_000),
+            cpu_period: Some(100_000),
+            cpu_shares: Some(512),
+            memory_limit: Some(1 << 30),
+            memory_swap_limit: Some(2 << 30),
+            oom_score_adj: Some(-998),
+            unified: BTreeMap::from([
+                ("memory.high".to_string(), "1G".to_string()),
+                ("pids.max".to_string(), "100".to_string()),
+            ]),
+        };
+        let desired = ResourceSettings {
+            cpu_quota: Some(20_000),
+            cpu_period: Some(0),
+            unified: BTreeMap::from([("pids.max".to_string(), "50".to_string())]),
+            ..ResourceSettings::default()
+        };
+        let back = desired.taken_back(&applied);
+        assert_eq!(
+            back,
+            ResourceSettings {
+                cpu_quota: None,
+                cpu_period: Some(100_000),
+                cpu_shares: Some(512),
+                memory_limit: Some(1 << 30),
+                memory_swap_limit: Some(2 << 30),
+                oom_score_adj: None,
+                unified: BTreeMap::from([("memory.high".to_string(), "1G".to_string())]),
+            },
+            "a changed value is no take-back; a zero one (CRI's not set) is"
+        );
+        assert!(applied.taken_back(&applied).is_empty());
+        assert!(
+            ResourceSettings::default()
+                .taken_back(&ResourceSettings {
+                    cpu_quota: Some(0),
+                    ..ResourceSettings::default()
+                })
+                .is_empty(),
+            "a zero that was applied was never a value"
+        );
     }
 
     #[test]

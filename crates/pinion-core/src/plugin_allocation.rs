@@ -178,6 +178,33 @@ pub const UNIFIED_FILES: &[&str] = &[
     "pids.max",
 ];
 
+/// The text that gives `file` (one of [`UNIFIED_FILES`]) back its default
+/// in place of `old`, the value a plugin had set there: no limit, no
+/// protection, the default weight. The per-device files reset the devices
+/// `old` named (`8:0 rbps=1048576` → `8:0 rbps=max wbps=max riops=max
+/// wiops=max`; an `io.weight` of `8:0 200` → `8:0 default`); `None` for a
+/// file that is not one of [`UNIFIED_FILES`].
+#[must_use]
+pub fn unified_default(file: &str, old: &str) -> Option<String> {
+    let per_device = |reset: &str| {
+        let device = old.split_whitespace().next().unwrap_or_default();
+        format!("{device} {reset}")
+    };
+    Some(match file {
+        "cpu.idle" | "memory.low" | "memory.min" | "memory.oom.group" | "cpu.uclamp.min" => {
+            "0".to_string()
+        }
+        "cpu.uclamp.max" | "memory.high" | "memory.swap.high" | "pids.max" => "max".to_string(),
+        "io.max" => per_device("rbps=max wbps=max riops=max wiops=max"),
+        "io.latency" => per_device("target=max"),
+        "io.weight" if old.split_whitespace().next() == Some("default") => {
+            "default 100".to_string()
+        }
+        "io.weight" => per_device("default"),
+        _ => return None,
+    })
+}
+
 /// The longest value of one `Unified` file.
 pub const MAX_UNIFIED_VALUE: usize = 1024;
 
@@ -293,6 +320,36 @@ mod tests {
             allocation_result: value.into(),
             ..PluginAllocation::default()
         }
+    }
+
+    #[test]
+    fn every_unified_file_has_a_default_that_lifts_what_a_plugin_set() {
+        for file in UNIFIED_FILES {
+            assert!(unified_default(file, "8:0 1").is_some(), "{file}");
+        }
+        let cases = [
+            ("memory.high", "1073741824", "max"),
+            ("memory.min", "1G", "0"),
+            ("cpu.uclamp.max", "50.00", "max"),
+            ("cpu.idle", "1", "0"),
+            ("pids.max", "64", "max"),
+            (
+                "io.max",
+                "8:16 rbps=1048576",
+                "8:16 rbps=max wbps=max riops=max wiops=max",
+            ),
+            ("io.latency", "259:0 target=75", "259:0 target=max"),
+            ("io.weight", "8:0 200", "8:0 default"),
+            ("io.weight", "default 300", "default 100"),
+        ];
+        for (file, old, want) in cases {
+            assert_eq!(
+                unified_default(file, old).as_deref(),
+                Some(want),
+                "{file} {old}"
+            );
+        }
+        assert_eq!(unified_default("cpuset.cpus", "0-3"), None);
     }
 
     #[test]

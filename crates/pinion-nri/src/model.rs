@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use pinion_core::placement::{ResourceSettings, UNLIMITED_QUOTA};
+use pinion_core::plugin_allocation::unified_default;
 use pinion_core::Placement;
 
 use crate::proto::nri as pb;
@@ -63,11 +65,84 @@ pub struct Resources {
     pub cpu_quota: Option<i64>,
     pub cpu_period: Option<u64>,
     pub memory_limit: Option<i64>,
+    /// Memory + swap limit in bytes.
+    pub memory_swap_limit: Option<i64>,
+    /// cgroup v2 files and their values (OCI `unified`).
+    pub unified: BTreeMap<String, String>,
     /// cpuset.cpus as a cpulist ("" = not set).
     pub cpus: String,
     /// cpuset.mems as a list ("" = not set).
     pub mems: String,
 }
+
+impl Resources {
+    /// Takes the settings `update` gives (kubelet's `UpdateContainerResources`,
+    /// relayed by the runtime): the container's own values from then on.
+    pub fn follow(&mut self, update: &Self) {
+        let Self {
+            cpu_shares,
+            cpu_quota,
+            cpu_period,
+            memory_limit,
+            memory_swap_limit,
+            unified,
+            cpus: _,
+            mems: _,
+        } = update;
+        self.cpu_shares = cpu_shares.or(self.cpu_shares);
+        self.cpu_quota = cpu_quota.or(self.cpu_quota);
+        self.cpu_period = cpu_period.or(self.cpu_period);
+        self.memory_limit = memory_limit.or(self.memory_limit);
+        self.memory_swap_limit = memory_swap_limit.or(self.memory_swap_limit);
+        self.unified
+            .extend(unified.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+
+    /// Puts into `placement` the value each setting of `taken_back` (the
+    /// settings Pinion sent and no longer sends: a plugin's answer
+    /// dropped) should have again: these resources' own (the container's
+    /// as the runtime created it, or as kubelet last updated it), else an
+    /// unset setting's — no quota (`-1`), the 100 ms period, 1024 shares,
+    /// no memory or swap limit, each `Unified` file's default. An update
+    /// that left them out would keep the plugin's values: the runtime
+    /// keeps what an update does not name.
+    pub fn give_back(&self, placement: &mut Placement, taken_back: &ResourceSettings) {
+        fn own<T: Copy + PartialEq + Default>(value: Option<T>, unset: T) -> Option<T> {
+            Some(value.filter(|v| *v != T::default()).unwrap_or(unset))
+        }
+        let r = &mut placement.resources;
+        if taken_back.cpu_quota.is_some() {
+            r.cpu_quota = own(self.cpu_quota, UNLIMITED_QUOTA);
+        }
+        if taken_back.cpu_period.is_some() {
+            r.cpu_period = own(self.cpu_period, DEFAULT_CPU_PERIOD);
+        }
+        if taken_back.cpu_shares.is_some() {
+            r.cpu_shares = own(self.cpu_shares, DEFAULT_CPU_SHARES);
+        }
+        if taken_back.memory_limit.is_some() {
+            r.memory_limit = own(self.memory_limit, -1);
+        }
+        if taken_back.memory_swap_limit.is_some() {
+            r.memory_swap_limit = own(self.memory_swap_limit, -1);
+        }
+        for (file, old) in &taken_back.unified {
+            let value = self
+                .unified
+                .get(file)
+                .cloned()
+                .or_else(|| unified_default(file, old));
+            if let Some(value) = value {
+                r.unified.insert(file.clone(), value);
+            }
+        }
+    }
+}
+
+/// The CFS period of a container the runtime created without one (µs).
+const DEFAULT_CPU_PERIOD: u64 = 100_000;
+/// The CPU shares of a container the runtime created without any.
+const DEFAULT_CPU_SHARES: u64 = 1024;
 
 /// A change to an existing container: its new placement (only the
 /// resource settings reach a running container; environment and
@@ -128,6 +203,8 @@ impl From<pb::LinuxResources> for Resources {
             cpu_quota: cpu.quota.map(|v| v.value),
             cpu_period: cpu.period.map(|v| v.value),
             memory_limit: resources.memory.and_then(|m| m.limit).map(|v| v.value),
+            memory_swap_limit: resources.memory.and_then(|m| m.swap).map(|v| v.value),
+            unified: resources.unified.into_iter().collect(),
             cpus: cpu.cpus,
             mems: cpu.mems,
         }
@@ -145,11 +222,18 @@ impl From<&Resources> for pb::LinuxResources {
                 mems: r.mems.clone(),
                 ..pb::LinuxCpu::default()
             }),
-            memory: r.memory_limit.map(|value| pb::LinuxMemory {
-                limit: Some(pb::OptionalInt64 { value }),
-                ..pb::LinuxMemory::default()
+            memory: (r.memory_limit.is_some() || r.memory_swap_limit.is_some()).then(|| {
+                pb::LinuxMemory {
+                    limit: r.memory_limit.map(|value| pb::OptionalInt64 { value }),
+                    swap: r.memory_swap_limit.map(|value| pb::OptionalInt64 { value }),
+                    ..pb::LinuxMemory::default()
+                }
             }),
-            ..pb::LinuxResources::default()
+            unified: r
+                .unified
+                .iter()
+                .map(|(file, value)| (file.clone(), value.clone()))
+                .collect(),
         }
     }
 }
@@ -310,6 +394,8 @@ mod tests {
             cpu_quota: Some(200_000),
             cpu_period: Some(100_000),
             memory_limit: Some(1 << 30),
+            memory_swap_limit: Some(2 << 30),
+            unified: [("memory.high".to_string(), "900M".to_string())].into(),
             cpus: "1-2".to_string(),
             mems: "0".to_string(),
         };

@@ -27,7 +27,7 @@
 use std::sync::Arc;
 
 use pinion_core::partition::PartitionMode;
-use pinion_core::placement::all_memory_nodes;
+use pinion_core::placement::{all_memory_nodes, ResourceSettings};
 use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement, Topology};
 use pinion_host::cgroup::{
@@ -69,10 +69,12 @@ fn mems_taken_back(desired: &Placement, applied: Option<&Placement>) -> bool {
 }
 
 /// The update that brings a runtime container from `applied` to
-/// `desired`. The runtime keeps the memory nodes an update does not name,
-/// so memory nodes Pinion sent and no longer wants (a plugin's answer
-/// dropped) are replaced by every memory node of the machine — what a
-/// container that never had any may use.
+/// `desired`. The runtime keeps what an update does not name, so what
+/// Pinion sent and no longer wants (a plugin's answer dropped) is named
+/// explicitly: memory nodes are replaced by every memory node of the
+/// machine — what a container that never had any may use; resource
+/// settings are listed in `taken_back`, for the front-end to put the
+/// runtime's own values back (it knows them; the controller does not).
 fn runtime_update(
     container_id: &str,
     desired: &Placement,
@@ -86,6 +88,9 @@ fn runtime_update(
     RuntimeUpdate {
         container_id: container_id.to_string(),
         placement,
+        taken_back: applied
+            .map(|a| desired.resources.taken_back(&a.resources))
+            .unwrap_or_default(),
     }
 }
 
@@ -94,6 +99,10 @@ fn runtime_update(
 pub struct RuntimeUpdate {
     pub container_id: String,
     pub placement: Placement,
+    /// The resource settings (with the values sent) that the placement
+    /// no longer gives: the runtime's own values go back in their place
+    /// ([`pinion_core::placement::ResourceSettings::taken_back`]).
+    pub taken_back: ResourceSettings,
 }
 
 /// What to do with the runtime updates of a pass.

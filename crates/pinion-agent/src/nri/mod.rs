@@ -101,10 +101,10 @@ impl NriFrontend {
             };
             tracing::info!(containers = batch.len(), "updating containers");
             let ids: Vec<String> = batch.iter().map(|u| u.container_id.clone()).collect();
-            let sent = self
-                .updates
-                .get()
-                .is_some_and(|sender| sender.send(to_nri(batch)).is_ok());
+            let sent = self.updates.get().is_some_and(|sender| {
+                let updates = to_nri(batch, &self.tracked());
+                sender.send(updates).is_ok()
+            });
             if !sent {
                 tracing::warn!("nri plugin not running; updates are sent again later");
                 self.handle.runtime_updates_failed(ids).await;
@@ -181,12 +181,27 @@ fn cgroup_of(container: &Container) -> Option<ContainerCgroup> {
         .ok()
 }
 
-fn to_nri(batch: Vec<RuntimeUpdate>) -> Vec<ContainerUpdate> {
+/// The executor's updates as NRI's, with the runtime's own value back in
+/// each setting Pinion no longer gives (`tracked`: the containers as the
+/// runtime created them; one it does not list gets an unset setting's).
+fn to_nri(batch: Vec<RuntimeUpdate>, tracked: &Tracked) -> Vec<ContainerUpdate> {
     batch
         .into_iter()
-        .map(|u| ContainerUpdate {
-            container_id: u.container_id,
-            placement: u.placement,
+        .map(|u| {
+            let mut placement = u.placement;
+            if !u.taken_back.is_empty() {
+                let own = tracked
+                    .containers
+                    .get(&u.container_id)
+                    .map(|entry| &entry.container.resources);
+                own.cloned()
+                    .unwrap_or_default()
+                    .give_back(&mut placement, &u.taken_back);
+            }
+            ContainerUpdate {
+                container_id: u.container_id,
+                placement,
+            }
         })
         .collect()
 }
@@ -261,8 +276,9 @@ impl NriHandler for NriFrontend {
             }
         }
         tracing::info!(containers = fresh.containers.len(), released = ?synced.released.containers, held = synced.held.len(), updated = synced.updates.len(), "nri synchronized");
-        *self.tracked() = fresh;
-        Ok(to_nri(synced.updates))
+        let mut tracked = self.tracked();
+        *tracked = fresh;
+        Ok(to_nri(synced.updates, &tracked))
     }
 
     async fn create_container(
@@ -351,6 +367,11 @@ impl NriHandler for NriFrontend {
             }
             None => placement,
         };
+        // kubelet's new values are the container's own from now on: what
+        // a setting a plugin drops goes back to.
+        if let Some(tracked) = self.tracked().containers.get_mut(&container.id) {
+            tracked.container.resources.follow(&resources);
+        }
         Ok(vec![ContainerUpdate {
             container_id: container.id,
             placement,

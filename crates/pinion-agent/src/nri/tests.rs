@@ -106,3 +106,81 @@ fn an_exclusive_container_may_change_anything_but_its_cpu_count() {
         );
     }
 }
+
+/// Regression: a resource setting a plugin gave a runtime container and no
+/// longer gives (its answer dropped) stayed, because an update without it
+/// leaves the runtime's value. The update names it again with the
+/// container's own value: kubelet's at creation, or from its last
+/// `UpdateContainerResources`; an unset setting's when it had none.
+#[test]
+fn regression_settings_taken_back_get_the_containers_own_values() {
+    use pinion_core::placement::ResourceSettings;
+    use pinion_core::Placement;
+
+    use super::state::{Entry, Tracked};
+    use crate::controller::RuntimeUpdate;
+
+    let mut created = container("c1", "s1", "app", ContainerState::Created);
+    created.resources = Resources {
+        cpu_quota: Some(200_000),
+        cpu_period: Some(100_000),
+        cpu_shares: Some(2048),
+        memory_limit: Some(1 << 30),
+        unified: [("memory.high".to_string(), "900000000".to_string())].into(),
+        ..Resources::default()
+    };
+    let mut tracked = Tracked::default();
+    tracked.containers.insert(
+        "c1".into(),
+        Entry {
+            container: created,
+            key: ("uid".into(), "app".into()),
+        },
+    );
+    let plugin = ResourceSettings {
+        cpu_quota: Some(50_000),
+        cpu_shares: Some(512),
+        memory_swap_limit: Some(2 << 30),
+        unified: [
+            ("memory.high".to_string(), "1G".to_string()),
+            ("pids.max".to_string(), "64".to_string()),
+        ]
+        .into(),
+        ..ResourceSettings::default()
+    };
+    let update = |id: &str| RuntimeUpdate {
+        container_id: id.into(),
+        placement: Placement::shared(CpuSet::from_iter([0, 1])),
+        taken_back: plugin.clone(),
+    };
+    let sent = super::to_nri(vec![update("c1"), update("unknown")], &tracked);
+    let own = &sent[0].placement.resources;
+    assert_eq!(own.cpu_quota, Some(200_000));
+    assert_eq!(own.cpu_shares, Some(2048));
+    assert_eq!(
+        own.memory_swap_limit,
+        Some(-1),
+        "kubelet set none: no limit"
+    );
+    assert_eq!(own.cpu_period, None, "not taken back: not named");
+    assert_eq!(own.memory_limit, None, "not taken back: not named");
+    assert_eq!(
+        own.unified,
+        BTreeMap::from([
+            ("memory.high".to_string(), "900000000".to_string()),
+            ("pids.max".to_string(), "max".to_string()),
+        ])
+    );
+    let unknown = &sent[1].placement.resources;
+    assert_eq!(unknown.cpu_quota, Some(-1));
+    assert_eq!(unknown.cpu_shares, Some(1024));
+
+    // kubelet's resize is the container's own value from then on.
+    let mut resized = tracked.containers["c1"].container.resources.clone();
+    resized.follow(&Resources {
+        cpu_quota: Some(300_000),
+        ..Resources::default()
+    });
+    assert_eq!(resized.cpu_quota, Some(300_000));
+    assert_eq!(resized.cpu_shares, Some(2048), "not in the update: kept");
+}

@@ -16,14 +16,16 @@ use pinion_host::cgroup::CgroupName;
 use pinion_plugins::AllocationInfo;
 
 /// The three plugins: a cpuset (the `cpu` plugin: only it may set one),
-/// memory nodes, and a tag (environment variable and annotation only).
+/// memory nodes, and a CFS quota (an OCI resource setting); each answer
+/// also sets an environment variable and an annotation.
 pub const RESOURCES: [(&str, &str); 3] = [
     ("cpu", "CpusetCpus"),
     ("example.com/mems", "CpusetMems"),
-    ("example.com/tag", ""),
+    ("example.com/quota", "CpuQuota"),
 ];
 pub const CPUSET: usize = 0;
 pub const MEMS: usize = 1;
+pub const QUOTA: usize = 2;
 /// Pod slots: a slot is empty or holds one live pod.
 pub const SLOTS: usize = 5;
 /// What the cpuset plugin says when it answers garbage.
@@ -34,7 +36,7 @@ pub fn topology() -> Topology {
 }
 
 /// Plugin `plugin`'s answer number `value`: any non-empty set of the 16
-/// CPUs, one or both memory nodes, a tag.
+/// CPUs, one or both memory nodes, one of seven quotas.
 pub fn answer(plugin: usize, value: u32) -> String {
     match plugin {
         CPUSET => {
@@ -43,7 +45,7 @@ pub fn answer(plugin: usize, value: u32) -> String {
             cpus.to_string()
         }
         MEMS => ["0", "1", "0-1"][(value % 3) as usize].to_string(),
-        _ => format!("v{}", value % 7),
+        _ => (10_000 * (value % 7 + 1)).to_string(),
     }
 }
 
@@ -103,7 +105,8 @@ pub fn admission(uid: &str, wants: [bool; 3], runtime: bool) -> AdmitRequest {
 /// (`base`) with the last valid answer of every plugin it asked (`said`):
 /// the cpuset plugin's CPUs, the memory plugin's nodes (the only source of
 /// memory nodes: CPUs, the plugin's or Pinion's, leave them as they are),
-/// each plugin's environment variable and annotation.
+/// the quota plugin's CFS quota, each plugin's environment variable and
+/// annotation.
 pub fn expected(
     plugins: &[TablePlugin; 3],
     base: &Placement,
@@ -115,6 +118,9 @@ pub fn expected(
     }
     if let Some(mems) = said.get(&MEMS) {
         placement.mems = CpuSet::parse_list(mems).expect("said is valid");
+    }
+    if let Some(quota) = said.get(&QUOTA) {
+        placement.resources.cpu_quota = Some(quota.parse().expect("said is valid"));
     }
     for (plugin, value) in said {
         placement
@@ -128,15 +134,41 @@ pub fn expected(
 }
 
 /// The parts of a placement plugins decide.
-pub fn plugin_view(
-    p: &Placement,
-) -> (
-    CpuSet,
-    CpuSet,
-    &BTreeMap<String, String>,
-    &BTreeMap<String, String>,
-) {
-    (p.cpus.clone(), p.mems.clone(), &p.env, &p.annotations)
+#[derive(Debug, PartialEq, Eq)]
+pub struct PluginView<'a> {
+    cpus: CpuSet,
+    mems: CpuSet,
+    cpu_quota: Option<i64>,
+    env: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+}
+
+pub fn plugin_view(p: &Placement) -> PluginView<'_> {
+    PluginView {
+        cpus: p.cpus.clone(),
+        mems: p.mems.clone(),
+        cpu_quota: p.resources.cpu_quota,
+        env: &p.env,
+        annotations: &p.annotations,
+    }
+}
+
+/// The CFS quota a run placed at `want` has in its (fake, cgroup v2)
+/// `cpu.max`: the plugin's, or none — never written, or `max` again after
+/// the plugin's answer was dropped.
+pub fn quota_written(want: &Placement) -> Option<String> {
+    want.resources.cpu_quota.map(|q| q.to_string())
+}
+
+/// The quota in the fake cgroup `name`'s `cpu.max` (`max` or absent: none).
+pub fn quota_of(host: &FakeCgroups, name: &str) -> Option<String> {
+    let name = CgroupName::new(name).expect("cgroup name");
+    host.tree()
+        .children
+        .get(&name)
+        .and_then(|c| c.files.get("cpu.max").cloned())
+        .and_then(|text| text.split_whitespace().next().map(str::to_string))
+        .filter(|quota| quota != "max")
 }
 
 /// What the cgroup of a run placed at `want` holds: its CPUs, and its

@@ -13,7 +13,11 @@
 //! Only settings the placement gives are written, and only when they differ
 //! from what was applied last (`None`: unknown, everything given is
 //! written). Zero is CRI's "not set": never written. A negative quota or
-//! limit means unlimited.
+//! limit means unlimited. A setting that was applied and is no longer
+//! given (a plugin's answer dropped) gets a fresh cgroup's value back:
+//! `max` quota and the 100 ms period, weight 100 (v1: shares 1024), no
+//! memory or swap limit, each `Unified` file's default
+//! ([`pinion_core::plugin_allocation::unified_default`]).
 //!
 //! [`plan`] is the pure part: which files get which text, in which order;
 //! the real writer ([`super::Cgroups`]) and the fake ([`super::fake`]) both
@@ -22,7 +26,7 @@
 use std::path::Path;
 
 use pinion_core::placement::ResourceSettings;
-use pinion_core::plugin_allocation::UNIFIED_FILES;
+use pinion_core::plugin_allocation::{unified_default, UNIFIED_FILES};
 
 use super::{CgroupError, CgroupVersion};
 
@@ -146,11 +150,63 @@ pub fn plan(
     applied: Option<&ResourceSettings>,
     current: &mut dyn FnMut(Controller, &'static str) -> Result<String, CgroupError>,
 ) -> Result<Vec<SettingWrite>, CgroupError> {
-    let change = changed(desired, applied);
+    let target = with_defaults_back(version, desired, applied);
+    let change = changed(&target, applied);
     match version {
-        CgroupVersion::V2 => plan_v2(dir, desired, &change, applied, current),
+        CgroupVersion::V2 => plan_v2(dir, &target, &change, applied, current),
         CgroupVersion::V1 => plan_v1(dir, &change, current),
     }
+}
+
+/// The CFS period of a fresh cgroup, in microseconds.
+const DEFAULT_PERIOD: u64 = 100_000;
+
+/// The shares that give a fresh cgroup's CPU weight: `cpu.shares` 1024 on
+/// v1; on v2 the smallest shares whose [`cpu_weight`] is the kernel's
+/// default `cpu.weight` of 100.
+fn default_shares(version: CgroupVersion) -> u64 {
+    match version {
+        CgroupVersion::V1 => 1024,
+        CgroupVersion::V2 => 2598,
+    }
+}
+
+/// `desired`, with every setting it no longer gives that `applied` gave
+/// ([`ResourceSettings::taken_back`]: a plugin's answer dropped) set to a
+/// fresh cgroup's value: no quota, the default period and weight, no memory
+/// or swap limit, each `Unified` file's default. Without it the plugin's
+/// old value would stay in the file.
+fn with_defaults_back(
+    version: CgroupVersion,
+    desired: &ResourceSettings,
+    applied: Option<&ResourceSettings>,
+) -> ResourceSettings {
+    let mut target = desired.clone();
+    let Some(applied) = applied else {
+        return target;
+    };
+    let back = desired.taken_back(applied);
+    if back.cpu_quota.is_some() {
+        target.cpu_quota = Some(pinion_core::placement::UNLIMITED_QUOTA);
+    }
+    if back.cpu_period.is_some() {
+        target.cpu_period = Some(DEFAULT_PERIOD);
+    }
+    if back.cpu_shares.is_some() {
+        target.cpu_shares = Some(default_shares(version));
+    }
+    if back.memory_limit.is_some() {
+        target.memory_limit = Some(-1);
+    }
+    if back.memory_swap_limit.is_some() {
+        target.memory_swap_limit = Some(-1);
+    }
+    for (file, old) in back.unified {
+        if let Some(value) = unified_default(&file, &old) {
+            target.unified.insert(file, value);
+        }
+    }
+    target
 }
 
 fn plan_v2(
@@ -423,6 +479,112 @@ mod tests {
         )
         .expect("plan");
         assert!(writes.is_empty(), "{writes:?}");
+    }
+
+    fn plugin_settings() -> ResourceSettings {
+        ResourceSettings {
+            cpu_quota: Some(50_000),
+            cpu_period: Some(200_000),
+            cpu_shares: Some(512),
+            memory_limit: Some(1 << 30),
+            memory_swap_limit: Some(2 << 30),
+            unified: [
+                ("memory.high".to_string(), "900M".to_string()),
+                ("io.max".to_string(), "8:0 wbps=1048576".to_string()),
+            ]
+            .into(),
+            ..ResourceSettings::default()
+        }
+    }
+
+    #[test]
+    fn regression_dropped_plugin_settings_go_back_to_a_fresh_cgroups_values_v2() {
+        let writes = plan(
+            CgroupVersion::V2,
+            Path::new("/cg"),
+            &ResourceSettings::default(),
+            Some(&plugin_settings()),
+            &mut no_files,
+        )
+        .expect("plan");
+        assert_eq!(
+            files(&writes),
+            vec![
+                ("cpu.max", "max 100000"),
+                ("cpu.weight", "100"),
+                ("memory.max", "max"),
+                ("memory.swap.max", "max"),
+                ("io.max", "8:0 rbps=max wbps=max riops=max wiops=max"),
+                ("memory.high", "max"),
+            ]
+        );
+        // Once applied, nothing is written again.
+        let again = plan(
+            CgroupVersion::V2,
+            Path::new("/cg"),
+            &ResourceSettings::default(),
+            Some(&ResourceSettings::default()),
+            &mut no_files,
+        )
+        .expect("plan");
+        assert!(again.is_empty(), "{again:?}");
+        assert_eq!(cpu_weight(default_shares(CgroupVersion::V2)), 100);
+        assert!(cpu_weight(default_shares(CgroupVersion::V2) - 1) < 100);
+    }
+
+    #[test]
+    fn regression_dropped_plugin_settings_go_back_to_a_fresh_cgroups_values_v1() {
+        let applied = ResourceSettings {
+            unified: Default::default(),
+            ..plugin_settings()
+        };
+        let writes = plan(
+            CgroupVersion::V1,
+            Path::new("/cg"),
+            &ResourceSettings::default(),
+            Some(&applied),
+            &mut no_files,
+        )
+        .expect("plan");
+        assert_eq!(
+            files(&writes),
+            vec![
+                ("cpu.cfs_period_us", "100000"),
+                ("cpu.cfs_quota_us", "-1"),
+                ("cpu.shares", "1024"),
+                // Raising: memory+swap first, so memory ≤ memory+swap holds.
+                ("memory.memsw.limit_in_bytes", "-1"),
+                ("memory.limit_in_bytes", "-1"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_quota_kept_while_the_period_is_dropped_keeps_the_quota_v2() {
+        let desired = ResourceSettings {
+            cpu_quota: Some(50_000),
+            ..ResourceSettings::default()
+        };
+        let writes = plan(
+            CgroupVersion::V2,
+            Path::new("/cg"),
+            &desired,
+            Some(&plugin_settings()),
+            &mut no_files,
+        )
+        .expect("plan");
+        assert_eq!(writes[0].file, "cpu.max");
+        assert_eq!(writes[0].value, "50000 100000");
+        // Unknown applied settings (None) take nothing back.
+        let unknown = plan(
+            CgroupVersion::V2,
+            Path::new("/cg"),
+            &ResourceSettings::default(),
+            None,
+            &mut no_files,
+        )
+        .expect("plan");
+        assert!(unknown.is_empty(), "{unknown:?}");
     }
 
     #[test]

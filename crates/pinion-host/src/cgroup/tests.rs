@@ -1,5 +1,5 @@
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -546,6 +546,79 @@ fn real_cgroup_takes_the_resource_settings() {
     result.expect("the kernel takes the settings");
     assert!(quota.starts_with("50000"), "{quota}");
     assert_eq!(memory.trim(), "268435456");
+}
+
+/// Real cgroupfs: settings a plugin gave and no longer gives read as a
+/// fresh cgroup's again once taken back (regression: they stayed).
+#[test]
+fn real_cgroup_gives_dropped_settings_a_fresh_cgroups_values_again() {
+    let Some(probe) = real_cgroups("pinion-host-oci-back") else {
+        return;
+    };
+    let info = Path::new("/proc/self/mountinfo");
+    let mut cg = Cgroups::detect(info, Path::new("/"), Some(probe.root())).expect("detect");
+    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    let all = CpuSet::parse_list(&parent).expect("parent cpus");
+    cg.ensure_root(&all, &set("0")).expect("root");
+    let run = name("oci-back");
+    cg.create(&run, &all, &set("0")).expect("create");
+    let files_of = |cg: &Cgroups, of: &CgroupName| -> Vec<PathBuf> {
+        match cg.version() {
+            CgroupVersion::V1 => vec![
+                cg.controller_dir(Controller::Cpu, of)
+                    .join("cpu.cfs_quota_us"),
+                cg.controller_dir(Controller::Cpu, of)
+                    .join("cpu.cfs_period_us"),
+                cg.controller_dir(Controller::Cpu, of).join("cpu.shares"),
+                cg.controller_dir(Controller::Memory, of)
+                    .join("memory.limit_in_bytes"),
+            ],
+            CgroupVersion::V2 => vec![
+                cg.path_of(of).join("cpu.max"),
+                cg.path_of(of).join("cpu.weight"),
+                cg.path_of(of).join("memory.max"),
+            ],
+        }
+    };
+    let plugin = ResourceSettings {
+        memory_swap_limit: None,
+        cpu_period: Some(200_000),
+        ..oci_settings()
+    };
+    // The first write makes the v1 mirrors; a fresh cgroup's values are
+    // read from a sibling made the same way and left unset.
+    let fresh_run = name("oci-fresh");
+    cg.create(&fresh_run, &all, &set("0")).expect("create");
+    let unlimited = ResourceSettings {
+        cpu_quota: Some(pinion_core::placement::UNLIMITED_QUOTA),
+        memory_limit: Some(-1),
+        ..ResourceSettings::default()
+    };
+    let made = cg.set_resources(&fresh_run, &unlimited, None);
+    let read_all = |cg: &Cgroups, of: &CgroupName| -> Vec<String> {
+        files_of(cg, of)
+            .iter()
+            .map(|f| fs::read_to_string(f).unwrap_or_default().trim().to_string())
+            .collect()
+    };
+    let set_first = cg.set_resources(&run, &plugin, None);
+    let while_set = read_all(&cg, &run);
+    let taken_back = cg.set_resources(&run, &ResourceSettings::default(), Some(&plugin));
+    let after = read_all(&cg, &run);
+    let fresh = read_all(&cg, &fresh_run);
+    let _ = cg.remove(&run);
+    let _ = cg.remove(&fresh_run);
+    let _ = cg.remove_root();
+    made.expect("fresh sibling");
+    set_first.expect("the kernel takes the plugin's settings");
+    taken_back.expect("the kernel takes the defaults back");
+    assert_ne!(
+        while_set, fresh,
+        "the plugin's settings differ from a fresh cgroup's"
+    );
+    assert_eq!(after, fresh, "files {:?}", files_of(&cg, &run));
 }
 
 /// The closed loop's v1 input looks for Pinion's runs in the `cpu`
