@@ -195,10 +195,16 @@ impl Controller {
     }
 
     /// The runtime created runtime container `container_id`'s task (NRI
-    /// `StartContainer`; its cgroup exists now): the executor's pass makes
-    /// its partition. False when Pinion does not know the container.
+    /// `StartContainer`; its cgroup exists now): the reconcile pass compares
+    /// its cgroup from now on, and the executor's pass makes its partition.
+    /// That pass runs only when there is a partition to make (an exclusive
+    /// container, `exclusiveCpus.partition` not `member`): the runtime
+    /// holds the container's start until this returns. False when Pinion
+    /// does not know the container.
     pub fn container_started(&mut self, container_id: &str) -> bool {
         let mut known = false;
+        let mut partition = false;
+        let partitions = self.partitions.mode != PartitionMode::Member;
         for workload in self.workloads.values_mut() {
             if let Frontend::Runtime {
                 container_id: Some(id),
@@ -209,10 +215,11 @@ impl Controller {
                 if id == container_id {
                     *started = true;
                     known = true;
+                    partition |= partitions && workload.desired.is_exclusive();
                 }
             }
         }
-        if known {
+        if partition {
             self.converge();
         }
         known

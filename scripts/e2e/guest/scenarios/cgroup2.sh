@@ -87,3 +87,36 @@ if mkdir "$probe" 2>/dev/null; then
 else
     fail "the memory-node probe cgroup is made" "$probe"
 fi
+
+# What the executor writes when a plugin's OCI settings are taken back from
+# a run (`resources::plan`, v2): a fresh cgroup's values, which a cgroup
+# with a process takes, and which then read as a fresh sibling's.
+# (Beside pinion's root: its parent enables cpu and memory for it.)
+fresh=$mnt/e2e/nested/settings-fresh
+probe=$mnt/e2e/nested/settings-probe
+if tr ' ' '\n' <"$mnt/e2e/nested/cgroup.subtree_control" | grep -qx cpu &&
+    tr ' ' '\n' <"$mnt/e2e/nested/cgroup.subtree_control" | grep -qx memory &&
+    mkdir "$fresh" "$probe" 2>/dev/null; then
+    sleep 60 &
+    sleeper=$!
+    echo "$sleeper" >"$probe/cgroup.procs"
+    echo "50000 200000" >"$probe/cpu.max"
+    echo 20 >"$probe/cpu.weight"
+    echo 268435456 >"$probe/memory.max"
+    echo 943718400 >"$probe/memory.high"
+    check_eq "a plugin's quota in a populated cgroup" "50000 200000" "$(cat "$probe/cpu.max")"
+    failed=""
+    for write in "cpu.max:max 100000" "cpu.weight:100" "memory.max:max" "memory.high:max"; do
+        file=${write%%:*}
+        echo "${write#*:}" >"$probe/$file" 2>>"$E2E_STATE/settings-probe.err" || failed="$failed $file"
+    done
+    check_eq "the fresh values are taken by a populated cgroup" "" "$failed"
+    for file in cpu.max cpu.weight memory.max memory.high; do
+        check_eq "$file taken back reads as a fresh cgroup's" "$(cat "$fresh/$file")" "$(cat "$probe/$file")"
+    done
+    kill "$sleeper"
+    wait "$sleeper" 2>/dev/null
+    rmdir "$probe" "$fresh"
+else
+    fail "the settings probe cgroups are made with cpu and memory enabled" "$(cat "$mnt/e2e/nested/cgroup.subtree_control")"
+fi

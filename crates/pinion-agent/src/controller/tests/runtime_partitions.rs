@@ -356,3 +356,38 @@ fn containers_running_at_synchronization_get_their_partition() {
         ""
     );
 }
+
+/// The runtime holds a container's start until `StartContainer` is
+/// answered: the executor's pass runs then only for a partition to make
+/// (an exclusive container under `partition: root|isolated`). A shared
+/// container, or any under `member`, is only marked started (its cgroup
+/// compared from now on): no pass, no snapshot published.
+#[test]
+fn a_start_without_a_partition_to_make_runs_no_executor_pass() {
+    for (mode, cpus, id, pass) in [
+        (PartitionMode::Member, Some("2"), "cg", false),
+        (PartitionMode::Isolated, None, "cs", false),
+        (PartitionMode::Isolated, Some("2"), "cg", true),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = FakeCgroups::default();
+        let (mut controller, _updates) = node(&host)
+            .with_partition(mode)
+            .start_with_runtime(dir.path())
+            .expect("start");
+        admit(
+            &mut controller,
+            &container("pod", cpus, id, Some("/kubepods/pod/c")),
+        )
+        .expect("admitted");
+        let mut snapshots = controller.subscribe_snapshots();
+        snapshots.mark_unchanged();
+        assert!(controller.container_started(id), "{mode:?} {id}");
+        assert_eq!(
+            snapshots.has_changed().expect("open"),
+            pass,
+            "{mode:?} {id}: an executor pass (snapshot published)"
+        );
+        assert_eq!(!writes(&host).is_empty(), pass, "{mode:?} {id}");
+    }
+}
