@@ -670,6 +670,103 @@ fn regression_a_dropped_quota_answer_gives_the_container_its_own_quota_again() {
     assert_eq!(held.resources.cpu_quota, Some(UNLIMITED_QUOTA), "{held:?}");
 }
 
+/// Regression (the limit left at stop 45): a plugin's answer dropped while
+/// the run's cgroup could not be written left the plugin's memory nodes
+/// and quota for good — the failed write made what was applied unknown,
+/// and nothing unknown was taken back. What a failed write may have left
+/// is kept, and taken back once writes work again.
+#[test]
+fn regression_answers_dropped_while_writes_fail_are_taken_back_once_they_work() {
+    let mut model = Model::new();
+    for op in [
+        Op::Admit {
+            slot: 0,
+            wants: [true, true, true],
+            runtime: false,
+            values: [0, 0, 0],
+        },
+        Op::Garbage { slot: 0 },
+        Op::Forget {
+            slot: 0,
+            plugin: MEMS,
+        },
+        Op::Forget {
+            slot: 0,
+            plugin: QUOTA,
+        },
+    ] {
+        model.apply(&op);
+        model.deliver_and_check();
+    }
+    let cgroup = model.live[&0].cgroup.clone().expect("a run");
+    assert_eq!(quota_of(&model.host, &cgroup).as_deref(), Some("10000"));
+    model.host.tree().fail_writes = true;
+    model.reconcile([true; 3]);
+    assert!(
+        !model.live[&0].said.contains_key(&MEMS) && !model.live[&0].said.contains_key(&QUOTA),
+        "both answers dropped"
+    );
+    // The next executor pass (another pod's admission) retries it.
+    model.host.tree().fail_writes = false;
+    model.apply(&Op::Admit {
+        slot: 1,
+        wants: [false; 3],
+        runtime: false,
+        values: [0, 0, 0],
+    });
+    model.deliver_and_check();
+    assert_eq!(
+        quota_of(&model.host, &cgroup),
+        None,
+        "cpu.max is max again; said {:?}",
+        model.live[&0].said
+    );
+}
+
+/// The same for a runtime container whose runtime failed the update that
+/// took the answers back: the next update takes them back again.
+#[test]
+fn regression_answers_dropped_in_a_failed_update_are_taken_back_by_the_next() {
+    let mut model = Model::new();
+    for op in [
+        Op::Admit {
+            slot: 0,
+            wants: [true, true, true],
+            runtime: true,
+            values: [0, 0, 0],
+        },
+        Op::Garbage { slot: 0 },
+        Op::Forget {
+            slot: 0,
+            plugin: MEMS,
+        },
+        Op::Forget {
+            slot: 0,
+            plugin: QUOTA,
+        },
+    ] {
+        model.apply(&op);
+        model.deliver_and_check();
+    }
+    model.reconcile([true; 3]);
+    let mut failed = Vec::new();
+    while let Ok(batch) = model.updates.try_recv() {
+        failed.extend(batch.into_iter().map(|u| u.container_id));
+    }
+    assert!(!failed.is_empty(), "the take-back was sent");
+    model.controller.runtime_updates_failed(&failed);
+    model.apply(&Op::Admit {
+        slot: 1,
+        wants: [false; 3],
+        runtime: false,
+        values: [0, 0, 0],
+    });
+    model.deliver_and_check();
+    let held = &model.runtime["c-pinion-run-p1"];
+    assert_eq!(held.resources.cpu_quota, Some(UNLIMITED_QUOTA), "{held:?}");
+    assert_eq!(held.mems, all_memory_nodes(&topology()), "{held:?}");
+}
+
 /// A pod bound to memory node 0 by the memory plugin, then forgotten by
 /// that plugin while the cpuset plugin answers garbage: the re-allocation
 /// fails and the memory answer is dropped.

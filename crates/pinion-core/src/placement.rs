@@ -181,6 +181,36 @@ impl Placement {
         self.pool == Pool::Exclusive
     }
 
+    /// What a cgroup or the runtime may hold once `self` and `earlier` were
+    /// both given to it, when it is not known which took (a write that
+    /// failed part way, an update the runtime has not answered): `self`'s
+    /// memory nodes and each of its resource settings, else `earlier`'s.
+    /// Only for deciding what to take back ([`ResourceSettings::taken_back`]);
+    /// the CPUs and the rest are `self`'s.
+    #[must_use]
+    pub fn may_hold_with(&self, earlier: &Self) -> Self {
+        let (now, then) = (&self.resources, &earlier.resources);
+        let mut unified = then.unified.clone();
+        unified.extend(now.unified.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Self {
+            mems: if self.mems.is_empty() {
+                earlier.mems.clone()
+            } else {
+                self.mems.clone()
+            },
+            resources: ResourceSettings {
+                cpu_quota: now.cpu_quota.or(then.cpu_quota),
+                cpu_period: now.cpu_period.or(then.cpu_period),
+                cpu_shares: now.cpu_shares.or(then.cpu_shares),
+                memory_limit: now.memory_limit.or(then.memory_limit),
+                memory_swap_limit: now.memory_swap_limit.or(then.memory_swap_limit),
+                oom_score_adj: now.oom_score_adj.or(then.oom_score_adj),
+                unified,
+            },
+            ..self.clone()
+        }
+    }
+
     /// Whether `other` asks a running container for the same: CPUs, memory
     /// nodes and resource settings. Environment and annotations reach a
     /// container only when it is created (NRI's `UpdateContainers` cannot
@@ -266,6 +296,39 @@ mod tests {
                 .is_empty(),
             "a zero that was applied was never a value"
         );
+    }
+
+    #[test]
+    fn what_may_be_held_keeps_every_setting_either_placement_gave() {
+        let earlier = Placement {
+            mems: set("0"),
+            resources: ResourceSettings {
+                cpu_quota: Some(50_000),
+                memory_limit: Some(1 << 30),
+                unified: BTreeMap::from([("pids.max".to_string(), "64".to_string())]),
+                ..ResourceSettings::default()
+            },
+            ..Placement::shared(set("0-3"))
+        };
+        let now = Placement {
+            resources: ResourceSettings {
+                cpu_quota: Some(20_000),
+                cpu_shares: Some(512),
+                ..ResourceSettings::default()
+            },
+            ..Placement::shared(set("4-7"))
+        };
+        let held = now.may_hold_with(&earlier);
+        assert_eq!(held.cpus, set("4-7"));
+        assert_eq!(held.mems, set("0"));
+        assert_eq!(held.resources.cpu_quota, Some(20_000));
+        assert_eq!(held.resources.cpu_shares, Some(512));
+        assert_eq!(held.resources.memory_limit, Some(1 << 30));
+        assert_eq!(held.resources.unified.len(), 1);
+        // What neither names any more is taken back, with either's value.
+        let back = ResourceSettings::default().taken_back(&held.resources);
+        assert_eq!(back.memory_limit, Some(1 << 30));
+        assert_eq!(back.cpu_quota, Some(20_000));
     }
 
     #[test]

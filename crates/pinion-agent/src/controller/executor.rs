@@ -44,28 +44,45 @@ use super::{ControlError, Controller, Frontend, Key};
 ///
 /// Memory nodes a plugin named and no longer names (its answer dropped:
 /// `desired.mems` empty) go back to the parent's; writing only the CPUs
-/// would leave the old nodes in place. A run that never had any keeps
-/// none written (v2: it follows its parent).
+/// would leave the old nodes in place. Resource settings likewise get a
+/// fresh cgroup's value. `given` is what the cgroup may hold
+/// ([`Workload::given`]: `applied`, and what failed writes may have left);
+/// a run that never had nodes or settings keeps them unwritten (v2: it
+/// follows its parent).
 pub(super) fn write_cgroup(
     host: &mut dyn CpusetHost,
     cgroup: &CgroupName,
     desired: &Placement,
     applied: Option<&Placement>,
+    given: Option<&Placement>,
 ) -> Result<(), CgroupError> {
     if applied.is_none_or(|a| a.cpus != desired.cpus || a.mems != desired.mems) {
         host.set(cgroup, &desired.cpus, &desired.mems)?;
     }
-    if mems_taken_back(desired, applied) {
+    if mems_taken_back(desired, given) {
         host.reset_mems(cgroup)?;
     }
-    host.set_resources(cgroup, &desired.resources, applied.map(|a| &a.resources))
+    host.write_resources(
+        cgroup,
+        &desired.resources,
+        applied.map(|a| &a.resources),
+        &settings_taken_back(desired, given),
+    )
 }
 
-/// Whether `desired` names no memory nodes where the `applied` placement
-/// named some: a plugin's `CpusetMems` answer was dropped, and the nodes
-/// must be given back explicitly (writing without them leaves them).
-fn mems_taken_back(desired: &Placement, applied: Option<&Placement>) -> bool {
-    desired.mems.is_empty() && applied.is_some_and(|a| !a.mems.is_empty())
+/// Whether `desired` names no memory nodes where the cgroup or the runtime
+/// may hold some Pinion gave (`given`): a plugin's `CpusetMems` answer was
+/// dropped, and the nodes must be given back explicitly (writing without
+/// them leaves them).
+fn mems_taken_back(desired: &Placement, given: Option<&Placement>) -> bool {
+    desired.mems.is_empty() && given.is_some_and(|g| !g.mems.is_empty())
+}
+
+/// The resource settings `given` names and `desired` no longer gives.
+fn settings_taken_back(desired: &Placement, given: Option<&Placement>) -> ResourceSettings {
+    given
+        .map(|g| desired.resources.taken_back(&g.resources))
+        .unwrap_or_default()
 }
 
 /// The update that brings a runtime container from `applied` to
@@ -78,19 +95,17 @@ fn mems_taken_back(desired: &Placement, applied: Option<&Placement>) -> bool {
 fn runtime_update(
     container_id: &str,
     desired: &Placement,
-    applied: Option<&Placement>,
+    given: Option<&Placement>,
     machine: &Topology,
 ) -> RuntimeUpdate {
     let mut placement = desired.clone();
-    if mems_taken_back(desired, applied) {
+    if mems_taken_back(desired, given) {
         placement.mems = all_memory_nodes(machine);
     }
     RuntimeUpdate {
         container_id: container_id.to_string(),
         placement,
-        taken_back: applied
-            .map(|a| desired.resources.taken_back(&a.resources))
-            .unwrap_or_default(),
+        taken_back: settings_taken_back(desired, given),
     }
 }
 
@@ -208,12 +223,14 @@ impl Controller {
                         cgroup,
                         &desired,
                         workload.applied.as_ref(),
+                        workload.given().as_ref(),
                     ) {
                         Ok(()) => {
                             if workload.apply_failure.take().is_some() {
                                 tracing::info!(cgroup = %cgroup, "applied after earlier failures");
                             }
                             workload.applied = Some(desired);
+                            workload.may_hold = None;
                         }
                         Err(err) => {
                             // Marked and counted once; retried at each pass
@@ -226,6 +243,8 @@ impl Controller {
                                 tracing::debug!(cgroup = %cgroup, "applying again: {err}");
                             }
                             workload.apply_failure = Some(err.to_string());
+                            // Part of it may have been written.
+                            workload.maybe_given(&desired);
                             workload.applied = None;
                         }
                     }
@@ -245,9 +264,11 @@ impl Controller {
                         runtime.push(runtime_update(
                             id,
                             &desired,
-                            workload.applied.as_ref(),
+                            workload.given().as_ref(),
                             self.engine.machine(),
                         ));
+                        // Until the runtime answers, it may hold either.
+                        workload.maybe_given(&desired);
                     }
                     workload.applied = Some(desired);
                 }
@@ -314,7 +335,7 @@ impl Controller {
         for workload in self.workloads.values_mut() {
             if matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id), .. } if id == container_id)
             {
-                workload.applied = None;
+                workload.applied_unknown();
             }
         }
     }

@@ -321,6 +321,13 @@ struct Workload {
     /// What its cgroup or the runtime last accepted (`None`: unknown, to be
     /// written at the next executor pass).
     applied: Option<Placement>,
+    /// What its cgroup or the runtime may hold beyond `applied`: writes
+    /// that failed (perhaps part way) and runtime updates not answered yet,
+    /// merged ([`Placement::may_hold_with`]). Memory nodes and resource
+    /// settings it names that the desired placement does not are taken
+    /// back even while `applied` is unknown; cleared by a write that
+    /// succeeds, or when the runtime answered every update.
+    may_hold: Option<Placement>,
     /// The plugin resources it requested, and what the plugins answered.
     plugins: plugin_data::ContainerPlugins,
     /// Why its cgroup settings could not be written, since the last write
@@ -353,6 +360,7 @@ impl Workload {
             spec,
             desired,
             applied: None,
+            may_hold: None,
             plugins: plugin_data::ContainerPlugins::default(),
             apply_failure: None,
             foreign_mark: None,
@@ -361,6 +369,40 @@ impl Workload {
             updates_in_flight: 0,
             held_sandbox: None,
         }
+    }
+
+    /// What its cgroup or the runtime may hold: `applied` with what
+    /// `may_hold` adds (`None`: nothing known).
+    fn given(&self) -> Option<Placement> {
+        match (&self.applied, &self.may_hold) {
+            (Some(applied), Some(more)) => Some(applied.may_hold_with(more)),
+            (applied, more) => applied.as_ref().or(more.as_ref()).cloned(),
+        }
+    }
+
+    /// Records that `attempted` was given without knowing whether it took
+    /// (a failed write, an update not answered yet): it and what was given
+    /// before may be held.
+    fn maybe_given(&mut self, attempted: &Placement) {
+        self.may_hold = Some(match self.given() {
+            Some(before) => attempted.may_hold_with(&before),
+            None => attempted.clone(),
+        });
+    }
+
+    /// Marks what was applied unknown (written again at the next pass:
+    /// another writer changed it, or the runtime failed an update), keeping
+    /// what it gave among what may be held.
+    fn applied_unknown(&mut self) {
+        self.may_hold = self.given();
+        self.applied = None;
+    }
+
+    /// A new container takes its place (held for a restart): nothing given
+    /// to the old one is in the new one's cgroup.
+    fn nothing_applied(&mut self) {
+        self.may_hold = None;
+        self.applied = None;
     }
 
     /// True when `container` is an init container of the pod it was

@@ -197,7 +197,7 @@ impl Controller {
             return false;
         };
         if verdict.repair {
-            workload.applied = None;
+            workload.applied_unknown();
             workload.foreign_yielded = None;
         } else if seen != *intended {
             workload.foreign_yielded = Some(seen);
@@ -259,7 +259,7 @@ impl Controller {
                 Err(err) => {
                     tracing::warn!(cgroup = %cgroup, want = %applied.cpus, "reading the cpuset failed ({err}); rewriting");
                     if let Some(workload) = self.workloads.get_mut(&key) {
-                        workload.applied = None;
+                        workload.applied_unknown();
                     }
                     true
                 }

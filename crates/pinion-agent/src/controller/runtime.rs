@@ -201,7 +201,7 @@ impl Controller {
             .entry(key.clone())
             .or_insert_with(|| Workload::new(Frontend::runtime_unknown(), None, desired));
         workload.frontend = Frontend::runtime_unknown();
-        workload.applied = None;
+        workload.nothing_applied();
         workload.held_sandbox = Some(sandbox);
     }
 
@@ -268,7 +268,7 @@ impl Controller {
             return false;
         }
         workload.frontend = Frontend::runtime_unknown();
-        workload.applied = None;
+        workload.nothing_applied();
         workload.held_sandbox = sandbox;
         // Its partition is taken apart (the executor's pass); its CPUs stay
         // exclusive.
@@ -333,11 +333,17 @@ impl Controller {
     }
 
     /// The runtime applied updates of these containers (an id once per
-    /// update): the reconcile pass compares their cgroups again once none
-    /// is in flight.
+    /// update): once none is in flight, the reconcile pass compares their
+    /// cgroups again, and they hold what was last applied, nothing more.
     pub fn runtime_updates_applied(&mut self, container_ids: &[String]) {
         let ids: Vec<&str> = container_ids.iter().map(String::as_str).collect();
         self.count_in_flight(&ids, false);
+        for workload in self.workloads.values_mut() {
+            let answered = matches!(&workload.frontend, Frontend::Runtime { container_id: Some(id), .. } if container_ids.contains(id));
+            if answered && workload.updates_in_flight == 0 && workload.applied.is_some() {
+                workload.may_hold = None;
+            }
+        }
     }
 
     /// Runtime workloads, and checkpoint assignments no workload claims

@@ -167,11 +167,12 @@ impl CpusetHost for FakeCgroups {
         Ok(())
     }
 
-    fn set_resources(
+    fn write_resources(
         &mut self,
         name: &CgroupName,
         desired: &ResourceSettings,
         applied: Option<&ResourceSettings>,
+        taken_back: &ResourceSettings,
     ) -> Result<(), CgroupError> {
         let mut tree = self.tree();
         check_writable(&tree, name)?;
@@ -181,11 +182,12 @@ impl CpusetHost for FakeCgroups {
             .get_mut(name)
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
         let files = entry.files.clone();
-        let writes = resources::plan(
+        let writes = resources::plan_taking_back(
             version,
             std::path::Path::new(name.as_str()),
             desired,
             applied,
+            taken_back,
             &mut |_, file| Ok(files.get(file).cloned().unwrap_or_default()),
         )?;
         let fail_files = tree.fail_files.clone();

@@ -147,13 +147,29 @@ pub trait CpusetHost: Send {
     /// refuses to lose them all, v2 as v1 (`ENOSPC`).
     fn reset_mems(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
     /// Writes the resource settings `desired` gives that differ from
-    /// `applied` (what was written last; `None`: unknown) into child `name`
-    /// ([`resources::plan`]).
+    /// `applied` (what was written last; `None`: unknown) into child `name`,
+    /// and a fresh cgroup's value for those `applied` gave and `desired` no
+    /// longer gives ([`resources::plan`]).
     fn set_resources(
         &mut self,
         name: &CgroupName,
         desired: &ResourceSettings,
         applied: Option<&ResourceSettings>,
+    ) -> Result<(), CgroupError> {
+        let taken_back = applied.map(|a| desired.taken_back(a)).unwrap_or_default();
+        self.write_resources(name, desired, applied, &taken_back)
+    }
+    /// Writes the resource settings `desired` gives that differ from
+    /// `applied` into child `name`, and a fresh cgroup's value for each
+    /// setting of `taken_back` — settings that may be in its files (given
+    /// by a write that succeeded, or by one that failed part way) and that
+    /// `desired` no longer gives ([`resources::plan_taking_back`]).
+    fn write_resources(
+        &mut self,
+        name: &CgroupName,
+        desired: &ResourceSettings,
+        applied: Option<&ResourceSettings>,
+        taken_back: &ResourceSettings,
     ) -> Result<(), CgroupError>;
     /// The cpus a child is configured with (`cpuset.cpus`).
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError>;
@@ -571,17 +587,19 @@ impl CpusetHost for Cgroups {
         fs_ops::copy_from_parent(&self.path_of(name), from, "cpuset.mems")
     }
 
-    fn set_resources(
+    fn write_resources(
         &mut self,
         name: &CgroupName,
         desired: &ResourceSettings,
         applied: Option<&ResourceSettings>,
+        taken_back: &ResourceSettings,
     ) -> Result<(), CgroupError> {
-        let writes = resources::plan(
+        let writes = resources::plan_taking_back(
             self.version,
             &self.path_of(name),
             desired,
             applied,
+            taken_back,
             &mut |controller, file| fs_ops::read(&self.controller_dir(controller, name).join(file)),
         )?;
         let mut mirrored = Vec::new();

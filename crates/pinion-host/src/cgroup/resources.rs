@@ -139,10 +139,8 @@ fn unlimited_or(value: i64, unlimited: &str) -> String {
 }
 
 /// The writes that bring the cgroup `dir` (named in errors) from `applied`
-/// to `desired`, in order. `current` reads a file's present text (empty
-/// when unknown): v2 keeps the quota in place when only the period changes,
-/// and v1 orders the two memory limits by the present one (the kernel keeps
-/// memory ≤ memory+swap at every step).
+/// to `desired`, in order, taking back what `applied` gave and `desired`
+/// no longer gives ([`plan_taking_back`]).
 pub fn plan(
     version: CgroupVersion,
     dir: &Path,
@@ -150,7 +148,26 @@ pub fn plan(
     applied: Option<&ResourceSettings>,
     current: &mut dyn FnMut(Controller, &'static str) -> Result<String, CgroupError>,
 ) -> Result<Vec<SettingWrite>, CgroupError> {
-    let target = with_defaults_back(version, desired, applied);
+    let taken_back = applied.map(|a| desired.taken_back(a)).unwrap_or_default();
+    plan_taking_back(version, dir, desired, applied, &taken_back, current)
+}
+
+/// The writes that bring the cgroup `dir` (named in errors) from `applied`
+/// to `desired`, in order, each setting of `taken_back` (settings that may
+/// be in the files and that `desired` no longer gives) written back to a
+/// fresh cgroup's value. `current` reads a file's present text (empty when
+/// unknown): v2 keeps the quota in place when only the period changes, and
+/// v1 orders the two memory limits by the present one (the kernel keeps
+/// memory ≤ memory+swap at every step).
+pub fn plan_taking_back(
+    version: CgroupVersion,
+    dir: &Path,
+    desired: &ResourceSettings,
+    applied: Option<&ResourceSettings>,
+    taken_back: &ResourceSettings,
+    current: &mut dyn FnMut(Controller, &'static str) -> Result<String, CgroupError>,
+) -> Result<Vec<SettingWrite>, CgroupError> {
+    let target = with_defaults_back(version, desired, taken_back);
     let change = changed(&target, applied);
     match version {
         CgroupVersion::V2 => plan_v2(dir, &target, &change, applied, current),
@@ -171,21 +188,17 @@ fn default_shares(version: CgroupVersion) -> u64 {
     }
 }
 
-/// `desired`, with every setting it no longer gives that `applied` gave
-/// ([`ResourceSettings::taken_back`]: a plugin's answer dropped) set to a
+/// `desired`, with every setting of `back` (given before, no longer given:
+/// [`ResourceSettings::taken_back`], a plugin's answer dropped) set to a
 /// fresh cgroup's value: no quota, the default period and weight, no memory
 /// or swap limit, each `Unified` file's default. Without it the plugin's
 /// old value would stay in the file.
 fn with_defaults_back(
     version: CgroupVersion,
     desired: &ResourceSettings,
-    applied: Option<&ResourceSettings>,
+    back: &ResourceSettings,
 ) -> ResourceSettings {
     let mut target = desired.clone();
-    let Some(applied) = applied else {
-        return target;
-    };
-    let back = desired.taken_back(applied);
     if back.cpu_quota.is_some() {
         target.cpu_quota = Some(pinion_core::placement::UNLIMITED_QUOTA);
     }
@@ -201,9 +214,9 @@ fn with_defaults_back(
     if back.memory_swap_limit.is_some() {
         target.memory_swap_limit = Some(-1);
     }
-    for (file, old) in back.unified {
-        if let Some(value) = unified_default(&file, &old) {
-            target.unified.insert(file, value);
+    for (file, old) in &back.unified {
+        if let Some(value) = unified_default(file, old) {
+            target.unified.insert(file.clone(), value);
         }
     }
     target
