@@ -677,27 +677,7 @@ fn regression_a_dropped_quota_answer_gives_the_container_its_own_quota_again() {
 /// is kept, and taken back once writes work again.
 #[test]
 fn regression_answers_dropped_while_writes_fail_are_taken_back_once_they_work() {
-    let mut model = Model::new();
-    for op in [
-        Op::Admit {
-            slot: 0,
-            wants: [true, true, true],
-            runtime: false,
-            values: [0, 0, 0],
-        },
-        Op::Garbage { slot: 0 },
-        Op::Forget {
-            slot: 0,
-            plugin: MEMS,
-        },
-        Op::Forget {
-            slot: 0,
-            plugin: QUOTA,
-        },
-    ] {
-        model.apply(&op);
-        model.deliver_and_check();
-    }
+    let mut model = memory_and_quota_forgotten(false);
     let cgroup = model.live[&0].cgroup.clone().expect("a run");
     assert_eq!(quota_of(&model.host, &cgroup).as_deref(), Some("10000"));
     model.host.tree().fail_writes = true;
@@ -727,27 +707,7 @@ fn regression_answers_dropped_while_writes_fail_are_taken_back_once_they_work() 
 /// took the answers back: the next update takes them back again.
 #[test]
 fn regression_answers_dropped_in_a_failed_update_are_taken_back_by_the_next() {
-    let mut model = Model::new();
-    for op in [
-        Op::Admit {
-            slot: 0,
-            wants: [true, true, true],
-            runtime: true,
-            values: [0, 0, 0],
-        },
-        Op::Garbage { slot: 0 },
-        Op::Forget {
-            slot: 0,
-            plugin: MEMS,
-        },
-        Op::Forget {
-            slot: 0,
-            plugin: QUOTA,
-        },
-    ] {
-        model.apply(&op);
-        model.deliver_and_check();
-    }
+    let mut model = memory_and_quota_forgotten(true);
     model.reconcile([true; 3]);
     let mut failed = Vec::new();
     while let Ok(batch) = model.updates.try_recv() {
@@ -765,6 +725,34 @@ fn regression_answers_dropped_in_a_failed_update_are_taken_back_by_the_next() {
     let held = &model.runtime["c-pinion-run-p1"];
     assert_eq!(held.resources.cpu_quota, Some(UNLIMITED_QUOTA), "{held:?}");
     assert_eq!(held.mems, all_memory_nodes(&topology()), "{held:?}");
+}
+
+/// A pod with all three plugins' answers, the cpuset plugin answering
+/// garbage, and the memory and quota plugins forgetting it: the next
+/// reconcile pass drops both answers.
+fn memory_and_quota_forgotten(runtime: bool) -> Model {
+    let mut model = Model::new();
+    for op in [
+        Op::Admit {
+            slot: 0,
+            wants: [true; 3],
+            runtime,
+            values: [0, 0, 0],
+        },
+        Op::Garbage { slot: 0 },
+        Op::Forget {
+            slot: 0,
+            plugin: MEMS,
+        },
+        Op::Forget {
+            slot: 0,
+            plugin: QUOTA,
+        },
+    ] {
+        model.apply(&op);
+        model.deliver_and_check();
+    }
+    model
 }
 
 /// A pod bound to memory node 0 by the memory plugin, then forgotten by

@@ -223,7 +223,7 @@ impl Controller {
                         cgroup,
                         &desired,
                         workload.applied.as_ref(),
-                        workload.given().as_ref(),
+                        workload.given().as_deref(),
                     ) {
                         Ok(()) => {
                             if workload.apply_failure.take().is_some() {
@@ -264,7 +264,7 @@ impl Controller {
                         runtime.push(runtime_update(
                             id,
                             &desired,
-                            workload.given().as_ref(),
+                            workload.given().as_deref(),
                             self.engine.machine(),
                         ));
                         // Until the runtime answers, it may hold either.

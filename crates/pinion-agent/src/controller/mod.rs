@@ -46,6 +46,7 @@ pub mod task;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -373,10 +374,11 @@ impl Workload {
 
     /// What its cgroup or the runtime may hold: `applied` with what
     /// `may_hold` adds (`None`: nothing known).
-    fn given(&self) -> Option<Placement> {
+    /// Borrowed unless both are known: the executor asks on every pass.
+    fn given(&self) -> Option<Cow<'_, Placement>> {
         match (&self.applied, &self.may_hold) {
-            (Some(applied), Some(more)) => Some(applied.may_hold_with(more)),
-            (applied, more) => applied.as_ref().or(more.as_ref()).cloned(),
+            (Some(applied), Some(more)) => Some(Cow::Owned(applied.may_hold_with(more))),
+            (applied, more) => applied.as_ref().or(more.as_ref()).map(Cow::Borrowed),
         }
     }
 
@@ -384,17 +386,18 @@ impl Workload {
     /// (a failed write, an update not answered yet): it and what was given
     /// before may be held.
     fn maybe_given(&mut self, attempted: &Placement) {
-        self.may_hold = Some(match self.given() {
+        let held = match self.given() {
             Some(before) => attempted.may_hold_with(&before),
             None => attempted.clone(),
-        });
+        };
+        self.may_hold = Some(held);
     }
 
     /// Marks what was applied unknown (written again at the next pass:
     /// another writer changed it, or the runtime failed an update), keeping
     /// what it gave among what may be held.
     fn applied_unknown(&mut self) {
-        self.may_hold = self.given();
+        self.may_hold = self.given().map(Cow::into_owned);
         self.applied = None;
     }
 

@@ -190,13 +190,13 @@ fn to_nri(batch: Vec<RuntimeUpdate>, tracked: &Tracked) -> Vec<ContainerUpdate> 
         .map(|u| {
             let mut placement = u.placement;
             if !u.taken_back.is_empty() {
-                let own = tracked
-                    .containers
-                    .get(&u.container_id)
-                    .map(|entry| &entry.container.resources);
-                own.cloned()
-                    .unwrap_or_default()
-                    .give_back(&mut placement, &u.taken_back);
+                match tracked.containers.get(&u.container_id) {
+                    Some(entry) => entry
+                        .container
+                        .resources
+                        .give_back(&mut placement, &u.taken_back),
+                    None => Resources::default().give_back(&mut placement, &u.taken_back),
+                }
             }
             ContainerUpdate {
                 container_id: u.container_id,

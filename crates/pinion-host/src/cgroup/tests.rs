@@ -506,13 +506,11 @@ fn v2_resource_settings_are_written_in_the_runs_directory() {
     }
 }
 
-/// Real cgroupfs: the kernel takes what the writer writes (v1 cpu and
-/// memory hierarchies, or v2's cpu.max and memory.max).
-#[test]
-fn real_cgroup_takes_the_resource_settings() {
-    let Some(probe) = real_cgroups("pinion-host-oci") else {
-        return;
-    };
+/// Pinion's root `label` on the real cgroupfs, with the cpu and memory
+/// hierarchies found beside cpuset (v1) or enabled (v2), holding its
+/// parent's cpus (returned) and memory node 0; `None` (skipped) without one.
+fn real_root_with_cpu_and_memory(label: &str) -> Option<(Cgroups, CpuSet)> {
+    let probe = real_cgroups(label)?;
     let info = Path::new("/proc/self/mountinfo");
     let mut cg = Cgroups::detect(info, Path::new("/"), Some(probe.root())).expect("detect");
     let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
@@ -520,6 +518,16 @@ fn real_cgroup_takes_the_resource_settings() {
         .unwrap_or_default();
     let all = CpuSet::parse_list(&parent).expect("parent cpus");
     cg.ensure_root(&all, &set("0")).expect("root");
+    Some((cg, all))
+}
+
+/// Real cgroupfs: the kernel takes what the writer writes (v1 cpu and
+/// memory hierarchies, or v2's cpu.max and memory.max).
+#[test]
+fn real_cgroup_takes_the_resource_settings() {
+    let Some((mut cg, all)) = real_root_with_cpu_and_memory("pinion-host-oci") else {
+        return;
+    };
     let run = name("oci");
     cg.create(&run, &all, &set("0")).expect("create");
     let settings = ResourceSettings {
@@ -552,16 +560,9 @@ fn real_cgroup_takes_the_resource_settings() {
 /// fresh cgroup's again once taken back (regression: they stayed).
 #[test]
 fn real_cgroup_gives_dropped_settings_a_fresh_cgroups_values_again() {
-    let Some(probe) = real_cgroups("pinion-host-oci-back") else {
+    let Some((mut cg, all)) = real_root_with_cpu_and_memory("pinion-host-oci-back") else {
         return;
     };
-    let info = Path::new("/proc/self/mountinfo");
-    let mut cg = Cgroups::detect(info, Path::new("/"), Some(probe.root())).expect("detect");
-    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
-        .map(|t| t.trim().to_string())
-        .unwrap_or_default();
-    let all = CpuSet::parse_list(&parent).expect("parent cpus");
-    cg.ensure_root(&all, &set("0")).expect("root");
     let run = name("oci-back");
     cg.create(&run, &all, &set("0")).expect("create");
     let files_of = |cg: &Cgroups, of: &CgroupName| -> Vec<PathBuf> {
