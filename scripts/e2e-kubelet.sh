@@ -14,14 +14,19 @@
 # Go's caches outside the repository: a second run reuses them). Last line:
 # `N passed, N failed, N skipped`; exits non-zero on a failure.
 #
-# Usage: sudo scripts/e2e-kubelet.sh [--containerd 1|2|both] [--interactive]
+# Usage: sudo scripts/e2e-kubelet.sh [--containerd 1|2|both] [--latency-only] [--interactive]
+# --latency-only: the start-up latency blocks alone (no sequence, migration
+# or restarts) in a smaller guest of 4 vCPUs (1 socket x 2 cores x 2
+# threads, 2 NUMA nodes): the latency measurement with less contention for
+# the host's cores than the 8-vCPU guest's.
 # Environment: as scripts/e2e-vm.sh (PINION_E2E_*), PINION_E2E_CACHED_ONLY
 # (as scripts/e2e-cluster.sh: skip when kubelet or containerd 2.x would have
 # to be built), PINION_E2E_CONTAINERD2_VERSION (default below),
 # PINION_E2E_DEBIAN_MIRROR, PINION_E2E_LATENCY_PODS (pods started alone a
 # side for the start-up latency, default 8; 0 leaves the comparison to the
 # sequence's pods), PINION_E2E_LATENCY_SETTLE (seconds the restarted daemons
-# settle before each latency block, default 10).
+# settle before each latency block, default 10), PINION_E2E_LATENCY_ROUNDS
+# (rounds of four blocks, static, Pinion, Pinion, static, default 1).
 set -uo pipefail
 E2E_NAME=e2e-kubelet
 . "$(dirname "$0")/e2e/lib.sh"
@@ -39,7 +44,7 @@ CONTAINERD2_VERSION=${PINION_E2E_CONTAINERD2_VERSION:-v2.4.2}
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
 GUEST_NIC_NODE=1
 
-which=both E2E_INTERACTIVE=0
+which=both E2E_INTERACTIVE=0 latency_only=0
 while [ $# -gt 0 ]; do
     case $1 in
     --containerd)
@@ -47,12 +52,14 @@ while [ $# -gt 0 ]; do
         case $which in 1 | 2 | both) ;; *) e2e_die "--containerd takes 1, 2 or both, not '$which'" ;; esac
         shift 2
         ;;
+    --latency-only) latency_only=1; shift ;;
     --interactive) E2E_INTERACTIVE=1; shift ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done
 export E2E_INTERACTIVE
+[ "$latency_only" = 1 ] && GUEST_SHAPE=(1 2 2 2 10+21/21+10 1536)
 
 E2E_WORK=$(mktemp -d /tmp/pinion-e2e-kubelet.XXXXXX)
 [ -n "${PINION_E2E_KEEP:-}" ] || trap 'rm -rf "$E2E_WORK"' EXIT
@@ -110,8 +117,11 @@ case $latency_settle in '' | *[!0-9]*) e2e_die "PINION_E2E_LATENCY_SETTLE must b
 # Pinion connected too (a diagnostic: Pinion's presence against kubelet `none`).
 latency_both=${PINION_E2E_LATENCY_BOTH:-0}
 case $latency_both in 0 | 1) ;; *) e2e_die "PINION_E2E_LATENCY_BOTH must be 0 or 1, not '$latency_both'" ;; esac
+latency_rounds=${PINION_E2E_LATENCY_ROUNDS:-1}
+case $latency_rounds in '' | *[!0-9]* | 0) e2e_die "PINION_E2E_LATENCY_ROUNDS must be a whole number above 0, not '$latency_rounds'" ;; esac
+[ "$latency_only" = 1 ] && [ "$latency_pods" = 0 ] && e2e_die "--latency-only needs PINION_E2E_LATENCY_PODS above 0"
 e2e_run_guest "$log" "$E2E_WORK/initrd" $((per * ${#scenarios[@]} + 300)) \
-    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=$per E2E_LATENCY_PODS=$latency_pods E2E_LATENCY_SETTLE=$latency_settle E2E_LATENCY_BOTH=$latency_both" \
+    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=$per E2E_LATENCY_PODS=$latency_pods E2E_LATENCY_SETTLE=$latency_settle E2E_LATENCY_BOTH=$latency_both E2E_LATENCY_ROUNDS=$latency_rounds E2E_LATENCY_ONLY=$latency_only" \
     "${shape_args[@]}"
 status=$?
 [ "$E2E_INTERACTIVE" = 1 ] && exit 0

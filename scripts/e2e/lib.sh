@@ -13,6 +13,7 @@ E2E_CACHE=${PINION_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pinion-e2e}
 E2E_PROFILE=${PINION_E2E_PROFILE:-release}
 E2E_BIN_DIR=${PINION_E2E_BIN_DIR:-$E2E_REPO/target/$E2E_PROFILE}
 E2E_RESULTS=""
+E2E_DIAG=""
 
 e2e_log() { printf '%s: %s\n' "${E2E_NAME:-e2e}" "$*" >&2; }
 
@@ -99,6 +100,10 @@ e2e_collect() {
             echo "$line"
             E2E_RESULTS+="$line"$'\n'
             ;;
+        # What the guest printed of its daemons' logs (run-scenario, on a
+        # failure): shown by e2e_summary when something failed, since the
+        # console itself is gone with the work directory.
+        "  "*"| "*) E2E_DIAG+="${prefix:+$prefix: }$line"$'\n' ;;
         esac
     done <"$log"
 }
@@ -118,6 +123,10 @@ e2e_summary() {
     failed=$(printf '%s' "$E2E_RESULTS" | grep -c '^RESULT FAIL ' || true)
     skipped=$(printf '%s' "$E2E_RESULTS" | grep -c '^RESULT SKIP ' || true)
     if [ "$failed" -gt 0 ]; then
+        if [ -n "${E2E_DIAG:-}" ]; then
+            echo "what the guests printed of their daemons' logs (the last 200 lines):"
+            printf '%s' "$E2E_DIAG" | tail -n 200
+        fi
         echo "failures:"
         printf '%s' "$E2E_RESULTS" | grep '^RESULT FAIL ' | sed 's/^RESULT FAIL /  /'
     fi

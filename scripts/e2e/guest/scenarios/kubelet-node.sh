@@ -315,11 +315,13 @@ pod_started() { [ -s "$OUT/$1.started" ]; }
 # records the start-up latency (ms) in $S/latency-$PHASE. It waits for the
 # container's own start record first (a file test), and only then looks
 # for its process (a walk of /proc, heavy under TCG), so that the waiting
-# does not load the guest while kubelet starts the pod.
+# does not load the guest while kubelet starts the pod; the file is looked
+# at once a second (wait_quietly): the latency is read from the container's
+# own start record, so the polling only delays the next step.
 start_pod() {
     log_marks=$(log_sizes)
     write_pod "$1" "$2"
-    if wait_for "${POD_WAIT:-180}" pod_started "$1" && wait_for 30 pod_running "$1"; then
+    if wait_quietly "${POD_WAIT:-180}" pod_started "$1" && wait_for 30 pod_running "$1"; then
         ms=$(awk -v a="$(cat "$OUT/$1.written")" -v b="$(head -n 1 "$OUT/$1.started" | cut -d' ' -f1)" \
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
@@ -527,6 +529,9 @@ run_sequence() {
     return 0
 }
 
+# no_tasks: containerd runs no task (no container, no sandbox's pause).
+no_tasks() { [ -z "$(ctr --address "$CTRD_SOCK" -n k8s.io tasks ls -q 2>/dev/null)" ]; }
+
 # latency_pods [FIRST]: the start-up latency of pods started alone, the
 # same on both sides: $E2E_LATENCY_PODS (8) Guaranteed 1-CPU pods, named
 # latFIRST (1) on, each started on an otherwise empty node and deleted
@@ -546,6 +551,9 @@ latency_pods() {
             return 1
         fi
         delete_pod "lat$i" || note "$PHASE: latency pod lat$i still runs 120 s after its manifest was removed"
+        # Its sandbox stopped too (the pause process and the shims gone), so
+        # that the next pod does not start beside its teardown.
+        wait_quietly 60 no_tasks || note "$PHASE: containerd still runs tasks 60 s after lat$i was deleted: $(ctr --address "$CTRD_SOCK" -n k8s.io tasks ls 2>&1 | tr '\n' ';')"
         i=$((i + 1))
     done
     # What the node's daemons took of the guest's CPUs meanwhile (under TCG
@@ -631,6 +639,92 @@ nri_share() {
 # The podresources answer without the shared containers (no cpu_ids).
 podres_exclusive() { podres "$1" | grep -v 'cpus=-$'; }
 
+# --- start-up latency: four blocks on the emptied node ------------------------------
+
+# latency_block SIDE FIRST: one block of latency pods (latFIRST on) with
+# SIDE (static: kubelet's own policy; pinion: kubelet `none` + Pinion)
+# deciding; `both` (a diagnostic, E2E_LATENCY_BOTH=1): kubelet `static`
+# deciding with Pinion connected to the runtime as well — on an empty node
+# both give a lone 1-CPU pod the same CPU, so it tells the cost of Pinion
+# being there from the cost of kubelet at `none`.
+# Every block starts from the same point on both sides: the node empty,
+# kubelet, the agent and containerd stopped, the other policy's checkpoint
+# set aside (kubelet refuses it), containerd started with NRI on (with no
+# plugin on kubelet's side), the agent on Pinion's, kubelet, and
+# $E2E_LATENCY_SETTLE (10) seconds to settle. So neither side's pods start
+# beside daemons that have lived through more pods, restarts or the
+# migration than the other's.
+latency_block() {
+    side=$1 first=$2
+    kubelet_stop
+    agent_stop TERM
+    containerd_stop
+    if [ -f "$KROOT/cpu_manager_state" ]; then
+        mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.before-$side-$first"
+    fi
+    if ! containerd_start true; then
+        fail "latency block $side (lat$first on): containerd starts" "$(tail -5 "$S/containerd.log")"
+        return 1
+    fi
+    policy=static
+    [ "$side" = pinion ] && policy=none
+    if [ "$side" != static ]; then
+        if ! pinion_start; then
+            fail "latency block $side (lat$first on): the agent starts" "$(tail -5 "$S/agent.log")"
+            return 1
+        fi
+    fi
+    if ! kubelet_start "$policy"; then
+        fail "latency block $side (lat$first on): kubelet starts with cpuManagerPolicy $policy" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
+        return 1
+    fi
+    sleep "${E2E_LATENCY_SETTLE:-10}"
+    PHASE=$side-alone
+    before=$(nri_times)
+    latency_pods "$first" || return 1
+    if [ "$side" != static ]; then
+        nri_share "containerd$CTRD_MAJOR $side-alone-$(((first - 1) / ${E2E_LATENCY_PODS:-8} + 1))" \
+            "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
+    fi
+}
+
+# pinion_holds_nothing: Pinion's checkpoint holds no exclusive assignment.
+pinion_holds_nothing() { [ -z "$(pinion_entries)" ]; }
+
+# latency_blocks: $E2E_LATENCY_ROUNDS (1) rounds of four blocks (six with
+# E2E_LATENCY_BOTH=1) on the emptied node, each round in the order static,
+# Pinion, (both, both,) Pinion, static, so that a drift over the run weighs
+# on every side alike; none when E2E_LATENCY_PODS is 0.
+latency_blocks() {
+    lat_per=${E2E_LATENCY_PODS:-8}
+    [ "$lat_per" -gt 0 ] || return 0
+    for name in b pl g2 g3; do delete_pod "$name"; done
+    wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
+    round=0
+    while [ "$round" -lt "${E2E_LATENCY_ROUNDS:-1}" ]; do
+        order="static pinion pinion static"
+        [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && order="static pinion both both pinion static"
+        for side in $order; do
+            # Each side's blocks number their pods on from the side's last.
+            eval "first=\${lat_next_$side:-1}"
+            latency_block "$side" "$first" || return 1
+            eval "lat_next_$side=$((first + lat_per))"
+        done
+        round=$((round + 1))
+    done
+}
+
+# --- start-up latency: manifest written -> container running ------------------------
+
+# latency_report: the E2E-LATENCY and E2E-PHASES lines the host reads.
+latency_report() {
+    for phase in static pinion static-alone pinion-alone both-alone; do
+        [ -s "$S/latency-$phase" ] || continue
+        echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
+        sed "s/^/E2E-PHASES containerd$CTRD_MAJOR $phase /" "$S/phases-$phase" 2>/dev/null
+    done
+}
+
 # --- the runtime; kubelet's own static policy -----------------------------------
 
 if containerd_start false; then
@@ -655,6 +749,15 @@ for image in pause busybox; do
         "$E2E_IMAGES/$image.tar" 2>&1) || { fail "image $image imported" "$out"; exit 0; }
 done
 note "kubelet: $(kubelet --version 2>&1)"
+# E2E_LATENCY_ONLY=1 (scripts/e2e-kubelet.sh --latency-only): the start-up
+# latency blocks alone, without the sequence, the migration and the restarts.
+if [ "${E2E_LATENCY_ONLY:-0}" = 1 ]; then
+    if latency_blocks; then
+        pass "start-up latency: $((${E2E_LATENCY_PODS:-8} * 2 * ${E2E_LATENCY_ROUNDS:-1})) pods a side started alone"
+    fi
+    latency_report
+    exit 0
+fi
 PHASE=static
 if ! kubelet_start static; then
     fail "kubelet starts standalone (cpuManagerPolicy static)" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
@@ -759,7 +862,6 @@ for name in g2 pl g1 b; do delete_pod "$name"; done
 # A pod's CPUs are released when the runtime reports its container
 # stopped or removed, which may come after its process is gone (what
 # delete_pod waits for): kubelet's `static` policy releases them later still.
-pinion_holds_nothing() { [ -z "$(pinion_entries)" ]; }
 wait_for 60 pinion_holds_nothing || true
 check_eq "every pod deleted: Pinion's checkpoint holds no assignment" "" "$(pinion_entries)"
 
@@ -802,72 +904,7 @@ if run_sequence b g1 pl g2 g3; then
         "$(shared_without $(exclusive g2 g3))" "$(pod_cpus b)"
 fi
 
-# --- start-up latency: four blocks on the emptied node ------------------------------
+# --- start-up latency on the emptied node -------------------------------------------
 
-# latency_block SIDE FIRST: one block of latency pods (latFIRST on) with
-# SIDE (static: kubelet's own policy; pinion: kubelet `none` + Pinion)
-# deciding; `both` (a diagnostic, E2E_LATENCY_BOTH=1): kubelet `static`
-# deciding with Pinion connected to the runtime as well — on an empty node
-# both give a lone 1-CPU pod the same CPU, so it tells the cost of Pinion
-# being there from the cost of kubelet at `none`.
-# Every block starts from the same point on both sides: the node empty,
-# kubelet, the agent and containerd stopped, the other policy's checkpoint
-# set aside (kubelet refuses it), containerd started with NRI on (with no
-# plugin on kubelet's side), the agent on Pinion's, kubelet, and
-# $E2E_LATENCY_SETTLE (10) seconds to settle. So neither side's pods start
-# beside daemons that have lived through more pods, restarts or the
-# migration than the other's.
-latency_block() {
-    side=$1 first=$2
-    kubelet_stop
-    agent_stop TERM
-    containerd_stop
-    if [ -f "$KROOT/cpu_manager_state" ]; then
-        mv "$KROOT/cpu_manager_state" "$KROOT/cpu_manager_state.before-$side-$first"
-    fi
-    if ! containerd_start true; then
-        fail "latency block $side (lat$first on): containerd starts" "$(tail -5 "$S/containerd.log")"
-        return 1
-    fi
-    policy=static
-    [ "$side" = pinion ] && policy=none
-    if [ "$side" != static ]; then
-        if ! pinion_start; then
-            fail "latency block $side (lat$first on): the agent starts" "$(tail -5 "$S/agent.log")"
-            return 1
-        fi
-    fi
-    if ! kubelet_start "$policy"; then
-        fail "latency block $side (lat$first on): kubelet starts with cpuManagerPolicy $policy" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
-        return 1
-    fi
-    sleep "${E2E_LATENCY_SETTLE:-10}"
-    PHASE=$side-alone
-    before=$(nri_times)
-    latency_pods "$first" || return 1
-    if [ "$side" != static ]; then
-        nri_share "containerd$CTRD_MAJOR $side-alone-$(((first - 1) / ${E2E_LATENCY_PODS:-8} + 1))" \
-            "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
-    fi
-}
-
-if [ "${E2E_LATENCY_PODS:-8}" -gt 0 ]; then
-    for name in b pl g2 g3; do delete_pod "$name"; done
-    wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
-    second=$((${E2E_LATENCY_PODS:-8} + 1))
-    # static, Pinion, (both, both,) Pinion, static: a drift over the run
-    # weighs on every side alike.
-    middle=""
-    [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && middle="both:1 both:$second"
-    for block in static:1 pinion:1 $middle pinion:$second static:$second; do
-        latency_block "${block%:*}" "${block#*:}" || break
-    done
-fi
-
-# --- start-up latency: manifest written -> container running ------------------------
-
-for phase in static pinion static-alone pinion-alone both-alone; do
-    [ -s "$S/latency-$phase" ] || continue
-    echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
-    sed "s/^/E2E-PHASES containerd$CTRD_MAJOR $phase /" "$S/phases-$phase" 2>/dev/null
-done
+latency_blocks
+latency_report
