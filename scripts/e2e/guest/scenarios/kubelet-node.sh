@@ -698,17 +698,14 @@ pinion_holds_nothing() { [ -z "$(pinion_entries)" ]; }
 latency_blocks() {
     lat_per=${E2E_LATENCY_PODS:-8}
     [ "$lat_per" -gt 0 ] || return 0
-    for name in b pl g2 g3; do delete_pod "$name"; done
-    wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
     round=0
     while [ "$round" -lt "${E2E_LATENCY_ROUNDS:-1}" ]; do
-        order="static pinion pinion static"
-        [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && order="static pinion both both pinion static"
-        for side in $order; do
-            # Each side's blocks number their pods on from the side's last.
-            eval "first=\${lat_next_$side:-1}"
-            latency_block "$side" "$first" || return 1
-            eval "lat_next_$side=$((first + lat_per))"
+        # Each side runs twice a round: its first and its second block
+        # of the round, numbered on from the side's earlier rounds.
+        order="static:1 pinion:1 pinion:2 static:2"
+        [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && order="static:1 pinion:1 both:1 both:2 pinion:2 static:2"
+        for block in $order; do
+            latency_block "${block%:*}" $(((2 * round + ${block#*:} - 1) * lat_per + 1)) || return 1
         done
         round=$((round + 1))
     done
@@ -906,5 +903,7 @@ fi
 
 # --- start-up latency on the emptied node -------------------------------------------
 
+for name in b pl g2 g3; do delete_pod "$name"; done
+wait_for 60 pinion_holds_nothing || note "latency blocks: Pinion still holds $(pinion_entries | tr '\n' ' ')"
 latency_blocks
 latency_report
