@@ -257,7 +257,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 }
 
 /// The directory names kubelet gives pod `uid`'s cgroup.
-fn kube_names(uid: &str) -> Vec<String> {
+pub(crate) fn kube_names(uid: &str) -> Vec<String> {
     let systemd = uid.replace('-', "_");
     ["besteffort", "burstable", "guaranteed"]
         .iter()

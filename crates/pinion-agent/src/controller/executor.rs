@@ -10,7 +10,10 @@
 //!   front-end, which sends them after the handler that caused them returned
 //!   (containerd holds its lock while it waits for a handler's reply) — only
 //!   for containers whose CPUs, memory nodes or resource settings changed:
-//!   an env- or annotation-only change is recorded as applied without one.
+//!   an env- or annotation-only change is recorded as applied without one;
+//!   and for a runtime container given exclusive CPUs, its pod cgroup's CFS
+//!   quota lifted once, as kubelet's `static` policy creates that cgroup
+//!   ([`Controller::lift_pod_quotas`]).
 //!
 //! Admission, release, shared-pool changes, drift repair and restart
 //! recovery all end here; nothing else writes a cpuset.
@@ -27,7 +30,7 @@
 use std::sync::Arc;
 
 use pinion_core::partition::PartitionMode;
-use pinion_core::placement::{all_memory_nodes, ResourceSettings};
+use pinion_core::placement::{all_memory_nodes, Pool, ResourceSettings, UNLIMITED_QUOTA};
 use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement, Topology};
 use pinion_host::cgroup::{
@@ -169,6 +172,7 @@ impl Controller {
         // released ones last (controller/housekeeping.rs).
         let housekeeping = self.shrink_housekeeping();
         let runtime = self.apply_differences();
+        self.lift_pod_quotas();
         self.make_partitions();
         self.enforce_partition_memory();
         let runtime = match delivery {
@@ -280,6 +284,50 @@ impl Controller {
             }
         }
         runtime
+    }
+
+    /// kubelet's `static` policy creates the cgroup of a pod with exclusive
+    /// CPUs without CFS quota (`DisableCPUQuotaWithExclusiveCPUs`, locked on
+    /// since 1.37); at `none` it sets the pod's CPU limit as its quota,
+    /// which throttles the whole pod whatever its containers' own quota
+    /// (Pinion lifts theirs). So each runtime container given exclusive
+    /// CPUs lifts its pod's quota, before the runtime starts it: once per
+    /// container (kubelet's is set at the pod cgroup's creation and stays);
+    /// a failure is logged, not retried — the pod runs, throttled as
+    /// kubelet at `none` leaves it. The sandbox's own cgroup (the pause
+    /// process, already started) keeps kubelet's quota.
+    // difference-from-kubelet: pod-quota-lifted-at-admission
+    pub(super) fn lift_pod_quotas(&mut self) {
+        for ((uid, container), workload) in &mut self.workloads {
+            let exclusive = workload.desired.pool == Pool::Exclusive
+                && workload.desired.resources.cpu_quota == Some(UNLIMITED_QUOTA);
+            if workload.pod_quota_lifted || !exclusive {
+                continue;
+            }
+            let Frontend::Runtime {
+                cgroup: Some(cgroup),
+                ..
+            } = &workload.frontend
+            else {
+                continue;
+            };
+            workload.pod_quota_lifted = true;
+            let Some(pod) = cgroup.pod_cgroup(uid) else {
+                tracing::debug!(%cgroup, %uid, %container, "no pod cgroup named after the pod above the container's: its quota is left alone");
+                continue;
+            };
+            match self.host.lift_cpu_quota(&pod) {
+                Ok(()) => tracing::debug!(cgroup = %pod, %container, "the pod's CFS quota lifted"),
+                Err(CgroupError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    tracing::debug!(cgroup = %pod, "the pod's cgroup is gone");
+                }
+                Err(err) => {
+                    tracing::warn!(cgroup = %pod, %container, "lifting the pod's CFS quota, as kubelet's static policy runs a pod with exclusive CPUs: {err}");
+                }
+            }
+        }
     }
 
     fn send_runtime(&mut self, updates: Vec<RuntimeUpdate>) {

@@ -351,6 +351,9 @@ struct Workload {
     /// its pod's sandbox cgroup, whose removal the reconcile pass takes as
     /// the pod's end ([`Controller::park`]).
     held_sandbox: Option<ContainerCgroup>,
+    /// Its pod's CFS quota was lifted for it (a runtime container given
+    /// exclusive CPUs: [`Controller::lift_pod_quotas`]), or tried.
+    pod_quota_lifted: bool,
 }
 
 impl Workload {
@@ -369,6 +372,7 @@ impl Workload {
             repair_backoff: pinion_core::drift::RepairBackoff::default(),
             updates_in_flight: 0,
             held_sandbox: None,
+            pod_quota_lifted: false,
         }
     }
 

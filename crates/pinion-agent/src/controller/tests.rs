@@ -1001,6 +1001,7 @@ fn a_pod_every_plugin_heard_of_is_recorded_with_the_next_flush() {
 mod holes;
 mod housekeeping;
 mod partitions;
+mod pod_quota;
 mod runtime_drift;
 mod runtime_partitions;
 mod structure;

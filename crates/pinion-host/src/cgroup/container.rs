@@ -56,6 +56,21 @@ impl ContainerCgroup {
     pub fn relative(&self) -> &std::path::Path {
         &self.0
     }
+
+    /// The cgroup of Kubernetes pod `uid` that this container's cgroup
+    /// lies in: its parent, when kubelet named that after the pod
+    /// (`pod<uid>` with the cgroupfs driver,
+    /// `kubepods[-<qos>]-pod<uid>.slice` with systemd's, the uid's `-` as
+    /// `_`); `None` for any other parent.
+    #[must_use]
+    pub fn pod_cgroup(&self, uid: &str) -> Option<ContainerCgroup> {
+        let parent = self.0.parent()?;
+        let name = parent.file_name()?.to_str()?;
+        crate::pod_cgroups::kube_names(uid)
+            .iter()
+            .any(|kube| kube == name)
+            .then(|| ContainerCgroup(parent.to_path_buf()))
+    }
 }
 
 impl std::fmt::Display for ContainerCgroup {
@@ -135,6 +150,38 @@ fn expand_slice(slice: &str) -> Result<PathBuf, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_containers_pod_cgroup_is_its_parent_named_after_the_pod() {
+        let uid = "12-34";
+        let pod = |path: &str| {
+            ContainerCgroup::resolve(path)
+                .unwrap()
+                .pod_cgroup(uid)
+                .map(|c| c.to_string())
+        };
+        assert_eq!(
+            pod("/kubepods/pod12-34/abcd").as_deref(),
+            Some("/kubepods/pod12-34")
+        );
+        assert_eq!(
+            pod("/kubepods/burstable/pod12-34/abcd").as_deref(),
+            Some("/kubepods/burstable/pod12-34")
+        );
+        assert_eq!(
+            pod("kubepods-pod12_34.slice:cri-containerd:abcd").as_deref(),
+            Some("/kubepods.slice/kubepods-pod12_34.slice")
+        );
+        assert_eq!(
+            pod("kubepods-burstable-pod12_34.slice:cri-containerd:abcd").as_deref(),
+            Some("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice")
+        );
+        // Another pod's cgroup, a parent not named after a pod, a
+        // container at the hierarchy's top: none.
+        assert_eq!(pod("/kubepods/pod56-78/abcd"), None);
+        assert_eq!(pod("/system.slice/abcd"), None);
+        assert_eq!(pod("/abcd"), None);
+    }
 
     fn resolved(path: &str) -> String {
         ContainerCgroup::resolve(path)

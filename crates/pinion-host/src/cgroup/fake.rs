@@ -60,6 +60,9 @@ pub struct FakeTree {
     /// cgroup). A write fails when the tree's layout's limit file
     /// (`memory.max`, `memory.limit_in_bytes`) is in `fail_files`.
     pub memory_limits: BTreeMap<ContainerCgroup, Option<u64>>,
+    /// The cgroups outside Pinion's root whose CFS quota was lifted, in
+    /// order, once per write.
+    pub quota_lifted: Vec<ContainerCgroup>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
     /// housekeeping cgroups, `partition TARGET CPUS` / `unpartition TARGET
@@ -359,6 +362,21 @@ impl CpusetHost for FakeCgroups {
         }
         tree.memory_limits.insert(cgroup.clone(), Some(bytes));
         tree.log.push(format!("memory {cgroup} {bytes}"));
+        Ok(())
+    }
+
+    fn lift_cpu_quota(&mut self, cgroup: &ContainerCgroup) -> Result<(), CgroupError> {
+        let mut tree = self.tree();
+        if tree.fail_writes {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: cgroup.relative().to_path_buf(),
+                data: Some("max".to_string()),
+                source: std::io::ErrorKind::PermissionDenied.into(),
+            });
+        }
+        tree.quota_lifted.push(cgroup.clone());
+        tree.log.push(format!("quota {cgroup} max"));
         Ok(())
     }
 }

@@ -238,6 +238,15 @@ pub trait CpusetHost: Send {
     /// controller is a [`CgroupError::Setting`] naming the file and value.
     fn set_memory_limit(&mut self, cgroup: &ContainerCgroup, bytes: u64)
         -> Result<(), CgroupError>;
+    /// Lifts the CFS quota of a cgroup outside Pinion's root: the cgroup of
+    /// a Kubernetes pod whose containers hold exclusive CPUs, as kubelet's
+    /// `static` policy creates it (`DisableCPUQuotaWithExclusiveCPUs`,
+    /// locked on since 1.37). `cpu.max` = `max` on v2 (its period kept),
+    /// `cpu.cfs_quota_us` = `-1` in the cpu hierarchy on v1. A cgroup
+    /// without the cpu controller has no quota: nothing is written. A
+    /// missing cgroup is an I/O error of kind `NotFound`; it is never
+    /// created.
+    fn lift_cpu_quota(&mut self, cgroup: &ContainerCgroup) -> Result<(), CgroupError>;
 }
 
 /// Why cgroup v1 gets no partition.
@@ -791,9 +800,44 @@ impl CpusetHost for Cgroups {
         }
         fs_ops::write(&dir.join(file), &value)
     }
+
+    fn lift_cpu_quota(&mut self, cgroup: &ContainerCgroup) -> Result<(), CgroupError> {
+        let Some((mount, file, unlimited)) = self.quota_file() else {
+            return Ok(());
+        };
+        let dir = mount.join(cgroup.relative());
+        if !dir.is_dir() {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: dir,
+                data: Some(unlimited.to_string()),
+                source: io::ErrorKind::NotFound.into(),
+            });
+        }
+        let path = dir.join(file);
+        if !path.is_file() {
+            return Ok(());
+        }
+        fs_ops::write(&path, unlimited)
+    }
 }
 
 impl Cgroups {
+    /// The mount of the hierarchy holding the CFS quota file and the file's
+    /// name and unlimited value (`None`: v1 without a cpu hierarchy).
+    fn quota_file(&self) -> Option<(&Path, &'static str, &'static str)> {
+        match (self.version, &self.v1_cpu) {
+            (CgroupVersion::V2, _) => Some((self.mount.as_path(), "cpu.max", "max")),
+            (CgroupVersion::V1, Hierarchy::WithCpuset) => {
+                Some((self.mount.as_path(), "cpu.cfs_quota_us", "-1"))
+            }
+            (CgroupVersion::V1, Hierarchy::Separate(mount)) => {
+                Some((mount.as_path(), "cpu.cfs_quota_us", "-1"))
+            }
+            (CgroupVersion::V1, Hierarchy::Absent) => None,
+        }
+    }
+
     /// The mount of the hierarchy holding `memory` files: the v2 mount, or
     /// v1's memory hierarchy (`None`: v1 without one).
     fn memory_mount(&self) -> Option<&Path> {

@@ -804,3 +804,55 @@ fn v1_partition_memory_limit_goes_to_the_memory_hierarchy() {
         "{err}"
     );
 }
+
+/// A pod with exclusive CPUs runs without CFS quota at the pod level, as
+/// kubelet's `static` policy creates its cgroup: v2 `cpu.max` = `max`.
+#[test]
+fn v2_a_pods_cpu_quota_is_lifted_in_cpu_max() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().join("unified");
+    let pod = mount.join("kubepods/pod12-34");
+    fs::create_dir_all(&pod).expect("mkdir");
+    fs::write(pod.join("cpu.max"), "100000 100000\n").expect("write");
+    let mut cg = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    let cgroup = ContainerCgroup::resolve("/kubepods/pod12-34").expect("valid");
+    cg.lift_cpu_quota(&cgroup).expect("lift");
+    assert_eq!(read(&pod.join("cpu.max")), "max");
+    // Without the cpu controller there is no quota: nothing written.
+    let bare = mount.join("kubepods/pod56-78");
+    fs::create_dir_all(&bare).expect("mkdir");
+    cg.lift_cpu_quota(&ContainerCgroup::resolve("/kubepods/pod56-78").expect("valid"))
+        .expect("no controller, no quota");
+    assert!(!bare.join("cpu.max").exists());
+    // A pod gone: NotFound naming it; never created.
+    let gone = ContainerCgroup::resolve("/kubepods/pod9").expect("valid");
+    let err = cg.lift_cpu_quota(&gone).expect_err("missing");
+    assert!(
+        matches!(&err, CgroupError::Io { source, path, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && path.ends_with("kubepods/pod9")),
+        "{err}"
+    );
+    assert!(!mount.join("kubepods/pod9").exists());
+}
+
+/// v1: `cpu.cfs_quota_us` = `-1` in the cpu hierarchy; none mounted,
+/// nothing to lift.
+#[test]
+fn v1_a_pods_cpu_quota_is_lifted_in_the_cpu_hierarchy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let cpu = dir.path().join("cpu");
+    let pod = cpu.join("kubepods/pod12-34");
+    fs::create_dir_all(&pod).expect("mkdir");
+    fs::write(pod.join("cpu.cfs_quota_us"), "100000\n").expect("write");
+    let cgroup = ContainerCgroup::resolve("/kubepods/pod12-34").expect("valid");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"))
+        .with_v1_hierarchies(Some(cpu.clone()), None);
+    cg.lift_cpu_quota(&cgroup).expect("lift");
+    assert_eq!(read(&pod.join("cpu.cfs_quota_us")), "-1");
+    let mut bare = Cgroups::new(CgroupVersion::V1, mount.clone(), mount.join("pinion"));
+    fs::write(pod.join("cpu.cfs_quota_us"), "100000\n").expect("write");
+    bare.lift_cpu_quota(&cgroup)
+        .expect("no cpu hierarchy: nothing to lift");
+    assert_eq!(read(&pod.join("cpu.cfs_quota_us")), "100000");
+}

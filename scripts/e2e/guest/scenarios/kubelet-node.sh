@@ -326,7 +326,7 @@ start_pod() {
             'BEGIN { printf "%d", (b - a) * 1000 + 0.5 }')
         echo "$1 $ms" >>"$S/latency-$PHASE"
         echo "$1 $(pod_phases "$1" "$log_marks")" >>"$S/phases-$PHASE"
-        note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest)"
+        note "$PHASE: pod $1 runs on cpus $(pod_cpus "$1" | tr ' ' ',') (${ms} ms after its manifest; its pod cgroup's cpu.max: $(pod_quota "$1"))"
         [ "$ms" -gt "${SLOW_POD_MS:-12000}" ] && slow_pod_notes "$1" "$log_marks"
         return 0
     fi
@@ -370,6 +370,14 @@ oci_resources() {
     }' "$spec"
 }
 
+# pod_quota NAME: the `cpu.max` of pod NAME's own cgroup (kubelet's
+# cgroupfs layout, any QoS class): kubelet's `static` policy creates the
+# cgroup of a pod with exclusive CPUs without quota, Pinion lifts it.
+pod_quota() {
+    uid=$(pod_uid "$1")
+    cat /sys/fs/cgroup/kubepods/pod"$uid"/cpu.max /sys/fs/cgroup/kubepods/*/pod"$uid"/cpu.max 2>/dev/null | head -n 1
+}
+
 # pod_phases NAME MARKS: where pod NAME's start-up time went, from
 # containerd's log (MARKS: log_sizes before its manifest), ms:
 # "kubelet=" manifest written -> RunPodSandbox asked, "sandbox=" the
@@ -392,6 +400,9 @@ pod_phases() {
             d = b - a; if (d < -43200) d += 86400
             return int(d * 1000 + 0.5)
         }
+        # containerd 2.x: "connecting to shim ID" (the sandbox id first: its
+        # shim started, before the pause container is created).
+        index($0, "connecting to shim ") { s = $0; sub(/.*connecting to shim /, "", s); sub(/[" ].*/, "", s); shim[s] = t($0); next }
         # 1.7 prints the sandbox as "&PodSandboxMetadata{Name:NAME-NODE,…",
         # 2.x as "name:\"NAME-NODE\" …".
         index($0, "RunPodSandbox for ") && (index($0, "{Name:" pod) || index($0, "name:\\\"" pod)) {
@@ -407,9 +418,9 @@ pod_phases() {
         }
         END {
             w = (written + off) % 86400; r = (started + off) % 86400
-            printf "kubelet=%d sandbox=%d kubelet2=%d create=%d kubelet3=%d start=%d running=%d\n",
-                ms(w, sb_start), ms(sb_start, sb_end), ms(sb_end, cr_start), ms(cr_start, cr_end),
-                ms(cr_end, st_start), ms(st_start, st_end), ms(st_end, r)
+            printf "kubelet=%d sandbox=%d sandbox.shim=%d sandbox.pause=%d kubelet2=%d create=%d kubelet3=%d start=%d running=%d\n",
+                ms(w, sb_start), ms(sb_start, sb_end), ms(sb_start, shim[sb]), ms(shim[sb], sb_end),
+                ms(sb_end, cr_start), ms(cr_start, cr_end), ms(cr_end, st_start), ms(st_start, st_end), ms(st_end, r)
         }'
 }
 
@@ -420,6 +431,25 @@ log_sizes() {
     for log in kubelet containerd agent; do
         printf '%s ' "$(stat -c %s "$S/$log.log" 2>/dev/null || echo 0)"
     done
+}
+
+# log_digest LABEL MARKS: what the daemons logged since MARKS (log_sizes),
+# as notes: the lines per level of each, and the commonest warnings and
+# errors (their first 100 characters after the time stamp) — whatever a
+# daemon keeps doing or retrying while the pods start.
+log_digest() {
+    label=$1
+    set -- $2
+    tail -c +"$(($3 + 1))" "$S/agent.log" 2>/dev/null >"$S/digest-agent"
+    tail -c +"$(($2 + 1))" "$S/containerd.log" 2>/dev/null >"$S/digest-containerd"
+    tail -c +"$(($1 + 1))" "$S/kubelet.log" 2>/dev/null >"$S/digest-kubelet"
+    note "$label: lines logged: agent $(awk '{ n[$2]++ } END { for (l in n) printf "%s=%d ", l, n[l] }' "$S/digest-agent")containerd $(grep -o 'level=[a-z]*' "$S/digest-containerd" | sort | uniq -c | awk '{ printf "%s=%d ", substr($2, 7), $1 }')kubelet $(cut -c1 "$S/digest-kubelet" | grep '^[IWEF]' | sort | uniq -c | awk '{ printf "%s=%d ", $2, $1 }')"
+    {
+        awk '$2 == "WARN" || $2 == "ERROR" { $1 = ""; print "agent|" substr($0, 1, 100) }' "$S/digest-agent"
+        grep 'level=warn\|level=error' "$S/digest-containerd" | sed 's/^time="[^"]*" //' | cut -c1-100 | sed 's/^/containerd|/'
+        awk '/^[EW][0-9]/ { $1 = $2 = $3 = $4 = ""; sub(/^ */, ""); print "kubelet|" substr($0, 1, 100) }' "$S/digest-kubelet"
+    } | sort | uniq -c | sort -rn | head -n 8 | sed "s/^/  /" | while IFS= read -r line; do note "$label: $line"; done
+    rm -f "$S/digest-agent" "$S/digest-containerd" "$S/digest-kubelet"
 }
 
 # slow_pod_notes NAME MARKS: what the daemons logged while pod NAME took
@@ -523,6 +553,7 @@ run_sequence() {
     for name in $started; do
         echo "$name=$(pod_cpus "$name" | tr ' ' ',')" >>"$S/seq-$PHASE"
         oci_resources "$name" >"$S/oci-$PHASE-$name"
+        pod_quota "$name" >"$S/podquota-$PHASE-$name"
         starts=$(wc -l <"$OUT/$name.started" 2>/dev/null || echo 0)
         [ "$starts" -gt 1 ] && note "$PHASE: pod $name's container started $starts times (kubelet restarted it)"
     done
@@ -604,12 +635,22 @@ cpu_ms() {
     awk '{ print int(($14 + $15) * 10) }' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-# daemons_cpu: "kubelet=MS containerd=MS agent=MS" (the agent's 0 when it
-# does not run).
+# switches PID: how often the threads of process PID have been switched
+# out, voluntarily or not (each a sleep and a wake-up, which a TCG guest
+# pays for on every vCPU it happens on).
+switches() {
+    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^(non)?voluntary_ctxt_switches:/ { n += $2 } END { print n + 0 }'
+}
+
+# daemons_cpu: "kubelet=MS containerd=MS agent=MS" and the daemons' thread
+# switches (the agent's 0 when it does not run).
 daemons_cpu() {
-    agent=0
-    [ -n "${AGENT_PID:-}" ] && kill -0 "$AGENT_PID" 2>/dev/null && agent=$(cpu_ms "$AGENT_PID")
-    echo "kubelet=$(cpu_ms "$KUBELET_PID") containerd=$(cpu_ms "$CTRD_PID") agent=$agent"
+    agent=0 agent_switches=0
+    if [ -n "${AGENT_PID:-}" ] && kill -0 "$AGENT_PID" 2>/dev/null; then
+        agent=$(cpu_ms "$AGENT_PID") agent_switches=$(switches "$AGENT_PID")
+    fi
+    echo "kubelet=$(cpu_ms "$KUBELET_PID") containerd=$(cpu_ms "$CTRD_PID") agent=$agent" \
+        "kubelet.switches=$(switches "$KUBELET_PID") containerd.switches=$(switches "$CTRD_PID") agent.switches=$agent_switches"
 }
 
 # nri_times: the agent's NRI request times so far (its /metrics,
@@ -679,9 +720,15 @@ latency_block() {
         return 1
     fi
     sleep "${E2E_LATENCY_SETTLE:-10}"
+    # What the earlier blocks left in containerd (kubelet relists every
+    # container and sandbox it keeps, once a second): a count that grows
+    # from block to block makes the later blocks slower on either side.
+    note "latency block $side (lat$first on): containerd keeps $(ctr --address "$CTRD_SOCK" -n k8s.io containers ls -q 2>/dev/null | wc -l) containers, $(ctr --address "$CTRD_SOCK" -n k8s.io snapshots --snapshotter native ls 2>/dev/null | tail -n +2 | wc -l) snapshots"
     PHASE=$side-alone
     before=$(nri_times)
+    block_marks=$(log_sizes)
     latency_pods "$first" || return 1
+    log_digest "latency block $side (lat$first on)" "$block_marks"
     if [ "$side" != static ]; then
         nri_share "containerd$CTRD_MAJOR $side-alone-$(((first - 1) / ${E2E_LATENCY_PODS:-8} + 1))" \
             "${E2E_LATENCY_PODS:-8}" "$before" "$(nri_times)"
@@ -883,6 +930,8 @@ if run_sequence b g1 pl g2 g3; then
             continue
         fi
         check_eq "kubelet static and Pinion: the same OCI resources for $name" "$static_oci" "$(cat "$S/oci-pinion-$name" 2>/dev/null)"
+        check_eq "kubelet static and Pinion: the same CFS quota of pod $name's cgroup" \
+            "$(cat "$S/podquota-static-$name")" "$(cat "$S/podquota-pinion-$name")"
     done
     note "Pinion: g1's OCI resources: $(cat "$S/oci-pinion-g1" 2>/dev/null)"
     g1=$(pod_cpus g1)
