@@ -26,7 +26,9 @@
 # side for the start-up latency, default 8; 0 leaves the comparison to the
 # sequence's pods), PINION_E2E_LATENCY_SETTLE (seconds the restarted daemons
 # settle before each latency block, default 10), PINION_E2E_LATENCY_ROUNDS
-# (rounds of four blocks, static, Pinion, Pinion, static, default 1).
+# (rounds of four blocks, static, Pinion, Pinion, static, default 1),
+# PINION_E2E_LATENCY_BOTH and PINION_E2E_LATENCY_NOQUOTA (1: two diagnostic
+# blocks more a round, described where they are read below).
 set -uo pipefail
 E2E_NAME=e2e-kubelet
 . "$(dirname "$0")/e2e/lib.sh"
@@ -54,7 +56,7 @@ while [ $# -gt 0 ]; do
         ;;
     --latency-only) latency_only=1; shift ;;
     --interactive) E2E_INTERACTIVE=1; shift ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -117,11 +119,16 @@ case $latency_settle in '' | *[!0-9]*) e2e_die "PINION_E2E_LATENCY_SETTLE must b
 # Pinion connected too (a diagnostic: Pinion's presence against kubelet `none`).
 latency_both=${PINION_E2E_LATENCY_BOTH:-0}
 case $latency_both in 0 | 1) ;; *) e2e_die "PINION_E2E_LATENCY_BOTH must be 0 or 1, not '$latency_both'" ;; esac
+# PINION_E2E_LATENCY_NOQUOTA=1: two more blocks, Pinion deciding with kubelet
+# at `none` and cpuCFSQuota false (a diagnostic: the cost of the CFS quota
+# kubelet `none` gives a pod's cgroup and sandbox, against Pinion's own).
+latency_noquota=${PINION_E2E_LATENCY_NOQUOTA:-0}
+case $latency_noquota in 0 | 1) ;; *) e2e_die "PINION_E2E_LATENCY_NOQUOTA must be 0 or 1, not '$latency_noquota'" ;; esac
 latency_rounds=${PINION_E2E_LATENCY_ROUNDS:-1}
 case $latency_rounds in '' | *[!0-9]* | 0) e2e_die "PINION_E2E_LATENCY_ROUNDS must be a whole number above 0, not '$latency_rounds'" ;; esac
 [ "$latency_only" = 1 ] && [ "$latency_pods" = 0 ] && e2e_die "--latency-only needs PINION_E2E_LATENCY_PODS above 0"
 e2e_run_guest "$log" "$E2E_WORK/initrd" $((per * ${#scenarios[@]} + 300)) \
-    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=$per E2E_LATENCY_PODS=$latency_pods E2E_LATENCY_SETTLE=$latency_settle E2E_LATENCY_BOTH=$latency_both E2E_LATENCY_ROUNDS=$latency_rounds E2E_LATENCY_ONLY=$latency_only" \
+    "E2E_SHAPE=kubelet-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=$list E2E_SCENARIO_TIMEOUT=$per E2E_LATENCY_PODS=$latency_pods E2E_LATENCY_SETTLE=$latency_settle E2E_LATENCY_BOTH=$latency_both E2E_LATENCY_NOQUOTA=$latency_noquota E2E_LATENCY_ROUNDS=$latency_rounds E2E_LATENCY_ONLY=$latency_only" \
     "${shape_args[@]}"
 status=$?
 [ "$E2E_INTERACTIVE" = 1 ] && exit 0
@@ -173,12 +180,15 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk "$AWK_MEDIAN"'
         ma = median(ms[a]); mb = median(ms[b])
         printf "e2e-kubelet: start-up latency on %s, %s (ms, manifest written -> container running): kubelet static median %.0f mean %.0f of %d (%s ), kubelet none + Pinion median %.0f mean %.0f of %d (%s ); Pinion adds %+.0f ms (%+.1f %%) at the median, 95 %% interval %s\n", r, what, ma, mean[a], count[a], detail[a], mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0), interval(ms[a], ms[b])
       }
-      # The diagnostic arm (PINION_E2E_LATENCY_BOTH=1) against kubelet static.
-      for (r in rt) {
-        a = r " static-alone"; b = r " both-alone"
+      # The diagnostic arms (PINION_E2E_LATENCY_BOTH=1,
+      # PINION_E2E_LATENCY_NOQUOTA=1) against kubelet static.
+      arm["both-alone"] = "kubelet static with Pinion connected too"
+      arm["noquota-alone"] = "kubelet none (cpuCFSQuota false) + Pinion"
+      for (r in rt) for (d in arm) {
+        a = r " static-alone"; b = r " " d
         if (!(a in ms) || !(b in ms)) continue
         ma = median(ms[a]); mb = median(ms[b])
-        printf "e2e-kubelet: diagnostic on %s, pods started alone (ms): kubelet static median %.0f, kubelet static with Pinion connected too median %.0f mean %.0f of %d (%s ); %+.0f ms (%+.1f %%), 95 %% interval %s\n", r, ma, mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0), interval(ms[a], ms[b])
+        printf "e2e-kubelet: diagnostic on %s, pods started alone (ms): kubelet static median %.0f, %s median %.0f mean %.0f of %d (%s ); %+.0f ms (%+.1f %%), 95 %% interval %s\n", r, ma, arm[d], mb, mean[b], count[b], detail[b], mb - ma, (ma > 0 ? (mb - ma) * 100 / ma : 0), interval(ms[a], ms[b])
       }
     }' >&2
 # Where the pods' start-up went, step by step (containerd's log of each pod
@@ -186,7 +196,7 @@ tr -d '\r' <"$log" | grep '^E2E-LATENCY ' | awk "$AWK_MEDIAN"'
 # median of each step a side.
 tr -d '\r' <"$log" | grep '^E2E-PHASES ' | awk "$AWK_MEDIAN"'
     {
-        if ($3 ~ /^both/) next
+        if ($3 ~ /^(both|noquota)/) next
         side = ($3 ~ /^pinion/ ? "pinion" : "static") ($3 ~ /-alone$/ ? " alone" : " sequence")
         rt[$2] = 1
         for (i = 5; i <= NF; i++) {

@@ -714,15 +714,7 @@ impl CpusetHost for Cgroups {
     }
 
     fn container_cpuset(&self, cgroup: &ContainerCgroup) -> Result<ContainerCpuset, CgroupError> {
-        let dir = self.mount.join(cgroup.relative());
-        if !dir.is_dir() {
-            return Err(CgroupError::Io {
-                op: CgroupOp::Read,
-                path: dir,
-                data: None,
-                source: io::ErrorKind::NotFound.into(),
-            });
-        }
+        let dir = must_exist(self.mount.join(cgroup.relative()), CgroupOp::Read, None)?;
         let read = |file: &str| -> Result<Option<CpuSet>, CgroupError> {
             let path = dir.join(file);
             if fs_ops::read(&path)?.trim().is_empty() {
@@ -745,15 +737,11 @@ impl CpusetHost for Cgroups {
         cgroup: &ContainerCgroup,
         cpus: &CpuSet,
     ) -> Result<(), CgroupError> {
-        let dir = self.mount.join(cgroup.relative());
-        if !dir.is_dir() {
-            return Err(CgroupError::Io {
-                op: CgroupOp::Write,
-                path: dir,
-                data: Some(cpus.to_string()),
-                source: io::ErrorKind::NotFound.into(),
-            });
-        }
+        let dir = must_exist(
+            self.mount.join(cgroup.relative()),
+            CgroupOp::Write,
+            Some(cpus.to_string()),
+        )?;
         if self.version == CgroupVersion::V2 {
             let parents = chain_below(&self.mount, cgroup.relative());
             let parents = std::iter::once(self.mount.clone())
@@ -780,15 +768,11 @@ impl CpusetHost for Cgroups {
                 reason: format!("{file} {value}: no cgroup v1 memory hierarchy is mounted"),
             });
         };
-        let dir = mount.join(cgroup.relative());
-        if !dir.is_dir() {
-            return Err(CgroupError::Io {
-                op: CgroupOp::Write,
-                path: dir,
-                data: Some(value),
-                source: io::ErrorKind::NotFound.into(),
-            });
-        }
+        let dir = must_exist(
+            mount.join(cgroup.relative()),
+            CgroupOp::Write,
+            Some(value.clone()),
+        )?;
         if !dir.join(file).is_file() {
             return Err(CgroupError::Setting {
                 path: dir,
@@ -805,21 +789,32 @@ impl CpusetHost for Cgroups {
         let Some((mount, file, unlimited)) = self.quota_file() else {
             return Ok(());
         };
-        let dir = mount.join(cgroup.relative());
-        if !dir.is_dir() {
-            return Err(CgroupError::Io {
-                op: CgroupOp::Write,
-                path: dir,
-                data: Some(unlimited.to_string()),
-                source: io::ErrorKind::NotFound.into(),
-            });
-        }
+        let dir = must_exist(
+            mount.join(cgroup.relative()),
+            CgroupOp::Write,
+            Some(unlimited.to_string()),
+        )?;
         let path = dir.join(file);
         if !path.is_file() {
             return Ok(());
         }
         fs_ops::write(&path, unlimited)
     }
+}
+
+/// `dir`, a cgroup Pinion does not create (kubelet's or the runtime's), when
+/// it exists; otherwise the I/O error of kind `NotFound` naming it, with the
+/// operation and the value that could not be applied.
+fn must_exist(dir: PathBuf, op: CgroupOp, data: Option<String>) -> Result<PathBuf, CgroupError> {
+    if dir.is_dir() {
+        return Ok(dir);
+    }
+    Err(CgroupError::Io {
+        op,
+        path: dir,
+        data,
+        source: io::ErrorKind::NotFound.into(),
+    })
 }
 
 impl Cgroups {

@@ -159,8 +159,10 @@ containerd_stop() {
     return 0
 }
 
-# kubelet_config POLICY: a standalone kubelet (no kubeconfig: static pods
-# only), cgroupfs like containerd's runc, the node's reservation and option.
+# kubelet_config POLICY [noquota]: a standalone kubelet (no kubeconfig:
+# static pods only), cgroupfs like containerd's runc, the node's reservation
+# and option; `noquota` (the latency diagnostic only): cpuCFSQuota false,
+# no CFS quota on any pod, sandbox or container.
 kubelet_config() {
     cat <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -193,10 +195,14 @@ EOF
     if [ "$1" = static ]; then
         printf 'cpuManagerPolicyOptions:\n  strict-cpu-reservation: "true"\n'
     fi
+    if [ "${2:-}" = noquota ]; then
+        echo "cpuCFSQuota: false"
+    fi
 }
 
+# kubelet_start POLICY [noquota]: kubelet started with kubelet_config's.
 kubelet_start() {
-    kubelet_config "$1" >"$S/kubelet.yaml"
+    kubelet_config "$1" "${2:-}" >"$S/kubelet.yaml"
     KUBELET_POLICY=$1
     kubelet --config "$S/kubelet.yaml" --root-dir "$KROOT" --hostname-override e2e --node-ip "$NODE_IP" --v=2 \
         >>"$S/kubelet.log" 2>&1 &
@@ -687,7 +693,13 @@ podres_exclusive() { podres "$1" | grep -v 'cpus=-$'; }
 # deciding; `both` (a diagnostic, E2E_LATENCY_BOTH=1): kubelet `static`
 # deciding with Pinion connected to the runtime as well — on an empty node
 # both give a lone 1-CPU pod the same CPU, so it tells the cost of Pinion
-# being there from the cost of kubelet at `none`.
+# being there from the cost of kubelet at `none`; `noquota` (a diagnostic,
+# E2E_LATENCY_NOQUOTA=1): Pinion deciding with kubelet at `none` and
+# cpuCFSQuota false — kubelet `none` gives the pod's cgroup and its sandbox
+# the pod's CPU limit as CFS quota, which kubelet `static` leaves off for a
+# pod with exclusive CPUs and Pinion can lift only once its first container
+# is created, after the sandbox started; this arm tells that quota's cost
+# from Pinion's.
 # Every block starts from the same point on both sides: the node empty,
 # kubelet, the agent and containerd stopped, the other policy's checkpoint
 # set aside (kubelet refuses it), containerd started with NRI on (with no
@@ -707,15 +719,15 @@ latency_block() {
         fail "latency block $side (lat$first on): containerd starts" "$(tail -5 "$S/containerd.log")"
         return 1
     fi
-    policy=static
-    [ "$side" = pinion ] && policy=none
+    policy=static quota=""
+    case $side in pinion) policy=none ;; noquota) policy=none quota=noquota ;; esac
     if [ "$side" != static ]; then
         if ! pinion_start; then
             fail "latency block $side (lat$first on): the agent starts" "$(tail -5 "$S/agent.log")"
             return 1
         fi
     fi
-    if ! kubelet_start "$policy"; then
+    if ! kubelet_start "$policy" $quota; then
         fail "latency block $side (lat$first on): kubelet starts with cpuManagerPolicy $policy" "$(tail -5 "$S/kubelet.log" | cut -c1-300)"
         return 1
     fi
@@ -738,10 +750,11 @@ latency_block() {
 # pinion_holds_nothing: Pinion's checkpoint holds no exclusive assignment.
 pinion_holds_nothing() { [ -z "$(pinion_entries)" ]; }
 
-# latency_blocks: $E2E_LATENCY_ROUNDS (1) rounds of four blocks (six with
-# E2E_LATENCY_BOTH=1) on the emptied node, each round in the order static,
-# Pinion, (both, both,) Pinion, static, so that a drift over the run weighs
-# on every side alike; none when E2E_LATENCY_PODS is 0.
+# latency_blocks: $E2E_LATENCY_ROUNDS (1) rounds of four blocks (two more
+# with each of E2E_LATENCY_BOTH=1 and E2E_LATENCY_NOQUOTA=1) on the emptied
+# node, each round in the order static, Pinion, (both, (noquota, noquota,)
+# both,) Pinion, static, so that a drift over the run weighs on every side
+# alike; none when E2E_LATENCY_PODS is 0.
 latency_blocks() {
     lat_per=${E2E_LATENCY_PODS:-8}
     [ "$lat_per" -gt 0 ] || return 0
@@ -749,8 +762,10 @@ latency_blocks() {
     while [ "$round" -lt "${E2E_LATENCY_ROUNDS:-1}" ]; do
         # Each side runs twice a round: its first and its second block
         # of the round, numbered on from the side's earlier rounds.
-        order="static:1 pinion:1 pinion:2 static:2"
-        [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && order="static:1 pinion:1 both:1 both:2 pinion:2 static:2"
+        inner=""
+        [ "${E2E_LATENCY_NOQUOTA:-0}" = 1 ] && inner="noquota:1 noquota:2"
+        [ "${E2E_LATENCY_BOTH:-0}" = 1 ] && inner="both:1 $inner both:2"
+        order="static:1 pinion:1 $inner pinion:2 static:2"
         for block in $order; do
             latency_block "${block%:*}" $(((2 * round + ${block#*:} - 1) * lat_per + 1)) || return 1
         done
@@ -762,7 +777,7 @@ latency_blocks() {
 
 # latency_report: the E2E-LATENCY and E2E-PHASES lines the host reads.
 latency_report() {
-    for phase in static pinion static-alone pinion-alone both-alone; do
+    for phase in static pinion static-alone pinion-alone both-alone noquota-alone; do
         [ -s "$S/latency-$phase" ] || continue
         echo "E2E-LATENCY containerd$CTRD_MAJOR $phase $(tr '\n' ' ' <"$S/latency-$phase")"
         sed "s/^/E2E-PHASES containerd$CTRD_MAJOR $phase /" "$S/phases-$phase" 2>/dev/null
