@@ -318,9 +318,7 @@ impl Controller {
             };
             match self.host.lift_cpu_quota(&pod) {
                 Ok(()) => tracing::debug!(cgroup = %pod, %container, "the pod's CFS quota lifted"),
-                Err(CgroupError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
+                Err(err) if err.is_missing() => {
                     tracing::debug!(cgroup = %pod, "the pod's cgroup is gone");
                 }
                 Err(err) => {

@@ -16,7 +16,6 @@
 //! running, and so does their protection); a cgroup taken out of the
 //! config keeps the cpus it had — see docs/housekeeping.md.
 
-use std::io::ErrorKind;
 use std::path::PathBuf;
 
 use pinion_core::drift::{judge, OtherWriters};
@@ -295,9 +294,7 @@ impl Controller {
 
     fn kept_failed(&mut self, index: usize, err: &CgroupError) {
         self.housekeeping.kept[index].applied = None;
-        let missing =
-            matches!(err, CgroupError::Io { source, .. } if source.kind() == ErrorKind::NotFound);
-        if missing {
+        if err.is_missing() {
             self.set_kept_state(index, KeptState::Missing);
         } else {
             if !matches!(self.housekeeping.kept[index].state, KeptState::Failed(_)) {

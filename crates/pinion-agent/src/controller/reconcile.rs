@@ -6,10 +6,7 @@
 //! or an NRI `UpdateContainers`; also retrying runtime updates that
 //! failed), remove empty stray cgroups.
 
-use std::io::ErrorKind;
-
 use pinion_core::drift::{cpuset_drift, judge, SeenCpuset};
-use pinion_host::cgroup::CgroupError;
 
 use super::foreign::ForeignKind;
 use super::{Controller, Decision, Frontend, Key, ReconcileReport};
@@ -107,9 +104,7 @@ impl Controller {
                     cpus: seen.cpus,
                     mems: seen.mems,
                 },
-                Err(CgroupError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
-                    continue
-                }
+                Err(err) if err.is_missing() => continue,
                 Err(err) => {
                     tracing::debug!(pod = %key.0, container = %key.1, "reading the container's cgroup: {err}");
                     continue;

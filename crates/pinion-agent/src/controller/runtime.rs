@@ -5,13 +5,12 @@
 //! at. [`Controller::sync_runtime`] makes the controller agree with it.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::sync::Arc;
 
 use pinion_core::engine::CpuOwner;
 use pinion_core::pod::Pod;
 use pinion_core::{CpuSet, Placement};
-use pinion_host::cgroup::{CgroupError, ContainerCgroup};
+use pinion_host::cgroup::ContainerCgroup;
 
 use super::batch::Batch;
 use super::executor::Delivery;
@@ -281,8 +280,8 @@ impl Controller {
     /// never ended on a guess).
     pub(super) fn sandbox_runs(&self, sandbox: &ContainerCgroup) -> bool {
         match self.host.container_cpuset(sandbox) {
-            Err(CgroupError::Io { source, .. }) => source.kind() != ErrorKind::NotFound,
-            _ => true,
+            Err(err) => !err.is_missing(),
+            Ok(_) => true,
         }
     }
 

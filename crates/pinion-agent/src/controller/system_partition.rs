@@ -13,10 +13,8 @@
 //! node agent cannot do as kubelet does (putting the pods in that cgroup,
 //! eviction).
 
-use std::io::ErrorKind;
-
 use pinion_core::{Placement, Pool};
-use pinion_host::cgroup::{CgroupError, ContainerCgroup};
+use pinion_host::cgroup::ContainerCgroup;
 
 use super::{Controller, Key};
 
@@ -92,7 +90,7 @@ impl Controller {
                     next = LimitState::Enforced(cgroup.clone());
                     break;
                 }
-                Err(CgroupError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {}
+                Err(err) if err.is_missing() => {}
                 Err(err) => {
                     next =
                         LimitState::Failed(format!("memoryLimit {limit} bytes on {cgroup}: {err}"));

@@ -111,6 +111,15 @@ pub enum CgroupError {
     },
 }
 
+impl CgroupError {
+    /// Whether the cgroup (or file) read or written does not exist: an I/O
+    /// error of kind `NotFound` — a container or pod that ended.
+    #[must_use]
+    pub fn is_missing(&self) -> bool {
+        matches!(self, CgroupError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+    }
+}
+
 fn data_suffix(data: Option<&str>) -> String {
     data.map(|d| format!(" (data {d:?})")).unwrap_or_default()
 }
@@ -761,7 +770,7 @@ impl CpusetHost for Cgroups {
     ) -> Result<(), CgroupError> {
         let file = resources::memory_limit_file(self.version);
         let value = bytes.to_string();
-        let Some(mount) = self.memory_mount() else {
+        let Some(mount) = self.controller_mount(Controller::Memory) else {
             return Err(CgroupError::Setting {
                 path: self.mount.join(cgroup.relative()),
                 file,
@@ -786,9 +795,10 @@ impl CpusetHost for Cgroups {
     }
 
     fn lift_cpu_quota(&mut self, cgroup: &ContainerCgroup) -> Result<(), CgroupError> {
-        let Some((mount, file, unlimited)) = self.quota_file() else {
+        let Some(mount) = self.controller_mount(Controller::Cpu) else {
             return Ok(());
         };
+        let (file, unlimited) = resources::unlimited_quota(self.version);
         let dir = must_exist(
             mount.join(cgroup.relative()),
             CgroupOp::Write,
@@ -818,25 +828,16 @@ fn must_exist(dir: PathBuf, op: CgroupOp, data: Option<String>) -> Result<PathBu
 }
 
 impl Cgroups {
-    /// The mount of the hierarchy holding the CFS quota file and the file's
-    /// name and unlimited value (`None`: v1 without a cpu hierarchy).
-    fn quota_file(&self) -> Option<(&Path, &'static str, &'static str)> {
-        match (self.version, &self.v1_cpu) {
-            (CgroupVersion::V2, _) => Some((self.mount.as_path(), "cpu.max", "max")),
-            (CgroupVersion::V1, Hierarchy::WithCpuset) => {
-                Some((self.mount.as_path(), "cpu.cfs_quota_us", "-1"))
-            }
-            (CgroupVersion::V1, Hierarchy::Separate(mount)) => {
-                Some((mount.as_path(), "cpu.cfs_quota_us", "-1"))
-            }
-            (CgroupVersion::V1, Hierarchy::Absent) => None,
-        }
-    }
-
-    /// The mount of the hierarchy holding `memory` files: the v2 mount, or
-    /// v1's memory hierarchy (`None`: v1 without one).
-    fn memory_mount(&self) -> Option<&Path> {
-        match (self.version, &self.v1_memory) {
+    /// The mount of the hierarchy holding the files of `controller` (`cpu`
+    /// or `memory`): the v2 mount, or v1's hierarchy of that controller
+    /// (`None`: v1 without one).
+    fn controller_mount(&self, controller: Controller) -> Option<&Path> {
+        let hierarchy = match controller {
+            Controller::Cpu => &self.v1_cpu,
+            Controller::Memory => &self.v1_memory,
+            Controller::Io | Controller::Pids => return Some(&self.mount),
+        };
+        match (self.version, hierarchy) {
             (CgroupVersion::V2, _) | (CgroupVersion::V1, Hierarchy::WithCpuset) => {
                 Some(&self.mount)
             }

@@ -30,6 +30,17 @@ use pinion_core::plugin_allocation::{unified_default, UNIFIED_FILES};
 
 use super::{CgroupError, CgroupVersion};
 
+/// The file that holds a cgroup's CFS quota and the value that lifts it:
+/// `cpu.max` = `max` on v2 (its period kept), `cpu.cfs_quota_us` = `-1`
+/// (cpu hierarchy) on v1.
+#[must_use]
+pub fn unlimited_quota(version: CgroupVersion) -> (&'static str, &'static str) {
+    match version {
+        CgroupVersion::V2 => ("cpu.max", "max"),
+        CgroupVersion::V1 => ("cpu.cfs_quota_us", "-1"),
+    }
+}
+
 /// The file that limits a cgroup's memory: `memory.max` on v2,
 /// `memory.limit_in_bytes` (memory hierarchy) on v1.
 #[must_use]
