@@ -42,6 +42,20 @@ _e2e_not_cached() {
     e2e_log "$1 is not built yet (PINION_E2E_CACHED_ONLY is set)"
 }
 
+# e2e_peers_cached 'BUILD [ARG]'...: exits 0 when every Go-built peer that
+# the build functions BUILD make is cached and current, 1 when one would have
+# to be built first; builds nothing (a bed's --peers-cached, for CI's time
+# guard).
+e2e_peers_cached() {
+    command -v go >/dev/null 2>&1 || exit 1
+    local build
+    for build in "$@"; do
+        # shellcheck disable=SC2086 # a function and its arguments
+        PINION_E2E_CACHED_ONLY=1 $build >/dev/null 2>&1 || exit 1
+    done
+    exit 0
+}
+
 # e2e_peer NAME STATUS: a Go-built peer's build ended with STATUS: 0 goes
 # on; 2 (not cached under PINION_E2E_CACHED_ONLY, CI's budget) skips the
 # whole script, saying which peer; anything else dies.

@@ -235,6 +235,73 @@ e2e_shape_args() {
 
 # e2e_first_output LOG PID LIMIT: waits until LOG has its first byte (0), or
 # qemu PID ended (0: its status tells), or LIMIT seconds passed (1).
+# e2e_watch_silence LOG PID LIMIT: while qemu PID runs, stops it once LOG
+# has not grown for LIMIT seconds, after writing LOG.stall: the vCPUs' state
+# and instruction pointers from qemu's QMP socket LOG.monitor, twice, named
+# from the guest kernel's System.map when a real one lies beside the kernel.
+e2e_watch_silence() {
+    local log=$1 pid=$2 limit=$3 size=-1 now quiet=0
+    local kernel=${E2E_GUEST_KERNEL:-$(e2e_kernel)}
+    local map=${kernel%/*}/System.map-${kernel##*/vmlinuz-}
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 10
+        now=$(stat -c %s "$log" 2>/dev/null || echo 0)
+        if [ "$now" != "$size" ]; then
+            size=$now quiet=0
+            continue
+        fi
+        quiet=$((quiet + 10))
+        [ "$quiet" -ge "$limit" ] || continue
+        {
+            echo "guest console silent for $quiet s at $(date -u +%FT%TZ); qemu's vCPUs:"
+            python3 - "$log.monitor" "$map" <<'PY'
+import bisect, json, os, re, socket, sys, time
+monitor, system_map = sys.argv[1], sys.argv[2]
+symbols = []
+if os.path.exists(system_map):
+    with open(system_map) as f:
+        for line in f:
+            address, kind, name = line.split()[:3]
+            if kind in "tTwW":
+                symbols.append((int(address, 16), name))
+    symbols.sort()
+def name(address):
+    i = bisect.bisect_right(symbols, (address, chr(0x10FFFF))) - 1
+    return f"{symbols[i][1]}+{address - symbols[i][0]:#x}" if i >= 0 else "?"
+def ask(command):
+    # qemu's QMP socket: the greeting, capabilities, then one HMP command.
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(monitor)
+    f = s.makefile("rw")
+    f.readline()
+    for request in ({"execute": "qmp_capabilities"},
+                    {"execute": "human-monitor-command",
+                     "arguments": {"command-line": command}}):
+        f.write(json.dumps(request) + "\n")
+        f.flush()
+        while True:
+            answer = json.loads(f.readline())
+            if "return" in answer or "error" in answer:
+                break
+    s.close()
+    return answer.get("return", str(answer.get("error")))
+for round in (1, 2):
+    print(f"-- look {round}")
+    print(ask("info cpus").strip())
+    cpu = 0
+    for rip in re.findall(r"[RE]IP=([0-9a-f]+)", ask("info registers -a")):
+        print(f"vCPU {cpu}: IP {rip} {name(int(rip, 16))}")
+        cpu += 1
+    time.sleep(2)
+PY
+        } >"$log.stall" 2>&1
+        e2e_log "guest console silent for $quiet s: vCPUs saved in $log.stall, qemu stopped"
+        kill "$pid" 2>/dev/null
+        return
+    done
+}
+
 e2e_first_output() {
     local log=$1 pid=$2 limit=$3 waited=0
     while [ "$waited" -lt "$limit" ]; do
@@ -301,6 +368,17 @@ e2e_tcg_threads() {
 # guest). A guest whose console shows a kernel panic is booted once more,
 # with a line in the log and the first console kept as LOG.panic; a second
 # panic is the guest's result.
+#
+# PINION_E2E_LOGLEVEL (default 3) is the guest console's loglevel: 4 adds the
+# kernel's errors — hung-task, RCU-stall and lockup reports among them.
+# PINION_E2E_SILENT_LIMIT (seconds, default 0: off) stops a guest whose
+# console stayed silent that long, after saving where its vCPUs were (qemu's
+# QMP socket: each vCPU's instruction pointer twice, 2 s apart) in LOG.stall:
+# a guest that stalled as a whole then tells a kernel spinning in one place
+# from vCPUs idle in the halt loop. The guest boots with nokaslr, so the
+# addresses are the kernel's own: named from its System.map when that is a
+# real one (Debian's is a placeholder; /proc/kallsyms of the same kernel
+# booted with nokaslr names them).
 e2e_run_guest() {
     local log=$1 image=$2 limit=$3 append=$4
     shift 4
@@ -319,15 +397,29 @@ e2e_run_guest() {
         return
     fi
     local boot_limit=${PINION_E2E_BOOT_LIMIT:-180} attempt pid
+    local loglevel=${PINION_E2E_LOGLEVEL:-3} silent=${PINION_E2E_SILENT_LIMIT:-0}
+    case $loglevel in [0-8]) ;; *) e2e_die "PINION_E2E_LOGLEVEL must be a console loglevel from 0 to 8, not '$loglevel'" ;; esac
+    case $silent in '' | *[!0-9]*) e2e_die "PINION_E2E_SILENT_LIMIT must be a whole number of seconds, not '$silent'" ;; esac
+    local watch_args=() kaslr=""
+    if [ "$silent" -gt 0 ]; then
+        watch_args=(-qmp "unix:$log.monitor,server=on,wait=off")
+        kaslr=nokaslr
+    fi
     for attempt in 1 2; do
         : >"$log"
-        timeout "$limit" qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" \
-            -serial "file:$log" -append "console=ttyS0 panic=-1 quiet loglevel=3 $append" \
+        rm -f "$log.monitor" "$log.stall"
+        timeout "$limit" qemu-system-x86_64 "${accel_args[@]}" "$@" "${common[@]}" "${watch_args[@]}" \
+            -serial "file:$log" -append "console=ttyS0 panic=-1 quiet loglevel=$loglevel $kaslr $append" \
             2>"$log.qemu" &
         pid=$!
         if e2e_first_output "$log" "$pid" "$boot_limit"; then
-            local status=0
+            local status=0 watcher=""
+            if [ "$silent" -gt 0 ]; then
+                e2e_watch_silence "$log" "$pid" "$silent" &
+                watcher=$!
+            fi
             wait "$pid" || status=$?
+            [ -n "$watcher" ] && { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
             if [ "$attempt" = 1 ] && grep -q 'Kernel panic - not syncing' "$log"; then
                 cp "$log" "$log.panic"
                 e2e_log "guest boot $attempt: the guest kernel panicked ($(grep -m1 -o 'Oops: [^[]*\|Kernel panic - not syncing: .*' "$log" | head -1)), console kept in $log.panic; booted once more"
