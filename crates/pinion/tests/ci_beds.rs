@@ -50,9 +50,10 @@ fn files(dir: &Path) -> Vec<String> {
 /// Regression (twenty-sixth session): CI's guard kept 15 minutes for the
 /// cluster bed before it would start the kubelet bed, even on machines
 /// where the cluster bed then skipped (its control plane not built), so
-/// the kubelet bed never ran in CI. The guard now asks each bed what it
-/// would build first: with nothing cached both beds say so and build
-/// nothing.
+/// the kubelet bed never ran in CI. The guard now keeps no time for the
+/// cluster bed and asks the kubelet bed what it would build first (the
+/// time it needs follows); its skip message for the cluster bed asks that
+/// bed too. With nothing cached both beds say so and build nothing.
 #[test]
 fn regression_with_nothing_cached_both_beds_say_so_and_build_nothing() {
     if !have_go("beds with nothing cached") {
