@@ -233,16 +233,11 @@ e2e_shape_args() {
     printf '%s\n' "${args[@]}"
 }
 
-# e2e_first_output LOG PID LIMIT: waits until LOG has its first byte (0), or
-# qemu PID ended (0: its status tells), or LIMIT seconds passed (1).
 # e2e_watch_silence LOG PID LIMIT: while qemu PID runs, stops it once LOG
 # has not grown for LIMIT seconds, after writing LOG.stall: the vCPUs' state
-# and instruction pointers from qemu's QMP socket LOG.monitor, twice, named
-# from the guest kernel's System.map when a real one lies beside the kernel.
+# and instruction pointers from qemu's QMP socket LOG.monitor, twice.
 e2e_watch_silence() {
     local log=$1 pid=$2 limit=$3 size=-1 now quiet=0
-    local kernel=${E2E_GUEST_KERNEL:-$(e2e_kernel)}
-    local map=${kernel%/*}/System.map-${kernel##*/vmlinuz-}
     while kill -0 "$pid" 2>/dev/null; do
         sleep 10
         now=$(stat -c %s "$log" 2>/dev/null || echo 0)
@@ -254,20 +249,9 @@ e2e_watch_silence() {
         [ "$quiet" -ge "$limit" ] || continue
         {
             echo "guest console silent for $quiet s at $(date -u +%FT%TZ); qemu's vCPUs:"
-            python3 - "$log.monitor" "$map" <<'PY'
-import bisect, json, os, re, socket, sys, time
-monitor, system_map = sys.argv[1], sys.argv[2]
-symbols = []
-if os.path.exists(system_map):
-    with open(system_map) as f:
-        for line in f:
-            address, kind, name = line.split()[:3]
-            if kind in "tTwW":
-                symbols.append((int(address, 16), name))
-    symbols.sort()
-def name(address):
-    i = bisect.bisect_right(symbols, (address, chr(0x10FFFF))) - 1
-    return f"{symbols[i][1]}+{address - symbols[i][0]:#x}" if i >= 0 else "?"
+            python3 - "$log.monitor" <<'PY'
+import json, re, socket, sys, time
+monitor = sys.argv[1]
 def ask(command):
     # qemu's QMP socket: the greeting, capabilities, then one HMP command.
     s = socket.socket(socket.AF_UNIX)
@@ -291,7 +275,7 @@ for round in (1, 2):
     print(ask("info cpus").strip())
     cpu = 0
     for rip in re.findall(r"[RE]IP=([0-9a-f]+)", ask("info registers -a")):
-        print(f"vCPU {cpu}: IP {rip} {name(int(rip, 16))}")
+        print(f"vCPU {cpu}: IP {rip}")
         cpu += 1
     time.sleep(2)
 PY
@@ -302,6 +286,8 @@ PY
     done
 }
 
+# e2e_first_output LOG PID LIMIT: waits until LOG has its first byte (0), or
+# qemu PID ended (0: its status tells), or LIMIT seconds passed (1).
 e2e_first_output() {
     local log=$1 pid=$2 limit=$3 waited=0
     while [ "$waited" -lt "$limit" ]; do
@@ -376,9 +362,8 @@ e2e_tcg_threads() {
 # QMP socket: each vCPU's instruction pointer twice, 2 s apart) in LOG.stall:
 # a guest that stalled as a whole then tells a kernel spinning in one place
 # from vCPUs idle in the halt loop. The guest boots with nokaslr, so the
-# addresses are the kernel's own: named from its System.map when that is a
-# real one (Debian's is a placeholder; /proc/kallsyms of the same kernel
-# booted with nokaslr names them).
+# addresses are the kernel's own: /proc/kallsyms of the same kernel booted
+# with nokaslr names them (Debian's System.map is a placeholder).
 e2e_run_guest() {
     local log=$1 image=$2 limit=$3 append=$4
     shift 4

@@ -8,20 +8,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{pinion, stderr, stdout, workspace};
+use common::{have, pinion, stderr, stdout, workspace};
 use serde_yaml_ng::Value;
-
-/// Whether `tool` is on PATH; prints why a test skips when it is not.
-fn have(tool: &str, test: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !found {
-        eprintln!("skipped: {test}: {tool} is not installed here (CI installs it: .ci/run)");
-    }
-    found
-}
 
 #[test]
 fn completions_cover_every_subcommand_in_each_shell() {

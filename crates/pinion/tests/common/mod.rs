@@ -43,6 +43,18 @@ pub fn pinion_with_stdin(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().expect("pinion finishes")
 }
 
+/// Whether `tool` is on PATH; prints why a test skips when it is not.
+pub fn have(tool: &str, test: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !found {
+        eprintln!("skipped: {test}: {tool} is not installed here (CI installs it: .ci/run)");
+    }
+    found
+}
+
 /// Standard output as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
