@@ -16,12 +16,14 @@
 # `N passed, N failed, N skipped`; exits non-zero on a failure.
 #
 # Usage: sudo scripts/e2e-cluster.sh [--keep-running]
-#        scripts/e2e-cluster.sh --peers-cached
+#        scripts/e2e-cluster.sh --peers-cached | --build-peers
 #   --keep-running: leave the cluster up at the end (the admin kubeconfig
 #   is printed) until Enter is pressed.
 #   --peers-cached: exits 0 when every Go-built peer (the control plane,
 #   scheduler-plugins, kubelet, NFD) is built and current, 1 when a run would
 #   build one first; runs nothing (CI's time guard asks it).
+#   --build-peers: builds them and runs nothing; exits 0 once all are built
+#   (CI spends its time left on it when it skipped this bed for want of them).
 # Environment: as scripts/e2e-vm.sh (PINION_E2E_*), PINION_E2E_CACHED_ONLY
 # (skip, saying so, when a Go-built peer would have to be built first),
 # PINION_E2E_API_PORT (16443), PINION_E2E_ETCD_PORT (12379),
@@ -45,11 +47,14 @@ NODE=pinion-smt
 # pod's container ("copy file range failed: no space left on device").
 GUEST2_SHAPE=(1 2 1 1 10 3072)
 NODE2=pinion-small
+# Its Go-built peers (--peers-cached, --build-peers).
+PEERS=(e2e_control_plane_build e2e_scheduler_plugins_build e2e_kubelet_build e2e_nfd_build)
 KEEP_RUNNING=0
 while [ $# -gt 0 ]; do
     case $1 in
     --keep-running) KEEP_RUNNING=1; shift ;;
-    --peers-cached) e2e_peers_cached e2e_control_plane_build e2e_scheduler_plugins_build e2e_kubelet_build e2e_nfd_build ;;
+    --peers-cached) e2e_peers_cached "${PEERS[@]}" ;;
+    --build-peers) e2e_peers_build "${PEERS[@]}" ;;
     -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac

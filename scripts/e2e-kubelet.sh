@@ -15,10 +15,12 @@
 # `N passed, N failed, N skipped`; exits non-zero on a failure.
 #
 # Usage: sudo scripts/e2e-kubelet.sh [--containerd 1|2|both] [--latency-only] [--interactive]
-#        scripts/e2e-kubelet.sh --peers-cached
+#        scripts/e2e-kubelet.sh --peers-cached | --build-peers
 # --peers-cached: exits 0 when kubelet and containerd 2.x are built and
 # current, 1 when a run would build one first (about 5 minutes on an idle
 # 2-core machine); runs nothing (CI's time guard asks it).
+# --build-peers: builds them and runs nothing; exits 0 once both are built
+# (CI spends its time left on it when it skipped this bed for want of them).
 # --latency-only: the start-up latency blocks alone (no sequence, migration
 # or restarts) in a smaller guest of 4 vCPUs (1 socket x 2 cores x 2
 # threads, 2 NUMA nodes): the latency measurement with less contention for
@@ -49,6 +51,8 @@ CONTAINERD2_VERSION=${PINION_E2E_CONTAINERD2_VERSION:-v2.4.2}
 # loopback one).
 GUEST_SHAPE=(2 2 2 2 10+21/21+10 1536)
 GUEST_NIC_NODE=1
+# Its Go-built peers (--peers-cached, --build-peers).
+PEERS=(e2e_kubelet_build "e2e_containerd2_build $CONTAINERD2_VERSION")
 
 which=both E2E_INTERACTIVE=0 latency_only=0
 while [ $# -gt 0 ]; do
@@ -60,7 +64,8 @@ while [ $# -gt 0 ]; do
         ;;
     --latency-only) latency_only=1; shift ;;
     --interactive) E2E_INTERACTIVE=1; shift ;;
-    --peers-cached) e2e_peers_cached e2e_kubelet_build "e2e_containerd2_build $CONTAINERD2_VERSION" ;;
+    --peers-cached) e2e_peers_cached "${PEERS[@]}" ;;
+    --build-peers) e2e_peers_build "${PEERS[@]}" ;;
     -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac

@@ -133,3 +133,135 @@ fn the_kubelet_bed_counts_its_peers_cached_only_when_current() {
     let out = peers_cached("scripts/e2e-kubelet.sh", cache.path());
     assert_eq!(out.status.code(), Some(1), "containerd 2.x incomplete");
 }
+
+/// A stand-in for `go` in `dir`: `version` and `list -m` answer, `build -o
+/// OUT` and `install` (into `$GOBIN`) leave small executables, each call
+/// is appended to `dir/calls`; with `fail_builds` every build fails.
+fn fake_go(dir: &Path, fail_builds: bool) {
+    let build = if fail_builds {
+        "echo 'fake go: build failed' >&2; exit 1"
+    } else {
+        "out=; while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done; cp /bin/true \"$out\""
+    };
+    let install = if fail_builds {
+        "exit 1"
+    } else {
+        "for b in containerd containerd-shim-runc-v2 ctr; do cp /bin/true \"$GOBIN/$b\"; done"
+    };
+    let script = format!(
+        "#!/bin/sh\necho \"$*\" >>\"{calls}\"\ncase $1 in\n\
+         version) echo 'go version go0.0-fake linux/amd64' ;;\n\
+         list) echo v0.0.1 ;;\n\
+         build) {build} ;;\n\
+         install) {install} ;;\n\
+         *) exit 1 ;;\nesac\n",
+        calls = dir.join("calls").display()
+    );
+    let go = dir.join("go");
+    std::fs::write(&go, script).expect("fake go");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&go)
+        .status()
+        .expect("chmod");
+}
+
+/// `script FLAG` with the beds' cache at `cache` and the stand-in `go` of
+/// `bin` first on PATH.
+fn with_fake_go(script: &str, flag: &str, cache: &Path, bin: &Path) -> Output {
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new(workspace().join(script))
+        .arg(flag)
+        .env("PINION_E2E_CACHE", cache)
+        .env("PATH", path)
+        .env_remove("PINION_E2E_CACHED_ONLY")
+        .output()
+        .expect("the script runs")
+}
+
+/// What CI does with the time it has left when it skipped a Kubernetes bed
+/// for want of its peers: `--build-peers` builds every peer that
+/// `--peers-cached` asks about (and runs nothing), so the next run finds
+/// them cached; a peer that cannot be built fails it and stays uncached.
+#[test]
+fn build_peers_leaves_the_peers_that_peers_cached_counts() {
+    for script in ["scripts/e2e-kubelet.sh", "scripts/e2e-cluster.sh"] {
+        let (cache, bin) = (
+            tempfile::tempdir().expect("cache"),
+            tempfile::tempdir().expect("bin"),
+        );
+        fake_go(bin.path(), false);
+        let before = with_fake_go(script, "--peers-cached", cache.path(), bin.path());
+        assert_eq!(
+            before.status.code(),
+            Some(1),
+            "{script}: nothing cached yet"
+        );
+
+        let built = with_fake_go(script, "--build-peers", cache.path(), bin.path());
+        assert_eq!(
+            built.status.code(),
+            Some(0),
+            "{script}: {}{}",
+            stdout(&built),
+            stderr(&built)
+        );
+        assert_eq!(
+            stdout(&built),
+            "",
+            "{script}: the peers' directories are not printed"
+        );
+        let calls = std::fs::read_to_string(bin.path().join("calls")).expect("go was called");
+        assert!(
+            calls
+                .lines()
+                .any(|l| l.starts_with("build ") || l.starts_with("install ")),
+            "{script} built something: {calls}"
+        );
+        let after = with_fake_go(script, "--peers-cached", cache.path(), bin.path());
+        assert_eq!(
+            after.status.code(),
+            Some(0),
+            "{script}: cached after --build-peers: {}",
+            stderr(&after)
+        );
+
+        // Built again: nothing to do, no go build.
+        std::fs::remove_file(bin.path().join("calls")).expect("reset the calls");
+        let again = with_fake_go(script, "--build-peers", cache.path(), bin.path());
+        assert_eq!(again.status.code(), Some(0), "{script}: built already");
+        let calls = std::fs::read_to_string(bin.path().join("calls")).unwrap_or_default();
+        assert!(
+            !calls
+                .lines()
+                .any(|l| l.starts_with("build ") || l.starts_with("install ")),
+            "{script}: nothing rebuilt: {calls}"
+        );
+    }
+}
+
+/// A peer that cannot be built fails `--build-peers`, saying why, and is
+/// still counted as not cached.
+#[test]
+fn build_peers_fails_when_a_peer_cannot_be_built_and_leaves_it_uncached() {
+    for script in ["scripts/e2e-kubelet.sh", "scripts/e2e-cluster.sh"] {
+        let (cache, bin) = (
+            tempfile::tempdir().expect("cache"),
+            tempfile::tempdir().expect("bin"),
+        );
+        fake_go(bin.path(), true);
+        let built = with_fake_go(script, "--build-peers", cache.path(), bin.path());
+        assert_eq!(built.status.code(), Some(1), "{script}: a failed build");
+        assert!(
+            stderr(&built).contains("fake go: build failed"),
+            "{script}: says why: {}",
+            stderr(&built)
+        );
+        let after = with_fake_go(script, "--peers-cached", cache.path(), bin.path());
+        assert_eq!(after.status.code(), Some(1), "{script}: still not cached");
+    }
+}
