@@ -55,7 +55,7 @@ while [ $# -gt 0 ]; do
     --keep-running) KEEP_RUNNING=1; shift ;;
     --peers-cached) e2e_peers_cached "${PEERS[@]}" ;;
     --build-peers) e2e_peers_build "${PEERS[@]}" ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done

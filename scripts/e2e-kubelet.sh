@@ -66,7 +66,7 @@ while [ $# -gt 0 ]; do
     --interactive) E2E_INTERACTIVE=1; shift ;;
     --peers-cached) e2e_peers_cached "${PEERS[@]}" ;;
     --build-peers) e2e_peers_build "${PEERS[@]}" ;;
-    -h | --help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,37p' "$0"; exit 0 ;;
     *) e2e_die "unknown argument '$1' (see --help)" ;;
     esac
 done
