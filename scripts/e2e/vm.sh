@@ -281,6 +281,8 @@ for round in (1, 2):
 PY
         } >"$log.stall" 2>&1
         e2e_log "guest console silent for $quiet s: vCPUs saved in $log.stall, qemu stopped"
+        # Also on stderr: a run that removes its work directory (CI) keeps them.
+        sed 's/^/  stall | /' "$log.stall" >&2
         kill "$pid" 2>/dev/null
         return
     done
