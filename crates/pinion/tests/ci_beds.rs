@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -159,11 +160,25 @@ fn fake_go(dir: &Path, fail_builds: bool) {
     );
     let go = dir.join("go");
     std::fs::write(&go, script).expect("fake go");
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&go)
-        .status()
-        .expect("chmod");
+    std::fs::set_permissions(&go, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// An empty cache for the beds and a directory holding the stand-in `go`.
+fn bed_with_fake_go(fail_builds: bool) -> (tempfile::TempDir, tempfile::TempDir) {
+    let (cache, bin) = (
+        tempfile::tempdir().expect("cache"),
+        tempfile::tempdir().expect("bin"),
+    );
+    fake_go(bin.path(), fail_builds);
+    (cache, bin)
+}
+
+/// Whether the stand-in `go` of `bin` was asked to build or install.
+fn go_built(bin: &Path) -> bool {
+    std::fs::read_to_string(bin.join("calls"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("build ") || l.starts_with("install "))
 }
 
 /// `script FLAG` with the beds' cache at `cache` and the stand-in `go` of
@@ -190,11 +205,7 @@ fn with_fake_go(script: &str, flag: &str, cache: &Path, bin: &Path) -> Output {
 #[test]
 fn build_peers_leaves_the_peers_that_peers_cached_counts() {
     for script in ["scripts/e2e-kubelet.sh", "scripts/e2e-cluster.sh"] {
-        let (cache, bin) = (
-            tempfile::tempdir().expect("cache"),
-            tempfile::tempdir().expect("bin"),
-        );
-        fake_go(bin.path(), false);
+        let (cache, bin) = bed_with_fake_go(false);
         let before = with_fake_go(script, "--peers-cached", cache.path(), bin.path());
         assert_eq!(
             before.status.code(),
@@ -215,13 +226,7 @@ fn build_peers_leaves_the_peers_that_peers_cached_counts() {
             "",
             "{script}: the peers' directories are not printed"
         );
-        let calls = std::fs::read_to_string(bin.path().join("calls")).expect("go was called");
-        assert!(
-            calls
-                .lines()
-                .any(|l| l.starts_with("build ") || l.starts_with("install ")),
-            "{script} built something: {calls}"
-        );
+        assert!(go_built(bin.path()), "{script} built something");
         let after = with_fake_go(script, "--peers-cached", cache.path(), bin.path());
         assert_eq!(
             after.status.code(),
@@ -234,13 +239,7 @@ fn build_peers_leaves_the_peers_that_peers_cached_counts() {
         std::fs::remove_file(bin.path().join("calls")).expect("reset the calls");
         let again = with_fake_go(script, "--build-peers", cache.path(), bin.path());
         assert_eq!(again.status.code(), Some(0), "{script}: built already");
-        let calls = std::fs::read_to_string(bin.path().join("calls")).unwrap_or_default();
-        assert!(
-            !calls
-                .lines()
-                .any(|l| l.starts_with("build ") || l.starts_with("install ")),
-            "{script}: nothing rebuilt: {calls}"
-        );
+        assert!(!go_built(bin.path()), "{script}: nothing rebuilt");
     }
 }
 
@@ -249,11 +248,7 @@ fn build_peers_leaves_the_peers_that_peers_cached_counts() {
 #[test]
 fn build_peers_fails_when_a_peer_cannot_be_built_and_leaves_it_uncached() {
     for script in ["scripts/e2e-kubelet.sh", "scripts/e2e-cluster.sh"] {
-        let (cache, bin) = (
-            tempfile::tempdir().expect("cache"),
-            tempfile::tempdir().expect("bin"),
-        );
-        fake_go(bin.path(), true);
+        let (cache, bin) = bed_with_fake_go(true);
         let built = with_fake_go(script, "--build-peers", cache.path(), bin.path());
         assert_eq!(built.status.code(), Some(1), "{script}: a failed build");
         assert!(
