@@ -30,8 +30,8 @@ E2E_NAME=e2e-vm
 # into the cache) and extra kernel command-line words ('+' between words,
 # '-' for none).
 SHAPES=(
-    "smt-2s-2n  2 2 2 2 10+21/21+10 v2 512 cgroup2,discovery,siblings,exclusive,restart,offline,pools"
-    "smt-1s-v1  1 4 2 1 10 v1 768 discovery,siblings,exclusive,restart,offline"
+    "smt-2s-2n  2 2 2 2 10+21/21+10 v2 512 cgroup2,discovery,siblings,exclusive,restart,offline,pools,quota-churn"
+    "smt-1s-v1  1 4 2 1 10 v1 768 discovery,siblings,exclusive,restart,offline,quota-churn"
     "big-16c-4n 2 4 2 4 10+12+21+21/12+10+21+21/21+21+10+12/21+21+12+10 v2 512 discovery,siblings,exclusive"
 )
 # The isolation shapes (`--scenarios isolation`; issue 31): cgroup v2 cpuset

@@ -310,20 +310,23 @@ e2e_first_output() {
 # a lock holder always gets its turn; it took 198 s against 160 s for that
 # guest here.
 #
-# Guests booting Debian trixie's 6.12 kernel (a shape's E2E_GUEST_KERNEL)
-# run single-threaded too: under multi-threaded TCG that kernel died of its
-# own code patching in CI twice — "Oops: int3" (2026-11-28), then on
-# 2026-11-29 once on each of two boots, the second in enqueue_entity with
-# the patched bytes still showing (a vCPU ran a stale translation of text
-# another vCPU had just patched). Single-threaded TCG runs one vCPU at a
-# time, so no vCPU runs code while another patches it.
+# Under multi-threaded TCG a vCPU can run a stale translation of kernel code
+# another vCPU has just patched: trixie's 6.12 kernel died of it in CI twice
+# ("Oops: int3", 2026-11-28, then 2026-11-29 in enqueue_entity), and a
+# kubelet guest on /boot's 6.1 stalled whole (2026-12-01). The guests' /init
+# now keeps the key behind all three (CFS bandwidth, switched by every first
+# and last CPU quota) from being switched (scripts/e2e/guest/init, the
+# quota-churn scenario). Guests booting another kernel than /boot's
+# (E2E_GUEST_KERNEL: trixie's 6.12) still run single-threaded: tried
+# multi-threaded with the hold, the containerd guest once ended early with
+# its console file gone, unexplained (docs/testing.md).
 # PINION_E2E_TCG_THREAD=single|multi overrides.
 e2e_tcg_threads() {
     if [ -n "${PINION_E2E_TCG_THREAD:-}" ]; then
         echo "$PINION_E2E_TCG_THREAD"
         return
     fi
-    if [ -n "${E2E_GUEST_KERNEL:-}" ]; then
+    if [ -n "${E2E_GUEST_KERNEL:-}" ] && [ "$E2E_GUEST_KERNEL" != "$(e2e_kernel)" ]; then
         echo single
         return
     fi
