@@ -314,9 +314,9 @@ e2e_first_output() {
 # another vCPU has just patched: trixie's 6.12 kernel died of it in CI twice
 # ("Oops: int3", 2026-11-28, then 2026-11-29 in enqueue_entity), and a
 # kubelet guest on /boot's 6.1 stalled whole (2026-12-01). The guests' /init
-# now keeps the key behind all three (CFS bandwidth, switched by every first
-# and last CPU quota) from being switched (scripts/e2e/guest/init, the
-# quota-churn scenario). Guests booting another kernel than /boot's
+# now keeps the key behind the stall, and most likely the oopses too (CFS
+# bandwidth, switched by every first and last CPU quota), from being
+# switched (scripts/e2e/guest/init, the quota-churn scenario). Guests booting another kernel than /boot's
 # (E2E_GUEST_KERNEL: trixie's 6.12) still run single-threaded: tried
 # multi-threaded with the hold, the containerd guest once ended early with
 # its console file gone, unexplained (docs/testing.md).
