@@ -316,10 +316,11 @@ e2e_first_output() {
 # kubelet guest on /boot's 6.1 stalled whole (2026-12-01). The guests' /init
 # now keeps the key behind the stall, and most likely the oopses too (CFS
 # bandwidth, switched by every first and last CPU quota), from being
-# switched (scripts/e2e/guest/init, the quota-churn scenario). Guests booting another kernel than /boot's
-# (E2E_GUEST_KERNEL: trixie's 6.12) still run single-threaded: tried
-# multi-threaded with the hold, the containerd guest once ended early with
-# its console file gone, unexplained (docs/testing.md).
+# switched (scripts/e2e/guest/init, the quota-churn scenario). Guests
+# booting another kernel than /boot's (E2E_GUEST_KERNEL: trixie's 6.12)
+# still run single-threaded: tried multi-threaded with the hold, the
+# containerd guest once ended early with its console file gone, unexplained;
+# when it passed, it saved about a minute (docs/testing.md).
 # PINION_E2E_TCG_THREAD=single|multi overrides.
 e2e_tcg_threads() {
     if [ -n "${PINION_E2E_TCG_THREAD:-}" ]; then
