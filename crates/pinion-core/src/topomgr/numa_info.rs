@@ -7,6 +7,7 @@
 //! differ only with non-contiguous node ids, where kubelet would fail.)
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::bitmask::{BitMaskError, NumaMask, MAX_NUMA_ID};
 use crate::topology::Topology;
@@ -21,8 +22,10 @@ const SIDE: usize = MAX_NUMA_ID as usize + 1;
 pub struct NumaInfo {
     nodes: Vec<u32>,
     default: NumaMask,
-    /// Dense 64×64 matrix (`row * 64 + column`), 0 where unknown.
-    distances: Vec<u32>,
+    /// Dense 64×64 matrix (`row * 64 + column`), 0 where unknown. Never
+    /// changed once built, so shared: the agent clones its engine (and
+    /// this with it) at the start of every batch.
+    distances: Arc<[u32]>,
     /// Nodes that have a complete distance row.
     complete_rows: NumaMask,
 }
@@ -48,7 +51,7 @@ impl NumaInfo {
         Ok(Self {
             nodes: nodes.to_vec(),
             default,
-            distances: matrix,
+            distances: matrix.into(),
             complete_rows,
         })
     }
@@ -59,7 +62,7 @@ impl NumaInfo {
         Self {
             nodes: Vec::new(),
             default: NumaMask::empty(),
-            distances: vec![0; SIDE * SIDE],
+            distances: vec![0; SIDE * SIDE].into(),
             complete_rows: NumaMask::empty(),
         }
     }
@@ -177,5 +180,19 @@ mod tests {
         assert!(!info.has_distances());
         assert!(!NumaInfo::new(&[0, 1], None).unwrap().has_distances());
         assert!(NumaInfo::new(&[64], None).is_err());
+    }
+
+    #[test]
+    fn a_clone_shares_the_distance_matrix_and_answers_the_same() {
+        let distances = Distances::from([
+            (0, BTreeMap::from([(0, 10), (1, 20)])),
+            (1, BTreeMap::from([(0, 20), (1, 10)])),
+        ]);
+        let info = NumaInfo::new(&[0, 1], Some(&distances)).unwrap();
+        let copy = info.clone();
+        // 16 KiB that never change: the engine is cloned for every batch.
+        assert!(Arc::ptr_eq(&info.distances, &copy.distances));
+        assert_eq!(copy, info);
+        assert!((copy.average_distance(mask(&[0, 1])) - 15.0).abs() < f64::EPSILON);
     }
 }
