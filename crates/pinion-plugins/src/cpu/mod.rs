@@ -26,7 +26,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use pinion_core::policy::{Reservation, StaticPolicy, StaticPolicyOptions};
@@ -319,19 +319,45 @@ impl CpuPlugin {
     fn info(&self, pod: &str, container: &str) -> Option<AllocationInfo> {
         let member = self.state.member(pod, container)?;
         let cpus = self.cpuset(pod, container);
-        Some(AllocationInfo {
-            oci_property_name: "CpusetCpus".into(),
-            is_node_resource: false,
-            is_scalar_resource: true,
-            allocated_quantity: cpus.len() as f64,
-            allocation_result: cpus.to_string(),
-            resource_hints: member.hints.clone(),
-            topology_assignments: per_numa(self.topology(), &cpus)
+        Some(answer(member, &CpusetAnswer::of(self.topology(), &cpus)))
+    }
+}
+
+/// The parts of an answer that follow from the cpuset alone: its list text
+/// and CPUs per NUMA node. Every shared container of a pool has the same
+/// cpuset, so [`ResourcePlugin::allocations`] works them out once per
+/// distinct cpuset rather than once per container.
+#[derive(Debug, Clone)]
+struct CpusetAnswer {
+    count: usize,
+    list: String,
+    per_numa: BTreeMap<u64, u64>,
+}
+
+impl CpusetAnswer {
+    fn of(topology: &Topology, cpus: &CpuSet) -> Self {
+        Self {
+            count: cpus.len(),
+            list: cpus.to_string(),
+            per_numa: per_numa(topology, cpus)
                 .into_iter()
                 .map(|(node, count)| (u64::from(node), count as u64))
                 .collect(),
-            ..AllocationInfo::default()
-        })
+        }
+    }
+}
+
+/// A member's allocation answer for cpuset `cpus`.
+fn answer(member: &Member, cpus: &CpusetAnswer) -> AllocationInfo {
+    AllocationInfo {
+        oci_property_name: "CpusetCpus".into(),
+        is_node_resource: false,
+        is_scalar_resource: true,
+        allocated_quantity: cpus.count as f64,
+        allocation_result: cpus.list.clone(),
+        resource_hints: member.hints.clone(),
+        topology_assignments: cpus.per_numa.clone(),
+        ..AllocationInfo::default()
     }
 }
 
@@ -399,13 +425,16 @@ impl ResourcePlugin for CpuPlugin {
 
     fn allocations(&self) -> Allocations {
         let mut all = Allocations::new();
-        for (pod, container, _) in self.state.members() {
-            if let Some(info) = self.info(pod, container) {
-                all.entry(pod.to_string()).or_default().insert(
-                    container.to_string(),
-                    Allocation::from([(RESOURCE.to_string(), info)]),
-                );
-            }
+        let mut described: HashMap<CpuSet, CpusetAnswer> = HashMap::new();
+        for (pod, container, member) in self.state.members() {
+            let cpus = self.cpuset(pod, container);
+            let cpus = described
+                .entry(cpus)
+                .or_insert_with_key(|cpus| CpusetAnswer::of(self.topology(), cpus));
+            all.entry(pod.to_string()).or_default().insert(
+                container.to_string(),
+                Allocation::from([(RESOURCE.to_string(), answer(member, cpus))]),
+            );
         }
         all
     }

@@ -624,3 +624,46 @@ fn rest_entries_with_and_without_the_pool_parameters_are_read() {
     let reopened = journal_plugin(journal, &outbox, None);
     assert_eq!(reopened.state(), p.state());
 }
+
+#[test]
+fn every_member_is_answered_for_its_own_cpuset_when_pools_share_one() {
+    let mut p = plugin();
+    for pod in ["s1", "s2", "s3"] {
+        p.allocate(&request(pod, 1.0, &[])).expect("shared");
+    }
+    let batch = [(qos::CPU_ENHANCEMENT_KEY, r#"{"cpuset_pool":"batch"}"#)];
+    for pod in ["b1", "b2"] {
+        p.allocate(&request(pod, 1.0, &batch)).expect("batch");
+    }
+    p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+        .expect("dedicated");
+    p.allocate(&request("r", 1.0, &[level("reclaimed_cores")]))
+        .expect("reclaimed");
+    let all = p.allocations();
+    let answered: Vec<(&str, CpuSet)> = all
+        .iter()
+        .map(|(pod, containers)| (pod.as_str(), cpus_of(&containers.get("c").cloned())))
+        .collect();
+    assert_eq!(answered.len(), 7);
+    for (pod, cpus) in &answered {
+        assert_eq!(*cpus, p.cpuset(pod, "c"), "{pod}");
+        // The same answer `Allocate` gives for the container alone.
+        assert_eq!(
+            all[*pod]["c"][RESOURCE],
+            p.info(pod, "c").expect("a member"),
+            "{pod}"
+        );
+    }
+    let cpus = |pod: &str| {
+        answered
+            .iter()
+            .find(|(p, _)| *p == pod)
+            .expect(pod)
+            .1
+            .clone()
+    };
+    assert_eq!(cpus("s1"), cpus("s3"));
+    assert_eq!(cpus("b1"), cpus("b2"));
+    assert!(cpus("s1").is_disjoint(&cpus("b1")));
+    assert!(cpus("d").is_disjoint(&cpus("s1")));
+}
