@@ -327,7 +327,7 @@ impl CpuPlugin {
 /// and CPUs per NUMA node. Every shared container of a pool has the same
 /// cpuset, so [`ResourcePlugin::allocations`] works them out once per
 /// distinct cpuset rather than once per container.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct CpusetAnswer {
     count: usize,
     list: String,
