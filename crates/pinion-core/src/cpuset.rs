@@ -159,6 +159,21 @@ impl CpuSet {
         }
     }
 
+    /// Adds every id from `lo` to `hi` (`lo <= hi <= MAX_CPU_ID`), a word
+    /// at a time: a list's range (`0-127`) costs its words, not its CPUs.
+    fn insert_range(&mut self, lo: u32, hi: u32) {
+        let (first, last) = ((lo / WORD_BITS) as usize, (hi / WORD_BITS) as usize);
+        for index in first..=last {
+            let from = if index == first { lo % WORD_BITS } else { 0 };
+            let to = if index == last {
+                hi % WORD_BITS
+            } else {
+                WORD_BITS - 1
+            };
+            *self.word_mut(index) |= (u64::MAX >> (WORD_BITS - 1 - to)) & (u64::MAX << from);
+        }
+    }
+
     /// Removes `id`; returns whether it was present.
     pub fn remove(&mut self, id: u32) -> bool {
         let index = (id / WORD_BITS) as usize;
@@ -328,9 +343,7 @@ impl CpuSet {
                     (lo, hi)
                 }
             };
-            for id in lo..=hi {
-                set.insert(id);
-            }
+            set.insert_range(lo, hi);
         }
         Ok(set)
     }

@@ -98,6 +98,21 @@ impl Record {
         }
     }
 
+    /// An upper bound of `to_bytes().len()` for a side-data record, found
+    /// without encoding it: the value's JSON is copied as it is, and each
+    /// byte of the kind and key takes at most six (`\u00XX`). `None` for
+    /// the other records.
+    #[must_use]
+    pub fn side_len_at_most(&self) -> Option<usize> {
+        // `{"op":"side","kind":"","key":"","value":}` is 41 bytes.
+        const FRAME: usize = 41;
+        let Record::Side { kind, key, value } = self else {
+            return None;
+        };
+        let value = value.as_ref().map_or("null".len(), |v| v.json().len());
+        Some(FRAME + 6 * (kind.len() + key.len()) + value)
+    }
+
     /// Decodes [`Record::to_bytes`] output.
     pub fn from_bytes(bytes: &[u8]) -> Result<Record, RecordError> {
         serde_json::from_slice(bytes).map_err(|err| RecordError {

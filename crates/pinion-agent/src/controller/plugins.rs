@@ -142,8 +142,14 @@ impl Controller {
             key: side_key(key),
             value: SideValue::encode(stored).ok(),
         };
-        let size = record.to_bytes().len();
-        plugin_answer::check_size(&key.0, &key.1, size, MAX_PAYLOAD)?;
+        // Encoded only when the bound does not tell (the journal encodes
+        // the record once more when it is appended).
+        let fits = record
+            .side_len_at_most()
+            .is_some_and(|bound| bound <= MAX_PAYLOAD);
+        if !fits {
+            plugin_answer::check_size(&key.0, &key.1, record.to_bytes().len(), MAX_PAYLOAD)?;
+        }
         // The record was made as a side-data record just above.
         let Record::Side { value: encoded, .. } = record else {
             return Ok(None);

@@ -51,12 +51,9 @@ impl Side {
         key: &str,
         value: Option<SideValue>,
     ) -> Option<Record> {
-        let old = self.data.get(kind).and_then(|entries| entries.get(key));
-        if old == value.as_ref() {
+        if !self.put(kind, key, value.as_ref()) {
             return None;
         }
-        let old = put_side(&mut self.data, kind, key, value.clone());
-        self.undo.push((kind.to_string(), key.to_string(), old));
         Some(Record::Side {
             kind: kind.to_string(),
             key: key.to_string(),
@@ -68,8 +65,19 @@ impl Side {
     /// outbox, a lazy record); other records change nothing.
     pub(super) fn apply(&mut self, record: &Record) {
         if let Record::Side { kind, key, value } = record {
-            self.set(kind, key, value.clone());
+            self.put(kind, key, value.as_ref());
         }
+    }
+
+    /// [`Side::set`] without its record: whether the entry changed.
+    fn put(&mut self, kind: &str, key: &str, value: Option<&SideValue>) -> bool {
+        let old = self.data.get(kind).and_then(|entries| entries.get(key));
+        if old == value {
+            return false;
+        }
+        let old = put_side(&mut self.data, kind, key, value.cloned());
+        self.undo.push((kind.to_string(), key.to_string(), old));
+        true
     }
 }
 

@@ -20,6 +20,18 @@ fn cpulist_parse_accepts_linux_forms() {
     assert_eq!(list("0-3,8-11").len(), 8);
     assert_eq!(list("3,1,2-2"), [1, 2, 3].into_iter().collect());
     assert_eq!(list("8191").last(), Some(8191));
+    // Ranges across word (64 CPUs) and inline/heap boundaries.
+    for (text, written, len) in [
+        ("63-64", "63-64", 2),
+        ("0-127", "0-127", 128),
+        ("200-260,60-70", "60-70,200-260", 72),
+        ("0-8191", "0-8191", 8192),
+        ("8128-8191,0,1-1", "0-1,8128-8191", 66),
+    ] {
+        let set = list(text);
+        assert_eq!(set.to_string(), written, "{text}");
+        assert_eq!(set.len(), len, "{text}");
+    }
 }
 
 #[test]
@@ -157,6 +169,29 @@ proptest! {
             }
         }
         prop_assert_eq!(set.iter().collect::<Vec<_>>(), model.into_iter().collect::<Vec<_>>());
+    }
+
+    /// A list's ranges are set a word at a time: any ranges, overlapping,
+    /// out of order, across word and inline/heap boundaries, give the set
+    /// of their ids one by one.
+    #[test]
+    fn a_cpulists_ranges_parse_to_their_ids(
+        ranges in prop::collection::vec((0u32..=MAX_CPU_ID, 0u32..300), 1..6),
+    ) {
+        let mut model = BTreeSet::new();
+        let items: Vec<String> = ranges
+            .iter()
+            .map(|&(lo, span)| {
+                let hi = lo.saturating_add(span).min(MAX_CPU_ID);
+                model.extend(lo..=hi);
+                if lo == hi { lo.to_string() } else { format!("{lo}-{hi}") }
+            })
+            .collect();
+        let set = CpuSet::parse_list(&items.join(",")).expect("valid cpulist");
+        prop_assert_eq!(set.iter().collect::<Vec<_>>(), model.iter().copied().collect::<Vec<_>>());
+        prop_assert_eq!(set.len(), model.len());
+        // Structurally equal to the set built an id at a time (trimmed alike).
+        prop_assert_eq!(set, model.into_iter().collect::<CpuSet>());
     }
 
     #[test]

@@ -287,3 +287,45 @@ proptest! {
         prop_assert_eq!(scoped, whole);
     }
 }
+
+#[test]
+fn a_side_records_length_bound_is_never_below_its_encoding() {
+    let side = |kind: &str, key: &str, value: Option<serde_json::Value>| Record::Side {
+        kind: kind.into(),
+        key: key.into(),
+        value: value.map(SideValue::from),
+    };
+    let cases = [
+        side("qrm-allocations", "uid-1/app", Some(json!({"cpu": "0-3"}))),
+        side("", "", None),
+        side("k\u{1}\u{1f}\"\\", "\n\t\u{7f}é", Some(json!("\u{0}"))),
+        side("plugin-state/cpu", "rest", Some(json!([1, 2, {"a": null}]))),
+    ];
+    for record in cases {
+        let bound = record.side_len_at_most().expect("a side record");
+        let len = record.to_bytes().len();
+        assert!(bound >= len, "{record:?}: bound {bound} < {len}");
+    }
+    let assign = Record::Unassign {
+        pod: "p".into(),
+        container: "c".into(),
+    };
+    assert_eq!(assign.side_len_at_most(), None, "only side records");
+}
+
+proptest! {
+    #[test]
+    fn the_side_length_bound_holds_for_any_kind_key_and_text(
+        kind in "\\PC{0,12}|[\\x00-\\x1f\"\\\\]{0,12}",
+        key in "\\PC{0,12}|[\\x00-\\x1f\"\\\\]{0,12}",
+        text in ".{0,24}",
+    ) {
+        let record = Record::Side {
+            kind,
+            key,
+            value: Some(SideValue::from(serde_json::Value::String(text))),
+        };
+        let bound = record.side_len_at_most().expect("a side record");
+        prop_assert!(bound >= record.to_bytes().len());
+    }
+}
