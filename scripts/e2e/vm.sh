@@ -179,13 +179,29 @@ file_is_elf() { [ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" = '177ELF' ]; }
 
 # The accelerator: PINION_E2E_ACCEL (kvm or tcg), else KVM when a probe guest
 # boots with it, else TCG (nested KVM can fail mid-boot with an emulation
-# error, so /dev/kvm existing is not enough).
+# error, so /dev/kvm existing is not enough). A failing probe hangs until its
+# 60 s timeout, and callers ask in subshells (`$(e2e_accel)`, once per guest),
+# so the answer is kept in the cache for this boot of the machine
+# (/proc/sys/kernel/random/boot_id): every later guest, bed and run on the same
+# boot reads it instead of probing again.
 e2e_accel() {
     if [ -n "${E2E_ACCEL:-}" ]; then
         echo "$E2E_ACCEL"
         return
     fi
     E2E_ACCEL=${PINION_E2E_ACCEL:-}
+    if [ -z "$E2E_ACCEL" ]; then
+        local boot kept=""
+        boot=$(tr -cd '0-9a-f-' </proc/sys/kernel/random/boot_id 2>/dev/null)
+        [ -n "$boot" ] && kept=$E2E_CACHE/accel-$boot
+        if [ -n "$kept" ] && [ -f "$kept" ]; then
+            E2E_ACCEL=$(cat "$kept")
+            case $E2E_ACCEL in
+            kvm | tcg) ;;
+            *) E2E_ACCEL="" ;;
+            esac
+        fi
+    fi
     if [ -z "$E2E_ACCEL" ]; then
         E2E_ACCEL=tcg
         if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
@@ -200,6 +216,10 @@ e2e_accel() {
                 -serial "file:$probe/console" -kernel "$(e2e_kernel)" -initrd "$probe/initrd" \
                 -append "console=ttyS0 panic=-1 quiet" >"$probe/qemu.log" 2>&1 || true
             grep -q E2E-KVM-OK "$probe/console" 2>/dev/null && E2E_ACCEL=kvm
+            e2e_log "KVM probe: $E2E_ACCEL${kept:+ (kept for this boot in $kept)}"
+        fi
+        if [ -n "$kept" ] && mkdir -p "$E2E_CACHE" && echo "$E2E_ACCEL" >"$kept.tmp.$$"; then
+            mv -f "$kept.tmp.$$" "$kept"
         fi
     fi
     echo "$E2E_ACCEL"
