@@ -176,6 +176,38 @@ fn compaction_writes_kubelets_checkpoint_and_resets_the_journal() {
     assert!(reopened.recovery.warnings().is_empty());
 }
 
+/// The writer keeps its batch buffer from one flush to the next, unless a
+/// batch made it larger than it keeps: batches of every size in a row,
+/// small after large and large after small, replay whole and in order.
+#[test]
+fn batches_of_any_size_in_a_row_replay_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opened = open(dir.path());
+    let mut side = SideData::new();
+    // A small value, one past the kept buffer's size, a small one again,
+    // one of a few kilobytes.
+    for (n, len) in [10usize, 70 * 1024, 10, 3000].into_iter().enumerate() {
+        let key = format!("pod-{n}/main");
+        let value = serde_json::Value::String("x".repeat(len));
+        commit(
+            &mut opened.store,
+            &[Record::Side {
+                kind: "qrm".into(),
+                key: key.clone(),
+                value: Some(value.clone().into()),
+            }],
+        );
+        side.entry("qrm".into())
+            .or_default()
+            .insert(key, value.into());
+    }
+    drop(opened);
+    let reopened = open(dir.path());
+    assert_eq!(reopened.side, side);
+    assert_eq!(reopened.recovery.replayed, 4);
+    assert!(reopened.recovery.warnings().is_empty());
+}
+
 #[test]
 fn compaction_refuses_pending_records() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -13,6 +13,10 @@ use super::{JournalError, JournalOp};
 use crate::durable::{self, temp_name};
 use crate::fileops::{write_all_at, FileOps};
 
+/// The largest batch buffer kept for the next batch: an admission's batch
+/// is about a kilobyte; a batch of large plugin answers is not kept.
+const KEPT_BATCH_CAPACITY: usize = 64 * 1024;
+
 /// What a successful flush made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Flushed {
@@ -37,6 +41,9 @@ pub(crate) struct Writer {
     pub(crate) durable_seq: u64,
     /// Decision records in the file (since its base).
     pub(crate) records: usize,
+    /// The batch being encoded. Its buffer is kept from one flush to the
+    /// next (up to [`KEPT_BATCH_CAPACITY`]), so a batch is encoded without
+    /// growing a fresh buffer frame by frame.
     pending: Vec<u8>,
     pending_frames: usize,
     pending_records: usize,
@@ -237,6 +244,11 @@ impl Writer {
         let records = self.pending_records;
         self.pending_frames = 0;
         self.pending_records = 0;
+        let written = bytes.len() as u64;
+        bytes.clear();
+        if bytes.capacity() <= KEPT_BATCH_CAPACITY {
+            self.pending = bytes;
+        }
         match result {
             Ok(()) => {
                 self.records += records;
@@ -249,7 +261,7 @@ impl Writer {
                 })
             }
             Err((op, source)) => {
-                self.dirty_end = self.dirty_end.max(self.write_pos + bytes.len() as u64);
+                self.dirty_end = self.dirty_end.max(self.write_pos + written);
                 self.erase_stale(ops);
                 Err(JournalError::Io {
                     op,
