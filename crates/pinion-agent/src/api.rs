@@ -493,6 +493,7 @@ fn control_error(err: &ControlError) -> Answer {
         | ControlError::Restore { .. }
         | ControlError::MigrationWouldMove { .. }
         | ControlError::Start(_)
+        | ControlError::OpenState { .. }
         | ControlError::Cgroup { .. } => (StatusCode::INTERNAL_SERVER_ERROR, None),
     };
     error(status, err.to_string(), reason)

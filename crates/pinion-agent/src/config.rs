@@ -455,6 +455,17 @@ fn policy_config(file: &FileConfig) -> Result<(PolicyConfig, Features), ConfigEr
             &"expected \"none\" or \"static\"",
         ));
     }
+    // kubelet's configuration check, whatever the Topology Manager policy
+    // (which, under `none`, never reads the scope).
+    if let Some(scope) = file.topology_manager_scope.as_deref() {
+        if scope != "container" && scope != "pod" {
+            return Err(field_error(
+                "topologyManagerScope",
+                scope,
+                &"invalid configuration: topologyManagerScope (--topology-manager-scope) must be one of: \"container\", or \"pod\"",
+            ));
+        }
+    }
     let (gates, features) = feature_gates(file.feature_gates.as_ref())?;
     let options = policy_options(file.cpu_manager_policy_options.as_ref())?;
     StaticPolicyOptions::parse(&options, gates)

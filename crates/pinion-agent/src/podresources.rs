@@ -8,11 +8,11 @@
 //! `pinion_core::podresources`; [`wire`] converts them. Usage and
 //! semantics: `docs/podresources.md`.
 
-mod conn;
+pub(crate) mod conn;
 pub mod ratelimit;
 pub mod wire;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,8 @@ use pinion_api::podresources::{v1, v1alpha1};
 use pinion_core::podresources::{self as model, AllocatableResource, Holding};
 use pinion_core::Topology;
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio::sync::{mpsc, watch};
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::config::PodResourcesConfig;
@@ -31,7 +31,8 @@ pub use ratelimit::{TokenBucket, REJECTED};
 
 /// The socket's mode.
 pub const SOCKET_MODE: u32 = 0o600;
-/// Connections served at once; more wait in the listen backlog.
+/// Connections served at once; at the cap a newcomer evicts the oldest one
+/// without a call in flight, or waits in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Requests are empty or two names: anything larger is refused.
 pub const MAX_REQUEST: usize = 16 * 1024;
@@ -205,66 +206,78 @@ pub fn bind(config: &PodResourcesConfig) -> std::io::Result<UnixListener> {
     Ok(stream.into_inner())
 }
 
+/// The podresources socket's connections: HTTP/2 pings every 60 s (20 s
+/// to answer) find dead peers.
+pub(crate) const LIMITS: conn::GrpcLimits = conn::GrpcLimits {
+    first_byte: FIRST_BYTE_TIMEOUT,
+    call_timeout: CALL_TIMEOUT,
+    max_age: MAX_CONNECTION_AGE,
+    keepalive_interval: Some(Duration::from_secs(60)),
+    keepalive_timeout: Duration::from_secs(20),
+};
+
 /// Serves both services on `listener` until `stop` turns true, then
-/// removes `socket`.
+/// removes `socket`. At most [`MAX_CONNECTIONS`] connections are served at
+/// once; at the cap a newcomer evicts the oldest one without a call in
+/// flight (as the local API does, `server::accept_loop`), so idle clients
+/// cannot lock others out.
 pub async fn serve(
     listener: UnixListener,
     socket: PathBuf,
     service: PodResourcesService,
     stop: watch::Receiver<bool>,
 ) {
-    let (conn_tx, conn_rx) = mpsc::unbounded_channel();
-    let accept = tokio::spawn(server::accept_loop(
-        "podresources",
-        listener,
-        MAX_CONNECTIONS,
-        stop.clone(),
-        // gRPC connections are never evicted (their slot never allows it).
-        move |io, place| {
-            let (slot, freed) = oneshot::channel::<()>();
-            let _ = conn_tx.send(Ok::<_, std::io::Error>(conn::Conn::new(
-                io,
-                slot,
-                FIRST_BYTE_TIMEOUT,
-            )));
-            async move {
-                let _ = freed.await;
-                drop(place);
-            }
-        },
-    ));
     let v1 = v1::pod_resources_lister_server::PodResourcesListerServer::new(service.clone())
         .max_decoding_message_size(MAX_REQUEST)
         .max_encoding_message_size(MAX_ANSWER);
     let v1alpha1 = v1alpha1::pod_resources_lister_server::PodResourcesListerServer::new(service)
         .max_decoding_message_size(MAX_REQUEST)
         .max_encoding_message_size(MAX_ANSWER);
-    let mut shutdown = stop.clone();
-    let (stopped_tx, stopped_rx) = oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
-        .timeout(CALL_TIMEOUT)
-        .max_connection_age(MAX_CONNECTION_AGE)
-        .http2_keepalive_interval(Some(Duration::from_secs(60)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(v1)
-        .add_service(v1alpha1)
-        .serve_with_incoming_shutdown(UnboundedReceiverStream::new(conn_rx), async move {
-            let _ = stopped_rx.await;
-        });
-    tokio::pin!(server);
-    let result = tokio::select! {
-        result = &mut server => result,
-        () = async { let _ = shutdown.wait_for(|s| *s).await; } => {
-            let _ = std::fs::remove_file(&socket);
-            let _ = stopped_tx.send(());
-            // A client that keeps its connection open does not hold the
-            // agent's exit.
-            tokio::time::timeout(DRAIN, &mut server).await.unwrap_or(Ok(()))
-        }
-    };
-    if let Err(err) = result {
-        tracing::error!("podresources server: {err}");
-    }
-    let _ = accept.await;
-    let _ = std::fs::remove_file(&socket);
+    let routes = Routes::new(v1).add_service(v1alpha1).prepare();
+    serve_grpc(
+        "podresources",
+        listener,
+        &socket,
+        MAX_CONNECTIONS,
+        routes,
+        LIMITS,
+        stop,
+    )
+    .await;
+}
+
+/// Serves `routes` on `listener` (at most `max_connections` at once, idle
+/// ones evicted at the cap, each under `limits`) until `stop` turns true;
+/// then removes `socket` and gives the calls in flight [`DRAIN`] to
+/// finish. The podresources
+/// socket and the QoS Resource Manager's registration socket are served
+/// this way.
+pub(crate) async fn serve_grpc(
+    name: &'static str,
+    listener: UnixListener,
+    socket: &Path,
+    max_connections: usize,
+    routes: Routes,
+    limits: conn::GrpcLimits,
+    stop: watch::Receiver<bool>,
+) {
+    // Each connection holds a sender: `recv` ends once all have ended.
+    let (live, mut ended) = mpsc::channel::<()>(1);
+    let connections = stop.clone();
+    server::accept_loop(name, listener, max_connections, stop, move |io, slot| {
+        conn::serve(
+            io,
+            slot,
+            routes.clone(),
+            limits,
+            connections.clone(),
+            live.clone(),
+        )
+    })
+    .await;
+    let _ = std::fs::remove_file(socket);
+    // A client that keeps its connection open does not hold the agent's
+    // exit.
+    let _ = tokio::time::timeout(DRAIN, ended.recv()).await;
+    let _ = std::fs::remove_file(socket);
 }

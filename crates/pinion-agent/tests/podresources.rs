@@ -18,9 +18,12 @@ mod peers;
 #[path = "../../pinion-core/tests/common/shared.rs"]
 mod shared;
 
+#[path = "common/http2_crowd.rs"]
+mod http2_crowd;
 #[path = "common/sysroot.rs"]
 mod sysroot;
 
+use http2_crowd::{closed, HTTP2_PREFACE};
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -721,5 +724,110 @@ async fn go_client_raw_path_authority_is_accepted_on_podresources() {
             },
             "{authority:?}"
         );
+    }
+}
+
+/// Regression (hunt D4): the podresources socket timed out only a client's
+/// first read and never evicted idle connections, so 64 idle ones (the
+/// HTTP/2 preface only, one byte only, or leaked channels that made one
+/// call) locked every new client out (`DEADLINE_EXCEEDED`) until their
+/// 10-minute maximum age. At the cap a newcomer now evicts the oldest
+/// connection without a call in flight, as the local API does; a client
+/// whose channel was evicted reconnects on its next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_idle_connections_at_the_cap_do_not_lock_new_clients_out() {
+    use std::sync::Arc;
+
+    use pinion_agent::config::PodResourcesConfig;
+    use pinion_agent::podresources::{self, PodResourcesService, MAX_CONNECTIONS};
+    use pinion_agent::testing::{machine, SyntheticNode};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let topology = machine(1, 2, 1);
+    let controller = SyntheticNode::new(topology.clone())
+        .start(dir.path())
+        .expect("start");
+    let (handle, _thread) = pinion_agent::controller::spawn(controller).expect("spawn");
+    let config = PodResourcesConfig {
+        socket: dir.path().join("pr/pinion.sock"),
+        qps: 1000,
+        burst: 1000,
+    };
+    let listener = podresources::bind(&config).expect("bind");
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let service = PodResourcesService::new(handle.snapshots(), Arc::new(topology), 1000, 1000);
+    let server = tokio::spawn(podresources::serve(
+        listener,
+        config.socket.clone(),
+        service,
+        stop_rx,
+    ));
+    let list = |channel: tonic::transport::Channel| async move {
+        V1Client::new(channel)
+            .list(v1::ListPodResourcesRequest {})
+            .await
+    };
+
+    // A client that keeps its channel and calls now and then, connected
+    // first (the oldest connection).
+    let kept = pinion_api::uds::connect(&config.socket, PATIENCE)
+        .await
+        .expect("connect");
+    list(kept.clone()).await.expect("first call");
+    // The rest of the cap: idle connections that sent the preface (with
+    // or without their SETTINGS) and nothing more.
+    let mut crowd: Vec<std::os::unix::net::UnixStream> = (1..MAX_CONNECTIONS)
+        .map(|i| {
+            let mut conn =
+                std::os::unix::net::UnixStream::connect(&config.socket).expect("connect");
+            let sent = if i % 2 == 0 {
+                HTTP2_PREFACE
+            } else {
+                &HTTP2_PREFACE[..24]
+            };
+            conn.write_all(sent).expect("write");
+            conn
+        })
+        .collect();
+
+    let newcomer = pinion_api::uds::connect(&config.socket, PATIENCE)
+        .await
+        .expect("connect");
+    tokio::time::timeout(PATIENCE, list(newcomer))
+        .await
+        .expect("a new client is served while the cap is full of idle connections")
+        .expect("list");
+    tokio::time::timeout(PATIENCE, list(kept.clone()))
+        .await
+        .expect("the kept channel is served again")
+        .expect("list on the kept channel");
+    let another = pinion_api::uds::connect(&config.socket, PATIENCE)
+        .await
+        .expect("connect");
+    tokio::time::timeout(PATIENCE, list(another))
+        .await
+        .expect("another new client is served")
+        .expect("list");
+    tokio::time::timeout(PATIENCE, list(kept))
+        .await
+        .expect("the kept channel is still served")
+        .expect("list on the kept channel");
+    // Room was made by closing idle connections, not by raising the cap.
+    wait_until("an idle connection is closed", || {
+        crowd.iter_mut().any(closed)
+    })
+    .await;
+    let _ = stop.send(true);
+    server.await.expect("server");
+    handle.shutdown().await;
+}
+
+/// Waits until `done` holds (bounded by [`PATIENCE`]; not a timing
+/// assertion).
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -6,8 +6,11 @@
 //! Cgroups are faked (what the executor writes is inspected); everything
 //! between the manager and the plugins is real gRPC.
 
+#[path = "common/http2_crowd.rs"]
+mod http2_crowd;
 mod qrm_common;
 
+use http2_crowd::{closed, HTTP2_PREFACE};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -1025,4 +1028,212 @@ async fn a_plugins_unified_files_reach_the_cgroup_and_unlisted_ones_are_refused(
         "nothing written for the refused run"
     );
     agent.stop().await;
+}
+
+/// `Registration.Register` of `resource` on socket `endpoint`, over the
+/// agent's registration socket.
+async fn register(agent: &Agent, resource: &str, endpoint: &str) -> Result<(), tonic::Status> {
+    let socket = agent.dir.path().join("resource-plugins/kubelet.sock");
+    let channel = pinion_api::uds::connect(&socket, PATIENCE)
+        .await
+        .expect("connect to the registration socket");
+    rp::registration_client::RegistrationClient::new(channel)
+        .register(rp::RegisterRequest {
+            version: pinion_api::plugin::API_VERSION.to_string(),
+            endpoint: endpoint.to_string(),
+            resource_name: resource.to_string(),
+            options: Some(rp::ResourcePluginOptions::default()),
+        })
+        .await
+        .map(drop)
+}
+
+/// Regression (hunt D5): the registration socket was a plain tonic server
+/// with no connection cap, no first-byte deadline and no idle timeout, so
+/// a crowd of idle connections (each sending only the HTTP/2 preface) was
+/// held for good and could take all the agent's descriptors. It now has
+/// the podresources socket's bounds: at the cap a newcomer evicts the
+/// oldest idle connection, and a plugin still registers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_idle_connections_cannot_crowd_the_registration_socket() {
+    use std::io::Write as _;
+    let agent = Agent::start();
+    let socket_dir = agent.dir.path().join("resource-plugins");
+    let cap = pinion_agent::qrm::register::MAX_CONNECTIONS;
+    let mut crowd: Vec<std::os::unix::net::UnixStream> = (0..3 * cap)
+        .map(|_| {
+            let mut conn = std::os::unix::net::UnixStream::connect(socket_dir.join("kubelet.sock"))
+                .expect("connect");
+            conn.write_all(HTTP2_PREFACE).expect("preface");
+            conn
+        })
+        .collect();
+
+    let served = qrm_common::serve_in(
+        &socket_dir,
+        Knob::one("example.com/crowd", "CpusetMems", "0", "crowd"),
+        "crowd.sock",
+    );
+    tokio::time::timeout(
+        PATIENCE,
+        register(&agent, "example.com/crowd", "crowd.sock"),
+    )
+    .await
+    .expect("Register is served beside the crowd")
+    .expect("registered");
+    agent.wait_for_plugin("example.com/crowd", "active").await;
+    let held = crowd.len() - cap;
+    qrm_common::wait_until("the idle connections beyond the cap are closed", || {
+        crowd.iter_mut().map(closed).filter(|c| *c).count() >= held
+    })
+    .await;
+    served.stop().await;
+    agent.stop().await;
+}
+
+/// Regression (hunt D13): `Register` failed at once (`UNAVAILABLE … No
+/// such file or directory`) when the plugin called it before its own
+/// socket listened; spec §3.2 step 4 has the manager dial the endpoint
+/// (10 s). The call now waits for the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_register_waits_for_a_plugin_socket_that_does_not_listen_yet() {
+    let agent = Agent::start();
+    let socket_dir = agent.dir.path().join("resource-plugins");
+    let registering = tokio::spawn({
+        let socket = agent.dir.path().join("resource-plugins/kubelet.sock");
+        async move {
+            let channel = pinion_api::uds::connect(&socket, PATIENCE)
+                .await
+                .expect("connect");
+            rp::registration_client::RegistrationClient::new(channel)
+                .register(rp::RegisterRequest {
+                    version: pinion_api::plugin::API_VERSION.to_string(),
+                    endpoint: "late.sock".to_string(),
+                    resource_name: "example.com/late".to_string(),
+                    options: Some(rp::ResourcePluginOptions::default()),
+                })
+                .await
+        }
+    });
+    // The plugin's server comes up after its `Register` call went out (the
+    // pause orders the two; nothing is measured).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let served = qrm_common::serve_in(
+        &socket_dir,
+        Knob::one("example.com/late", "CpusetMems", "0", "late"),
+        "late.sock",
+    );
+    registering
+        .await
+        .expect("task")
+        .expect("registered once the socket listens");
+    agent.wait_for_plugin("example.com/late", "active").await;
+    // Another registration is not held up by one that waits.
+    let waiting = tokio::spawn({
+        let socket = agent.dir.path().join("resource-plugins/kubelet.sock");
+        async move {
+            let channel = pinion_api::uds::connect(&socket, PATIENCE)
+                .await
+                .expect("connect");
+            rp::registration_client::RegistrationClient::new(channel)
+                .register(rp::RegisterRequest {
+                    version: pinion_api::plugin::API_VERSION.to_string(),
+                    endpoint: "never.sock".to_string(),
+                    resource_name: "example.com/never".to_string(),
+                    options: Some(rp::ResourcePluginOptions::default()),
+                })
+                .await
+        }
+    });
+    let other = qrm_common::serve_in(
+        &socket_dir,
+        Knob::one("example.com/other", "CpusetMems", "0", "other"),
+        "other.sock",
+    );
+    register(&agent, "example.com/other", "other.sock")
+        .await
+        .expect("registered while another registration waits");
+    let never = waiting.await.expect("task").expect_err("no socket ever");
+    assert_eq!(never.code(), tonic::Code::Unavailable, "{never:?}");
+    assert!(
+        never
+            .message()
+            .starts_with("failed to register resource example.com/never"),
+        "{never:?}"
+    );
+    other.stop().await;
+    served.stop().await;
+    agent.stop().await;
+}
+
+/// Regression (hunt D3): the watcher handled only creations and removals,
+/// and `notify` reports a rename as `Modify(Name(..))`, so a socket
+/// renamed into the directory never registered and one renamed out never
+/// stopped. kubelet's fsnotify reads a move-in as a creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_socket_renamed_in_registers_and_renamed_out_stops() {
+    let agent = Agent::start();
+    let dir = agent.registry_dir().to_path_buf();
+    // Bound under a hidden name, which the watcher ignores.
+    let served = agent.serve_as(
+        Knob::one("example.com/mv", "CpusetMems", "0", "mv"),
+        ".mv.tmp",
+    );
+    qrm_common::wait_until("the hidden socket listens", || {
+        std::os::unix::net::UnixStream::connect(dir.join(".mv.tmp")).is_ok()
+    })
+    .await;
+    std::fs::rename(dir.join(".mv.tmp"), dir.join("mv.sock")).expect("rename in");
+    agent.wait_for_plugin("example.com/mv", "active").await;
+
+    std::fs::rename(dir.join("mv.sock"), agent.dir.path().join("away.sock")).expect("rename out");
+    agent.wait_for_plugin("example.com/mv", "stopped").await;
+
+    // A directory moved in brings its sockets.
+    let staging = agent.dir.path().join("staging");
+    std::fs::create_dir(&staging).expect("mkdir");
+    std::fs::rename(agent.dir.path().join("away.sock"), staging.join("mv.sock"))
+        .expect("into the staging directory");
+    std::fs::rename(&staging, dir.join("sub")).expect("directory in");
+    agent.wait_for_plugin("example.com/mv", "active").await;
+    served.stop().await;
+    agent.stop().await;
+}
+
+/// Found from outside (thirty-third session): a resource name with a
+/// newline, or of 300 KB through `GetInfo`, was accepted at registration,
+/// and `pinion plugins` tables broke. Both registration paths now refuse a
+/// name that is not a qualified resource name, naming the defect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_resource_name_that_is_no_qualified_name_is_refused() {
+    let agent = Agent::start();
+    for (name, defect) in [
+        ("example.com/a\nb", "has characters other than"),
+        ("example.com/", "is not a qualified name"),
+        ("a/b/c", "is not a qualified name"),
+        ("", "is empty"),
+    ] {
+        let status = register(&agent, name, "never.sock")
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{name:?}: {status:?}"
+        );
+        assert!(
+            status.message().contains(defect),
+            "{name:?}: {}",
+            status.message()
+        );
+    }
+    let long = format!("example.com/{}", "x".repeat(300_000));
+    let status = register(&agent, &long, "never.sock")
+        .await
+        .expect_err("refused");
+    assert!(
+        status.message().contains("is longer than 253 bytes") && status.message().len() < 300,
+        "{}",
+        &status.message()[..status.message().len().min(300)]
+    );
 }

@@ -1054,3 +1054,94 @@ async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin(
         .expect("a sane answer");
     agent.stop().await;
 }
+
+/// Regression: a reconcile answer that fails the checks every `Allocate`
+/// answer passes (a cpuset from a plugin other than `cpu`, a NaN quantity,
+/// an environment variable a runtime splits) was logged as refused — and
+/// merged all the same: the run moved to the plugin's CPU, the journal kept
+/// the NaN (written as `null`, so the snapshot no longer read back and the
+/// record was dropped whole at the next start). A refused reconcile answer
+/// now keeps the previous allocation (and is the plugin's error), and it
+/// does not count as the plugin having forgotten the container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_refused_reconcile_answer_keeps_the_previous_allocation() {
+    const W: &str = "example.com/w";
+    const POD: &str = "pinion-run-reconciled";
+    const POLL: &str = "GetResourcesAllocation";
+    let agent = Agent::start();
+    let knob = Knob::one(W, "CpuShares", "512", "w");
+    let served = agent.serve(knob.clone());
+    agent.wait_for_plugin(W, "active").await;
+    let admitted = agent
+        .handle
+        .admit(admission(POD, "500m", &[(W, "1")], &[]))
+        .await
+        .expect("admitted");
+    let cgroup = admitted.cgroup.clone().expect("cgroup");
+    let cpus = admitted.placement.cpus.clone();
+    agent
+        .wait_for_cgroup(&cgroup, "the admission's cpus", |c, _| *c == cpus)
+        .await;
+    let stored = |agent: &Agent| {
+        let snapshot = agent.handle.snapshot();
+        // What `pinion ps` reads: the snapshot must survive its JSON.
+        let text = serde_json::to_string(&*snapshot).expect("snapshot as json");
+        let read: pinion_agent::controller::Snapshot =
+            serde_json::from_str(&text).expect("the snapshot reads back");
+        read.workload(POD, "main").expect("still placed").clone()
+    };
+    let allocated = stored(&agent).plugins;
+    assert_eq!(allocated[W].allocation_result, "512");
+
+    let mut cpuset = info("CpusetCpus", "1", "w");
+    cpuset.envs.insert("A=B".into(), "x\ny".into());
+    let mut nan = info("CpuShares", "256", "w");
+    nan.allocated_quantity = f64::NAN;
+    let mut env = info("CpuShares", "256", "w");
+    env.envs.insert("A=B".into(), "x\ny".into());
+    let allocate_calls = knob.state().allocate_calls.len();
+    for (case, answer) in [("cpuset", cpuset), ("nan", nan), ("env", env)] {
+        knob.state().answer = [(W.to_string(), answer)].into();
+        let before = errors(&agent, W, POLL);
+        // Two refused polls: the first one's merge is done by the second.
+        wait_until(&format!("{case}: two refused polls"), || {
+            errors(&agent, W, POLL) >= before + 2
+        })
+        .await;
+        let workload = stored(&agent);
+        assert_eq!(workload.plugins, allocated, "{case}: the stored allocation");
+        assert_eq!(workload.placement.cpus, cpus, "{case}: the placement");
+        assert_eq!(workload.placement.resources.cpu_shares, Some(512), "{case}");
+        assert!(!workload.placement.env.contains_key("A=B"), "{case}");
+        let name = pinion_host::cgroup::CgroupName::new(&cgroup).expect("cgroup name");
+        assert_eq!(
+            agent.host.tree().children[&name].cpus,
+            cpus,
+            "{case}: the cgroup's cpus"
+        );
+    }
+    assert_eq!(
+        knob.state().allocate_calls.len(),
+        allocate_calls,
+        "a refused answer is not a forgotten container: no re-allocation"
+    );
+
+    // The journal holds the `Allocate` answer: a restart keeps it (the
+    // run's cgroup has its process, as `pinion run` puts it there).
+    let name = pinion_host::cgroup::CgroupName::new(POD).expect("cgroup name");
+    agent
+        .host
+        .tree()
+        .children
+        .get_mut(&name)
+        .expect("the run's cgroup")
+        .pids
+        .push(std::process::id());
+    served.stop().await;
+    let (dir, host) = agent.stop().await;
+    let agent = Agent::start_in(dir, host, Vec::new());
+    let workload = stored(&agent);
+    assert_eq!(workload.plugins, allocated, "after a restart");
+    assert_eq!(workload.placement.cpus, cpus, "after a restart");
+    agent.stop().await;
+}

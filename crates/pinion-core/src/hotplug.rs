@@ -18,13 +18,15 @@ use crate::state::State;
 use crate::topology::Topology;
 
 /// `policy` on the machine `topology` (its online CPUs changed): the same
-/// options and features; the reserved CPUs stay the same CPUs, minus those
-/// that are not online any more (a reserved CPU is never moved).
+/// options and features; the reserved CPUs are the ones chosen at start
+/// that are online now — a reserved CPU is never moved, one that went
+/// offline is reserved again when it comes back. Should none be online,
+/// the policy still keeps one CPU in the shared pool.
 pub fn policy_on(policy: &Policy, topology: &Topology) -> Result<Policy, PolicyError> {
     let Policy::Static(old) = policy else {
         return Ok(Policy::None);
     };
-    let cpus = old.reserved().intersection(topology.all_cpus());
+    let cpus = old.configured_reserved().intersection(topology.all_cpus());
     let reservation = Reservation {
         count: cpus.len(),
         cpus,
@@ -33,8 +35,9 @@ pub fn policy_on(policy: &Policy, topology: &Topology) -> Result<Policy, PolicyE
         UncoreCacheSource::Kubelet => topology.clone(),
         UncoreCacheSource::LastLevelCache => topology.with_llc_as_uncore(),
     };
-    let new =
-        StaticPolicy::new(topology, *old.options(), &reservation)?.with_features(old.features());
+    let new = StaticPolicy::new(topology, *old.options(), &reservation)?
+        .with_features(old.features())
+        .with_configured_reserved(old.configured_reserved().clone());
     Ok(Policy::Static(Box::new(new)))
 }
 

@@ -49,6 +49,8 @@ pub enum AnswerError {
         resource: String,
         value: String,
     },
+    #[error("resource {resource}: CpusetCpus is empty (a container needs at least one cpu)")]
+    CpusEmpty { resource: String },
     #[error("resource {resource}: CpusetCpus {cpus} has cpus {outside} that are offline or not on this machine (online: {online})")]
     CpusNotOnline {
         resource: String,
@@ -197,10 +199,10 @@ pub fn check_node_resources(
     Ok(())
 }
 
-/// What is wrong with `name` as a resource name of a Node's status, if
-/// anything: an optional DNS-subdomain-like prefix and `/`, then a name of
-/// letters, digits, `-`, `_`, `.`.
-fn resource_name_defect(name: &str) -> Option<&'static str> {
+/// What is wrong with `name` as a resource name (of a Node's status, or
+/// a plugin's registration), if anything: an optional DNS-subdomain-like
+/// prefix and `/`, then a name of letters, digits, `-`, `_`, `.`.
+pub fn resource_name_defect(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         return Some("is empty");
     }
@@ -240,6 +242,11 @@ pub fn check_cpus(
     online: &CpuSet,
     taken: &CpuSet,
 ) -> Result<(), AnswerError> {
+    if cpus.is_empty() {
+        return Err(AnswerError::CpusEmpty {
+            resource: resource.to_string(),
+        });
+    }
     let outside = cpus.difference(online);
     if !outside.is_empty() {
         return Err(AnswerError::CpusNotOnline {
@@ -376,6 +383,20 @@ mod tests {
             a.allocation_result = "0".into();
         };
         assert_eq!(check("memory", &answer("memory", mems)), Ok(()));
+    }
+
+    /// Found from outside (thirty-third session): an empty `CpusetCpus`
+    /// from the cpu plugin reached the kernel, which refused the process
+    /// ("No space left on device"), and the admission failed with a 500
+    /// naming no plugin.
+    #[test]
+    fn regression_an_empty_cpuset_is_the_plugins_error() {
+        let err =
+            check_cpus("cpu", &CpuSet::new(), &set("0-7"), &CpuSet::new()).expect_err("empty");
+        assert_eq!(
+            err.to_string(),
+            "resource cpu: CpusetCpus is empty (a container needs at least one cpu)"
+        );
     }
 
     /// Regression (issue 27, item 5): a cpuset taking another workload's

@@ -3,6 +3,7 @@
 //! and the cgroupfs cpuset writers (v1 and v2). Decisions live in `pinion-core`; this
 //! crate only reads and writes.
 
+mod bounded_read;
 pub mod cgroup;
 pub mod durable;
 pub mod fileops;

@@ -106,7 +106,7 @@ pub fn lock_exclusive(path: &Path, create: bool, proc_root: &Path) -> Result<Loc
 /// `<proc_root>/locks`.
 #[must_use]
 pub fn holder_of(proc_root: &Path, dev: u64, ino: u64) -> Option<Holder> {
-    let locks = std::fs::read_to_string(proc_root.join("locks")).ok()?;
+    let locks = read_locks(proc_root)?;
     let pid = locks
         .lines()
         .find_map(|line| lock_line_pid(line, dev, ino))?;
@@ -114,6 +114,15 @@ pub fn holder_of(proc_root: &Path, dev: u64, ino: u64) -> Option<Holder> {
         pid,
         state_dir: state_dir_of(proc_root, pid),
     })
+}
+
+/// Largest `<proc_root>/locks` read: a line of about 60 bytes per lock.
+const MAX_LOCKS: u64 = 16 << 20;
+
+/// `<proc_root>/locks`; `None` when it cannot be read, is no regular file
+/// (a FIFO there is no hang) or is larger than [`MAX_LOCKS`].
+fn read_locks(proc_root: &Path) -> Option<String> {
+    crate::bounded_read::read_text(&proc_root.join("locks"), MAX_LOCKS).ok()
 }
 
 /// The pid of a `/proc/locks` line of a FLOCK on `(dev, ino)`: fields are
@@ -174,7 +183,7 @@ const MAX_WALK: usize = 100_000;
 /// (this agent's) is not counted.
 #[must_use]
 pub fn nested_lock(root: &Path, proc_root: &Path) -> Option<NestedLock> {
-    let locks = std::fs::read_to_string(proc_root.join("locks")).ok()?;
+    let locks = read_locks(proc_root)?;
     let root_meta = std::fs::metadata(root).ok()?;
     let found = |path: &Path, above: bool| -> Option<NestedLock> {
         let meta = std::fs::symlink_metadata(path).ok()?;
@@ -228,6 +237,21 @@ pub fn nested_lock(root: &Path, proc_root: &Path) -> Option<NestedLock> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded_read::testing::{mkfifo, without_hanging};
+
+    #[test]
+    fn regression_fifo_as_proc_locks_hung_the_holder_lookup() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        mkfifo(&dir.path().join("locks"));
+        let proc_root = dir.path().to_path_buf();
+        let answer = without_hanging("holder lookup", move || {
+            (
+                holder_of(&proc_root, 1, 1),
+                nested_lock(&proc_root, &proc_root),
+            )
+        });
+        assert_eq!(answer, (None, None));
+    }
 
     #[test]
     fn a_second_lock_names_the_holder_and_its_state_directory() {

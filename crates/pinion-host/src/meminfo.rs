@@ -4,10 +4,16 @@
 //! `meminfo` lines read `Node 0 MemTotal:  16384 kB`; every value Pinion
 //! uses is in kB. A machine without a node directory (no NUMA support in
 //! the kernel) reports `<root>/proc/meminfo` as node 0.
+//!
+//! Every file must be a regular file of at most 1 MiB (`MAX_ATTRIBUTE`; a
+//! real one is a few KiB): a FIFO or a device in its place is a read error,
+//! a longer file is malformed. Neither hangs nor exhausts memory.
 
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+
+use crate::bounded_read::{read_text, ReadError, MAX_ATTRIBUTE};
 
 /// Errors of memory discovery; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -132,14 +138,14 @@ pub fn read_node_memory(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
 /// `<root>/sys/kernel/mm/hugepages`.
 fn read_whole_machine(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
     let path = root.join("proc/meminfo");
-    let text = match fs::read_to_string(&path) {
+    let text = match read(&path) {
         Ok(text) => text,
-        Err(err) if err.kind() == ErrorKind::NotFound => {
+        Err(MemInfoError::Read { source, .. }) if source.kind() == ErrorKind::NotFound => {
             return Err(MemInfoError::NotFound {
                 path: root.to_path_buf(),
             })
         }
-        Err(source) => return Err(MemInfoError::Read { path, source }),
+        Err(err) => return Err(err),
     };
     Ok(vec![NodeMemory {
         node: 0,
@@ -149,10 +155,18 @@ fn read_whole_machine(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
     }])
 }
 
+/// The text of a meminfo or hugepages file (see the module's note on
+/// FIFOs, devices and the size cap).
 fn read(path: &Path) -> Result<String, MemInfoError> {
-    fs::read_to_string(path).map_err(|source| MemInfoError::Read {
-        path: path.to_path_buf(),
-        source,
+    read_text(path, MAX_ATTRIBUTE).map_err(|err| match err {
+        ReadError::Io(source) => MemInfoError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+        err => MemInfoError::Malformed {
+            path: path.to_path_buf(),
+            reason: err.to_string(),
+        },
     })
 }
 
@@ -230,6 +244,8 @@ fn number(path: &Path) -> Result<u64, MemInfoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bounded_read::is_not_regular;
+    use crate::bounded_read::testing::{mkfifo, without_hanging};
 
     fn write(root: &Path, rel: &str, text: &str) {
         let path = root.join(rel);
@@ -376,6 +392,82 @@ mod tests {
         );
         let err = read_node_memory(dir.path()).expect_err("unit");
         assert!(err.to_string().contains("\"MB\""), "{err}");
+    }
+
+    /// A tree with node 0's meminfo and a 2 MiB hugepage pool, whose
+    /// `nr_hugepages` the caller plants.
+    fn tree_with_hugepages() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write(
+            dir.path(),
+            "sys/devices/system/node/node0/meminfo",
+            &node_meminfo(0, 4096, 100),
+        );
+        let pool = dir
+            .path()
+            .join("sys/devices/system/node/node0/hugepages/hugepages-2048kB");
+        write(&pool, "free_hugepages", "0\n");
+        (dir, pool.join("nr_hugepages"))
+    }
+
+    /// Reads the memory of `root` on another thread: fails rather than
+    /// hangs when a read blocks.
+    fn read_promptly(root: &Path) -> Result<Vec<NodeMemory>, MemInfoError> {
+        let root = root.to_path_buf();
+        without_hanging("memory discovery", move || read_node_memory(&root))
+    }
+
+    fn assert_not_regular(err: &MemInfoError, suffix: &str) {
+        assert!(
+            matches!(err, MemInfoError::Read { path, source }
+                if path.ends_with(suffix) && is_not_regular(source)),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(suffix), "{err}");
+    }
+
+    #[test]
+    fn regression_fifo_as_nr_hugepages_or_meminfo_hung_memory_discovery() {
+        let (dir, nr_hugepages) = tree_with_hugepages();
+        mkfifo(&nr_hugepages);
+        let err = read_promptly(dir.path()).expect_err("a fifo is refused");
+        assert_not_regular(&err, "hugepages-2048kB/nr_hugepages");
+        assert!(
+            err.to_string().contains("not a regular file (a fifo)"),
+            "{err}"
+        );
+
+        let whole = tempfile::tempdir().expect("tempdir");
+        mkfifo(&whole.path().join("proc/meminfo"));
+        let err = read_promptly(whole.path()).expect_err("a fifo is refused");
+        assert_not_regular(&err, "proc/meminfo");
+    }
+
+    #[test]
+    fn regression_nr_hugepages_symlinked_to_dev_zero_grew_memory_without_bound() {
+        let (dir, nr_hugepages) = tree_with_hugepages();
+        std::os::unix::fs::symlink("/dev/zero", &nr_hugepages).expect("symlink");
+        let err = read_promptly(dir.path()).expect_err("a device is refused");
+        assert_not_regular(&err, "hugepages-2048kB/nr_hugepages");
+    }
+
+    #[test]
+    fn regression_meminfo_over_the_cap_was_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let over = usize::try_from(MAX_ATTRIBUTE).expect("cap fits") + 1;
+        let mut text = node_meminfo(0, 4096, 100);
+        text.push_str(&" ".repeat(over - text.len()));
+        write(dir.path(), "sys/devices/system/node/node0/meminfo", &text);
+        let err = read_node_memory(dir.path()).expect_err("over the cap");
+        assert!(
+            matches!(err, MemInfoError::Malformed { ref path, ref reason }
+                if path.ends_with("node0/meminfo") && reason == "larger than 1048576 bytes"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("node0/meminfo"), "{err}");
+        text.pop();
+        write(dir.path(), "sys/devices/system/node/node0/meminfo", &text);
+        read_node_memory(dir.path()).expect("at the cap");
     }
 
     /// This machine: one node with memory and a free figure below the total.

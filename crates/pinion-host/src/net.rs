@@ -7,7 +7,8 @@
 //!   virtio device sits below its PCI function), the nearest ancestor's
 //!   (at most [`MAX_PARENT_HOPS`] levels up, never leaving `<root>/sys`).
 //!   `-1` or no file at all means "no NUMA information": the NIC counts for
-//!   every node.
+//!   every node. Anything but a regular file of at most 1 MiB there (a
+//!   FIFO, a device) is an error naming it, never a hang.
 //! * `speed` (Mb/s) when the driver reports it (`-1` or an unreadable file
 //!   — the kernel fails the read for a link that is down — is unknown).
 //! * Interfaces in other network namespaces are listed when the namespace
@@ -27,6 +28,8 @@ use std::fs::{self, File};
 use std::io::ErrorKind;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+
+use crate::bounded_read::{read_text, ReadError, MAX_ATTRIBUTE};
 
 /// How far above `device` a NUMA node is looked for.
 pub const MAX_PARENT_HOPS: usize = 3;
@@ -252,13 +255,19 @@ fn numa_node(root: &Path, device: &Path) -> Result<Option<u32>, NetError> {
 /// `Some(node)` from a `numa_node` file (`Some(None)` for `-1`), `None`
 /// when there is no file.
 fn read_numa_file(path: &Path) -> Result<Option<Option<u32>>, NetError> {
-    let text = match fs::read_to_string(path) {
+    let text = match read_text(path, MAX_ATTRIBUTE) {
         Ok(text) => text,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
+        Err(ReadError::Io(err)) if err.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(ReadError::Io(source)) => {
             return Err(NetError::Read {
                 path: path.to_path_buf(),
                 source,
+            })
+        }
+        Err(err) => {
+            return Err(NetError::Malformed {
+                path: path.to_path_buf(),
+                reason: err.to_string(),
             })
         }
     };
@@ -280,7 +289,7 @@ fn read_numa_file(path: &Path) -> Result<Option<Option<u32>>, NetError> {
 
 /// Link speed in Mb/s; unknown (`-1`, unreadable, absent) is `None`.
 fn speed(path: &Path) -> Option<u64> {
-    let text = fs::read_to_string(path).ok()?;
+    let text = read_text(path, MAX_ATTRIBUTE).ok()?;
     text.trim()
         .parse::<i64>()
         .ok()

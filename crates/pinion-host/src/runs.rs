@@ -1,6 +1,8 @@
-//! Run records: what each standalone run asked for, one small file per run
-//! in `<state dir>/runs/<cgroup name>`, written when the run is admitted and
-//! removed with its cgroup. The checkpoint says the same; these files exist
+//! Run records: how many exclusive CPUs each standalone run holds (0:
+//! shared), one small file per run in `<state dir>/runs/<cgroup name>`,
+//! written when the run is admitted, resized or released with processes
+//! left (then 0), checked at the agent's start, and removed with its
+//! cgroup. The checkpoint says the same; these files exist
 //! for the day it cannot be read: together with each cgroup's `cpuset.cpus`
 //! they let the agent rebuild the state from what runs
 //! (`pinion_core::rebuild`). A record is a hint, not a decision: it is

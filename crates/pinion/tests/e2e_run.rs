@@ -420,6 +420,55 @@ fn pinion_run_pins_releases_and_survives_agent_restarts() {
     assert!(leftovers.is_empty(), "run cgroups removed: {leftovers:?}");
 }
 
+/// `pinion run` forwarded SIGTERM and SIGHUP by starting the `kill`
+/// program and ignored the failure to start it: with no `kill` on PATH (a
+/// minimal image) the command survived its runtime's stop, and so did
+/// `pinion run`, holding the run's CPUs.
+#[test]
+fn regression_sigterm_was_lost_when_no_kill_program_was_on_path() {
+    let Some(mut s) = setup() else { return };
+    let Some(sleep) = ["/bin/sleep", "/usr/bin/sleep"]
+        .into_iter()
+        .find(|path| Path::new(path).exists())
+    else {
+        eprintln!("skipped: no /bin/sleep or /usr/bin/sleep");
+        return;
+    };
+    s.start_agent();
+    let empty = s.dir.path().join("empty-path");
+    std::fs::create_dir(&empty).expect("an empty PATH directory");
+    let log = s.dir.path().join("run-without-kill.log");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg("--socket")
+        .arg(s.socket())
+        .args(["--", sleep, "600"])
+        .env("PATH", &empty)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("run log"))
+        .spawn()
+        .expect("spawn run");
+    s.runs.push(run);
+    let held = s.wait_for_workloads(1);
+    let pid = held[0]["pid"].as_u64().expect("pid");
+    signal("TERM", s.runs[0].id());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = s.runs[0].try_wait().expect("wait for the run") {
+            break status;
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "pinion run did not end on SIGTERM: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(128 + 15), "the command died of SIGTERM");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "command gone");
+    assert!(s.wait_for_workloads(0).is_empty(), "released");
+}
+
 /// The metrics address the agent logged when it became ready.
 fn metrics_address(log: &str) -> std::net::SocketAddr {
     log.lines()

@@ -35,3 +35,38 @@ fn health_fails_with_status_1_when_no_agent_answers() {
     assert!(stderr.contains("cannot reach the pinion agent"), "{stderr}");
     assert!(stderr.contains(&socket.display().to_string()), "{stderr}");
 }
+
+/// `pinion health` had no `env = "PINION_SOCKET"` on `--socket`, unlike
+/// every other command that talks to the agent: a probe relying on the
+/// variable asked the default socket and reported the agent down.
+#[test]
+fn regression_health_ignored_pinion_socket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("from-env.sock");
+    for args in [&["health"][..], &["health", "--ready"]] {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .env("PINION_SOCKET", &socket)
+            .output()
+            .expect("pinion runs");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let stderr = common::stderr(&out);
+        assert!(
+            stderr.contains(&socket.display().to_string()),
+            "{args:?}: {stderr}"
+        );
+    }
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let agent = common::SysrootAgent::start(&machine, "cpuManagerPolicy: none\n");
+    for args in [&["health"][..], &["health", "--ready"]] {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .env("PINION_SOCKET", agent.socket())
+            .output()
+            .expect("pinion runs");
+        assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+        assert_eq!(common::stdout(&out), "ok\n", "{args:?}");
+    }
+}

@@ -188,3 +188,96 @@ fn corpus_policy_file_runs_through_the_binary() {
         }
     }
 }
+
+/// A scenario whose later step names a container its pod does not have.
+const UNKNOWN_CONTAINER: &str = r#"
+machine: { sockets: 1, numa_per_socket: 1, cores_per_socket: 4, threads_per_core: 2 }
+num_reserved: 1
+pods:
+  a:
+    containers:
+      - { name: c, cpu_request: "2", cpu_limit: "2", memory_request: 1Gi, memory_limit: 1Gi }
+steps:
+  - op: start
+  - { op: add, pod: a, container: c }
+  - { op: add, pod: a, container: zzz }
+  - { op: remove, pod: a, container: c }
+"#;
+
+/// A step naming an unknown container was printed as "the policy cannot
+/// be constructed: step 1: …" (a 0-based step number, where the text
+/// numbers steps from 1), the earlier steps' outcomes were not shown, and
+/// the exit status was 0.
+#[test]
+fn regression_a_step_naming_an_unknown_container_was_a_construction_error_with_exit_0() {
+    let out = pinion(&["simulate", "-"], Some(UNKNOWN_CONTAINER));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(!text.contains("cannot be constructed"), "{text}");
+    assert!(text.contains("step  1  start"), "{text}");
+    assert!(text.contains("step  2  add    a/c"), "{text}");
+    assert!(!text.contains("step  3"), "{text}");
+    assert!(
+        stderr.contains("step 3 (add a/zzz): pod a has no container \"zzz\""),
+        "{stderr}"
+    );
+
+    let out = pinion(&["simulate", "-o", "json", "-"], Some(UNKNOWN_CONTAINER));
+    assert!(!out.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["steps"].as_array().expect("steps").len(), 2);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("step 3 (add a/zzz)"));
+
+    let resize = UNKNOWN_CONTAINER
+        .replace(
+            "{ op: add, pod: a, container: zzz }",
+            "{ op: resize, pod: a, container: nope, cpu_request: \"3\" }",
+        )
+        .replace(
+            "num_reserved: 1",
+            "num_reserved: 1\nfeatures: { InPlacePodVerticalScalingExclusiveCPUs: true }",
+        );
+    let out = pinion(&["simulate", "-"], Some(&resize));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("step 3 (resize a/nope): pod a has no container \"nope\""),
+        "{stderr}"
+    );
+}
+
+/// In a batch the scenarios before the faulty one are printed in full, and
+/// the error names the faulty one.
+#[test]
+fn a_faulty_step_in_a_batch_names_the_scenario_and_stops_the_run() {
+    let single: Value = serde_yaml_ng::from_str(UNKNOWN_CONTAINER).expect("yaml");
+    let mut ok = single.clone();
+    ok["name"] = "fine".into();
+    ok["steps"] = serde_json::json!([{"op": "start"}]);
+    let mut bad = single;
+    bad["name"] = "typo".into();
+    let batch = serde_json::to_string(&[ok, bad]).expect("json");
+    let out = pinion(&["simulate", "-o", "json", "-"], Some(&batch));
+    assert!(!out.status.success());
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        2,
+        "the first scenario, then the faulty one's steps"
+    );
+    assert_eq!(lines[0]["name"], "fine");
+    assert_eq!(lines[1]["name"], "typo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("scenario 1 (typo), step 3 (add a/zzz)"),
+        "{stderr}"
+    );
+}

@@ -139,7 +139,15 @@ fn bad_topology_manager_input_is_reported() {
         r#""hints": {"p": {"gpu": [{"numa": [1], "preferred": true}]}}"#,
         r#""hints": {"p/a": {"nic": null}, "p/b": {"nic": null}}"#,
     );
-    let out = json(&pinion(&["simulate", "-o", "json", "-"], &ambiguous));
-    let error = out["error"].as_str().expect("error text");
-    assert!(error.contains("give a \"p\" entry"), "{error}");
+    // A mistake in a step's input: the steps before it, then a non-zero
+    // exit naming the step (`docs/simulate.md`, exit status).
+    let out = pinion(&["simulate", "-o", "json", "-"], &ambiguous);
+    assert!(!out.status.success());
+    let before: Value = serde_json::from_slice(&out.stdout).expect("one json document");
+    assert_eq!(before["steps"].as_array().expect("steps").len(), 1);
+    let error = common::stderr(&out);
+    assert!(
+        error.contains("step 2 (add p/a): ") && error.contains("give a \"p\" entry"),
+        "{error}"
+    );
 }

@@ -254,6 +254,46 @@ fn migrate_refuses_a_corrupted_checkpoint() {
     );
 }
 
+/// Found from outside (thirty-third session): `pinion state migrate` wrote
+/// a running agent's checkpoint without its lock; the agent's next
+/// compaction overwrote the migration, or its next start took it. It is now
+/// refused while the agent holds the state directory, as `state rebuild
+/// --write` and `state import-qrm` are; a dry run still reads beside it.
+#[test]
+fn regression_migrate_refuses_while_an_agent_holds_the_state_directory() {
+    let node = Node::new(STATE);
+    let (root, path) = (node.root.as_str(), node.path.as_str());
+    let _agent = pinion_host::lock::lock_exclusive(
+        &node.dir.path().join(pinion_host::lock::STATE_LOCK_FILE),
+        true,
+        std::path::Path::new("/proc"),
+    )
+    .expect("lock");
+    let args = [
+        "state",
+        "migrate",
+        path,
+        "--sysroot",
+        root,
+        "--reserved-cpus",
+        "0-1",
+    ];
+    let out = pinion(&args);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("the agent is running on") && text(&out).contains("stop it first"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(&node.file).expect("read"),
+        STATE,
+        "nothing written"
+    );
+    let dry = pinion(&[&args[..], &["--dry-run"]].concat());
+    assert!(dry.status.success(), "{}", text(&dry));
+}
+
 /// After a crash the checkpoint lags behind Pinion's journal; `verify` and
 /// `migrate` work on the state the agent starts from (checkpoint + journal).
 #[test]

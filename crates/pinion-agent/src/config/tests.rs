@@ -595,3 +595,35 @@ fn bad_node_resource_topology_values_are_named() {
     let err = resolve_yaml("nodeResourceTopology: {kubeConfig: /x}").expect_err("unknown");
     assert!(err.to_string().contains("kubeConfig"), "{err}");
 }
+
+/// Found from outside (thirty-third session): under the Topology Manager's
+/// `none` policy any scope was accepted (`--topology-manager-scope pods`)
+/// and published in the NodeResourceTopology object; kubelet's
+/// configuration check refuses it whatever the policy.
+#[test]
+fn regression_an_invalid_topology_manager_scope_is_refused_under_policy_none() {
+    for yaml in [
+        "topologyManagerScope: pods\n",
+        "topologyManagerPolicy: none\ntopologyManagerScope: banana\n",
+    ] {
+        let err = resolve_yaml(yaml).expect_err("kubelet refuses it");
+        assert_eq!(err.field(), Some("topologyManagerScope"), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("must be one of: \"container\", or \"pod\""),
+            "{text}"
+        );
+    }
+    let overrides = Overrides {
+        kubelet: KubeletFlags {
+            topology_manager_scope: Some("pods".into()),
+            ..KubeletFlags::default()
+        },
+        ..Overrides::default()
+    };
+    let file =
+        FileConfig::parse("cpuManagerPolicy: static\n", Path::new("test.yaml")).expect("yaml");
+    let err = Config::resolve(file, &overrides, &defaults()).expect_err("the flag too");
+    assert!(err.to_string().contains("\"pods\""), "{err}");
+    assert!(resolve_yaml("topologyManagerScope: pod\n").is_ok());
+}

@@ -72,7 +72,7 @@ impl Controller {
         let key = (request.pod.uid.clone(), request.container.clone());
         batch.touch(&self.workloads, &key);
         if self.workloads.contains_key(&key) {
-            if !self.run_has_ended(&key, request) {
+            if !self.run_has_ended(&key, request, batch) {
                 self.readmit(&key, request)?;
                 if let Some(plugins) = plugins {
                     self.keep_plugin_answers(&key, plugins, None, batch);
@@ -144,14 +144,7 @@ impl Controller {
                 return Err(ControlError::Cgroup { pod: key.0, source });
             }
             batch.created.push(cgroup.clone());
-            let exclusive = if desired.is_exclusive() {
-                desired.cpus.len()
-            } else {
-                0
-            };
-            if let Err(err) = self.runs.write(cgroup, exclusive) {
-                tracing::warn!(pod = %key.0, "{err} (only a rebuild from the node needs it)");
-            }
+            self.record_run(&key, cgroup, &desired);
         }
         self.record_scope(&scope, batch);
         if let Frontend::Standalone {
@@ -184,11 +177,20 @@ impl Controller {
     /// another request) with the id of an admitted run whose processes have
     /// all ended: its cgroup holds none (the host's view, as the reconcile
     /// pass has it), and held no plugin resources. Such a run is released
-    /// at once instead of being a conflict until the next reconcile.
-    fn run_has_ended(&self, key: &Key, request: &AdmitRequest) -> bool {
+    /// at once instead of being a conflict until the next reconcile. A run
+    /// admitted earlier in `batch` has not ended: its process joins its
+    /// cgroup after the flush.
+    fn run_has_ended(&self, key: &Key, request: &AdmitRequest, batch: &Batch) -> bool {
         let Some(existing) = self.workloads.get(key) else {
             return false;
         };
+        let joining = batch
+            .after
+            .iter()
+            .any(|effect| matches!(effect, AfterFlush::AddPid { key: k, .. } if k == key));
+        if joining {
+            return false;
+        }
         let (Frontend::Standalone { cgroup, pid: held }, Frontend::Standalone { pid: asked, .. }) =
             (&existing.frontend, &request.frontend)
         else {

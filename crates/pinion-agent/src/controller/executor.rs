@@ -436,6 +436,7 @@ impl Controller {
             Ok(_) => {
                 tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
                 let desired = self.engine.placement(&key.0, &key.1);
+                self.record_run(key, &cgroup, &desired);
                 self.workloads.insert(
                     key.clone(),
                     super::Workload::new(Frontend::Standalone { cgroup, pid }, spec, desired),
@@ -469,6 +470,34 @@ impl Controller {
             }
         }
         made
+    }
+
+    /// Writes run `cgroup`'s record ([`pinion_host::runs`]): the exclusive
+    /// CPUs `desired` holds, 0 once the run is shared. Written with each
+    /// decision that changes it (admission, resize, a release that leaves
+    /// processes behind) and checked at start and after a hot-plug
+    /// ([`Self::sync_run_records`]): the record is what a rebuild from the
+    /// node gives the run, so a stale count would give a released run
+    /// exclusive CPUs again. A hint: a failure is logged.
+    pub(super) fn record_run(&self, key: &Key, cgroup: &CgroupName, desired: &Placement) {
+        if let Err(err) = self.runs.write(cgroup, exclusive_count(desired)) {
+            tracing::warn!(pod = %key.0, "{err} (only a rebuild from the node needs it)");
+        }
+    }
+
+    /// [`Self::record_run`] for every live standalone run whose record says
+    /// something else than its placement (a migration at start or a CPU
+    /// gone offline changed it; an older agent left a released run's count).
+    pub(super) fn sync_run_records(&self) {
+        for (key, workload) in &self.workloads {
+            let Frontend::Standalone { cgroup, .. } = &workload.frontend else {
+                continue;
+            };
+            let held = exclusive_count(&workload.desired);
+            if !matches!(self.runs.read(cgroup), Ok(Some(n)) if n == held) {
+                self.record_run(key, cgroup, &workload.desired);
+            }
+        }
     }
 
     /// Removes a standalone run's cgroup (its partition first) and then its
@@ -527,5 +556,14 @@ impl Controller {
         bytes: u64,
     ) -> Result<(), CgroupError> {
         self.host.set_memory_limit(cgroup, bytes)
+    }
+}
+
+/// The exclusive CPUs of `placement` (0: shared), as a run record says.
+fn exclusive_count(placement: &Placement) -> usize {
+    if placement.is_exclusive() {
+        placement.cpus.len()
+    } else {
+        0
     }
 }

@@ -74,6 +74,8 @@ impl Controller {
             tracing::warn!("widening pinion's cgroup root to cpus {all}: {err}");
         }
         self.converge();
+        // A run left with fewer exclusive CPUs holds that many now.
+        self.sync_run_records();
         self.maybe_compact(true);
         Ok(report)
     }
@@ -131,7 +133,7 @@ fn describe_change(followed: &Followed) -> String {
     parts.join(", ")
 }
 
-fn describe_outcome(outcome: &Outcome) -> String {
+pub(super) fn describe_outcome(outcome: &Outcome) -> String {
     let now = if outcome.cpus.is_empty() {
         "the shared pool".to_string()
     } else {

@@ -9,6 +9,7 @@
 //! the command to run.
 
 use pinion_core::checkpoint::Checkpoint;
+use pinion_core::hotplug::follow_online;
 use pinion_core::migrate::migrate;
 use pinion_core::policy::Policy;
 use pinion_core::state::State;
@@ -51,6 +52,32 @@ pub(super) fn checkpoint_state(
     })
 }
 
+/// `state` with the exclusive CPUs that went offline while the agent was
+/// down followed as CPU hot-plug at run time follows them
+/// (`pinion_core::hotplug`): the kernel has already taken them from the
+/// workloads' cpusets, so each workload keeps its other CPUs and gets a
+/// replacement where one is free, instead of losing them all to the
+/// migration. Unchanged when every CPU it holds is online.
+fn follow_offline_cpus(state: &State, policy: &Policy, report: &mut StartReport) -> State {
+    let Some(online) = policy.topology().map(|t| t.all_cpus().clone()) else {
+        return state.clone();
+    };
+    let offline = state.exclusive_cpus().difference(&online);
+    if offline.is_empty() {
+        return state.clone();
+    }
+    let followed = follow_online(state, &online.union(&offline), policy);
+    let line = format!("cpus {offline} went offline while the agent was down");
+    tracing::warn!("{line}");
+    report.lines.push(line);
+    for outcome in followed.rebuilt.outcomes.iter().filter(|o| !o.unmoved()) {
+        let line = super::hotplug::describe_outcome(outcome);
+        tracing::warn!("{line}");
+        report.lines.push(line);
+    }
+    followed.rebuilt.state
+}
+
 /// Why the start does not migrate.
 pub(super) enum NotMigrated {
     /// The checkpoint's entries cannot be read, or the migrated state is
@@ -72,7 +99,8 @@ pub(super) fn migrate_at_start(
 ) -> Result<(State, State), NotMigrated> {
     let old = checkpoint_state(checkpoint)
         .map_err(|err| NotMigrated::Unmigratable(format!("its entries cannot be read: {err}")))?;
-    let (new, outcomes) = migrate(&old, policy);
+    let followed = follow_offline_cpus(&old, policy, report);
+    let (new, outcomes) = migrate(&followed, policy);
     let mut started = new.clone();
     policy.start(&mut started).map_err(|err| {
         NotMigrated::Unmigratable(format!(

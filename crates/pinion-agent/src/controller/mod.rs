@@ -118,6 +118,13 @@ pub enum ControlError {
     Journal(#[from] JournalError),
     #[error("the decision could not be made durable, nothing changed: {reason}")]
     NotDurable { reason: String },
+    /// The state directory could not be opened at start (no decision was
+    /// being made).
+    #[error("cannot open the state in {dir}: {source}")]
+    OpenState {
+        dir: String,
+        source: Box<JournalError>,
+    },
     #[error("checkpoint {path} cannot be read and could not be set aside to rebuild the state from the node: {source}. Look at it with `pinion state inspect {path}`; `pinion state rebuild` rebuilds it offline")]
     Unreadable {
         path: String,

@@ -221,7 +221,8 @@ impl Controller {
     /// into the allocations of every app container requesting that
     /// plugin's resource: an answer
     /// replaces the stored entries by name (keeping the `Allocate`-time
-    /// hints), no answer drops the resource's entry and asks for a
+    /// hints), an empty answer (what the manager makes of a refused one)
+    /// changes nothing, no answer drops the resource's entry and asks for a
     /// re-allocation. A container whose allocations were recorded after the
     /// poll began is left alone: the answers predate its `Allocate` (the
     /// loop polls while pods are admitted). Makes the changes durable, then

@@ -104,7 +104,10 @@ impl Controller {
                 path: path.display().to_string(),
                 source: Box::new(source),
             },
-            other => ControlError::Journal(other),
+            other => ControlError::OpenState {
+                dir: parts.state_dir.display().to_string(),
+                source: Box::new(other),
+            },
         })?;
         let mut report = StartReport::default();
         for warning in opened.recovery.warnings() {
@@ -241,6 +244,9 @@ impl Controller {
         let base = base.unwrap_or_else(|| before.state().clone());
         self.record(&base, Some(&side_before))?;
         self.store.flush()?;
+        // The live runs' records follow the durable state (a migration may
+        // have moved a run to the shared pool).
+        self.sync_run_records();
         // A fresh checkpoint of what was recovered, and a fresh journal.
         self.maybe_compact(true);
         self.converge();
@@ -404,9 +410,11 @@ fn lost_decisions(
         return None;
     }
     let owned_by_plugins = super::plugin_data::allocation_keys(side);
+    // Shared runs hold the default set without the CPUs isolated at boot.
+    let shared_pool = state.default.difference(parts.topology.isolated());
     let lost: Vec<String> = claims
         .iter()
-        .filter(|c| c.exclusive > 0 && c.cpus != state.default)
+        .filter(|c| c.exclusive > 0 && c.cpus != state.default && c.cpus != shared_pool)
         .filter(|c| state.assignment(&c.pod, &c.container).is_none())
         .filter(|c| {
             !owned_by_plugins

@@ -189,14 +189,7 @@ impl Controller {
         self.record_scope(&scope, &mut batch);
         self.commit(batch)?;
         if let Some(cgroup) = cgroup {
-            let exclusive = if desired.is_exclusive() {
-                desired.cpus.len()
-            } else {
-                0
-            };
-            if let Err(err) = self.runs.write(&cgroup, exclusive) {
-                tracing::warn!(pod = %key.0, "{err} (only a rebuild from the node needs it)");
-            }
+            self.record_run(key, &cgroup, &desired);
         }
         tracing::info!(pod = %key.0, container = %key.1, %cpus, pool = %desired.pool, cpus_now = %desired.cpus, "resized");
         // A runtime container gets its placement with the answer; a

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use pinion_core::policy::PolicyConfig;
 use pinion_core::topology::{synthetic, Shape};
-use pinion_core::Pool;
+use pinion_core::{Pool, Topology};
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::store::CPU_MANAGER_STATE;
 
@@ -220,6 +220,116 @@ fn regression_a_second_run_with_an_admitted_id_is_a_conflict() {
     assert_eq!(
         controller.state().assignment("pinion-run-a", "main"),
         Some(&first.placement.cpus)
+    );
+}
+
+/// Found from outside (thirty-third session): two requests with the same
+/// run id in one batch. The second found the first's cgroup still empty
+/// (its process joins after the flush), took the run as ended, released
+/// it and admitted itself: the first caller was told it was admitted, and
+/// its process then joined a cgroup placed for the second request.
+#[test]
+fn regression_a_second_run_of_the_same_id_in_one_batch_is_a_conflict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let decision = |request: AdmitRequest| Decision::Admit {
+        request: Box::new(request),
+        hints: Box::default(),
+        plugins: None,
+    };
+    let mut answers = controller.run_batch(vec![
+        decision(run("pinion-run-a", Some("2"), 10)),
+        decision(run("pinion-run-a", None, 11)),
+    ]);
+    let second = answers.pop().expect("two answers").expect_err("a conflict");
+    assert!(matches!(second, ControlError::Conflict { .. }), "{second}");
+    let Ok(Answer::Admitted(first)) = answers.pop().expect("two answers") else {
+        panic!("the first is admitted");
+    };
+    assert!(first.exclusive());
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", "main"),
+        Some(&first.placement.cpus)
+    );
+    let tree = host.tree();
+    let cgroup = &tree.children[&name("pinion-run-a")];
+    assert_eq!(cgroup.cpus, first.placement.cpus);
+    assert_eq!(cgroup.pids, vec![10]);
+}
+
+/// Found from outside (thirty-third session): a CPU of an exclusive run
+/// going offline while the agent was down made the start refuse ("would
+/// take exclusive cpus from running workloads … set migrateOnStart: true"),
+/// and with `migrateOnStart: true` the run lost all its CPUs to the shared
+/// pool, where the same event at run time keeps its other CPU and adds a
+/// free one. The start now follows it as CPU hot-plug does.
+#[test]
+fn regression_a_cpu_gone_offline_while_the_agent_was_down_is_followed_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    // CPU 0 reserved by name: a count would be chosen anew on the smaller
+    // machine, as kubelet chooses it at every start.
+    let config = PolicyConfig {
+        policy: Some("static".into()),
+        reserved: Some(set("0")),
+        num_reserved: Some(1),
+        ..PolicyConfig::default()
+    };
+    let mut controller = node(&host)
+        .with_config(config.clone())
+        .start(dir.path())
+        .expect("start");
+    let admitted = admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    drop(controller);
+    let held = admitted.placement.cpus;
+    let gone = held.iter().next().expect("a cpu");
+    let kept = held.iter().nth(1).expect("two cpus");
+    let offline = set(&gone.to_string());
+    let smaller = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(pinion_core::testing::without_cpus(
+            &machine(1, 4, 2),
+            &offline,
+        ))
+    }
+    .with_config(config);
+    let controller = smaller.start(dir.path()).expect("starts");
+    let now = controller
+        .state()
+        .assignment("pinion-run-a", RUN_CONTAINER)
+        .expect("still exclusive");
+    assert_eq!(now.len(), 2, "{now}");
+    assert!(now.contains(kept) && !now.contains(gone), "{now}");
+    let report = controller.start_report.lines.join("\n");
+    assert!(
+        report.contains(&format!(
+            "cpus {gone} went offline while the agent was down"
+        )),
+        "{report}"
+    );
+    assert_eq!(on_disk(dir.path()), controller.state().clone());
+}
+
+/// Found from outside (thirty-third session): a journal that could not be
+/// opened at start (a directory in its place, an immutable file, a full
+/// disk) was reported as "the decision could not be made durable, nothing
+/// changed", though no decision was being made.
+#[test]
+fn regression_a_journal_that_cannot_be_opened_at_start_is_named_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    std::fs::create_dir(dir.path().join(pinion_host::journal::JOURNAL)).expect("mkdir");
+    let Err(err) = start(dir.path(), &host) else {
+        panic!("a directory is no journal");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "cannot open the state in {}",
+            dir.path().display()
+        )) && !text.contains("decision"),
+        "{text}"
     );
 }
 
@@ -537,6 +647,89 @@ fn a_run_without_a_record_is_rebuilt_in_the_shared_pool() {
         None
     );
     assert_eq!(controller.counters.state_rebuilds_total, 1);
+}
+
+/// The record a run leaves in `dir` (`None`: none).
+fn run_record(dir: &Path, id: &str) -> Option<String> {
+    std::fs::read_to_string(dir.join("runs").join(id)).ok()
+}
+
+/// Found from outside (thirty-third session): a run released while its
+/// processes were still running stayed in the shared pool, but its run
+/// record still said `exclusive-cpus 2`; the next rebuild from the node
+/// (here: the checkpoint deleted) gave it exclusive CPUs again, undoing an
+/// acknowledged release and moving a running process.
+#[test]
+fn regression_a_run_released_with_processes_left_stays_shared_after_a_rebuild() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    assert_eq!(
+        run_record(dir.path(), "pinion-run-a").as_deref(),
+        Some("exclusive-cpus 2\n")
+    );
+    controller.release("pinion-run-a", None).expect("release");
+    let shared = controller.engine.shared_pool();
+    assert_eq!(host.tree().children[&name("pinion-run-a")].cpus, shared);
+    assert_eq!(
+        run_record(dir.path(), "pinion-run-a").as_deref(),
+        Some("exclusive-cpus 0\n"),
+        "released: shared from now on"
+    );
+    drop(controller);
+    std::fs::remove_file(dir.path().join(CPU_MANAGER_STATE)).expect("delete");
+    let controller = start(dir.path(), &host).expect("start");
+    assert_eq!(controller.counters.state_rebuilds_total, 1);
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        None,
+        "the release holds"
+    );
+    assert_eq!(host.tree().children[&name("pinion-run-a")].cpus, shared);
+}
+
+/// Found from outside (thirty-third session), the same defect's second
+/// half: on a machine with CPUs isolated at boot, shared runs hold the
+/// default set without them, and the start's check for lost decisions
+/// compared a run's CPUs with the default set alone. A run whose record
+/// still asked for exclusive CPUs (an older agent's released run) made
+/// every plain restart rebuild the state from the node and pin it again.
+/// Now the restart keeps the state and corrects the record.
+#[test]
+fn regression_a_shared_run_on_an_isolcpus_machine_is_not_a_lost_decision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut spec = machine(1, 4, 2).spec().clone();
+    spec.isolated = set("3,7");
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(Topology::new(spec).expect("topology"))
+    };
+    let mut controller = node.clone().start(dir.path()).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    controller.release("pinion-run-a", None).expect("release");
+    let shared = host.tree().children[&name("pinion-run-a")].cpus.clone();
+    assert!(shared.is_disjoint(&set("3,7")), "{shared}");
+    drop(controller);
+    // What an agent before this fix left behind.
+    std::fs::write(dir.path().join("runs/pinion-run-a"), "exclusive-cpus 2\n").expect("write");
+    let controller = node.start(dir.path()).expect("restart");
+    assert_eq!(
+        controller.counters.state_rebuilds_total, 0,
+        "{:?}",
+        controller.start_report
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(host.tree().children[&name("pinion-run-a")].cpus, shared);
+    assert_eq!(
+        run_record(dir.path(), "pinion-run-a").as_deref(),
+        Some("exclusive-cpus 0\n"),
+        "the start corrects the record"
+    );
 }
 
 #[tokio::test]

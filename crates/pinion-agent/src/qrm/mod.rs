@@ -16,7 +16,7 @@
 pub mod builtin;
 pub mod convert;
 pub mod loops;
-mod register;
+pub mod register;
 pub mod registry;
 mod watcher;
 
@@ -43,7 +43,9 @@ use pinion_plugins::{grpc, qrm_request};
 pub use registry::{CallError, PluginView, Registry};
 
 /// What one reconcile poll of one plugin said: pod UID → container →
-/// `None` (the plugin has no record: re-allocate) or its allocations.
+/// `None` (the plugin has no record: re-allocate) or its allocations. An
+/// empty map is no new answer: the stored allocation stays (an answer that
+/// fails the checks of an `Allocate` answer becomes one).
 pub type Poll = BTreeMap<String, BTreeMap<String, Option<PluginAllocations>>>;
 
 /// Why resource plugins could not serve an admission.
@@ -392,20 +394,12 @@ impl Qrm {
                                 .into_iter()
                                 .map(|(name, allocation)| {
                                     let allocations = allocation.map(|a| {
-                                        entries::allocation_map(&a)
+                                        let allocations = entries::allocation_map(&a)
                                             .iter()
                                             .map(|(n, info)| (n.clone(), convert::allocation(info)))
-                                            .collect::<BTreeMap<String, PluginAllocation>>()
+                                            .collect::<BTreeMap<String, PluginAllocation>>();
+                                        self.reconcile_answer(&plugin.resource, allocations)
                                     });
-                                    // Kept: the controller refuses it and
-                                    // keeps the previous allocation.
-                                    if let Some(allocations) = &allocations {
-                                        let _ = self.check_answer(
-                                            &plugin.resource,
-                                            "GetResourcesAllocation",
-                                            allocations,
-                                        );
-                                    }
                                     (name, allocations)
                                 })
                                 .collect();
@@ -421,8 +415,8 @@ impl Qrm {
     }
 
     /// A reconcile poll of a plugin in the agent's process, as
-    /// [`Self::poll`] makes one of a wire answer (every answer checked,
-    /// kept whatever the check says: the controller refuses it).
+    /// [`Self::poll`] makes one of a wire answer (every answer checked by
+    /// [`Self::reconcile_answer`]).
     fn in_process_poll(&self, resource: &str, all: &pinion_plugins::Allocations) -> Poll {
         all.iter()
             .map(|(pod, containers)| {
@@ -430,13 +424,29 @@ impl Qrm {
                     .iter()
                     .map(|(name, allocation)| {
                         let allocations = convert::in_process_allocations(allocation);
-                        let _ = self.check_answer(resource, "GetResourcesAllocation", &allocations);
-                        (name.clone(), Some(allocations))
+                        let answer = self.reconcile_answer(resource, allocations);
+                        (name.clone(), Some(answer))
                     })
                     .collect();
                 (pod.clone(), containers)
             })
             .collect()
+    }
+
+    /// `resource`'s plugin's reconcile answer for one container, checked
+    /// as an `Allocate` answer is ([`Self::check_answer`]). A refused answer
+    /// (logged, counted as the plugin's error) becomes an empty one, which
+    /// the controller's merge leaves the stored allocation with — not a
+    /// missing one, which would mean the plugin forgot the container.
+    fn reconcile_answer(
+        &self,
+        resource: &str,
+        allocations: PluginAllocations,
+    ) -> PluginAllocations {
+        match self.check_answer(resource, "GetResourcesAllocation", &allocations) {
+            Ok(()) => allocations,
+            Err(_) => PluginAllocations::new(),
+        }
     }
 
     /// Starts the watcher of the registration directory and the
@@ -461,30 +471,36 @@ impl Qrm {
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default();
         trusted_dirs(&dir, &socket_dir)?;
-        let incoming = pinion_api::uds::bind_grpc(&self.config.registration_socket, 0o600)
+        let listener = pinion_api::uds::bind(&self.config.registration_socket, 0o600)
             .map_err(|err| {
                 QrmError::Start(format!(
                     "registration socket {}: {err}",
                     self.config.registration_socket.display()
                 ))
-            })?;
+            })?
+            .into_inner();
         let service = register::RegistrationService {
             registry: Arc::clone(&self.registry),
             socket_dir,
         };
-        let mut server_stop = stop.clone();
+        // Bounded like the podresources socket: a connection cap with
+        // idle connections evicted at the cap, a first-byte deadline.
+        let routes =
+            tonic::service::Routes::new(rp::registration_server::RegistrationServer::new(service));
+        let limits = register::limits(self.config.rpc_timeout);
+        let server_stop = stop.clone();
         let socket = self.config.registration_socket.clone();
         let server = tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
-                .add_service(rp::registration_server::RegistrationServer::new(service))
-                .serve_with_incoming_shutdown(incoming, async move {
-                    let _ = server_stop.wait_for(|s| *s).await;
-                })
-                .await;
-            if let Err(err) = result {
-                tracing::error!("registration server: {err}");
-            }
-            let _ = std::fs::remove_file(socket);
+            crate::podresources::serve_grpc(
+                "registration",
+                listener,
+                &socket,
+                register::MAX_CONNECTIONS,
+                routes,
+                limits,
+                server_stop,
+            )
+            .await;
         });
         tracing::info!(dir = %dir.display(), socket = %self.config.registration_socket.display(), "qos resource manager: watching for resource plugins");
         Ok(vec![

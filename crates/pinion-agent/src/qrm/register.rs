@@ -1,15 +1,44 @@
 //! Pinion's `Registration.Register` service (spec `qrm.md` §3.2): the
 //! device-plugin-style registration, where a plugin dials Pinion's
 //! registration socket and names its own socket in the same directory.
+//! The socket is served as the podresources socket is
+//! (`podresources::serve_grpc`): a cap on connections with idle ones
+//! evicted at the cap, a first-byte deadline and a bounded call time, so a
+//! crowd of idle clients cannot take the agent's descriptors.
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pinion_api::plugin::API_VERSION;
 use pinion_api::resourceplugin as rp;
 use tonic::{Request, Response, Status};
 
 use super::registry::Registry;
+
+/// Connections of the registration socket served at once; at the cap a
+/// newcomer evicts the oldest one without a call in flight (plugins
+/// register once, and a `Register` call may wait for its plugin's socket,
+/// [`super::registry::DIAL_TIMEOUT`]).
+pub const MAX_CONNECTIONS: usize = 32;
+/// A client must send its first bytes within this after connecting.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections are closed after this long (clients reconnect).
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
+
+/// The bounds of the registration socket's connections, for plugin calls
+/// whose deadline is `rpc_timeout`: a `Register` call may wait for the
+/// plugin's socket, then ask for its node resources.
+#[must_use]
+pub(crate) fn limits(rpc_timeout: Duration) -> crate::podresources::conn::GrpcLimits {
+    crate::podresources::conn::GrpcLimits {
+        first_byte: FIRST_BYTE_TIMEOUT,
+        call_timeout: super::registry::DIAL_TIMEOUT + 2 * rpc_timeout,
+        max_age: MAX_CONNECTION_AGE,
+        keepalive_interval: Some(Duration::from_secs(60)),
+        keepalive_timeout: Duration::from_secs(20),
+    }
+}
 
 /// The service; plugins' sockets live in `socket_dir`.
 pub struct RegistrationService {
@@ -42,10 +71,12 @@ impl rp::registration_server::Registration for RegistrationService {
                 self.socket_dir.display()
             )));
         }
-        if request.resource_name.is_empty() || request.resource_name.len() > 253 {
+        if let Some(defect) =
+            pinion_core::plugin_answer::resource_name_defect(&request.resource_name)
+        {
             return Err(Status::invalid_argument(format!(
-                "resource name {:?} must have 1 to 253 characters",
-                request.resource_name
+                "resource name {:?} {defect}",
+                shown(&request.resource_name)
             )));
         }
         let socket = self.socket_dir.join(endpoint);
@@ -62,4 +93,9 @@ impl rp::registration_server::Registration for RegistrationService {
             })?;
         Ok(Response::new(rp::Empty {}))
     }
+}
+
+/// At most the first 64 characters of a name a peer sent, for messages.
+pub(super) fn shown(name: &str) -> String {
+    name.chars().take(64).collect()
 }

@@ -180,6 +180,14 @@ pub enum UntrustedSocket {
     },
 }
 
+/// How long `Registration.Register` dials the plugin's socket (spec §3.2
+/// step 4: the manager dials it asynchronously, 10 s).
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The calls a plugin may leave out (`Unimplemented` is an answer, not an
+/// error of the plugin).
+const OPTIONAL_METHODS: [&str; 2] = ["GetTopologyAwareAllocatableResources", "RemovePod"];
+
 /// One registered (or remembered) plugin.
 #[derive(Debug, Clone)]
 struct Endpoint {
@@ -366,6 +374,29 @@ impl Registry {
         Ok(())
     }
 
+    /// [`Self::check_socket`] until the socket exists and accepts, for up
+    /// to `patience`: a refusal (an untrusted socket) ends it at once, the
+    /// last connection error after `patience`.
+    async fn wait_for_socket(
+        &self,
+        socket: &Path,
+        patience: Duration,
+    ) -> Result<(), RegisterError> {
+        let deadline = tokio::time::Instant::now() + patience;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.check_socket(socket).await {
+                Err(RegisterError::Unreachable { .. })
+                    if tokio::time::Instant::now() + pause < deadline =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                checked => return checked,
+            }
+        }
+    }
+
     /// A channel to `socket` whose every connection is checked to be
     /// served by a trusted uid (a reconnection may reach another server).
     async fn connect(&self, socket: &Path) -> Result<Channel, RegisterError> {
@@ -423,8 +454,11 @@ impl Registry {
                 "RegisterPlugin error -- plugin validation failed with err: manager version, {API_VERSION}, is not among plugin supported versions {:?}",
                 info.supported_versions
             ))
-        } else if info.name.is_empty() {
-            Some("RegisterPlugin error -- the plugin has no name (resource)".to_string())
+        } else if let Some(defect) = pinion_core::plugin_answer::resource_name_defect(&info.name) {
+            Some(format!(
+                "RegisterPlugin error -- the plugin's name (resource) {:?} {defect}",
+                super::register::shown(&info.name)
+            ))
         } else {
             None
         };
@@ -461,14 +495,18 @@ impl Registry {
 
     /// Registers a plugin the device-plugin way (`Registration.Register`,
     /// §3.2): `options` come with the request. Its socket must be served
-    /// by root or the agent's uid, as in [`Self::register_socket`].
+    /// by root or the agent's uid, as in [`Self::register_socket`]. A
+    /// plugin may call `Register` before its own socket listens: the
+    /// socket is dialled until it accepts, for up to [`DIAL_TIMEOUT`]
+    /// (kubelet's asynchronous 10 s dial); other registrations go on
+    /// meanwhile.
     pub async fn register_endpoint(
         &self,
         resource: &str,
         endpoint: &Path,
         options: rp::ResourcePluginOptions,
     ) -> Result<(), RegisterError> {
-        self.check_socket(endpoint).await?;
+        self.wait_for_socket(endpoint, DIAL_TIMEOUT).await?;
         let channel = self.connect(endpoint).await?;
         self.activate(resource, endpoint, socket_client(channel), Some(options))
             .await
@@ -545,12 +583,13 @@ impl Registry {
     }
 
     /// Stops every active entry registered from `socket` (its socket was
-    /// removed: de-registration).
+    /// removed or moved away: de-registration), or from a socket under it
+    /// (a directory that went).
     pub fn stop_socket(&self, socket: &Path, why: &str) -> Vec<String> {
         let mut stopped = Vec::new();
         let mut table = self.table();
         for (resource, endpoint) in table.iter_mut() {
-            if endpoint.socket == socket && endpoint.client.is_some() {
+            if endpoint.socket.starts_with(socket) && endpoint.client.is_some() {
                 endpoint.client = None;
                 endpoint.stopped = Some((SystemTime::now(), why.to_string()));
                 endpoint.node_resources.clear();
@@ -721,7 +760,11 @@ impl Registry {
         if let Some(bucket) = LATENCY_BUCKETS.iter().position(|b| seconds <= *b) {
             stats.buckets[bucket] += 1;
         }
-        if let Some(error) = error {
+        // A plugin may leave the optional calls out; their callers take
+        // `Unimplemented` as "none" (node resources) or "nothing to do".
+        let optional = matches!(error, Some(CallError::Unsupported { .. }))
+            && OPTIONAL_METHODS.contains(&method);
+        if let Some(error) = error.filter(|_| !optional) {
             stats.errors += 1;
             endpoint.stats.last_error = Some(error.to_string());
         }
@@ -853,6 +896,49 @@ async fn notify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found from outside (thirty-third session): a plugin leaving out an
+    /// optional call (`GetTopologyAwareAllocatableResources`, `RemovePod`)
+    /// had an error counted every reconcile period, and that "does not
+    /// implement" replaced the plugin's real last error in `pinion
+    /// plugins`. `Allocate` left out is still an error.
+    #[test]
+    fn regression_an_optional_call_left_out_is_not_the_plugins_error() {
+        let registry = Registry::new(Duration::from_secs(1));
+        registry.placeholder("example.com/w");
+        let real = CallError::Failed {
+            resource: "example.com/w".into(),
+            method: "Allocate".into(),
+            message: "no room".into(),
+        };
+        registry.note("example.com/w", "Allocate", Duration::ZERO, Some(&real));
+        let unsupported = |method: &str| CallError::Unsupported {
+            resource: "example.com/w".into(),
+            method: method.into(),
+        };
+        for method in OPTIONAL_METHODS {
+            registry.note(
+                "example.com/w",
+                method,
+                Duration::ZERO,
+                Some(&unsupported(method)),
+            );
+        }
+        let stats = registry.views().remove(0).stats;
+        assert_eq!(stats.last_error, Some(real.to_string()));
+        for method in OPTIONAL_METHODS {
+            assert_eq!(stats.calls[method].calls, 1, "{method}");
+            assert_eq!(stats.calls[method].errors, 0, "{method}");
+        }
+        registry.note(
+            "example.com/w",
+            "Allocate",
+            Duration::ZERO,
+            Some(&unsupported("Allocate")),
+        );
+        let stats = registry.views().remove(0).stats;
+        assert_eq!(stats.calls["Allocate"].errors, 2);
+    }
 
     /// Regression (#11, found by `tests/qrm_failures.rs`): a plugin past
     /// its deadline was reported as `failed Allocate: Timeout expired`

@@ -1,7 +1,8 @@
 //! The plugin watcher (spec `qrm.md` §3.1): Pinion's registration directory
 //! is scanned at start and watched with inotify (the `notify` crate); every
 //! socket that appears is registered, every socket that goes stops its
-//! plugin. Names starting with `.` and anything that is not a socket are
+//! plugin. A socket renamed into the directory appears, one renamed out of
+//! it goes (kubelet's fsnotify watcher reads a move-in as a creation). Names starting with `.` and anything that is not a socket are
 //! ignored; sub-directories are watched too.
 
 use std::os::unix::fs::FileTypeExt as _;
@@ -87,20 +88,84 @@ pub async fn run(
             },
             _ = stop.changed() => break,
         };
-        match event.kind {
-            EventKind::Create(_) => {
+        match change(&event) {
+            Change::Created => {
                 for path in event.paths.iter().filter(|p| is_plugin_socket(p)) {
                     register(&registry, path).await;
                 }
             }
-            EventKind::Remove(_) => {
+            Change::MovedIn => {
                 for path in &event.paths {
-                    registry.stop_socket(path, "its socket was removed");
+                    moved_in(&registry, path).await;
                 }
             }
-            _ => {}
+            Change::Gone => {
+                for path in &event.paths {
+                    gone(&registry, path);
+                }
+            }
+            Change::Renamed => {
+                for path in &event.paths {
+                    if std::fs::symlink_metadata(path).is_ok() {
+                        moved_in(&registry, path).await;
+                    } else {
+                        gone(&registry, path);
+                    }
+                }
+            }
+            Change::None => {}
         }
     }
+}
+
+/// What a watch event means for the plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Its paths were created (a new directory's sockets come with their
+    /// own events: the watch is recursive).
+    Created,
+    /// Its paths were moved in (inotify `IN_MOVED_TO`, which kubelet's
+    /// fsnotify reports as a creation), a directory with its sockets.
+    MovedIn,
+    /// Its paths were removed, or moved out (`IN_MOVED_FROM`).
+    Gone,
+    /// A rename whose side is not said: each path is there or not.
+    Renamed,
+    None,
+}
+
+fn change(event: &notify::Event) -> Change {
+    use notify::event::{ModifyKind, RenameMode};
+    match event.kind {
+        EventKind::Create(_) => Change::Created,
+        EventKind::Modify(ModifyKind::Name(RenameMode::To)) => Change::MovedIn,
+        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+            Change::Gone
+        }
+        // inotify reports each side of a rename on its own too (`From`,
+        // then `To`); `Both` repeats them.
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => Change::None,
+        EventKind::Modify(ModifyKind::Name(_)) => Change::Renamed,
+        _ => Change::None,
+    }
+}
+
+/// A plugin socket moved in is registered; a directory moved in has its
+/// sockets registered.
+async fn moved_in(registry: &Registry, path: &Path) {
+    if is_plugin_socket(path) {
+        register(registry, path).await;
+    } else if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir()) {
+        for socket in sockets_in(path) {
+            register(registry, &socket).await;
+        }
+    }
+}
+
+/// A path that went (removed, or moved out): the plugins registered from
+/// it, or from a socket under it (a directory), stop.
+fn gone(registry: &Registry, path: &Path) {
+    registry.stop_socket(path, "its socket was removed or moved away");
 }
 
 /// Registers the plugin on `socket`, trying a few times while its server

@@ -107,6 +107,49 @@ fn reserved_cpus_stay_reserved_minus_the_offline_ones() {
     ));
 }
 
+/// Found from outside (thirty-third session): with every reserved CPU
+/// offline the policy had no reservation left, an admission could take the
+/// last CPU of the shared pool, and the engine then gave the shared pool
+/// every CPU — the new run's exclusive CPU included.
+#[test]
+fn regression_with_every_reserved_cpu_offline_the_last_shared_cpu_stays_shared() {
+    let reserved = cpus("0,8");
+    let offline = without(&machine(), &reserved);
+    let mut policy = policy_on(&static_policy(machine(), "0,8"), &offline).expect("policy");
+    assert!(policy.reserved().is_empty());
+    // Everything else is held; one CPU is left in the shared pool.
+    let mut held = state("15", &[("pod-a", "1-7,9-14")]);
+    policy.start(&mut held).expect("valid");
+    let request = crate::policy::ContainerRequest {
+        pod: "pod-b",
+        container: "main",
+        cpus: 1,
+        kind: crate::policy::ContainerKind::App,
+        ask: crate::policy::CpuAsk::default(),
+    };
+    let err = policy
+        .allocate(&mut held, &request, None)
+        .expect_err("the last shared cpu is not handed out");
+    assert!(err.to_string().contains("reserved cpus 0,8"), "{err}");
+    assert_eq!(held.default, cpus("15"), "nothing taken");
+}
+
+/// Found from outside (thirty-third session): a reserved CPU that went
+/// offline and came back was no longer reserved (the reservation was cut
+/// to the online CPUs for good) and could be handed out exclusively.
+#[test]
+fn regression_a_reserved_cpu_back_online_is_reserved_again() {
+    let offline = without(&machine(), &cpus("8"));
+    let shrunk = policy_on(&static_policy(machine(), "0,8"), &offline).expect("policy");
+    assert_eq!(shrunk.reserved(), cpus("0"));
+    let back = policy_on(&shrunk, &machine()).expect("policy");
+    assert_eq!(back.reserved(), cpus("0,8"));
+    // Twice offline and back: still the CPUs chosen at start.
+    let again =
+        policy_on(&policy_on(&back, &offline).expect("policy"), &machine()).expect("policy");
+    assert_eq!(again.reserved(), cpus("0,8"));
+}
+
 fn arb_case() -> impl Strategy<Value = (State, CpuSet)> {
     // Owner per CPU 1..16: 0-1 shared, 2.. pod-N. CPU 0 is reserved.
     (

@@ -121,20 +121,69 @@ impl PolicyConfig {
     }
 
     /// Builds the Topology Manager as kubelet's `NewManager` does, over all
-    /// NUMA nodes of `topology` (memory-only ones included).
+    /// NUMA nodes of `topology` (memory-only ones included). Policy `none`
+    /// merges no hints and needs no node mask, so node ids past the mask's
+    /// 64 bits (POWER's GPU memory nodes 252-255) do not stop it, as they do
+    /// not stop kubelet.
     pub fn build_topology_manager(
         &self,
         topology: &Topology,
     ) -> Result<TopologyManager, TopologyManagerError> {
-        let numa = NumaInfo::from_topology(topology)
-            .map_err(|err| TopologyManagerError::NumaNodes(err.to_string()))?;
+        let policy = self.topology_manager_policy.as_deref().unwrap_or("none");
+        let numa = if policy == "none" {
+            NumaInfo::empty()
+        } else {
+            NumaInfo::from_topology(topology)
+                .map_err(|err| TopologyManagerError::NumaNodes(err.to_string()))?
+        };
         TopologyManager::new(
-            self.topology_manager_policy.as_deref().unwrap_or("none"),
+            policy,
             self.topology_manager_scope
                 .as_deref()
                 .unwrap_or("container"),
             &self.topology_manager_policy_options,
             numa,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::NumaNode;
+
+    /// [`crate::testing::machine_8c2t`] with its one NUMA node numbered `id`.
+    fn one_node_numbered(id: u32) -> Topology {
+        let mut spec = crate::testing::machine_8c2t().spec().clone();
+        for cpu in &mut spec.cpus {
+            cpu.numa = id;
+        }
+        spec.numa_nodes = vec![NumaNode {
+            id,
+            distances: Vec::new(),
+            memory_bytes: None,
+        }];
+        Topology::new(spec).expect("topology")
+    }
+
+    fn manager(policy: &str, topology: &Topology) -> Result<TopologyManager, TopologyManagerError> {
+        PolicyConfig {
+            topology_manager_policy: Some(policy.into()),
+            ..PolicyConfig::default()
+        }
+        .build_topology_manager(topology)
+    }
+
+    /// Found from outside (thirty-third session): a NUMA node id of 64 or
+    /// more (POWER9's GPU memory nodes are 252-255) stopped the agent and
+    /// `pinion simulate` even under the Topology Manager's `none` policy,
+    /// which needs no node mask; kubelet starts there.
+    #[test]
+    fn regression_a_numa_node_id_past_63_does_not_stop_policy_none() {
+        let topology = one_node_numbered(252);
+        assert!(manager("none", &topology).is_ok());
+        let err = manager("restricted", &topology).expect_err("needs the mask");
+        assert!(err.to_string().contains("252"), "{err}");
+        assert!(manager("restricted", &one_node_numbered(63)).is_ok());
     }
 }

@@ -78,6 +78,13 @@ pub enum PolicyError {
     },
     #[error("allocating {requested} cpus would leave the shared pool empty (strict-cpu-reservation keeps reserved cpus out of it)")]
     SharedPoolWouldBeEmpty { requested: usize },
+    /// Every reserved CPU went offline (CPU hot-plug): nothing else keeps
+    /// a CPU in the shared pool.
+    #[error("allocating {requested} cpus would leave the shared pool empty: none of the reserved cpus {configured} is online")]
+    NoReservedCpuOnline {
+        requested: usize,
+        configured: String,
+    },
     /// kubelet's pod-level rejection (`validatePodScopeResources`): the
     /// message is kubelet's.
     #[error("{message}")]

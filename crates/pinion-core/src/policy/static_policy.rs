@@ -59,6 +59,11 @@ pub struct StaticPolicy {
     options: StaticPolicyOptions,
     algorithm: Algorithm,
     reserved: CpuSet,
+    /// The reserved CPUs as chosen at start, offline ones included: after
+    /// CPU hot-plug `reserved` is the online part of these
+    /// ([`crate::hotplug::policy_on`]), and a CPU that comes back is
+    /// reserved again.
+    configured_reserved: CpuSet,
     /// Every sibling thread of a reserved CPU (full-pcpus-only admission).
     reserved_physical: CpuSet,
     /// Reusable init-container CPUs of at most one pod (kubelet `cpusToReuse`).
@@ -111,6 +116,7 @@ impl StaticPolicy {
             topology: indexed,
             options,
             algorithm,
+            configured_reserved: reserved.clone(),
             reserved,
             reserved_physical,
             reuse: BTreeMap::new(),
@@ -129,6 +135,20 @@ impl StaticPolicy {
     #[must_use]
     pub fn features(&self) -> Features {
         self.features
+    }
+
+    /// The same policy remembering `cpus` as the reserved CPUs chosen at
+    /// start (see [`Self::configured_reserved`]).
+    #[must_use]
+    pub fn with_configured_reserved(mut self, cpus: CpuSet) -> Self {
+        self.configured_reserved = cpus;
+        self
+    }
+
+    /// The reserved CPUs as chosen at start, those offline now included.
+    #[must_use]
+    pub fn configured_reserved(&self) -> &CpuSet {
+        &self.configured_reserved
     }
 
     /// The reserved CPUs.
@@ -391,6 +411,15 @@ impl StaticPolicy {
             }
         };
         let shared = state.default.difference(&result);
+        // Every reserved CPU offline (CPU hot-plug): nothing else keeps a
+        // CPU in the shared pool. (A policy built without a reservation,
+        // as kubelet's tests do, allocates as kubelet does.)
+        if shared.is_empty() && self.reserved.is_empty() && !self.configured_reserved.is_empty() {
+            return Err(PolicyError::NoReservedCpuOnline {
+                requested: n,
+                configured: self.configured_reserved.to_string(),
+            });
+        }
         if shared.is_empty() && self.options.strict_cpu_reservation {
             return Err(PolicyError::SharedPoolWouldBeEmpty { requested: n });
         }

@@ -2,10 +2,27 @@
 //! proc(5)): a cgroup v1 mount whose super options include `cpuset`, or a
 //! cgroup2 mount whose `cgroup.controllers` lists `cpuset`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::{CgroupError, CgroupOp, CgroupVersion};
+use crate::bounded_read::{read_text, MAX_ATTRIBUTE};
+
+/// Largest `mountinfo` read: a line per mount, a few hundred bytes each;
+/// busy hosts with thousands of container mounts stay far below 16 MiB.
+pub(crate) const MAX_MOUNTINFO: u64 = 16 << 20;
+
+/// The `mountinfo` file's text: a regular file (a FIFO in its place is an
+/// error, not a hang) of at most [`MAX_MOUNTINFO`] bytes (a symlink to
+/// `/dev/zero` or a longer file is an error naming the cap, not a read
+/// without end).
+fn read_mountinfo(mountinfo: &Path) -> Result<String, CgroupError> {
+    read_text(mountinfo, MAX_MOUNTINFO).map_err(|err| CgroupError::Io {
+        op: CgroupOp::Read,
+        path: mountinfo.to_path_buf(),
+        data: None,
+        source: err.into_io(),
+    })
+}
 
 /// One cgroup mount that can hold cpusets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,12 +36,7 @@ pub struct CpusetMount {
 /// points joined under `prefix` (`/` for this machine). A cgroup2 mount
 /// counts only when its `cgroup.controllers` offers `cpuset`.
 pub fn cpuset_mounts(mountinfo: &Path, prefix: &Path) -> Result<Vec<CpusetMount>, CgroupError> {
-    let text = fs::read_to_string(mountinfo).map_err(|source| CgroupError::Io {
-        op: CgroupOp::Read,
-        path: mountinfo.to_path_buf(),
-        data: None,
-        source,
-    })?;
+    let text = read_mountinfo(mountinfo)?;
     let mut mounts = Vec::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -54,12 +66,7 @@ pub fn v1_controller_mount(
     prefix: &Path,
     controller: &str,
 ) -> Result<Option<PathBuf>, CgroupError> {
-    let text = fs::read_to_string(mountinfo).map_err(|source| CgroupError::Io {
-        op: CgroupOp::Read,
-        path: mountinfo.to_path_buf(),
-        data: None,
-        source,
-    })?;
+    let text = read_mountinfo(mountinfo)?;
     Ok(text
         .lines()
         .filter_map(parse_line)
@@ -104,7 +111,7 @@ fn unescape(text: &str) -> String {
 }
 
 fn offers_cpuset(mount: &Path) -> bool {
-    fs::read_to_string(mount.join("cgroup.controllers"))
+    read_text(&mount.join("cgroup.controllers"), MAX_ATTRIBUTE)
         .is_ok_and(|text| text.split_whitespace().any(|c| c == "cpuset"))
 }
 
@@ -127,7 +134,12 @@ pub fn choose(mounts: &[CpusetMount], root: Option<&Path>) -> Option<CpusetMount
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::io::ErrorKind;
+
     use super::*;
+    use crate::bounded_read::is_not_regular;
+    use crate::bounded_read::testing::{mkfifo, without_hanging};
 
     const SAMPLE: &str = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
@@ -204,5 +216,68 @@ mod tests {
     fn escaped_mount_points_are_unescaped() {
         assert_eq!(unescape("/a\\040b"), "/a b");
         assert_eq!(unescape("/plain\\"), "/plain\\");
+    }
+
+    #[test]
+    fn regression_fifo_as_mountinfo_hung_cgroup_detection() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let info = dir.path().join("proc/self/mountinfo");
+        mkfifo(&info);
+        let root = dir.path().to_path_buf();
+        let (first, second) = without_hanging("reading a fifo mountinfo", move || {
+            let info = root.join("proc/self/mountinfo");
+            (
+                cpuset_mounts(&info, &root).expect_err("a fifo is refused"),
+                v1_controller_mount(&info, &root, "cpu").expect_err("a fifo is refused"),
+            )
+        });
+        for err in [first, second] {
+            assert!(
+                matches!(err, CgroupError::Io { op: CgroupOp::Read, ref path, ref source, .. }
+                    if path.ends_with("proc/self/mountinfo") && is_not_regular(source)),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().contains("not a regular file (a fifo)"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn regression_mountinfo_was_read_without_a_size_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let info = dir.path().join("mountinfo");
+        let over = usize::try_from(MAX_MOUNTINFO).expect("cap fits") + 1;
+        let mut text = SAMPLE.to_string();
+        text.push_str(&"\n".repeat(over - text.len()));
+        fs::write(&info, &text).expect("write");
+        for err in [
+            cpuset_mounts(&info, dir.path()).expect_err("over the cap"),
+            v1_controller_mount(&info, dir.path(), "cpu").expect_err("over the cap"),
+        ] {
+            assert!(
+                matches!(err, CgroupError::Io { ref path, ref source, .. }
+                    if path == &info && source.kind() == ErrorKind::FileTooLarge),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().contains("larger than 16777216 bytes"),
+                "{err}"
+            );
+        }
+        text.pop();
+        fs::write(&info, &text).expect("write");
+        assert_eq!(
+            cpuset_mounts(&info, dir.path()).expect("at the cap").len(),
+            1
+        );
+        let dev_zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &dev_zero).expect("symlink");
+        let err = cpuset_mounts(&dev_zero, dir.path()).expect_err("a device");
+        assert!(
+            matches!(err, CgroupError::Io { ref source, .. } if is_not_regular(source)),
+            "{err:?}"
+        );
     }
 }

@@ -40,7 +40,7 @@ impl CgroupName {
         if name.contains("..") {
             return Err(invalid("must not contain \"..\""));
         }
-        if name.starts_with("cgroup.") || name.starts_with("cpuset.") {
+        if clashes_with_a_control_file(name) {
             return Err(invalid("clashes with a cgroupfs control file"));
         }
         Ok(Self(name.to_string()))
@@ -51,6 +51,42 @@ impl CgroupName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Files every cgroup v1 directory holds besides its controllers' own.
+const V1_CORE_FILES: [&str; 3] = ["tasks", "notify_on_release", "release_agent"];
+
+/// Controllers whose files (`<controller>.<file>`) sit in a cgroup's
+/// directory, on v1 and v2; Pinion writes under `cpuset`, `cpu` and
+/// `memory`, and a run named like one of their files cannot be made there.
+const CONTROLLERS: [&str; 17] = [
+    "cgroup",
+    "cpuset",
+    "cpu",
+    "cpuacct",
+    "memory",
+    "io",
+    "blkio",
+    "pids",
+    "devices",
+    "freezer",
+    "net_cls",
+    "net_prio",
+    "hugetlb",
+    "perf_event",
+    "rdma",
+    "misc",
+    "irq",
+];
+
+/// Whether a directory named `name` would clash with a control file
+/// (`tasks`, `cpu.shares`, `memory.stat`, `cgroup.procs` …).
+fn clashes_with_a_control_file(name: &str) -> bool {
+    if V1_CORE_FILES.contains(&name) {
+        return true;
+    }
+    name.split_once('.')
+        .is_some_and(|(prefix, _)| CONTROLLERS.contains(&prefix))
 }
 
 impl fmt::Display for CgroupName {
@@ -120,6 +156,40 @@ mod tests {
                 }
                 other => panic!("name {name:?}: expected InvalidName, got {other:?}"),
             }
+        }
+    }
+
+    /// Found from outside (thirty-third session): run ids named like a
+    /// cgroup v1 file (`tasks`, `cpu.shares`, `memory.stat`) were accepted.
+    /// An exclusive run got a 500 ("File exists") that blamed the agent; a
+    /// shared one could never have its directory removed, and every
+    /// reconcile pass logged the stray cgroup again.
+    #[test]
+    fn regression_names_of_every_controllers_files_are_refused() {
+        for name in [
+            "tasks",
+            "notify_on_release",
+            "release_agent",
+            "cpu.shares",
+            "cpu.idle",
+            "cpuacct.usage",
+            "memory.stat",
+            "io.max",
+            "pids.max",
+        ] {
+            assert!(
+                matches!(
+                    CgroupName::new(name),
+                    Err(CgroupError::InvalidName {
+                        reason: "clashes with a cgroupfs control file",
+                        ..
+                    })
+                ),
+                "{name}"
+            );
+        }
+        for fine in ["tasks-1", "cpu-heavy.1", "cpux.y", "memo.ry"] {
+            assert!(CgroupName::new(fine).is_ok(), "{fine}");
         }
     }
 

@@ -164,10 +164,12 @@ pub fn isolated(files: &dyn PartitionFiles, root: &Path) -> Option<CpuSet> {
 
 /// The root's `cpuset.cpus.isolated` of the cgroup v2 hierarchy at
 /// `<sysroot>/sys/fs/cgroup` (what `pinion topology` shows; `None` where
-/// the file is missing: cgroup v1, or Linux before 6.8).
+/// the file is missing: cgroup v1, or Linux before 6.8; and where it is no
+/// regular file of at most 1 MiB: a FIFO in a captured tree is no hang).
 #[must_use]
 pub fn root_isolated(sysroot: &Path) -> Option<CpuSet> {
-    let text = std::fs::read_to_string(sysroot.join("sys/fs/cgroup").join(ISOLATED_FILE)).ok()?;
+    let path = sysroot.join("sys/fs/cgroup").join(ISOLATED_FILE);
+    let text = crate::bounded_read::read_text(&path, crate::bounded_read::MAX_ATTRIBUTE).ok()?;
     CpuSet::parse_list(text.trim()).ok()
 }
 

@@ -2,6 +2,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::fs::symlink;
 
 use super::*;
+use crate::bounded_read::is_not_regular;
+use crate::bounded_read::testing::{mkfifo, without_hanging};
 
 fn write(root: &Path, rel: &str, text: &str) {
     let path = root.join(rel);
@@ -157,6 +159,30 @@ fn numa_node_minus_one_is_unknown_and_garbage_is_an_error() {
         matches!(err, NetError::Malformed { ref path, .. } if path.ends_with("device/numa_node"))
     );
     assert!(err.to_string().contains("\"zero\""), "{err}");
+}
+
+#[test]
+fn regression_fifo_as_numa_node_or_speed_hung_nic_discovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    mkfifo(&root.join("sys/class/net/eth0/device/numa_node"));
+    mkfifo(&root.join("sys/class/net/eth0/speed"));
+    let err = without_hanging("nic discovery", move || {
+        discover_nics(&root, &[], &FixedAddresses::default())
+    })
+    .expect_err("a fifo is refused");
+    assert!(
+        matches!(err, NetError::Read { ref path, ref source }
+            if path.ends_with("device/numa_node") && is_not_regular(source)),
+        "{err:?}"
+    );
+    fs::remove_file(dir.path().join("sys/class/net/eth0/device/numa_node")).expect("rm");
+    let root = dir.path().to_path_buf();
+    let nics = without_hanging("nic discovery", move || {
+        discover_nics(&root, &[], &FixedAddresses::default())
+    })
+    .expect("a fifo speed is an unknown speed");
+    assert_eq!(nics[0].speed_mbps, None);
 }
 
 #[test]

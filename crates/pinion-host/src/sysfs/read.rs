@@ -2,13 +2,14 @@
 //! that does not exist is `Ok(None)`, never an error, because which files a
 //! kernel exposes varies by version and architecture.
 
-use std::fs::{self, File};
-use std::io::{ErrorKind, Read as _};
+use std::fs;
+use std::io::ErrorKind;
 use std::path::Path;
 
 use pinion_core::CpuSet;
 
 use super::DiscoveryError;
+use crate::bounded_read::{read_text, ReadError, MAX_ATTRIBUTE};
 
 /// Builds a [`DiscoveryError::Malformed`] for `path`.
 pub(crate) fn malformed(path: &Path, reason: impl Into<String>) -> DiscoveryError {
@@ -18,37 +19,20 @@ pub(crate) fn malformed(path: &Path, reason: impl Into<String>) -> DiscoveryErro
     }
 }
 
-/// Largest file discovery reads; sysfs attributes are at most a page.
-const MAX_FILE: u64 = 1 << 20;
-
-/// The file's text, or `None` when it does not exist.
+/// The file's text, or `None` when it does not exist. Anything but a
+/// regular file (a FIFO, a device, a directory) is a read error; a file
+/// over [`MAX_ATTRIBUTE`] bytes (sysfs attributes are at most a page) or
+/// not UTF-8 is malformed.
 pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, DiscoveryError> {
-    let bytes = match read_bytes(path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(DiscoveryError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
-    };
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(malformed(path, format!("larger than {MAX_FILE} bytes")));
+    match read_text(path, MAX_ATTRIBUTE) {
+        Ok(text) => Ok(Some(text)),
+        Err(ReadError::Io(err)) if err.kind() == ErrorKind::NotFound => Ok(None),
+        Err(ReadError::Io(source)) => Err(DiscoveryError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Err(err) => Err(malformed(path, err.to_string())),
     }
-    String::from_utf8(bytes)
-        .map(Some)
-        .map_err(|_| malformed(path, "not utf-8 text"))
-}
-
-/// Reads up to `MAX_FILE + 1` bytes. Unlike `fs::read`, this skips the
-/// `statx` size probe (sysfs reports 4096 for every attribute anyway):
-/// discovery reads a few hundred files, so each system call counts.
-fn read_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
-    let file = File::open(path)?;
-    let mut bytes = Vec::with_capacity(4096);
-    file.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
-    Ok(bytes)
 }
 
 /// The file's text without surrounding whitespace and NUL bytes (some

@@ -16,8 +16,9 @@ pub struct Args {
     /// Ask `/readyz` instead of `/healthz`.
     #[arg(long)]
     ready: bool,
-    /// Unix socket of the agent's local API.
-    #[arg(long)]
+    /// Unix socket of the agent's local API (default: /run/pinion/pinion.sock
+    /// for root, under ~/.local/state/pinion otherwise).
+    #[arg(long, env = "PINION_SOCKET")]
     socket: Option<PathBuf>,
     /// Give up after this many seconds (a probe's own timeout is shorter
     /// than the client's default minute).

@@ -15,9 +15,13 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
+use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
 use pinion_api::Client;
 use pinion_core::qos::{self, vocabulary};
+use pinion_core::Quantity;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::local::socket_or_default;
@@ -34,7 +38,11 @@ const EXIT_NOT_FOUND: i32 = 127;
 pub struct Args {
     /// CPUs: a whole number ≥ 1 asks for that many exclusive CPUs; any
     /// other quantity (or none) runs in the shared pool.
-    #[arg(long)]
+    // Negative numbers too, so that `--cpus -1` (and any `--cpus=-…`)
+    // reaches `check_cpus`, which refuses it naming the value, instead of
+    // being clap's "unexpected argument". Not every hyphen value: then
+    // `--cpus -- CMD` would take the `--` as the count.
+    #[arg(long, allow_negative_numbers = true)]
     cpus: Option<String>,
     /// Memory nodes: `auto` = the memory plugin's when it binds the run,
     /// else left as they are (the parent cgroup's).
@@ -90,7 +98,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(id) = &args.exec_as {
         launch(args, id, &socket);
     }
-    if let Err(why) = check_qos(args.cpus.as_deref(), &args.annotations).and_then(|()| {
+    let checked = check_cpus(args.cpus.as_deref())
+        .and_then(|()| check_qos(args.cpus.as_deref(), &args.annotations));
+    if let Err(why) = checked.and_then(|()| {
         let mut asks = cpu_ask_annotations(args);
         asks.extend(
             (args.annotations.iter())
@@ -119,7 +129,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .arg(&socket);
     launcher.arg("--memory-nodes").arg(&args.memory_nodes);
     if let Some(cpus) = &args.cpus {
-        launcher.arg("--cpus").arg(cpus);
+        launcher.arg(format!("--cpus={cpus}"));
     }
     let mut annotations = args.annotations.clone();
     annotations.extend(cpu_ask_annotations(args));
@@ -212,10 +222,26 @@ fn cpu_ask_annotations(args: &Args) -> Vec<(String, String)> {
     out
 }
 
+/// Refuses a `--cpus` the agent would refuse: not a Kubernetes quantity
+/// (negative included), or zero.
+fn check_cpus(cpus: Option<&str>) -> Result<(), String> {
+    let Some(text) = cpus else { return Ok(()) };
+    match Quantity::parse(text) {
+        Err(err) => Err(format!("--cpus {text}: {err}")),
+        Ok(quantity) if quantity.is_zero() => {
+            Err(format!("--cpus {text}: must be greater than zero"))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
 /// Refuses `--isolated` / `--uncore` (or their annotations) without a whole
 /// `--cpus`: they shape exclusive CPUs, which a shared-pool run never gets.
+/// "Whole" is the agent's test (kubelet's: `1000m` and `1.0` are whole).
 fn check_asks(cpus: Option<&str>, asks: &[(String, String)]) -> Result<(), String> {
-    let whole = cpus.is_some_and(|c| c.parse::<u32>().is_ok_and(|n| n >= 1));
+    let whole = cpus
+        .and_then(|text| Quantity::parse(text).ok())
+        .is_some_and(|q| !q.is_zero() && q.is_integral());
     match asks.first() {
         Some((key, value)) if !whole => Err(format!(
             "{key}={value} shapes exclusive CPUs: add --cpus N with a whole N ≥ 1"
@@ -325,15 +351,14 @@ fn forward_signals() -> anyhow::Result<std::sync::mpsc::Sender<u32>> {
                 let _ = ready_tx.send(Ok(()));
                 let Ok(pid) = pid_rx.recv() else { return };
                 loop {
-                    let name = tokio::select! {
+                    let signal = tokio::select! {
                         _ = int.recv() => continue,
-                        _ = term.recv() => "TERM",
-                        _ = hup.recv() => "HUP",
+                        _ = term.recv() => Signal::SIGTERM,
+                        _ = hup.recv() => Signal::SIGHUP,
                     };
-                    let _ = Command::new("kill")
-                        .arg(format!("-{name}"))
-                        .arg(pid.to_string())
-                        .status();
+                    if let Err(why) = forward(pid, signal) {
+                        eprintln!("pinion run: {why}");
+                    }
                 }
             });
         })
@@ -343,6 +368,21 @@ fn forward_signals() -> anyhow::Result<std::sync::mpsc::Sender<u32>> {
         .context("signal thread ended early")?
         .context("cannot install signal handlers")?;
     Ok(pid_tx)
+}
+
+/// Sends `signal` to the command (kill(2) itself: no `kill` program is
+/// needed, which minimal images lack). A command that has already ended
+/// is not an error.
+fn forward(pid: u32, signal: Signal) -> Result<(), String> {
+    let target = i32::try_from(pid).map(Pid::from_raw).map_err(|_| {
+        format!("cannot forward {signal} to the command: pid {pid} is out of range")
+    })?;
+    match kill(target, signal) {
+        Ok(()) | Err(Errno::ESRCH) => Ok(()),
+        Err(err) => Err(format!(
+            "cannot forward {signal} to the command (pid {pid}): {err}"
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -397,13 +437,55 @@ mod tests {
     #[test]
     fn cpu_asks_need_whole_exclusive_cpus() {
         let isolated = annotation("pinion.io/isolated-cpus", "require");
-        for cpus in [None, Some("500m"), Some("0")] {
+        for cpus in [
+            None,
+            Some("500m"),
+            Some("0"),
+            Some("0m"),
+            Some("1.5"),
+            Some("two"),
+        ] {
             let err = check_asks(cpus, &isolated).unwrap_err();
             assert!(err.contains("pinion.io/isolated-cpus=require"), "{err}");
             assert!(err.contains("--cpus N"), "{err}");
         }
         assert_eq!(check_asks(Some("2"), &isolated), Ok(()));
         assert_eq!(check_asks(None, &[]), Ok(()));
+    }
+
+    #[test]
+    fn regression_whole_cpus_written_as_1000m_or_1_0_were_refused_for_cpu_asks() {
+        let isolated = annotation("pinion.io/isolated-cpus", "prefer");
+        for cpus in ["1000m", "2000m", "1.0", "+1", "1e0"] {
+            assert_eq!(check_asks(Some(cpus), &isolated), Ok(()), "{cpus}");
+        }
+    }
+
+    #[test]
+    fn regression_negative_cpus_were_not_refused_by_pinion_run_itself() {
+        for cpus in ["-1", "-1.5", "-500m"] {
+            let why = check_cpus(Some(cpus)).expect_err(cpus);
+            assert_eq!(
+                why,
+                format!(
+                    "--cpus {cpus}: invalid quantity \"{cpus}\": negative values are not allowed"
+                )
+            );
+        }
+        let why = check_cpus(Some("0")).expect_err("zero");
+        assert_eq!(why, "--cpus 0: must be greater than zero");
+        assert_eq!(check_cpus(Some("500m")), Ok(()));
+        assert_eq!(check_cpus(None), Ok(()));
+    }
+
+    #[test]
+    fn regression_forwarding_a_signal_needed_the_kill_program() {
+        // A child of this test, so the pid cannot be another's.
+        let mut child = Command::new("sleep").arg("600").spawn().expect("sleep");
+        let forwarded = forward(child.id(), Signal::SIGTERM);
+        let status = child.wait().expect("wait");
+        assert_eq!(forwarded, Ok(()));
+        assert_eq!(status.signal(), Some(Signal::SIGTERM as i32));
     }
 
     #[test]

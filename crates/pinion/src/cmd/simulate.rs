@@ -7,8 +7,12 @@
 //! run by [`simulate_qrm`] (`docs/simulate.md`).
 //!
 //! Exit status: 0 when every scenario could be read and run (a policy that
-//! cannot be constructed is an outcome, printed as `{"error": …}`); non-zero
-//! when the file cannot be read or parsed, or a topology cannot be found.
+//! cannot be constructed is an outcome, printed as `{"error": …}`, as is a
+//! step that fails with kubelet's error); non-zero when the file cannot be
+//! read or parsed, a topology cannot be found, or a step itself is wrong
+//! (names a container its pod lacks, lacks a field it needs). A wrong step
+//! stops the run: the steps before it are printed, then the error naming
+//! the scenario and the step (numbered from 1, as the output numbers them).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,6 +50,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     let output = args.output.output();
+    let source = if args.scenario.as_os_str() == "-" {
+        "standard input".to_string()
+    } else {
+        args.scenario.display().to_string()
+    };
     for (index, item) in items.into_iter().enumerate() {
         if simulate_qrm::is_qrm(&item) {
             simulate_qrm::run(item, &args.scenario, index, &base, output)?;
@@ -58,13 +67,52 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             )
         })?;
         let topology = scenario::with_isolated(&scenario, &resolve_topology(&scenario, &base)?)?;
-        let result = scenario::run(&scenario, &topology);
+        let (result, wrong_step) = match scenario::run(&scenario, &topology) {
+            // The outcome of the steps before the wrong one, then the error.
+            Err(ScenarioError::BadStep { index: step, what }) => (
+                scenario::run(&steps_before(&scenario, step), &topology),
+                Some((step, what)),
+            ),
+            result => (result, None),
+        };
         match output::object_line(output, &to_json(&scenario, &result, batch)?)? {
             Some(text) => print!("{text}"),
             None => print!("{}", to_text(&scenario, &topology, &result)),
         }
+        if let Some((step, what)) = wrong_step {
+            let which = match (batch, &scenario.name) {
+                (false, _) => String::new(),
+                (true, Some(name)) => format!("scenario {index} ({name}), "),
+                (true, None) => format!("scenario {index}, "),
+            };
+            anyhow::bail!(
+                "{source}: {which}step {} ({}): {what}",
+                step + 1,
+                describe_step(&scenario, step)
+            );
+        }
     }
     Ok(())
+}
+
+/// `scenario` cut before its step `step` (0-based).
+fn steps_before(scenario: &Scenario, step: usize) -> Scenario {
+    let mut before = scenario.clone();
+    before.steps.truncate(step);
+    before
+}
+
+/// `add a/c`: the step's operation and whom it names.
+fn describe_step(scenario: &Scenario, step: usize) -> String {
+    let Some(step) = scenario.steps.get(step) else {
+        return "past the last step".to_string();
+    };
+    let op = format!("{:?}", step.op).to_lowercase();
+    match (&step.pod, &step.container) {
+        (Some(pod), Some(container)) => format!("{op} {pod}/{container}"),
+        (Some(pod), None) => format!("{op} {pod}"),
+        (None, _) => op,
+    }
 }
 
 /// The scenario's topology: inline, a regular `machine`, or discovered from
@@ -147,8 +195,12 @@ fn to_text(
     }
     let outcome = match result {
         Ok(outcome) => outcome,
-        Err(err) => {
+        Err(err @ (ScenarioError::Policy(_) | ScenarioError::TopologyManager(_))) => {
             let _ = writeln!(out, "the policy cannot be constructed: {err}\n");
+            return out;
+        }
+        Err(err) => {
+            let _ = writeln!(out, "the scenario cannot run: {err}\n");
             return out;
         }
     };

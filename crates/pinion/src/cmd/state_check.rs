@@ -229,6 +229,17 @@ fn verify_side(file: &Path, state: &State) -> anyhow::Result<()> {
 /// `pinion state migrate`: see the module documentation.
 pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
     let file = args.policy.checkpoint(args.file.as_deref())?;
+    // Read and written under the agent's lock: a running agent would
+    // overwrite the migrated file with its next compaction.
+    let _lock = if args.dry_run {
+        None
+    } else {
+        let (dir, _) = split_path(&file)?;
+        Some(super::state_rebuild::lock_offline(
+            dir,
+            "it migrates by itself at start (`migrateOnStart`) — stop it first to migrate offline",
+        )?)
+    };
     let checkpoint = read(&file)?;
     checkpoint.verify().with_context(|| {
         format!(

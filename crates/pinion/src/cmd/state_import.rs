@@ -19,7 +19,6 @@ use pinion_core::qrm_checkpoint::{self, QrmCheckpoint, StoredAllocations, ALLOCA
 use pinion_core::record::{self, Record, SideData, SideValue};
 use pinion_core::state::State;
 use pinion_host::journal::{self, StateStore};
-use pinion_host::lock::{lock_exclusive, STATE_LOCK_FILE};
 
 /// Arguments of `pinion state import-qrm`.
 #[derive(Debug, clap::Args)]
@@ -97,8 +96,10 @@ fn write(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(state_dir)
         .with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let _lock = lock_exclusive(&state_dir.join(STATE_LOCK_FILE), true, Path::new("/proc"))
-        .context("stop the agent before importing (it owns the state directory)")?;
+    let _lock = super::state_rebuild::lock_offline(
+        state_dir,
+        "stop the agent before importing (it owns the state directory)",
+    )?;
     let policy = existing_policy(state_dir).unwrap_or_else(|| "static".to_string());
     let mut opened = StateStore::open(state_dir, &policy)
         .with_context(|| format!("cannot open the state in {}", state_dir.display()))?;

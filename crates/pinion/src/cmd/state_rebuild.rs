@@ -15,7 +15,7 @@ use pinion_core::restore::to_checkpoint;
 use pinion_host::cgroup::Cgroups;
 use pinion_host::durable;
 use pinion_host::journal::{set_aside_unreadable, JOURNAL};
-use pinion_host::lock::{lock_exclusive, LockError, STATE_LOCK_FILE};
+use pinion_host::lock::{lock_exclusive, Lock, LockError, STATE_LOCK_FILE};
 use pinion_host::runs::{self, RunRecords};
 use pinion_host::store::CPU_MANAGER_STATE;
 
@@ -108,6 +108,23 @@ fn print_report(rebuilt: &Rebuilt, root: &std::path::Path) {
     );
 }
 
+/// The agent's lock on `state_dir`, for a command that writes its state
+/// offline; refused while the agent runs on it (`advice`: what to do).
+pub(super) fn lock_offline(state_dir: &std::path::Path, advice: &str) -> anyhow::Result<Lock> {
+    lock_exclusive(
+        &state_dir.join(STATE_LOCK_FILE),
+        true,
+        std::path::Path::new("/proc"),
+    )
+    .map_err(|err| match err {
+        LockError::Held { .. } => anyhow::anyhow!(
+            "the agent is running on {} ({err}); {advice}",
+            state_dir.display()
+        ),
+        other => anyhow::Error::new(other),
+    })
+}
+
 /// Writes the rebuilt checkpoint, keeping what was there: an unreadable
 /// checkpoint (and its journal) under `unreadable-<time>-N`, a readable
 /// one (and its journal) under `pre-rebuild-N`. Refused while the agent
@@ -115,14 +132,10 @@ fn print_report(rebuilt: &Rebuilt, root: &std::path::Path) {
 fn write(state_dir: &std::path::Path, rebuilt: &Rebuilt, policy: &Policy) -> anyhow::Result<()> {
     std::fs::create_dir_all(state_dir)
         .with_context(|| format!("cannot create {}", state_dir.display()))?;
-    let _lock = lock_exclusive(&state_dir.join(STATE_LOCK_FILE), true, std::path::Path::new("/proc"))
-        .map_err(|err| match err {
-            LockError::Held { .. } => anyhow::anyhow!(
-                "the agent is running on {} ({err}); it rebuilds by itself at start — stop it first to rebuild offline",
-                state_dir.display()
-            ),
-            other => anyhow::Error::new(other),
-        })?;
+    let _lock = lock_offline(
+        state_dir,
+        "it rebuilds by itself at start — stop it first to rebuild offline",
+    )?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

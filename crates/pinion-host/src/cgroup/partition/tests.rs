@@ -174,6 +174,17 @@ fn root_isolated_reads_the_v2_roots_list_and_is_none_without_it() {
 }
 
 #[test]
+fn regression_fifo_as_root_isolated_hung_pinion_topology() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    crate::bounded_read::testing::mkfifo(&dir.path().join("sys/fs/cgroup").join(ISOLATED_FILE));
+    let root = dir.path().to_path_buf();
+    let isolated = crate::bounded_read::testing::without_hanging("root_isolated", move || {
+        root_isolated(&root)
+    });
+    assert_eq!(isolated, None);
+}
+
+#[test]
 fn cgroup_v1_falls_back_and_touches_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mount = dir.path().to_path_buf();

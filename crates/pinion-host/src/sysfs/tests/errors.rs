@@ -147,3 +147,60 @@ fn non_utf8_file_is_malformed() {
     fs::write(tree.root().join(format!("{CPU}/present")), [0xff, 0xfe]).expect("write");
     assert_malformed(&tree.error(), "cpu/present");
 }
+
+/// Discovery of `tree` on another thread: fails rather than hangs when a
+/// read blocks.
+fn error_promptly(tree: Tree) -> DiscoveryError {
+    crate::bounded_read::testing::without_hanging("discovery", move || tree.error())
+}
+
+#[test]
+fn regression_fifo_in_the_tree_hung_discovery() {
+    for rel in [format!("{CPU}/online"), format!("{NODE}/node0/meminfo")] {
+        let tree = smt_machine();
+        tree.file(&format!("{NODE}/node0/cpulist"), "0-3\n");
+        fs::remove_file(tree.root().join(&rel)).ok();
+        crate::bounded_read::testing::mkfifo(&tree.root().join(&rel));
+        let err = error_promptly(tree);
+        assert!(
+            matches!(err, DiscoveryError::Read { ref path, ref source }
+                if path.ends_with(&rel) && crate::bounded_read::is_not_regular(source)),
+            "{rel}: {err:?}"
+        );
+        assert!(
+            err.to_string().ends_with("not a regular file (a fifo)"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn regression_device_in_the_tree_was_read_as_if_a_file() {
+    let tree = smt_machine();
+    let online = tree.root().join(format!("{CPU}/online"));
+    fs::remove_file(&online).expect("rm");
+    std::os::unix::fs::symlink("/dev/zero", &online).expect("symlink");
+    let err = error_promptly(tree);
+    assert!(
+        matches!(err, DiscoveryError::Read { ref path, ref source }
+            if path.ends_with("cpu/online") && crate::bounded_read::is_not_regular(source)),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn file_over_one_mib_is_malformed_naming_the_cap() {
+    let tree = smt_machine();
+    let mut text = "0-3\n".to_string();
+    text.push_str(&" ".repeat((1 << 20) + 1 - text.len()));
+    tree.file(&format!("{CPU}/present"), &text);
+    let err = tree.error();
+    assert_malformed(&err, "cpu/present");
+    assert!(
+        err.to_string().ends_with("larger than 1048576 bytes"),
+        "{err}"
+    );
+    text.pop();
+    tree.file(&format!("{CPU}/present"), &text);
+    discover(tree.root()).expect("a file of exactly 1 MiB is read");
+}
