@@ -27,6 +27,7 @@ use hyper::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -246,6 +247,41 @@ pub async fn accept_loop<L, F, Fut>(
 /// (or, with half a request head sent, before it is cut).
 pub const EVICTION_GRACE: Duration = Duration::from_secs(1);
 
+/// Runs an accepted connection (HTTP/1.1 or HTTP/2) until it ends by
+/// itself, or until it is evicted ([`Slot::allow_eviction`], allowed from
+/// here on), reaches `max_age`, or `stop` completes. Then it is asked to
+/// close gracefully: an idle connection closes at once; one that does not
+/// finish within [`EVICTION_GRACE`] (half a request head, a client that
+/// ignores the GOAWAY) is cut, unless a request is in flight, which gets
+/// `busy_timeout` to be answered first.
+pub async fn drive<C>(
+    connection: C,
+    slot: &Slot,
+    max_age: Duration,
+    stop: impl Future<Output = ()>,
+    busy_timeout: Duration,
+) -> Result<(), C::Error>
+where
+    C: GracefulConnection,
+{
+    tokio::pin!(connection);
+    slot.allow_eviction();
+    tokio::select! {
+        outcome = connection.as_mut() => return outcome,
+        () = tokio::time::sleep(max_age) => {}
+        () = slot.evicted() => {}
+        () = stop => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    match tokio::time::timeout(EVICTION_GRACE, connection.as_mut()).await {
+        Ok(outcome) => outcome,
+        Err(_) if slot.busy() => tokio::time::timeout(busy_timeout, connection)
+            .await
+            .unwrap_or(Ok(())),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Serves HTTP/1.1 on one connection with `limits`. The connection may be
 /// evicted ([`Slot::allow_eviction`]) while it has no request in flight:
 /// then it is closed (after answering a request that raced the eviction).
@@ -276,28 +312,14 @@ where
         .max_buf_size((limits.max_head + 4096).max(64 * 1024))
         .keep_alive(limits.keep_alive);
     let connection = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
-    slot.allow_eviction();
-    let ended = tokio::select! {
-        outcome = connection.as_mut() => Some(outcome),
-        () = tokio::time::sleep(limits.max_connection_lifetime) => None,
-        () = slot.evicted() => None,
-    };
-    let outcome = match ended {
-        Some(outcome) => outcome,
-        None => {
-            connection.as_mut().graceful_shutdown();
-            // Idle: closed at once. Half a head: cut after the grace. A
-            // request in flight: answered first, within the body timeout.
-            match tokio::time::timeout(EVICTION_GRACE, connection.as_mut()).await {
-                Ok(outcome) => outcome,
-                Err(_) if slot.busy() => tokio::time::timeout(limits.body_read_timeout, connection)
-                    .await
-                    .unwrap_or(Ok(())),
-                Err(_) => Ok(()),
-            }
-        }
-    };
+    let outcome = drive(
+        connection,
+        &slot,
+        limits.max_connection_lifetime,
+        std::future::pending(),
+        limits.body_read_timeout,
+    )
+    .await;
     if let Err(err) = outcome {
         tracing::debug!("http connection: {err}");
     }

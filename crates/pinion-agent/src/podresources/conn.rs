@@ -34,7 +34,7 @@ use tonic::codegen::Service as _;
 use tonic::service::Routes;
 use tonic::Status;
 
-use crate::server::{Slot, EVICTION_GRACE};
+use crate::server::{self, Slot};
 
 /// Bounds of one socket's gRPC connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +53,10 @@ pub struct GrpcLimits {
 
 /// Serves `routes` over HTTP/2 on the accepted connection `io` with
 /// `limits`, holding `slot` (and `live`, which tells the server the
-/// connection still runs) until it ends. The connection is closed — after
-/// the calls in flight, within [`EVICTION_GRACE`], or `call_timeout` when
-/// one is in flight — when the accept loop evicts it, at `max_age`, or
-/// when `stop` turns true.
+/// connection still runs) until it ends. The connection is closed the way
+/// [`server::drive`] closes it — when the accept loop evicts it, at
+/// `max_age`, or when `stop` turns true; a call in flight gets
+/// `call_timeout` to be answered first.
 pub async fn serve(
     io: UnixStream,
     slot: Slot,
@@ -100,30 +100,18 @@ pub async fn serve(
         .keep_alive_timeout(limits.keepalive_timeout);
     let io = FirstByte::new(io, limits.first_byte);
     let connection = builder.serve_connection(TokioIo::new(io), service);
-    tokio::pin!(connection);
-    slot.allow_eviction();
-    let ended = tokio::select! {
-        outcome = connection.as_mut() => Some(outcome),
-        () = tokio::time::sleep(limits.max_age) => None,
-        () = slot.evicted() => None,
-        _ = stop.wait_for(|s| *s) => None,
+    let stopped = async move {
+        // A dropped sender stops the connection as well.
+        let _ = stop.wait_for(|s| *s).await;
     };
-    let outcome = match ended {
-        Some(outcome) => outcome,
-        None => {
-            connection.as_mut().graceful_shutdown();
-            // Idle: closed after the GOAWAY. A client that does not answer
-            // it (or is mid-handshake): cut after the grace. A call in
-            // flight: answered first, within the call timeout.
-            match tokio::time::timeout(EVICTION_GRACE, connection.as_mut()).await {
-                Ok(outcome) => outcome,
-                Err(_) if slot.busy() => tokio::time::timeout(limits.call_timeout, connection)
-                    .await
-                    .unwrap_or(Ok(())),
-                Err(_) => Ok(()),
-            }
-        }
-    };
+    let outcome = server::drive(
+        connection,
+        &slot,
+        limits.max_age,
+        stopped,
+        limits.call_timeout,
+    )
+    .await;
     if let Err(err) = outcome {
         tracing::debug!("grpc connection: {err}");
     }
