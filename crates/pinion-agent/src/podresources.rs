@@ -47,10 +47,34 @@ pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 /// Time given to calls in flight at shutdown.
 pub const DRAIN: Duration = Duration::from_secs(2);
 
-/// kubelet's text for `Get` of a pod it does not hold.
+/// kubelet's text for `Get` of a pod it does not hold. A name or namespace
+/// longer than any Kubernetes object's name (253 bytes) is echoed shortened,
+/// with its length: the text travels in the `grpc-message` header, and a
+/// client's default metadata limit (8 KiB in grpcio) would otherwise turn
+/// the `NOT_FOUND` into a transport error.
 #[must_use]
 pub fn not_found_text(name: &str, namespace: &str) -> String {
-    format!("pod {name} in namespace {namespace} not found")
+    format!(
+        "pod {} in namespace {} not found",
+        echoed(name),
+        echoed(namespace)
+    )
+}
+
+/// The longest name a Kubernetes object can have (a DNS-1123 subdomain).
+const MAX_ECHOED: usize = 253;
+
+/// `value` as an error text quotes it: whole up to [`MAX_ECHOED`] bytes,
+/// else its start and its length.
+fn echoed(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= MAX_ECHOED {
+        return value.into();
+    }
+    let mut end = MAX_ECHOED;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len()).into()
 }
 
 /// Both services' implementation over the controller's snapshots.

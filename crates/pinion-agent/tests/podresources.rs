@@ -641,6 +641,46 @@ print(json.dumps({
     );
 }
 
+/// Regression (found from outside): `Get` of a 16,000-byte pod name echoed
+/// the whole name in `grpc-message`, past grpcio's default metadata limit,
+/// so a Python client with default options saw `RESOURCE_EXHAUSTED`
+/// instead of `NOT_FOUND`. Names longer than any Kubernetes name are now
+/// echoed shortened, with their length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_get_of_an_overlong_pod_name_is_not_found_for_grpcio() {
+    let Some(mut node) = node("") else { return };
+    let Some(stubs) = peers::python_stubs(node.dir.path()) else {
+        return;
+    };
+    node.start(&[]);
+    let script = r#"
+import json
+import grpc
+import podresources_v1_pb2 as pb
+import podresources_v1_pb2_grpc as pbg
+channel = grpc.insecure_channel("unix://" + sys.argv[1])
+stub = pbg.PodResourcesListerStub(channel)
+try:
+    stub.Get(pb.GetPodResourcesRequest(pod_name="x" * 16000, pod_namespace="prod"), timeout=20)
+    missing = None
+except grpc.RpcError as err:
+    missing = [err.code().name, err.details()]
+print(json.dumps({"missing": missing}))
+"#;
+    let socket = node.podresources();
+    let seen = tokio::task::spawn_blocking(move || peers::run_python(&stubs, &socket, script))
+        .await
+        .expect("python task");
+    let shortened = format!("{}… (16000 bytes)", "x".repeat(253));
+    assert_eq!(
+        seen["missing"],
+        serde_json::json!([
+            "NOT_FOUND",
+            format!("pod {shortened} in namespace prod not found")
+        ])
+    );
+}
+
 /// Regression (issue 27): a grpc-go client dialing the socket path through
 /// the passthrough resolver, as kubelet's older clients do, sends the raw
 /// path (or, in recent grpc-go, the percent-encoded path) as `:authority`;
