@@ -12,6 +12,7 @@
 //!
 //! Opening also removes a temp file a crashed write left behind.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use pinion_core::checkpoint::{self, Checkpoint, CheckpointError, PodEntries};
@@ -103,6 +104,34 @@ impl CheckpointStore {
         durable::write_atomic_with(&self.dir, &self.name, &bytes, hook)?;
         Ok(())
     }
+}
+
+/// What recovers a checkpoint whose CPU sets cannot be read (`migrate`
+/// cannot): the rebuild from the running workloads, offline; the agent
+/// itself rebuilds at start (unless `migrateOnStart` is false) but then
+/// runs degraded until it restarts on the rebuilt checkpoint.
+#[must_use]
+pub fn rebuild_advice(path: &Path) -> String {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let which = if path.file_name() == Some(OsStr::new(CPU_MANAGER_STATE)) {
+        "this file is kept as cpu_manager_state.pre-rebuild-N".to_string()
+    } else {
+        format!(
+            "it writes {}, the agent's checkpoint; this file is left as it is",
+            dir.join(CPU_MANAGER_STATE).display()
+        )
+    };
+    format!(
+        "to recover without draining, rebuild the state from the running workloads: run \
+         `pinion state rebuild --state-dir {} --config <the agent's config file>` \
+         (a dry run; with the agent stopped, add --write to apply: {which}) — the agent \
+         does the same by itself at start unless `migrateOnStart` is false, but then refuses \
+         new exclusive admissions (degraded) until it restarts on the rebuilt checkpoint",
+        dir.display()
+    )
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ mod input;
 mod output;
 mod render;
 
+use std::io::Write as _;
+
 use clap::{Parser, Subcommand};
 
 /// `pinion --version`: the version, the commit and the build date
@@ -74,6 +76,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    quiet_on_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topology(args) => cmd::topology::run(&args),
@@ -97,10 +100,63 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("pinion: {}", report(&err));
+            // Not `eprintln!`: a closed standard error must not turn the
+            // failure into a panic.
+            let _ = writeln!(std::io::stderr().lock(), "pinion: {}", report(&err));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The exit status of a `pinion` whose standard output or error is a pipe
+/// the reader has closed (`pinion state inspect FILE 2>&1 | head -1`):
+/// 128 + SIGPIPE, what a shell shows for a writer that SIGPIPE ended.
+const CLOSED_PIPE_STATUS: i32 = 128 + 13;
+
+/// Makes a write to a closed standard output or error end the process
+/// quietly, as a Unix filter ends, instead of a panic (exit 101).
+///
+/// The Rust runtime ignores SIGPIPE, so such a write fails with EPIPE and
+/// `print!`/`println!`/`eprintln!` panic with "failed printing to stdout:
+/// Broken pipe", as do libraries that `expect` their writes (clap_complete
+/// for `pinion completions`). Restoring SIGPIPE's default disposition
+/// instead would need `unsafe` (denied in the workspace) and would also
+/// apply to the Unix sockets of `health`, `ps`, `run`, `resize` (killed
+/// without a word when the agent goes away mid-request) and to `pinion
+/// plugin`'s server (killed by a client that disconnects). So the hook
+/// takes the standard library's print panic from any thread (the streams
+/// are the process's) and any other EPIPE panic of the main thread, where
+/// the subcommands print; every other panic keeps the default report.
+fn quiet_on_closed_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied());
+        let main = std::thread::current().name() == Some("main");
+        if message.is_some_and(|message| is_closed_pipe_panic(message, main)) {
+            std::process::exit(CLOSED_PIPE_STATUS);
+        }
+        default(info);
+    }));
+}
+
+/// Whether a panic's `message` is a write to a pipe without a reader: the
+/// standard library's print panic, or (`main`: on the main thread) an I/O
+/// error of kind `BrokenPipe` in its `Display` or `Debug` form.
+fn is_closed_pipe_panic(message: &str, main: bool) -> bool {
+    let epipe = std::io::Error::from_raw_os_error(nix::errno::Errno::EPIPE as i32);
+    let display = epipe.to_string();
+    let printing = ["stdout", "stderr"].iter().any(|stream| {
+        message
+            .strip_prefix("failed printing to ")
+            .and_then(|rest| rest.strip_prefix(stream))
+            .is_some_and(|rest| rest == format!(": {display}"))
+    });
+    let debug = format!("kind: {:?}", std::io::ErrorKind::BrokenPipe);
+    printing || (main && (message.ends_with(&display) || message.contains(&debug)))
 }
 
 /// The error and its causes, leaving out a cause whose text the message
@@ -115,4 +171,27 @@ fn report(err: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_closed_pipe_panic;
+
+    #[test]
+    fn closed_pipe_panics_are_told_from_others() {
+        let print = "failed printing to stdout: Broken pipe (os error 32)";
+        assert!(is_closed_pipe_panic(print, false));
+        assert!(is_closed_pipe_panic(
+            "failed printing to stderr: Broken pipe (os error 32)",
+            false
+        ));
+        let expect = "failed to write completion file: Os { code: 32, kind: BrokenPipe, message: \"Broken pipe\" }";
+        assert!(is_closed_pipe_panic(expect, true));
+        assert!(!is_closed_pipe_panic(expect, false), "another thread");
+        assert!(!is_closed_pipe_panic(
+            "failed printing to stdout: No space left on device (os error 28)",
+            true
+        ));
+        assert!(!is_closed_pipe_panic("index out of bounds", true));
+    }
 }

@@ -388,11 +388,15 @@ impl Controller {
     /// Rewrites the checkpoint from the state and resets the journal, when
     /// the journal is large or has records older than a minute (or always
     /// with `force`). Never on the way to an answer: callers run it after
-    /// the batch's effects. A failure loses nothing and is retried later.
+    /// the batch's effects. A failure loses nothing and is retried later:
+    /// once the journal grew by another threshold's worth (the store's
+    /// backoff) or a minute after the failure — not after every batch, so
+    /// that a lasting failure (a full disk) does not cost every admission.
     pub(super) fn maybe_compact(&mut self, force: bool) {
+        let backoff = self.store.compaction_backoff();
+        let timer = backoff.map_or(self.compacted, |backoff| backoff.since);
         let due = self.store.should_compact()
-            || (self.store.records_since_compaction() > 0
-                && self.compacted.elapsed() >= COMPACT_AFTER);
+            || (self.store.records_since_compaction() > 0 && timer.elapsed() >= COMPACT_AFTER);
         if !(force || due) || self.store.pending() > 0 {
             return;
         }
@@ -407,7 +411,20 @@ impl Controller {
                     .checkpoint_write_seconds
                     .observe(started.elapsed().as_secs_f64());
             }
-            Err(err) => tracing::error!("compacting the journal into the checkpoint: {err}"),
+            Err(err) => {
+                let retry = self.store.compaction_backoff().map_or_else(String::new, |b| {
+                    format!(
+                        " ({} failed in a row); retried once the journal holds {} records or {} bytes, or in {} s",
+                        b.failures,
+                        b.due_records,
+                        b.due_bytes,
+                        COMPACT_AFTER.as_secs()
+                    )
+                });
+                tracing::error!(
+                    "compacting the journal into the checkpoint: {err}; nothing is lost (the journal keeps every record){retry}"
+                );
+            }
         }
     }
 }

@@ -151,10 +151,12 @@ pub enum ControlError {
         container: String,
         reason: String,
     },
-    #[error("checkpoint {path} cannot be restored with this configuration: {source}; `migrateOnStart` is false, so nothing was changed: run `pinion state migrate {path} --config <the agent's config file>` to convert it (workloads that still fit keep their cpus), or set `migrateOnStart: true`")]
+    #[error("checkpoint {path} cannot be restored with this configuration: {source}; `migrateOnStart` is false, so nothing was changed: {advice}")]
     Restore {
         path: String,
         source: Box<RestoreError>,
+        /// What recovers this checkpoint ([`restore_advice`]).
+        advice: String,
     },
     /// kubelet's refusal, with what a migration would do and how to allow it.
     #[error("checkpoint {path} cannot be restored with this configuration: {source}; migrating it would take exclusive cpus from running workloads ({moved}), so nothing was changed: set `migrateOnStart: true` in the agent's config file to migrate anyway (they go to the shared pool; `pinion state migrate {path} --config <the agent's config file>` shows the plan), or drain this node and delete the CPU manager checkpoint file \"{path}\" before restarting")]

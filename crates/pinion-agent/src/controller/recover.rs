@@ -27,7 +27,7 @@ use pinion_core::placement::all_memory_nodes;
 use pinion_core::policy::Policy;
 use pinion_core::rebuild::Claim;
 use pinion_core::record::SideData;
-use pinion_core::restore::restore;
+use pinion_core::restore::{restore, RestoreError};
 use pinion_core::state::State;
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
@@ -326,9 +326,11 @@ fn initial_state(
                 Err(source) => source,
             };
             if parts.migrate_on_start == MigrateOnStart::Never {
+                let advice = restore_advice(&path, &source);
                 return Err(ControlError::Restore {
                     path,
                     source: Box::new(source),
+                    advice,
                 });
             }
             match migrate_at_start(
@@ -440,4 +442,20 @@ fn node_claims(parts: &StartParts, runs: &RunRecords) -> Result<Vec<Claim>, Cont
         pod: "(pinion root)".to_string(),
         source,
     })
+}
+
+/// What recovers a checkpoint the agent refuses to restore with
+/// `migrateOnStart: false`: `pinion state migrate` converts one whose CPU
+/// sets parse; one whose CPU sets (or v1 entries) cannot be read is rebuilt
+/// from the running workloads instead, which `migrate` cannot do.
+fn restore_advice(path: &str, source: &RestoreError) -> String {
+    match source {
+        RestoreError::Checkpoint(_) => format!(
+            "`pinion state migrate` cannot convert it; {}",
+            pinion_host::store::rebuild_advice(std::path::Path::new(path))
+        ),
+        RestoreError::PolicyMismatch { .. } | RestoreError::Invalid(_) => format!(
+            "run `pinion state migrate {path} --config <the agent's config file>` to convert it (workloads that still fit keep their cpus), or set `migrateOnStart: true`"
+        ),
+    }
 }

@@ -493,6 +493,32 @@ fn a_checkpoint_kubelet_would_refuse_points_to_migrate() {
     }
 }
 
+/// Regression (found from outside): with `migrateOnStart: false`, a
+/// checkpoint whose CPU sets cannot be read was refused with the advice to
+/// run `pinion state migrate`, which cannot read it either. The advice now
+/// names the rebuild from the running workloads.
+#[test]
+fn regression_an_unreadable_checkpoint_refused_at_start_points_to_rebuild() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let bytes = pinion_core::checkpoint::encode("static", "0-x", &Default::default());
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), bytes).expect("write");
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = MigrateOnStart::Never;
+    let err = Controller::start(parts).err().expect("refused");
+    assert!(matches!(err, ControlError::Restore { .. }), "{err}");
+    let text = err.to_string();
+    let rebuild = format!(
+        "pinion state rebuild --state-dir {} --config",
+        dir.path().display()
+    );
+    assert!(text.contains(&rebuild), "{rebuild:?} missing from {text}");
+    assert!(
+        !text.contains("run `pinion state migrate"),
+        "advises migrate: {text}"
+    );
+}
+
 /// Issue 13: a config change that reserves the CPU of a running exclusive
 /// workload kept the agent down. Now the checkpoint is migrated at start:
 /// that workload goes to the shared pool, the others keep their CPUs.

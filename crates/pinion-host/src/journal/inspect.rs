@@ -1,6 +1,7 @@
 //! A read-only view of a state directory's checkpoint and journal, for
 //! `pinion state inspect` and the `verify`/`migrate` commands.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use pinion_core::checkpoint::{self, Checkpoint, CheckpointError};
@@ -74,8 +75,36 @@ pub fn inspect_paths(
     })
 }
 
+/// The most the state tools (`pinion state inspect|verify|migrate`) read of
+/// a checkpoint or journal: 64 MiB. A journal is preallocated to 1 MiB and
+/// compacted at 768 KiB or 1024 records ([`super::JournalOptions`]); only a
+/// compaction failing again and again lets it grow, by a threshold's worth
+/// per failure ([`super::CompactionBackoff`]) — 64 MiB is some eighty of
+/// them. A checkpoint of thousands of containers is a few hundred KiB. The
+/// cap bounds what `/dev/zero` or an endless stream given by mistake takes.
+pub const MAX_STATE_FILE_BYTES: u64 = 64 << 20;
+
+/// The bytes of `path`, at most [`MAX_STATE_FILE_BYTES`]: a longer file is
+/// an error of kind `FileTooLarge` naming the cap (the caller names the
+/// file); reads one byte past the cap to tell "exactly" from "more".
+pub fn read_state_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_capped(std::fs::File::open(path)?, MAX_STATE_FILE_BYTES)
+}
+
+fn read_capped(reader: impl std::io::Read, cap: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    reader.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()).map_or(true, |len| len > cap) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than the {} MiB cap ({cap} bytes)", cap >> 20),
+        ));
+    }
+    Ok(bytes)
+}
+
 fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>, JournalError> {
-    match std::fs::read(path) {
+    match read_state_file(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(JournalError::Durable(DurableError::Io {
@@ -90,4 +119,33 @@ fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>, JournalError> {
 #[must_use]
 pub fn is_journal(bytes: &[u8]) -> bool {
     bytes.starts_with(&format::MAGIC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regression_state_files_were_read_without_a_cap() {
+        assert_eq!(read_capped(&b"0123"[..], 4).expect("at the cap"), b"0123");
+        let over = read_capped(&b"01234"[..], 4).expect_err("over the cap");
+        assert_eq!(over.kind(), std::io::ErrorKind::FileTooLarge);
+        let endless = read_capped(std::io::repeat(0), MAX_STATE_FILE_BYTES).expect_err("endless");
+        assert_eq!(
+            endless.to_string(),
+            "larger than the 64 MiB cap (67108864 bytes)"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = dir.path().join(JOURNAL);
+        std::fs::write(&journal, b"x").expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&journal)
+            .and_then(|f| f.set_len(MAX_STATE_FILE_BYTES + 1))
+            .expect("a sparse journal past the cap");
+        let err = inspect(dir.path()).expect_err("too large");
+        let text = err.to_string();
+        assert!(text.contains(&journal.display().to_string()), "{text}");
+        assert!(text.contains("64 MiB cap"), "{text}");
+    }
 }

@@ -40,7 +40,10 @@ use crate::store::CPU_MANAGER_STATE;
 use format::{checkpoint_id, Entry, EntryRef, Header};
 use scan::{plan_replay, Basis, Scan, Tail};
 
-pub use inspect::{inspect, inspect_paths, is_journal, Inspection, JournalView};
+pub use inspect::{
+    inspect, inspect_paths, is_journal, read_state_file, Inspection, JournalView,
+    MAX_STATE_FILE_BYTES,
+};
 pub use recovery::{Damage, Recovery, Superseded, TornTail};
 pub use unreadable::{set_aside_unreadable, SetAside};
 pub use writer::Flushed;
@@ -150,6 +153,24 @@ impl Default for JournalOptions {
     }
 }
 
+/// After a failed compaction, when the next one is due: the journal must
+/// first grow by another threshold's worth ([`JournalOptions`]), so that a
+/// lasting failure (a full disk) costs one attempt — a compaction marker
+/// flushed, a checkpoint write failing — per threshold, not one per batch.
+/// The caller's timer backs off from [`CompactionBackoff::since`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionBackoff {
+    /// When the compaction failed.
+    pub since: std::time::Instant,
+    /// Failed compactions in a row.
+    pub failures: u64,
+    /// [`StateStore::should_compact`] is due again once the journal holds
+    /// this many records…
+    pub due_records: usize,
+    /// …or this many bytes.
+    pub due_bytes: u64,
+}
+
 /// The result of [`StateStore::open`].
 #[derive(Debug)]
 pub struct Opened {
@@ -172,6 +193,8 @@ pub struct StateStore {
     writer: writer::Writer,
     /// [`checkpoint_id`] of the checkpoint file on disk.
     checkpoint_id: u64,
+    /// Set by a failed compaction, cleared by a successful one.
+    backoff: Option<CompactionBackoff>,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -286,6 +309,7 @@ impl StateStore {
             options,
             writer,
             checkpoint_id,
+            backoff: None,
         };
         Ok(Opened {
             store,
@@ -337,10 +361,24 @@ impl StateStore {
 
     /// Whether the journal has reached [`JournalOptions`]' thresholds (the
     /// caller adds its own timer: compact after T seconds with records).
+    /// After a failed compaction, only once the journal grew by another
+    /// threshold's worth ([`StateStore::compaction_backoff`]).
     #[must_use]
     pub fn should_compact(&self) -> bool {
-        self.writer.records >= self.options.compact_after_records
-            || self.writer.write_pos >= self.options.compact_after_bytes
+        let (records, bytes) = match &self.backoff {
+            Some(backoff) => (backoff.due_records, backoff.due_bytes),
+            None => (
+                self.options.compact_after_records,
+                self.options.compact_after_bytes,
+            ),
+        };
+        self.writer.records >= records || self.writer.write_pos >= bytes
+    }
+
+    /// The backoff after the last compaction failed (`None`: it did not).
+    #[must_use]
+    pub fn compaction_backoff(&self) -> Option<CompactionBackoff> {
+        self.backoff
     }
 
     /// Rewrites the checkpoint from `state` (kubelet's bytes, the configured
@@ -351,13 +389,35 @@ impl StateStore {
     /// the journal, (2) the checkpoint is replaced atomically, (3) a new
     /// journal based on it is renamed over the old one. A failure loses
     /// nothing (every record is still in the journal): log it and compact
-    /// again later; appends continue meanwhile.
+    /// again later; appends continue meanwhile. A failure also backs
+    /// [`StateStore::should_compact`] off ([`CompactionBackoff`]).
     pub fn compact(&mut self, state: &State, side: &SideData) -> Result<(), JournalError> {
         if self.writer.pending() > 0 {
             return Err(JournalError::Pending {
                 pending: self.writer.pending(),
             });
         }
+        let result = self.compact_now(state, side);
+        self.backoff = match result {
+            Ok(()) => None,
+            Err(_) => Some(CompactionBackoff {
+                since: std::time::Instant::now(),
+                failures: self.backoff.map_or(1, |b| b.failures + 1),
+                due_records: self
+                    .writer
+                    .records
+                    .saturating_add(self.options.compact_after_records),
+                due_bytes: self
+                    .writer
+                    .write_pos
+                    .saturating_add(self.options.compact_after_bytes),
+            }),
+        };
+        result
+    }
+
+    /// [`StateStore::compact`]'s steps.
+    fn compact_now(&mut self, state: &State, side: &SideData) -> Result<(), JournalError> {
         let bytes = checkpoint::encode(
             &self.policy,
             &state.default.to_string(),

@@ -682,3 +682,79 @@ mod mutations {
         }
     }
 }
+
+/// A lasting compaction failure (a full disk: the checkpoint's temp file
+/// cannot be written) was retried after every batch once the journal had
+/// reached its threshold, each retry flushing a compaction marker: now a
+/// failure backs off until the journal grew by another threshold's worth.
+/// Nothing is lost meanwhile, and the first compaction after the disk has
+/// room again clears the backoff.
+#[test]
+fn regression_a_failing_compaction_is_not_retried_after_every_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ops, plan) = Faults::new();
+    let options = JournalOptions {
+        compact_after_records: 20,
+        ..JournalOptions::default()
+    };
+    let mut store = StateStore::open_with(dir.path(), "static", Box::new(ops), options)
+        .expect("open")
+        .store;
+    let mut state = initial();
+    commit(&mut store, &diff(&State::default(), &state));
+    // One batch: an admission of `pod` on cpu 1, or its release.
+    let batch = |store: &mut StateStore, state: &State, n: usize| {
+        let (next, records) = if n.is_multiple_of(2) {
+            admit(state, &format!("p{n}"), "1")
+        } else {
+            release(state, &format!("p{}", n - 1))
+        };
+        commit(store, &records);
+        next
+    };
+    let mut n = 0;
+    while !store.should_compact() {
+        state = batch(&mut store, &state, n);
+        n += 1;
+    }
+    // The disk is full: every attempt fails writing the checkpoint.
+    let (mut batches, mut attempts) = (0, 0);
+    while batches < 60 {
+        if store.should_compact() {
+            attempts += 1;
+            plan.inject(
+                FileOp::Write,
+                Some(CPU_MANAGER_STATE),
+                Effect::Fail(libc::ENOSPC),
+            );
+            store
+                .compact(&state, &SideData::new())
+                .expect_err("no space for the checkpoint");
+            let backoff = store.compaction_backoff().expect("backing off");
+            assert_eq!(backoff.failures, attempts);
+            assert!(!store.should_compact(), "not due right after a failure");
+        }
+        state = batch(&mut store, &state, n);
+        n += 1;
+        batches += 1;
+    }
+    let markers = frames(dir.path())
+        .iter()
+        .filter(|f| matches!(f.entry, Entry::Compaction { .. }))
+        .count();
+    assert_eq!(markers as u64, attempts, "one marker per attempt");
+    assert!(
+        (2..=8).contains(&attempts),
+        "{attempts} attempts in {batches} batches: about one per 20 records"
+    );
+    // Room again: the next due compaction succeeds and ends the backoff.
+    while !store.should_compact() {
+        state = batch(&mut store, &state, n);
+        n += 1;
+    }
+    store.compact(&state, &SideData::new()).expect("compacts");
+    assert!(store.compaction_backoff().is_none());
+    assert!(!store.should_compact());
+    drop(store);
+    assert_eq!(restored(&open(dir.path())), state, "nothing lost");
+}

@@ -5,6 +5,13 @@
 //! * Online CPUs that no node lists go to node 0, which is created (without
 //!   distances) when the tree lacks it: Linux places CPUs without NUMA
 //!   affinity on node 0.
+//! * A `distance` file has one entry per node the tree lists (the kernel
+//!   prints one per online node), in ascending id order. A created node 0
+//!   is not one of them: a file may also keep a column for it (a tree whose
+//!   node 0 was removed), which is then its distance. When the files have
+//!   no column for the created node, the distances to it are unknown, and
+//!   the model holds a row for every node or none: the machine has no
+//!   distances.
 //! * Nodes without CPUs (memory-only: PMEM, CXL, empty LPAR nodes) are kept.
 
 use std::path::Path;
@@ -42,8 +49,20 @@ pub(crate) fn read_numa(node_dir: &Path, online: &CpuSet) -> Result<Numa, Discov
             memory_bytes: read_memory(&dir.join("meminfo"))?,
         });
     }
+    let listed = nodes.len();
     let unplaced = online.iter().any(|cpu| cpu_node[cpu as usize].is_none());
-    if unplaced && !nodes.iter().any(|n| n.id == 0) {
+    let created = unplaced && !nodes.iter().any(|n| n.id == 0);
+    check_distances(node_dir, &nodes, created)?;
+    if created {
+        if nodes
+            .iter()
+            .any(|n| !n.distances.is_empty() && n.distances.len() == listed)
+        {
+            // No column for the created node: unknown distances.
+            for node in &mut nodes {
+                node.distances.clear();
+            }
+        }
         nodes.insert(
             0,
             NumaNode {
@@ -53,7 +72,6 @@ pub(crate) fn read_numa(node_dir: &Path, online: &CpuSet) -> Result<Numa, Discov
             },
         );
     }
-    check_distances(node_dir, &nodes)?;
     Ok(Numa {
         nodes,
         cpu_node: cpu_node.into_iter().map(|node| node.unwrap_or(0)).collect(),
@@ -73,19 +91,32 @@ fn read_distances(path: &Path) -> Result<Vec<u32>, DiscoveryError> {
         .collect()
 }
 
-/// Every node with distances must have one per node of the tree.
-fn check_distances(node_dir: &Path, nodes: &[NumaNode]) -> Result<(), DiscoveryError> {
+/// Every node with distances must have one per node the tree lists
+/// (`nodes`), or one more when a node 0 is `created` for the CPUs no node
+/// lists (a column the file kept for it).
+fn check_distances(
+    node_dir: &Path,
+    nodes: &[NumaNode],
+    created: bool,
+) -> Result<(), DiscoveryError> {
+    let listed = nodes.len();
     for node in nodes {
-        if !node.distances.is_empty() && node.distances.len() != nodes.len() {
-            return Err(read::malformed(
-                &node_dir.join(format!("node{}/distance", node.id)),
-                format!(
-                    "{} distances for {} nodes",
-                    node.distances.len(),
-                    nodes.len()
-                ),
-            ));
+        let found = node.distances.len();
+        if found == 0 || found == listed || (created && found == listed + 1) {
+            continue;
         }
+        let also = if created {
+            format!(
+                " (or {} with node 0, created for the cpus no node lists)",
+                listed + 1
+            )
+        } else {
+            String::new()
+        };
+        return Err(read::malformed(
+            &node_dir.join(format!("node{}/distance", node.id)),
+            format!("{found} distances for the {listed} nodes the tree lists{also}"),
+        ));
     }
     Ok(())
 }

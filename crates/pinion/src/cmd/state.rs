@@ -93,7 +93,7 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         None => AgentConfig::load(args.config.as_deref())?.checkpoint(),
     };
     let path = file.display().to_string();
-    let bytes = std::fs::read(&file).with_context(|| format!("cannot read {path}"))?;
+    let bytes = journal::read_state_file(&file).with_context(|| format!("cannot read {path}"))?;
     let dir = file.parent().unwrap_or_else(|| Path::new("."));
     let is_journal = journal::is_journal(&bytes);
     let output = args.output.output();

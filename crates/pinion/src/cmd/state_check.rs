@@ -174,13 +174,25 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<()> {
         topology.num_cpus(),
         topology.all_cpus()
     );
-    let state = restore(&checkpoint, &policy).with_context(|| {
-        format!(
-            "{}: kubelet would refuse to start with this state \
-             (see `pinion state migrate` to recover without draining)",
-            file.display()
-        )
-    })?;
+    let state = match restore(&checkpoint, &policy) {
+        Ok(state) => state,
+        // `migrate` needs the entries: without them, advise the rebuild.
+        Err(err) if checkpoint_state(&checkpoint).is_err() => anyhow::bail!(
+            "{}: kubelet would refuse to start with this state, and `pinion state migrate` \
+             cannot convert it (its entries cannot be read): {err}; {}",
+            file.display(),
+            pinion_host::store::rebuild_advice(&file)
+        ),
+        Err(err) => {
+            return Err(err).with_context(|| {
+                format!(
+                    "{}: kubelet would refuse to start with this state \
+                     (see `pinion state migrate` to recover without draining)",
+                    file.display()
+                )
+            })
+        }
+    };
     println!("policy: {} (matches)", policy.name());
     if let Policy::Static(static_policy) = &policy {
         state
@@ -248,14 +260,13 @@ pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
             repair_hint(&file)
         )
     })?;
-    let parsed = checkpoint
-        .migrate_v1(|_| None)
-        .and_then(|c| c.to_state())
-        .with_context(|| format!("{}: cannot read the assignments", file.display()))?;
-    let old = State {
-        default: parsed.default_cpu_set,
-        assignments: parsed.assignments,
-    };
+    let old = checkpoint_state(&checkpoint).map_err(|err| {
+        anyhow::anyhow!(
+            "{}: cannot read the assignments, so it cannot be migrated: {err}; {}",
+            file.display(),
+            pinion_host::store::rebuild_advice(&file)
+        )
+    })?;
     let (topology, policy) = args.policy.build()?;
     let (new, outcomes) = migrate(&old, &policy);
     // The migrated state must be one the policy starts from as it is.
@@ -319,7 +330,8 @@ fn print_report(checkpoint: &Checkpoint, policy: &Policy, outcomes: &[Outcome], 
 }
 
 fn read(path: &Path) -> anyhow::Result<Checkpoint> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes = pinion_host::journal::read_state_file(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let checkpoint = checkpoint::decode(&bytes).with_context(|| {
         format!(
             "cannot decode checkpoint {}; {}",
@@ -340,6 +352,17 @@ pub fn repair_hint(path: &Path) -> String {
         "to repair it from the running workloads, run `pinion state rebuild --state-dir {} --config <the agent's config file>` (a dry run; add --write to apply) — the agent does the same by itself at its next start, keeping this file beside the new one",
         dir.display()
     )
+}
+
+/// The state a checkpoint's entries hold, without the policy's checks:
+/// what `migrate` starts from (an error when a CPU set does not parse, or
+/// for a v1 file with entries).
+fn checkpoint_state(checkpoint: &Checkpoint) -> Result<State, checkpoint::CheckpointError> {
+    let parsed = checkpoint.migrate_v1(|_| None)?.to_state()?;
+    Ok(State {
+        default: parsed.default_cpu_set,
+        assignments: parsed.assignments,
+    })
 }
 
 /// A valid `cpu_manager_state` with the records of Pinion's journal beside

@@ -51,7 +51,7 @@ enum Action {
 
 /// Runs `pinion state import-qrm`.
 pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
-    let bytes = std::fs::read(&args.file)
+    let bytes = pinion_host::journal::read_state_file(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let checkpoint = QrmCheckpoint::decode(&bytes)
         .with_context(|| format!("{}: cannot decode", args.file.display()))?;

@@ -91,7 +91,7 @@ pub fn effective(checkpoint: &Path, journal: &Path) -> anyhow::Result<Checkpoint
     let inspection = inspect_paths(checkpoint, journal)?;
     let view = match inspection.journal {
         None => {
-            let bytes = std::fs::read(checkpoint)
+            let bytes = pinion_host::journal::read_state_file(checkpoint)
                 .with_context(|| format!("cannot read {}", checkpoint.display()))?;
             return pinion_core::checkpoint::decode_verified(&bytes)
                 .with_context(|| format!("cannot decode checkpoint {}", checkpoint.display()));

@@ -85,3 +85,79 @@ fn node_directory_without_nodes_is_one_node_0() {
     assert_eq!(groups(t.numa_cpus()), vec![(0, "0-3".into())]);
     assert_eq!(t.numa_nodes().len(), 1);
 }
+
+#[path = "../../../../pinion-core/tests/common/shared.rs"]
+mod shared;
+
+/// `../shared/topologies/<machine>`'s `sys` copied into a temporary
+/// directory (read in place, copied only at test time, to be damaged).
+fn copy_of(machine: &str) -> Option<Tree> {
+    fn copy(from: &Path, to: &Path) {
+        fs::create_dir_all(to).expect("mkdir");
+        for entry in fs::read_dir(from).expect("read dir") {
+            let entry = entry.expect("entry");
+            let (source, target) = (entry.path(), to.join(entry.file_name()));
+            let kind = entry.file_type().expect("file type");
+            if kind.is_symlink() {
+                let link = fs::read_link(&source).expect("read link");
+                std::os::unix::fs::symlink(link, &target).expect("symlink");
+            } else if kind.is_dir() {
+                copy(&source, &target);
+            } else {
+                fs::copy(&source, &target).expect("copy");
+            }
+        }
+    }
+    let machine = shared::shared(&format!("topologies/{machine}"))?;
+    let tree = Tree::new();
+    copy(&machine.join("sys"), &tree.root().join("sys"));
+    Some(tree)
+}
+
+/// sysfs report, section 6: with node0 and node3 removed from an SNC2
+/// Xeon, their CPUs go to a node 0 discovery creates. It was counted
+/// against the other nodes' `distance` files, so node1's correct 2×2 row
+/// was blamed ("2 distances for 3 nodes"); and had it passed, its columns
+/// would have been read as nodes 0 and 1 instead of 1 and 2.
+#[test]
+fn regression_a_created_node_0_is_not_counted_against_distance_files() {
+    let Some(tree) = copy_of("x86-2s-intel-xeon-gold-6230-ht-snc2") else {
+        return;
+    };
+    tree.remove(&format!("{NODE}/node0"))
+        .remove(&format!("{NODE}/node3"))
+        .file(&format!("{NODE}/node1/distance"), "10 21\n")
+        .file(&format!("{NODE}/node2/distance"), "21 10\n");
+    let t = tree.discover();
+    let ids: Vec<u32> = t.numa_nodes().iter().map(|n| n.id).collect();
+    assert_eq!(ids, vec![0, 1, 2]);
+    assert_eq!(t.numa_cpus()[&1].len(), 20);
+    assert_eq!(t.numa_cpus()[&0].len(), 40, "node0's and node3's cpus");
+    // No column for the created node: its distances are unknown, and no
+    // column is taken for another node's.
+    assert!(t.numa_nodes().iter().all(|n| n.distances.is_empty()));
+    assert_eq!(t.numa_distance(1, 0), None);
+    let info = pinion_core::topomgr::NumaInfo::from_topology(&t).expect("numa info");
+    assert!(!info.has_distances());
+
+    // Files that keep a column for node 0 give it its distances.
+    tree.file(&format!("{NODE}/node1/distance"), "21 10 21\n")
+        .file(&format!("{NODE}/node2/distance"), "11 21 10\n");
+    let t = tree.discover();
+    assert!(t.numa_nodes()[0].distances.is_empty(), "created: no row");
+    assert_eq!(t.numa_distance(1, 0), Some(21));
+    assert_eq!(t.numa_distance(1, 1), Some(10));
+    assert_eq!(t.numa_distance(1, 2), Some(21));
+    assert_eq!(t.numa_distance(2, 0), Some(11));
+
+    // A wrong file is the one blamed, with the count of the listed nodes.
+    tree.file(&format!("{NODE}/node1/distance"), "10 21\n")
+        .file(&format!("{NODE}/node2/distance"), "21 10 21 21\n");
+    let err = tree.error().to_string();
+    assert!(err.contains("node2/distance"), "{err}");
+    assert!(!err.contains("node1/distance"), "{err}");
+    assert!(
+        err.contains("4 distances for the 2 nodes the tree lists (or 3 with node 0"),
+        "{err}"
+    );
+}
