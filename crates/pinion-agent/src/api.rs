@@ -14,8 +14,10 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use pinion_api::local as wire;
+use pinion_core::k8s_names;
 use pinion_core::pod::{Container, Pod};
 use pinion_core::Quantity;
+use pinion_host::cgroup::CgroupName;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
@@ -137,10 +139,7 @@ async fn route(
         },
         (wire::RELEASE_PATH, &Method::POST) => {
             match parse::<ReleaseRequest>(request, &limits).await {
-                Ok(release) => match handle.release(release.pod, release.container).await {
-                    Ok(done) => server::json(StatusCode::OK, &released(&done)),
-                    Err(err) => control_error(&err),
-                },
+                Ok(release) => release_request(release, &handle).await,
                 Err(answer) => answer,
             }
         }
@@ -274,9 +273,33 @@ async fn run_request(run: &RunRequest, peer: Option<u32>, handle: &ControllerHan
     }
 }
 
+/// `POST /v1/release`: a pod id that is no valid run id is refused as
+/// `POST /v1/run` refuses it (`400 invalid cgroup name`), not looked up.
+async fn release_request(release: ReleaseRequest, handle: &ControllerHandle) -> Answer {
+    if let Some(answer) = invalid_pod_id(&release.pod) {
+        return answer;
+    }
+    match handle.release(release.pod, release.container).await {
+        Ok(done) => server::json(StatusCode::OK, &released(&done)),
+        Err(err) => control_error(&err),
+    }
+}
+
+/// The `400` of a pod id `POST /v1/run` would refuse: every admitted pod's
+/// UID is a valid cgroup name (a run's id is its cgroup's name, a runtime
+/// pod's UID a UUID), so another id can match nothing.
+fn invalid_pod_id(pod: &str) -> Option<Answer> {
+    CgroupName::new(pod)
+        .err()
+        .map(|err| control_error(&ControlError::InvalidName(err)))
+}
+
 /// `POST /v1/resize`: the controller resizes in place (the executor
 /// rewrites a run's cgroup); the answer is the container's new placement.
 async fn resize_request(resize: wire::ResizeRequest, handle: &ControllerHandle) -> Answer {
+    if let Some(answer) = invalid_pod_id(&resize.pod) {
+        return answer;
+    }
     let cpus = match Quantity::parse(&resize.cpus) {
         Ok(cpus) if !cpus.is_zero() => cpus,
         Ok(_) => {
@@ -308,8 +331,14 @@ async fn resize_request(resize: wire::ResizeRequest, handle: &ControllerHandle) 
 /// BestEffort without one; with the run's other requests, name, namespace
 /// (default `pinion`), labels and annotations. Any valid cgroup name is a
 /// valid id (`pinion run` uses `pinion-run-<pid>-<time>`): the agent tells
-/// runs by their front-end, not their name.
+/// runs by their front-end, not their name. The name (default: the id),
+/// namespace, labels and annotations must be what Kubernetes' API server
+/// accepts ([`k8s_names::check_pod_meta`]): resource plugins and
+/// podresources consumers see them as a pod's.
 pub fn run_pod(run: &RunRequest) -> Result<Pod, String> {
+    // The id first: a bad one is the same `invalid cgroup name` whatever
+    // else the request says (and as `/v1/release` and `/v1/resize` say).
+    CgroupName::new(&run.id).map_err(|err| err.to_string())?;
     if run.memory_nodes != "auto" {
         return Err(format!(
             "memory_nodes {:?} is not supported (only \"auto\")",
@@ -343,13 +372,23 @@ pub fn run_pod(run: &RunRequest) -> Result<Pod, String> {
             Quantity::parse(text).map_err(|err| format!("invalid request {name}={text}: {err}"))?;
         container.extended_requests.insert(name.clone(), quantity);
     }
+    let name = run.pod_name.clone().unwrap_or_else(|| run.id.clone());
+    let namespace = run
+        .namespace
+        .clone()
+        .unwrap_or_else(|| wire::RUN_NAMESPACE.to_string());
+    if let Err(err) = k8s_names::check_pod_meta(&name, &namespace, &run.labels, &run.annotations) {
+        return Err(match (&err, &run.pod_name) {
+            (k8s_names::MetaError::PodName { .. }, None) => {
+                format!("{err} (the pod name is the id when no pod_name is given: give one)")
+            }
+            _ => err.to_string(),
+        });
+    }
     Ok(Pod {
         uid: run.id.clone(),
-        name: run.pod_name.clone().unwrap_or_else(|| run.id.clone()),
-        namespace: run
-            .namespace
-            .clone()
-            .unwrap_or_else(|| wire::RUN_NAMESPACE.to_string()),
+        name,
+        namespace,
         labels: run.labels.clone(),
         annotations: run.annotations.clone(),
         init_containers: Vec::new(),
@@ -473,6 +512,11 @@ fn error(status: StatusCode, message: String, reason: Option<&str>) -> Answer {
     )
 }
 
+/// The `reason` of a `503` refusing exclusive CPUs while the agent runs
+/// degraded (its state was rebuilt from the node; until it restarts on the
+/// rebuilt checkpoint): Pinion's own, kubelet has no such state.
+pub const DEGRADED_REASON: &str = "AgentDegraded";
+
 /// The one place controller errors become HTTP statuses.
 fn control_error(err: &ControlError) -> Answer {
     let (status, reason) = match err {
@@ -483,7 +527,8 @@ fn control_error(err: &ControlError) -> Answer {
         | ControlError::Plugin { .. }
         | ControlError::ResizeUnknownSpec { .. } => (StatusCode::CONFLICT, None),
         ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),
-        ControlError::Stopped | ControlError::Hints { .. } | ControlError::Degraded { .. } => {
+        ControlError::Degraded { .. } => (StatusCode::SERVICE_UNAVAILABLE, Some(DEGRADED_REASON)),
+        ControlError::Stopped | ControlError::Hints { .. } => {
             (StatusCode::SERVICE_UNAVAILABLE, None)
         }
         ControlError::Checkpoint(_)

@@ -34,7 +34,13 @@ fn controller(dir: &Path, host: &FakeCgroups) -> ControllerHandle {
 
 /// The controller with the local API and the metrics endpoint serving.
 async fn start_agent() -> Agent {
+    start_agent_with(|_| ()).await
+}
+
+/// [`start_agent`] on a state directory `prepare` filled first.
+async fn start_agent_with(prepare: impl FnOnce(&Path)) -> Agent {
     let dir = tempfile::tempdir().expect("tempdir");
+    prepare(dir.path());
     let host = FakeCgroups::default();
     let handle = controller(dir.path(), &host);
     let socket = dir.path().join("run/pinion.sock");
@@ -441,5 +447,233 @@ async fn regression_idle_metrics_connections_do_not_starve_the_local_api() {
         text.lines().count() <= 2,
         "the agent's log (info level):\n{text}"
     );
+    let _ = agent.stop.send(true);
+}
+
+/// A raw `POST path` with `body`; the status and the whole answer.
+async fn post(socket: &Path, path: &str, body: &str) -> (u16, String) {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let socket = socket.to_path_buf();
+    blocking(move || unix_exchange(&socket, raw.as_bytes()))
+        .await
+        .expect("an answer")
+}
+
+/// `POST /v1/release` and `/v1/resize` answered an id `POST /v1/run`
+/// refuses (`""`, `../x`) with `404 no admitted container matches`; now the
+/// same `400 invalid cgroup name` as a run. An unknown valid id is still 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_release_and_resize_refused_invalid_ids_as_not_found() {
+    let agent = start_agent().await;
+    for (path, body, name) in [
+        ("/v1/release", r#"{"pod":""}"#, r#"\"\""#),
+        ("/v1/release", r#"{"pod":"../x"}"#, r#"\"../x\""#),
+        (
+            "/v1/release",
+            r#"{"pod":"tasks","container":"main"}"#,
+            r#"\"tasks\""#,
+        ),
+        ("/v1/resize", r#"{"pod":"../x","cpus":"1"}"#, r#"\"../x\""#),
+        ("/v1/resize", r#"{"pod":"","cpus":"2"}"#, r#"\"\""#),
+    ] {
+        let (status, text) = post(&agent.socket, path, body).await;
+        assert_eq!(status, 400, "{path} {body}: {text}");
+        assert!(
+            text.contains(&format!("invalid cgroup name {name}")),
+            "{path} {body}: {text}"
+        );
+    }
+    let (status, text) = post(&agent.socket, "/v1/release", r#"{"pod":"pinion-run-none"}"#).await;
+    assert_eq!(status, 404, "{text}");
+    let body = r#"{"pod":"pinion-run-none","cpus":"1"}"#;
+    let (status, text) = post(&agent.socket, "/v1/resize", body).await;
+    assert_eq!(status, 404, "{text}");
+    let _ = agent.stop.send(true);
+}
+
+/// Pod names, namespaces, labels and annotations Kubernetes' API server
+/// refuses were admitted and reached podresources consumers (an empty pod
+/// name, namespace `../..`, label key `bad key!`, 1 MB label values). Now
+/// `400` naming the value, cut short, and nothing admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_pod_metadata_kubernetes_refuses_was_admitted() {
+    let agent = start_agent().await;
+    let c = Client::new(&agent.socket);
+    let huge = "v".repeat(1_000_000);
+    let with = |edit: &dyn Fn(&mut RunRequest)| {
+        let mut run = run_request("pinion-run-meta", Some("1"));
+        edit(&mut run);
+        run
+    };
+    let cases: Vec<(RunRequest, &str)> = vec![
+        (
+            with(&|r| r.pod_name = Some(String::new())),
+            "pod name \"\": empty",
+        ),
+        (
+            with(&|r| r.pod_name = Some("Web_1".into())),
+            "pod name \"Web_1\": not a DNS-1123 subdomain",
+        ),
+        (
+            with(&|r| r.namespace = Some("../..".into())),
+            "namespace \"../..\": not a DNS-1123 label",
+        ),
+        (
+            with(&|r| r.namespace = Some("a".repeat(64))),
+            "64 characters, at most 63",
+        ),
+        (
+            with(&|r| {
+                r.labels.insert("bad key!".into(), "v".into());
+            }),
+            "label key \"bad key!\"",
+        ),
+        (
+            with(&|r| {
+                r.labels.insert("app".into(), huge.clone());
+            }),
+            "label \"app\": value \"vvvv",
+        ),
+        (
+            with(&|r| {
+                r.annotations
+                    .insert("example.com/big".into(), "a".repeat(300 * 1024));
+            }),
+            "annotations: 307215 bytes",
+        ),
+        (
+            RunRequest {
+                cpus: Some("1".into()),
+                ..RunRequest::new("Run_1")
+            },
+            "(the pod name is the id when no pod_name is given: give one)",
+        ),
+    ];
+    for (request, want) in cases {
+        let c = c.clone();
+        match blocking(move || c.run(&request)).await {
+            Err(ClientError::Refused { status, error, .. }) => {
+                assert_eq!(status, 400, "{error}");
+                assert!(error.contains(want), "{want}: {error}");
+                assert!(error.len() < 600, "the value is cut: {} bytes", error.len());
+            }
+            other => panic!("{want}: expected a refusal, got {other:?}"),
+        }
+    }
+    let snapshot = blocking({
+        let c = c.clone();
+        move || c.ps()
+    })
+    .await
+    .expect("ps");
+    assert!(snapshot.workloads.is_empty(), "{:?}", snapshot.workloads);
+    assert!(agent.host.tree().children.is_empty(), "nothing was created");
+    // What the API server accepts is admitted: an id that is no pod name
+    // with a pod name, a label with an empty value, a prefixed key.
+    let good = RunRequest {
+        pod_name: Some("run-1".into()),
+        namespace: Some("team-a".into()),
+        labels: [
+            ("example.com/tier".to_string(), String::new()),
+            ("App_1".to_string(), "V1.2".to_string()),
+        ]
+        .into(),
+        ..run_request("Run_1", None)
+    };
+    blocking(move || c.run(&good))
+        .await
+        .expect("valid metadata");
+    let _ = agent.stop.send(true);
+}
+
+/// A degraded agent refused exclusive runs with `503` and `"reason": null`;
+/// the reason now says why (`AgentDegraded`), as docs/local-api.md lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_degraded_refusal_had_no_reason() {
+    let agent = start_agent_with(|dir| {
+        // v1 entries name the runtime's containers: nothing can be migrated.
+        let v1 = r#"{"policyName":"static","defaultCpuSet":"0,2-3","entries":{"0123abcd":"1"},"checksum":0}"#;
+        std::fs::write(dir.join(pinion_host::store::CPU_MANAGER_STATE), v1).expect("write");
+    })
+    .await;
+    let c = Client::new(&agent.socket);
+    let exclusive = c.clone();
+    match blocking(move || exclusive.run(&run_request("pinion-run-d", Some("1")))).await {
+        Err(ClientError::Refused {
+            status,
+            error,
+            reason,
+        }) => {
+            assert_eq!(status, 503, "{error}");
+            assert_eq!(reason.as_deref(), Some(api::DEGRADED_REASON), "{error}");
+            assert_eq!(api::DEGRADED_REASON, "AgentDegraded");
+            assert!(error.contains("the agent runs degraded"), "{error}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let shared = blocking(move || c.run(&run_request("pinion-run-s", None)))
+        .await
+        .expect("shared runs are admitted");
+    assert!(!shared.exclusive);
+    let _ = agent.stop.send(true);
+}
+
+/// A head of `fields` header fields (`Host` and `Connection` among them),
+/// far below 16 KiB.
+fn head_with_fields(fields: usize) -> Vec<u8> {
+    let mut head = String::from("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    for i in 2..fields {
+        head.push_str(&format!("X-{i}: a\r\n"));
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+/// docs/local-api.md gave 16 KiB as the only bound of a request head, but
+/// hyper also refuses more than 100 header fields with `431` (2 KiB heads
+/// of 200 short headers were refused); the limit is now documented, and
+/// this holds the number the document gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_header_field_limit_is_the_documented_100() {
+    let agent = start_agent().await;
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/local-api.md"),
+    )
+    .expect("docs/local-api.md");
+    assert!(
+        doc.contains("| 431 | request head larger than 16 KiB, or more than 100 header fields |"),
+        "the status table names the header field limit"
+    );
+    for (fields, want) in [(100, 200), (101, 431), (200, 431)] {
+        let socket = agent.socket.clone();
+        let head = head_with_fields(fields);
+        assert!(head.len() < 2048);
+        let answer = blocking(move || unix_exchange(&socket, &head)).await;
+        assert_eq!(answer.map(|a| a.0), Some(want), "{fields} header fields");
+    }
+    let _ = agent.stop.send(true);
+}
+
+/// docs/local-api.md said a run's id "must start with `pinion-run-`",
+/// while the agent takes any valid cgroup name as the id (on purpose: runs
+/// are told by their front-end, not their name); the document now says
+/// what the agent does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_documented_run_id_rule_is_the_agents() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/local-api.md"),
+    )
+    .expect("docs/local-api.md");
+    assert!(!doc.contains("must start with `pinion-run-`"));
+    assert!(doc.contains("`id` (required): pod UID and cgroup name: any valid cgroup name"));
+    let agent = start_agent().await;
+    let c = Client::new(&agent.socket);
+    let admitted = blocking(move || c.run(&run_request("foo", Some("1"))))
+        .await
+        .expect("any valid cgroup name is an id");
+    assert_eq!(admitted.pod, "foo");
     let _ = agent.stop.send(true);
 }

@@ -9,6 +9,7 @@ pub mod drift;
 pub mod engine;
 pub mod hotplug;
 pub mod housekeeping;
+pub mod k8s_names;
 pub mod migrate;
 pub mod node_status;
 pub mod nrt;

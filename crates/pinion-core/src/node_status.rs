@@ -101,7 +101,7 @@ pub fn extended_name_defect(name: &str) -> Option<&'static str> {
     if rest.contains('/') {
         return Some("it has more than one '/'");
     }
-    if QUOTA_PREFIX.len() + prefix.len() > MAX_PREFIX || !is_dns_subdomain(prefix) {
+    if QUOTA_PREFIX.len() + prefix.len() > MAX_PREFIX || crate::k8s_names::dns1123_subdomain_defect(prefix).is_some() {
         return Some("its prefix is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 244 characters)");
     }
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
@@ -115,18 +115,6 @@ pub fn extended_name_defect(name: &str) -> Option<&'static str> {
         return Some("its name after the '/' must be 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit");
     }
     None
-}
-
-/// RFC 1123 subdomain: dot-separated labels of lowercase letters, digits
-/// and `-`, each starting and ending with a letter or digit.
-fn is_dns_subdomain(text: &str) -> bool {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !text.is_empty()
-        && text.split('.').all(|label| {
-            label.starts_with(alnum)
-                && label.ends_with(alnum)
-                && label.chars().all(|c| alnum(c) || c == '-')
-        })
 }
 
 /// The server-side apply configuration of the Node's status: `quantities`

@@ -8,15 +8,27 @@
 //!   placement of the pods it serves); any other plugin answering it is
 //!   refused — a plugin for an unrelated resource would otherwise decide
 //!   where containers run.
-//! * Its cpuset must be online CPUs of the machine and must not take CPUs
-//!   other workloads hold exclusively ([`check_cpus`], in the controller,
-//!   which knows both).
+//! * Its cpuset must not take CPUs other workloads hold exclusively
+//!   ([`check_cpus`], in the controller, which knows them).
 //! * Environment variable names are not empty and contain neither `=` nor
 //!   NUL; annotation names are not empty and contain neither a newline nor
 //!   NUL; values contain neither a newline nor NUL (a runtime writes them as
 //!   `NAME=value` lines or C strings, where either splits or truncates
 //!   them).
 //! * `allocated_quantity` is a finite, non-negative number.
+//! * OCI values the kernel would refuse at the cgroup or `/proc` write
+//!   ([`check`]; zero is CRI's "not set" and passes): `CpuPeriod` within
+//!   [`CFS_PERIOD_US`] (`cpu.cfs_period_us`, `cpu.max`: 1 ms to 1 s),
+//!   `CpuQuota` negative (unlimited) or within [`CFS_QUOTA_US`] (1 ms to
+//!   the kernel's `max_cfs_runtime`, 2^44 − 1 µs), `OomScoreAdj` within
+//!   [`OOM_SCORE_ADJ`] (`/proc/PID/oom_score_adj`), a positive
+//!   `MemorySwapLimitInBytes` not below the memory limit
+//!   ([`check_swap`]: cgroup v1 refuses `memory.memsw.limit_in_bytes` below
+//!   `memory.limit_in_bytes`, and v2's `memory.swap.max` is memory+swap
+//!   minus memory, as runc converts it).
+//! * Its cpuset's CPUs must be online and its `CpusetMems` online NUMA
+//!   nodes of the machine ([`check_online`]; an empty `CpusetCpus` is
+//!   refused, an empty `CpusetMems` is CRI's "not set").
 //! * `GetTopologyAwareAllocatableResources` ([`check_node_resources`]): at
 //!   most [`MAX_NODE_RESOURCES`] resources with names a Node's status can
 //!   carry (a qualified resource name: 1–253 bytes of letters, digits, `-`,
@@ -24,9 +36,10 @@
 //!   [`MAX_NUMA_ENTRIES`] per-NUMA amounts each.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 
 use crate::cpuset::CpuSet;
-use crate::plugin_allocation::PluginAllocations;
+use crate::plugin_allocation::{PluginAllocation, PluginAllocations};
 use crate::podresources::AllocatableResource;
 
 /// Resources one plugin may report in `GetTopologyAwareAllocatableResources`.
@@ -35,6 +48,19 @@ pub const MAX_NODE_RESOURCES: usize = 64;
 pub const MAX_NUMA_ENTRIES: usize = 1024;
 /// The longest resource name (a Kubernetes qualified name's bound).
 pub const MAX_RESOURCE_NAME: usize = 253;
+
+/// The CFS periods (µs) the kernel accepts: `min_cfs_quota_period` (1 ms)
+/// to `max_cfs_quota_period` (1 s), for `cpu.cfs_period_us` (v1) and the
+/// period of `cpu.max` (v2) alike (`tg_set_cfs_bandwidth`); kubelet's
+/// `cpuCFSQuotaPeriod` has the same bounds.
+pub const CFS_PERIOD_US: RangeInclusive<u64> = 1_000..=1_000_000;
+/// The CFS quotas (µs) the kernel accepts besides "unlimited" (a negative
+/// quota): at least 1 ms (`min_cfs_quota_period`; kubelet's `MinQuotaPeriod`
+/// too), at most `max_cfs_runtime` = 2^44 − 1 µs (`MAX_BW`).
+pub const CFS_QUOTA_US: RangeInclusive<i64> = 1_000..=(1 << 44) - 1;
+/// The OOM score adjustments the kernel accepts (`OOM_SCORE_ADJ_MIN` to
+/// `OOM_SCORE_ADJ_MAX`; `/proc/PID/oom_score_adj` refuses others).
+pub const OOM_SCORE_ADJ: RangeInclusive<i64> = -1000..=1000;
 
 /// The resource whose plugin owns CPU placement: the only one that may set
 /// `CpusetCpus`.
@@ -57,6 +83,20 @@ pub enum AnswerError {
         cpus: Box<CpuSet>,
         outside: Box<CpuSet>,
         online: Box<CpuSet>,
+    },
+    #[error("resource {resource}: CpusetMems {mems} has NUMA nodes {outside} that are offline or not on this machine (online: {online})")]
+    MemsNotOnline {
+        resource: String,
+        mems: Box<CpuSet>,
+        outside: Box<CpuSet>,
+        online: Box<CpuSet>,
+    },
+    #[error("resource {resource}: {property} {value} {reason}")]
+    OciValue {
+        resource: String,
+        property: &'static str,
+        value: i64,
+        reason: String,
     },
     #[error("resource {resource}: CpusetCpus {cpus} takes cpus {taken} that other workloads hold exclusively")]
     CpusTaken {
@@ -103,10 +143,12 @@ pub enum AnswerError {
     },
     #[error("the answer is for pod {answered:?}, not for pod {asked:?} that was asked")]
     OtherPod { asked: String, answered: String },
-    #[error("the allocation record of pod {pod} container {container} would be {size} bytes, more than the journal's limit of {limit} bytes")]
+    #[error("the allocation record of pod {pod} container {container} (the answers of resource plugins {resources}) would be {size} bytes, more than the journal's limit of {limit} bytes")]
     TooLarge {
         pod: String,
         container: String,
+        /// The resources whose answers make the record, comma-separated.
+        resources: String,
         size: usize,
         limit: usize,
     },
@@ -125,6 +167,13 @@ pub fn check(plugin: &str, allocations: &PluginAllocations) -> Result<(), Answer
                 value: allocation.allocation_result.clone(),
             });
         }
+        if allocation.oci_property_name == "CpusetCpus"
+            && CpuSet::parse_list(allocation.allocation_result.trim()).is_ok_and(|c| c.is_empty())
+        {
+            return Err(AnswerError::CpusEmpty {
+                resource: resource.clone(),
+            });
+        }
         let quantity = allocation.allocated_quantity;
         if !quantity.is_finite() || quantity < 0.0 {
             return Err(AnswerError::Quantity {
@@ -139,6 +188,164 @@ pub fn check(plugin: &str, allocations: &PluginAllocations) -> Result<(), Answer
             &allocation.annotations,
             annotation_name,
         )?;
+        check_value(resource, allocation)?;
+    }
+    check_swap(allocations, None)
+}
+
+impl AnswerError {
+    /// The resource whose answer is refused, when one is.
+    #[must_use]
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            Self::CpusNotOwned { resource, .. }
+            | Self::CpusEmpty { resource }
+            | Self::CpusNotOnline { resource, .. }
+            | Self::MemsNotOnline { resource, .. }
+            | Self::OciValue { resource, .. }
+            | Self::CpusTaken { resource, .. }
+            | Self::Name { resource, .. }
+            | Self::Value { resource, .. }
+            | Self::Quantity { resource, .. } => Some(resource),
+            _ => None,
+        }
+    }
+}
+
+/// The integer value of an OCI property, when it is one (a value that does
+/// not parse is `plugin_allocation::check`'s error).
+fn oci_integer(allocation: &PluginAllocation) -> Option<i64> {
+    allocation.allocation_result.trim().parse().ok()
+}
+
+/// `allocation`'s OCI value within what the kernel accepts (zero: not
+/// set). `CpuPeriod` is unsigned: a value above `i64::MAX` is out of range
+/// as well.
+fn check_value(resource: &str, allocation: &PluginAllocation) -> Result<(), AnswerError> {
+    let property: &'static str = match allocation.oci_property_name.as_str() {
+        "CpuPeriod" => "CpuPeriod",
+        "CpuQuota" => "CpuQuota",
+        "OomScoreAdj" => "OomScoreAdj",
+        _ => return Ok(()),
+    };
+    let text = allocation.allocation_result.trim();
+    let value = match (property, oci_integer(allocation)) {
+        (_, Some(value)) => value,
+        // Above i64::MAX (a u64 period): out of any range below.
+        ("CpuPeriod", None) if text.parse::<u64>().is_ok() => i64::MAX,
+        _ => return Ok(()),
+    };
+    let refuse = |reason: String| {
+        Err(AnswerError::OciValue {
+            resource: resource.to_string(),
+            property,
+            value,
+            reason,
+        })
+    };
+    match property {
+        "CpuPeriod" if value != 0 && !CFS_PERIOD_US.contains(&value.unsigned_abs()) => {
+            refuse(format!(
+                "is outside the CFS periods the kernel accepts ({}..={} µs)",
+                CFS_PERIOD_US.start(),
+                CFS_PERIOD_US.end()
+            ))
+        }
+        "CpuQuota" if value > 0 && !CFS_QUOTA_US.contains(&value) => refuse(format!(
+            "is outside the CFS quotas the kernel accepts (negative for unlimited, or {}..={} µs)",
+            CFS_QUOTA_US.start(),
+            CFS_QUOTA_US.end()
+        )),
+        "OomScoreAdj" if !OOM_SCORE_ADJ.contains(&value) => refuse(format!(
+            "is outside the OOM score adjustments the kernel accepts ({}..={})",
+            OOM_SCORE_ADJ.start(),
+            OOM_SCORE_ADJ.end()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a positive `MemorySwapLimitInBytes` among `allocations` against
+/// the memory limit: the one they set (the last in resource-name order, as
+/// `plugin_allocation::apply` takes it), else `memory` when given (the
+/// container's limit from elsewhere; `None`: unknown, only a limit the
+/// answer sets is checked). Memory+swap below the memory limit, or without
+/// a memory limit, is refused: cgroup v1 refuses `memory.memsw.limit_in_bytes`
+/// below `memory.limit_in_bytes`, and cgroup v2 limits swap alone
+/// (`memory.swap.max` = memory+swap − memory, runc's conversion), which
+/// needs the memory limit. Negative: unlimited; zero: not set.
+pub fn check_swap(
+    allocations: &PluginAllocations,
+    memory: Option<Option<i64>>,
+) -> Result<(), AnswerError> {
+    let last = |property: &str| {
+        allocations
+            .iter()
+            .filter(|(_, a)| a.oci_property_name == property)
+            .filter_map(|(resource, a)| Some((resource, oci_integer(a)?)))
+            .next_back()
+    };
+    let Some((resource, swap)) = last("MemorySwapLimitInBytes").filter(|(_, s)| *s > 0) else {
+        return Ok(());
+    };
+    let limit = match last("MemoryLimitInBytes") {
+        Some((_, limit)) => Some(limit),
+        None => match memory {
+            Some(limit) => limit,
+            None => return Ok(()),
+        },
+    };
+    let reason = match limit.filter(|m| *m > 0) {
+        Some(limit) if swap >= limit => return Ok(()),
+        Some(limit) => format!(
+            "is below the memory limit {limit} (memory+swap must be at least the memory limit)"
+        ),
+        None => "is set without a memory limit (memory+swap needs one)".to_string(),
+    };
+    Err(AnswerError::OciValue {
+        resource: resource.clone(),
+        property: "MemorySwapLimitInBytes",
+        value: swap,
+        reason,
+    })
+}
+
+/// Checks the cpusets among `allocations` against the machine: a
+/// `CpusetCpus` of online CPUs (`cpus`) and not empty, a `CpusetMems` of
+/// online NUMA nodes (`mems`; empty is CRI's "not set"). A fact passed as
+/// `None` is not known to the caller and not checked; a list that does not
+/// parse is `plugin_allocation::check`'s error.
+pub fn check_online(
+    allocations: &PluginAllocations,
+    cpus: Option<&CpuSet>,
+    mems: Option<&CpuSet>,
+) -> Result<(), AnswerError> {
+    for (resource, allocation) in allocations {
+        let value = allocation.allocation_result.trim();
+        match allocation.oci_property_name.as_str() {
+            "CpusetCpus" => {
+                let Some(online) = cpus else { continue };
+                if let Ok(set) = CpuSet::parse_list(value) {
+                    check_cpus(resource, &set, online, &CpuSet::new())?;
+                }
+            }
+            "CpusetMems" => {
+                let Some(online) = mems else { continue };
+                let Ok(set) = CpuSet::parse_list(value) else {
+                    continue;
+                };
+                let outside = set.difference(online);
+                if !outside.is_empty() {
+                    return Err(AnswerError::MemsNotOnline {
+                        resource: resource.clone(),
+                        mems: Box::new(set),
+                        outside: Box::new(outside),
+                        online: Box::new(online.clone()),
+                    });
+                }
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -268,19 +475,23 @@ pub fn check_cpus(
 }
 
 /// Checks that a journal record of `size` bytes for the allocations of
-/// `container` of `pod` fits the journal's `limit`.
-pub fn check_size(
+/// `container` of `pod`, the answers of the plugins of `resources`, fits
+/// the journal's `limit`.
+pub fn check_size<'a>(
     pod: &str,
     container: &str,
+    resources: impl IntoIterator<Item = &'a String>,
     size: usize,
     limit: usize,
 ) -> Result<(), AnswerError> {
     if size <= limit {
         Ok(())
     } else {
+        let resources: Vec<&str> = resources.into_iter().map(String::as_str).collect();
         Err(AnswerError::TooLarge {
             pod: pod.to_string(),
             container: container.to_string(),
+            resources: resources.join(", "),
             size,
             limit,
         })
@@ -345,7 +556,6 @@ fn line_defect(text: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin_allocation::PluginAllocation;
 
     fn set(text: &str) -> CpuSet {
         CpuSet::parse_list(text).expect("cpulist")
@@ -397,6 +607,15 @@ mod tests {
             err.to_string(),
             "resource cpu: CpusetCpus is empty (a container needs at least one cpu)"
         );
+        // Without the machine's CPUs too.
+        let empty = answer("cpu", |a| {
+            a.oci_property_name = "CpusetCpus".into();
+            a.allocation_result = " ".into();
+        });
+        assert!(matches!(
+            check("cpu", &empty),
+            Err(AnswerError::CpusEmpty { .. })
+        ));
     }
 
     /// Regression (issue 27, item 5): a cpuset taking another workload's
@@ -489,10 +708,143 @@ mod tests {
     /// failed at the journal's write instead of at the answer.
     #[test]
     fn regression_a_record_too_large_for_the_journal_is_refused_naming_size_and_limit() {
-        assert_eq!(check_size("p", "c", 10, 10), Ok(()));
+        let resources = ["cpu".to_string(), "example.com/big".to_string()];
+        assert_eq!(check_size("p", "c", &resources, 10, 10), Ok(()));
         assert_eq!(
-            check_size("p", "c", 11, 10).expect_err("too large").to_string(),
-            "the allocation record of pod p container c would be 11 bytes, more than the journal's limit of 10 bytes"
+            check_size("p", "c", &resources, 11, 10).expect_err("too large").to_string(),
+            "the allocation record of pod p container c (the answers of resource plugins cpu, example.com/big) would be 11 bytes, more than the journal's limit of 10 bytes"
+        );
+    }
+
+    /// Found from outside (D9): OCI values the kernel refuses passed the
+    /// checks and failed at the cgroup or `/proc` write with a 500 naming no
+    /// plugin (`OomScoreAdj -1001` was admitted and failed `pinion run`).
+    #[test]
+    fn regression_oci_values_the_kernel_refuses_are_the_plugins_error() {
+        let oci = |property: &'static str, value: &'static str| {
+            answer("example.com/knob", move |a| {
+                a.oci_property_name = property.into();
+                a.allocation_result = value.into();
+            })
+        };
+        let refused = [
+            ("CpuPeriod", "18446744073709551615", "CpuPeriod 9223372036854775807 is outside the CFS periods the kernel accepts (1000..=1000000 µs)"),
+            ("CpuPeriod", "999", "CpuPeriod 999 is outside"),
+            ("CpuPeriod", "1000001", "CpuPeriod 1000001 is outside"),
+            ("CpuQuota", "9223372036854775807", "CpuQuota 9223372036854775807 is outside the CFS quotas the kernel accepts (negative for unlimited, or 1000..=17592186044415 µs)"),
+            ("CpuQuota", "999", "CpuQuota 999 is outside"),
+            ("OomScoreAdj", "-1001", "OomScoreAdj -1001 is outside the OOM score adjustments the kernel accepts (-1000..=1000)"),
+            ("OomScoreAdj", "1001", "OomScoreAdj 1001 is outside"),
+        ];
+        for (property, value, text) in refused {
+            let err = check("example.com/knob", &oci(property, value))
+                .expect_err(&format!("{property} {value}"));
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("resource example.com/knob: {text}")),
+                "{err}"
+            );
+            assert_eq!(err.resource(), Some("example.com/knob"));
+        }
+        let fine = [
+            ("CpuPeriod", "0"),
+            ("CpuPeriod", "1000"),
+            ("CpuPeriod", "1000000"),
+            ("CpuQuota", "-1"),
+            ("CpuQuota", "0"),
+            ("CpuQuota", "1000"),
+            ("CpuQuota", "17592186044415"),
+            ("OomScoreAdj", "-1000"),
+            ("OomScoreAdj", "1000"),
+        ];
+        for (property, value) in fine {
+            assert_eq!(
+                check("example.com/knob", &oci(property, value)),
+                Ok(()),
+                "{property} {value}"
+            );
+        }
+    }
+
+    /// Found from outside (D9): `MemorySwapLimitInBytes "5"` reached the
+    /// kernel, which refused memory+swap below the memory limit (EINVAL).
+    #[test]
+    fn regression_memory_and_swap_below_the_memory_limit_is_refused() {
+        let limits = |memory: Option<&str>, swap: &str| {
+            let mut allocations = PluginAllocations::new();
+            if let Some(memory) = memory {
+                allocations.insert(
+                    "memory".into(),
+                    PluginAllocation {
+                        oci_property_name: "MemoryLimitInBytes".into(),
+                        allocation_result: memory.into(),
+                        ..PluginAllocation::default()
+                    },
+                );
+            }
+            allocations.insert(
+                "swap".into(),
+                PluginAllocation {
+                    oci_property_name: "MemorySwapLimitInBytes".into(),
+                    allocation_result: swap.into(),
+                    ..PluginAllocation::default()
+                },
+            );
+            allocations
+        };
+        let err = check("swap", &limits(Some("1073741824"), "5")).expect_err("below");
+        assert_eq!(
+            err.to_string(),
+            "resource swap: MemorySwapLimitInBytes 5 is below the memory limit 1073741824 (memory+swap must be at least the memory limit)"
+        );
+        // The memory limit from elsewhere: known (the controller) or not
+        // (one plugin's answer, the limit may be another plugin's).
+        assert_eq!(check("swap", &limits(None, "5")), Ok(()));
+        let err = check_swap(&limits(None, "5"), Some(None)).expect_err("no memory limit");
+        assert!(err.to_string().contains("without a memory limit"), "{err}");
+        assert!(check_swap(&limits(None, "5"), Some(Some(4096))).is_err());
+        for (memory, swap) in [(Some("1024"), "1024"), (Some("1024"), "-1"), (None, "0")] {
+            assert_eq!(
+                check_swap(&limits(memory, swap), Some(None)),
+                Ok(()),
+                "{swap}"
+            );
+        }
+    }
+
+    /// Found from outside (D8, D9): a cpuset on offline CPUs was refused
+    /// only in the controller (not counted as the plugin's error); a
+    /// `CpusetMems` of NUMA nodes the machine does not have reached the
+    /// kernel (EINVAL).
+    #[test]
+    fn regression_cpusets_must_be_online_cpus_and_numa_nodes() {
+        let cpuset = |property: &'static str, value: &'static str| {
+            answer("cpu", move |a| {
+                a.oci_property_name = property.into();
+                a.allocation_result = value.into();
+            })
+        };
+        let (cpus, mems) = (set("0-1"), set("0"));
+        let online = |answer: &PluginAllocations| check_online(answer, Some(&cpus), Some(&mems));
+        assert_eq!(
+            online(&cpuset("CpusetCpus", "0-9")).expect_err("offline").to_string(),
+            "resource cpu: CpusetCpus 0-9 has cpus 2-9 that are offline or not on this machine (online: 0-1)"
+        );
+        assert!(matches!(
+            online(&cpuset("CpusetCpus", "")),
+            Err(AnswerError::CpusEmpty { .. })
+        ));
+        assert_eq!(
+            online(&cpuset("CpusetMems", "7")).expect_err("no node 7").to_string(),
+            "resource cpu: CpusetMems 7 has NUMA nodes 7 that are offline or not on this machine (online: 0)"
+        );
+        assert_eq!(online(&cpuset("CpusetCpus", "1")), Ok(()));
+        assert_eq!(online(&cpuset("CpusetMems", "0")), Ok(()));
+        assert_eq!(online(&cpuset("CpusetMems", "")), Ok(()), "not set");
+        // What the caller does not know is not checked.
+        assert_eq!(
+            check_online(&cpuset("CpusetMems", "7"), Some(&cpus), None),
+            Ok(())
         );
     }
 

@@ -115,3 +115,61 @@ fn zero_and_malformed_cpus_are_refused_naming_the_value() {
         );
     }
 }
+
+/// `pinion run --pod-name "" --namespace ../.. --label "bad key!=v"` was
+/// sent to the agent, which admitted it and showed it to podresources
+/// consumers; now `pinion run` refuses such metadata as Kubernetes' API
+/// server would, naming the flag and the value, before any agent is asked.
+#[test]
+fn regression_pod_metadata_kubernetes_refuses_was_sent_to_the_agent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("pinion.sock");
+    let huge = format!("app={}", "v".repeat(100_000));
+    let long_namespace = "a".repeat(64);
+    for (args, want) in [
+        (&["--pod-name", ""][..], "--pod-name: pod name \"\": empty"),
+        (
+            &["--pod-name", "Web_1"],
+            "--pod-name: pod name \"Web_1\": not a DNS-1123 subdomain",
+        ),
+        (
+            &["--namespace", "../.."],
+            "--namespace: namespace \"../..\": not a DNS-1123 label",
+        ),
+        (
+            &["--namespace", &long_namespace],
+            "64 characters, at most 63 are allowed",
+        ),
+        (
+            &["--label", "bad key!=v"],
+            "--label: label key \"bad key!\"",
+        ),
+        (&["--label", &huge], "--label: label \"app\": value \"vvv"),
+        (
+            &["--annotation", "no good=v"],
+            "--annotation: annotation key \"no good\"",
+        ),
+    ] {
+        let out = run(&socket, args);
+        let stderr = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{want}: {stderr}");
+        assert!(stderr.contains(want), "{want}: {stderr}");
+        assert!(stderr.len() < 600, "the value is cut: {stderr}");
+        assert!(!stderr.contains("cannot reach"), "{want}: {stderr}");
+    }
+    let out = run(
+        &socket,
+        &[
+            "--pod-name",
+            "web-1",
+            "--namespace",
+            "team-a",
+            "--label",
+            "example.com/tier=",
+            "--label",
+            "App_1=V1.2",
+        ],
+    );
+    let stderr = common::stderr(&out);
+    assert!(stderr.contains("cannot reach the pinion agent"), "{stderr}");
+}

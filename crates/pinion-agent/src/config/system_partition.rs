@@ -120,7 +120,8 @@ impl SystemPartition {
         };
         let mut namespaces = BTreeSet::new();
         for name in file.namespaces.unwrap_or_default() {
-            if let Err(reason) = check_namespace(&name) {
+            // A namespace name is a DNS-1123 label.
+            if let Some(reason) = pinion_core::k8s_names::dns1123_label_defect(&name) {
                 return Err(field_error("systemPartition.namespaces", &name, &reason));
             }
             namespaces.insert(name);
@@ -142,21 +143,6 @@ impl SystemPartition {
     pub fn selects(&self, namespace: &str) -> bool {
         self.namespaces.contains(namespace)
     }
-}
-
-/// A namespace name is a DNS-1123 label.
-fn check_namespace(name: &str) -> Result<(), &'static str> {
-    if name.is_empty() || name.len() > 63 {
-        return Err("a namespace name has 1 to 63 characters");
-    }
-    let ok = name
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ends = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    if !ok || !ends(name.bytes().next()) || !ends(name.bytes().last()) {
-        return Err("a namespace name is lower-case letters, digits and '-', starting and ending with a letter or digit");
-    }
-    Ok(())
 }
 
 #[cfg(test)]

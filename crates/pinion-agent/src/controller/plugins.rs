@@ -114,9 +114,15 @@ impl Controller {
         base: Placement,
         stored: &StoredAllocations,
     ) -> Result<(Placement, Option<SideValue>), ControlError> {
-        let encoded = self
-            .check_answers(key, stored)
-            .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
+        // Named as the manager names a refused answer (the manager counts
+        // the refusals it can make; these need the controller's state).
+        let encoded = self.check_answers(key, stored).map_err(|source| {
+            let reason = match source.resource() {
+                Some(resource) => format!("resource plugin {resource} answered Allocate with an allocation that cannot be applied: {source}"),
+                None => source.to_string(),
+            };
+            plugin_error(&key.0, &key.1, &reason)
+        })?;
         let (placement, notes) = plugin_allocation::apply(base, &stored.allocations)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
         for (name, resource) in notes.conflicts {
@@ -148,12 +154,25 @@ impl Controller {
             .side_len_at_most()
             .is_some_and(|bound| bound <= MAX_PAYLOAD);
         if !fits {
-            plugin_answer::check_size(&key.0, &key.1, record.to_bytes().len(), MAX_PAYLOAD)?;
+            plugin_answer::check_size(
+                &key.0,
+                &key.1,
+                stored.allocations.keys(),
+                record.to_bytes().len(),
+                MAX_PAYLOAD,
+            )?;
         }
         // The record was made as a side-data record just above.
         let Record::Side { value: encoded, .. } = record else {
             return Ok(None);
         };
+        // The manager checked each answer against the online CPUs it
+        // follows; the machine may have changed since, and the NUMA nodes
+        // and the answers of several plugins together are known only here.
+        let machine = self.engine.machine();
+        let mems: CpuSet = machine.numa_nodes().iter().map(|n| n.id).collect();
+        plugin_answer::check_online(&stored.allocations, Some(machine.all_cpus()), Some(&mems))?;
+        plugin_answer::check_swap(&stored.allocations, None)?;
         let state = self.engine.state();
         let mut taken = state.exclusive_cpus();
         if let Some(own) = state.assignment(&key.0, &key.1) {
@@ -165,8 +184,7 @@ impl Controller {
             }
             // A list that does not parse is `apply`'s error.
             if let Ok(cpus) = CpuSet::parse_list(allocation.allocation_result.trim()) {
-                let online = self.engine.machine().all_cpus();
-                plugin_answer::check_cpus(resource, &cpus, online, &taken)?;
+                plugin_answer::check_cpus(resource, &cpus, machine.all_cpus(), &taken)?;
             }
         }
         Ok(encoded)

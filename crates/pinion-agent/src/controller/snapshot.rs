@@ -21,6 +21,9 @@ use super::{Controller, Frontend, Key, Workload};
 pub struct Snapshot {
     pub policy: String,
     pub all_cpus: CpuSet,
+    /// The machine's NUMA nodes (what a `CpusetMems` may name).
+    #[serde(default)]
+    pub numa_nodes: CpuSet,
     pub reserved: CpuSet,
     pub shared_pool: CpuSet,
     /// The placement of a container in the shared pool.
@@ -131,6 +134,13 @@ impl Controller {
         let snapshot = Snapshot {
             policy: self.engine.policy().name().to_string(),
             all_cpus: self.engine.machine().all_cpus().clone(),
+            numa_nodes: self
+                .engine
+                .machine()
+                .numa_nodes()
+                .iter()
+                .map(|n| n.id)
+                .collect(),
             reserved: self.engine.policy().reserved(),
             metrics: MetricsSnapshot {
                 engine: self.engine.metrics(),

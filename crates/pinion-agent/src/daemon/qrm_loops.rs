@@ -12,9 +12,9 @@ use pinion_core::plugin_allocation::PluginAllocations;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::controller::{ControlError, ControllerHandle};
+use crate::controller::{ControlError, ControllerHandle, Snapshot};
 use crate::qrm::loops::{self, AllocationKeeper, Reconciled};
-use crate::qrm::{Poll, Qrm, QrmError};
+use crate::qrm::{KnownContainers, Poll, Qrm, QrmError};
 
 impl AllocationKeeper for ControllerHandle {
     type Error = ControlError;
@@ -36,6 +36,17 @@ impl AllocationKeeper for ControllerHandle {
         ControllerHandle::record_reallocation(self, key, resources, allocations)
             .await
             .map(drop)
+    }
+
+    fn known_containers(&self) -> Option<KnownContainers> {
+        let mut known = KnownContainers::new();
+        for workload in &self.snapshot().workloads {
+            known
+                .entry(workload.pod.clone())
+                .or_default()
+                .insert(workload.container.clone());
+        }
+        Some(known)
     }
 
     fn pending_removals(&self) -> watch::Receiver<Vec<String>> {
@@ -64,7 +75,14 @@ pub fn start(
     handle: &ControllerHandle,
     stop: &watch::Receiver<bool>,
 ) -> Result<Vec<JoinHandle<()>>, QrmError> {
-    let mut tasks = qrm.start(&handle.snapshot().plugin_resources, stop)?;
+    let snapshot = handle.snapshot();
+    qrm.follow_machine(&snapshot.all_cpus, &snapshot.numa_nodes);
+    let mut tasks = qrm.start(&snapshot.plugin_resources, stop)?;
+    tasks.push(tokio::spawn(follow_machine(
+        Arc::clone(qrm),
+        handle.snapshots(),
+        stop.clone(),
+    )));
     tasks.push(tokio::spawn(loops::reconcile_loop(
         Arc::clone(qrm),
         handle.clone(),
@@ -81,4 +99,24 @@ pub fn start(
         stop.clone(),
     )));
     Ok(tasks)
+}
+
+/// Keeps the manager's view of the machine (online CPUs, NUMA nodes: what
+/// a plugin's cpusets may name, [`Qrm::follow_machine`]) on the
+/// controller's, which follows CPU hot-plug. Ends when `stop` changes.
+async fn follow_machine(
+    qrm: Arc<Qrm>,
+    mut snapshots: watch::Receiver<Arc<Snapshot>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        {
+            let snapshot = snapshots.borrow_and_update();
+            qrm.follow_machine(&snapshot.all_cpus, &snapshot.numa_nodes);
+        }
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { break },
+            _ = stop.changed() => break,
+        }
+    }
 }

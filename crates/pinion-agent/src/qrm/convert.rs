@@ -2,7 +2,7 @@
 //! (requests and hints: `pinion_plugins::qrm_request` and `grpc`).
 
 use pinion_api::resourceplugin as rp;
-use pinion_core::plugin_allocation::{PluginAllocation, PluginHint};
+use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations, PluginHint};
 
 /// A plugin's `AllocatableTopologyAwareResource` for `name` as Pinion's
 /// node resource (per-NUMA amounts of the NUMA level only, with what
@@ -62,6 +62,37 @@ pub fn in_process_allocations(
         .iter()
         .map(|(name, info)| (name.clone(), in_process_allocation(info)))
         .collect()
+}
+
+/// A wire answer for one container (resource → allocation) as Pinion's,
+/// taking its parts rather than copying them (a reconcile answer may be
+/// large); entries without a value are skipped and a resource named twice
+/// keeps its last entry, as `pinion_api::entries::allocation_map` reads it.
+#[must_use]
+pub fn allocations(allocation: rp::ResourceAllocation) -> PluginAllocations {
+    allocation
+        .resource_allocation
+        .into_iter()
+        .filter_map(|entry| Some((entry.key, into_allocation(entry.value?))))
+        .collect()
+}
+
+/// [`allocation`], taking the wire value's parts.
+#[must_use]
+pub fn into_allocation(info: rp::ResourceAllocationInfo) -> PluginAllocation {
+    PluginAllocation {
+        oci_property_name: info.oci_property_name,
+        is_node_resource: info.is_node_resource,
+        is_scalar_resource: info.is_scalar_resource,
+        allocated_quantity: info.allocated_quantity,
+        allocation_result: info.allocation_result,
+        envs: info.envs,
+        annotations: info.annotations,
+        resource_hints: info
+            .resource_hints
+            .map(|list| hints(list.hints.iter().map(|h| (&h.nodes, h.preferred)))),
+        topology_assignments: info.topology_assignments,
+    }
 }
 
 /// A wire allocation as Pinion's.
@@ -148,5 +179,26 @@ mod tests {
             ..rp::ResourceAllocationInfo::default()
         };
         assert_eq!(wire_allocation(&allocation(&info)), info);
+        assert_eq!(into_allocation(info.clone()), allocation(&info));
+        let entry =
+            |key: &str, value: Option<rp::ResourceAllocationInfo>| rp::ResourceAllocationEntry {
+                key: key.into(),
+                value,
+            };
+        let mut other = info.clone();
+        other.allocation_result = "6-7".into();
+        let answer = rp::ResourceAllocation {
+            resource_allocation: vec![
+                entry("cpu", Some(info.clone())),
+                entry("memory", None),
+                entry("cpu", Some(other.clone())),
+            ],
+        };
+        let want: PluginAllocations = pinion_api::entries::allocation_map(&answer)
+            .iter()
+            .map(|(name, info)| (name.clone(), allocation(info)))
+            .collect();
+        assert_eq!(allocations(answer), want);
+        assert_eq!(want["cpu"].allocation_result, "6-7");
     }
 }

@@ -53,6 +53,13 @@ pub trait AllocationKeeper: Send + Sync + 'static {
         allocations: PluginAllocations,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
 
+    /// The containers whose plugin answers the keeper keeps (a reconcile
+    /// poll drops every other entry as it reads the answer,
+    /// [`Qrm::poll_for`]); `None`: every entry is kept.
+    fn known_containers(&self) -> Option<super::KnownContainers> {
+        None
+    }
+
     /// The pods (UIDs) whose plugins have yet to hear of their removal;
     /// changes whenever that list does.
     fn pending_removals(&self) -> watch::Receiver<Vec<String>>;
@@ -101,13 +108,37 @@ impl Drop for LoopRunning<'_> {
 }
 
 /// Every reconcile period: ask every plugin for its node resources
-/// (`GetTopologyAwareAllocatableResources`), poll the plugins, hand the
-/// answers to `keeper` (which applies only what changed), re-allocate the
-/// containers a plugin forgot. Ends when `stop` changes.
+/// (`GetTopologyAwareAllocatableResources`, each plugin on its own task, so
+/// the poll waits for none of them: a hung plugin does not stretch the
+/// others' period; a plugin whose previous answer is still awaited is not
+/// asked again), poll the plugins, hand the answers to `keeper` (which
+/// applies only what changed), re-allocate the containers a plugin forgot.
+/// Ends when `stop` changes.
 pub async fn reconcile_loop<K: AllocationKeeper>(
     qrm: Arc<Qrm>,
     keeper: K,
+    stop: watch::Receiver<bool>,
+) {
+    let mut refreshing = BTreeMap::new();
+    let mut polling = Vec::new();
+    reconcile_passes(&qrm, &keeper, stop, &mut refreshing, &mut polling).await;
+    for task in refreshing.into_values() {
+        task.abort();
+    }
+    for call in polling {
+        call.abort();
+    }
+}
+
+/// The passes of [`reconcile_loop`]; `refreshing` holds each plugin's
+/// node-resource refresh under way, `polling` the polls a pass stopped
+/// waiting for (a pass waits at most one period: [`Qrm::poll_pass`]).
+async fn reconcile_passes<K: AllocationKeeper>(
+    qrm: &Arc<Qrm>,
+    keeper: &K,
     mut stop: watch::Receiver<bool>,
+    refreshing: &mut BTreeMap<String, tokio::task::JoinHandle<()>>,
+    polling: &mut Vec<super::PollUnderWay>,
 ) {
     let mut ticks = tokio::time::interval(qrm.config.reconcile_period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -121,12 +152,26 @@ pub async fn reconcile_loop<K: AllocationKeeper>(
             _ = stop.changed() => break,
         };
         if period {
+            refreshing.retain(|_, task| !task.is_finished());
             for plugin in qrm.registry.all_active() {
-                qrm.registry.refresh_node_resources(&plugin).await;
+                if refreshing.contains_key(&plugin.resource) {
+                    continue;
+                }
+                let registry = Arc::clone(&qrm.registry);
+                let resource = plugin.resource.clone();
+                let task =
+                    tokio::spawn(async move { registry.refresh_node_resources(&plugin).await });
+                refreshing.insert(resource, task);
             }
         }
         let polled_at = Instant::now();
-        let polls = qrm.poll().await;
+        // Read after `polled_at`: a container recorded before it is listed,
+        // or its pod was allocated for during the last two polls.
+        let known = keeper.known_containers();
+        let wait_until = tokio::time::Instant::now() + qrm.config.reconcile_period;
+        let (polls, polled_at) = qrm
+            .poll_pass(known.as_ref(), polled_at, polling, Some(wait_until))
+            .await;
         if polls.is_empty() {
             continue;
         }
@@ -138,7 +183,7 @@ pub async fn reconcile_loop<K: AllocationKeeper>(
                     qrm.registry.note_reconcile(resource, changes);
                 }
                 for again in outcome.reallocate {
-                    reallocate(&qrm, &keeper, again).await;
+                    reallocate(qrm, keeper, again).await;
                 }
             }
             Err(err) => tracing::error!("plugin reconcile: {err}"),
@@ -173,8 +218,17 @@ async fn reallocate<K: AllocationKeeper>(qrm: &Qrm, keeper: &K, again: Reallocat
     }
 }
 
+/// Departed pods whose plugins are being told at once (each attempt tells
+/// the pod's plugins concurrently, [`Qrm::remove_pod`]). Beyond it, pods
+/// wait for a slot: a plugin that hangs delays the others' `RemovePod` by
+/// one deadline per this many pods, not one per pod.
+pub const MAX_REMOVALS_IN_FLIGHT: usize = 64;
+
 /// Tells every plugin of each departed pod, retrying with back-off until
-/// all of them answered (§4.10). Ends when `stop` changes; while it runs,
+/// all of them answered (§4.10). Each pod's attempt runs on its own task
+/// (at most [`MAX_REMOVALS_IN_FLIGHT`], one per pod), so a plugin past its
+/// deadline for one pod holds up neither the next pods nor the loop. Ends
+/// when `stop` changes (attempts under way are dropped); while it runs,
 /// [`Qrm::removal_loop_running`] says so.
 pub async fn removal_loop<K: AllocationKeeper>(
     qrm: Arc<Qrm>,
@@ -184,38 +238,64 @@ pub async fn removal_loop<K: AllocationKeeper>(
     let _running = LoopRunning::new(&qrm.removal_loop_running);
     let mut removals = keeper.pending_removals();
     let mut attempts: BTreeMap<String, (u32, Instant)> = BTreeMap::new();
+    // Each attempt's task → its pod.
+    let mut in_flight: BTreeMap<tokio::task::Id, String> = BTreeMap::new();
+    let mut tasks: tokio::task::JoinSet<Result<(), Vec<super::CallError>>> =
+        tokio::task::JoinSet::new();
     let mut retry = tokio::time::interval(Duration::from_secs(1));
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = removals.changed() => {}
             _ = retry.tick() => {}
+            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let (id, result) = match done {
+                    Ok((id, result)) => (id, result),
+                    // A panicked attempt: its pod is tried again.
+                    Err(err) => {
+                        in_flight.remove(&err.id());
+                        continue;
+                    }
+                };
+                let Some(uid) = in_flight.remove(&id) else {
+                    continue;
+                };
+                match result {
+                    Ok(()) => {
+                        attempts.remove(&uid);
+                        keeper.pod_removed(uid).await;
+                        qrm.request_reconcile();
+                    }
+                    Err(errors) => {
+                        let (failures, _) =
+                            attempts.get(&uid).copied().unwrap_or((0, Instant::now()));
+                        let backoff = Duration::from_secs(1 << failures.min(6));
+                        tracing::warn!(pod = %uid, ?errors, retry_in = ?backoff, "RemovePod failed");
+                        attempts.insert(uid, (failures + 1, Instant::now() + backoff));
+                    }
+                }
+            }
             _ = stop.changed() => break,
         }
         let pending: Vec<String> = removals.borrow_and_update().clone();
         attempts.retain(|uid, _| pending.contains(uid));
         for uid in pending {
+            if in_flight.len() >= MAX_REMOVALS_IN_FLIGHT {
+                break;
+            }
             let due = attempts
                 .get(&uid)
                 .is_none_or(|(_, next)| Instant::now() >= *next);
-            if !due {
+            if !due || in_flight.values().any(|pod| *pod == uid) {
                 continue;
             }
-            match qrm.remove_pod(&uid).await {
-                Ok(()) => {
-                    attempts.remove(&uid);
-                    keeper.pod_removed(uid).await;
-                    qrm.request_reconcile();
-                }
-                Err(errors) => {
-                    let (failures, _) = attempts.get(&uid).copied().unwrap_or((0, Instant::now()));
-                    let backoff = Duration::from_secs(1 << failures.min(6));
-                    tracing::warn!(pod = %uid, ?errors, retry_in = ?backoff, "RemovePod failed");
-                    attempts.insert(uid, (failures + 1, Instant::now() + backoff));
-                }
-            }
+            let qrm = Arc::clone(&qrm);
+            let pod = uid.clone();
+            let task = tasks.spawn(async move { qrm.remove_pod(&pod).await });
+            in_flight.insert(task.id(), uid);
         }
     }
+    tasks.shutdown().await;
 }
 
 /// Flushes the built-in plugins' state changes that no admission's flush

@@ -22,16 +22,18 @@ mod watcher;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use pinion_api::entries;
 use pinion_api::resourceplugin as rp;
-use pinion_core::plugin_allocation::{PluginAllocation, PluginAllocations};
+use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::plugin_answer;
 use pinion_core::pod::Pod;
 use pinion_core::qos::QosLevel;
 use pinion_core::qrm_rules::{self, allocation_failure_is_tolerated};
 use pinion_core::topomgr::provider::ResourceHints;
 use pinion_core::topomgr::TopologyHint;
+use pinion_core::CpuSet;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -47,6 +49,16 @@ pub use registry::{CallError, PluginView, Registry};
 /// empty map is no new answer: the stored allocation stays (an answer that
 /// fails the checks of an `Allocate` answer becomes one).
 pub type Poll = BTreeMap<String, BTreeMap<String, Option<PluginAllocations>>>;
+
+/// The containers whose reconcile answers a poll keeps: pod UID → container
+/// names ([`Qrm::poll_for`]; the keeper's containers, `AllocationKeeper::known_containers`).
+pub type KnownContainers = BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// Refused or ignored entries named in the one log line a poll writes for
+/// each kind (the count says how many there were).
+const NAMED_IN_LOG: usize = 3;
+/// The longest name or reason a poll's log line quotes, in bytes.
+const CLIPPED: usize = 256;
 
 /// Why resource plugins could not serve an admission.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +91,14 @@ pub struct Qrm {
     plugin_journal: Arc<builtin::PluginJournal>,
     /// True while the removal loop runs (releases wait for it only then).
     removal_loop_running: watch::Sender<bool>,
+    /// The machine the answers are checked against (online CPUs, online
+    /// NUMA nodes), as the keeper last said ([`Qrm::follow_machine`]);
+    /// unknown until then.
+    machine: std::sync::RwLock<Option<Arc<(CpuSet, CpuSet)>>>,
+    /// Pods `Allocate` was asked for during the last two polls: a poll keeps
+    /// their answers even when the keeper's containers do not list them yet
+    /// (their record may still be on its way), [`Qrm::poll_for`].
+    recent_pods: std::sync::Mutex<[std::collections::BTreeSet<String>; 2]>,
 }
 
 impl Qrm {
@@ -93,7 +113,25 @@ impl Qrm {
             reconcile_now: tokio::sync::Notify::new(),
             plugin_journal: Arc::default(),
             removal_loop_running: watch::channel(false).0,
+            machine: std::sync::RwLock::default(),
+            recent_pods: std::sync::Mutex::default(),
         })
+    }
+
+    /// The machine's online CPUs `cpus` and online NUMA nodes `mems`, which
+    /// every answer is checked against from now on (the keeper's wiring
+    /// calls it at start and whenever they change).
+    pub fn follow_machine(&self, cpus: &CpuSet, mems: &CpuSet) {
+        let mut machine = self
+            .machine
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if machine
+            .as_deref()
+            .is_none_or(|(c, m)| c != cpus || m != mems)
+        {
+            *machine = Some(Arc::new((cpus.clone(), mems.clone())));
+        }
     }
 
     /// Whether the loop that tells plugins of departed pods (`RemovePod`)
@@ -215,6 +253,13 @@ impl Qrm {
         requests: &[PluginRequest],
         affinity: Option<TopologyHint>,
     ) -> Result<PluginAllocations, QrmError> {
+        if !requests.is_empty() {
+            let mut recent = self
+                .recent_pods
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            recent[1].insert(pod.uid.clone());
+        }
         let mut allocations = PluginAllocations::new();
         for request in requests {
             let result = self.allocate_one(pod, container, request, affinity).await;
@@ -297,10 +342,27 @@ impl Qrm {
         method: &str,
         allocations: &PluginAllocations,
     ) -> Result<(), CallError> {
-        pinion_core::plugin_allocation::check(allocations)
-            .map_err(|err| self.refuse(resource, method, &err))?;
-        plugin_answer::check(resource, allocations)
-            .map_err(|err| self.refuse(resource, method, &err))
+        self.answer_defect(resource, allocations)
+            .map_err(|reason| self.refuse(resource, method, &reason))
+    }
+
+    /// What is wrong with `resource`'s plugin's answer `allocations`, if
+    /// anything ([`Self::check_answer`]'s checks; also its cpusets against
+    /// the machine's online CPUs and NUMA nodes once they are known).
+    fn answer_defect(&self, resource: &str, allocations: &PluginAllocations) -> Result<(), String> {
+        pinion_core::plugin_allocation::check(allocations).map_err(|err| err.to_string())?;
+        plugin_answer::check(resource, allocations).map_err(|err| err.to_string())?;
+        let machine = self
+            .machine
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(machine) = machine {
+            let (cpus, mems) = &*machine;
+            plugin_answer::check_online(allocations, Some(cpus), Some(mems))
+                .map_err(|err| err.to_string())?;
+        }
+        Ok(())
     }
 
     /// The plugin's answer to `method` refused for `reason`: logged,
@@ -318,26 +380,35 @@ impl Qrm {
 
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
     /// answered (a plugin that does not implement it has nothing to drop).
+    /// The plugins behind a socket are called at once, each with its own
+    /// deadline: one that hangs delays no other plugin's `RemovePod`.
     pub async fn remove_pod(&self, uid: &str) -> Result<(), Vec<CallError>> {
-        let mut errors = Vec::new();
+        let mut results = Vec::new();
+        let mut calls = tokio::task::JoinSet::new();
         for plugin in self.registry.all_active() {
             let in_process = self
                 .registry
                 .call_in_process(&plugin, "RemovePod", |native| native.remove_pod(uid));
-            let result = match in_process {
-                Some(result) => result,
-                None => {
-                    let request = rp::RemovePodRequest {
-                        pod_uid: uid.to_string(),
-                    };
-                    self.registry
-                        .call(&plugin, "RemovePod", |mut client, timeout| async move {
-                            client.remove_pod(request, timeout).await
-                        })
-                        .await
-                        .map(drop)
-                }
+            if let Some(result) = in_process {
+                results.push(result);
+                continue;
+            }
+            let registry = Arc::clone(&self.registry);
+            let request = rp::RemovePodRequest {
+                pod_uid: uid.to_string(),
             };
+            calls.spawn(async move {
+                registry
+                    .call(&plugin, "RemovePod", |mut client, timeout| async move {
+                        client.remove_pod(request, timeout).await
+                    })
+                    .await
+                    .map(drop)
+            });
+        }
+        results.extend(calls.join_all().await);
+        let mut errors = Vec::new();
+        for result in results {
             match result {
                 Ok(()) | Err(CallError::Unsupported { .. }) => {}
                 Err(err) => errors.push(err),
@@ -351,101 +422,249 @@ impl Qrm {
     }
 
     /// `GetResourcesAllocation` of every active plugin with `need_reconcile`
-    /// (§4.9); a plugin that fails is skipped this round.
+    /// (§4.9), every entry kept ([`Self::poll_for`] without a filter).
     pub async fn poll(&self) -> Vec<(String, Poll)> {
+        self.poll_for(None).await
+    }
+
+    /// `GetResourcesAllocation` of every active plugin with `need_reconcile`
+    /// (§4.9), every answer waited for ([`Self::poll_pass`] with no calls
+    /// under way and no deadline).
+    pub async fn poll_for(&self, known: Option<&KnownContainers>) -> Vec<(String, Poll)> {
+        self.poll_pass(known, Instant::now(), &mut Vec::new(), None)
+            .await
+            .0
+    }
+
+    /// One reconcile pass's polls, sent at `polled_at`: `GetResourcesAllocation`
+    /// of every active plugin with `need_reconcile` (§4.9); a plugin that
+    /// fails is skipped this round.
+    ///
+    /// The plugins on sockets are asked at once, each within its own
+    /// deadline, and the pass waits for their answers until `wait_until`
+    /// (`None`: all of them). A call still under way then stays in
+    /// `under_way`, the caller's: a later pass takes its answer when it has
+    /// come and does not ask that plugin again meanwhile, so a plugin that
+    /// hangs delays no other plugin's polls. Returns the polls, by
+    /// resource name, and when the earliest of them was sent: an answer of
+    /// an earlier pass is as old as that pass.
+    ///
+    /// With `known`, entries of other containers are dropped as the answer
+    /// is read, before anything is converted, copied or checked (a plugin
+    /// may name any number of pods the node does not have): what a poll
+    /// holds is bounded by the node's containers, not by the answer. The
+    /// pods `Allocate` was asked for during the last two polls are kept too
+    /// (their record may not have reached `known` yet). Ignored and refused
+    /// entries are counted and logged once per plugin and poll.
+    pub async fn poll_pass(
+        &self,
+        known: Option<&KnownContainers>,
+        polled_at: Instant,
+        under_way: &mut Vec<PollUnderWay>,
+        wait_until: Option<tokio::time::Instant>,
+    ) -> (Vec<(String, Poll)>, Instant) {
+        let recent = {
+            let mut recent = self
+                .recent_pods
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let newer = std::mem::take(&mut recent[1]);
+            let older = std::mem::replace(&mut recent[0], newer);
+            let mut both = older;
+            both.extend(recent[0].iter().cloned());
+            both
+        };
+        let filter = PollFilter {
+            known,
+            recent: &recent,
+        };
         let mut polls = Vec::new();
+        let mut sent = polled_at;
+        let mut calls = std::mem::take(under_way);
         for plugin in self.registry.all_active() {
-            if !plugin.options.need_reconcile {
+            if !plugin.options.need_reconcile
+                || calls.iter().any(|call| call.resource == plugin.resource)
+            {
                 continue;
             }
-            if let Some(result) =
+            let in_process =
                 self.registry
                     .call_in_process(&plugin, "GetResourcesAllocation", |native| {
                         Ok(native.allocations())
-                    })
-            {
+                    });
+            if let Some(result) = in_process {
+                let mut tally = Tally::default();
                 match result {
                     Ok(all) => polls.push((
                         plugin.resource.clone(),
-                        self.in_process_poll(&plugin.resource, &all),
+                        self.in_process_poll(&plugin.resource, &all, &filter, &mut tally),
                     )),
                     Err(err) => tracing::warn!(resource = %plugin.resource, "reconcile: {err}"),
                 }
+                self.report(&plugin.resource, &tally);
                 continue;
             }
-            let result = self
-                .registry
-                .call(
-                    &plugin,
-                    "GetResourcesAllocation",
-                    |mut client, timeout| async move {
-                        client
-                            .get_resources_allocation(rp::GetResourcesAllocationRequest {}, timeout)
-                            .await
-                    },
-                )
-                .await;
-            match result {
-                Ok(response) => {
-                    let poll = entries::allocations_map(&response)
-                        .into_iter()
-                        .map(|(pod, containers)| {
-                            let containers = containers
-                                .into_iter()
-                                .map(|(name, allocation)| {
-                                    let allocations = allocation.map(|a| {
-                                        let allocations = entries::allocation_map(&a)
-                                            .iter()
-                                            .map(|(n, info)| (n.clone(), convert::allocation(info)))
-                                            .collect::<BTreeMap<String, PluginAllocation>>();
-                                        self.reconcile_answer(&plugin.resource, allocations)
-                                    });
-                                    (name, allocations)
-                                })
-                                .collect();
-                            (pod, containers)
-                        })
-                        .collect();
-                    polls.push((plugin.resource.clone(), poll));
-                }
-                Err(err) => tracing::warn!(resource = %plugin.resource, "reconcile: {err}"),
-            }
+            let registry = Arc::clone(&self.registry);
+            let resource = plugin.resource.clone();
+            let task = tokio::spawn(async move {
+                registry
+                    .call(
+                        &plugin,
+                        "GetResourcesAllocation",
+                        |mut client, timeout| async move {
+                            client
+                                .get_resources_allocation(
+                                    rp::GetResourcesAllocationRequest {},
+                                    timeout,
+                                )
+                                .await
+                        },
+                    )
+                    .await
+            });
+            calls.push(PollUnderWay {
+                resource,
+                sent: polled_at,
+                task,
+            });
         }
-        polls
+        for mut call in calls {
+            let answered = match wait_until {
+                Some(deadline) if !call.task.is_finished() => {
+                    tokio::time::timeout_at(deadline, &mut call.task).await.ok()
+                }
+                _ => Some((&mut call.task).await),
+            };
+            let Some(answered) = answered else {
+                under_way.push(call);
+                continue;
+            };
+            let resource = call.resource;
+            let mut tally = Tally::default();
+            match answered {
+                Ok(Ok(response)) => {
+                    let poll = self.wire_poll(&resource, response, &filter, &mut tally);
+                    polls.push((resource.clone(), poll));
+                    sent = sent.min(call.sent);
+                }
+                Ok(Err(err)) => tracing::warn!(%resource, "reconcile: {err}"),
+                Err(err) => tracing::warn!(%resource, "reconcile: the poll's task failed: {err}"),
+            }
+            self.report(&resource, &tally);
+        }
+        polls.sort_by(|a, b| a.0.cmp(&b.0));
+        (polls, sent)
+    }
+
+    /// A reconcile poll of a wire answer, read entry by entry (moved, not
+    /// copied): the entries `filter` drops are counted and go with the
+    /// answer; those it keeps are converted and checked by
+    /// [`Self::reconcile_answer`]. A pod or container named twice keeps its
+    /// last entry, as `pinion_api::entries::allocations_map` reads it.
+    fn wire_poll(
+        &self,
+        resource: &str,
+        response: rp::GetResourcesAllocationResponse,
+        filter: &PollFilter<'_>,
+        tally: &mut Tally,
+    ) -> Poll {
+        let mut poll = Poll::new();
+        for pod in response.pod_resources {
+            let containers = pod.value.map(|v| v.container_resources).unwrap_or_default();
+            if !filter.keeps_pod(&pod.key) {
+                tally.ignore(&pod.key, containers.len().max(1));
+                continue;
+            }
+            let mut kept = BTreeMap::new();
+            for container in containers {
+                if !filter.keeps(&pod.key, &container.key) {
+                    tally.ignore(&pod.key, 1);
+                    continue;
+                }
+                let answer = container.value.map(|allocation| {
+                    let allocations = convert::allocations(allocation);
+                    self.reconcile_answer(resource, allocations, (&pod.key, &container.key), tally)
+                });
+                kept.insert(container.key, answer);
+            }
+            poll.entry(pod.key).or_default().extend(kept);
+        }
+        poll
     }
 
     /// A reconcile poll of a plugin in the agent's process, as
-    /// [`Self::poll`] makes one of a wire answer (every answer checked by
-    /// [`Self::reconcile_answer`]).
-    fn in_process_poll(&self, resource: &str, all: &pinion_plugins::Allocations) -> Poll {
-        all.iter()
-            .map(|(pod, containers)| {
-                let containers = containers
-                    .iter()
-                    .map(|(name, allocation)| {
-                        let allocations = convert::in_process_allocations(allocation);
-                        let answer = self.reconcile_answer(resource, allocations);
-                        (name.clone(), Some(answer))
-                    })
-                    .collect();
-                (pod.clone(), containers)
-            })
-            .collect()
+    /// [`Self::wire_poll`] makes one of a wire answer.
+    fn in_process_poll(
+        &self,
+        resource: &str,
+        all: &pinion_plugins::Allocations,
+        filter: &PollFilter<'_>,
+        tally: &mut Tally,
+    ) -> Poll {
+        let mut poll = Poll::new();
+        for (pod, containers) in all {
+            if !filter.keeps_pod(pod) {
+                tally.ignore(pod, containers.len().max(1));
+                continue;
+            }
+            let mut kept = BTreeMap::new();
+            for (name, allocation) in containers {
+                if !filter.keeps(pod, name) {
+                    tally.ignore(pod, 1);
+                    continue;
+                }
+                let allocations = convert::in_process_allocations(allocation);
+                let answer = self.reconcile_answer(resource, allocations, (pod, name), tally);
+                kept.insert(name.clone(), Some(answer));
+            }
+            poll.insert(pod.clone(), kept);
+        }
+        poll
     }
 
-    /// `resource`'s plugin's reconcile answer for one container, checked
-    /// as an `Allocate` answer is ([`Self::check_answer`]). A refused answer
-    /// (logged, counted as the plugin's error) becomes an empty one, which
-    /// the controller's merge leaves the stored allocation with — not a
-    /// missing one, which would mean the plugin forgot the container.
+    /// `resource`'s plugin's reconcile answer for container `key` (pod UID,
+    /// name), checked as an `Allocate` answer is ([`Self::answer_defect`]).
+    /// A refused answer (counted in `tally`, which [`Self::report`] logs
+    /// and counts as the plugin's error once per poll) becomes an empty
+    /// one, which the controller's merge leaves the stored allocation with
+    /// — not a missing one, which would mean the plugin forgot the
+    /// container.
     fn reconcile_answer(
         &self,
         resource: &str,
         allocations: PluginAllocations,
+        key: (&str, &str),
+        tally: &mut Tally,
     ) -> PluginAllocations {
-        match self.check_answer(resource, "GetResourcesAllocation", &allocations) {
+        match self.answer_defect(resource, &allocations) {
             Ok(()) => allocations,
-            Err(_) => PluginAllocations::new(),
+            Err(reason) => {
+                tally.refuse(key, &reason);
+                PluginAllocations::new()
+            }
+        }
+    }
+
+    /// One poll's ignored and refused entries of `resource`'s plugin: one
+    /// log line each (how many, the first few), and the refusals once as
+    /// the plugin's `GetResourcesAllocation` error.
+    fn report(&self, resource: &str, tally: &Tally) {
+        if tally.ignored > 0 {
+            tracing::info!(
+                %resource,
+                ignored = tally.ignored,
+                "reconcile: ignored {} entries of resource plugin {resource}'s GetResourcesAllocation answer for containers this node does not have (pods {})",
+                tally.ignored,
+                tally.ignored_pods.join(", ")
+            );
+        }
+        if tally.refused > 0 {
+            let reason = format!(
+                "{} container answers refused, their stored allocations stay (first: {})",
+                tally.refused,
+                tally.refusals.join("; ")
+            );
+            self.refuse(resource, "GetResourcesAllocation", &reason);
         }
     }
 
@@ -538,6 +757,86 @@ fn trusted_dirs(dir: &std::path::Path, socket_dir: &std::path::Path) -> Result<(
             .map_err(|err| QrmError::Start(err.to_string()))?;
     }
     Ok(())
+}
+
+/// A plugin's `GetResourcesAllocation` still under way at the end of a
+/// reconcile pass ([`Qrm::poll_pass`]), kept by the reconcile loop.
+#[derive(Debug)]
+pub struct PollUnderWay {
+    resource: String,
+    /// When the pass that asked it started.
+    sent: Instant,
+    task: JoinHandle<Result<rp::GetResourcesAllocationResponse, CallError>>,
+}
+
+impl PollUnderWay {
+    /// Gives up the call (the reconcile loop stops).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// Which entries of a reconcile answer a poll keeps ([`Qrm::poll_for`]):
+/// everything without `known`, else the containers it lists and every
+/// container of the `recent` pods.
+struct PollFilter<'a> {
+    known: Option<&'a KnownContainers>,
+    recent: &'a std::collections::BTreeSet<String>,
+}
+
+impl PollFilter<'_> {
+    fn keeps_pod(&self, pod: &str) -> bool {
+        self.known
+            .is_none_or(|known| known.contains_key(pod) || self.recent.contains(pod))
+    }
+
+    fn keeps(&self, pod: &str, container: &str) -> bool {
+        self.known.is_none_or(|known| {
+            self.recent.contains(pod) || known.get(pod).is_some_and(|c| c.contains(container))
+        })
+    }
+}
+
+/// The entries one poll of one plugin ignored and refused: counts, and the
+/// first [`NAMED_IN_LOG`] of each for the log.
+#[derive(Debug, Default)]
+struct Tally {
+    ignored: usize,
+    ignored_pods: Vec<String>,
+    refused: usize,
+    refusals: Vec<String>,
+}
+
+impl Tally {
+    fn ignore(&mut self, pod: &str, entries: usize) {
+        self.ignored += entries;
+        let pod = format!("{:?}", clip(pod));
+        if self.ignored_pods.len() < NAMED_IN_LOG && !self.ignored_pods.contains(&pod) {
+            self.ignored_pods.push(pod);
+        }
+    }
+
+    fn refuse(&mut self, (pod, container): (&str, &str), reason: &str) {
+        self.refused += 1;
+        if self.refusals.len() < NAMED_IN_LOG {
+            self.refusals.push(format!(
+                "pod {:?} container {:?}: {}",
+                clip(pod),
+                clip(container),
+                clip(reason)
+            ));
+        }
+    }
+}
+
+/// At most [`CLIPPED`] bytes of `text` (a plugin's names and values can be
+/// as long as its message) for a log line.
+fn clip(text: &str) -> &str {
+    let mut end = text.len().min(CLIPPED);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The plugins as a hint source of the admission pipeline.

@@ -191,7 +191,13 @@ const OPTIONAL_METHODS: [&str; 2] = ["GetTopologyAwareAllocatableResources", "Re
 /// One registered (or remembered) plugin.
 #[derive(Debug, Clone)]
 struct Endpoint {
+    /// The socket it is called on (its endpoint).
     socket: PathBuf,
+    /// The socket it registered from: the plugin-watcher socket whose
+    /// `GetInfo` named `socket` (the same path when it named none), or
+    /// `socket` itself (`Registration.Register`, in the process). Its
+    /// removal de-registers the plugin (spec §3.1 step 7).
+    registered_from: PathBuf,
     /// `None` for a placeholder restored from the durable state.
     options: Option<rp::ResourcePluginOptions>,
     /// `None` while stopped.
@@ -427,8 +433,25 @@ impl Registry {
     /// `NotifyRegistrationStatus`. A refusal is told to the plugin too.
     /// First of all, a socket whose file or server is not root's or the
     /// agent's user's is refused (`pinion_host::trust`), before a word
-    /// is exchanged with it.
+    /// is exchanged with it. An endpoint the plugin names in `GetInfo`
+    /// must lie in the socket's directory ([`Self::register_socket_within`]).
     pub async fn register_socket(&self, socket: &Path) -> Result<String, RegisterError> {
+        let dir = socket.parent().unwrap_or(Path::new("/"));
+        self.register_socket_within(socket, dir).await
+    }
+
+    /// [`Self::register_socket`] of a socket found in the plugin directory
+    /// `plugin_dir` (the watcher's): an endpoint the plugin names in
+    /// `GetInfo` is a path relative to the socket's directory, neither
+    /// absolute nor with a `..`, and must resolve (symbolic links
+    /// followed) inside `plugin_dir`; otherwise the plugin is refused,
+    /// naming the value ([`endpoint_within`]). The entry remembers `socket`
+    /// as what it registered from: removing `socket` stops it.
+    pub async fn register_socket_within(
+        &self,
+        socket: &Path,
+        plugin_dir: &Path,
+    ) -> Result<String, RegisterError> {
         self.check_socket(socket).await?;
         let channel = self.connect(socket).await?;
         let mut registration = pr::registration_client::RegistrationClient::new(channel.clone());
@@ -466,13 +489,12 @@ impl Registry {
             notify(&mut registration, false, &error).await;
             return Err(RegisterError::Refused(error));
         }
-        let endpoint = if info.endpoint.is_empty() {
-            socket.to_path_buf()
-        } else {
-            socket.parent().map_or_else(
-                || PathBuf::from(&info.endpoint),
-                |dir| dir.join(&info.endpoint),
-            )
+        let endpoint = match endpoint_within(socket, &info.endpoint, plugin_dir) {
+            Ok(endpoint) => endpoint,
+            Err(err) => {
+                notify(&mut registration, false, &err.to_string()).await;
+                return Err(err);
+            }
         };
         let client_channel = if endpoint == socket {
             channel
@@ -484,7 +506,13 @@ impl Registry {
             self.connect(&endpoint).await?
         };
         let result = self
-            .activate(&info.name, &endpoint, socket_client(client_channel), None)
+            .activate(
+                &info.name,
+                &endpoint,
+                socket,
+                socket_client(client_channel),
+                None,
+            )
             .await;
         match &result {
             Ok(()) => notify(&mut registration, true, "").await,
@@ -508,8 +536,14 @@ impl Registry {
     ) -> Result<(), RegisterError> {
         self.wait_for_socket(endpoint, DIAL_TIMEOUT).await?;
         let channel = self.connect(endpoint).await?;
-        self.activate(resource, endpoint, socket_client(channel), Some(options))
-            .await
+        self.activate(
+            resource,
+            endpoint,
+            endpoint,
+            socket_client(channel),
+            Some(options),
+        )
+        .await
     }
 
     /// Registers a plugin running in the agent's process (a built-in
@@ -523,6 +557,7 @@ impl Registry {
         self.activate(
             resource,
             Path::new(IN_PROCESS),
+            Path::new(IN_PROCESS),
             Client::InProcess(service),
             None,
         )
@@ -530,11 +565,13 @@ impl Registry {
     }
 
     /// Asks for options unless given, then makes the entry active; an
-    /// existing entry of the resource is replaced (newest wins).
+    /// existing entry of the resource is replaced (newest wins). The entry
+    /// is called on `socket` and stops when `registered_from` goes.
     async fn activate(
         &self,
         resource: &str,
         socket: &Path,
+        registered_from: &Path,
         mut client: Client,
         options: Option<rp::ResourcePluginOptions>,
     ) -> Result<(), RegisterError> {
@@ -565,6 +602,7 @@ impl Registry {
                 resource.to_string(),
                 Endpoint {
                     socket: socket.to_path_buf(),
+                    registered_from: registered_from.to_path_buf(),
                     options: Some(options.clone()),
                     client: Some(client),
                     registered: SystemTime::now(),
@@ -583,13 +621,16 @@ impl Registry {
     }
 
     /// Stops every active entry registered from `socket` (its socket was
-    /// removed or moved away: de-registration), or from a socket under it
-    /// (a directory that went).
+    /// removed or moved away: de-registration, by what was registered from
+    /// it, spec §3.1 step 7), or called on it (its endpoint went), or on a
+    /// socket under it (a directory that went).
     pub fn stop_socket(&self, socket: &Path, why: &str) -> Vec<String> {
         let mut stopped = Vec::new();
         let mut table = self.table();
         for (resource, endpoint) in table.iter_mut() {
-            if endpoint.socket.starts_with(socket) && endpoint.client.is_some() {
+            let gone =
+                endpoint.registered_from.starts_with(socket) || endpoint.socket.starts_with(socket);
+            if gone && endpoint.client.is_some() {
                 endpoint.client = None;
                 endpoint.stopped = Some((SystemTime::now(), why.to_string()));
                 endpoint.node_resources.clear();
@@ -611,6 +652,7 @@ impl Registry {
             .entry(resource.to_string())
             .or_insert_with(|| Endpoint {
                 socket: PathBuf::new(),
+                registered_from: PathBuf::new(),
                 options: None,
                 client: None,
                 registered: SystemTime::now(),
@@ -821,6 +863,61 @@ fn node_resource_view(r: &AllocatableResource) -> pinion_api::local::NodeResourc
     }
 }
 
+/// The socket a plugin found at `socket` is called on: `endpoint` as its
+/// `GetInfo` named it, absolute (as kubelet's device-plugin stubs name
+/// their own socket) or relative to the socket's directory (`socket`
+/// itself when empty, spec §3.1 step 3). Kubelet dials whatever path a
+/// plugin names; Pinion keeps plugins in their directory: an endpoint with
+/// a `..` component or naming no file is refused, and so is one that
+/// resolves (symbolic links followed) outside `plugin_dir`, each naming
+/// the value. One that does not exist yet cannot be reached (the
+/// watcher tries again).
+fn endpoint_within(
+    socket: &Path,
+    endpoint: &str,
+    plugin_dir: &Path,
+) -> Result<PathBuf, RegisterError> {
+    use std::path::Component;
+    if endpoint.is_empty() {
+        return Ok(socket.to_path_buf());
+    }
+    let refuse = |defect: String| {
+        RegisterError::Refused(format!(
+            "RegisterPlugin error -- the plugin's endpoint {:?} {defect}",
+            super::register::shown(endpoint)
+        ))
+    };
+    let named = Path::new(endpoint);
+    let relative = format!(
+        "an endpoint is a socket path in the plugin directory {}, absolute or relative to the plugin's socket",
+        plugin_dir.display()
+    );
+    if named.components().any(|c| c == Component::ParentDir) {
+        return Err(refuse(format!("has a \"..\" component: {relative}")));
+    }
+    if !named
+        .components()
+        .any(|c| matches!(c, Component::Normal(_)))
+    {
+        return Err(refuse(format!("names no socket file: {relative}")));
+    }
+    let path = socket.parent().unwrap_or(Path::new("/")).join(named);
+    let unreachable = |source: std::io::Error| RegisterError::Unreachable {
+        socket: path.clone(),
+        source: Arc::new(source),
+    };
+    let resolved = std::fs::canonicalize(&path).map_err(unreachable)?;
+    let dir = std::fs::canonicalize(plugin_dir).map_err(unreachable)?;
+    if !resolved.starts_with(&dir) {
+        return Err(refuse(format!(
+            "resolves to {}, outside the plugin directory {}",
+            resolved.display(),
+            plugin_dir.display()
+        )));
+    }
+    Ok(path)
+}
+
 /// The client of a plugin's socket, with the wire's message size bound.
 fn socket_client(channel: Channel) -> Client {
     Client::Socket(
@@ -938,6 +1035,61 @@ mod tests {
         );
         let stats = registry.views().remove(0).stats;
         assert_eq!(stats.calls["Allocate"].errors, 2);
+    }
+
+    /// Hunt D11: the endpoint a plugin named in `GetInfo` was joined to
+    /// its socket's directory as given, so an absolute path or `..` led
+    /// anywhere. It must now be relative, without `..`, and resolve inside
+    /// the plugin directory; a refusal names the value.
+    #[test]
+    fn regression_an_endpoint_must_stay_in_the_plugin_directory() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let plugins = root.path().join("plugins");
+        std::fs::create_dir_all(plugins.join("sub")).expect("mkdir");
+        std::fs::write(plugins.join("e.sock"), "").expect("endpoint");
+        std::fs::write(plugins.join("sub/e.sock"), "").expect("endpoint");
+        std::fs::write(root.path().join("away.sock"), "").expect("outside");
+        std::os::unix::fs::symlink(root.path().join("away.sock"), plugins.join("link.sock"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(plugins.join("e.sock"), plugins.join("sub/in.sock"))
+            .expect("symlink");
+        let socket = plugins.join("r.sock");
+        let within = |endpoint: &str| endpoint_within(&socket, endpoint, &plugins);
+        assert_eq!(within("").expect("empty"), socket);
+        assert_eq!(within("e.sock").expect("plain"), plugins.join("e.sock"));
+        assert_eq!(
+            within("./sub/e.sock").expect("sub"),
+            plugins.join("sub/e.sock")
+        );
+        assert_eq!(
+            within("sub/in.sock").expect("link in"),
+            plugins.join("sub/in.sock")
+        );
+        let absolute = plugins.join("sub/e.sock").display().to_string();
+        assert_eq!(
+            within(&absolute).expect("absolute, inside"),
+            plugins.join("sub/e.sock")
+        );
+        let away = root.path().join("away.sock").display().to_string();
+        for (endpoint, defect) in [
+            (away.as_str(), "outside the plugin directory"),
+            ("../away.sock", "has a \"..\" component"),
+            ("sub/../e.sock", "has a \"..\" component"),
+            (".", "names no socket file"),
+            ("link.sock", "outside the plugin directory"),
+        ] {
+            match within(endpoint) {
+                Err(RegisterError::Refused(error)) => assert!(
+                    error.contains(&format!("endpoint {endpoint:?}")) && error.contains(defect),
+                    "{endpoint}: {error}"
+                ),
+                other => panic!("{endpoint}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            within("later.sock"),
+            Err(RegisterError::Unreachable { .. })
+        ));
     }
 
     /// Regression (#11, found by `tests/qrm_failures.rs`): a plugin past

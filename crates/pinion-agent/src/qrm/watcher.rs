@@ -4,7 +4,15 @@
 //! plugin. A socket renamed into the directory appears, one renamed out of
 //! it goes (kubelet's fsnotify watcher reads a move-in as a creation). Names starting with `.` and anything that is not a socket are
 //! ignored; sub-directories are watched too.
+//!
+//! Each socket registers on its own task, as kubelet's plugin manager
+//! registers each socket asynchronously: a plugin slow to answer (or never
+//! answering) holds up neither another plugin's registration nor the
+//! handling of removals. At most one registration per socket path is under
+//! way ([`Pending`]), at most [`MAX_REGISTERING`] talk to their plugins at
+//! once; the socket's removal cancels it before its plugin is stopped.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::FileTypeExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +20,7 @@ use std::time::Duration;
 
 use notify::{EventKind, RecursiveMode, Watcher as _};
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::registry::Registry;
 
@@ -70,15 +79,16 @@ pub fn watch_dir(dir: &Path) -> Result<DirWatch, WatchError> {
 }
 
 /// Registers the sockets already in `dir`, then follows the watch until
-/// `stop` turns true.
+/// `stop` turns true (pending registrations are cancelled then).
 pub async fn run(
     dir: PathBuf,
     mut watch: DirWatch,
     registry: Arc<Registry>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut pending = Pending::new(dir.clone(), registry);
     for socket in sockets_in(&dir) {
-        register(&registry, &socket).await;
+        pending.register(&socket);
     }
     loop {
         let event = tokio::select! {
@@ -91,29 +101,146 @@ pub async fn run(
         match change(&event) {
             Change::Created => {
                 for path in event.paths.iter().filter(|p| is_plugin_socket(p)) {
-                    register(&registry, path).await;
+                    pending.register(path);
                 }
             }
             Change::MovedIn => {
                 for path in &event.paths {
-                    moved_in(&registry, path).await;
+                    pending.moved_in(path);
                 }
             }
             Change::Gone => {
                 for path in &event.paths {
-                    gone(&registry, path);
+                    pending.gone(path).await;
                 }
             }
             Change::Renamed => {
                 for path in &event.paths {
                     if std::fs::symlink_metadata(path).is_ok() {
-                        moved_in(&registry, path).await;
+                        pending.moved_in(path);
                     } else {
-                        gone(&registry, path);
+                        pending.gone(path).await;
                     }
                 }
             }
             Change::None => {}
+        }
+    }
+    pending.cancel_all().await;
+}
+
+/// The registrations under way, one task per socket path (a socket seen
+/// again while its registration runs is not registered twice; the task
+/// retries and reaches whatever listens there).
+struct Pending {
+    dir: PathBuf,
+    registry: Arc<Registry>,
+    tasks: BTreeMap<PathBuf, JoinHandle<()>>,
+    /// At most [`MAX_REGISTERING`] registrations talk to their plugins at
+    /// once (the directory may fill with sockets nobody answers on).
+    registering: Arc<tokio::sync::Semaphore>,
+}
+
+/// Registrations that talk to their plugins at once; more wait their turn.
+pub const MAX_REGISTERING: usize = 16;
+
+impl Pending {
+    fn new(dir: PathBuf, registry: Arc<Registry>) -> Self {
+        Self {
+            dir,
+            registry,
+            tasks: BTreeMap::new(),
+            registering: Arc::new(tokio::sync::Semaphore::new(MAX_REGISTERING)),
+        }
+    }
+
+    /// Starts registering the plugin on `socket`, unless that is under
+    /// way already.
+    fn register(&mut self, socket: &Path) {
+        self.tasks.retain(|_, task| !task.is_finished());
+        if self.tasks.contains_key(socket) {
+            tracing::debug!(socket = %socket.display(), "registration under way already");
+            return;
+        }
+        let registry = Arc::clone(&self.registry);
+        let dir = self.dir.clone();
+        let path = socket.to_path_buf();
+        let registering = Arc::clone(&self.registering);
+        let task = tokio::spawn(async move {
+            // Never closed: the permit always comes.
+            let _turn = registering.acquire_owned().await;
+            register(&registry, &path, &dir).await;
+        });
+        self.tasks.insert(socket.to_path_buf(), task);
+    }
+
+    /// A plugin socket moved in is registered; a directory moved in has
+    /// its sockets registered.
+    fn moved_in(&mut self, path: &Path) {
+        if is_plugin_socket(path) {
+            self.register(path);
+        } else if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir()) {
+            for socket in sockets_in(path) {
+                self.register(&socket);
+            }
+        }
+    }
+
+    /// A path that went (removed, or moved out): its registration under
+    /// way, or those of sockets under it (a directory), are cancelled and
+    /// have ended (none can make its plugin active afterwards); then the
+    /// plugins registered from it stop.
+    async fn gone(&mut self, path: &Path) {
+        let cancelled: Vec<PathBuf> = self
+            .tasks
+            .keys()
+            .filter(|socket| socket.starts_with(path))
+            .cloned()
+            .collect();
+        for socket in cancelled {
+            if let Some(task) = self.tasks.remove(&socket) {
+                task.abort();
+                if task.await.is_err_and(|err| err.is_cancelled()) {
+                    tracing::debug!(socket = %socket.display(), "registration cancelled: the socket went");
+                }
+            }
+        }
+        self.registry
+            .stop_socket(path, "its socket was removed or moved away");
+    }
+
+    /// Cancels every registration under way.
+    async fn cancel_all(&mut self) {
+        for (_, task) in std::mem::take(&mut self.tasks) {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+/// Registers the plugin on `socket` (found in the plugin directory `dir`),
+/// trying a few times while its server comes up (another server's socket
+/// file may exist from `bind(2)`, before `listen(2)`; Pinion's own appear
+/// listening, `pinion_api::uds::listen`).
+async fn register(registry: &Registry, socket: &Path, dir: &Path) {
+    let mut delay = Duration::from_millis(50);
+    for attempt in 1..=5 {
+        match registry.register_socket_within(socket, dir).await {
+            Ok(resource) => {
+                tracing::debug!(%resource, socket = %socket.display(), attempt, "registered");
+                return;
+            }
+            Err(err @ super::registry::RegisterError::Refused(_)) => {
+                tracing::warn!(socket = %socket.display(), "plugin refused: {err}");
+                return;
+            }
+            Err(err) if attempt == 5 => {
+                tracing::warn!(socket = %socket.display(), "plugin registration failed: {err}");
+            }
+            Err(_) => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
         }
     }
 }
@@ -150,50 +277,6 @@ fn change(event: &notify::Event) -> Change {
     }
 }
 
-/// A plugin socket moved in is registered; a directory moved in has its
-/// sockets registered.
-async fn moved_in(registry: &Registry, path: &Path) {
-    if is_plugin_socket(path) {
-        register(registry, path).await;
-    } else if std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_dir()) {
-        for socket in sockets_in(path) {
-            register(registry, &socket).await;
-        }
-    }
-}
-
-/// A path that went (removed, or moved out): the plugins registered from
-/// it, or from a socket under it (a directory), stop.
-fn gone(registry: &Registry, path: &Path) {
-    registry.stop_socket(path, "its socket was removed or moved away");
-}
-
-/// Registers the plugin on `socket`, trying a few times while its server
-/// comes up (another server's socket file may exist from `bind(2)`, before
-/// `listen(2)`; Pinion's own appear listening, `pinion_api::uds::listen`).
-async fn register(registry: &Registry, socket: &Path) {
-    let mut delay = Duration::from_millis(50);
-    for attempt in 1..=5 {
-        match registry.register_socket(socket).await {
-            Ok(resource) => {
-                tracing::debug!(%resource, socket = %socket.display(), attempt, "registered");
-                return;
-            }
-            Err(err @ super::registry::RegisterError::Refused(_)) => {
-                tracing::warn!(socket = %socket.display(), "plugin refused: {err}");
-                return;
-            }
-            Err(err) if attempt == 5 => {
-                tracing::warn!(socket = %socket.display(), "plugin registration failed: {err}");
-            }
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-            }
-        }
-    }
-}
-
 fn is_plugin_socket(path: &Path) -> bool {
     let hidden = path
         .file_name()
@@ -223,4 +306,45 @@ fn sockets_in(dir: &Path) -> Vec<PathBuf> {
     }
     found.sort();
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hunt D2: registrations run on their own tasks now; the same socket
+    /// seen twice (the start-up scan and its creation event, a plugin
+    /// re-creating its socket) has one registration under way, and the
+    /// socket's removal cancels it (it has ended when `gone` returns).
+    #[tokio::test]
+    async fn regression_a_socket_has_one_registration_at_a_time_and_its_removal_cancels_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("p.sock");
+        // Listening but never accepting: each try waits for `GetInfo`.
+        let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+        let registry = Arc::new(Registry::new(Duration::from_secs(10)));
+        let mut pending = Pending::new(dir.path().to_path_buf(), Arc::clone(&registry));
+        pending.register(&socket);
+        let first = pending.tasks[&socket].id();
+        pending.register(&socket);
+        assert_eq!(pending.tasks.len(), 1, "one registration per socket");
+        assert_eq!(
+            pending.tasks[&socket].id(),
+            first,
+            "the registration under way goes on, no second one starts"
+        );
+        let other = dir.path().join("q.sock");
+        let _other = std::os::unix::net::UnixListener::bind(&other).expect("bind");
+        pending.register(&other);
+        assert_eq!(pending.tasks.len(), 2);
+        pending.gone(&socket).await;
+        assert_eq!(
+            pending.tasks.keys().collect::<Vec<_>>(),
+            vec![&other],
+            "the removed socket's registration is cancelled, the other goes on"
+        );
+        pending.cancel_all().await;
+        assert!(pending.tasks.is_empty());
+        assert!(registry.views().is_empty());
+    }
 }

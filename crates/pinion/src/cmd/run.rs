@@ -20,6 +20,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use pinion_api::local::{RunRequest, RUN_ID_PREFIX};
 use pinion_api::Client;
+use pinion_core::k8s_names;
 use pinion_core::qos::{self, vocabulary};
 use pinion_core::Quantity;
 use tokio::signal::unix::{signal, SignalKind};
@@ -109,6 +110,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         check_asks(args.cpus.as_deref(), &asks)
     }) {
+        eprintln!("pinion run: {why}");
+        std::process::exit(EXIT_PINION_FAILED);
+    }
+    if let Err(why) = check_meta(args) {
         eprintln!("pinion run: {why}");
         std::process::exit(EXIT_PINION_FAILED);
     }
@@ -235,6 +240,63 @@ fn check_cpus(cpus: Option<&str>) -> Result<(), String> {
     }
 }
 
+/// Refuses a pod name, namespace, label or annotation Kubernetes' API
+/// server would refuse, as the agent does (`pinion_core::k8s_names`), before
+/// the agent is asked. The pod name, when not given, is the run's id.
+fn check_meta(args: &Args) -> Result<(), String> {
+    let flag = |flag: &str, err: k8s_names::MetaError| format!("{flag}: {err}");
+    if let Some(name) = &args.pod_name {
+        k8s_names::check_pod_name(name).map_err(|err| flag("--pod-name", err))?;
+    }
+    if let Some(namespace) = &args.namespace {
+        k8s_names::check_namespace(namespace).map_err(|err| flag("--namespace", err))?;
+    }
+    k8s_names::check_labels(args.labels.iter().map(|(k, v)| (k, v)))
+        .map_err(|err| flag("--label", err))?;
+    k8s_names::check_annotations(args.annotations.iter().map(|(k, v)| (k, v)))
+        .map_err(|err| flag("--annotation", err))
+}
+
+/// Whether the run asks for exclusive CPUs: a whole `--cpus` N ≥ 1, and no
+/// QoS annotation asking for another level than `dedicated_cores` (a
+/// `shared_cores` run with a whole N is the resource plugins' to place).
+fn asks_exclusive(cpus: Option<&str>, annotations: &[(String, String)]) -> bool {
+    let whole = cpus
+        .and_then(|text| Quantity::parse(text).ok())
+        .is_some_and(|q| !q.is_zero() && q.is_integral());
+    let map: std::collections::BTreeMap<String, String> = annotations.iter().cloned().collect();
+    let other_level = qos::parse(&map)
+        .is_ok_and(|r| r.level_explicit && r.level != qos::QosLevel::DedicatedCores);
+    whole && !other_level
+}
+
+/// Refuses an admission that did not give the exclusive CPUs asked for:
+/// the agent answered with the shared pool (its policy is `none`, or
+/// another that gives no exclusive CPUs). CPUs a resource plugin chose
+/// (`pool` `plugin`) are the plugin's answer to the request and taken.
+fn check_admitted(
+    cpus: Option<&str>,
+    annotations: &[(String, String)],
+    admitted: &pinion_api::local::Admitted,
+) -> Result<(), String> {
+    if !asks_exclusive(cpus, annotations) || admitted.exclusive || admitted.pool == "plugin" {
+        return Ok(());
+    }
+    let pool = if admitted.pool.is_empty() {
+        "shared"
+    } else {
+        &admitted.pool
+    };
+    Err(format!(
+        "--cpus {} asks for exclusive CPUs, but the agent placed the run in the {pool} pool \
+         (cpus {}): its CPU manager policy gives no exclusive CPUs (e.g. cpuManagerPolicy: \
+         none; `pinion ps` shows the policy); the command was not started. Run it with a \
+         fractional --cpus (e.g. 1500m) or without --cpus to run in the shared pool",
+        cpus.unwrap_or_default(),
+        admitted.cpus
+    ))
+}
+
 /// Refuses `--isolated` / `--uncore` (or their annotations) without a whole
 /// `--cpus`: they shape exclusive CPUs, which a shared-pool run never gets.
 /// "Whole" is the agent's test (kubelet's: `1000m` and `1.0` are whole).
@@ -269,6 +331,11 @@ fn launch(args: &Args, id: &str, socket: &Path) -> ! {
             std::process::exit(EXIT_PINION_FAILED);
         }
     };
+    // The parent releases the run when this launcher exits.
+    if let Err(why) = check_admitted(args.cpus.as_deref(), &args.annotations, &admitted) {
+        eprintln!("pinion run: {why}");
+        std::process::exit(EXIT_PINION_FAILED);
+    }
     if let Some(adj) = admitted.resources.oom_score_adj {
         // Inherited by the command: the launcher becomes it.
         if let Err(err) = std::fs::write("/proc/self/oom_score_adj", adj.to_string()) {
@@ -495,5 +562,52 @@ mod tests {
             Ok(())
         );
         assert_eq!(check_qos(None, &[]), Ok(()));
+    }
+
+    fn answer(exclusive: bool, pool: &str) -> pinion_api::local::Admitted {
+        pinion_api::local::Admitted {
+            pod: "pinion-run-1".into(),
+            container: "main".into(),
+            cpus: "0-3".into(),
+            exclusive,
+            mems: String::new(),
+            cgroup: Some("pinion-run-1".into()),
+            pool: pool.into(),
+            env: std::collections::BTreeMap::new(),
+            annotations: std::collections::BTreeMap::new(),
+            resources: pinion_api::local::Resources::default(),
+        }
+    }
+
+    /// `pinion run --cpus 2` ran the command in the shared pool when the
+    /// agent's policy gave no exclusive CPUs (policy `none`): the answer's
+    /// `exclusive` was not looked at.
+    #[test]
+    fn regression_a_shared_answer_to_whole_cpus_was_run_silently() {
+        let shared = answer(false, "shared");
+        let why = check_admitted(Some("2"), &[], &shared).expect_err("not exclusive");
+        assert!(
+            why.starts_with("--cpus 2 asks for exclusive CPUs, but the agent placed the run in the shared pool (cpus 0-3)"),
+            "{why}"
+        );
+        assert!(why.contains("the command was not started"), "{why}");
+        // An agent without the pool field.
+        assert!(check_admitted(Some("1000m"), &[], &answer(false, "")).is_err());
+        // Asked for the shared pool, or answered by exclusive or plugin CPUs.
+        for cpus in [None, Some("1500m"), Some("0.5")] {
+            assert_eq!(check_admitted(cpus, &[], &shared), Ok(()), "{cpus:?}");
+        }
+        assert_eq!(
+            check_admitted(Some("2"), &[], &answer(true, "exclusive")),
+            Ok(())
+        );
+        assert_eq!(
+            check_admitted(Some("2"), &[], &answer(false, "plugin")),
+            Ok(())
+        );
+        let shared_cores = annotation(qos::QOS_LEVEL_KEY, "shared_cores");
+        assert_eq!(check_admitted(Some("2"), &shared_cores, &shared), Ok(()));
+        let dedicated = annotation(qos::QOS_LEVEL_KEY, "dedicated_cores");
+        assert!(check_admitted(Some("2"), &dedicated, &shared).is_err());
     }
 }
