@@ -101,7 +101,9 @@ pub fn extended_name_defect(name: &str) -> Option<&'static str> {
     if rest.contains('/') {
         return Some("it has more than one '/'");
     }
-    if QUOTA_PREFIX.len() + prefix.len() > MAX_PREFIX || crate::k8s_names::dns1123_subdomain_defect(prefix).is_some() {
+    if QUOTA_PREFIX.len() + prefix.len() > MAX_PREFIX
+        || crate::k8s_names::dns1123_subdomain_defect(prefix).is_some()
+    {
         return Some("its prefix is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 244 characters)");
     }
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
