@@ -184,6 +184,20 @@ impl Engine {
         result
     }
 
+    /// The CPUs pod `pod`'s init containers pass on to its later
+    /// containers, recalled when another pod's admission or a restart made
+    /// the policy forget them ([`crate::policy::StaticPolicy::recall_reuse`],
+    /// `kind_of` naming each container's kind): what kubelet's admission of
+    /// a whole pod keeps. For callers that admit a pod's containers one by
+    /// one as a runtime creates them (the agent); not done by the
+    /// admissions themselves, which follow kubelet's `Allocate` call by call
+    /// (`pinion simulate`, the conformance tables).
+    pub fn recall_reuse(&mut self, pod: &str, kind_of: impl Fn(&str) -> Option<ContainerKind>) {
+        if let Policy::Static(policy) = &mut self.policy {
+            policy.recall_reuse(&self.state, pod, kind_of);
+        }
+    }
+
     /// kubelet's CPU manager counters after one exclusive admission:
     /// `fresh` when the container held no CPUs before.
     fn count_allocation(&mut self, result: &Result<Option<CpuSet>, PolicyError>, fresh: bool) {

@@ -175,11 +175,21 @@ pub fn container_kind(pod: &PodSandbox, name: &str) -> Result<ContainerKind, Kub
 
 /// The pod's init containers in spec order: (name, is sidecar).
 pub fn init_containers(pod: &PodSandbox) -> Result<Vec<(String, bool)>, KubeError> {
-    let Some(value) = pod.annotations.get(INIT_CONTAINERS_ANNOTATION) else {
+    declared_init_containers(&pod.id, &pod.annotations)
+}
+
+/// The init containers a pod's `annotations` declare
+/// ([`INIT_CONTAINERS_ANNOTATION`]) in spec order: (name, is sidecar);
+/// `pod` names the pod in errors.
+pub fn declared_init_containers(
+    pod: &str,
+    annotations: &BTreeMap<String, String>,
+) -> Result<Vec<(String, bool)>, KubeError> {
+    let Some(value) = annotations.get(INIT_CONTAINERS_ANNOTATION) else {
         return Ok(Vec::new());
     };
     let bad = |reason: String| KubeError::Annotation {
-        pod: pod.id.clone(),
+        pod: pod.to_string(),
         key: INIT_CONTAINERS_ANNOTATION,
         value: value.clone(),
         reason,

@@ -7,6 +7,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use pinion_core::engine::find_container;
+use pinion_core::pod::Pod;
+use pinion_core::policy::ContainerKind;
 use pinion_core::record::Scope;
 use pinion_core::CpuSet;
 
@@ -101,6 +104,31 @@ impl Controller {
         let key = (request.pod.uid.clone(), request.container.clone());
         let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
         let started = Instant::now();
+        // A runtime creates a pod's containers one by one, other pods in
+        // between, where kubelet admits the pod as a whole: what its init
+        // containers pass on is recalled first. A container's kind comes
+        // from this pod spec, else from the spec it was admitted with, else
+        // from the init containers the pod's annotation declares (NRI; a
+        // container restored at a restart has no spec).
+        let workloads = &self.workloads;
+        let declared = pinion_nri::kube::declared_init_containers(&key.0, &request.pod.annotations)
+            .unwrap_or_default();
+        self.engine.recall_reuse(&key.0, |name| {
+            let kind = |pod: &Pod| find_container(pod, name).map(|(_, kind)| kind);
+            kind(&request.pod)
+                .or_else(|| {
+                    let admitted = workloads.get(&(key.0.clone(), name.to_string()))?;
+                    kind(admitted.spec.as_deref()?)
+                })
+                .or_else(|| {
+                    let (_, sidecar) = declared.iter().find(|(init, _)| init == name)?;
+                    Some(if *sidecar {
+                        ContainerKind::Sidecar
+                    } else {
+                        ContainerKind::Init
+                    })
+                })
+        });
         let report = self.engine.admit_container_as(
             &request.pod,
             &request.container,

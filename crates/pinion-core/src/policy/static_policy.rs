@@ -494,6 +494,41 @@ impl StaticPolicy {
         self.note_reuse(request.pod, request.kind, cpus);
     }
 
+    /// kubelet's re-admission of pod `pod`, as far as `cpusToReuse` goes:
+    /// when the CPUs its init containers pass on are not remembered —
+    /// another pod was admitted since (kubelet keeps one pod's), or the
+    /// agent restarted — they are what its init containers hold less what
+    /// its other containers hold, as kubelet's `Allocate` of each container
+    /// leaves them when it admits the pod again (`updateCPUsToReuse`, init
+    /// containers first). `kind_of` tells each container's kind by name
+    /// (`None`: not known, left out). Kubelet admits a pod's containers one
+    /// after the other at once; a runtime creates them one by one (NRI),
+    /// and other pods come in between.
+    pub fn recall_reuse(
+        &mut self,
+        state: &State,
+        pod: &str,
+        kind_of: impl Fn(&str) -> Option<ContainerKind>,
+    ) {
+        if self.reuse.contains_key(pod) {
+            return;
+        }
+        let Some(held) = state.assignments.get(pod) else {
+            return;
+        };
+        let mut inits = CpuSet::new();
+        let mut others = CpuSet::new();
+        for (container, cpus) in held {
+            match kind_of(container) {
+                Some(ContainerKind::Init) => inits.union_with(cpus),
+                Some(ContainerKind::Sidecar | ContainerKind::App) => others.union_with(cpus),
+                None => {}
+            }
+        }
+        self.note_reuse(pod, ContainerKind::Init, &inits);
+        self.note_reuse(pod, ContainerKind::App, &others);
+    }
+
     /// kubelet `updateCPUsToReuse` for container `kind` of `pod`.
     pub(super) fn note_reuse(&mut self, pod: &str, kind: ContainerKind, cpus: &CpuSet) {
         self.reuse.retain(|p, _| p == pod);

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::engine::find_container;
 use crate::pod::Container;
 use crate::policy::PolicyConfig;
 use crate::quantity::Quantity;
@@ -21,6 +22,11 @@ fn machine() -> Topology {
 }
 
 fn engine(policy: &str, scope: &str) -> Engine {
+    engine_on(policy, scope, State::default())
+}
+
+/// [`engine`] started on `state` (as after a restart).
+fn engine_on(policy: &str, scope: &str, state: State) -> Engine {
     let topology = machine();
     let config = PolicyConfig {
         topology_manager_policy: Some(policy.into()),
@@ -28,12 +34,8 @@ fn engine(policy: &str, scope: &str) -> Engine {
         ..PolicyConfig::default()
     };
     let manager = config.build_topology_manager(&topology).unwrap();
-    let mut engine = Engine::new(
-        &topology,
-        config.build(&topology).unwrap(),
-        State::default(),
-    )
-    .with_topology_manager(manager);
+    let mut engine = Engine::new(&topology, config.build(&topology).unwrap(), state)
+        .with_topology_manager(manager);
     engine.start().unwrap();
     engine
 }
@@ -414,4 +416,71 @@ fn the_admission_known_before_the_engine_is_the_engines() {
     // `none` for both owners and scopes, and every other policy for a
     // plugin's CPUs in container scope.
     assert_eq!(known, 5 * (2 * 2 + 3));
+}
+
+/// A pod whose init container holds `init` CPUs and whose app container
+/// `c0` asks `app`.
+fn pod_with_init(uid: &str, init: u32, app: u32) -> Pod {
+    let mut p = pod(uid, &[app]);
+    p.init_containers.push(container("init", init));
+    p
+}
+
+/// The CPUs an exclusive admission could take now.
+fn free(engine: &Engine) -> usize {
+    engine
+        .state()
+        .default
+        .difference(&engine.policy().reserved())
+        .len()
+}
+
+/// Regression (found from outside, NRI): a runtime creates a pod's
+/// containers one by one, and another pod's admission in between made the
+/// policy forget the CPUs the finished init container passes on (kubelet
+/// keeps one pod's `cpusToReuse`, but admits a pod's containers one after
+/// the other), so the app container was refused on a full node where
+/// kubelet gives it the init container's CPUs. The agent recalls them
+/// ([`Engine::recall_reuse`]) before each container's admission.
+#[test]
+fn regression_init_cpus_are_reused_after_another_pod_was_admitted_in_between() {
+    let mut engine = engine("none", "container");
+    let p = pod_with_init("p", 4, 4);
+    let init = engine
+        .admit_container_with(&p, "init", &[])
+        .result
+        .unwrap()
+        .expect("exclusive");
+    let q = pod("q", &[u32::try_from(free(&engine)).unwrap() - 2]);
+    engine.admit_container_with(&q, "c0", &[]).result.unwrap();
+    assert_eq!(free(&engine), 2);
+    engine.recall_reuse(&p.uid, |name| {
+        find_container(&p, name).map(|(_, kind)| kind)
+    });
+    let app = engine.admit_container_with(&p, "c0", &[]).result;
+    assert_eq!(app, Ok(Some(init)));
+}
+
+/// Regression (found from outside, NRI): after a restart the policy
+/// remembered no reusable CPUs, so a pod whose init container had finished
+/// before the restart could never start its app container on a full node.
+/// Kubelet re-admits its pods after a restart, which rebuilds the list.
+#[test]
+fn regression_init_cpus_are_reused_after_a_restart() {
+    let mut before = engine("none", "container");
+    let p = pod_with_init("p", 4, 4);
+    let init = before
+        .admit_container_with(&p, "init", &[])
+        .result
+        .unwrap()
+        .expect("exclusive");
+    let q = pod("q", &[u32::try_from(free(&before)).unwrap() - 2]);
+    before.admit_container_with(&q, "c0", &[]).result.unwrap();
+    // The restart: a new engine on the same state.
+    let mut after = engine_on("none", "container", before.state().clone());
+    after.recall_reuse(&p.uid, |name| {
+        find_container(&p, name).map(|(_, kind)| kind)
+    });
+    let app = after.admit_container_with(&p, "c0", &[]).result;
+    assert_eq!(app, Ok(Some(init)));
 }
