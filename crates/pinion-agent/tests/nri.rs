@@ -535,6 +535,54 @@ async fn agent_restart_moves_nothing_and_releases_what_ended_meanwhile() {
     agent.stop().await;
 }
 
+/// Regression (found from outside with containerd): a Guaranteed
+/// container the agent had left in the shared pool — created while no
+/// plugin was connected, it did not fit when the agent came back — was
+/// admitted late at a later plain restart, once CPUs were free, and moved
+/// with the shared pool shrinking under the others. A container that runs
+/// on a cpuset was placed already and stays where it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_restart_does_not_pin_a_container_left_in_the_shared_pool() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (_, web) = node
+        .pod_with(burstable_pod("web"), burstable("web", 500))
+        .await;
+    let (big_pod, big) = node
+        .pod_with(guaranteed_pod("big"), container("big", 6000))
+        .await;
+    agent.stop().await;
+    // Created while no plugin is connected: 1 cpu is free when the agent
+    // comes back, it asks 2.
+    let (_, late) = node
+        .pod_with(guaranteed_pod("late"), container("late", 2000))
+        .await;
+    assert_eq!(node.runtime.cpus(&late), "");
+    let agent = node.agent(2).await;
+    let pool = set("0-7").difference(&set(&node.runtime.cpus(&big)));
+    node.wait_cpus(&late, &pool.to_string()).await;
+    assert!(!agent.handle.snapshot().assignments.contains_key("late"));
+
+    // The big pod ends: the shared pool is every cpu again.
+    node.runtime.stop_container(&big).await.unwrap();
+    node.runtime.remove_container(&big).await.unwrap();
+    node.runtime.stop_pod(&big_pod).await.unwrap();
+    node.runtime.remove_pod(&big_pod).await.unwrap();
+    node.wait_cpus(&late, "0-7").await;
+    node.wait_cpus(&web, "0-7").await;
+    agent.stop().await;
+
+    let agent = node.agent(3).await;
+    assert_eq!(node.runtime.cpus(&late), "0-7", "nothing moved");
+    assert_eq!(node.runtime.cpus(&web), "0-7", "nothing moved");
+    assert!(
+        agent.handle.snapshot().assignments.is_empty(),
+        "{:?}",
+        agent.handle.snapshot().assignments
+    );
+    agent.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_restart_resyncs_without_moving_anything() {
     let node = Node::new();

@@ -22,7 +22,9 @@
 //!   the two rows that grow a container (`Increase …`) really grow it: their
 //!   shared pool after the resize is Pinion's (`after_resize_on`), while
 //!   with the switch off the resize is refused (`ResizeDisabled`) and the
-//!   pool is upstream's `expCSetAfterResize`, checked too. The `Keep same`
+//!   pool is upstream's `expCSetAfterResize`, checked too — except a resize
+//!   within the shared pool (fractional before and after), which has nothing
+//!   to do (`Ok(None)`), as kubelet's `Allocate` returns at once for it. The `Keep same`
 //!   rows expect kubelet's "nothing to be done" error upstream; the newest
 //!   branch (`@332ea1b2`, which Pinion follows) accepts an unchanged request
 //!   and keeps the CPUs, so Pinion returns the same CPUs.
@@ -361,9 +363,22 @@ fn run_row(row: &ResizeRow, on: bool) -> Vec<String> {
             spec.containers[i].cpu_request.clone().expect("request")
         };
         let got = engine.resize_container(&spec, name, &new);
+        // Whole CPUs before or after: exclusive (the pods are Guaranteed).
+        let whole = |q: &Quantity| q.milli_value().is_multiple_of(1000);
+        let shared_both =
+            !whole(spec.containers[i].cpu_request.as_ref().expect("request")) && !whole(&new);
         match (&got, on, i) {
-            (Err(PolicyError::ResizeDisabled { .. }), false, _) => {}
-            (other, false, _) => fail(format!("{name}: expected ResizeDisabled, got {other:?}")),
+            // kubelet's `Allocate` has nothing to do in the shared pool.
+            (Ok(None), false, _) if shared_both => {}
+            (Err(PolicyError::ResizeDisabled { .. }), false, _) if !shared_both => {}
+            (other, false, _) => fail(format!(
+                "{name}: expected {}, got {other:?}",
+                if shared_both {
+                    "Ok(None)"
+                } else {
+                    "ResizeDisabled"
+                }
+            )),
             (Err(err), true, 0) if row.error == Some(err.to_string().as_str()) => {}
             (Err(err), true, _) => fail(format!("{name}: unexpected error {err}")),
             (Ok(_), true, 0) if row.error.is_some() => {
@@ -791,4 +806,34 @@ fn shrinking_never_frees_cpus_another_container_of_the_pod_reuses() {
         .expect("shrink init");
     assert!(engine.state().default.is_disjoint(&app));
     engine.check_invariants().expect("invariants");
+}
+
+/// Regression (found from outside with containerd): with the switch off,
+/// every CPU resize was refused as `ResizeDisabled`, a Burstable
+/// container's too: the agent logged "in-place resize of exclusive CPUs is
+/// disabled" for a container that never has any, and kept its old request.
+/// kubelet's `Allocate` has nothing to do in the shared pool, switch or not;
+/// a resize from or to exclusive CPUs is still refused.
+#[test]
+fn regression_a_resize_within_the_shared_pool_has_nothing_to_do_with_the_switch_off() {
+    let topo = single_socket_ht();
+    let mut engine = engine(&topo, switch(false));
+    let mut burstable = pod(&["250m"]);
+    burstable.containers[0].cpu_limit = None;
+    let name = burstable.containers[0].name.clone();
+    engine.admit_container(&burstable, &name, None).unwrap();
+    let pool = engine.state().default.clone();
+    assert_eq!(
+        engine.resize_container(&burstable, &name, &q("1")),
+        Ok(None),
+        "a Burstable container stays in the shared pool"
+    );
+    assert_eq!(engine.state().default, pool);
+    // A Guaranteed container growing from the shared pool to whole CPUs is
+    // refused as before.
+    let guaranteed = pod(&["500m"]);
+    assert!(matches!(
+        engine.resize_container(&guaranteed, &name, &q("2")),
+        Err(PolicyError::ResizeDisabled { .. })
+    ));
 }

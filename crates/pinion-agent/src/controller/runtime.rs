@@ -205,12 +205,17 @@ impl Controller {
     }
 
     /// Admits, in `batch`, the running Kubernetes containers Pinion does not
-    /// know (no workload, no assignment) that ask for exclusive CPUs: the
+    /// know (no workload, no assignment) that ask for exclusive CPUs and
+    /// run on no cpuset of their own (the runtime reports none): the
     /// runtime created them while no plugin was connected, and kubelet's
-    /// reconcile would give them their CPUs. Only free CPUs are handed out
-    /// (the engine never gives a CPU held by another container, and no
-    /// container Pinion placed moves); one that does not fit stays in the
-    /// shared pool, logged with kubelet's reason. Returns the admitted.
+    /// reconcile would give them their CPUs. A container with a cpuset was
+    /// placed already — in the shared pool by an earlier run of the agent
+    /// (it did not fit when it came, or the state was rebuilt then) — and
+    /// stays where it runs: a restart moves nothing. Only free CPUs are
+    /// handed out (the engine never gives a CPU held by another container,
+    /// and no container Pinion placed moves); one that does not fit stays
+    /// in the shared pool, logged with kubelet's reason. Returns the
+    /// admitted.
     fn decide_late_admissions(
         &mut self,
         running: &[RunningContainer],
@@ -229,7 +234,8 @@ impl Controller {
                     .assignments
                     .get(&key.0)
                     .is_some_and(|c| c.contains_key(&key.1));
-            if known || self.engine.exclusive_cpus_asked(pod, &key.1) == 0 {
+            let placed = container.observed.cpus.is_some();
+            if known || placed || self.engine.exclusive_cpus_asked(pod, &key.1) == 0 {
                 continue;
             }
             let request = AdmitRequest {

@@ -40,7 +40,9 @@ impl Engine {
     ///
     /// Returns the container's exclusive CPUs after the resize (`None`: it
     /// runs in the shared pool). Errors: [`PolicyError::ResizeDisabled`]
-    /// (switch off), [`PolicyError::UnknownContainer`],
+    /// (switch off, and the container holds exclusive CPUs or would get
+    /// them; a resize within the shared pool has nothing to do, as in
+    /// kubelet), [`PolicyError::UnknownContainer`],
     /// [`PolicyError::TopologyAffinity`],
     /// [`PolicyError::InconsistentCpuAllocation`],
     /// [`PolicyError::ProhibitedCpuAllocation`],
@@ -91,6 +93,20 @@ impl Engine {
         };
         let features = policy.features();
         if !features.in_place_resize_exclusive_cpus {
+            // kubelet's `Allocate` has nothing to do for a container of the
+            // shared pool, switch or not: only a resize from or to
+            // exclusive CPUs is refused.
+            let shared = |pod: &Pod| {
+                find_container(pod, name).is_some() && self.exclusive_cpus_asked(pod, name) == 0
+            };
+            let resized = pod.with_container_cpus(name, new_request);
+            let holds = self.state.assignment(&pod.uid, name).is_some();
+            if !holds && shared(pod) && shared(&resized) {
+                return AdmitReport {
+                    result: Ok(None),
+                    topology: None,
+                };
+            }
             return fail(PolicyError::ResizeDisabled {
                 pod: pod.uid.clone(),
                 container: name.to_owned(),
