@@ -120,57 +120,11 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
     agent.stop().await;
 }
 
-/// Regression (found from outside with containerd): the runtime creates a
-/// pod's containers one by one, so another pod admitted after the init
-/// container ended made the policy forget the CPUs that init container
-/// passes on (kubelet keeps one pod's, and admits a pod's containers one
-/// after the other): the app container was refused on a full node where
-/// kubelet gives it the init container's CPUs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_app_container_reuses_its_init_containers_cpus_after_other_pods_and_restarts()
-{
-    let node = Node::new();
-    let agent = node.agent(1).await;
-    let mut spec = guaranteed_pod("p");
-    spec.annotations
-        .insert("pinion.dev/init-containers".into(), "init".into());
-    let p = node.runtime.run_pod(spec).await.unwrap();
-    let init = node
-        .runtime
-        .create_container(&p, container("init", 4000))
-        .await
-        .unwrap();
-    node.runtime.start_container(&init).await.unwrap();
-    let cpus = node.runtime.cpus(&init);
-    node.runtime.stop_container(&init).await.unwrap();
-
-    // 8 cpus, cpu 0 reserved, init holds 4: q takes the other 3.
-    let (_, q) = node
-        .pod_with(guaranteed_pod("q"), container("q", 3000))
-        .await;
-    assert_eq!(set(&node.runtime.cpus(&q)).len(), 3);
-
-    let app = node
-        .runtime
-        .create_container(&p, container("app", 4000))
-        .await
-        .expect("the app container gets the init container's cpus");
-    node.runtime.start_container(&app).await.unwrap();
-    assert_eq!(node.runtime.cpus(&app), cpus);
-    agent.stop().await;
-}
-
-/// Regression (found from outside with containerd): after an agent
-/// restart the policy remembered no reusable CPUs, and the init container
-/// restored from the checkpoint had no spec to tell it was one: a pod whose
-/// init container ended before the restart could never start its app
-/// container on a full node. Kubelet re-admits its pods after a restart,
-/// which rebuilds what their init containers pass on; the kind comes from
-/// the pod's `pinion.dev/init-containers` annotation.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_an_app_container_reuses_its_init_containers_cpus_after_an_agent_restart() {
-    let node = Node::new();
-    let agent = node.agent(1).await;
+/// Pod `p` (declaring its init container `init`) whose init container
+/// held 4 exclusive cpus and ended, and pod `q` on the 3 other free ones
+/// (8 cpus, cpu 0 reserved): the node is full. Answers p's sandbox id and
+/// the init container's cpus.
+async fn init_ended_on_a_full_node(node: &Node) -> (String, String) {
     let mut spec = guaranteed_pod("p");
     spec.annotations
         .insert("pinion.dev/init-containers".into(), "init".into());
@@ -188,21 +142,56 @@ async fn regression_an_app_container_reuses_its_init_containers_cpus_after_an_ag
         .pod_with(guaranteed_pod("q"), container("q", 3000))
         .await;
     assert_eq!(set(&node.runtime.cpus(&q)).len(), 3);
-    agent.stop().await;
+    (p, cpus)
+}
 
+/// Creates and starts pod `p`'s app container asking 4 cpus: it gets
+/// `cpus`, its ended init container's.
+async fn app_reuses(node: &Node, p: &str, cpus: &str) {
+    let app = node
+        .runtime
+        .create_container(p, container("app", 4000))
+        .await
+        .expect("the app container gets the init container's cpus");
+    node.runtime.start_container(&app).await.unwrap();
+    assert_eq!(node.runtime.cpus(&app), cpus);
+}
+
+/// Regression (found from outside with containerd): the runtime creates a
+/// pod's containers one by one, so another pod admitted after the init
+/// container ended made the policy forget the CPUs that init container
+/// passes on (kubelet keeps one pod's, and admits a pod's containers one
+/// after the other): the app container was refused on a full node where
+/// kubelet gives it the init container's CPUs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_app_container_reuses_its_init_containers_cpus_after_other_pods() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (p, cpus) = init_ended_on_a_full_node(&node).await;
+    app_reuses(&node, &p, &cpus).await;
+    agent.stop().await;
+}
+
+/// Regression (found from outside with containerd): after an agent
+/// restart the policy remembered no reusable CPUs, and the init container
+/// restored from the checkpoint had no spec to tell it was one: a pod whose
+/// init container ended before the restart could never start its app
+/// container on a full node. Kubelet re-admits its pods after a restart,
+/// which rebuilds what their init containers pass on; the kind comes from
+/// the pod's `pinion.dev/init-containers` annotation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_app_container_reuses_its_init_containers_cpus_after_an_agent_restart() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (p, cpus) = init_ended_on_a_full_node(&node).await;
+    agent.stop().await;
     let agent = node.agent(2).await;
     assert_eq!(
         agent.handle.snapshot().assignments["p"]["init"],
         set(&cpus),
         "held while its pod's sandbox runs"
     );
-    let app = node
-        .runtime
-        .create_container(&p, container("app", 4000))
-        .await
-        .expect("the app container gets the init container's cpus");
-    node.runtime.start_container(&app).await.unwrap();
-    assert_eq!(node.runtime.cpus(&app), cpus);
+    app_reuses(&node, &p, &cpus).await;
     agent.stop().await;
 }
 

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use pinion_agent::qrm::{KnownContainers, PluginView};
+use pinion_agent::qrm::KnownContainers;
 use pinion_plugins::{
     Allocation, AllocationInfo, Allocations, Options, PluginError, Request, ResourcePlugin,
 };
@@ -53,23 +53,6 @@ fn lines_with(parts: &[&str]) -> Vec<String> {
         .filter(|line| parts.iter().all(|p| line.contains(p)))
         .map(str::to_string)
         .collect()
-}
-
-fn view(agent: &Agent, resource: &str) -> PluginView {
-    agent
-        .handle
-        .plugins()
-        .into_iter()
-        .find(|v| v.resource == resource)
-        .unwrap_or_else(|| panic!("no plugin {resource}"))
-}
-
-fn errors(agent: &Agent, resource: &str, method: &str) -> u64 {
-    view(agent, resource)
-        .stats
-        .calls
-        .get(method)
-        .map_or(0, |m| m.errors)
 }
 
 /// The agent's containers, as its reconcile loop filters a poll by them.
@@ -188,7 +171,7 @@ async fn regression_reconcile_answers_for_unknown_pods_are_dropped_and_logged_on
         "the first pods are named: {}",
         ignored[0]
     );
-    assert_eq!(errors(&agent, FLOOD, "GetResourcesAllocation"), 0);
+    assert_eq!(agent.plugin_errors(FLOOD, "GetResourcesAllocation"), 0);
 
     // Invalid entries, every one read (no filter): one WARN line, one
     // counted error for the poll.
@@ -222,7 +205,7 @@ async fn regression_reconcile_answers_for_unknown_pods_are_dropped_and_logged_on
         refused[0]
     );
     assert!(refused[0].contains("contains '='"), "{}", refused[0]);
-    assert_eq!(errors(&agent, FLOOD, "GetResourcesAllocation"), 1);
+    assert_eq!(agent.plugin_errors(FLOOD, "GetResourcesAllocation"), 1);
     agent.stop().await;
 }
 
@@ -300,11 +283,16 @@ async fn regression_allocate_answers_the_kernel_refuses_are_the_plugins_counted_
             "{case}: the plugin is named: {text}"
         );
         assert_eq!(
-            errors(&agent, CPU, "Allocate"),
+            agent.plugin_errors(CPU, "Allocate"),
             u64::try_from(index + 1).expect("count"),
             "{case}: counted as the plugin's error"
         );
-        let last = view(&agent, CPU).stats.last_error.unwrap_or_default();
+        let last = agent
+            .plugin(CPU)
+            .expect("plugin")
+            .stats
+            .last_error
+            .unwrap_or_default();
         assert!(last.contains(message), "{case}: last error {last}");
     }
     // Within the kernel's ranges: admitted.

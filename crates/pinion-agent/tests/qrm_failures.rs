@@ -13,7 +13,6 @@ mod qrm_common;
 use std::path::Path;
 use std::time::Duration;
 
-use pinion_agent::qrm::PluginView;
 use pinion_api::plugin::Identity;
 use pinion_api::resourceplugin as rp;
 use pinion_host::cgroup::fake::FakeCgroups;
@@ -26,23 +25,6 @@ const BAD: &str = "example.com/bad";
 const TWICE: &str = "example.com/twice";
 const GONE: &str = "example.com/gone";
 const DEDICATED: (&str, &str) = ("katalyst.kubewharf.io/qos_level", "dedicated_cores");
-
-fn view(agent: &Agent, resource: &str) -> PluginView {
-    agent
-        .handle
-        .plugins()
-        .into_iter()
-        .find(|v| v.resource == resource)
-        .unwrap_or_else(|| panic!("no plugin {resource}"))
-}
-
-fn errors(agent: &Agent, resource: &str, method: &str) -> u64 {
-    view(agent, resource)
-        .stats
-        .calls
-        .get(method)
-        .map_or(0, |m| m.errors)
-}
 
 /// An agent with an active [`FAST`] plugin setting `CpuShares=512` and
 /// `KNOB=fast` for every container.
@@ -151,8 +133,13 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     slow.state().hang_allocate = false;
 
     // Counted, and shown by `pinion plugins` and /metrics.
-    assert_eq!(errors(&agent, SLOW, "Allocate"), 1);
-    let last = view(&agent, SLOW).stats.last_error.unwrap_or_default();
+    assert_eq!(agent.plugin_errors(SLOW, "Allocate"), 1);
+    let last = agent
+        .plugin(SLOW)
+        .expect("plugin")
+        .stats
+        .last_error
+        .unwrap_or_default();
     assert!(last.contains("did not answer Allocate"), "{last}");
     let metrics = pinion_agent::metrics::render(
         &agent.handle.snapshot().metrics,
@@ -334,12 +321,17 @@ async fn malformed_answers_and_unknown_oci_properties_fail_the_admission_naming_
             "{case}: the refused pod stayed placed"
         );
         assert_eq!(
-            errors(&agent, BAD, "Allocate"),
+            agent.plugin_errors(BAD, "Allocate"),
             u64::try_from(index + 1).expect("count"),
             "{case}: not counted"
         );
     }
-    let last = view(&agent, BAD).stats.last_error.unwrap_or_default();
+    let last = agent
+        .plugin(BAD)
+        .expect("plugin")
+        .stats
+        .last_error
+        .unwrap_or_default();
     assert!(last.contains("CpuRealtimeRuntime"), "{last}");
 
     // The agent serves on: a sane answer is admitted.
@@ -367,7 +359,11 @@ async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
     let second = Knob::one(TWICE, "CpuShares", "200", "second");
     let _second_served = agent.serve_as(second.clone(), "second.sock");
     wait_until("the second registration wins", || {
-        view(&agent, TWICE).socket.ends_with("second.sock")
+        agent
+            .plugin(TWICE)
+            .expect("plugin")
+            .socket
+            .ends_with("second.sock")
     })
     .await;
     let first_calls = first.state().calls;
@@ -401,7 +397,7 @@ async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
         second.state().calls >= polled + 2
     })
     .await;
-    let now = view(&agent, TWICE);
+    let now = agent.plugin(TWICE).expect("plugin");
     assert_eq!(now.state, "active", "{now:?}");
     assert!(now.socket.ends_with("second.sock"), "{now:?}");
     agent
@@ -449,7 +445,7 @@ async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
         "two failures, then the success"
     );
     assert!(!knob.state().allocated.contains_key("pinion-run-removed"));
-    assert_eq!(errors(&agent, FAST, "RemovePod"), 2);
+    assert_eq!(agent.plugin_errors(FAST, "RemovePod"), 2);
     agent.stop().await;
 }
 
@@ -545,7 +541,7 @@ async fn a_plugin_that_crashes_and_comes_back_re_registers_and_reconcile_resumes
     assert!(socket.exists(), "a crash leaves the socket behind");
     // Reconcile fails against the dead socket, counted; the agent serves on.
     wait_until("a failed reconcile poll", || {
-        errors(&agent, GONE, "GetResourcesAllocation") >= 1
+        agent.plugin_errors(GONE, "GetResourcesAllocation") >= 1
     })
     .await;
     agent
@@ -1016,7 +1012,7 @@ async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin(
     .await;
     answer(&widget, info("CpuShares", "512", "w"));
     assert!(
-        errors(&agent, WIDGET, "Allocate") >= 5,
+        agent.plugin_errors(WIDGET, "Allocate") >= 5,
         "refusals count as the plugin's errors"
     );
 
@@ -1102,10 +1098,10 @@ async fn regression_a_refused_reconcile_answer_keeps_the_previous_allocation() {
     let allocate_calls = knob.state().allocate_calls.len();
     for (case, answer) in [("cpuset", cpuset), ("nan", nan), ("env", env)] {
         knob.state().answer = [(W.to_string(), answer)].into();
-        let before = errors(&agent, W, POLL);
+        let before = agent.plugin_errors(W, POLL);
         // Two refused polls: the first one's merge is done by the second.
         wait_until(&format!("{case}: two refused polls"), || {
-            errors(&agent, W, POLL) >= before + 2
+            agent.plugin_errors(W, POLL) >= before + 2
         })
         .await;
         let workload = stored(&agent);

@@ -213,15 +213,6 @@ fn serve_hanging(dir: &Path, resource: &str, service: Hanging, file: &str) -> Se
     }
 }
 
-fn state_of(agent: &Agent, resource: &str) -> Option<String> {
-    agent
-        .handle
-        .plugins()
-        .into_iter()
-        .find(|v| v.resource == resource)
-        .map(|v| v.state)
-}
-
 /// Regression (hunt D2): the watcher awaited each registration in its only
 /// event loop, retrying 5 times, each try up to the calls' deadline; a
 /// plugin whose `GetResourcePluginOptions` hung held every other plugin's
@@ -256,7 +247,7 @@ async fn regression_a_plugin_slow_to_register_holds_up_no_other_registration_or_
         !hang.ended(1),
         "de-registered while the slow plugin still hangs"
     );
-    assert_eq!(state_of(&agent, "example.com/a-slow"), None);
+    assert_eq!(agent.plugin("example.com/a-slow").map(|v| v.state), None);
 
     hang.release();
     agent.wait_for_plugin("example.com/a-slow", "active").await;
@@ -296,7 +287,7 @@ async fn regression_a_removed_socket_cancels_its_pending_registration() {
     // Long enough for an answer that arrived to have been registered.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        state_of(&agent, "example.com/a-slow"),
+        agent.plugin("example.com/a-slow").map(|v| v.state),
         None,
         "registered from a removed socket"
     );
@@ -306,12 +297,11 @@ async fn regression_a_removed_socket_cancels_its_pending_registration() {
     agent.stop().await;
 }
 
-/// Regression (hunt D2): the reconcile loop asked each plugin for its
-/// node resources one after the other before every poll, so a plugin
-/// hung in `GetTopologyAwareAllocatableResources` held every plugin's
-/// poll until its deadline. Each plugin's refresh now runs on its own.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_polls() {
+/// A healthy plugin and one (`example.com/a-hung`, sorting first) whose
+/// `method` hangs: once the hung plugin's call number `call` entered, the
+/// healthy one is polled again and again while that call lasts, and the
+/// hung plugin is not asked that method again meanwhile.
+async fn healthy_plugin_is_polled_while(method: Hung, call: usize) {
     let agent = agent();
     let dir = agent.registry_dir().to_path_buf();
     let healthy = Knob::one("example.com/ok", "CpusetMems", "0", "ok");
@@ -323,26 +313,40 @@ async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_pol
     let hung = serve_hanging(
         &dir,
         "example.com/a-hung",
-        Hanging::new(&hung_knob, Hung::NodeResources, &hang),
+        Hanging::new(&hung_knob, method, &hang),
         "a-hung.sock",
     );
     agent.wait_for_plugin("example.com/a-hung", "active").await;
-    // Call 1 comes with the registration; call 2 from the reconcile loop.
-    hang.entered(2).await;
+    hang.entered(call).await;
     let polls = healthy.state().calls;
     wait_until("the healthy plugin is polled again and again", || {
-        healthy.state().calls >= polls + 5
+        healthy.state().calls >= polls + 3
     })
     .await;
     assert!(
-        !hang.ended(2),
-        "the healthy plugin was polled while the hung call lasts"
+        !hang.ended(call),
+        "the healthy plugin was polled again only after the hung call's deadline"
+    );
+    assert_eq!(
+        hang.calls.lock().expect("hang").entered,
+        call,
+        "the hung plugin was asked again while its call was under way"
     );
 
     hang.release();
     hung.stop().await;
     ok.stop().await;
     agent.stop().await;
+}
+
+/// Regression (hunt D2): the reconcile loop asked each plugin for its
+/// node resources one after the other before every poll, so a plugin
+/// hung in `GetTopologyAwareAllocatableResources` held every plugin's
+/// poll until its deadline. Each plugin's refresh now runs on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_polls() {
+    // Call 1 comes with the registration; call 2 from the reconcile loop.
+    healthy_plugin_is_polled_while(Hung::NodeResources, 2).await;
 }
 
 /// Regression (hunt D2, the poll): the reconcile pass asked the plugins
@@ -353,41 +357,7 @@ async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_pol
 /// most one period, and a poll still under way is not sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_plugin_hung_in_its_poll_does_not_keep_the_others_from_being_asked() {
-    let agent = agent();
-    let dir = agent.registry_dir().to_path_buf();
-    let healthy = Knob::one("example.com/ok", "CpusetMems", "0", "ok");
-    let ok = agent.serve_as(healthy.clone(), "ok.sock");
-    agent.wait_for_plugin("example.com/ok", "active").await;
-
-    let hang = Hang::new();
-    let hung_knob = Knob::one("example.com/a-hung", "CpusetMems", "0", "hung");
-    let hung = serve_hanging(
-        &dir,
-        "example.com/a-hung",
-        Hanging::new(&hung_knob, Hung::Poll, &hang),
-        "a-hung.sock",
-    );
-    agent.wait_for_plugin("example.com/a-hung", "active").await;
-    hang.entered(1).await;
-    let asked = healthy.state().calls;
-    wait_until("the healthy plugin is polled again and again", || {
-        healthy.state().calls >= asked + 3
-    })
-    .await;
-    assert!(
-        !hang.ended(1),
-        "the healthy plugin was polled again only after the hung poll's deadline"
-    );
-    assert_eq!(
-        hang.calls.lock().expect("hang").entered,
-        1,
-        "the hung plugin was asked again while its poll was under way"
-    );
-
-    hang.release();
-    hung.stop().await;
-    ok.stop().await;
-    agent.stop().await;
+    healthy_plugin_is_polled_while(Hung::Poll, 1).await;
 }
 
 /// Regression (hunt D10): `RemovePod` went to the plugins one after the
@@ -587,7 +557,7 @@ async fn regression_an_endpoint_outside_the_plugin_directory_is_refused_naming_i
             error.contains(&format!("endpoint {named:?}")) && error.contains(defect),
             "{named:?}: {error}"
         );
-        assert_eq!(state_of(&agent, resource), None, "{named:?}");
+        assert_eq!(agent.plugin(resource).map(|v| v.state), None, "{named:?}");
         registration.stop().await;
     }
     away.stop().await;

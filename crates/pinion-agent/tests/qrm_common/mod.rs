@@ -160,6 +160,24 @@ impl Agent {
         self.node.wait_for_plugin(resource, state, PATIENCE).await;
     }
 
+    /// What `pinion plugins` shows of the plugin for `resource`, if any.
+    pub fn plugin(&self, resource: &str) -> Option<pinion_agent::qrm::PluginView> {
+        self.handle
+            .plugins()
+            .into_iter()
+            .find(|v| v.resource == resource)
+    }
+
+    /// The errors counted for `method` of the plugin for `resource`.
+    pub fn plugin_errors(&self, resource: &str, method: &str) -> u64 {
+        self.plugin(resource)
+            .unwrap_or_else(|| panic!("no plugin {resource}"))
+            .stats
+            .calls
+            .get(method)
+            .map_or(0, |m| m.errors)
+    }
+
     /// Waits until `check` holds for the fake cgroup tree.
     pub async fn wait_for_cgroup(
         &self,
