@@ -176,15 +176,16 @@ pub fn node_name(
     env: impl Fn(&str) -> Option<String>,
     hostname: impl FnOnce() -> Option<String>,
 ) -> Result<String, crate::config::ConfigError> {
-    let name = config
-        .node_name
-        .clone()
-        .or_else(|| env("NODE_NAME").filter(|n| !n.is_empty()))
-        .or_else(hostname)
-        .unwrap_or_default();
+    let (name, field) = if let Some(name) = config.node_name.clone() {
+        (name, "nodeResourceTopology.nodeName")
+    } else if let Some(name) = env("NODE_NAME").filter(|n| !n.is_empty()) {
+        (name, "NODE_NAME")
+    } else {
+        (hostname().unwrap_or_default(), "the host name")
+    };
     // Host names may carry capitals; Kubernetes node names are lowercase.
     let name = name.trim().to_ascii_lowercase();
-    crate::config::check_node_name(&name)?;
+    crate::config::check_node_name(&name, field)?;
     Ok(name)
 }
 

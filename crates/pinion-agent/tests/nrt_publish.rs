@@ -134,6 +134,12 @@ async fn start_with(config: NrtConfig, failures: usize, hang: bool) -> Bed {
 async fn start_on(config: NrtConfig, server: Server) -> Bed {
     let server = Arc::new(server);
     let address = serve(Arc::clone(&server)).await;
+    start_at(&config, server, address)
+}
+
+/// The publisher sending to `address` (`server` records what it answers
+/// there, if it serves it).
+fn start_at(config: &NrtConfig, server: Arc<Server>, address: SocketAddr) -> Bed {
     let topology = machine();
     let (snapshots, rx) = watch::channel(Arc::new(snapshot(&topology, &[])));
     let policy = pinion_core::testing::static_policy(topology.clone(), "0");
@@ -148,7 +154,7 @@ async fn start_on(config: NrtConfig, server: Server) -> Bed {
     let url = format!("http://{address}");
     let client_config = kube::Config::new(url.parse().expect("url"));
     let client = kube::Client::try_from(client_config).expect("client");
-    let publisher = Publisher::new(&mut source, client, &config, url);
+    let publisher = Publisher::new(&mut source, client, config, url);
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(publisher.run(stop_rx));
     Bed {
@@ -380,6 +386,49 @@ async fn the_periodic_resync_sends_the_object_again_without_changes() {
     let bed = start(config, 0).await;
     let patches = patches_until(&bed.server, |p| p.len() >= 3).await;
     assert_eq!(patches[0].body, patches[2].body);
+}
+
+/// Regression (found from outside with a real API server): the Node's
+/// UID was read once, so after the Node was deleted and re-created every
+/// update named the dead Node as owner and the garbage collector deleted
+/// the object again at once: the node had no NodeResourceTopology while
+/// the agent counted successful updates. The owner is read again at every
+/// resync.
+#[tokio::test]
+async fn regression_a_recreated_node_becomes_the_owner_at_the_next_resync() {
+    let config = NrtConfig {
+        resync_period: Duration::from_millis(200),
+        ..quick()
+    };
+    let bed = start(config, 0).await;
+    let owner = |r: &Recorded| r.body["metadata"]["ownerReferences"][0]["uid"].clone();
+    let first = patches_until(&bed.server, |p| !p.is_empty()).await;
+    assert_eq!(owner(&first[0]), NODE_UID);
+    bed.server.node.lock().unwrap()["metadata"]["uid"] = Value::from("recreated-node-uid");
+    patches_until(&bed.server, |p| {
+        p.last().is_some_and(|r| owner(r) == "recreated-node-uid")
+    })
+    .await;
+}
+
+/// Regression (found from outside with a real API server): every failed
+/// connection read "client error (Connect)" — a closed port and an
+/// untrusted certificate alike; kube keeps the cause in the error's
+/// sources, which the status and the log now name.
+#[tokio::test]
+async fn regression_a_refused_connection_is_named_in_the_publishing_error() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = closed.local_addr().expect("address");
+    drop(closed);
+    let bed = start_at(&quick(), Arc::new(Server::default()), address);
+    let error = loop {
+        if let Some(error) = bed.source.answer().publishing.last_error {
+            break error;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(error.contains("Connection refused"), "{error}");
+    bed.stop.send_replace(true);
 }
 
 // ---- the real agent binary, publishing through its kubeconfig ----

@@ -101,7 +101,7 @@ impl NrtConfig {
             None => Ok(default),
         };
         if let Some(name) = &file.node_name {
-            check_node_name(name)?;
+            check_node_name(name, "nodeResourceTopology.nodeName")?;
         }
         if file
             .kubeconfig
@@ -153,22 +153,17 @@ impl NrtConfig {
     }
 }
 
-/// A Kubernetes object name (RFC 1123 subdomain): lowercase letters,
-/// digits, `-` and `.`, starting and ending alphanumeric, at most 253.
-pub fn check_node_name(name: &str) -> Result<(), ConfigError> {
-    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
-        && name.starts_with(alnum)
-        && name.ends_with(alnum);
-    if valid {
-        Ok(())
-    } else {
-        Err(field_error(
-            "nodeResourceTopology.nodeName",
+/// A Kubernetes object name (RFC 1123 subdomain: lowercase letters,
+/// digits, `-` and `.`, each dot-separated part starting and ending with a
+/// letter or digit, at most 253), as the API server checks a Node's and
+/// the object's name; `field` names where the value came from.
+pub fn check_node_name(name: &str, field: &'static str) -> Result<(), ConfigError> {
+    match pinion_core::k8s_names::dns1123_subdomain_defect(name) {
+        None => Ok(()),
+        Some(defect) => Err(field_error(
+            field,
             name,
-            &"not a valid node name (lowercase letters, digits, '-' and '.', at most 253, starting and ending with a letter or digit)",
-        ))
+            &format!("not a valid node name: {defect}"),
+        )),
     }
 }

@@ -208,6 +208,7 @@ impl Publisher {
         let name = self.source.node_name().to_string();
         let (mut snapshots, mut plugins) = self.source.changes();
         let mut owner: Option<String> = None;
+        let mut node_error: Option<String> = None;
         let mut last_sent: Option<serde_json::Value> = None;
         let mut backoff = MIN_BACKOFF;
         let mut next_resync: Option<Instant> = None;
@@ -220,7 +221,14 @@ impl Publisher {
                     tokio::select! {
                         () = changed(&mut snapshots) => true,
                         () = changed(&mut plugins) => true,
-                        () = resync_at(next_resync) => { last_sent = None; true }
+                        () = resync_at(next_resync) => {
+                            // The Node may have been re-created since (a
+                            // new UID): an owner reference to the old one
+                            // has the garbage collector delete the object.
+                            last_sent = None;
+                            owner = None;
+                            true
+                        }
                         () = stopped(&mut stop) => false,
                     }
                 }
@@ -238,7 +246,7 @@ impl Publisher {
             // A hung API server must not hold the agent's stop up.
             if owner.is_none() {
                 owner = tokio::select! {
-                    uid = node_uid(&nodes, &name, self.timeout) => uid,
+                    uid = node_uid(&nodes, &name, self.timeout, &mut node_error) => uid,
                     () = stopped(&mut stop) => return,
                 };
             }
@@ -290,11 +298,28 @@ impl Publisher {
 
 /// The UID of Node `name` (the object's owner), or `None` when it cannot be
 /// read now (a standalone machine has no Node; asked again next update).
-async fn node_uid(nodes: &Api<Node>, name: &str, timeout: Duration) -> Option<String> {
+/// Why it cannot be read is logged when it changes (`last`): a warning,
+/// except for a Node that does not exist.
+async fn node_uid(
+    nodes: &Api<Node>,
+    name: &str,
+    timeout: Duration,
+    last: &mut Option<String>,
+) -> Option<String> {
     match bounded(timeout, nodes.get(name)).await {
-        Ok(node) => node.metadata.uid,
+        Ok(node) => {
+            *last = None;
+            node.metadata.uid
+        }
         Err(err) => {
-            tracing::debug!(node = %name, error = %err, "node not readable: no owner reference yet");
+            if last.as_deref() != Some(err.as_str()) {
+                if err.contains("NotFound") || err.contains("not found") {
+                    tracing::info!(node = %name, error = %err, "node not found: the object goes without an owner reference until it is");
+                } else {
+                    tracing::warn!(node = %name, error = %err, "node not readable: the object goes without an owner reference (the garbage collector will not remove it with its node)");
+                }
+                *last = Some(err);
+            }
             None
         }
     }
@@ -311,9 +336,33 @@ pub(super) async fn bounded<T>(
     request: impl std::future::Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(timeout, request).await {
-        Ok(answer) => answer.map_err(|err| err.to_string()),
+        Ok(answer) => answer.map_err(|err| describe(&err)),
         Err(_) => Err(format!("no answer within {timeout:?}")),
     }
+}
+
+/// `err` with its causes (kube's own text of a failed connection is only
+/// "client error (Connect)": the refused port or the untrusted certificate
+/// is in its sources), and what a 404 without a Kubernetes error body
+/// means: the API server does not serve the resource at all.
+pub(super) fn describe(err: &kube::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    if let kube::Error::Api(response) = err {
+        if response.code == 404 && response.reason == "Failed to parse error data" {
+            text.push_str(
+                " (the API server does not serve this resource: is its CustomResourceDefinition installed? docs/nrt.md)",
+            );
+        }
+    }
+    text
 }
 
 /// Returns when `rx` has a value not seen yet; never when its sender is

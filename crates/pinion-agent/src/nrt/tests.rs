@@ -154,10 +154,39 @@ fn the_node_name_is_the_configured_one_else_node_name_else_the_host_name() {
 fn a_node_name_kubernetes_would_refuse_is_named_in_the_error() {
     let config = NrtConfig::default();
     let err = node_name(&config, env_of(&[]), || Some("bad_name".to_string())).expect_err("bad");
-    assert_eq!(err.field(), Some("nodeResourceTopology.nodeName"));
+    assert_eq!(err.field(), Some("the host name"));
     assert!(err.to_string().contains("bad_name"), "{err}");
     let err = node_name(&config, env_of(&[]), || None).expect_err("none");
+    assert_eq!(err.field(), Some("the host name"));
+}
+
+/// Regression (found from outside with a real API server): a name with an
+/// empty dot-separated part (`hunt..node`) passed the start-up check and
+/// every update was then refused by the API server for ever; and a bad
+/// `NODE_NAME` was blamed on `nodeResourceTopology.nodeName`, which was not
+/// set. The check is the API server's (each part of the subdomain), and
+/// the error names where the name came from.
+#[test]
+fn regression_a_node_name_with_an_empty_part_is_refused_naming_its_source() {
+    let mut config = NrtConfig::default();
+    let host = || Some("host".to_string());
+    for bad in ["hunt..node", "a.-b", "a-.b", ".a"] {
+        let err = node_name(&config, env_of(&[("NODE_NAME", bad)]), host).expect_err(bad);
+        assert_eq!(err.field(), Some("NODE_NAME"), "{bad}");
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+    config.node_name = Some("hunt..node".to_string());
+    let err = node_name(&config, env_of(&[]), host).expect_err("configured");
     assert_eq!(err.field(), Some("nodeResourceTopology.nodeName"));
+    assert_eq!(
+        node_name(
+            &NrtConfig::default(),
+            env_of(&[("NODE_NAME", "a.b-c.d")]),
+            host
+        )
+        .expect("valid"),
+        "a.b-c.d"
+    );
 }
 
 fn workload(pod: &str, frontend: &str, cpus: &str) -> WorkloadView {
@@ -263,4 +292,22 @@ async fn in_cluster_credentials_without_a_token_are_an_error_naming_it() {
         .await
         .expect_err("no token here");
     assert!(matches!(err, PublishError::InCluster(_)), "{err}");
+}
+
+/// Regression (found from outside with a real API server): without the
+/// CRD, an update read "404 page not found: Failed to parse error data",
+/// which does not say that the resource is not served at all.
+#[test]
+fn regression_a_missing_crd_is_named_in_the_update_error() {
+    let status = kube::core::Status::failure("404 page not found\n", "Failed to parse error data")
+        .with_code(404);
+    let text = super::publish::describe(&kube::Error::Api(Box::new(status)));
+    assert!(
+        text.contains("404") && text.contains("CustomResourceDefinition"),
+        "{text}"
+    );
+    // A Kubernetes 404 (a Node that does not exist) is not that.
+    let status = kube::core::Status::failure("nodes \"x\" not found", "NotFound").with_code(404);
+    let text = super::publish::describe(&kube::Error::Api(Box::new(status)));
+    assert!(!text.contains("CustomResourceDefinition"), "{text}");
 }
