@@ -203,7 +203,7 @@ pub fn declared_init_containers(
                 return Err(bad(format!("unknown kind {other:?} (only \"sidecar\")")))
             }
         };
-        if !is_dns_label(name) {
+        if pinion_core::k8s_names::dns1123_label_defect(name).is_some() {
             return Err(bad(format!("{name:?} is not a container name")));
         }
         if out.iter().any(|(seen, _)| seen == name) {
@@ -212,16 +212,6 @@ pub fn declared_init_containers(
         out.push((name.to_string(), sidecar));
     }
     Ok(out)
-}
-
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 fn milli(value: u64) -> Quantity {

@@ -93,31 +93,22 @@ impl Controller {
         self.decide_new(request, hints, plugins, batch)
     }
 
-    /// An admission of a container not admitted yet.
-    fn decide_new(
-        &mut self,
-        request: &AdmitRequest,
-        hints: &GatheredHints,
-        plugins: Option<StoredAllocations>,
-        batch: &mut Batch,
-    ) -> Result<Key, ControlError> {
-        let key = (request.pod.uid.clone(), request.container.clone());
-        let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
-        let started = Instant::now();
-        // A runtime creates a pod's containers one by one, other pods in
-        // between, where kubelet admits the pod as a whole: what its init
-        // containers pass on is recalled first. A container's kind comes
-        // from this pod spec, else from the spec it was admitted with, else
-        // from the init containers the pod's annotation declares (NRI; a
-        // container restored at a restart has no spec).
+    /// A runtime creates a pod's containers one by one, other pods in
+    /// between, where kubelet admits the pod as a whole: what pod `pod`'s
+    /// init containers pass on is recalled before one of its containers is
+    /// admitted (`Engine::recall_reuse`). A container's kind comes from the
+    /// pod spec of `request`, else from the spec it was admitted with, else
+    /// from the init containers the pod's annotation declares (NRI; a
+    /// container restored at a restart has no spec).
+    fn recall_reuse(&mut self, pod: &str, request: &AdmitRequest) {
         let workloads = &self.workloads;
-        let declared = pinion_nri::kube::declared_init_containers(&key.0, &request.pod.annotations)
+        let declared = pinion_nri::kube::declared_init_containers(pod, &request.pod.annotations)
             .unwrap_or_default();
-        self.engine.recall_reuse(&key.0, |name| {
-            let kind = |pod: &Pod| find_container(pod, name).map(|(_, kind)| kind);
+        self.engine.recall_reuse(pod, |name| {
+            let kind = |spec: &Pod| find_container(spec, name).map(|(_, kind)| kind);
             kind(&request.pod)
                 .or_else(|| {
-                    let admitted = workloads.get(&(key.0.clone(), name.to_string()))?;
+                    let admitted = workloads.get(&(pod.to_string(), name.to_string()))?;
                     kind(admitted.spec.as_deref()?)
                 })
                 .or_else(|| {
@@ -129,6 +120,24 @@ impl Controller {
                     })
                 })
         });
+    }
+
+    /// An admission of a container not admitted yet.
+    fn decide_new(
+        &mut self,
+        request: &AdmitRequest,
+        hints: &GatheredHints,
+        plugins: Option<StoredAllocations>,
+        batch: &mut Batch,
+    ) -> Result<Key, ControlError> {
+        let key = (request.pod.uid.clone(), request.container.clone());
+        let scope = Scope::of(self.engine.state(), [key.0.as_str()]);
+        let started = Instant::now();
+        // Only a pod holding CPUs already has anything to recall (not the
+        // common case: its first container).
+        if self.engine.state().assignments.contains_key(&key.0) {
+            self.recall_reuse(&key.0, request);
+        }
         let report = self.engine.admit_container_as(
             &request.pod,
             &request.container,
