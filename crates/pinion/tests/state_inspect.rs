@@ -490,3 +490,42 @@ fn a_file_cut_before_its_checksum_says_which_checksum_it_should_have() {
         "{text}"
     );
 }
+
+/// Regression: `state inspect -` looked for a file named `-`. A checkpoint
+/// piped in (e.g. `kubectl exec … cat /var/lib/kubelet/cpu_manager_state |
+/// pinion state inspect -`) is read from standard input; what needs the
+/// files beside it (the journal, `--effective`) is refused by name.
+#[test]
+fn regression_a_dash_reads_the_checkpoint_from_standard_input() {
+    let output = common::pinion_with_stdin(&["state", "inspect", "-"], SPEC_POD);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.starts_with("file      standard input\n"), "{text}");
+    assert!(text.contains("    container1  4-6 (3 CPUs)\n"), "{text}");
+    assert!(
+        text.contains("checksum  valid (stored 3610638499 = computed)\n"),
+        "{text}"
+    );
+
+    let tampered = SPEC_POD.replace("none", "nonf");
+    let output = common::pinion_with_stdin(&["state", "inspect", "-"], &tampered);
+    assert!(!output.status.success());
+    assert!(stdout(&output).contains("INVALID: stored 3610638499"));
+
+    let output = common::pinion_with_stdin(&["state", "inspect", "-"], "{\"policyName\": \"st");
+    assert!(!output.status.success());
+    assert!(stdout(&output).contains("DAMAGED"));
+    assert!(
+        stderr(&output).contains("cannot decode checkpoint standard input"),
+        "{}",
+        stderr(&output)
+    );
+
+    let output = common::pinion_with_stdin(&["state", "inspect", "-", "--effective"], SPEC_POD);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("give the checkpoint's path, not -"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -91,6 +91,12 @@ pub fn read_state_file(path: &Path) -> std::io::Result<Vec<u8>> {
     read_capped(std::fs::File::open(path)?, MAX_STATE_FILE_BYTES)
 }
 
+/// The bytes of `reader` (standard input), at most [`MAX_STATE_FILE_BYTES`],
+/// as [`read_state_file`] reads a file.
+pub fn read_state_stream(reader: impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    read_capped(reader, MAX_STATE_FILE_BYTES)
+}
+
 fn read_capped(reader: impl std::io::Read, cap: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     reader.take(cap.saturating_add(1)).read_to_end(&mut bytes)?;

@@ -41,8 +41,8 @@ use format::{checkpoint_id, Entry, EntryRef, Header};
 use scan::{plan_replay, Basis, Scan, Tail};
 
 pub use inspect::{
-    inspect, inspect_paths, is_journal, read_state_file, Inspection, JournalView,
-    MAX_STATE_FILE_BYTES,
+    inspect, inspect_paths, is_journal, read_state_file, read_state_stream, Inspection,
+    JournalView, MAX_STATE_FILE_BYTES,
 };
 pub use recovery::{Damage, Recovery, Superseded, TornTail};
 pub use unreadable::{set_aside_unreadable, SetAside};

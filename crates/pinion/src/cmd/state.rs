@@ -11,7 +11,8 @@
 //! set does not parse, or when the journal is damaged, unreadable or
 //! superseded — after printing what it could. A torn tail (what a crash
 //! leaves) is shown, not an error. A checkpoint that does not decode is
-//! shown as far as it can be read (`state_salvage`).
+//! shown as far as it can be read (`state_salvage`). FILE `-` reads a
+//! checkpoint from standard input (no journal beside it).
 
 use crate::output::{self, OutputArgs};
 use std::collections::BTreeMap;
@@ -62,7 +63,8 @@ enum StateCommand {
 #[derive(Debug, clap::Args)]
 struct InspectArgs {
     /// The checkpoint file, e.g. /var/lib/kubelet/cpu_manager_state, or a
-    /// journal file (pinion_journal); default: the agent's checkpoint.
+    /// journal file (pinion_journal); `-` reads a checkpoint from standard
+    /// input; default: the agent's checkpoint.
     file: Option<PathBuf>,
     /// The agent's config file (its `stateDir` says where the default
     /// checkpoint is).
@@ -89,6 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
     let file = match &args.file {
+        Some(file) if file.as_os_str() == "-" => return inspect_stdin(args),
         Some(file) => file.clone(),
         None => AgentConfig::load(args.config.as_deref())?.checkpoint(),
     };
@@ -115,20 +118,9 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         print!("{}", output::render(output, &report, |r, _| r.to_text())?);
         return fail_on(&path, &report.problems);
     }
-    let checkpoint = match checkpoint::decode(&bytes) {
-        Ok(checkpoint) => checkpoint,
-        Err(err) => {
-            // Show what can be read, then fail as before.
-            let damaged = DamagedReport::new(path.clone(), &checkpoint::salvage(&bytes));
-            print!("{}", output::render(output, &damaged, |d, _| d.to_text())?);
-            return Err(err).with_context(|| {
-                format!(
-                    "cannot decode checkpoint {path}; {}",
-                    super::state_check::repair_hint(&file)
-                )
-            });
-        }
-    };
+    let checkpoint = decode_or_show(&path, &bytes, output, || {
+        format!("; {}", super::state_check::repair_hint(&file))
+    })?;
     let mut report = Report::new(path.clone(), &checkpoint);
     let beside = dir.join(journal::JOURNAL);
     let is_kubelets_file = file.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
@@ -137,7 +129,49 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         report.problems.extend(journal.problems.iter().cloned());
         report.journal = Some(journal);
     }
-    let text = output::render(output, &report, |report, _| {
+    print_report(output, &report)?;
+    fail_on(&path, &report.problems)
+}
+
+/// `pinion state inspect -`: a checkpoint piped in (e.g. from `kubectl
+/// exec … cat`), with no journal beside it.
+fn inspect_stdin(args: &InspectArgs) -> anyhow::Result<()> {
+    let path = "standard input".to_string();
+    if args.effective || args.output.legacy_effective() {
+        anyhow::bail!("--effective replays the journal beside the checkpoint: give the checkpoint's path, not -");
+    }
+    let bytes = journal::read_state_stream(std::io::stdin().lock())
+        .with_context(|| format!("cannot read {path}"))?;
+    if journal::is_journal(&bytes) {
+        anyhow::bail!("standard input holds a Pinion journal: give its path instead of -, so that the checkpoint beside it is read too");
+    }
+    let output = args.output.output();
+    let checkpoint = decode_or_show(&path, &bytes, output, String::new)?;
+    let report = Report::new(path.clone(), &checkpoint);
+    print_report(output, &report)?;
+    fail_on(&path, &report.problems)
+}
+
+/// The checkpoint in `bytes`; one that does not decode is shown as far as
+/// it can be read, then is an error (`hint` follows its text).
+fn decode_or_show(
+    path: &str,
+    bytes: &[u8],
+    output: output::Output,
+    hint: impl FnOnce() -> String,
+) -> anyhow::Result<Checkpoint> {
+    match checkpoint::decode(bytes) {
+        Ok(checkpoint) => Ok(checkpoint),
+        Err(err) => {
+            let damaged = DamagedReport::new(path.to_string(), &checkpoint::salvage(bytes));
+            print!("{}", output::render(output, &damaged, |d, _| d.to_text())?);
+            Err(err).with_context(|| format!("cannot decode checkpoint {path}{}", hint()))
+        }
+    }
+}
+
+fn print_report(output: output::Output, report: &Report) -> anyhow::Result<()> {
+    let text = output::render(output, report, |report, _| {
         let mut text = report.to_text();
         if let Some(journal) = &report.journal {
             text.push_str(&journal.to_text());
@@ -145,7 +179,7 @@ fn run_inspect(args: &InspectArgs) -> anyhow::Result<()> {
         text
     })?;
     print!("{text}");
-    fail_on(&path, &report.problems)
+    Ok(())
 }
 
 fn fail_on(path: &str, problems: &[String]) -> anyhow::Result<()> {
