@@ -6,7 +6,9 @@
 mod nri_common;
 
 use nri_common::*;
-use pinion_nri::fake_runtime::{FakeError, PodSpec};
+use std::time::Duration;
+
+use pinion_nri::fake_runtime::{FakeError, FakeOptions, PodSpec};
 use pinion_nri::status::Code;
 use pinion_nri::Resources;
 
@@ -78,6 +80,71 @@ async fn guaranteed_gets_a_whole_core_and_burstable_follows_the_shared_pool() {
     assert!(agent.handle.snapshot().assignments.is_empty());
     let disk = String::from_utf8(node.checkpoint()).unwrap();
     assert!(!disk.contains("\"db\""), "released on disk: {disk}");
+    agent.stop().await;
+}
+
+/// `step`'s outcome; a panic naming it when it takes over 5 s (it hangs:
+/// the fake containerd 1.7 deadlocked).
+async fn within<T>(step: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(5), future).await {
+        Ok(outcome) => outcome,
+        Err(_) => panic!("{step} hung: containerd's NRI deadlocked"),
+    }
+}
+
+/// Regression: every change of the shared pool went to containerd as an
+/// unsolicited `UpdateContainers`, right after the event that caused it.
+/// containerd 1.7 takes its two NRI locks in the opposite order for those
+/// (containerd/containerd#13733): the update met kubelet's next call (the
+/// StartContainer after a CreateContainer, the removal after a stop) and
+/// containerd's NRI deadlocked for good — found on the cluster bed, where
+/// the node then relayed no pod removal. An admission's and a stop's
+/// updates now ride in the event's reply; the others wait for the runtime
+/// to be quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
+    let containerd_1_7 = FakeOptions {
+        two_locks: Some(Duration::from_millis(50)),
+        ..FakeOptions::default()
+    };
+    let node = Node::with_runtime(tempfile::tempdir().unwrap(), containerd_1_7);
+    let agent = node.agent(1).await;
+    let (_, web) = within(
+        "web's start",
+        node.pod_with(burstable_pod("web"), burstable("web", 500)),
+    )
+    .await;
+    let (db_pod, db) = within(
+        "db's start",
+        node.pod_with(guaranteed_pod("db"), container("db", 2000)),
+    )
+    .await;
+    let cpus = set(&node.runtime.cpus(&db));
+    assert_eq!(
+        set(&node.runtime.cpus(&web)),
+        set("0-7").difference(&cpus),
+        "the shared pool shrank with db's creation"
+    );
+    let log = node.runtime.log();
+    assert!(
+        !log.iter().any(|l| l.starts_with("UpdateContainers")),
+        "nothing unsolicited: {log:?}"
+    );
+    let end = async {
+        node.runtime.stop_container(&db).await?;
+        node.runtime.stop_pod(&db_pod).await?;
+        node.runtime.remove_container(&db).await?;
+        node.runtime.remove_pod(&db_pod).await
+    };
+    within("db's removal", end).await.unwrap();
+    node.wait_cpus(&web, "0-7").await;
+    let log = node.runtime.log();
+    let removed = log.iter().rposition(|l| l.contains("sent")).unwrap();
+    let grown = log
+        .iter()
+        .position(|l| *l == format!("UpdateContainers applied to {web}"))
+        .unwrap();
+    assert!(removed < grown, "the pool grew after the burst: {log:?}");
     agent.stop().await;
 }
 

@@ -7,6 +7,7 @@ pub mod conn;
 pub mod handler;
 pub mod kube;
 pub mod model;
+pub mod outbox;
 pub mod plugin;
 pub mod proto;
 pub mod service;

@@ -1,6 +1,7 @@
 //! The plugin stub: connects to the runtime (external socket or the socket
-//! inherited as fd 3), serves the Plugin service, registers, forwards queued
-//! unsolicited updates, and reconnects with back-off after the runtime went
+//! inherited as fd 3), serves the Plugin service, registers, delivers queued
+//! container updates ([`crate::outbox`]: in event replies, or unsolicited once
+//! the runtime is quiet), and reconnects with back-off after the runtime went
 //! away (the runtime re-sends its full state in `Synchronize`).
 
 use std::path::PathBuf;
@@ -9,11 +10,12 @@ use std::time::Duration;
 
 use prost::Message;
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::conn::{CallError, CallOptions, Connection, Roles};
 use crate::handler::NriHandler;
 use crate::model::{updates_to_proto, ContainerUpdate};
+use crate::outbox::{Outbox, Timing};
 use crate::proto::nri as pb;
 use crate::service::{event_mask, PluginService, SessionState, RUNTIME_SERVICE, SUBSCRIBED};
 use crate::wire::{MAX_IN_FRAME, MAX_OUT_FRAME, PLUGIN_CONN, RUNTIME_CONN};
@@ -80,6 +82,8 @@ pub struct PluginOptions {
     pub request_timeout: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// When updates that no event reply carried leave unsolicited.
+    pub unsolicited: Timing,
 }
 
 /// Checks a plugin name: non-empty, only `[A-Za-z0-9_.+-]`.
@@ -117,6 +121,7 @@ impl PluginOptions {
             request_timeout: Duration::from_secs(2),
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
+            unsolicited: Timing::default(),
         })
     }
 
@@ -149,20 +154,25 @@ impl PluginOptions {
     }
 }
 
-/// A handle to queue unsolicited container updates. They are sent after
-/// the current handler (if any) returned and its reply was written, and
-/// only once the runtime has synchronized this connection. Updates still
-/// queued when the connection drops are discarded: the next `Synchronize`
-/// re-sends the full state and the handler answers it with the full truth.
+/// A handle to queue container updates ([`crate::outbox`]). Queued while a
+/// handler of `CreateContainer`, `UpdateContainer` or `StopContainer` runs,
+/// they go in its reply; otherwise in the next such reply, or unsolicited
+/// once the runtime has been quiet, after the current handler (if any)
+/// returned and its reply was written, and only once the runtime has
+/// synchronized this connection. Updates still queued when the connection
+/// drops are discarded: the next `Synchronize` re-sends the full state and
+/// the handler answers it with the full truth.
 #[derive(Debug, Clone)]
 pub struct UpdateSender {
-    tx: mpsc::UnboundedSender<Vec<ContainerUpdate>>,
+    outbox: std::sync::Weak<Outbox>,
 }
 
 impl UpdateSender {
     /// Queues `updates`.
     pub fn send(&self, updates: Vec<ContainerUpdate>) -> Result<(), PluginError> {
-        self.tx.send(updates).map_err(|_| PluginError::NotRunning)
+        let outbox = self.outbox.upgrade().ok_or(PluginError::NotRunning)?;
+        outbox.push(updates);
+        Ok(())
     }
 }
 
@@ -170,7 +180,7 @@ impl UpdateSender {
 pub struct Plugin<H> {
     options: PluginOptions,
     handler: Arc<H>,
-    updates: mpsc::UnboundedReceiver<Vec<ContainerUpdate>>,
+    outbox: Arc<Outbox>,
     sessions: watch::Sender<u64>,
 }
 
@@ -178,15 +188,18 @@ impl<H: NriHandler> Plugin<H> {
     /// A plugin and the handle to queue unsolicited updates.
     #[must_use]
     pub fn new(options: PluginOptions, handler: Arc<H>) -> (Self, UpdateSender) {
-        let (tx, updates) = mpsc::unbounded_channel();
+        let outbox = Arc::new(Outbox::new());
         let (sessions, _) = watch::channel(0);
+        let sender = UpdateSender {
+            outbox: Arc::downgrade(&outbox),
+        };
         let plugin = Self {
             options,
             handler,
-            updates,
+            outbox,
             sessions,
         };
-        (plugin, UpdateSender { tx })
+        (plugin, sender)
     }
 
     /// Counts synchronized sessions (for observers such as health checks).
@@ -245,12 +258,13 @@ impl<H: NriHandler> Plugin<H> {
     /// One session; returns the close reason once it had synchronized.
     async fn connect_and_serve(&mut self) -> Result<String, PluginError> {
         let stream = self.connect().await?;
-        while self.updates.try_recv().is_ok() {}
+        self.outbox.clear();
         let (state_tx, mut state) = watch::channel(SessionState::default());
-        let service = Arc::new(PluginService::new(
+        let service = Arc::new(PluginService::with_outbox(
             Arc::clone(&self.handler),
             event_mask(&self.options.events),
             state_tx,
+            Arc::clone(&self.outbox),
         ));
         let roles = Roles {
             serve: PLUGIN_CONN,
@@ -272,10 +286,12 @@ impl<H: NriHandler> Plugin<H> {
             .as_ref()
             .and_then(|r| r.request_timeout)
             .unwrap_or(self.options.request_timeout);
+        let outbox = Arc::clone(&self.outbox);
         loop {
             tokio::select! {
                 reason = conn.closed() => return Ok(reason),
-                Some(batch) = self.updates.recv() => self.send_updates(&conn, batch, timeout).await,
+                batch = outbox.next_unsolicited(self.options.unsolicited) => self.send_updates(&conn, batch, timeout).await,
+                applied = outbox.settled(self.options.unsolicited) => self.handler.updates_applied(applied).await,
             }
         }
     }
@@ -298,14 +314,11 @@ impl<H: NriHandler> Plugin<H> {
     }
 
     async fn send_updates(
-        &mut self,
+        &self,
         conn: &Connection,
-        mut batch: Vec<ContainerUpdate>,
+        batch: Vec<ContainerUpdate>,
         timeout: Duration,
     ) {
-        while let Ok(more) = self.updates.try_recv() {
-            batch.extend(more);
-        }
         let request = pb::UpdateContainersRequest {
             update: updates_to_proto(&batch),
             evict: Vec::new(),
@@ -324,23 +337,28 @@ impl<H: NriHandler> Plugin<H> {
             )
             .await;
         let sent: Vec<String> = batch.into_iter().map(|u| u.container_id).collect();
-        let refused: std::collections::BTreeSet<String> =
-            match reply.map(|bytes| pb::UpdateContainersResponse::decode(bytes.as_slice())) {
-                Ok(Ok(response)) => response
-                    .failed
-                    .into_iter()
-                    .map(|u| u.container_id)
-                    .collect(),
-                // Whether it applied them is unknown: sent again.
-                Ok(Err(err)) => {
-                    tracing::warn!(error = %err, "undecodable UpdateContainers reply");
-                    sent.iter().cloned().collect()
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, "UpdateContainers failed");
-                    sent.iter().cloned().collect()
-                }
-            };
+        let refused: std::collections::BTreeSet<String> = match reply
+            .map(|bytes| pb::UpdateContainersResponse::decode(bytes.as_slice()))
+        {
+            Ok(Ok(response)) => response
+                .failed
+                .into_iter()
+                .map(|u| u.container_id)
+                .collect(),
+            // Whether it applied them is unknown: sent again.
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "undecodable UpdateContainers reply");
+                sent.iter().cloned().collect()
+            }
+            Err(err @ CallError::Timeout { .. }) => {
+                tracing::error!(error = %err, "the runtime did not answer an unsolicited UpdateContainers: a containerd whose NRI predates the fix of containerd/containerd#13733 (1.7 included) deadlocks when one meets a pod event, and then relays no event and starts no container until it restarts");
+                sent.iter().cloned().collect()
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "UpdateContainers failed");
+                sent.iter().cloned().collect()
+            }
+        };
         let (failed, applied): (Vec<String>, Vec<String>) =
             sent.into_iter().partition(|id| refused.contains(id));
         if !failed.is_empty() {

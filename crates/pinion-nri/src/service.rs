@@ -1,7 +1,9 @@
 //! The Plugin ttrpc service Pinion serves on connection 1: decodes each
 //! request, calls the [`NriHandler`], encodes the reply. Every Plugin method
 //! of NRI up to v0.12 is implemented (dedicated RPCs and `StateChange`);
-//! unknown methods answer UNIMPLEMENTED.
+//! unknown methods answer UNIMPLEMENTED. The replies to `CreateContainer`,
+//! `UpdateContainer` and `StopContainer` carry the updates waiting in the
+//! [`Outbox`] (see there why).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,7 +13,8 @@ use tokio::sync::watch;
 
 use crate::conn::{Call, Service, ServiceFuture};
 use crate::handler::{to_status, HandlerError, NriHandler, RuntimeInfo};
-use crate::model::{updates_to_proto, Container, PodSandbox, Resources};
+use crate::model::{updates_to_proto, Container, ContainerUpdate, PodSandbox, Resources};
+use crate::outbox::Outbox;
 use crate::proto::nri as pb;
 use crate::status::{Code, Status};
 
@@ -91,17 +94,52 @@ pub struct PluginService<H> {
     events: i32,
     pending_sync: Mutex<(Vec<pb::PodSandbox>, Vec<pb::Container>)>,
     state: watch::Sender<SessionState>,
+    outbox: Arc<Outbox>,
 }
 
 impl<H: NriHandler> PluginService<H> {
+    /// A service whose replies carry nothing but the handler's updates.
     #[must_use]
     pub fn new(handler: Arc<H>, events: i32, state: watch::Sender<SessionState>) -> Self {
+        Self::with_outbox(handler, events, state, Arc::new(Outbox::new()))
+    }
+
+    /// A service whose replies also carry what waits in `outbox`.
+    #[must_use]
+    pub(crate) fn with_outbox(
+        handler: Arc<H>,
+        events: i32,
+        state: watch::Sender<SessionState>,
+        outbox: Arc<Outbox>,
+    ) -> Self {
         Self {
             handler,
             events,
             pending_sync: Mutex::new((Vec::new(), Vec::new())),
             state,
+            outbox,
         }
+    }
+
+    /// The waiting updates (except those of `creating`, which the runtime
+    /// does not list yet) followed by the handler's own, the newest: the
+    /// runtime applies a reply's updates in order. The carried ones count
+    /// as applied once the runtime's next request arrives
+    /// ([`Outbox::take_applied`]): the runtime reports no failure of a
+    /// reply's updates (it logs them), and the plugin's reconcile pass finds
+    /// a cpuset that differs.
+    fn carry(&self, creating: &str, own: Vec<ContainerUpdate>) -> Vec<pb::ContainerUpdate> {
+        let mut updates = self.outbox.take_except(creating);
+        if !updates.is_empty() {
+            tracing::debug!(
+                containers = updates.len(),
+                "waiting container updates carried in an event reply"
+            );
+        }
+        self.outbox
+            .carried(updates.iter().map(|u| u.container_id.clone()).collect());
+        updates.extend(own);
+        updates_to_proto(&updates)
     }
 }
 
@@ -113,7 +151,13 @@ impl<H: NriHandler> Service for Arc<PluginService<H>> {
                 .then(|| PLUGIN_METHODS.iter().copied().find(|m| *m == call.method))
                 .flatten();
             let started = Instant::now();
+            this.outbox.request_seen();
+            let applied = this.outbox.take_applied();
+            if !applied.is_empty() {
+                this.handler.updates_applied(applied).await;
+            }
             let answer = this.dispatch(call).await;
+            this.outbox.request_seen();
             if let Some(method) = method {
                 this.handler.request_served(method, started.elapsed());
             }
@@ -263,26 +307,35 @@ impl<H: NriHandler> PluginService<H> {
 
     async fn create(&self, req: pb::ContainerRequest) -> Result<Vec<u8>, Status> {
         let pod = require("CreateContainer", "pod", req.pod)?.into();
-        let container = require("CreateContainer", "container", req.container)?.into();
+        let container: Container = require("CreateContainer", "container", req.container)?.into();
+        let id = container.id.clone();
         let created = handled(self.handler.create_container(pod, container).await)?;
         ok(&pb::CreateContainerResponse {
             adjust: created.adjust.as_ref().map(pb::ContainerAdjustment::from),
-            update: updates_to_proto(&created.updates),
+            update: self.carry(&id, created.updates),
             evict: Vec::new(),
         })
     }
 
     async fn update(&self, req: pb::UpdateContainerRequest) -> Result<Vec<u8>, Status> {
         let pod = require("UpdateContainer", "pod", req.pod)?.into();
-        let container = require("UpdateContainer", "container", req.container)?.into();
+        let container: Container = require("UpdateContainer", "container", req.container)?.into();
         let resources = req.linux_resources.map(Resources::from).unwrap_or_default();
+        let id = container.id.clone();
         let updates = handled(
             self.handler
                 .update_container(pod, container, resources)
                 .await,
         )?;
+        // containerd takes the reply's last update as the updated
+        // container's own resources, whatever its id: carry only before it.
+        let update = if updates.last().is_some_and(|u| u.container_id == id) {
+            self.carry("", updates)
+        } else {
+            updates_to_proto(&updates)
+        };
         ok(&pb::UpdateContainerResponse {
-            update: updates_to_proto(&updates),
+            update,
             evict: Vec::new(),
         })
     }
@@ -292,7 +345,7 @@ impl<H: NriHandler> PluginService<H> {
         let container = require("StopContainer", "container", req.container)?.into();
         let updates = handled(self.handler.stop_container(pod, container).await)?;
         ok(&pb::StopContainerResponse {
-            update: updates_to_proto(&updates),
+            update: self.carry("", updates),
         })
     }
 

@@ -6,7 +6,10 @@ mod common;
 use common::*;
 use pinion_nri::fake_runtime::{FakeError, FakeOptions};
 use pinion_nri::status::Code;
-use pinion_nri::Resources;
+use std::time::Duration;
+
+use pinion_core::CpuSet;
+use pinion_nri::{ContainerUpdate, Resources};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_configure_and_synchronize() {
@@ -178,8 +181,17 @@ async fn update_keeps_exclusive_cpus_and_rejects_unsupported_changes() {
     plugin.stop().await;
 }
 
+/// containerd 1.7 as containerd/containerd#13733 describes it: its two NRI
+/// locks taken in opposite orders by events and by unsolicited updates.
+fn containerd_1_7() -> FakeOptions {
+    FakeOptions {
+        two_locks: Some(Duration::from_millis(50)),
+        ..FakeOptions::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unsolicited_updates_are_sent_after_the_handler_returned() {
+async fn updates_queued_during_an_admission_are_carried_in_its_reply() {
     let dir = tempfile::tempdir().unwrap();
     let (fake, path) = runtime(dir.path(), FakeOptions::default());
     let handler = TestHandler {
@@ -199,26 +211,112 @@ async fn unsolicited_updates_are_sent_after_the_handler_returned() {
         .await
         .unwrap();
     assert_eq!(fake.cpus(&pinned), "0-2");
-    eventually("shared pool update applied", || fake.cpus(&shared) == "3-7").await;
+    assert_eq!(fake.cpus(&shared), "3-7", "applied with the creation");
     let log = fake.log();
-    let created = log
-        .iter()
-        .position(|l| *l == format!("created {pinned}"))
+    assert!(
+        log.contains(&format!("CreateContainer applied to {shared}")),
+        "{log:?}"
+    );
+    assert!(
+        !log.iter().any(|l| l.starts_with("UpdateContainers")),
+        "nothing unsolicited: {log:?}"
+    );
+    assert!(
+        plugin.handler.lock().applied_updates.is_empty(),
+        "the runtime applies a reply's updates after reading it: not applied yet"
+    );
+    fake.start_container(&pinned).await.unwrap();
+    assert_eq!(
+        plugin.handler.lock().applied_updates,
+        [shared],
+        "applied once the runtime sent its next request"
+    );
+    assert!(plugin.handler.lock().failed_updates.is_empty());
+    assert_eq!(fake.sessions(), 1, "no deadlock, no disconnect");
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_admissions_updates_do_not_deadlock_containerd_1_7_at_the_start() {
+    // Before: the shared pool's shrink went out unsolicited right after the
+    // CreateContainer reply and met kubelet's StartContainer: each of
+    // containerd's NRI locks held, the other awaited, the node wedged.
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), containerd_1_7());
+    let handler = TestHandler {
+        unsolicited: true,
+        ..TestHandler::default()
+    };
+    let plugin = start_plugin(options(&path), handler);
+    fake.wait_synced(1).await;
+    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&b, container("b", 100))
+        .await
         .unwrap();
-    let updated = log
+    fake.start_container(&shared).await.unwrap();
+    for (i, name) in ["g1", "g2"].into_iter().enumerate() {
+        let g = fake.run_pod(guaranteed_pod(name)).await.unwrap();
+        let pinned = fake
+            .create_container(&g, container(name, 2000))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), fake.start_container(&pinned))
+            .await
+            .unwrap_or_else(|_| panic!("start of {name} hung: {:?}", fake.log()))
+            .unwrap();
+        let want = if i == 0 { "2-7" } else { "4-7" };
+        assert_eq!(fake.cpus(&shared), want);
+    }
+    assert_eq!(fake.sessions(), 1);
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
+    // An update no event reply can carry (queued outside any handler) leaves
+    // only once the runtime has sent nothing for `quiet`: not into the
+    // burst of a pod's stop and removal, where containerd 1.7 deadlocks.
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), containerd_1_7());
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&b, container("b", 100))
+        .await
+        .unwrap();
+    let gone = fake.run_pod(burstable_pod("gone")).await.unwrap();
+    let ended = fake
+        .create_container(&gone, container("gone", 100))
+        .await
+        .unwrap();
+    fake.start_container(&ended).await.unwrap();
+    plugin
+        .sender
+        .send(vec![ContainerUpdate {
+            container_id: shared.clone(),
+            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
+        }])
+        .unwrap();
+    let burst = async {
+        fake.stop_pod(&gone).await?;
+        fake.remove_container(&ended).await?;
+        fake.remove_pod(&gone).await
+    };
+    tokio::time::timeout(Duration::from_secs(5), burst)
+        .await
+        .unwrap_or_else(|_| panic!("the pod's removal hung: {:?}", fake.log()))
+        .unwrap();
+    eventually("the update applied", || fake.cpus(&shared) == "1-7").await;
+    let log = fake.log();
+    let removed = log.iter().rposition(|l| l.contains("sent")).unwrap();
+    let applied = log
         .iter()
         .position(|l| *l == format!("UpdateContainers applied to {shared}"))
         .unwrap();
-    assert!(
-        created < updated,
-        "update applied only after the create finished: {log:?}"
-    );
-    eventually("the runtime's answer reaches the handler", || {
-        plugin.handler.lock().applied_updates.contains(&shared)
-    })
-    .await;
-    assert!(plugin.handler.lock().failed_updates.is_empty());
-    assert_eq!(fake.sessions(), 1, "no deadlock, no disconnect");
+    assert!(removed < applied, "sent after the burst: {log:?}");
+    assert_eq!(plugin.handler.lock().applied_updates, [shared]);
     plugin.stop().await;
 }
 

@@ -4,8 +4,10 @@
 //! containers (`Frontend::Runtime`). Changes to other containers (the
 //! shared pool shrinking, drift, retries) come from the controller's
 //! executor as batches, which [`NriFrontend::forward_updates`] hands to the
-//! plugin stub: it sends them after the handler that caused them returned.
-//! Design: `docs/design.md`, usage: `docs/nri.md`.
+//! plugin stub. A `CreateContainer`, `UpdateContainer` or `StopContainer`
+//! hands over its own before it returns, so that its reply carries them:
+//! containerd 1.7 can deadlock on an unsolicited update
+//! (`pinion_nri::outbox`). Design: `docs/design.md`, usage: `docs/nri.md`.
 
 pub mod request_times;
 mod state;
@@ -39,6 +41,9 @@ pub struct NriFrontend {
     handle: ControllerHandle,
     tracked: Mutex<Tracked>,
     updates: OnceLock<UpdateSender>,
+    /// The executor's runtime updates not yet handed to the plugin stub
+    /// (set by [`NriFrontend::forward_updates`]).
+    queued: Mutex<Option<mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>>>,
     /// The API server's pods of this node (their extended requests), with
     /// credentials (`crate::nrt::pod_requests`).
     pod_requests: Option<PodRequests>,
@@ -53,6 +58,7 @@ impl NriFrontend {
             handle,
             tracked: Mutex::new(Tracked::default()),
             updates: OnceLock::new(),
+            queued: Mutex::new(None),
             pod_requests: None,
             request_times: Arc::default(),
         }
@@ -84,31 +90,82 @@ impl NriFrontend {
     }
 
     /// Hands every batch of the executor's runtime updates to the plugin
-    /// stub as one `UpdateContainers` (queued: sent after the running
-    /// handler, if any, returned) until `stop` turns true.
+    /// stub (which sends it in the next event reply that can carry it, or
+    /// unsolicited once the runtime is quiet) until `stop` turns true.
     pub async fn forward_updates(
         &self,
-        mut batches: mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
+        batches: mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>,
         mut stop: watch::Receiver<bool>,
     ) {
+        *self.lock_queued() = Some(batches);
         loop {
-            let batch = tokio::select! {
-                batch = batches.recv() => match batch {
-                    Some(batch) => batch,
+            let unsent = tokio::select! {
+                unsent = std::future::poll_fn(|cx| self.poll_hand_over(cx)) => match unsent {
+                    Some(unsent) => unsent,
                     None => break,
                 },
                 _ = stop.changed() => break,
             };
-            tracing::info!(containers = batch.len(), "updating containers");
-            let ids: Vec<String> = batch.iter().map(|u| u.container_id.clone()).collect();
-            let sent = self.updates.get().is_some_and(|sender| {
-                let updates = to_nri(batch, &self.tracked());
-                sender.send(updates).is_ok()
-            });
-            if !sent {
-                tracing::warn!("nri plugin not running; updates are sent again later");
-                self.handle.runtime_updates_failed(ids).await;
+            self.report_unsent(unsent).await;
+        }
+    }
+
+    fn lock_queued(&self) -> MutexGuard<'_, Option<mpsc::UnboundedReceiver<Vec<RuntimeUpdate>>>> {
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for the executor's next batch and hands it over (under the
+    /// queue's lock, so batches keep their order); `None` once the executor
+    /// is gone. Returns the containers whose update could not be handed over.
+    fn poll_hand_over(
+        &self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Vec<String>>> {
+        let mut queued = self.lock_queued();
+        let Some(batches) = queued.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        batches
+            .poll_recv(cx)
+            .map(|batch| batch.map(|batch| self.hand_over(batch)))
+    }
+
+    /// Hands over every batch the executor has queued by now: called by the
+    /// handlers whose reply carries updates, once the controller answered
+    /// (its executor queued the command's updates before answering).
+    async fn hand_over_queued(&self) {
+        let mut unsent = Vec::new();
+        {
+            let mut queued = self.lock_queued();
+            if let Some(batches) = queued.as_mut() {
+                while let Ok(batch) = batches.try_recv() {
+                    unsent.extend(self.hand_over(batch));
+                }
             }
+        }
+        self.report_unsent(unsent).await;
+    }
+
+    /// Gives `batch` to the plugin stub; returns its containers when there
+    /// is no plugin to take it.
+    fn hand_over(&self, batch: Vec<RuntimeUpdate>) -> Vec<String> {
+        tracing::info!(containers = batch.len(), "updating containers");
+        let ids: Vec<String> = batch.iter().map(|u| u.container_id.clone()).collect();
+        let sent = self.updates.get().is_some_and(|sender| {
+            let updates = to_nri(batch, &self.tracked());
+            sender.send(updates).is_ok()
+        });
+        if sent {
+            Vec::new()
+        } else {
+            ids
+        }
+    }
+
+    async fn report_unsent(&self, unsent: Vec<String>) {
+        if !unsent.is_empty() {
+            tracing::warn!("nri plugin not running; updates are sent again later");
+            self.handle.runtime_updates_failed(unsent).await;
         }
     }
 
@@ -286,46 +343,9 @@ impl NriHandler for NriFrontend {
         pod: PodSandbox,
         container: Container,
     ) -> Result<Created, HandlerError> {
-        let siblings = self.tracked().siblings(&pod.id, &container.id);
-        let identity = identify(&pod, &container, &siblings)?;
-        let (key, placement) = match identity {
-            None => {
-                let key = follower_key(&pod.id, &container);
-                let placement = self
-                    .handle
-                    .follow(key.clone(), container.id.clone())
-                    .await
-                    .map_err(handler_error)?;
-                (key, placement)
-            }
-            Some((key, mut spec)) => {
-                if let Some(cache) = &self.pod_requests {
-                    cache.fill(&mut spec).await;
-                }
-                self.register_pod_resources(&pod, &key.0).await?;
-                let request = AdmitRequest {
-                    pod: spec,
-                    container: key.1.clone(),
-                    frontend: Frontend::runtime_in(&container.id, cgroup_of(&container)),
-                    cpu_owner: pinion_core::engine::CpuOwner::Policy,
-                };
-                let admitted = self.handle.admit(request).await.map_err(handler_error)?;
-                (key, admitted.placement)
-            }
-        };
-        let mut tracked = self.tracked();
-        if !tracked.pods.contains_key(&pod.id) {
-            tracked.live_pods.insert(pod.id.clone());
-        }
-        tracked.pods.insert(pod.id.clone(), pod);
-        tracked.stopped.remove(&key);
-        tracked
-            .containers
-            .insert(container.id.clone(), Entry { container, key });
-        Ok(Created {
-            adjust: Some(placement),
-            updates: Vec::new(),
-        })
+        let created = self.create(pod, container).await;
+        self.hand_over_queued().await;
+        created
     }
 
     /// The runtime created the container's task (its cgroup exists) and
@@ -349,80 +369,19 @@ impl NriHandler for NriFrontend {
         container: Container,
         resources: Resources,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
-        let entry = self.tracked().containers.get(&container.id).cloned();
-        let Some(entry) = entry else {
-            return Err(HandlerError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "container {:?} ({}) of pod {:?} is not known to pinion; it will be placed at the next synchronization",
-                    container.id, container.name, pod.name
-                ),
-            ));
-        };
-        let placement = self.current(&entry.key);
-        let placement = match resize_request(&placement, &resources) {
-            Some(milli) => {
-                self.resize(&entry.key, placement, milli, &resources)
-                    .await?
-            }
-            None => placement,
-        };
-        // kubelet's new values are the container's own from now on: what
-        // a setting a plugin drops goes back to.
-        if let Some(tracked) = self.tracked().containers.get_mut(&container.id) {
-            tracked.container.resources.follow(&resources);
-        }
-        Ok(vec![ContainerUpdate {
-            container_id: container.id,
-            placement,
-        }])
+        let updates = self.update(pod, container, resources).await;
+        self.hand_over_queued().await;
+        updates
     }
 
-    /// A Kubernetes container that stops while its pod runs is held, not
-    /// released: kubelet keeps a terminated container's CPUs while its pod
-    /// is active, so a restarted container gets the same CPUs (and its
-    /// resource plugins' allocations, without a new `Allocate`) and no
-    /// other pod can take them in between. The pod's stop releases it: the
-    /// runtime relays it for the pods it created while Pinion was connected
-    /// (`Tracked::live_pods`); for the others (known from a `Synchronize`,
-    /// whose stop containerd 1.7 may never relay), the reconcile pass that
-    /// finds the pod's sandbox cgroup gone does. A container of such a pod
-    /// without a sandbox cgroup is released at once, as before.
     async fn stop_container(
         &self,
         pod: PodSandbox,
         container: Container,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
-        let (entry, live, known) = {
-            let mut tracked = self.tracked();
-            (
-                tracked.containers.remove(&container.id),
-                tracked.live_pods.contains(&pod.id),
-                tracked.pods.get(&pod.id).cloned(),
-            )
-        };
-        let Some(entry) = entry else {
-            return Ok(Vec::new());
-        };
-        let sandbox = if live {
-            None
-        } else {
-            sandbox_cgroup(&pod).or_else(|| known.as_ref().and_then(sandbox_cgroup))
-        };
-        if pinion_nri::kube::qos_class(&pod).is_ok() && (live || sandbox.is_some()) {
-            let held = self
-                .handle
-                .park(entry.key.clone(), sandbox)
-                .await
-                .map_err(handler_error)?;
-            if held {
-                tracing::debug!(pod = %entry.key.0, container = %entry.key.1, "stopped; its placement is held for its next run until the pod stops");
-                self.tracked().stopped.insert(entry.key, pod.id);
-                return Ok(Vec::new());
-            }
-        }
-        self.release(Some(entry)).await?;
-        Ok(Vec::new())
+        let updates = self.stop(pod, container).await;
+        self.hand_over_queued().await;
+        updates
     }
 
     async fn remove_container(
@@ -478,6 +437,131 @@ fn resize_request(placement: &Placement, resources: &Resources) -> Option<u64> {
 }
 
 impl NriFrontend {
+    async fn create(&self, pod: PodSandbox, container: Container) -> Result<Created, HandlerError> {
+        let siblings = self.tracked().siblings(&pod.id, &container.id);
+        let identity = identify(&pod, &container, &siblings)?;
+        let (key, placement) = match identity {
+            None => {
+                let key = follower_key(&pod.id, &container);
+                let placement = self
+                    .handle
+                    .follow(key.clone(), container.id.clone())
+                    .await
+                    .map_err(handler_error)?;
+                (key, placement)
+            }
+            Some((key, mut spec)) => {
+                if let Some(cache) = &self.pod_requests {
+                    cache.fill(&mut spec).await;
+                }
+                self.register_pod_resources(&pod, &key.0).await?;
+                let request = AdmitRequest {
+                    pod: spec,
+                    container: key.1.clone(),
+                    frontend: Frontend::runtime_in(&container.id, cgroup_of(&container)),
+                    cpu_owner: pinion_core::engine::CpuOwner::Policy,
+                };
+                let admitted = self.handle.admit(request).await.map_err(handler_error)?;
+                (key, admitted.placement)
+            }
+        };
+        let mut tracked = self.tracked();
+        if !tracked.pods.contains_key(&pod.id) {
+            tracked.live_pods.insert(pod.id.clone());
+        }
+        tracked.pods.insert(pod.id.clone(), pod);
+        tracked.stopped.remove(&key);
+        tracked
+            .containers
+            .insert(container.id.clone(), Entry { container, key });
+        Ok(Created {
+            adjust: Some(placement),
+            updates: Vec::new(),
+        })
+    }
+
+    async fn update(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+        resources: Resources,
+    ) -> Result<Vec<ContainerUpdate>, HandlerError> {
+        let entry = self.tracked().containers.get(&container.id).cloned();
+        let Some(entry) = entry else {
+            return Err(HandlerError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "container {:?} ({}) of pod {:?} is not known to pinion; it will be placed at the next synchronization",
+                    container.id, container.name, pod.name
+                ),
+            ));
+        };
+        let placement = self.current(&entry.key);
+        let placement = match resize_request(&placement, &resources) {
+            Some(milli) => {
+                self.resize(&entry.key, placement, milli, &resources)
+                    .await?
+            }
+            None => placement,
+        };
+        // kubelet's new values are the container's own from now on: what
+        // a setting a plugin drops goes back to.
+        if let Some(tracked) = self.tracked().containers.get_mut(&container.id) {
+            tracked.container.resources.follow(&resources);
+        }
+        Ok(vec![ContainerUpdate {
+            container_id: container.id,
+            placement,
+        }])
+    }
+
+    /// A Kubernetes container that stops while its pod runs is held, not
+    /// released: kubelet keeps a terminated container's CPUs while its pod
+    /// is active, so a restarted container gets the same CPUs (and its
+    /// resource plugins' allocations, without a new `Allocate`) and no
+    /// other pod can take them in between. The pod's stop releases it: the
+    /// runtime relays it for the pods it created while Pinion was connected
+    /// (`Tracked::live_pods`); for the others (known from a `Synchronize`,
+    /// whose stop containerd 1.7 may never relay), the reconcile pass that
+    /// finds the pod's sandbox cgroup gone does. A container of such a pod
+    /// without a sandbox cgroup is released at once, as before.
+    async fn stop(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+    ) -> Result<Vec<ContainerUpdate>, HandlerError> {
+        let (entry, live, known) = {
+            let mut tracked = self.tracked();
+            (
+                tracked.containers.remove(&container.id),
+                tracked.live_pods.contains(&pod.id),
+                tracked.pods.get(&pod.id).cloned(),
+            )
+        };
+        let Some(entry) = entry else {
+            return Ok(Vec::new());
+        };
+        let sandbox = if live {
+            None
+        } else {
+            sandbox_cgroup(&pod).or_else(|| known.as_ref().and_then(sandbox_cgroup))
+        };
+        if pinion_nri::kube::qos_class(&pod).is_ok() && (live || sandbox.is_some()) {
+            let held = self
+                .handle
+                .park(entry.key.clone(), sandbox)
+                .await
+                .map_err(handler_error)?;
+            if held {
+                tracing::debug!(pod = %entry.key.0, container = %entry.key.1, "stopped; its placement is held for its next run until the pod stops");
+                self.tracked().stopped.insert(entry.key, pod.id);
+                return Ok(Vec::new());
+            }
+        }
+        self.release(Some(entry)).await?;
+        Ok(Vec::new())
+    }
+
     /// Registers the pod-level resources of Kubernetes pod `uid` with the
     /// controller when the pod declares them (annotation
     /// `pinion.dev/pod-level-resources: "true"`); a malformed declaration

@@ -160,9 +160,13 @@ impl Node {
 
     /// A node whose checkpoint lives in `state`.
     pub fn with_state(state: tempfile::TempDir) -> Self {
+        Self::with_runtime(state, FakeOptions::default())
+    }
+
+    /// A node whose runtime behaves as `options` say.
+    pub fn with_runtime(state: tempfile::TempDir, options: FakeOptions) -> Self {
         let sockets = tempfile::tempdir().unwrap();
-        let runtime =
-            FakeRuntime::start(&sockets.path().join("nri.sock"), FakeOptions::default()).unwrap();
+        let runtime = FakeRuntime::start(&sockets.path().join("nri.sock"), options).unwrap();
         Self {
             state,
             sockets,

@@ -60,6 +60,13 @@ impl Inner {
         if ev == 0 || mask & (1 << (ev - 1)) == 0 {
             return Ok(None);
         }
+        let _adaptation = match self.options.two_locks {
+            Some(window) => {
+                tokio::time::sleep(window).await;
+                Some(self.adaptation_lock.lock().await)
+            }
+            None => None,
+        };
         let dedicated = state_change.is_none() || self.options.dedicated_rpcs;
         let result = if dedicated {
             self.note(format!("{method} sent"));

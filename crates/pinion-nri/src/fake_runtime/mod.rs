@@ -40,6 +40,12 @@ pub struct FakeOptions {
     pub config: String,
     /// Send the remaining budget in `timeout_nano` (as the Go ttrpc client does).
     pub send_deadline: bool,
+    /// containerd 1.7's two NRI locks (containerd/containerd#13733), with
+    /// this window: an event holds the runtime's lock and takes the
+    /// adaptation's after the window; an unsolicited `UpdateContainers`
+    /// holds the adaptation's and takes the runtime's after the window. An
+    /// update that meets an event deadlocks them for good. `None`: one lock.
+    pub two_locks: Option<Duration>,
 }
 
 impl Default for FakeOptions {
@@ -51,6 +57,7 @@ impl Default for FakeOptions {
             dedicated_rpcs: false,
             config: String::new(),
             send_deadline: true,
+            two_locks: None,
         }
     }
 }
@@ -89,6 +96,8 @@ pub(crate) struct Inner {
     /// containerd's NRI lock: held while an event is relayed and while an
     /// unsolicited update is applied.
     nri_lock: Mutex<()>,
+    /// The adaptation's lock of [`FakeOptions::two_locks`].
+    adaptation_lock: Mutex<()>,
     synced: watch::Sender<u64>,
     largest_frame: AtomicUsize,
     log: StdMutex<Vec<String>>,
@@ -117,6 +126,7 @@ impl FakeRuntime {
             model: StdMutex::new(Model::default()),
             link: Mutex::new(None),
             nri_lock: Mutex::new(()),
+            adaptation_lock: Mutex::new(()),
             synced,
             largest_frame: AtomicUsize::new(0),
             log: StdMutex::new(Vec::new()),

@@ -58,6 +58,14 @@ impl RuntimeService {
                 let req: pb::UpdateContainersRequest = decode("UpdateContainers", &call.payload)?;
                 // containerd takes its NRI lock here too: a plugin calling this
                 // from inside an event handler deadlocks until the timeout.
+                let _adaptation = match self.inner.options.two_locks {
+                    Some(window) => {
+                        let held = self.inner.adaptation_lock.lock().await;
+                        tokio::time::sleep(window).await;
+                        Some(held)
+                    }
+                    None => None,
+                };
                 let _lock = self.inner.nri_lock.lock().await;
                 let failed = self.inner.apply_updates(&req.update, "UpdateContainers");
                 Ok(pb::UpdateContainersResponse { failed }.encode_to_vec())

@@ -309,6 +309,60 @@ note "released $(($(date +%s) - stopped_at)) s after the pod's unrelayed stop (r
 check_eq "checkpoint released the container" "" \
     "$(durable_state | sed -n 's/.*"app":"\([0-9,-]*\)".*/\1/p')"
 
+# --- Pod churn from parallel clients: containerd's NRI does not deadlock ------
+#
+# containerd 1.7 takes its two NRI locks in opposite orders for an event and
+# for a plugin's unsolicited UpdateContainers (containerd/containerd#13733):
+# an update that meets an event starting at that moment wedges containerd's
+# NRI for good (no pod starts or stops until containerd restarts). Guaranteed
+# pods started and removed by parallel clients, as a busy kubelet does: before
+# the fix the shared pool's updates went out unsolicited and this wedged
+# containerd on the 2-CPU host within a few pods. Every CRI call must return
+# and no UpdateContainers may go unanswered.
+
+CHURN_CLIENTS=3 CHURN_ROUNDS=8
+: >"$S/churn.hung"
+churn_call() {
+    timeout 120 "$PINION_CRI" --endpoint "$CTRD_SOCK" "$@"
+    local rc=$?
+    [ "$rc" -eq 124 ] && echo "client $client round $round: $1 hung" >>"$S/churn.hung"
+    return "$rc"
+}
+churn() {
+    local client=$1 round uid p c
+    for round in $(seq 1 "$CHURN_ROUNDS"); do
+        uid=$(printf '11111111-0000-4000-8000-0000000c%02x%02x' "$client" "$round")
+        p=$(churn_call runp --pod-name "churn-$client-$round" --pod-uid "$uid" --qos guaranteed) || return
+        # A refusal (no free cpu while another client's pod holds it) is fine.
+        if c=$(churn_call create --pod-id "$p" --pod-name "churn-$client-$round" --pod-uid "$uid" \
+            --qos guaranteed --name app --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi \
+            -- $SLEEP 2>/dev/null); then
+            churn_call start "$c" >/dev/null || return
+            churn_call stop "$c" >/dev/null || return
+        elif [ -s "$S/churn.hung" ]; then
+            return
+        fi
+        churn_call stopp "$p" >/dev/null || return
+        if [ -n "$c" ]; then churn_call rm "$c" >/dev/null || return; fi
+        churn_call rmp "$p" >/dev/null || return
+    done
+}
+churn_started=$(date +%s)
+churn_pids=""
+for client in $(seq 1 "$CHURN_CLIENTS"); do
+    churn "$client" &
+    churn_pids="$churn_pids $!"
+done
+for pid in $churn_pids; do wait "$pid"; done
+check_eq "pod churn ($CHURN_CLIENTS clients x $CHURN_ROUNDS guaranteed pods): no CRI call hung" "" "$(cat "$S/churn.hung")"
+check_eq "pod churn: every UpdateContainers was answered" 0 "$(grep -c 'did not answer an unsolicited UpdateContainers' "$S/agent.log")"
+note "pod churn took $(($(date +%s) - churn_started)) s; $(grep -c 'requested container updates' "$S/containerd.log" 2>/dev/null || echo '?') unsolicited updates"
+wait_for 60 grown || true
+check_eq "pod churn: the burstable container is back on every cpu" "$(cpus_expand "$all")" \
+    "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"
+check_eq "pod churn: the checkpoint holds none of the churned pods" "" \
+    "$(durable_state | grep -o '11111111-0000-4000-8000-0000000c[0-9a-f]*' | head -3)"
+
 # --- A container restarted in its pod keeps its cpus --------------------------
 #
 # As kubelet restarts a container that ended (a new container of the same
