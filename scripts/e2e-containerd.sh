@@ -91,7 +91,7 @@ if [ "$where" != guest ]; then
     mkdir -p "$E2E_WORK/host"
     env PATH="$CTRD/usr/bin:$PATH" PINION="$E2E_BIN_DIR/pinion" PINION_CRI="$E2E_BIN_DIR/pinion-cri" \
         E2E_RUNC="${PINION_E2E_RUNC:-$(command -v runc)}" E2E_IMAGES="$E2E_WORK/images" E2E_STATE="$E2E_WORK/host" \
-        E2E_CGROUP_ROOT="$cpuset_mount/pinion-e2e-ctrd-$$" SCENARIO=containerd \
+        E2E_CGROUP_ROOT="$cpuset_mount/pinion-e2e-ctrd-$$" E2E_CHURN=1 SCENARIO=containerd \
         timeout 600 sh -c ". '$E2E_GUEST/check.sh'; . '$E2E_GUEST/pinion.sh'; . '$E2E_GUEST/scenarios/containerd.sh'" \
         >"$E2E_WORK/host.out" 2>"$E2E_WORK/host.err"
     status=$?

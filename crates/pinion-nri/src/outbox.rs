@@ -52,8 +52,8 @@ pub struct Timing {
 impl Default for Timing {
     fn default() -> Self {
         Self {
-            quiet: Duration::from_millis(500),
-            max_delay: Duration::from_secs(5),
+            quiet: Duration::from_secs(2),
+            max_delay: Duration::from_secs(60),
             carried_settle: Duration::from_secs(5),
         }
     }
@@ -163,60 +163,60 @@ impl Outbox {
     /// Waits until carried updates have waited `timing.carried_settle`
     /// without a request of the runtime, and takes them as applied.
     pub(crate) async fn settled(&self, timing: Timing) -> Vec<String> {
-        loop {
-            let carried = self.carried.notified();
-            let due = {
-                let mut state = self.state();
-                match state.carried_at {
-                    None => None,
-                    Some(at) => {
-                        let due = at + timing.carried_settle;
-                        if Instant::now() >= due {
-                            state.carried_at = None;
-                            return std::mem::take(&mut state.unconfirmed);
-                        }
-                        Some(due)
-                    }
-                }
-            };
-            match due {
-                None => carried.await,
-                Some(due) => {
-                    tokio::select! {
-                        () = carried => {}
-                        () = tokio::time::sleep_until(due) => {}
-                    }
-                }
-            }
-        }
+        self.when_due(
+            &self.carried,
+            |state| state.carried_at.map(|at| at + timing.carried_settle),
+            |state| {
+                state.carried_at = None;
+                std::mem::take(&mut state.unconfirmed)
+            },
+        )
+        .await
     }
 
     /// Waits until updates are queued and `timing` lets them leave
     /// unsolicited, and takes them.
     pub(crate) async fn next_unsolicited(&self, timing: Timing) -> Vec<ContainerUpdate> {
+        self.when_due(
+            &self.queued,
+            |state| {
+                let quiet = state.last_request + timing.quiet;
+                state
+                    .oldest
+                    .map(|oldest| quiet.min(oldest + timing.max_delay))
+            },
+            |state| {
+                state.oldest = None;
+                std::mem::take(&mut state.pending)
+            },
+        )
+        .await
+    }
+
+    /// Waits until the time `due` reads from the state has come (`None`:
+    /// nothing to wait for until `woken` is notified), then returns what
+    /// `take` takes from the state.
+    async fn when_due<T>(
+        &self,
+        woken: &Notify,
+        due: impl Fn(&State) -> Option<Instant>,
+        take: impl FnOnce(&mut State) -> T,
+    ) -> T {
         loop {
-            let queued = self.queued.notified();
-            let due = {
+            let notified = woken.notified();
+            let at = {
                 let mut state = self.state();
-                match state.oldest {
-                    None => None,
-                    Some(oldest) => {
-                        let due =
-                            (state.last_request + timing.quiet).min(oldest + timing.max_delay);
-                        if Instant::now() >= due {
-                            state.oldest = None;
-                            return std::mem::take(&mut state.pending);
-                        }
-                        Some(due)
-                    }
+                match due(&state) {
+                    Some(at) if Instant::now() >= at => return take(&mut state),
+                    at => at,
                 }
             };
-            match due {
-                None => queued.await,
-                Some(due) => {
+            match at {
+                None => notified.await,
+                Some(at) => {
                     tokio::select! {
-                        () = queued => {}
-                        () = tokio::time::sleep_until(due) => {}
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
                     }
                 }
             }
