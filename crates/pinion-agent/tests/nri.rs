@@ -103,11 +103,7 @@ async fn within<T>(step: &str, future: impl std::future::Future<Output = T>) -> 
 /// to be quiet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
-    let containerd_1_7 = FakeOptions {
-        two_locks: Some(Duration::from_millis(50)),
-        ..FakeOptions::default()
-    };
-    let node = Node::with_runtime(tempfile::tempdir().unwrap(), containerd_1_7);
+    let node = Node::with_runtime(tempfile::tempdir().unwrap(), FakeOptions::containerd_1_7());
     let agent = node.agent(1).await;
     let (_, web) = within(
         "web's start",
@@ -138,13 +134,11 @@ async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
     };
     within("db's removal", end).await.unwrap();
     node.wait_cpus(&web, "0-7").await;
-    let log = node.runtime.log();
-    let removed = log.iter().rposition(|l| l.contains("sent")).unwrap();
-    let grown = log
-        .iter()
-        .position(|l| *l == format!("UpdateContainers applied to {web}"))
-        .unwrap();
-    assert!(removed < grown, "the pool grew after the burst: {log:?}");
+    assert!(
+        node.runtime.unsolicited_update_followed_the_events(&web),
+        "the pool grew after the burst: {:?}",
+        node.runtime.log()
+    );
     agent.stop().await;
 }
 

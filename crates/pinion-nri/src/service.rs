@@ -128,7 +128,7 @@ impl<H: NriHandler> PluginService<H> {
     /// ([`Outbox::take_applied`]): the runtime reports no failure of a
     /// reply's updates (it logs them), and the plugin's reconcile pass finds
     /// a cpuset that differs.
-    fn carry(&self, creating: &str, own: Vec<ContainerUpdate>) -> Vec<pb::ContainerUpdate> {
+    fn carry(&self, creating: Option<&str>, own: Vec<ContainerUpdate>) -> Vec<pb::ContainerUpdate> {
         let mut updates = self.outbox.take_except(creating);
         if !updates.is_empty() {
             tracing::debug!(
@@ -312,7 +312,7 @@ impl<H: NriHandler> PluginService<H> {
         let created = handled(self.handler.create_container(pod, container).await)?;
         ok(&pb::CreateContainerResponse {
             adjust: created.adjust.as_ref().map(pb::ContainerAdjustment::from),
-            update: self.carry(&id, created.updates),
+            update: self.carry(Some(&id), created.updates),
             evict: Vec::new(),
         })
     }
@@ -330,7 +330,7 @@ impl<H: NriHandler> PluginService<H> {
         // containerd takes the reply's last update as the updated
         // container's own resources, whatever its id: carry only before it.
         let update = if updates.last().is_some_and(|u| u.container_id == id) {
-            self.carry("", updates)
+            self.carry(None, updates)
         } else {
             updates_to_proto(&updates)
         };
@@ -345,7 +345,7 @@ impl<H: NriHandler> PluginService<H> {
         let container = require("StopContainer", "container", req.container)?.into();
         let updates = handled(self.handler.stop_container(pod, container).await)?;
         ok(&pb::StopContainerResponse {
-            update: self.carry("", updates),
+            update: self.carry(None, updates),
         })
     }
 

@@ -181,15 +181,6 @@ async fn update_keeps_exclusive_cpus_and_rejects_unsupported_changes() {
     plugin.stop().await;
 }
 
-/// containerd 1.7 as containerd/containerd#13733 describes it: its two NRI
-/// locks taken in opposite orders by events and by unsolicited updates.
-fn containerd_1_7() -> FakeOptions {
-    FakeOptions {
-        two_locks: Some(Duration::from_millis(50)),
-        ..FakeOptions::default()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn updates_queued_during_an_admission_are_carried_in_its_reply() {
     let dir = tempfile::tempdir().unwrap();
@@ -242,7 +233,7 @@ async fn regression_an_admissions_updates_do_not_deadlock_containerd_1_7_at_the_
     // CreateContainer reply and met kubelet's StartContainer: each of
     // containerd's NRI locks held, the other awaited, the node wedged.
     let dir = tempfile::tempdir().unwrap();
-    let (fake, path) = runtime(dir.path(), containerd_1_7());
+    let (fake, path) = runtime(dir.path(), FakeOptions::containerd_1_7());
     let handler = TestHandler {
         unsolicited: true,
         ..TestHandler::default()
@@ -278,7 +269,7 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
     // only once the runtime has sent nothing for `quiet`: not into the
     // burst of a pod's stop and removal, where containerd 1.7 deadlocks.
     let dir = tempfile::tempdir().unwrap();
-    let (fake, path) = runtime(dir.path(), containerd_1_7());
+    let (fake, path) = runtime(dir.path(), FakeOptions::containerd_1_7());
     let plugin = start_plugin(options(&path), TestHandler::default());
     fake.wait_synced(1).await;
     let b = fake.run_pod(burstable_pod("b")).await.unwrap();
@@ -309,13 +300,11 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
         .unwrap_or_else(|_| panic!("the pod's removal hung: {:?}", fake.log()))
         .unwrap();
     eventually("the update applied", || fake.cpus(&shared) == "1-7").await;
-    let log = fake.log();
-    let removed = log.iter().rposition(|l| l.contains("sent")).unwrap();
-    let applied = log
-        .iter()
-        .position(|l| *l == format!("UpdateContainers applied to {shared}"))
-        .unwrap();
-    assert!(removed < applied, "sent after the burst: {log:?}");
+    assert!(
+        fake.unsolicited_update_followed_the_events(&shared),
+        "sent after the burst: {:?}",
+        fake.log()
+    );
     assert_eq!(plugin.handler.lock().applied_updates, [shared]);
     plugin.stop().await;
 }

@@ -162,6 +162,14 @@ impl NriFrontend {
         }
     }
 
+    /// `answer`, once the updates it queued are handed over, so that the
+    /// reply carries them.
+    async fn answer_with_own_updates<T>(&self, answer: impl std::future::Future<Output = T>) -> T {
+        let answer = answer.await;
+        self.hand_over_queued().await;
+        answer
+    }
+
     async fn report_unsent(&self, unsent: Vec<String>) {
         if !unsent.is_empty() {
             tracing::warn!("nri plugin not running; updates are sent again later");
@@ -343,9 +351,8 @@ impl NriHandler for NriFrontend {
         pod: PodSandbox,
         container: Container,
     ) -> Result<Created, HandlerError> {
-        let created = self.create(pod, container).await;
-        self.hand_over_queued().await;
-        created
+        self.answer_with_own_updates(self.create(pod, container))
+            .await
     }
 
     /// The runtime created the container's task (its cgroup exists) and
@@ -369,9 +376,8 @@ impl NriHandler for NriFrontend {
         container: Container,
         resources: Resources,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
-        let updates = self.update(pod, container, resources).await;
-        self.hand_over_queued().await;
-        updates
+        self.answer_with_own_updates(self.update(pod, container, resources))
+            .await
     }
 
     async fn stop_container(
@@ -379,9 +385,8 @@ impl NriHandler for NriFrontend {
         pod: PodSandbox,
         container: Container,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
-        let updates = self.stop(pod, container).await;
-        self.hand_over_queued().await;
-        updates
+        self.answer_with_own_updates(self.stop(pod, container))
+            .await
     }
 
     async fn remove_container(

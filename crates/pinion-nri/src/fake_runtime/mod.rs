@@ -62,6 +62,19 @@ impl Default for FakeOptions {
     }
 }
 
+impl FakeOptions {
+    /// containerd 1.7 as containerd/containerd#13733 describes it: its two
+    /// NRI locks taken in opposite orders by events and by unsolicited
+    /// updates, with a window that makes their race certain.
+    #[must_use]
+    pub fn containerd_1_7() -> Self {
+        Self {
+            two_locks: Some(Duration::from_millis(50)),
+            ..Self::default()
+        }
+    }
+}
+
 /// What a test gives to create a pod.
 #[derive(Debug, Clone, Default)]
 pub struct PodSpec {
@@ -297,6 +310,17 @@ impl FakeRuntime {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// True when an unsolicited update was applied to container `id`, the
+    /// first of them after the last event this runtime sent the plugin.
+    pub fn unsolicited_update_followed_the_events(&self, id: &str) -> bool {
+        let log = self.log();
+        let last_event = log.iter().rposition(|l| l.contains("sent"));
+        let applied = log
+            .iter()
+            .position(|l| *l == format!("UpdateContainers applied to {id}"));
+        matches!((last_event, applied), (Some(event), Some(update)) if event < update)
     }
 }
 
