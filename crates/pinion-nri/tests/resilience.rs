@@ -83,7 +83,11 @@ async fn runtime_restart_reconnects_and_resyncs() {
     assert_eq!(fake.cpus(&pinned), "0");
     let events = plugin.handler.lock().events.clone();
     assert_eq!(events.last().unwrap(), "synchronize 1 pods 1 containers");
-    let shared = shared_container(&fake, "b").await;
+    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&b, container("b", 100))
+        .await
+        .unwrap();
     assert_eq!(fake.cpus(&shared), "1-7");
     plugin.stop().await;
 }
