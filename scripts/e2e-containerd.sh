@@ -91,7 +91,7 @@ if [ "$where" != guest ]; then
     mkdir -p "$E2E_WORK/host"
     env PATH="$CTRD/usr/bin:$PATH" PINION="$E2E_BIN_DIR/pinion" PINION_CRI="$E2E_BIN_DIR/pinion-cri" \
         E2E_RUNC="${PINION_E2E_RUNC:-$(command -v runc)}" E2E_IMAGES="$E2E_WORK/images" E2E_STATE="$E2E_WORK/host" \
-        E2E_CGROUP_ROOT="$cpuset_mount/pinion-e2e-ctrd-$$" E2E_CHURN=1 SCENARIO=containerd \
+        E2E_CGROUP_ROOT="$cpuset_mount/pinion-e2e-ctrd-$$" E2E_CHURN=6x12x2 SCENARIO=containerd \
         timeout 600 sh -c ". '$E2E_GUEST/check.sh'; . '$E2E_GUEST/pinion.sh'; . '$E2E_GUEST/scenarios/containerd.sh'" \
         >"$E2E_WORK/host.out" 2>"$E2E_WORK/host.err"
     status=$?
@@ -125,7 +125,7 @@ if [ "$where" != host ]; then
     mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}"; e2e_nic_args "$GUEST_NIC_NODE")
     log=$E2E_WORK/guest.console
     e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
-        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800" \
+        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800 E2E_CHURN=3x2x0" \
         "${shape_args[@]}"
     status=$?
     [ "$E2E_INTERACTIVE" = 1 ] && exit 0

@@ -142,6 +142,61 @@ async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
     agent.stop().await;
 }
 
+/// Regression: on a slow node (containerd 1.7 in a TCG guest) kubelet's
+/// calls for one pod come further apart than the 2 s of quiet, and the
+/// shared pool's growth after a pod's removal went out unsolicited between
+/// them and wedged containerd. A growth takes nothing from anyone: it now
+/// waits for the next pod's `CreateContainer` to carry it (or for the
+/// runtime to be idle far longer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pods_removal_on_a_slow_node_grows_the_pool_in_the_next_reply() {
+    let node = Node::with_runtime(tempfile::tempdir().unwrap(), FakeOptions::containerd_1_7());
+    let agent = node.agent(1).await;
+    let (_, web) = within(
+        "web's start",
+        node.pod_with(burstable_pod("web"), burstable("web", 500)),
+    )
+    .await;
+    let (db_pod, db) = within(
+        "db's start",
+        node.pod_with(guaranteed_pod("db"), container("db", 2000)),
+    )
+    .await;
+    let pool = set(&node.runtime.cpus(&web));
+    // The pod's removal, with a slow node's gap before its last step and
+    // before the next pod: each longer than the quiet an update that takes
+    // CPUs away waits for.
+    let gap = Duration::from_millis(2500);
+    node.runtime.stop_container(&db).await.unwrap();
+    node.runtime.stop_pod(&db_pod).await.unwrap();
+    node.runtime.remove_container(&db).await.unwrap();
+    tokio::time::sleep(gap).await;
+    within("db's removal", node.runtime.remove_pod(&db_pod))
+        .await
+        .unwrap();
+    tokio::time::sleep(gap).await;
+    assert_eq!(
+        set(&node.runtime.cpus(&web)),
+        pool,
+        "the growth waits: {:?}",
+        node.runtime.log()
+    );
+    let next = node.runtime.run_pod(burstable_pod("next")).await.unwrap();
+    within(
+        "next's creation",
+        node.runtime.create_container(&next, burstable("next", 500)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(node.runtime.cpus(&web), "0-7", "carried in next's reply");
+    let log = node.runtime.log();
+    assert!(
+        !log.iter().any(|l| l.starts_with("UpdateContainers")),
+        "nothing unsolicited: {log:?}"
+    );
+    agent.stop().await;
+}
+
 /// Regression: a Guaranteed container that ended and was restarted in its
 /// pod (StopContainer, then CreateContainer of the same name) gave its
 /// exclusive CPUs back at the stop: a pod admitted in between took them,

@@ -219,6 +219,21 @@ impl Placement {
     pub fn same_resources(&self, other: &Self) -> bool {
         self.cpus == other.cpus && self.mems == other.mems && self.resources == other.resources
     }
+
+    /// Whether moving a container from `held` to `self` only gives it
+    /// more: every CPU and memory node of `held` and at least one more,
+    /// and the same resource settings. Such a change takes nothing from
+    /// anyone, so it can wait (the shared pool growing back after a pod's
+    /// removal). Empty memory nodes are every node.
+    #[must_use]
+    pub fn only_adds_to(&self, held: &Self) -> bool {
+        let mems_kept =
+            self.mems.is_empty() || (!held.mems.is_empty() && held.mems.is_subset(&self.mems));
+        held.cpus.is_subset(&self.cpus)
+            && mems_kept
+            && self.resources == held.resources
+            && !self.same_resources(held)
+    }
 }
 
 /// Every memory node of the machine (CPU-less nodes included); node 0 when
@@ -367,5 +382,41 @@ mod tests {
         let bound: Placement =
             serde_json::from_str(r#"{"cpus":"0-1","mems":"0","pool":"shared"}"#).expect("parses");
         assert_eq!(bound.mems, set("0"));
+    }
+
+    #[test]
+    fn only_a_placement_that_gives_more_and_takes_nothing_adds() {
+        let held = Placement::shared(set("2-5"));
+        assert!(Placement::shared(set("0-7")).only_adds_to(&held));
+        assert!(
+            !Placement::shared(set("2-5")).only_adds_to(&held),
+            "no change"
+        );
+        assert!(
+            !Placement::shared(set("3-7")).only_adds_to(&held),
+            "CPU 2 taken"
+        );
+        assert!(
+            !Placement::exclusive(set("0-7")).only_adds_to(&held),
+            "quota set"
+        );
+
+        let bound = |cpus: &str, mems: &str| Placement {
+            mems: set(mems),
+            ..Placement::shared(set(cpus))
+        };
+        assert!(bound("2-5", "0-1").only_adds_to(&bound("2-5", "0")));
+        assert!(
+            !bound("2-7", "0").only_adds_to(&bound("2-5", "0-1")),
+            "node 1 taken"
+        );
+        assert!(
+            Placement::shared(set("2-5")).only_adds_to(&bound("2-5", "0")),
+            "every node again"
+        );
+        assert!(
+            !bound("2-7", "0").only_adds_to(&held),
+            "bound to node 0 from every node"
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! *handler gate*; [`Connection::call_after_handlers`] takes the same gate
 //! before writing, so an unsolicited request never leaves while a handler runs
 //! or before its reply is written (containerd waits for our reply holding the
-//! lock its `UpdateContainers` handler needs).
+//! lock its `UpdateContainers` handler needs). [`Connection::handlers_idle`]
+//! holds the gate for a caller that decides what to send only then.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -81,6 +82,13 @@ pub struct CallOptions {
     pub after_handlers: bool,
     /// Leave `timeout_nano` at 0 (old ttrpc clients send no deadline).
     pub no_deadline: bool,
+}
+
+/// The handler gate, held: no served call runs meanwhile
+/// ([`Connection::handlers_idle`]).
+#[must_use = "the gate is released when dropped"]
+pub struct HandlersIdle<'a> {
+    _gate: tokio::sync::MutexGuard<'a, ()>,
 }
 
 /// A running multiplexed connection. Dropping it closes the socket.
@@ -163,6 +171,49 @@ impl Connection {
         timeout: Duration,
         options: CallOptions,
     ) -> Result<Vec<u8>, CallError> {
+        let idle = if options.after_handlers {
+            Some(self.handlers_idle().await)
+        } else {
+            None
+        };
+        self.call_holding(idle, service, method, payload, timeout, options.no_deadline)
+            .await
+    }
+
+    /// Waits until no served call runs and holds the handler gate: no
+    /// request is served until the guard is given to
+    /// [`Connection::call_while_idle`] or dropped. A caller decides what
+    /// to send once no handler can change it any more.
+    pub async fn handlers_idle(&self) -> HandlersIdle<'_> {
+        HandlersIdle {
+            _gate: self.shared.gate.lock().await,
+        }
+    }
+
+    /// Like [`Connection::call_with`] with `after_handlers`, with the gate
+    /// already held (`idle`); it is released once the request is written.
+    pub async fn call_while_idle(
+        &self,
+        idle: HandlersIdle<'_>,
+        service: &str,
+        method: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+        no_deadline: bool,
+    ) -> Result<Vec<u8>, CallError> {
+        self.call_holding(Some(idle), service, method, payload, timeout, no_deadline)
+            .await
+    }
+
+    async fn call_holding(
+        &self,
+        idle: Option<HandlersIdle<'_>>,
+        service: &str,
+        method: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+        no_deadline: bool,
+    ) -> Result<Vec<u8>, CallError> {
         let closed = || CallError::Closed {
             method: method.to_string(),
         };
@@ -173,7 +224,7 @@ impl Connection {
             service: service.to_string(),
             method: method.to_string(),
             payload,
-            timeout_nano: if options.no_deadline {
+            timeout_nano: if no_deadline {
                 0
             } else {
                 i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX)
@@ -186,16 +237,11 @@ impl Connection {
             flags: 0,
             payload: request.encode_to_vec(),
         };
-        let written = {
-            let _gate = if options.after_handlers {
-                Some(self.shared.gate.lock().await)
-            } else {
-                None
-            };
-            self.shared
-                .write_message(self.shared.roles.client, &message)
-                .await
-        };
+        let written = self
+            .shared
+            .write_message(self.shared.roles.client, &message)
+            .await;
+        drop(idle);
         if let Err(err) = written {
             self.shared.pending_map().remove(&stream_id);
             return Err(match err {

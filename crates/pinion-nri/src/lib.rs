@@ -16,6 +16,7 @@ pub mod wire;
 
 pub use handler::{Created, ErrorKind, HandlerError, NriHandler, RuntimeInfo};
 pub use model::{Container, ContainerState, ContainerUpdate, PodSandbox, Resources};
+pub use outbox::Urgency;
 pub use plugin::{Endpoint, Plugin, PluginError, PluginOptions, UpdateSender};
 
 #[cfg(feature = "fake-runtime")]

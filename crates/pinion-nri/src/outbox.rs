@@ -18,9 +18,19 @@
 //!   [`Timing::quiet`] (kubelet's calls for one pod come in bursts), or once
 //!   the oldest update has waited [`Timing::max_delay`].
 //!
-//! Unsolicited updates that cannot wait for a carrier remain (a pod's stop
-//! or removal, the pools' closed loop, a plugin's new answer); the quiet
-//! wait makes their race with an event unlikely, not impossible.
+//! A batch that only gives containers more ([`Urgency::Growth`]: the CPUs a
+//! pod's stop or removal frees, back to the shared pool) takes nothing from
+//! anyone, so it waits longer: for a carrier, or for [`Timing::idle`] of
+//! quiet, at most [`Timing::growth_max_delay`]. On a slow node the gaps
+//! between kubelet's calls for one pod are longer than `quiet`; an update
+//! that can wait for the next pod's `CreateContainer` does not go out into
+//! them. A prompt update takes every update queued before it along, and
+//! everything queued leaves with a carrier: the runtime sees them in the
+//! order they were queued.
+//!
+//! Unsolicited updates that take something away remain (the pools' closed
+//! loop, a plugin's new answer, a reconcile repair); the quiet wait makes
+//! their race with an event unlikely, not impossible.
 //!
 //! The runtime answers no carried update: it applies them after it read the
 //! reply, while it still holds the event's lock. So they count as applied
@@ -44,6 +54,11 @@ pub struct Timing {
     pub quiet: Duration,
     /// How long an update waits at most for that quiet.
     pub max_delay: Duration,
+    /// How long the runtime must have sent no request before a
+    /// [`Urgency::Growth`] batch goes out unsolicited.
+    pub idle: Duration,
+    /// How long a growth waits at most for a carrier or that idle time.
+    pub growth_max_delay: Duration,
     /// How long after a reply its carried updates count as applied when no
     /// request of the runtime came first.
     pub carried_settle: Duration,
@@ -54,6 +69,8 @@ impl Default for Timing {
         Self {
             quiet: Duration::from_secs(2),
             max_delay: Duration::from_secs(60),
+            idle: Duration::from_secs(10),
+            growth_max_delay: Duration::from_secs(300),
             carried_settle: Duration::from_secs(5),
         }
     }
@@ -67,11 +84,27 @@ pub(crate) struct Outbox {
     carried: Notify,
 }
 
+/// Whether a batch of updates takes anything from a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// It may take CPUs, memory nodes or settings away: unsolicited after
+    /// [`Timing::quiet`].
+    Prompt,
+    /// Each update only gives its container more CPUs or memory nodes than
+    /// it may hold: unsolicited only after [`Timing::idle`].
+    Growth,
+}
+
+#[derive(Debug)]
+struct Queued {
+    update: ContainerUpdate,
+    urgency: Urgency,
+    at: Instant,
+}
+
 #[derive(Debug)]
 struct State {
-    pending: Vec<ContainerUpdate>,
-    /// When the oldest pending update was queued.
-    oldest: Option<Instant>,
+    pending: Vec<Queued>,
     /// When the runtime's last request started or was answered.
     last_request: Instant,
     /// The containers of updates carried in replies, not yet applied.
@@ -85,7 +118,6 @@ impl Outbox {
         Self {
             state: Mutex::new(State {
                 pending: Vec::new(),
-                oldest: None,
                 last_request: Instant::now(),
                 unconfirmed: Vec::new(),
                 carried_at: None,
@@ -100,13 +132,19 @@ impl Outbox {
     }
 
     /// Queues `updates` (in order, after those already waiting).
-    pub(crate) fn push(&self, updates: Vec<ContainerUpdate>) {
+    pub(crate) fn push(&self, updates: Vec<ContainerUpdate>, urgency: Urgency) {
         if updates.is_empty() {
             return;
         }
+        let at = Instant::now();
         let mut state = self.state();
-        state.pending.extend(updates);
-        state.oldest.get_or_insert_with(Instant::now);
+        state
+            .pending
+            .extend(updates.into_iter().map(|update| Queued {
+                update,
+                urgency,
+                at,
+            }));
         drop(state);
         self.queued.notify_one();
     }
@@ -117,12 +155,9 @@ impl Outbox {
         let mut state = self.state();
         let (kept, taken): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
             .into_iter()
-            .partition(|u| Some(u.container_id.as_str()) == keep);
-        if kept.is_empty() {
-            state.oldest = None;
-        }
+            .partition(|q| Some(q.update.container_id.as_str()) == keep);
         state.pending = kept;
-        taken
+        taken.into_iter().map(|q| q.update).collect()
     }
 
     /// Drops every waiting update and what was carried (a new connection's
@@ -130,7 +165,6 @@ impl Outbox {
     pub(crate) fn clear(&self) {
         let mut state = self.state();
         state.pending.clear();
-        state.oldest = None;
         state.unconfirmed.clear();
         state.carried_at = None;
     }
@@ -175,22 +209,28 @@ impl Outbox {
     }
 
     /// Waits until updates are queued and `timing` lets them leave
-    /// unsolicited, and takes them.
-    pub(crate) async fn next_unsolicited(&self, timing: Timing) -> Vec<ContainerUpdate> {
-        self.when_due(
-            &self.queued,
-            |state| {
-                let quiet = state.last_request + timing.quiet;
-                state
-                    .oldest
-                    .map(|oldest| quiet.min(oldest + timing.max_delay))
-            },
-            |state| {
-                state.oldest = None;
-                std::mem::take(&mut state.pending)
-            },
-        )
-        .await
+    /// unsolicited. The caller then holds the handler gate and takes them
+    /// with [`Outbox::take_if_due`]: taken before, a batch waiting for a
+    /// handler to end would reach the runtime after that handler's reply,
+    /// which carries newer updates.
+    pub(crate) async fn unsolicited_due(&self, timing: Timing) {
+        self.when_due(&self.queued, |state| state.unsolicited_due(timing), |_| ())
+            .await;
+    }
+
+    /// Takes every waiting update if `timing` still lets them leave
+    /// unsolicited (a handler that ran since [`Outbox::unsolicited_due`]
+    /// returned made the runtime busy again, or its reply carried them):
+    /// nothing otherwise.
+    pub(crate) fn take_if_due(&self, timing: Timing) -> Vec<ContainerUpdate> {
+        let mut state = self.state();
+        match state.unsolicited_due(timing) {
+            Some(at) if Instant::now() >= at => std::mem::take(&mut state.pending)
+                .into_iter()
+                .map(|q| q.update)
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Waits until the time `due` reads from the state has come (`None`:
@@ -224,6 +264,29 @@ impl Outbox {
     }
 }
 
+impl State {
+    /// When what is queued may leave unsolicited: the earliest of the
+    /// prompt updates' due time and the growths'; `None` when nothing is
+    /// queued.
+    fn unsolicited_due(&self, timing: Timing) -> Option<Instant> {
+        let oldest = |urgency: Urgency| {
+            self.pending
+                .iter()
+                .filter(|q| q.urgency == urgency)
+                .map(|q| q.at)
+                .min()
+        };
+        let prompt = oldest(Urgency::Prompt)
+            .map(|at| (self.last_request + timing.quiet).min(at + timing.max_delay));
+        let growth = oldest(Urgency::Growth)
+            .map(|at| (self.last_request + timing.idle).min(at + timing.growth_max_delay));
+        match (prompt, growth) {
+            (Some(p), Some(g)) => Some(p.min(g)),
+            (p, g) => p.or(g),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +303,18 @@ mod tests {
         updates.iter().map(|u| u.container_id.as_str()).collect()
     }
 
+    /// What the plugin's loop sends unsolicited next (with no handler
+    /// running).
+    async fn next_unsolicited(outbox: &Outbox, timing: Timing) -> Vec<ContainerUpdate> {
+        loop {
+            outbox.unsolicited_due(timing).await;
+            let batch = outbox.take_if_due(timing);
+            if !batch.is_empty() {
+                return batch;
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn updates_wait_for_the_runtime_to_be_quiet() {
         let outbox = Outbox::new();
@@ -248,10 +323,10 @@ mod tests {
             max_delay: Duration::from_secs(5),
             ..Timing::default()
         };
-        outbox.push(vec![update("a")]);
+        outbox.push(vec![update("a")], Urgency::Prompt);
         let started = tokio::time::Instant::now();
         outbox.request_seen();
-        let taken = outbox.next_unsolicited(timing).await;
+        let taken = next_unsolicited(&outbox, timing).await;
         assert_eq!(ids(&taken), ["a"]);
         let waited = started.elapsed();
         assert!(
@@ -276,8 +351,8 @@ mod tests {
             }
         });
         let started = tokio::time::Instant::now();
-        outbox.push(vec![update("a")]);
-        let taken = outbox.next_unsolicited(timing).await;
+        outbox.push(vec![update("a")], Urgency::Prompt);
+        let taken = next_unsolicited(&outbox, timing).await;
         requests.abort();
         assert_eq!(ids(&taken), ["a"]);
         let waited = started.elapsed();
@@ -287,10 +362,97 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn regression_a_growth_waits_for_the_idle_time_not_the_quiet() {
+        // Before: a pod's removal grew the shared pool unsolicited after
+        // `quiet`; on a slow node (TCG), kubelet's calls for the next pod
+        // were further apart than that, and the update met one of them.
+        let outbox = std::sync::Arc::new(Outbox::new());
+        let timing = Timing::default();
+        let slow = std::sync::Arc::clone(&outbox);
+        let requests = tokio::spawn(async move {
+            for _ in 0..3 {
+                tokio::time::sleep(timing.quiet * 2).await;
+                slow.request_seen();
+            }
+        });
+        let started = tokio::time::Instant::now();
+        outbox.request_seen();
+        outbox.push(vec![update("a")], Urgency::Growth);
+        let taken = next_unsolicited(&outbox, timing).await;
+        requests.await.unwrap();
+        assert_eq!(ids(&taken), ["a"]);
+        assert_eq!(
+            started.elapsed(),
+            timing.quiet * 6 + timing.idle,
+            "left `idle` after the last of the slow requests"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_runtime_delays_a_growth_at_most_growth_max_delay() {
+        let outbox = std::sync::Arc::new(Outbox::new());
+        let timing = Timing::default();
+        let busy = std::sync::Arc::clone(&outbox);
+        let requests = tokio::spawn(async move {
+            loop {
+                busy.request_seen();
+                tokio::time::sleep(timing.quiet * 2).await;
+            }
+        });
+        let started = tokio::time::Instant::now();
+        outbox.push(vec![update("a")], Urgency::Growth);
+        let taken = next_unsolicited(&outbox, timing).await;
+        requests.abort();
+        assert_eq!(ids(&taken), ["a"]);
+        assert_eq!(started.elapsed(), timing.growth_max_delay);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_update_takes_the_growths_queued_before_it_along() {
+        let outbox = Outbox::new();
+        let timing = Timing::default();
+        outbox.push(vec![update("grows")], Urgency::Growth);
+        tokio::time::sleep(timing.quiet / 2).await;
+        outbox.push(vec![update("shrinks")], Urgency::Prompt);
+        let started = tokio::time::Instant::now();
+        outbox.request_seen();
+        let taken = next_unsolicited(&outbox, timing).await;
+        assert_eq!(ids(&taken), ["grows", "shrinks"], "in the order queued");
+        assert_eq!(started.elapsed(), timing.quiet);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_after_the_due_time_keeps_the_updates_queued() {
+        let outbox = Outbox::new();
+        let timing = Timing::default();
+        outbox.push(vec![update("a")], Urgency::Prompt);
+        outbox.request_seen();
+        outbox.unsolicited_due(timing).await;
+        outbox.request_seen();
+        assert!(
+            outbox.take_if_due(timing).is_empty(),
+            "the runtime is busy again"
+        );
+        assert_eq!(ids(&outbox.take_except(None)), ["a"], "still queued");
+    }
+
+    #[test]
+    fn a_carrier_takes_growths_and_prompt_updates_in_order() {
+        let outbox = Outbox::new();
+        outbox.push(vec![update("a")], Urgency::Prompt);
+        outbox.push(vec![update("b")], Urgency::Growth);
+        outbox.push(vec![update("c")], Urgency::Prompt);
+        assert_eq!(ids(&outbox.take_except(None)), ["a", "b", "c"]);
+    }
+
     #[test]
     fn a_carrier_takes_all_but_the_container_being_created() {
         let outbox = Outbox::new();
-        outbox.push(vec![update("a"), update("new"), update("b")]);
+        outbox.push(
+            vec![update("a"), update("new"), update("b")],
+            Urgency::Prompt,
+        );
         assert_eq!(ids(&outbox.take_except(Some("new"))), ["a", "b"]);
         assert_eq!(ids(&outbox.take_except(None)), ["new"]);
         assert!(outbox.take_except(None).is_empty());

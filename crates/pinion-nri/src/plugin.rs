@@ -12,10 +12,10 @@ use prost::Message;
 use tokio::net::UnixStream;
 use tokio::sync::watch;
 
-use crate::conn::{CallError, CallOptions, Connection, Roles};
+use crate::conn::{CallError, Connection, HandlersIdle, Roles};
 use crate::handler::NriHandler;
 use crate::model::{updates_to_proto, ContainerUpdate};
-use crate::outbox::{Outbox, Timing};
+use crate::outbox::{Outbox, Timing, Urgency};
 use crate::proto::nri as pb;
 use crate::service::{event_mask, PluginService, SessionState, RUNTIME_SERVICE, SUBSCRIBED};
 use crate::wire::{MAX_IN_FRAME, MAX_OUT_FRAME, PLUGIN_CONN, RUNTIME_CONN};
@@ -168,10 +168,22 @@ pub struct UpdateSender {
 }
 
 impl UpdateSender {
-    /// Queues `updates`.
+    /// Queues `updates`, which may take something from a container: they
+    /// leave with the next reply that carries updates, or unsolicited once
+    /// the runtime has been quiet ([`Urgency::Prompt`]).
     pub fn send(&self, updates: Vec<ContainerUpdate>) -> Result<(), PluginError> {
+        self.send_as(updates, Urgency::Prompt)
+    }
+
+    /// Queues `updates` with their [`Urgency`]: a batch in which every
+    /// update only gives its container more is a [`Urgency::Growth`].
+    pub fn send_as(
+        &self,
+        updates: Vec<ContainerUpdate>,
+        urgency: Urgency,
+    ) -> Result<(), PluginError> {
         let outbox = self.outbox.upgrade().ok_or(PluginError::NotRunning)?;
-        outbox.push(updates);
+        outbox.push(updates, urgency);
         Ok(())
     }
 }
@@ -290,7 +302,16 @@ impl<H: NriHandler> Plugin<H> {
         loop {
             tokio::select! {
                 reason = conn.closed() => return Ok(reason),
-                batch = outbox.next_unsolicited(self.options.unsolicited) => self.send_updates(&conn, batch, timeout).await,
+                () = outbox.unsolicited_due(self.options.unsolicited) => {
+                    // Taken with the gate held: a handler's reply carries
+                    // what it finds queued, and nothing taken here can
+                    // reach the runtime after a newer reply.
+                    let idle = conn.handlers_idle().await;
+                    let batch = outbox.take_if_due(self.options.unsolicited);
+                    if !batch.is_empty() {
+                        self.send_updates(&conn, idle, batch, timeout).await;
+                    }
+                }
                 applied = outbox.settled(self.options.unsolicited) => self.handler.updates_applied(applied).await,
             }
         }
@@ -316,6 +337,7 @@ impl<H: NriHandler> Plugin<H> {
     async fn send_updates(
         &self,
         conn: &Connection,
+        idle: HandlersIdle<'_>,
         batch: Vec<ContainerUpdate>,
         timeout: Duration,
     ) {
@@ -323,17 +345,14 @@ impl<H: NriHandler> Plugin<H> {
             update: updates_to_proto(&batch),
             evict: Vec::new(),
         };
-        let options = CallOptions {
-            after_handlers: true,
-            no_deadline: true,
-        };
         let reply = conn
-            .call_with(
+            .call_while_idle(
+                idle,
                 RUNTIME_SERVICE,
                 "UpdateContainers",
                 request.encode_to_vec(),
                 timeout.max(UPDATE_REPLY_WAIT),
-                options,
+                true,
             )
             .await;
         let sent: Vec<String> = batch.into_iter().map(|u| u.container_id).collect();

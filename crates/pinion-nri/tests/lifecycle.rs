@@ -310,6 +310,56 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_update_due_during_a_handler_does_not_overtake_its_reply() {
+    // Before: the plugin took the queued updates when they became due and
+    // only then waited for the running handler to end. That handler's
+    // reply carried newer updates of the same container; the older batch,
+    // written after it, undid them (the shared container kept CPUs just
+    // given to another as exclusive, until the reconcile pass repaired it).
+    let dir = tempfile::tempdir().unwrap();
+    let fake_options = FakeOptions {
+        request_timeout: Duration::from_secs(10),
+        ..FakeOptions::default()
+    };
+    let (fake, path) = runtime(dir.path(), fake_options);
+    let mut plugin_options = options(&path);
+    plugin_options.unsolicited.quiet = Duration::from_millis(300);
+    let plugin = start_plugin(plugin_options, TestHandler::default());
+    fake.wait_synced(1).await;
+    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
+    let shared = fake
+        .create_container(&b, container("b", 100))
+        .await
+        .unwrap();
+    assert_eq!(fake.cpus(&shared), "0-7");
+    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
+    // The admission runs for longer than the quiet: the queued update
+    // becomes due while it runs.
+    plugin
+        .handler
+        .create_delay_ms
+        .store(1000, std::sync::atomic::Ordering::SeqCst);
+    plugin
+        .sender
+        .send(vec![ContainerUpdate {
+            container_id: shared.clone(),
+            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
+        }])
+        .unwrap();
+    fake.create_container(&g, container("g", 2000))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        fake.cpus(&shared),
+        "2-7",
+        "the reply's newer update stands: {:?}",
+        fake.log()
+    );
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedicated_rpcs_of_nri_0_12_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let fake_options = FakeOptions {

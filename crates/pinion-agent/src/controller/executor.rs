@@ -109,6 +109,7 @@ fn runtime_update(
         container_id: container_id.to_string(),
         placement,
         taken_back: settings_taken_back(desired, given),
+        only_adds: given.is_some_and(|held| desired.only_adds_to(held)),
     }
 }
 
@@ -121,6 +122,10 @@ pub struct RuntimeUpdate {
     /// no longer gives: the runtime's own values go back in their place
     /// ([`pinion_core::placement::ResourceSettings::taken_back`]).
     pub taken_back: ResourceSettings,
+    /// It only gives the container more than the runtime may hold
+    /// ([`Placement::only_adds_to`]): the front-end may let it wait for a
+    /// reply to carry it.
+    pub only_adds: bool,
 }
 
 /// What to do with the runtime updates of a pass.

@@ -7,7 +7,10 @@
 //! plugin stub. A `CreateContainer`, `UpdateContainer` or `StopContainer`
 //! hands over its own before it returns, so that its reply carries them:
 //! containerd 1.7 can deadlock on an unsolicited update
-//! (`pinion_nri::outbox`). Design: `docs/design.md`, usage: `docs/nri.md`.
+//! (`pinion_nri::outbox`). A batch that only gives containers more (the
+//! executor's `RuntimeUpdate::only_adds`) is handed over as a growth, which
+//! waits longer for a reply to carry it. Design: `docs/design.md`, usage:
+//! `docs/nri.md`.
 
 pub mod request_times;
 mod state;
@@ -24,7 +27,7 @@ use pinion_host::cgroup::ContainerCgroup;
 use pinion_nri::kube::milli_cpu_from_shares;
 use pinion_nri::{
     Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, PodSandbox,
-    Resources, RuntimeInfo, UpdateSender,
+    Resources, RuntimeInfo, UpdateSender, Urgency,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -149,11 +152,16 @@ impl NriFrontend {
     /// Gives `batch` to the plugin stub; returns its containers when there
     /// is no plugin to take it.
     fn hand_over(&self, batch: Vec<RuntimeUpdate>) -> Vec<String> {
-        tracing::info!(containers = batch.len(), "updating containers");
+        let urgency = if batch.iter().all(|u| u.only_adds) {
+            Urgency::Growth
+        } else {
+            Urgency::Prompt
+        };
+        tracing::info!(containers = batch.len(), ?urgency, "updating containers");
         let ids: Vec<String> = batch.iter().map(|u| u.container_id.clone()).collect();
         let sent = self.updates.get().is_some_and(|sender| {
             let updates = to_nri(batch, &self.tracked());
-            sender.send(updates).is_ok()
+            sender.send_as(updates, urgency).is_ok()
         });
         if sent {
             Vec::new()

@@ -152,6 +152,7 @@ fn regression_settings_taken_back_get_the_containers_own_values() {
         container_id: id.into(),
         placement: Placement::shared(CpuSet::from_iter([0, 1])),
         taken_back: plugin.clone(),
+        only_adds: false,
     };
     let sent = super::to_nri(vec![update("c1"), update("unknown")], &tracked);
     let own = &sent[0].placement.resources;

@@ -113,6 +113,9 @@ impl Agent {
         let mut options = PluginOptions::external("pinion", "90", socket).unwrap();
         options.backoff_initial = Duration::from_millis(10);
         options.backoff_max = Duration::from_millis(100);
+        // A growth waits for a carrier or this long after the runtime's
+        // last request (10 s in the agent), still longer than `quiet`.
+        options.unsolicited.idle = Duration::from_secs(3);
         let (plugin, sender) = Plugin::new(options, Arc::clone(&frontend));
         frontend.set_update_sender(sender);
         let (stop, stop_rx) = watch::channel(false);
