@@ -125,7 +125,7 @@ if [ "$where" != host ]; then
     mapfile -t shape_args < <(e2e_shape_args "${GUEST_SHAPE[@]}"; e2e_nic_args "$GUEST_NIC_NODE")
     log=$E2E_WORK/guest.console
     e2e_run_guest "$log" "$E2E_WORK/initrd" 900 \
-        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800 E2E_CHURN=3x2x0" \
+        "E2E_SHAPE=containerd-smt E2E_CGROUP=v2 E2E_NIC_NODE=$GUEST_NIC_NODE E2E_SCENARIOS=containerd E2E_SCENARIO_TIMEOUT=800 E2E_CHURN=${PINION_E2E_GUEST_CHURN:-3x2x0}" \
         "${shape_args[@]}"
     status=$?
     [ "$E2E_INTERACTIVE" = 1 ] && exit 0

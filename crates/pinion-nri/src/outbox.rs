@@ -37,7 +37,13 @@
 //! when the runtime's next request arrives (it took that lock again), or
 //! [`Timing::carried_settle`] after the reply. Counted at once, the plugin's
 //! reconcile pass read the cpuset before the runtime wrote it, took that for
-//! a foreign write and undid nothing but its own update's order.
+//! a foreign write and undid nothing but its own update's order. Until then
+//! nothing goes out unsolicited: containerd may still hold that lock (it
+//! runs `runc update` per container, seconds each on a slow node), events
+//! queue on it unseen, and an update sent into that deadlocks it. Both were
+//! found in the TCG guest's pod churn: a 5 s settle time let the reconcile
+//! pass take a cpuset containerd was still writing for a foreign write, and
+//! its repair, sent after 2 s of apparent quiet, wedged containerd.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -71,7 +77,7 @@ impl Default for Timing {
             max_delay: Duration::from_secs(60),
             idle: Duration::from_secs(10),
             growth_max_delay: Duration::from_secs(300),
-            carried_settle: Duration::from_secs(5),
+            carried_settle: Duration::from_secs(30),
         }
     }
 }
@@ -224,13 +230,22 @@ impl Outbox {
     /// nothing otherwise.
     pub(crate) fn take_if_due(&self, timing: Timing) -> Vec<ContainerUpdate> {
         let mut state = self.state();
-        match state.unsolicited_due(timing) {
-            Some(at) if Instant::now() >= at => std::mem::take(&mut state.pending)
-                .into_iter()
-                .map(|q| q.update)
-                .collect(),
-            _ => Vec::new(),
+        let now = Instant::now();
+        if state.unsolicited_due(timing).is_none_or(|at| now < at) {
+            return Vec::new();
         }
+        let pending = std::mem::take(&mut state.pending);
+        let growth = pending.iter().all(|q| q.urgency == Urgency::Growth);
+        let waited = pending.iter().map(|q| now - q.at).max().unwrap_or_default();
+        let updates: Vec<ContainerUpdate> = pending.into_iter().map(|q| q.update).collect();
+        tracing::info!(
+            containers = ?updates.iter().map(|u| u.container_id.as_str()).collect::<Vec<_>>(),
+            urgency = ?if growth { Urgency::Growth } else { Urgency::Prompt },
+            quiet_for = ?now - state.last_request,
+            waited = ?waited,
+            "sending queued container updates unsolicited"
+        );
+        updates
     }
 
     /// Waits until the time `due` reads from the state has come (`None`:
@@ -280,10 +295,20 @@ impl State {
             .map(|at| (self.last_request + timing.quiet).min(at + timing.max_delay));
         let growth = oldest(Urgency::Growth)
             .map(|at| (self.last_request + timing.idle).min(at + timing.growth_max_delay));
-        match (prompt, growth) {
+        let due = match (prompt, growth) {
             (Some(p), Some(g)) => Some(p.min(g)),
             (p, g) => p.or(g),
-        }
+        }?;
+        // containerd applies a reply's updates holding the lock an event
+        // takes first: until its next request shows it let go (or the
+        // settle time passed), it may still be applying them, and events
+        // queue on that lock unseen. An update sent then waits for that
+        // lock holding the other one, and the first queued event takes the
+        // lock and waits for the other: the deadlock, whatever the quiet.
+        Some(match self.carried_at {
+            Some(carried) => due.max(carried + timing.carried_settle),
+            None => due,
+        })
     }
 }
 
@@ -435,6 +460,36 @@ mod tests {
             "the runtime is busy again"
         );
         assert_eq!(ids(&outbox.take_except(None)), ["a"], "still queued");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn regression_nothing_leaves_unsolicited_while_a_carried_batch_may_be_applied() {
+        // Before: 2 s after a reply carried updates, a repair went out
+        // unsolicited while containerd (in a TCG guest) was still applying
+        // them under its lock, with events queued behind it: deadlocked.
+        let outbox = Outbox::new();
+        let timing = Timing::default();
+        outbox.request_seen();
+        outbox.carried(vec!["shared".to_string()]);
+        let started = tokio::time::Instant::now();
+        outbox.push(vec![update("repair")], Urgency::Prompt);
+        assert_eq!(ids(&next_unsolicited(&outbox, timing).await), ["repair"]);
+        assert_eq!(
+            started.elapsed(),
+            timing.carried_settle,
+            "waited for the carried batch to settle, not the quiet"
+        );
+        assert_eq!(outbox.settled(timing).await, ["shared"]);
+
+        // The runtime's next request shows it applied them: the quiet again.
+        outbox.carried(vec!["shared".to_string()]);
+        outbox.push(vec![update("repair")], Urgency::Prompt);
+        tokio::time::sleep(timing.quiet / 2).await;
+        outbox.request_seen();
+        assert_eq!(outbox.take_applied(), ["shared"]);
+        let started = tokio::time::Instant::now();
+        assert_eq!(ids(&next_unsolicited(&outbox, timing).await), ["repair"]);
+        assert_eq!(started.elapsed(), timing.quiet);
     }
 
     #[test]

@@ -414,6 +414,23 @@ impl Workload {
         self.applied = None;
     }
 
+    /// Another writer left the cgroup holding `seen`: written again at the
+    /// next pass, and what the container holds now is `seen`'s CPUs and
+    /// memory nodes (where read). A repair that only gives back what the
+    /// writer took (an update containerd failed to apply) is then a growth
+    /// the front-end may let wait ([`pinion_core::Placement::only_adds_to`]).
+    fn found_holding(&mut self, seen: &pinion_core::drift::SeenCpuset) {
+        self.applied_unknown();
+        if let Some(held) = &mut self.may_hold {
+            if let Some(cpus) = &seen.cpus {
+                held.cpus = cpus.clone();
+            }
+            if let Some(mems) = &seen.mems {
+                held.mems = mems.clone();
+            }
+        }
+    }
+
     /// A new container takes its place (held for a restart): nothing given
     /// to the old one is in the new one's cgroup.
     fn nothing_applied(&mut self) {

@@ -192,7 +192,7 @@ impl Controller {
             return false;
         };
         if verdict.repair {
-            workload.applied_unknown();
+            workload.found_holding(&seen);
             workload.foreign_yielded = None;
         } else if seen != *intended {
             workload.foreign_yielded = Some(seen);

@@ -369,6 +369,11 @@ churn() {
     done
 }
 churn_started=$(date +%s)
+# Unsolicited UpdateContainers, each a chance to meet an event (containerd
+# logs one line per request).
+unsolicited() { grep -c 'requested container updates' "$S/containerd.log" 2>/dev/null || echo 0; }
+unsolicited_before=$(unsolicited)
+agent_lines_before=$(wc -l <"$S/agent.log")
 burners=""
 for _ in $(seq 1 "$CHURN_BURNERS"); do
     (while :; do :; done) &
@@ -386,7 +391,11 @@ if [ -n "$burners" ]; then
 fi
 check_eq "pod churn ($CHURN_CLIENTS clients x $CHURN_ROUNDS guaranteed pods, $CHURN_BURNERS busy loops): no CRI call hung" "" "$(cat "$S/churn.hung")"
 check_eq "pod churn: every UpdateContainers was answered" 0 "$(grep -c 'UpdateContainers got no reply' "$S/agent.log")"
-note "pod churn took $(($(date +%s) - churn_started)) s; $(grep -c 'requested container updates' "$S/containerd.log" 2>/dev/null || echo '?') unsolicited updates"
+note "pod churn took $(($(date +%s) - churn_started)) s; $(($(unsolicited) - unsolicited_before)) unsolicited updates during it"
+# What the agent sent unsolicited, and what it did just before.
+tail -n "+$((agent_lines_before + 1))" "$S/agent.log" |
+    grep -B6 'sending queued container updates unsolicited' | cut -c1-240 |
+    while IFS= read -r line; do note "pod churn: agent: $line"; done
 wait_for 60 grown || true
 check_eq "pod churn: the burstable container is back on every cpu" "$(cpus_expand "$all")" \
     "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"

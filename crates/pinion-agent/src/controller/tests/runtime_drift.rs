@@ -82,6 +82,51 @@ fn reconcile_sends_a_runtime_containers_changed_cpuset_again() {
     assert!(updates.try_recv().is_err());
 }
 
+/// Regression: in the TCG guest's pod churn containerd left a shared
+/// container's cpuset narrower than the update a reply carried; the
+/// repair went out unsolicited as one that takes CPUs away, 2 s into the
+/// runtime's apparent quiet, and wedged containerd 1.7. A repair that only
+/// gives back what is missing now waits like any growth; one that takes
+/// CPUs a writer added does not.
+#[test]
+fn regression_a_repair_that_gives_back_missing_cpus_is_a_growth() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let b = admit_started(&mut controller, "pod-b", "500m", "cb");
+    answer_updates(&mut controller, &mut updates);
+    let pool = b.placement.cpus.clone();
+    let narrower = CpuSet::from_iter(pool.iter().take(1));
+    runtime_wrote(&host, "cb", &narrower, &b.placement.mems);
+    assert_eq!(controller.reconcile().repaired.len(), 1);
+    let sent = answer_updates(&mut controller, &mut updates);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].placement.cpus, pool);
+    assert!(sent[0].only_adds, "gives back CPUs only: {:?}", sent[0]);
+    runtime_wrote(&host, "cb", &pool, &b.placement.mems);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+
+    // A Guaranteed container's CPUs leave the pool; someone gives them
+    // back to b by hand.
+    let g = admit_started(&mut controller, "pod-g", "2", "cg");
+    answer_updates(&mut controller, &mut updates);
+    runtime_wrote(&host, "cg", &g.placement.cpus, &g.placement.mems);
+    let pool = pool.difference(&g.placement.cpus);
+    runtime_wrote(&host, "cb", &pool, &b.placement.mems);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    runtime_wrote(
+        &host,
+        "cb",
+        &pool.union(&g.placement.cpus),
+        &b.placement.mems,
+    );
+    assert_eq!(controller.reconcile().repaired.len(), 1, "pool {pool}");
+    let sent = answer_updates(&mut controller, &mut updates);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].placement.cpus, pool);
+    assert!(!sent[0].only_adds, "takes CPUs away: {:?}", sent[0]);
+}
+
 #[test]
 fn changed_memory_nodes_are_drift_and_a_gone_cgroup_is_not() {
     let dir = tempfile::tempdir().expect("tempdir");
