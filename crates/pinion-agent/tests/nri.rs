@@ -92,6 +92,22 @@ async fn within<T>(step: &str, future: impl std::future::Future<Output = T>) -> 
     }
 }
 
+/// Starts Burstable `web` (500m) and Guaranteed `db` (2 CPUs) through the
+/// runtime; returns web's container, db's sandbox and db's container.
+async fn web_and_db(node: &Node) -> (String, String, String) {
+    let (_, web) = within(
+        "web's start",
+        node.pod_with(burstable_pod("web"), burstable("web", 500)),
+    )
+    .await;
+    let (db_pod, db) = within(
+        "db's start",
+        node.pod_with(guaranteed_pod("db"), container("db", 2000)),
+    )
+    .await;
+    (web, db_pod, db)
+}
+
 /// Regression: every change of the shared pool went to containerd as an
 /// unsolicited `UpdateContainers`, right after the event that caused it.
 /// containerd 1.7 takes its two NRI locks in the opposite order for those
@@ -105,16 +121,7 @@ async fn within<T>(step: &str, future: impl std::future::Future<Output = T>) -> 
 async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
     let node = Node::with_runtime(tempfile::tempdir().unwrap(), FakeOptions::containerd_1_7());
     let agent = node.agent(1).await;
-    let (_, web) = within(
-        "web's start",
-        node.pod_with(burstable_pod("web"), burstable("web", 500)),
-    )
-    .await;
-    let (db_pod, db) = within(
-        "db's start",
-        node.pod_with(guaranteed_pod("db"), container("db", 2000)),
-    )
-    .await;
+    let (web, db_pod, db) = web_and_db(&node).await;
     let cpus = set(&node.runtime.cpus(&db));
     assert_eq!(
         set(&node.runtime.cpus(&web)),
@@ -152,16 +159,7 @@ async fn regression_a_pods_life_does_not_deadlock_containerd_1_7() {
 async fn regression_a_pods_removal_on_a_slow_node_grows_the_pool_in_the_next_reply() {
     let node = Node::with_runtime(tempfile::tempdir().unwrap(), FakeOptions::containerd_1_7());
     let agent = node.agent(1).await;
-    let (_, web) = within(
-        "web's start",
-        node.pod_with(burstable_pod("web"), burstable("web", 500)),
-    )
-    .await;
-    let (db_pod, db) = within(
-        "db's start",
-        node.pod_with(guaranteed_pod("db"), container("db", 2000)),
-    )
-    .await;
+    let (web, db_pod, db) = web_and_db(&node).await;
     let pool = set(&node.runtime.cpus(&web));
     // The pod's removal, with a slow node's gap before its last step and
     // before the next pod: each longer than the quiet an update that takes

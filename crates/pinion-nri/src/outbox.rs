@@ -29,8 +29,9 @@
 //! order they were queued.
 //!
 //! Unsolicited updates that take something away remain (the pools' closed
-//! loop, a plugin's new answer, a reconcile repair); the quiet wait makes
-//! their race with an event unlikely, not impossible.
+//! loop, a plugin's new answer, a repair of what another writer added);
+//! the quiet wait makes their race with an event unlikely, not
+//! impossible.
 //!
 //! The runtime answers no carried update: it applies them after it read the
 //! reply, while it still holds the event's lock. So they count as applied

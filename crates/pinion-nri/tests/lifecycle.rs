@@ -191,11 +191,7 @@ async fn updates_queued_during_an_admission_are_carried_in_its_reply() {
     };
     let plugin = start_plugin(options(&path), handler);
     fake.wait_synced(1).await;
-    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
-    let shared = fake
-        .create_container(&b, container("b", 100))
-        .await
-        .unwrap();
+    let shared = shared_container(&fake, "b").await;
     let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
     let pinned = fake
         .create_container(&g, container("g", 3000))
@@ -240,11 +236,7 @@ async fn regression_an_admissions_updates_do_not_deadlock_containerd_1_7_at_the_
     };
     let plugin = start_plugin(options(&path), handler);
     fake.wait_synced(1).await;
-    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
-    let shared = fake
-        .create_container(&b, container("b", 100))
-        .await
-        .unwrap();
+    let shared = shared_container(&fake, "b").await;
     fake.start_container(&shared).await.unwrap();
     for (i, name) in ["g1", "g2"].into_iter().enumerate() {
         let g = fake.run_pod(guaranteed_pod(name)).await.unwrap();
@@ -272,11 +264,7 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
     let (fake, path) = runtime(dir.path(), FakeOptions::containerd_1_7());
     let plugin = start_plugin(options(&path), TestHandler::default());
     fake.wait_synced(1).await;
-    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
-    let shared = fake
-        .create_container(&b, container("b", 100))
-        .await
-        .unwrap();
+    let shared = shared_container(&fake, "b").await;
     let gone = fake.run_pod(burstable_pod("gone")).await.unwrap();
     let ended = fake
         .create_container(&gone, container("gone", 100))
@@ -326,11 +314,7 @@ async fn regression_an_update_due_during_a_handler_does_not_overtake_its_reply()
     plugin_options.unsolicited.quiet = Duration::from_millis(300);
     let plugin = start_plugin(plugin_options, TestHandler::default());
     fake.wait_synced(1).await;
-    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
-    let shared = fake
-        .create_container(&b, container("b", 100))
-        .await
-        .unwrap();
+    let shared = shared_container(&fake, "b").await;
     assert_eq!(fake.cpus(&shared), "0-7");
     let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
     // The admission runs for longer than the quiet: the queued update

@@ -83,11 +83,7 @@ async fn runtime_restart_reconnects_and_resyncs() {
     assert_eq!(fake.cpus(&pinned), "0");
     let events = plugin.handler.lock().events.clone();
     assert_eq!(events.last().unwrap(), "synchronize 1 pods 1 containers");
-    let b = fake.run_pod(burstable_pod("b")).await.unwrap();
-    let shared = fake
-        .create_container(&b, container("b", 100))
-        .await
-        .unwrap();
+    let shared = shared_container(&fake, "b").await;
     assert_eq!(fake.cpus(&shared), "1-7");
     plugin.stop().await;
 }

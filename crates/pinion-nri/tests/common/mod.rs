@@ -340,6 +340,15 @@ pub fn burstable_pod(name: &str) -> PodSpec {
     }
 }
 
+/// Runs Burstable pod `name` with one container of 100m, in the shared
+/// pool; returns the container's id.
+pub async fn shared_container(fake: &FakeRuntime, name: &str) -> String {
+    let pod = fake.run_pod(burstable_pod(name)).await.unwrap();
+    fake.create_container(&pod, container(name, 100))
+        .await
+        .unwrap()
+}
+
 pub fn guaranteed_pod(name: &str) -> PodSpec {
     PodSpec {
         cgroup_parent: format!("/kubepods/pod-uid-{name}"),
