@@ -195,6 +195,43 @@ async fn regression_a_pods_removal_on_a_slow_node_grows_the_pool_in_the_next_rep
     agent.stop().await;
 }
 
+/// Regression: the growth a pod's removal queued for the shared container
+/// and the shrink the next exclusive pod's admission queued for it went in
+/// one `CreateContainer` reply; containerd 1.7 refuses a reply that sets a
+/// container's CPUs twice ("plugins "90-pinion" and "90-pinion" both tried
+/// to set CPU pinning") and failed the pod, on the cluster bed's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_reply_carries_one_update_of_a_container_queued_twice() {
+    let node = Node::with_runtime(tempfile::tempdir().unwrap(), FakeOptions::containerd_1_7());
+    let agent = node.agent(1).await;
+    let (web, db_pod, db) = web_and_db(&node).await;
+    node.runtime.stop_container(&db).await.unwrap();
+    node.runtime.stop_pod(&db_pod).await.unwrap();
+    node.runtime.remove_container(&db).await.unwrap();
+    within("db's removal", node.runtime.remove_pod(&db_pod))
+        .await
+        .unwrap();
+    let (_, next) = within(
+        "next's start",
+        node.pod_with(guaranteed_pod("next"), container("next", 2000)),
+    )
+    .await;
+    let exclusive = set(&node.runtime.cpus(&next));
+    assert_eq!(exclusive.len(), 2);
+    let pool = set(&node.runtime.cpus(&web));
+    assert!(
+        pool.is_disjoint(&exclusive) && pool.len() == 8 - 2,
+        "web holds every CPU but next's {exclusive:?}: {pool:?}; {:?}",
+        node.runtime.log()
+    );
+    let log = node.runtime.log();
+    assert!(
+        !log.iter().any(|l| l.starts_with("UpdateContainers")),
+        "the growth waited for next's reply: {log:?}"
+    );
+    agent.stop().await;
+}
+
 /// Regression: a Guaranteed container that ended and was restarted in its
 /// pod (StopContainer, then CreateContainer of the same name) gave its
 /// exclusive CPUs back at the stop: a pod admitted in between took them,

@@ -46,6 +46,7 @@
 //! pass take a cpuset containerd was still writing for a foreign write, and
 //! its repair, sent after 2 s of apparent quiet, wedged containerd.
 
+use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -106,11 +107,46 @@ pub enum Urgency {
 struct Queued {
     update: ContainerUpdate,
     urgency: Urgency,
+    /// When the oldest update it stands for was queued.
     at: Instant,
+    /// How many queued updates of the container it stands for (a newer
+    /// one replaces the older: each names the container's whole placement).
+    updates: usize,
+}
+
+/// Updates taken from the queue: at most one a container, and every
+/// queued update's container, once per update (the caller reports each as
+/// applied or failed, superseded ones included).
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) updates: Vec<ContainerUpdate>,
+    pub(crate) answered: Vec<String>,
+}
+
+impl Batch {
+    fn of(queued: Vec<Queued>) -> Self {
+        let mut batch = Self::default();
+        for q in queued {
+            let id = &q.update.container_id;
+            batch
+                .answered
+                .extend(std::iter::repeat_n(id.clone(), q.updates));
+            batch.updates.push(q.update);
+        }
+        batch
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.updates.is_empty()
+    }
 }
 
 #[derive(Debug)]
 struct State {
+    /// In the order queued, one a container: containerd refuses a reply
+    /// with two updates of one container that both set its CPUs
+    /// ("plugins "90-pinion" and "90-pinion" both tried to set CPU
+    /// pinning"), and fails the event that carried it.
     pending: Vec<Queued>,
     /// When the runtime's last request started or was answered.
     last_request: Instant,
@@ -145,26 +181,52 @@ impl Outbox {
         }
         let at = Instant::now();
         let mut state = self.state();
-        state
+        let mut slot: HashMap<String, usize> = state
             .pending
-            .extend(updates.into_iter().map(|update| Queued {
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (q.update.container_id.clone(), i))
+            .collect();
+        let mut queue: Vec<Option<Queued>> = std::mem::take(&mut state.pending)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for update in updates {
+            let mut new = Queued {
                 update,
                 urgency,
                 at,
-            }));
+                updates: 1,
+            };
+            // The newer update replaces the older one and goes last: it is
+            // the container's placement now, whatever the older one held.
+            if let Some(old) = slot
+                .get(&new.update.container_id)
+                .and_then(|i| queue[*i].take())
+            {
+                new.at = old.at;
+                new.updates += old.updates;
+                if old.urgency == Urgency::Prompt {
+                    new.urgency = Urgency::Prompt;
+                }
+            }
+            slot.insert(new.update.container_id.clone(), queue.len());
+            queue.push(Some(new));
+        }
+        state.pending = queue.into_iter().flatten().collect();
         drop(state);
         self.queued.notify_one();
     }
 
     /// Takes every waiting update except those of `keep` (a container the
     /// runtime does not list yet), which stay queued.
-    pub(crate) fn take_except(&self, keep: Option<&str>) -> Vec<ContainerUpdate> {
+    pub(crate) fn take_except(&self, keep: Option<&str>) -> Batch {
         let mut state = self.state();
         let (kept, taken): (Vec<_>, Vec<_>) = std::mem::take(&mut state.pending)
             .into_iter()
             .partition(|q| Some(q.update.container_id.as_str()) == keep);
         state.pending = kept;
-        taken.into_iter().map(|q| q.update).collect()
+        Batch::of(taken)
     }
 
     /// Drops every waiting update and what was carried (a new connection's
@@ -229,24 +291,24 @@ impl Outbox {
     /// unsolicited (a handler that ran since [`Outbox::unsolicited_due`]
     /// returned made the runtime busy again, or its reply carried them):
     /// nothing otherwise.
-    pub(crate) fn take_if_due(&self, timing: Timing) -> Vec<ContainerUpdate> {
+    pub(crate) fn take_if_due(&self, timing: Timing) -> Batch {
         let mut state = self.state();
         let now = Instant::now();
         if state.unsolicited_due(timing).is_none_or(|at| now < at) {
-            return Vec::new();
+            return Batch::default();
         }
         let pending = std::mem::take(&mut state.pending);
         let growth = pending.iter().all(|q| q.urgency == Urgency::Growth);
         let waited = pending.iter().map(|q| now - q.at).max().unwrap_or_default();
-        let updates: Vec<ContainerUpdate> = pending.into_iter().map(|q| q.update).collect();
+        let batch = Batch::of(pending);
         tracing::info!(
-            containers = ?updates.iter().map(|u| u.container_id.as_str()).collect::<Vec<_>>(),
+            containers = ?batch.updates.iter().map(|u| u.container_id.as_str()).collect::<Vec<_>>(),
             urgency = ?if growth { Urgency::Growth } else { Urgency::Prompt },
             quiet_for = ?now - state.last_request,
             waited = ?waited,
             "sending queued container updates unsolicited"
         );
-        updates
+        batch
     }
 
     /// Waits until the time `due` reads from the state has come (`None`:
@@ -325,13 +387,17 @@ mod tests {
         }
     }
 
-    fn ids(updates: &[ContainerUpdate]) -> Vec<&str> {
-        updates.iter().map(|u| u.container_id.as_str()).collect()
+    fn ids(batch: &Batch) -> Vec<&str> {
+        batch
+            .updates
+            .iter()
+            .map(|u| u.container_id.as_str())
+            .collect()
     }
 
     /// What the plugin's loop sends unsolicited next (with no handler
     /// running).
-    async fn next_unsolicited(outbox: &Outbox, timing: Timing) -> Vec<ContainerUpdate> {
+    async fn next_unsolicited(outbox: &Outbox, timing: Timing) -> Batch {
         loop {
             outbox.unsolicited_due(timing).await;
             let batch = outbox.take_if_due(timing);
@@ -512,6 +578,59 @@ mod tests {
         assert_eq!(ids(&outbox.take_except(Some("new"))), ["a", "b"]);
         assert_eq!(ids(&outbox.take_except(None)), ["new"]);
         assert!(outbox.take_except(None).is_empty());
+    }
+
+    #[test]
+    fn regression_a_container_is_queued_once_with_its_newest_update() {
+        // Before: a pod's removal queued a growth of the shared container,
+        // the next exclusive pod's admission a shrink of it, and the
+        // CreateContainer reply carried both; containerd 1.7 refused the
+        // pod ("plugins "90-pinion" and "90-pinion" both tried to set CPU
+        // pinning"), in the cluster bed's node.
+        let outbox = Outbox::new();
+        let grown = ContainerUpdate {
+            container_id: "shared".to_string(),
+            placement: Placement::shared(pinion_core::CpuSet::parse_list("0-7").unwrap()),
+        };
+        let shrunk = ContainerUpdate {
+            container_id: "shared".to_string(),
+            placement: Placement::shared(pinion_core::CpuSet::parse_list("0-5").unwrap()),
+        };
+        outbox.push(vec![grown, update("a")], Urgency::Growth);
+        outbox.push(vec![shrunk.clone()], Urgency::Prompt);
+        let batch = outbox.take_except(None);
+        assert_eq!(ids(&batch), ["a", "shared"], "the newer one, last");
+        assert_eq!(batch.updates[1], shrunk);
+        assert_eq!(batch.answered, ["a", "shared", "shared"], "both answered");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replaced_update_keeps_its_wait_and_the_stricter_urgency() {
+        let outbox = Outbox::new();
+        let timing = Timing::default();
+        outbox.push(vec![update("shared")], Urgency::Prompt);
+        tokio::time::sleep(timing.max_delay / 2).await;
+        outbox.push(vec![update("shared")], Urgency::Growth);
+        outbox.request_seen();
+        let started = tokio::time::Instant::now();
+        let busy = std::sync::Arc::new(outbox);
+        let requests = {
+            let busy = std::sync::Arc::clone(&busy);
+            tokio::spawn(async move {
+                loop {
+                    busy.request_seen();
+                    tokio::time::sleep(timing.quiet / 2).await;
+                }
+            })
+        };
+        let batch = next_unsolicited(&busy, timing).await;
+        requests.abort();
+        assert_eq!(batch.answered, ["shared", "shared"]);
+        assert_eq!(
+            started.elapsed(),
+            timing.max_delay / 2,
+            "a prompt update's bound from when the first was queued"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use crate::conn::{CallError, Connection, HandlersIdle, Roles};
 use crate::handler::NriHandler;
 use crate::model::{updates_to_proto, ContainerUpdate};
-use crate::outbox::{Outbox, Timing, Urgency};
+use crate::outbox::{Batch, Outbox, Timing, Urgency};
 use crate::proto::nri as pb;
 use crate::service::{event_mask, PluginService, SessionState, RUNTIME_SERVICE, SUBSCRIBED};
 use crate::wire::{MAX_IN_FRAME, MAX_OUT_FRAME, PLUGIN_CONN, RUNTIME_CONN};
@@ -338,11 +338,11 @@ impl<H: NriHandler> Plugin<H> {
         &self,
         conn: &Connection,
         idle: HandlersIdle<'_>,
-        batch: Vec<ContainerUpdate>,
+        batch: Batch,
         timeout: Duration,
     ) {
         let request = pb::UpdateContainersRequest {
-            update: updates_to_proto(&batch),
+            update: updates_to_proto(&batch.updates),
             evict: Vec::new(),
         };
         let reply = conn
@@ -355,7 +355,7 @@ impl<H: NriHandler> Plugin<H> {
                 true,
             )
             .await;
-        let sent: Vec<String> = batch.into_iter().map(|u| u.container_id).collect();
+        let sent = batch.answered;
         let refused: std::collections::BTreeSet<String> = match reply
             .map(|bytes| pb::UpdateContainersResponse::decode(bytes.as_slice()))
         {

@@ -128,16 +128,24 @@ impl<H: NriHandler> PluginService<H> {
     /// ([`Outbox::take_applied`]): the runtime reports no failure of a
     /// reply's updates (it logs them), and the plugin's reconcile pass finds
     /// a cpuset that differs.
+    ///
+    /// A container appears once: a waiting update of a container the
+    /// handler's own updates name is left out (theirs is newer), and counts
+    /// as carried.
     fn carry(&self, creating: Option<&str>, own: Vec<ContainerUpdate>) -> Vec<pb::ContainerUpdate> {
-        let mut updates = self.outbox.take_except(creating);
-        if !updates.is_empty() {
+        let batch = self.outbox.take_except(creating);
+        if !batch.is_empty() {
             tracing::debug!(
-                containers = updates.len(),
+                containers = batch.updates.len(),
                 "waiting container updates carried in an event reply"
             );
         }
-        self.outbox
-            .carried(updates.iter().map(|u| u.container_id.clone()).collect());
+        self.outbox.carried(batch.answered);
+        let mut updates: Vec<ContainerUpdate> = batch
+            .updates
+            .into_iter()
+            .filter(|u| !own.iter().any(|o| o.container_id == u.container_id))
+            .collect();
         updates.extend(own);
         updates_to_proto(&updates)
     }

@@ -23,6 +23,11 @@ pub enum FakeError {
     Rejected { method: String, status: Status },
     #[error("plugin sent an undecodable {method} reply: {reason}")]
     BadReply { method: String, reason: String },
+    /// A reply containerd refuses, failing the event (NRI's result
+    /// collection: one setting of a container set twice, or an update of
+    /// the container being created).
+    #[error("{method} failed: {reason}")]
+    Refused { method: String, reason: String },
 }
 
 fn rejected(method: &str) -> impl Fn(Status) -> FakeError + '_ {
@@ -39,7 +44,77 @@ fn decode<M: Message + Default>(method: &str, bytes: &[u8]) -> Result<M, FakeErr
     })
 }
 
+/// The settings of `resources` containerd's result collection claims for
+/// one plugin, named as in its error.
+fn claimed_settings(resources: &pb::LinuxResources) -> Vec<&'static str> {
+    let mut claimed = Vec::new();
+    if let Some(cpu) = &resources.cpu {
+        if !cpu.cpus.is_empty() {
+            claimed.push("CPU pinning");
+        }
+        if !cpu.mems.is_empty() {
+            claimed.push("memory pinning");
+        }
+        if cpu.shares.is_some() {
+            claimed.push("CPU shares");
+        }
+        if cpu.quota.is_some() {
+            claimed.push("CPU quota");
+        }
+        if cpu.period.is_some() {
+            claimed.push("CPU period");
+        }
+    }
+    if resources.memory.as_ref().is_some_and(|m| m.limit.is_some()) {
+        claimed.push("memory limit");
+    }
+    claimed
+}
+
 impl Inner {
+    /// Checks a plugin's updates in an event reply as containerd does
+    /// before it applies any: an update of `creating` (the container the
+    /// event creates), or two updates of one container that both set one
+    /// setting, fail the event with containerd's error.
+    async fn check_reply_updates(
+        &self,
+        method: &str,
+        creating: Option<&str>,
+        updates: &[pb::ContainerUpdate],
+    ) -> Result<(), FakeError> {
+        let plugin = self
+            .link
+            .lock()
+            .await
+            .as_ref()
+            .map(|l| format!("{}-{}", l.index, l.name))
+            .unwrap_or_default();
+        let refused = |reason: String| FakeError::Refused {
+            method: method.to_string(),
+            reason,
+        };
+        let mut claimed = std::collections::HashSet::new();
+        for update in updates {
+            let id = update.container_id.as_str();
+            if Some(id) == creating {
+                return Err(refused(format!(
+                    "plugin {plugin:?} asked update of {id:?} during creation"
+                )));
+            }
+            let Some(resources) = update.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
+                continue;
+            };
+            for setting in claimed_settings(resources) {
+                if !claimed.insert((id, setting)) {
+                    return Err(refused(format!(
+                        "plugins {plugin:?} and {plugin:?} both tried to set {setting}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Sends one event if the plugin subscribed to it. `Ok(None)`: not sent,
     /// or the plugin timed out / went away (then it is disconnected and the
     /// operation goes on without it: fail-open, like containerd).
@@ -247,6 +322,9 @@ impl FakeRuntime {
             Some(bytes) => decode(method, &bytes)?,
             None => pb::CreateContainerResponse::default(),
         };
+        inner
+            .check_reply_updates(method, Some(&container.id), &reply.update)
+            .await?;
         if let Some(adjust) = reply.adjust {
             apply_adjustment(&mut container, adjust);
         }
@@ -298,6 +376,9 @@ impl FakeRuntime {
             Some(bytes) => decode(method, &bytes)?,
             None => pb::UpdateContainerResponse::default(),
         };
+        inner
+            .check_reply_updates(method, None, &reply.update)
+            .await?;
         if let Some(c) = inner.model().containers.get_mut(id) {
             apply_resources(c, &new);
         }
@@ -322,6 +403,9 @@ impl FakeRuntime {
             .map_err(rejected(method))?;
         if let Some(bytes) = reply {
             let reply: pb::StopContainerResponse = decode(method, &bytes)?;
+            inner
+                .check_reply_updates(method, None, &reply.update)
+                .await?;
             inner.apply_updates(&reply.update, method);
         }
         Ok(())
