@@ -100,7 +100,9 @@ pub trait NriHandler: Send + Sync + 'static {
 
     /// The full state after each (re-)registration; returns updates for
     /// existing containers (e.g. the shared pool for containers Pinion did
-    /// not know).
+    /// not know). Each is reported to [`NriHandler::updates_applied`] once the
+    /// runtime's next request shows it applied them (or after
+    /// [`crate::outbox::Timing::carried_settle`]).
     fn synchronize(
         &self,
         pods: Vec<PodSandbox>,
@@ -195,10 +197,10 @@ pub trait NriHandler: Send + Sync + 'static {
         async {}
     }
 
-    /// The runtime answered an `UpdateContainers` and applied these
-    /// unsolicited updates (an id once per update of it in the call). Every
-    /// update sent is answered once, here or in
-    /// [`Handler::updates_failed`].
+    /// The runtime applied these updates (an id once per update): the
+    /// unsolicited ones it answered, and those an event or `Synchronize`
+    /// reply carried once its next request arrived. Every update sent is
+    /// answered once, here or in [`NriHandler::updates_failed`].
     fn updates_applied(&self, container_ids: Vec<String>) -> impl Future<Output = ()> + Send {
         let _ = container_ids;
         async {}

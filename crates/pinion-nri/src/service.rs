@@ -306,6 +306,11 @@ impl<H: NriHandler> PluginService<H> {
         let pods = pods.into_iter().map(PodSandbox::from).collect();
         let containers = containers.into_iter().map(Container::from).collect();
         let updates = handled(self.handler.synchronize(pods, containers).await)?;
+        // Applied by the runtime after it read the reply, like a reply's
+        // carried updates: reported to the handler at the next request (or
+        // after the settle time), and nothing leaves unsolicited before.
+        self.outbox
+            .carried(updates.iter().map(|u| u.container_id.clone()).collect());
         self.state.send_modify(|s| s.synchronized = true);
         ok(&pb::SynchronizeResponse {
             update: updates_to_proto(&updates),

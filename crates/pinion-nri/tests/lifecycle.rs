@@ -344,6 +344,49 @@ async fn regression_an_update_due_during_a_handler_does_not_overtake_its_reply()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_synchronize_replys_updates_count_as_carried() {
+    // Before: the updates of a `Synchronize` reply were never reported
+    // applied, and an unsolicited update could leave right after it, while
+    // containerd (on the cluster bed's slow node, after the agent's
+    // restart) was still applying the reply: containerd 1.7 deadlocked.
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::containerd_1_7());
+    let shared = shared_container(&fake, "b").await;
+    let mut plugin_options = options(&path);
+    plugin_options.unsolicited.quiet = Duration::from_millis(200);
+    plugin_options.unsolicited.carried_settle = Duration::from_millis(1500);
+    let plugin = start_plugin(plugin_options, TestHandler::default());
+    fake.wait_synced(1).await;
+    assert_eq!(fake.cpus(&shared), "0-7", "the reply's update");
+    let synced = std::time::Instant::now();
+    plugin
+        .sender
+        .send(vec![ContainerUpdate {
+            container_id: shared.clone(),
+            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
+        }])
+        .unwrap();
+    eventually("the update applied", || fake.cpus(&shared) == "1-7").await;
+    assert!(
+        synced.elapsed() >= Duration::from_millis(1400),
+        "left {:?} after the reply, before it settled: {:?}",
+        synced.elapsed(),
+        fake.log()
+    );
+    // The runtime answers the unsolicited update after applying it.
+    eventually("both answered", || {
+        plugin.handler.lock().applied_updates.len() >= 2
+    })
+    .await;
+    assert_eq!(
+        plugin.handler.lock().applied_updates,
+        [shared.clone(), shared],
+        "the reply's update, then the unsolicited one"
+    );
+    plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedicated_rpcs_of_nri_0_12_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let fake_options = FakeOptions {

@@ -134,7 +134,8 @@ pub(super) enum Delivery {
     /// Send them to the runtime front-end's channel.
     Send,
     /// Return them to the caller, which answers a runtime request with them
-    /// (`Synchronize`).
+    /// (`Synchronize`); they count as in flight until the front-end reports
+    /// them applied or failed.
     Return,
 }
 
@@ -181,7 +182,17 @@ impl Controller {
         self.make_partitions();
         self.enforce_partition_memory();
         let runtime = match delivery {
-            Delivery::Return => runtime,
+            Delivery::Return => {
+                // In flight like sent ones: the runtime applies a
+                // `Synchronize` reply's updates after it read the reply, and
+                // the front-end reports them applied like a reply's carried
+                // updates (`runtime_updates_applied`). Until then the
+                // reconcile pass does not take the cgroup's old value for a
+                // foreign write.
+                let ids: Vec<&str> = runtime.iter().map(|u| u.container_id.as_str()).collect();
+                self.count_in_flight(&ids, true);
+                runtime
+            }
             Delivery::Send => {
                 self.send_runtime(runtime);
                 Vec::new()

@@ -392,6 +392,51 @@ fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_ad
     assert_eq!(&on_disk(dir.path()), &state, "durable before the answer");
 }
 
+/// Regression: the cluster bed's node, after the agent's restart: the
+/// `Synchronize` reply gave a container created while no plugin was
+/// connected its exclusive CPUs, the reconcile pass read its cgroup before
+/// containerd wrote them ("cpus 2-3 -> cpus (empty)"), took that for a
+/// foreign write, and its repair went out unsolicited while containerd was
+/// still applying the reply: containerd 1.7 deadlocked. A `Synchronize`
+/// reply's updates are in flight until the runtime applied them.
+#[test]
+fn regression_a_synchronize_replys_updates_are_in_flight_until_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    drop(controller);
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("restart");
+    let g = in_cgroup("pod-late", "2", "cl");
+    let (_, updates) = controller
+        .sync_runtime(&[late(&g, "cl", Some(GatheredHints::default()))])
+        .expect("sync");
+    let given = controller
+        .state()
+        .assignment("pod-late", "main")
+        .expect("admitted")
+        .clone();
+    let mems = updates
+        .iter()
+        .find(|u| u.container_id == "cl")
+        .expect("its update")
+        .placement
+        .mems
+        .clone();
+    // The runtime has not written it yet: its cgroup holds no cpuset.
+    runtime_wrote(&host, "cl", &CpuSet::new(), &mems);
+    assert_eq!(
+        controller.reconcile(),
+        ReconcileReport::default(),
+        "not a foreign write while the update is in flight"
+    );
+    runtime_wrote(&host, "cl", &given, &mems);
+    controller.runtime_updates_applied(&["cl".to_string()]);
+    assert_eq!(controller.reconcile(), ReconcileReport::default());
+    // Once applied, a change is a foreign write again.
+    runtime_wrote(&host, "cl", &CpuSet::new(), &mems);
+    assert_eq!(controller.reconcile().repaired.len(), 1);
+}
+
 #[test]
 fn a_late_container_that_does_not_fit_stays_shared_and_takes_no_held_cpu() {
     let dir = tempfile::tempdir().expect("tempdir");
