@@ -255,6 +255,18 @@ async fn regression_an_admissions_updates_do_not_deadlock_containerd_1_7_at_the_
     plugin.stop().await;
 }
 
+/// Queues an update that narrows `shared` to CPUs 1-7 (one that takes a
+/// CPU away: it leaves unsolicited after the quiet wait).
+fn shrink_to_1_7(plugin: &Running, shared: &str) {
+    plugin
+        .sender
+        .send(vec![ContainerUpdate {
+            container_id: shared.to_string(),
+            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
+        }])
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
     // An update no event reply can carry (queued outside any handler) leaves
@@ -271,13 +283,7 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
         .await
         .unwrap();
     fake.start_container(&ended).await.unwrap();
-    plugin
-        .sender
-        .send(vec![ContainerUpdate {
-            container_id: shared.clone(),
-            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
-        }])
-        .unwrap();
+    shrink_to_1_7(&plugin, &shared);
     let burst = async {
         fake.stop_pod(&gone).await?;
         fake.remove_container(&ended).await?;
@@ -293,6 +299,11 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
         "sent after the burst: {:?}",
         fake.log()
     );
+    // The runtime answers the update after applying it.
+    eventually("the update answered", || {
+        !plugin.handler.lock().applied_updates.is_empty()
+    })
+    .await;
     assert_eq!(plugin.handler.lock().applied_updates, [shared]);
     plugin.stop().await;
 }
@@ -323,13 +334,7 @@ async fn regression_an_update_due_during_a_handler_does_not_overtake_its_reply()
         .handler
         .create_delay_ms
         .store(1000, std::sync::atomic::Ordering::SeqCst);
-    plugin
-        .sender
-        .send(vec![ContainerUpdate {
-            container_id: shared.clone(),
-            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
-        }])
-        .unwrap();
+    shrink_to_1_7(&plugin, &shared);
     fake.create_container(&g, container("g", 2000))
         .await
         .unwrap();
@@ -359,13 +364,7 @@ async fn regression_a_synchronize_replys_updates_count_as_carried() {
     fake.wait_synced(1).await;
     assert_eq!(fake.cpus(&shared), "0-7", "the reply's update");
     let synced = std::time::Instant::now();
-    plugin
-        .sender
-        .send(vec![ContainerUpdate {
-            container_id: shared.clone(),
-            placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
-        }])
-        .unwrap();
+    shrink_to_1_7(&plugin, &shared);
     eventually("the update applied", || fake.cpus(&shared) == "1-7").await;
     assert!(
         synced.elapsed() >= Duration::from_millis(1400),
