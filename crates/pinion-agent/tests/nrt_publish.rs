@@ -411,6 +411,112 @@ async fn regression_a_recreated_node_becomes_the_owner_at_the_next_resync() {
     .await;
 }
 
+/// Regression: while the Node could not be read (a standalone machine has
+/// none), it was asked for again beside every update — one `GET` per
+/// `PATCH` for ever. It is now asked again after a wait doubling from 1 s
+/// (and at every resync), and becomes the owner once it exists.
+#[tokio::test]
+async fn regression_a_missing_node_is_not_asked_for_at_every_update() {
+    let server = Server::default();
+    *server.node_refused.lock().unwrap() = Some(404);
+    let bed = start_on(quick(), server).await;
+    let node_gets = |server: &Server| {
+        server
+            .of(|r| r.method == "GET" && r.path.contains("/nodes/"))
+            .len()
+    };
+    let owner = |r: &Recorded| r.body["metadata"]["ownerReferences"][0]["uid"].clone();
+    let started = std::time::Instant::now();
+    patches_until(&bed.server, |p| p.len() == 1).await;
+    let rounds: usize = 8;
+    for round in 0..rounds {
+        let pod = format!("pod-{round}");
+        bed.snapshots
+            .send(Arc::new(snapshot(&bed.topology, &[(&pod, "2,6")])))
+            .expect("send");
+        patches_until(&bed.server, |p| p.len() == round + 2).await;
+    }
+    let patches = bed.server.patches();
+    assert!(patches.iter().all(|r| owner(r).is_null()), "{patches:#?}");
+    // Asked at the first update, then once per wait (1 s, 2 s, 4 s …)
+    // that has run out since.
+    let (mut waits_over, mut waited, mut wait) = (0, 0, 1);
+    while waited + wait <= started.elapsed().as_secs() {
+        (waits_over, waited, wait) = (waits_over + 1, waited + wait, wait * 2);
+    }
+    let gets = node_gets(&bed.server);
+    assert!(
+        gets <= 1 + waits_over && gets < patches.len(),
+        "{gets} GETs of the Node for {} updates in {:?}",
+        patches.len(),
+        started.elapsed()
+    );
+    // The Node appears: it is the owner at an update once the wait is over.
+    *bed.server.node_refused.lock().unwrap() = None;
+    let mut round = rounds;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !bed
+        .server
+        .patches()
+        .last()
+        .is_some_and(|r| owner(r) == NODE_UID)
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Node never became the owner"
+        );
+        round += 1;
+        let pod = format!("pod-{round}");
+        bed.snapshots
+            .send(Arc::new(snapshot(&bed.topology, &[(&pod, "3,7")])))
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// An unreadable Node (no `nodes` `get` rule: 403) is a warning naming the
+/// refusal, once however often it is asked again; a missing Node is only
+/// noted (a standalone machine has none).
+#[tokio::test]
+async fn an_unreadable_node_is_warned_about_once_and_a_missing_one_only_noted() {
+    for (refusal, warnings, notes) in [(403, 1, 0), (404, 0, 1)] {
+        let (logs, _guard) = pinion_core::testing::logs::capture();
+        let server = Server::default();
+        *server.node_refused.lock().unwrap() = Some(refusal);
+        // Every resync asks for the Node again.
+        let config = NrtConfig {
+            resync_period: Duration::from_millis(100),
+            ..quick()
+        };
+        let bed = start_on(config, server).await;
+        let node_gets = |server: &Server| {
+            server
+                .of(|r| r.method == "GET" && r.path.contains("/nodes/"))
+                .len()
+        };
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while node_gets(&bed.server) < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the Node was not asked for again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = bed.stop.send(true);
+        bed.task.await.expect("publisher");
+        let text = logs.text();
+        assert_eq!(
+            logs.lines("node not readable"),
+            warnings,
+            "{refusal}: {text}"
+        );
+        assert_eq!(logs.lines("node not found"), notes, "{refusal}: {text}");
+        if refusal == 403 {
+            assert!(text.contains("cannot get resource"), "{text}");
+        }
+    }
+}
+
 /// Regression (found from outside with a real API server): every failed
 /// connection read "client error (Connect)" — a closed port and an
 /// untrusted certificate alike; kube keeps the cause in the error's

@@ -209,6 +209,8 @@ impl Publisher {
         let (mut snapshots, mut plugins) = self.source.changes();
         let mut owner: Option<String> = None;
         let mut node_error: Option<String> = None;
+        // While the Node cannot be read, when it is asked again.
+        let mut node_retry = NodeRetry::default();
         let mut last_sent: Option<serde_json::Value> = None;
         let mut backoff = MIN_BACKOFF;
         let mut next_resync: Option<Instant> = None;
@@ -227,6 +229,7 @@ impl Publisher {
                             // has the garbage collector delete the object.
                             last_sent = None;
                             owner = None;
+                            node_retry = NodeRetry::default();
                             true
                         }
                         () = stopped(&mut stop) => false,
@@ -244,10 +247,14 @@ impl Publisher {
             snapshots.borrow_and_update();
             plugins.borrow_and_update();
             // A hung API server must not hold the agent's stop up.
-            if owner.is_none() {
+            if owner.is_none() && node_retry.due(Instant::now()) {
                 owner = tokio::select! {
                     uid = node_uid(&nodes, &name, self.timeout, &mut node_error) => uid,
                     () = stopped(&mut stop) => return,
+                };
+                node_retry = match owner {
+                    Some(_) => NodeRetry::default(),
+                    None => node_retry.missed(Instant::now()),
                 };
             }
             // The fit attributes ask the allocator many times: off the
@@ -296,8 +303,34 @@ impl Publisher {
     }
 }
 
+/// When the Node is asked for again while it cannot be read: not at every
+/// update (a standalone machine has no Node, and would send a `GET` beside
+/// each `PATCH` for ever), but after a wait doubling from [`MIN_BACKOFF`] to
+/// [`MAX_BACKOFF`], and at every resync.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeRetry {
+    /// The last miss: when it may be asked again, and the wait that led there.
+    after: Option<(Instant, Duration)>,
+}
+
+impl NodeRetry {
+    fn due(self, now: Instant) -> bool {
+        self.after.is_none_or(|(at, _)| now >= at)
+    }
+
+    fn missed(self, now: Instant) -> Self {
+        let wait = self
+            .after
+            .map_or(MIN_BACKOFF, |(_, wait)| (wait * 2).min(MAX_BACKOFF));
+        Self {
+            after: Some((now + wait, wait)),
+        }
+    }
+}
+
 /// The UID of Node `name` (the object's owner), or `None` when it cannot be
-/// read now (a standalone machine has no Node; asked again next update).
+/// read now (a standalone machine has no Node; asked again later,
+/// [`NodeRetry`]).
 /// Why it cannot be read is logged when it changes (`last`): a warning,
 /// except for a Node that does not exist.
 async fn node_uid(

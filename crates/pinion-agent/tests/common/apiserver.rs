@@ -58,6 +58,9 @@ pub struct ApiServer {
     pub hang_next: Mutex<usize>,
     /// The Node, as `GET` answers it.
     pub node: Mutex<Value>,
+    /// Refuse the `GET` of the Node with this status instead: 404 (there
+    /// is none, a standalone machine) or 403 (no `nodes` `get` rule).
+    pub node_refused: Mutex<Option<u16>>,
     /// The pods a list of pods answers.
     pub pods: Mutex<Vec<Value>>,
     /// The keys of `status.capacity` / `status.allocatable` each field
@@ -76,6 +79,7 @@ impl Default for ApiServer {
             failures: Mutex::default(),
             hang: Mutex::default(),
             hang_next: Mutex::default(),
+            node_refused: Mutex::default(),
             node: Mutex::new(json!({
                 "apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": NODE, "uid": NODE_UID},
@@ -152,6 +156,18 @@ impl ApiServer {
 
     fn answer(&self, request: Recorded) -> (StatusCode, Value) {
         let answer = match (request.method.as_str(), request.path.as_str()) {
+            ("GET", NODE_PATH) if self.node_refused.lock().unwrap().is_some() => {
+                match *self.node_refused.lock().unwrap() {
+                    Some(404) => (
+                        StatusCode::NOT_FOUND,
+                        status(404, "NotFound", "nodes \"worker-1\" not found"),
+                    ),
+                    _ => (
+                        StatusCode::FORBIDDEN,
+                        status(403, "Forbidden", "nodes \"worker-1\" is forbidden: User \"system:serviceaccount:pinion-system:pinion\" cannot get resource \"nodes\""),
+                    ),
+                }
+            }
             ("GET", NODE_PATH) => (StatusCode::OK, self.node.lock().unwrap().clone()),
             ("GET", PODS_PATH) => (
                 StatusCode::OK,
