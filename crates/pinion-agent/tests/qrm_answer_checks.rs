@@ -316,3 +316,52 @@ async fn regression_allocate_answers_the_kernel_refuses_are_the_plugins_counted_
     assert_eq!(admitted.placement.resources.oom_score_adj, Some(-1000));
     agent.stop().await;
 }
+
+/// Regression (left open since the QRM hunt's D8): an `Allocate` cpuset on
+/// CPUs another workload holds exclusively is refused by the controller —
+/// only its state tells — and that refusal was not counted as the plugin's
+/// error, nor its last error, as the manager's own refusals are. Both ways
+/// the admission asks: plugins first (the `none` policy) and the engine
+/// first (the pod scope, whose merge reuses the pod's stored affinity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_allocate_answer_the_controller_refuses_is_the_plugins_counted_error() {
+    const CPU: &str = "cpu";
+    for (policy, scope) in [("none", None), ("best-effort", Some("pod"))] {
+        let agent = Agent::start_with_topology_manager(policy, scope);
+        // A static-policy run holding exclusive CPUs, before any cpu plugin.
+        let exclusive = agent
+            .handle
+            .admit(admission("pinion-run-exclusive", "2", &[], &[]))
+            .await
+            .expect("exclusive run");
+        assert!(exclusive.placement.is_exclusive(), "{policy}");
+        let held = exclusive.placement.cpus.to_string();
+        let cpu = Knob::one(CPU, "CpusetCpus", &held, "c");
+        let _served = agent.serve(cpu.clone());
+        agent.wait_for_plugin(CPU, "active").await;
+        let err = agent
+            .handle
+            .admit(admission("pinion-run-taken", "1", &[], &[]))
+            .await
+            .expect_err("the held cpus are refused");
+        let message =
+            format!("CpusetCpus {held} takes cpus {held} that other workloads hold exclusively");
+        assert!(err.to_string().contains(&message), "{policy}: {err}");
+        assert_eq!(
+            agent.plugin_errors(CPU, "Allocate"),
+            1,
+            "{policy}: counted as the plugin's error"
+        );
+        let last = agent
+            .plugin(CPU)
+            .expect("plugin")
+            .stats
+            .last_error
+            .unwrap_or_default();
+        assert!(
+            last.contains(&message) && last.starts_with("resource plugin cpu answered Allocate"),
+            "{policy}: last error {last}"
+        );
+        agent.stop().await;
+    }
+}

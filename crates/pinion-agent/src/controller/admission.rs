@@ -118,7 +118,9 @@ async fn plugins_first(
     };
     // A refusal here has the controller note the plugins must forget the
     // pod within the same batch ([`Controller::run_batch`]).
-    let admitted = decide(handle, request, hints, Some(answers)).await?;
+    let admitted = decide(handle, request, hints, Some(answers)).await;
+    count_refused_answer(qrm, &admitted);
+    let admitted = admitted?;
     // The plugins may have moved other containers to make room.
     qrm.request_reconcile();
     Ok(admitted)
@@ -150,6 +152,7 @@ async fn engine_first(
                     reply,
                 })
                 .await;
+            count_refused_answer(qrm, &recorded);
             // The plugins may have moved other containers to make room.
             qrm.request_reconcile();
             recorded
@@ -279,6 +282,20 @@ async fn decide(
             reply,
         })
         .await
+}
+
+/// A plugin's `Allocate` answer the controller refused (what only its
+/// state can tell: CPUs another workload holds exclusively, a record over
+/// the journal's limit) is counted as that plugin's error, as the manager
+/// counts the answers it refuses.
+fn count_refused_answer(qrm: &Qrm, result: &Result<Admitted, ControlError>) {
+    if let Err(ControlError::Plugin {
+        refused_answer: Some(refused),
+        ..
+    }) = result
+    {
+        qrm.count_refused_answer(&refused.resource, "Allocate", &refused.reason);
+    }
 }
 
 /// Undo, one step: releases `container` of pod `uid` when it was admitted

@@ -144,6 +144,11 @@ pub enum ControlError {
         pod: String,
         container: String,
         reason: String,
+        /// The plugin's `Allocate` answer the controller refused (the
+        /// admission counts it as that plugin's error); `None` for the
+        /// errors the manager counted already (a call, an answer it
+        /// refused).
+        refused_answer: Option<RefusedAnswer>,
     },
     #[error("hints of pod {pod} container {container} could not be gathered: {reason}")]
     Hints {
@@ -180,6 +185,15 @@ pub enum ControlError {
     Cgroup { pod: String, source: CgroupError },
     #[error("the controller has stopped")]
     Stopped,
+}
+
+/// A resource plugin's `Allocate` answer that only the controller could
+/// refuse ([`ControlError::Plugin`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedAnswer {
+    pub resource: String,
+    /// Why, without the plugin's name.
+    pub reason: String,
 }
 
 /// Which front-end a workload belongs to, and what that front-end needs to

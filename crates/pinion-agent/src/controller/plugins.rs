@@ -16,7 +16,7 @@ use pinion_host::journal::format::MAX_PAYLOAD;
 
 use super::batch::Batch;
 use super::plugin_data::{allocation_keys, side_key, stored_allocations, ALLOCATIONS};
-use super::{Admitted, ControlError, Controller, Frontend, Key, Workload};
+use super::{Admitted, ControlError, Controller, Frontend, Key, RefusedAnswer, Workload};
 use crate::qrm::Poll;
 
 /// A container's plugin data as the journal keeps it (shared with
@@ -117,11 +117,18 @@ impl Controller {
         // Named as the manager names a refused answer (the manager counts
         // the refusals it can make; these need the controller's state).
         let encoded = self.check_answers(key, stored).map_err(|source| {
-            let reason = match source.resource() {
-                Some(resource) => format!("resource plugin {resource} answered Allocate with an allocation that cannot be applied: {source}"),
-                None => source.to_string(),
-            };
-            plugin_error(&key.0, &key.1, &reason)
+            match source.resource() {
+                Some(resource) => ControlError::Plugin {
+                    pod: key.0.clone(),
+                    container: key.1.clone(),
+                    reason: format!("resource plugin {resource} answered Allocate with an allocation that cannot be applied: {source}"),
+                    refused_answer: Some(RefusedAnswer {
+                        resource: resource.to_string(),
+                        reason: source.to_string(),
+                    }),
+                },
+                None => plugin_error(&key.0, &key.1, &source),
+            }
         })?;
         let (placement, notes) = plugin_allocation::apply(base, &stored.allocations)
             .map_err(|source| plugin_error(&key.0, &key.1, &source))?;
@@ -509,6 +516,7 @@ pub(super) fn plugin_error(
         pod: pod.to_string(),
         container: container.to_string(),
         reason: source.to_string(),
+        refused_answer: None,
     }
 }
 

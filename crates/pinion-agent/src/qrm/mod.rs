@@ -378,6 +378,18 @@ impl Qrm {
         error
     }
 
+    /// The plugin's answer to `method`, refused after the manager passed it
+    /// on (by the controller, which tells what only its state can):
+    /// counted as the plugin's error; the caller logs or returns `reason`.
+    pub fn count_refused_answer(&self, resource: &str, method: &str, reason: &str) {
+        let error = CallError::Malformed {
+            resource: resource.to_string(),
+            method: method.to_string(),
+            reason: reason.to_string(),
+        };
+        self.registry.note_error(resource, method, &error);
+    }
+
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them
     /// answered (a plugin that does not implement it has nothing to drop).
     /// The plugins behind a socket are called at once, each with its own

@@ -15,6 +15,7 @@ use pinion_agent::controller::AdmitRequest;
 use pinion_agent::testing::qrm_node::QrmNode;
 pub use pinion_agent::testing::qrm_node::QrmNodeOptions;
 pub use pinion_agent::testing::qrm_node::{serve_in, ServedPlugin};
+
 use pinion_agent::testing::{machine, run_request, SyntheticNode};
 use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
@@ -56,8 +57,15 @@ impl Agent {
     /// [`Agent::start`] under the Topology Manager's `policy`: hints are
     /// gathered and the plugins' `Allocate` follows the admission.
     pub fn start_with_policy(policy: &str) -> Agent {
+        Agent::start_with_topology_manager(policy, None)
+    }
+
+    /// [`Agent::start_with_policy`] in the Topology Manager's `scope`
+    /// (`container` when `None`).
+    pub fn start_with_topology_manager(policy: &str, scope: Option<&str>) -> Agent {
         let mut node = SyntheticNode::new(machine(2, 4, 2));
         node.config.topology_manager_policy = Some(policy.to_string());
+        node.config.topology_manager_scope = scope.map(str::to_string);
         Agent::start_on(
             tempfile::tempdir().expect("tempdir"),
             &node,
