@@ -13,10 +13,11 @@ mod qrm_common;
 use std::path::Path;
 use std::time::Duration;
 
-use pinion_api::plugin::Identity;
+use pinion_agent::testing::qrm_node::serve_service_in;
 use pinion_api::resourceplugin as rp;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_plugins::grpc::GrpcPlugin;
+use qrm_common::gated::{Gate, Gated, Method};
 use qrm_common::{admission, info, wait_until, Agent, Knob, ServedPlugin};
 
 const SLOW: &str = "example.com/slow";
@@ -59,7 +60,7 @@ fn placed(agent: &Agent, pod: &str) -> bool {
 /// §4.6: fail closed for the pods that need the plugin, never block the
 /// others. Regression (#11): the missed deadline was reported as `failed
 /// Allocate: Timeout expired` (tonic's cancellation), now as the deadline.
-/// The slow plugin hangs in `Allocate` only ([`HangingAllocate`]), so the
+/// The slow plugin hangs in `Allocate` only ([`AllocateHangs`]), so the
 /// one deadline it misses is `Allocate`'s and its last error is that one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
@@ -71,7 +72,12 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     );
     let slow = Knob::one(SLOW, "", "", "slow");
     let fast = Knob::one(FAST, "CpuShares", "512", "fast");
-    let slow_served = serve_service(&agent, SLOW, HangingAllocate::new(&slow));
+    let slow_served = serve_service_in(
+        agent.registry_dir(),
+        SLOW,
+        Gated::new(&slow, AllocateHangs(slow.clone())),
+        "slow.sock",
+    );
     let _fast_served = agent.serve(fast.clone());
     agent.wait_for_plugin(SLOW, "active").await;
     agent.wait_for_plugin(FAST, "active").await;
@@ -156,128 +162,30 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
     agent.stop().await;
 }
 
-/// A [`Knob`] whose `Allocate` alone hangs while `hang_allocate` is set:
-/// it waits before it reaches the plugin, so the plugin's other methods
-/// answer meanwhile. Served as it is, a `Knob`'s hanging `Allocate` holds
-/// the whole plugin (`GrpcPlugin` calls it under its lock), and the calls
-/// queued behind it — the periodic `GetTopologyAwareAllocatableResources`
-/// and `GetResourcesAllocation`, the refused pod's `RemovePod` — miss their
+/// Holds `Allocate` alone while the knob's `hang_allocate` is set, outside
+/// the plugin ([`Gated`]), so the plugin's other methods answer meanwhile.
+/// Served as it is, a `Knob`'s hanging `Allocate` holds the whole plugin
+/// (`GrpcPlugin` calls it under its lock), and the calls queued behind it
+/// — the periodic `GetTopologyAwareAllocatableResources` and
+/// `GetResourcesAllocation`, the refused pod's `RemovePod` — miss their
 /// deadlines after `Allocate` did: whichever of them ended last was the
 /// plugin's last error, depending on how late the test read it.
-struct HangingAllocate {
-    knob: Knob,
-    plugin: GrpcPlugin<Knob>,
-}
-
-impl HangingAllocate {
-    fn new(knob: &Knob) -> Self {
-        Self {
-            knob: knob.clone(),
-            plugin: GrpcPlugin::new(knob.clone()),
-        }
-    }
-}
+struct AllocateHangs(Knob);
 
 #[tonic::async_trait]
-impl rp::resource_plugin_server::ResourcePlugin for HangingAllocate {
-    async fn get_topology_hints(
-        &self,
-        request: tonic::Request<rp::ResourceRequest>,
-    ) -> Answer<rp::ResourceHintsResponse> {
-        self.plugin.get_topology_hints(request).await
-    }
-
-    async fn allocate(
-        &self,
-        request: tonic::Request<rp::ResourceRequest>,
-    ) -> Answer<rp::ResourceAllocationResponse> {
+impl Gate for AllocateHangs {
+    async fn before(&self, method: Method) {
+        if method != Method::Allocate {
+            return;
+        }
         // Dropped at the caller's deadline (the server's grpc-timeout):
         // `in_allocate` stays set, as for a plugin still stuck.
-        self.knob.state().in_allocate = true;
+        self.0.state().in_allocate = true;
         let deadline = tokio::time::Instant::now() + qrm_common::PATIENCE;
-        while self.knob.state().hang_allocate && tokio::time::Instant::now() < deadline {
+        while self.0.state().hang_allocate && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.plugin.allocate(request).await
     }
-
-    async fn get_resources_allocation(
-        &self,
-        request: tonic::Request<rp::GetResourcesAllocationRequest>,
-    ) -> Answer<rp::GetResourcesAllocationResponse> {
-        self.plugin.get_resources_allocation(request).await
-    }
-
-    async fn remove_pod(
-        &self,
-        request: tonic::Request<rp::RemovePodRequest>,
-    ) -> Answer<rp::RemovePodResponse> {
-        self.plugin.remove_pod(request).await
-    }
-
-    async fn get_resource_plugin_options(
-        &self,
-        request: tonic::Request<rp::Empty>,
-    ) -> Answer<rp::ResourcePluginOptions> {
-        self.plugin.get_resource_plugin_options(request).await
-    }
-
-    async fn get_topology_aware_resources(
-        &self,
-        request: tonic::Request<rp::GetTopologyAwareResourcesRequest>,
-    ) -> Answer<rp::GetTopologyAwareResourcesResponse> {
-        self.plugin.get_topology_aware_resources(request).await
-    }
-
-    async fn get_topology_aware_allocatable_resources(
-        &self,
-        request: tonic::Request<rp::GetTopologyAwareAllocatableResourcesRequest>,
-    ) -> Answer<rp::GetTopologyAwareAllocatableResourcesResponse> {
-        self.plugin
-            .get_topology_aware_allocatable_resources(request)
-            .await
-    }
-
-    async fn pre_start_container(
-        &self,
-        request: tonic::Request<rp::PreStartContainerRequest>,
-    ) -> Answer<rp::PreStartContainerResponse> {
-        self.plugin.pre_start_container(request).await
-    }
-}
-
-/// A gRPC plugin service served in the agent's watched directory for
-/// `resource`, until [`ServedService::stop`].
-struct ServedService {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl ServedService {
-    async fn stop(self) {
-        let _ = self.stop.send(true);
-        self.task.await.expect("plugin task");
-    }
-}
-
-fn serve_service<S>(agent: &Agent, resource: &str, service: S) -> ServedService
-where
-    S: rp::resource_plugin_server::ResourcePlugin,
-{
-    let socket = agent
-        .registry_dir()
-        .join(format!("{}.sock", resource.replace('/', "_")));
-    let identity = Identity::new(resource);
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        pinion_api::plugin::serve(&socket, identity, service, shutdown)
-            .await
-            .expect("plugin serves");
-    });
-    ServedService { stop, task }
 }
 
 /// A plugin's answer that cannot be applied fails the admission with the
@@ -1018,17 +926,8 @@ async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin(
 
     // An answer for another pod.
     const OTHER: &str = "example.com/other";
-    let socket = agent.registry_dir().join("other.sock");
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let plugin = OtherPod(GrpcPlugin::new(Knob::one(OTHER, "CpuShares", "512", "o")));
-    let served = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        pinion_api::plugin::serve(&socket, Identity::new(OTHER), plugin, shutdown)
-            .await
-            .expect("plugin serves");
-    });
+    let served = serve_service_in(agent.registry_dir(), OTHER, plugin, "other.sock");
     agent.wait_for_plugin(OTHER, "active").await;
     let err = agent
         .handle
@@ -1039,8 +938,7 @@ async fn regression_answers_a_plugin_may_not_give_are_refused_naming_the_plugin(
         err.to_string().contains(&format!("resource plugin {OTHER} answered Allocate with an allocation that cannot be applied: the answer is for pod \"pinion-run-someone-else\", not for pod \"pinion-run-asked\" that was asked")),
         "{err}"
     );
-    stop.send(true).expect("stop");
-    served.await.expect("served");
+    served.stop().await;
 
     // The agent serves on.
     agent

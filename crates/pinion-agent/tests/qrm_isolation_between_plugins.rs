@@ -18,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pinion_api::plugin::{Identity, RegistrationState, API_VERSION, RESOURCE_PLUGIN_TYPE};
+use pinion_agent::testing::qrm_node::serve_service_in;
+use pinion_api::plugin::{RegistrationState, API_VERSION, RESOURCE_PLUGIN_TYPE};
 use pinion_api::pluginregistration as pr;
-use pinion_api::resourceplugin as rp;
 use pinion_host::cgroup::fake::FakeCgroups;
-use pinion_plugins::grpc::GrpcPlugin;
+use qrm_common::gated::{Gate, Gated, Method};
 use qrm_common::{admission, serve_in, wait_until, Agent, Knob, PATIENCE};
 use tokio::sync::watch;
 
@@ -101,83 +101,34 @@ impl Hang {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Hung {
-    Options,
-    NodeResources,
-    RemovePod,
-    Poll,
-}
-
-/// A [`Knob`] plugin whose `method` hangs on [`Hang`] before answering.
-struct Hanging {
-    plugin: GrpcPlugin<Knob>,
-    method: Hung,
+/// A plugin whose `method` hangs on a [`Hang`] before answering
+/// ([`Gated`]); its other methods answer at once.
+struct HangOn {
+    method: Method,
     hang: Hang,
 }
 
-impl Hanging {
-    fn new(knob: &Knob, method: Hung, hang: &Hang) -> Self {
+impl HangOn {
+    fn new(method: Method, hang: &Hang) -> Self {
         Self {
-            plugin: GrpcPlugin::new(knob.clone()),
             method,
             hang: hang.clone(),
-        }
-    }
-
-    async fn maybe_hang(&self, method: Hung) {
-        if self.method == method {
-            self.hang.hang().await;
         }
     }
 }
 
 #[tonic::async_trait]
-impl rp::resource_plugin_server::ResourcePlugin for Hanging {
-    async fn allocate(
-        &self,
-        request: tonic::Request<rp::ResourceRequest>,
-    ) -> Answer<rp::ResourceAllocationResponse> {
-        self.plugin.allocate(request).await
-    }
-
-    async fn get_resources_allocation(
-        &self,
-        request: tonic::Request<rp::GetResourcesAllocationRequest>,
-    ) -> Answer<rp::GetResourcesAllocationResponse> {
-        self.maybe_hang(Hung::Poll).await;
-        self.plugin.get_resources_allocation(request).await
-    }
-
-    async fn remove_pod(
-        &self,
-        request: tonic::Request<rp::RemovePodRequest>,
-    ) -> Answer<rp::RemovePodResponse> {
-        self.maybe_hang(Hung::RemovePod).await;
-        self.plugin.remove_pod(request).await
-    }
-
-    async fn get_resource_plugin_options(
-        &self,
-        request: tonic::Request<rp::Empty>,
-    ) -> Answer<rp::ResourcePluginOptions> {
-        self.maybe_hang(Hung::Options).await;
-        self.plugin.get_resource_plugin_options(request).await
-    }
-
-    async fn get_topology_aware_allocatable_resources(
-        &self,
-        request: tonic::Request<rp::GetTopologyAwareAllocatableResourcesRequest>,
-    ) -> Answer<rp::GetTopologyAwareAllocatableResourcesResponse> {
-        self.maybe_hang(Hung::NodeResources).await;
-        self.plugin
-            .get_topology_aware_allocatable_resources(request)
-            .await
+impl Gate for HangOn {
+    async fn before(&self, method: Method) {
+        if method == self.method {
+            self.hang.hang().await;
+        }
     }
 }
 
-/// A gRPC server on socket `file` of `dir` until [`Served::stop`] (which
-/// removes the socket first); `identity` follows what the manager told it.
+/// A registration server ([`serve_registration`]) until [`Served::stop`]
+/// (which removes the socket); `registration` follows what the manager
+/// told it.
 struct Served {
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
@@ -188,28 +139,6 @@ impl Served {
     async fn stop(self) {
         let _ = self.stop.send(true);
         self.task.await.expect("plugin task");
-    }
-}
-
-/// Serves `service` for `resource` on socket `file` of `dir`, as
-/// `pinion plugin serve` does.
-fn serve_hanging(dir: &Path, resource: &str, service: Hanging, file: &str) -> Served {
-    let socket = dir.join(file);
-    let identity = Identity::new(resource);
-    let registration = identity.registration();
-    let (stop, mut stopped) = watch::channel(false);
-    let task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        pinion_api::plugin::serve(&socket, identity, service, shutdown)
-            .await
-            .expect("plugin serves");
-    });
-    Served {
-        stop,
-        task,
-        registration,
     }
 }
 
@@ -224,10 +153,10 @@ async fn regression_a_plugin_slow_to_register_holds_up_no_other_registration_or_
     let dir = agent.registry_dir().to_path_buf();
     let hang = Hang::new();
     let slow_knob = Knob::one("example.com/a-slow", "CpusetMems", "0", "slow");
-    let slow = serve_hanging(
+    let slow = serve_service_in(
         &dir,
         "example.com/a-slow",
-        Hanging::new(&slow_knob, Hung::Options, &hang),
+        Gated::new(&slow_knob, HangOn::new(Method::Options, &hang)),
         "a-slow.sock",
     );
     hang.entered(1).await;
@@ -265,10 +194,10 @@ async fn regression_a_removed_socket_cancels_its_pending_registration() {
     let dir = agent.registry_dir().to_path_buf();
     let hang = Hang::new();
     let slow_knob = Knob::one("example.com/a-slow", "CpusetMems", "0", "slow");
-    let slow = serve_hanging(
+    let slow = serve_service_in(
         &dir,
         "example.com/a-slow",
-        Hanging::new(&slow_knob, Hung::Options, &hang),
+        Gated::new(&slow_knob, HangOn::new(Method::Options, &hang)),
         "a-slow.sock",
     );
     hang.entered(1).await;
@@ -291,7 +220,7 @@ async fn regression_a_removed_socket_cancels_its_pending_registration() {
         None,
         "registered from a removed socket"
     );
-    assert_eq!(*slow.registration.borrow(), RegistrationState::Pending);
+    assert_eq!(slow.registration(), RegistrationState::Pending);
     after.stop().await;
     slow.stop().await;
     agent.stop().await;
@@ -301,7 +230,7 @@ async fn regression_a_removed_socket_cancels_its_pending_registration() {
 /// `method` hangs: once the hung plugin's call number `call` entered, the
 /// healthy one is polled again and again while that call lasts, and the
 /// hung plugin is not asked that method again meanwhile.
-async fn healthy_plugin_is_polled_while(method: Hung, call: usize) {
+async fn healthy_plugin_is_polled_while(method: Method, call: usize) {
     let agent = agent();
     let dir = agent.registry_dir().to_path_buf();
     let healthy = Knob::one("example.com/ok", "CpusetMems", "0", "ok");
@@ -310,10 +239,10 @@ async fn healthy_plugin_is_polled_while(method: Hung, call: usize) {
 
     let hang = Hang::new();
     let hung_knob = Knob::one("example.com/a-hung", "CpusetMems", "0", "hung");
-    let hung = serve_hanging(
+    let hung = serve_service_in(
         &dir,
         "example.com/a-hung",
-        Hanging::new(&hung_knob, method, &hang),
+        Gated::new(&hung_knob, HangOn::new(method, &hang)),
         "a-hung.sock",
     );
     agent.wait_for_plugin("example.com/a-hung", "active").await;
@@ -346,7 +275,7 @@ async fn healthy_plugin_is_polled_while(method: Hung, call: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_polls() {
     // Call 1 comes with the registration; call 2 from the reconcile loop.
-    healthy_plugin_is_polled_while(Hung::NodeResources, 2).await;
+    healthy_plugin_is_polled_while(Method::NodeResources, 2).await;
 }
 
 /// Regression (hunt D2, the poll): the reconcile pass asked the plugins
@@ -357,7 +286,7 @@ async fn regression_a_plugin_hung_in_node_resources_does_not_hold_the_others_pol
 /// most one period, and a poll still under way is not sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_a_plugin_hung_in_its_poll_does_not_keep_the_others_from_being_asked() {
-    healthy_plugin_is_polled_while(Hung::Poll, 1).await;
+    healthy_plugin_is_polled_while(Method::Poll, 1).await;
 }
 
 /// Regression (hunt D10): `RemovePod` went to the plugins one after the
@@ -373,10 +302,10 @@ async fn regression_a_plugin_hung_in_remove_pod_delays_no_other_plugins_removal(
     let bb = agent.serve_as(healthy.clone(), "bb.sock");
     let hang = Hang::new();
     let hung_knob = Knob::one("example.com/a-hung", "CpusetMems", "0", "hung");
-    let hung = serve_hanging(
+    let hung = serve_service_in(
         &dir,
         "example.com/a-hung",
-        Hanging::new(&hung_knob, Hung::RemovePod, &hang),
+        Gated::new(&hung_knob, HangOn::new(Method::RemovePod, &hang)),
         "a-hung.sock",
     );
     agent.wait_for_plugin("example.com/bb", "active").await;

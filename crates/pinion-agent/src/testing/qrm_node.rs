@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pinion_api::plugin::Identity;
+use pinion_api::plugin::{Identity, RegistrationState};
+use pinion_api::resourceplugin as rp;
 use pinion_core::topomgr::Scope;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_plugins::grpc::GrpcPlugin;
@@ -203,20 +204,39 @@ pub fn serve_grpc_in<P: ResourcePlugin + 'static>(
     plugin: GrpcPlugin<P>,
     file: &str,
 ) -> ServedPlugin {
+    serve_service_in(dir, resource, plugin, file)
+}
+
+/// [`serve_in`] for any gRPC service of a resource plugin (one wrapping a
+/// plugin to make its calls wait or fail) registering `resource`.
+///
+/// # Panics
+/// (In the serving task) when the socket cannot be bound.
+#[must_use]
+pub fn serve_service_in<S>(dir: &Path, resource: &str, service: S, file: &str) -> ServedPlugin
+where
+    S: rp::resource_plugin_server::ResourcePlugin,
+{
     let socket = dir.join(file);
     let identity = Identity::new(resource);
+    let registration = identity.registration();
     let (stop, mut stopped) = watch::channel(false);
     let task = tokio::spawn({
         let socket = socket.clone();
         async move {
-            pinion_api::plugin::serve(&socket, identity, plugin, async move {
+            pinion_api::plugin::serve(&socket, identity, service, async move {
                 let _ = stopped.wait_for(|s| *s).await;
             })
             .await
             .expect("plugin serves");
         }
     });
-    ServedPlugin { stop, task, socket }
+    ServedPlugin {
+        stop,
+        task,
+        socket,
+        registration,
+    }
 }
 
 /// A plugin being served; see [`QrmNode::serve`].
@@ -224,9 +244,16 @@ pub struct ServedPlugin {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     socket: PathBuf,
+    registration: watch::Receiver<RegistrationState>,
 }
 
 impl ServedPlugin {
+    /// What the manager told the plugin of its registration so far.
+    #[must_use]
+    pub fn registration(&self) -> RegistrationState {
+        self.registration.borrow().clone()
+    }
+
     /// The socket it is served on.
     #[must_use]
     pub fn socket(&self) -> &Path {

@@ -16,6 +16,7 @@ use pinion_agent::testing::qrm_node::QrmNode;
 pub use pinion_agent::testing::qrm_node::QrmNodeOptions;
 pub use pinion_agent::testing::qrm_node::{serve_in, ServedPlugin};
 
+pub mod gated;
 use pinion_agent::testing::{machine, run_request, SyntheticNode};
 use pinion_core::{CpuSet, Quantity};
 use pinion_host::cgroup::fake::{FakeCgroup, FakeCgroups};
