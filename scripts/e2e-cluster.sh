@@ -27,7 +27,9 @@
 # Environment: as scripts/e2e-vm.sh (PINION_E2E_*), PINION_E2E_CACHED_ONLY
 # (skip, saying so, when a Go-built peer would have to be built first),
 # PINION_E2E_API_PORT (16443), PINION_E2E_ETCD_PORT (12379),
-# PINION_E2E_CLUSTER_TIMEOUT (seconds the node may take to join, 1200).
+# PINION_E2E_CLUSTER_TIMEOUT (seconds the node may take to join, 1200),
+# PINION_E2E_PROBE_TIMEOUT (the agent's probes' timeoutSeconds on the
+# emulated nodes, 30; deploy/ says 3).
 set -uo pipefail
 E2E_NAME=e2e-cluster
 . "$(dirname "$0")/e2e/lib.sh"
@@ -146,8 +148,16 @@ grant e2e-nfd-topology-updater pinion-e2e-nfd-topology-updater <<EOF
 EOF
 
 # deploy/ as a user applies it: a kustomize overlay over deploy/ that sets
-# only the agent's configuration (this node's policy: single-numa-node).
+# the agent's configuration (this node's policy: single-numa-node) and,
+# for the emulated nodes only, the probes' timeouts: under TCG on 2 host
+# cores `runc exec` of an exec probe alone can take longer than deploy/'s
+# 3 s, and kubelet then restarted the agent in a loop (each restart a new
+# NRI connection, pods created meanwhile not pinned) — a limit of the test
+# bed, not of the agent, whose answer the probes still check.
 mkdir -p "$W/overlay"
+E2E_PROBE_TIMEOUT=${PINION_E2E_PROBE_TIMEOUT:-30}
+[[ $E2E_PROBE_TIMEOUT =~ ^[1-9][0-9]{0,3}$ ]] ||
+    e2e_die "PINION_E2E_PROBE_TIMEOUT must be a whole number of seconds (1-9999), not '$E2E_PROBE_TIMEOUT'"
 sed -n '/^  pinion.yaml: |$/,/^---$/p' "$E2E_REPO/deploy/kubernetes/pinion-daemonset.yaml" | sed '1d;$d' |
     sed 's/^    topologyManagerPolicy: none$/    topologyManagerPolicy: single-numa-node/' >"$W/pinion.yaml"
 grep -q 'topologyManagerPolicy: single-numa-node' "$W/pinion.yaml" || e2e_die "deploy/'s config has no topologyManagerPolicy line to set"
@@ -164,9 +174,20 @@ printf '    qosResourceManager:\n      enabled: true\n' >>"$W/pinion.yaml"
     echo "    data:"
     echo "      pinion.yaml: |"
     sed 's/^    /        /' "$W/pinion.yaml"
+    echo "- patch: |-"
+    echo "    apiVersion: apps/v1"
+    echo "    kind: DaemonSet"
+    echo "    metadata: {name: pinion, namespace: pinion-system}"
+    echo "    spec:"
+    echo "      template:"
+    echo "        spec:"
+    echo "          containers:"
+    echo "          - name: pinion"
+    echo "            livenessProbe: {timeoutSeconds: $E2E_PROBE_TIMEOUT, periodSeconds: 30}"
+    echo "            readinessProbe: {timeoutSeconds: $E2E_PROBE_TIMEOUT, periodSeconds: 10}"
 } >"$W/overlay/kustomization.yaml"
 if out=$(K apply -k "$W/overlay" 2>&1); then
-    e2e_result PASS "deploy/: applied with kubectl apply -k (overlay: the agent's config only): $(echo "$out" | wc -l) objects"
+    e2e_result PASS "deploy/: applied with kubectl apply -k (overlay: the agent's config, probe timeouts ${E2E_PROBE_TIMEOUT} s): $(echo "$out" | wc -l) objects"
 else
     e2e_result FAIL "deploy/: kubectl apply -k: $out"
 fi
