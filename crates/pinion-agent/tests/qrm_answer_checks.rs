@@ -287,12 +287,7 @@ async fn regression_allocate_answers_the_kernel_refuses_are_the_plugins_counted_
             u64::try_from(index + 1).expect("count"),
             "{case}: counted as the plugin's error"
         );
-        let last = agent
-            .plugin(CPU)
-            .expect("plugin")
-            .stats
-            .last_error
-            .unwrap_or_default();
+        let last = agent.plugin_last_error(CPU);
         assert!(last.contains(message), "{case}: last error {last}");
     }
     // Within the kernel's ranges: admitted.
@@ -352,12 +347,7 @@ async fn regression_an_allocate_answer_the_controller_refuses_is_the_plugins_cou
             1,
             "{policy}: counted as the plugin's error"
         );
-        let last = agent
-            .plugin(CPU)
-            .expect("plugin")
-            .stats
-            .last_error
-            .unwrap_or_default();
+        let last = agent.plugin_last_error(CPU);
         assert!(
             last.contains(&message) && last.starts_with("resource plugin cpu answered Allocate"),
             "{policy}: last error {last}"

@@ -140,12 +140,7 @@ async fn a_plugin_hanging_past_its_deadline_fails_only_the_pods_needing_it() {
 
     // Counted, and shown by `pinion plugins` and /metrics.
     assert_eq!(agent.plugin_errors(SLOW, "Allocate"), 1);
-    let last = agent
-        .plugin(SLOW)
-        .expect("plugin")
-        .stats
-        .last_error
-        .unwrap_or_default();
+    let last = agent.plugin_last_error(SLOW);
     assert!(last.contains("did not answer Allocate"), "{last}");
     let metrics = pinion_agent::metrics::render(
         &agent.handle.snapshot().metrics,
@@ -234,12 +229,7 @@ async fn malformed_answers_and_unknown_oci_properties_fail_the_admission_naming_
             "{case}: not counted"
         );
     }
-    let last = agent
-        .plugin(BAD)
-        .expect("plugin")
-        .stats
-        .last_error
-        .unwrap_or_default();
+    let last = agent.plugin_last_error(BAD);
     assert!(last.contains("CpuRealtimeRuntime"), "{last}");
 
     // The agent serves on: a sane answer is admitted.

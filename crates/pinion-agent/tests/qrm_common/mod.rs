@@ -187,6 +187,16 @@ impl Agent {
             .map_or(0, |m| m.errors)
     }
 
+    /// The last error of `resource`'s plugin, as `pinion plugins` shows it
+    /// (empty when none).
+    pub fn plugin_last_error(&self, resource: &str) -> String {
+        self.plugin(resource)
+            .unwrap_or_else(|| panic!("no plugin {resource}"))
+            .stats
+            .last_error
+            .unwrap_or_default()
+    }
+
     /// Waits until `check` holds for the fake cgroup tree.
     pub async fn wait_for_cgroup(
         &self,
