@@ -420,11 +420,6 @@ async fn regression_a_missing_node_is_not_asked_for_at_every_update() {
     let server = Server::default();
     *server.node_refused.lock().unwrap() = Some(404);
     let bed = start_on(quick(), server).await;
-    let node_gets = |server: &Server| {
-        server
-            .of(|r| r.method == "GET" && r.path.contains("/nodes/"))
-            .len()
-    };
     let owner = |r: &Recorded| r.body["metadata"]["ownerReferences"][0]["uid"].clone();
     let started = std::time::Instant::now();
     patches_until(&bed.server, |p| p.len() == 1).await;
@@ -444,7 +439,7 @@ async fn regression_a_missing_node_is_not_asked_for_at_every_update() {
     while waited + wait <= started.elapsed().as_secs() {
         (waits_over, waited, wait) = (waits_over + 1, waited + wait, wait * 2);
     }
-    let gets = node_gets(&bed.server);
+    let gets = bed.server.node_gets();
     assert!(
         gets <= 1 + waits_over && gets < patches.len(),
         "{gets} GETs of the Node for {} updates in {:?}",
@@ -489,13 +484,8 @@ async fn an_unreadable_node_is_warned_about_once_and_a_missing_one_only_noted() 
             ..quick()
         };
         let bed = start_on(config, server).await;
-        let node_gets = |server: &Server| {
-            server
-                .of(|r| r.method == "GET" && r.path.contains("/nodes/"))
-                .len()
-        };
         let deadline = tokio::time::Instant::now() + PATIENCE;
-        while node_gets(&bed.server) < 3 {
+        while bed.server.node_gets() < 3 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the Node was not asked for again"

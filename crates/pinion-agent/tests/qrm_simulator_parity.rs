@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use pinion_agent::config::QrmConfig;
 use pinion_agent::qrm::{Poll, Qrm};
-use pinion_agent::testing::qrm_node::{serve_grpc_in, ServedPlugin};
+use pinion_agent::testing::qrm_node::{serve_service_in, ServedPlugin};
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::pools::PoolLoad;
@@ -282,7 +282,7 @@ fn serve<P: ResourcePlugin + 'static>(
     plugin: GrpcPlugin<P>,
 ) -> ServedPlugin {
     let file = format!("{}.sock", resource.replace('/', "_"));
-    serve_grpc_in(dir, resource, plugin, &file)
+    serve_service_in(dir, resource, plugin, &file)
 }
 
 async fn wait_for_socket(socket: &Path) {

@@ -368,26 +368,23 @@ impl Qrm {
     /// The plugin's answer to `method` refused for `reason`: logged,
     /// counted as the plugin's error.
     fn refuse(&self, resource: &str, method: &str, reason: &impl std::fmt::Display) -> CallError {
-        let error = CallError::Malformed {
-            resource: resource.to_string(),
-            method: method.to_string(),
-            reason: reason.to_string(),
-        };
+        let error = self.count_refused_answer(resource, method, &reason.to_string());
         tracing::warn!(%resource, "{error}");
-        self.registry.note_error(resource, method, &error);
         error
     }
 
-    /// The plugin's answer to `method`, refused after the manager passed it
-    /// on (by the controller, which tells what only its state can):
-    /// counted as the plugin's error; the caller logs or returns `reason`.
-    pub fn count_refused_answer(&self, resource: &str, method: &str, reason: &str) {
+    /// The plugin's answer to `method` refused for `reason` — by the manager
+    /// ([`Self::refuse`]) or by the controller, which tells what only its
+    /// state can: counted as the plugin's error (its last error); the
+    /// caller logs or returns it.
+    pub fn count_refused_answer(&self, resource: &str, method: &str, reason: &str) -> CallError {
         let error = CallError::Malformed {
             resource: resource.to_string(),
             method: method.to_string(),
             reason: reason.to_string(),
         };
         self.registry.note_error(resource, method, &error);
+        error
     }
 
     /// `RemovePod` on every active plugin (§4.10); `Ok` once all of them

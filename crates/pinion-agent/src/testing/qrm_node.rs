@@ -189,26 +189,13 @@ impl QrmNode {
 #[must_use]
 pub fn serve_in(dir: &Path, plugin: impl ResourcePlugin + 'static, file: &str) -> ServedPlugin {
     let resource = plugin.resource_name().to_string();
-    serve_grpc_in(dir, &resource, GrpcPlugin::new(plugin), file)
+    serve_service_in(dir, &resource, GrpcPlugin::new(plugin), file)
 }
 
-/// [`serve_in`] for a plugin already behind its gRPC service (one shared
-/// with the test, [`GrpcPlugin::shared`]) registering `resource`.
-///
-/// # Panics
-/// (In the serving task) when the socket cannot be bound.
-#[must_use]
-pub fn serve_grpc_in<P: ResourcePlugin + 'static>(
-    dir: &Path,
-    resource: &str,
-    plugin: GrpcPlugin<P>,
-    file: &str,
-) -> ServedPlugin {
-    serve_service_in(dir, resource, plugin, file)
-}
-
-/// [`serve_in`] for any gRPC service of a resource plugin (one wrapping a
-/// plugin to make its calls wait or fail) registering `resource`.
+/// [`serve_in`] for any gRPC service of a resource plugin registering
+/// `resource`: a plugin already behind its service (one shared with the
+/// test, [`GrpcPlugin::shared`]), or one wrapping a plugin to make its
+/// calls wait or fail.
 ///
 /// # Panics
 /// (In the serving task) when the socket cannot be bound.

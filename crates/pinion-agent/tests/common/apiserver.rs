@@ -97,6 +97,11 @@ impl ApiServer {
         self.of(|r| r.method == "PATCH")
     }
 
+    /// How many times the Node was read (`GET`).
+    pub fn node_gets(&self) -> usize {
+        self.of(|r| r.method == "GET" && r.path == NODE_PATH).len()
+    }
+
     /// The PATCHes of the Node's status, in order.
     pub fn status_patches(&self) -> Vec<Recorded> {
         self.of(|r| r.method == "PATCH" && r.path == NODE_STATUS_PATH)
