@@ -1,9 +1,11 @@
 //! Wiring of the daemon: discover the machine, build the policy, start the
 //! controller, then serve the local API, `/metrics`, the reconcile timer
 //! and (NRI mode) the NRI plugin until SIGTERM or SIGINT; the QoS Resource
-//! Manager's loops are wired to the controller in [`qrm_loops`].
+//! Manager's loops are wired to the controller in [`qrm_loops`]; a watch of
+//! the one async thread logs when something held it ([`stalls`]).
 
 pub mod qrm_loops;
+pub mod stalls;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,6 +103,11 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
     // First of all: a SIGTERM during the start stops the agent once it is
     // up, instead of killing it halfway.
     let signals = Signals::install().map_err(|source| AgentError::Signals { source })?;
+    // The watch of this thread runs from the start: the start's own steps
+    // hold it too (its first tick is due once it has run).
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stall_watch = tokio::spawn(stalls::log_stalls(stop_rx.clone()));
+    tokio::task::yield_now().await;
     let plugin_options = nri_options(&config, |key| std::env::var(key).ok())?;
     let topology = pinion_host::discover(&config.sysroot)?;
     let machine_topology = topology.clone();
@@ -204,7 +211,6 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             }
         })?;
     tracing::info!(socket = %config.socket.display(), podresources = %podresources_socket.display(), metrics = %metrics_addr, cgroup_root = %cgroup_root, cgroup_version = %version, "pinion agent ready");
-    let (stop_tx, stop_rx) = watch::channel(false);
     let mut podresources_service = PodResourcesService::new(
         handle.snapshots(),
         topology_for_readers,
@@ -235,6 +241,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             config.sysroot.clone(),
             stop_rx.clone(),
         )),
+        stall_watch,
     ];
     if let Some(qrm) = &qrm {
         tasks.push(tokio::spawn(kubelet_qrm_checkpoint::keep_written(

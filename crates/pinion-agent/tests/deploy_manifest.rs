@@ -251,7 +251,11 @@ fn probes_run_pinion_health_against_the_local_api_socket() {
     let container = deployment.container();
     let binary = text(&list(&container["command"], "command")[0], "command");
     let socket = config.socket.display().to_string();
-    for (probe, ready) in [("livenessProbe", false), ("readinessProbe", true)] {
+    for (probe, ready) in [
+        ("startupProbe", false),
+        ("livenessProbe", false),
+        ("readinessProbe", true),
+    ] {
         assert!(
             container[probe]["httpGet"].is_null(),
             "{probe} must not probe the metrics port"
@@ -282,6 +286,44 @@ fn probes_run_pinion_health_against_the_local_api_socket() {
             "{probe}: {timeout}s within kubelet's {kubelet}s"
         );
     }
+}
+
+/// Found on the cluster bed's emulated node: the agent serves its local
+/// API only once the built-in plugins and the API-server clients have
+/// started, and a slow node took longer than the liveness probe's first
+/// ~35 s, so kubelet killed the agent and started it again, in a loop. A
+/// startup probe holds the liveness probe back until the agent answers.
+#[test]
+fn regression_a_slow_start_is_not_killed_by_the_liveness_probe() {
+    let deployment = Deployment::load();
+    let container = deployment.container();
+    let startup = &container["startupProbe"];
+    let seconds = |probe: &Value, field: &str, default: u64| {
+        if probe[field].is_null() {
+            default
+        } else {
+            probe[field]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{field} is a whole number"))
+        }
+    };
+    // kubelet's defaults: period 10 s, failure threshold 3, no delay.
+    let allowed = seconds(startup, "periodSeconds", 10) * seconds(startup, "failureThreshold", 3);
+    assert!(
+        allowed >= 120,
+        "the startup probe leaves a slow start {allowed} s; at least 2 minutes"
+    );
+    let liveness = &container["livenessProbe"];
+    let liveness_allows = seconds(liveness, "initialDelaySeconds", 0)
+        + seconds(liveness, "periodSeconds", 10) * seconds(liveness, "failureThreshold", 3);
+    assert!(
+        allowed > liveness_allows,
+        "the startup probe ({allowed} s) must outlast what the liveness probe alone would allow ({liveness_allows} s)"
+    );
+    assert!(
+        liveness["initialDelaySeconds"].is_null(),
+        "the startup probe holds the liveness probe back; no delay of its own"
+    );
 }
 
 #[test]

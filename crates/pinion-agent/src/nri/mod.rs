@@ -303,6 +303,7 @@ impl NriHandler for NriFrontend {
         pods: Vec<PodSandbox>,
         containers: Vec<Container>,
     ) -> Result<Vec<ContainerUpdate>, HandlerError> {
+        let started = std::time::Instant::now();
         for pod in &pods {
             if let Ok(uid) = pinion_nri::kube::pod_uid(pod) {
                 if let Err(err) = self.register_pod_resources(pod, &uid).await {
@@ -348,7 +349,9 @@ impl NriHandler for NriFrontend {
                 fresh.stopped.insert(key.clone(), id.clone());
             }
         }
-        tracing::info!(containers = fresh.containers.len(), released = ?synced.released.containers, held = synced.held.len(), updated = synced.updates.len(), "nri synchronized");
+        // The time taken, against the runtime's request timeout: a slower
+        // answer gets the plugin dropped (containerd's default is 2 s).
+        tracing::info!(containers = fresh.containers.len(), released = ?synced.released.containers, held = synced.held.len(), updated = synced.updates.len(), took = ?started.elapsed(), "nri synchronized");
         let mut tracked = self.tracked();
         *tracked = fresh;
         Ok(to_nri(synced.updates, &tracked))

@@ -166,13 +166,22 @@ fi
 echo "E2E-NODE-UP $NODE"
 
 # Until the host stops the guest: every container's cpuset and memory
-# nodes, as the kernel has them, whenever they change; and the log lines of
+# nodes, as the kernel has them, whenever they change; the log lines of
 # the containers of namespace pinion-system (Pinion's own pod) and of the
 # pods named widget-* as they come (the API server cannot reach this
-# kubelet for `kubectl logs`).
+# kubelet for `kubectl logs`); and containerd's warnings and errors
+# (`E2E-CTRD` lines: why it refused a plugin's update or dropped the
+# plugin, which Pinion's log cannot tell).
 last=""
+ctrd_seen=0
 mkdir -p "$S/logs-seen"
 while :; do
+    ctrd_total=$(wc -l <"$S/containerd.log")
+    if [ "$ctrd_total" -gt "$ctrd_seen" ]; then
+        tail -n +"$((ctrd_seen + 1))" "$S/containerd.log" | head -n "$((ctrd_total - ctrd_seen))" |
+            grep 'level=warn\|level=error' | cut -c1-600 | sed 's/^/E2E-CTRD /'
+        ctrd_seen=$ctrd_total
+    fi
     for f in /var/log/pods/pinion-system_*/*/*.log /var/log/pods/default_widget-*/*/*.log; do
         [ -f "$f" ] || continue
         key=$(echo "$f" | tr '/' '_')
