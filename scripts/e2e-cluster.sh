@@ -254,11 +254,15 @@ boot_node "$NODE" "E2E_WIDGETS=$WIDGETS E2E_NFD=1" "${GUEST_SHAPE[@]}"
 boot_node "$NODE2" "" "${GUEST2_SHAPE[@]}"
 console=$W/$NODE.console
 
-# guests_alive: some node still runs (a wait on a dead cluster ends at once).
+# guests_alive: every node the bed still needs runs (GUEST_PIDS; the small
+# node leaves it when the bed stops it). A wait ends at once when a node's
+# guest is gone: the checks wait on both nodes' objects, and a dead node's
+# never come (CI, 2026-12-04: pinion-smt hung before its /init and every
+# later wait ran out its limit, 30 minutes in all).
 guests_alive() {
     local pid
-    for pid in "${GUEST_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
-    return 1
+    for pid in "${GUEST_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null || return 1; done
+    return 0
 }
 wait_until() { # SECONDS COMMAND...: true once COMMAND is, polling every 2 s
     local limit=$1 t0=$SECONDS
@@ -422,9 +426,12 @@ count_of() { # LIST: how many CPUs
     done
     echo "$n"
 }
-# nrt_available ZONE: the zone's available cpu in the published object.
+# nrt_available ZONE: the zone's available cpu in the published object (nothing
+# when there is none yet: a missing object is not a Python traceback).
 nrt_available() {
-    nrt | python3 -c 'import json, sys
+    local obj
+    obj=$(nrt) || return 0
+    echo "$obj" | python3 -c 'import json, sys
 o = json.load(sys.stdin)
 for z in o["zones"]:
     if z["name"] == sys.argv[1]:
@@ -547,6 +554,7 @@ K delete pod small --wait=true --timeout=300s >/dev/null 2>&1
 # emulated guest still takes host CPU from the other) and its Node deleted.
 e2e_collect "$W/$NODE2.console" "$NODE2"
 kill "${GUEST_PID[$NODE2]}" 2>/dev/null
+GUEST_PIDS=("${GUEST_PID[$NODE]}")
 pkill -f "qemu-system-x86_64.*E2E_NODE_NAME=$NODE2" 2>/dev/null
 K delete node "$NODE2" --wait=false >/dev/null 2>&1
 NODE2_COLLECTED=1
