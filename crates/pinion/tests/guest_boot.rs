@@ -34,18 +34,59 @@ fn fake_qemu(dir: &Path, console: &str, then: &str) {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
 }
 
-/// `e2e_run_guest` with the stand-in qemu of `dir` first on `PATH`, a boot
-/// limit of 2 s, TCG without a KVM probe, and `loglevel` on the console.
-/// Prints the runner's status last on stdout.
-fn run_guest(dir: &Path, loglevel: &str) -> Output {
-    run_guest_threads(dir, loglevel, "multi")
+/// One run of `e2e_run_guest` against the stand-in qemu: its work directory
+/// and what the runner printed.
+struct Run {
+    dir: tempfile::TempDir,
+    out: Output,
 }
 
-/// As `run_guest`, with TCG's thread mode `threads` (`single`|`multi`).
-fn run_guest_threads(dir: &Path, loglevel: &str, threads: &str) -> Output {
+impl Run {
+    /// The runner's exit status (the script prints it last).
+    fn status(&self) -> String {
+        let stdout = String::from_utf8_lossy(&self.out.stdout);
+        let status = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("status="))
+            .next_back();
+        status.unwrap_or("none").to_string()
+    }
+
+    /// What the runner logged (stderr).
+    fn log(&self) -> String {
+        stderr(&self.out)
+    }
+
+    /// How many times qemu was started.
+    fn boots(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("boots"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    /// The kernel command line qemu was given last, from the stand-in's
+    /// record of its arguments.
+    fn kernel_command_line(&self) -> String {
+        let args = std::fs::read_to_string(self.dir.path().join("args")).expect("qemu's arguments");
+        let args: Vec<&str> = args.lines().collect();
+        let at = args
+            .iter()
+            .position(|a| *a == "-append")
+            .expect("an -append");
+        args[at + 1].to_string()
+    }
+}
+
+/// `e2e_run_guest` with a stand-in qemu (`fake_qemu(console, then)`) first
+/// on `PATH`, a boot limit of 2 s, TCG without a KVM probe, TCG's thread
+/// mode `threads` (`single`|`multi`) and `loglevel` on the console.
+fn run_guest(console: &str, then: &str, loglevel: &str, threads: &str) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake_qemu(dir.path(), console, then);
     let path = format!(
         "{}:{}",
-        dir.display(),
+        dir.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     let script = format!(
@@ -54,52 +95,45 @@ fn run_guest_threads(dir: &Path, loglevel: &str, threads: &str) -> Output {
          e2e_run_guest '{work}/guest.console' /dev/null 60 '' -smp 2\n\
          echo \"status=$?\"\n",
         lib = workspace().join("scripts/e2e").display(),
-        work = dir.display(),
+        work = dir.path().display(),
     );
-    Command::new("bash")
+    let out = Command::new("bash")
         .args(["-c", &script])
         .env("PATH", path)
         .env("PINION_E2E_ACCEL", "tcg")
         .env("PINION_E2E_KERNEL", "/dev/null")
-        .env("PINION_E2E_CACHE", dir.join("cache"))
+        .env("PINION_E2E_CACHE", dir.path().join("cache"))
         .env("PINION_E2E_BOOT_LIMIT", "2")
         .env("PINION_E2E_LOGLEVEL", loglevel)
         .env("PINION_E2E_SILENT_LIMIT", "0")
         .env("PINION_E2E_TCG_THREAD", threads)
         .output()
-        .expect("bash runs")
-}
-
-fn boots(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join("boots"))
-        .unwrap_or_default()
-        .lines()
-        .count()
+        .expect("bash runs");
+    Run { dir, out }
 }
 
 /// Regression (CI, 2026-12-04): at `PINION_E2E_LOGLEVEL=4` the guest
-/// kernel prints a warning within its first 0.1 s (`RETBleed: WARNING: …`
-/// under TCG's Skylake-Server); the runner took any byte on the console
-/// for a booted guest, so the cluster bed's pinion-smt, hung after that
-/// line, was left to the 15-minute silence watch instead of being booted
-/// again, and the bed failed. Only a line of the guest's `/init` counts.
+/// kernel prints a warning within its first half second (`RETBleed:
+/// WARNING: …` under TCG's Skylake-Server); the runner took any byte on the
+/// console for a booted guest, so the cluster bed's pinion-smt, hung after
+/// that line, was left to the 15-minute silence watch instead of being
+/// booted again, and the bed failed. Only a line of the guest's `/init`
+/// counts.
 #[test]
 fn regression_a_guest_hung_after_kernel_warnings_is_booted_again() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    fake_qemu(
-        dir.path(),
+    let run = run_guest(
         "[    0.010940] RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable\\n",
         "exec sleep 600",
+        "4",
+        "multi",
     );
-    let out = run_guest(dir.path(), "4");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains("status=124"),
-        "two hung boots end the guest's run as timed out: {stdout}{}",
-        stderr(&out)
+    let log = run.log();
+    assert_eq!(
+        run.status(),
+        "124",
+        "two hung boots end as timed out: {log}"
     );
-    assert_eq!(boots(dir.path()), 2, "{}", stderr(&out));
-    let log = stderr(&out);
+    assert_eq!(run.boots(), 2, "{log}");
     assert!(
         log.contains("guest boot 1: no line of /init on the console within 2 s")
             && log.contains("guest boot 2: no line of /init"),
@@ -109,7 +143,7 @@ fn regression_a_guest_hung_after_kernel_warnings_is_booted_again() {
         log.contains("no init | [    0.010940] RETBleed"),
         "the kernel's last lines are on stderr: {log}"
     );
-    let kept = std::fs::read_to_string(dir.path().join("guest.console.noinit1"))
+    let kept = std::fs::read_to_string(run.dir.path().join("guest.console.noinit1"))
         .expect("the first boot's console is kept");
     assert!(kept.contains("RETBleed"), "{kept}");
 }
@@ -118,33 +152,16 @@ fn regression_a_guest_hung_after_kernel_warnings_is_booted_again() {
 /// is booted once, and the runner returns qemu's status.
 #[test]
 fn a_guest_that_reaches_its_init_is_booted_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    fake_qemu(
-        dir.path(),
+    let run = run_guest(
         "[    0.010940] RETBleed: WARNING\\nE2E-BEGIN shape=test\\nE2E-END\\n",
         "exit 0",
+        "4",
+        "multi",
     );
-    let out = run_guest(dir.path(), "4");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("status=0"), "{stdout}{}", stderr(&out));
-    assert_eq!(boots(dir.path()), 1, "{}", stderr(&out));
-    assert!(
-        !stderr(&out).contains("no line of /init"),
-        "{}",
-        stderr(&out)
-    );
-}
-
-/// The kernel command line qemu was given last, from the stand-in's record
-/// of its arguments.
-fn kernel_command_line(dir: &Path) -> String {
-    let args = std::fs::read_to_string(dir.join("args")).expect("qemu's arguments");
-    let args: Vec<&str> = args.lines().collect();
-    let at = args
-        .iter()
-        .position(|a| *a == "-append")
-        .expect("an -append");
-    args[at + 1].to_string()
+    let log = run.log();
+    assert_eq!(run.status(), "0", "{log}");
+    assert_eq!(run.boots(), 1, "{log}");
+    assert!(!log.contains("no line of /init"), "{log}");
 }
 
 /// Regression (2026-12-04, after the hang above): the guest hung before
@@ -156,15 +173,9 @@ fn kernel_command_line(dir: &Path) -> String {
 #[test]
 fn regression_a_multi_threaded_guest_boots_with_one_cpu_up() {
     for (threads, one_cpu) in [("multi", true), ("single", false)] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        fake_qemu(dir.path(), "E2E-BEGIN shape=test\\nE2E-END\\n", "exit 0");
-        let out = run_guest_threads(dir.path(), "3", threads);
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("status=0"),
-            "{}",
-            stderr(&out)
-        );
-        let line = kernel_command_line(dir.path());
+        let run = run_guest("E2E-BEGIN shape=test\\nE2E-END\\n", "exit 0", "3", threads);
+        assert_eq!(run.status(), "0", "{}", run.log());
+        let line = run.kernel_command_line();
         assert_eq!(
             line.split_whitespace().any(|w| w == "maxcpus=1"),
             one_cpu,
