@@ -290,6 +290,17 @@ for round in (1, 2):
 PY
 }
 
+# e2e_report_vcpus MONITOR FILE TAG HEADER: HEADER and e2e_save_vcpus in
+# FILE, and on stderr as `  TAG | ` lines (a run that removes its work
+# directory, CI, keeps them).
+e2e_report_vcpus() {
+    {
+        echo "$4"
+        e2e_save_vcpus "$1"
+    } >"$2" 2>&1
+    sed "s/^/  $3 | /" "$2" >&2
+}
+
 # e2e_watch_silence LOG PID LIMIT: while qemu PID runs, stops it once LOG
 # has not grown for LIMIT seconds, after writing LOG.stall: the vCPUs' state
 # and instruction pointers from qemu's QMP socket LOG.monitor, twice.
@@ -304,13 +315,9 @@ e2e_watch_silence() {
         fi
         quiet=$((quiet + 10))
         [ "$quiet" -ge "$limit" ] || continue
-        {
-            echo "guest console silent for $quiet s at $(date -u +%FT%TZ); qemu's vCPUs:"
-            e2e_save_vcpus "$log.monitor"
-        } >"$log.stall" 2>&1
+        e2e_report_vcpus "$log.monitor" "$log.stall" stall \
+            "guest console silent for $quiet s at $(date -u +%FT%TZ); qemu's vCPUs:"
         e2e_log "guest console silent for $quiet s: vCPUs saved in $log.stall, qemu stopped"
-        # Also on stderr: a run that removes its work directory (CI) keeps them.
-        sed 's/^/  stall | /' "$log.stall" >&2
         kill "$pid" 2>/dev/null
         return
     done
@@ -319,7 +326,7 @@ e2e_watch_silence() {
 # e2e_reached_init LOG PID LIMIT: waits until LOG has a line of the guest's
 # /init (they all begin `E2E-`) (0), or qemu PID ended (0: its status
 # tells), or LIMIT seconds passed (1). The kernel's own lines do not count:
-# at PINION_E2E_LOGLEVEL=4 it prints warnings within its first 0.1 s
+# at PINION_E2E_LOGLEVEL=4 it prints warnings within its first half second
 # (`RETBleed: WARNING: …` under TCG's Skylake-Server), and a guest that hung
 # after them was taken for booted and left to the silence watch (CI,
 # 2026-12-04: the cluster bed's pinion-smt, 15 minutes, the bed failed).
@@ -391,7 +398,7 @@ e2e_tcg_threads() {
 # Under multi-threaded TCG the guest boots with maxcpus=1 and its /init
 # brings the other CPUs online first thing: the kernel's late initcalls
 # patch code every idle vCPU runs (the __sched_clock_stable key), and with
-# them up a guest hung before its /init, 2 boots in 9 on a loaded host
+# them up a guest hung before its /init, 2 boots in 30 on a loaded host
 # (scripts/e2e/guest/init says more).
 #
 # Under multi-threaded TCG the guest kernel has, rarely, died of its own
@@ -465,23 +472,20 @@ e2e_run_guest() {
             fi
             return "$status"
         fi
-        # Where it hung, when qemu has a monitor (PINION_E2E_SILENT_LIMIT):
-        # the hang before init is rare and its cause not known.
+        # Its console's last lines and, when qemu has a monitor
+        # (PINION_E2E_SILENT_LIMIT), where its vCPUs were; on stderr too, as
+        # a run that removes its work directory (CI) would lose them.
+        cp "$log" "$log.noinit$attempt"
+        tr -d '\r' <"$log" | tail -n 5 | cut -c1-200 | sed 's/^/  no init | /' >&2
         local where=""
         if [ -S "$log.monitor" ]; then
-            {
-                echo "guest boot $attempt: no line of /init within $boot_limit s at $(date -u +%FT%TZ); qemu's vCPUs:"
-                e2e_save_vcpus "$log.monitor"
-            } >"$log.boot$attempt" 2>&1
+            e2e_report_vcpus "$log.monitor" "$log.boot$attempt" "no init" \
+                "guest boot $attempt: no line of /init within $boot_limit s at $(date -u +%FT%TZ); qemu's vCPUs:"
             where="; vCPUs saved in $log.boot$attempt"
         fi
         kill "$pid" 2>/dev/null
         wait "$pid"
-        cp "$log" "$log.noinit$attempt"
-        e2e_log "guest boot $attempt: no line of /init on the console within $boot_limit s ($(e2e_accel); $(wc -l <"$log") kernel lines before, kept in $log.noinit$attempt$where), qemu stopped"
-        # Also on stderr: a run that removes its work directory (CI) keeps them.
-        tr -d '\r' <"$log" | tail -n 5 | cut -c1-200 | sed 's/^/  no init | /' >&2
-        [ -z "$where" ] || sed 's/^/  no init | /' "$log.boot$attempt" >&2
+        e2e_log "guest boot $attempt: no line of /init on the console within $boot_limit s ($(e2e_accel); $(wc -l <"$log.noinit$attempt") kernel lines before, kept in $log.noinit$attempt$where), qemu stopped"
     done
     return 124
 }
