@@ -382,8 +382,10 @@ e2e_tcg_threads() {
 }
 
 # e2e_run_guest LOG IMAGE TIMEOUT APPEND QEMU_ARGS...: boots the image and
-# captures the serial console in LOG; returns when the guest powers off or
-# after TIMEOUT seconds. E2E_INTERACTIVE=1 puts the console on the terminal.
+# captures the serial console in LOG; returns when the guest powers off
+# (qemu's status) or after TIMEOUT seconds. It returns 124 for a guest it
+# stopped: at TIMEOUT, before its /init twice, or by the silence watch.
+# E2E_INTERACTIVE=1 puts the console on the terminal.
 # The kernel is E2E_GUEST_KERNEL when set (a shape's, e2e_shape_kernel),
 # else e2e_kernel.
 #
@@ -465,6 +467,9 @@ e2e_run_guest() {
             fi
             wait "$pid" || status=$?
             [ -n "$watcher" ] && { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
+            # qemu ends with 0 on the watch's SIGTERM: a stopped guest is
+            # not one that powered off.
+            [ -e "$log.stall" ] && status=124
             if [ "$attempt" = 1 ] && grep -q 'Kernel panic - not syncing' "$log"; then
                 cp "$log" "$log.panic"
                 e2e_log "guest boot $attempt: the guest kernel panicked ($(grep -m1 -o 'Oops: [^[]*\|Kernel panic - not syncing: .*' "$log" | head -1)), console kept in $log.panic; booted once more"

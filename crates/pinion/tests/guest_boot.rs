@@ -80,8 +80,21 @@ impl Run {
 
 /// `e2e_run_guest` with a stand-in qemu (`fake_qemu(console, then)`) first
 /// on `PATH`, a boot limit of 2 s, TCG without a KVM probe, TCG's thread
-/// mode `threads` (`single`|`multi`) and `loglevel` on the console.
+/// mode `threads` (`single`|`multi`) and `loglevel` on the console; no
+/// silence watch.
 fn run_guest(console: &str, then: &str, loglevel: &str, threads: &str) -> Run {
+    run_guest_watched(console, then, loglevel, threads, "0")
+}
+
+/// [`run_guest`] with the silence watch's limit `silent` (seconds; `0`:
+/// off).
+fn run_guest_watched(
+    console: &str,
+    then: &str,
+    loglevel: &str,
+    threads: &str,
+    silent: &str,
+) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     fake_qemu(dir.path(), console, then);
     let path = format!(
@@ -105,7 +118,7 @@ fn run_guest(console: &str, then: &str, loglevel: &str, threads: &str) -> Run {
         .env("PINION_E2E_CACHE", dir.path().join("cache"))
         .env("PINION_E2E_BOOT_LIMIT", "2")
         .env("PINION_E2E_LOGLEVEL", loglevel)
-        .env("PINION_E2E_SILENT_LIMIT", "0")
+        .env("PINION_E2E_SILENT_LIMIT", silent)
         .env("PINION_E2E_TCG_THREAD", threads)
         .output()
         .expect("bash runs");
@@ -182,4 +195,32 @@ fn regression_a_multi_threaded_guest_boots_with_one_cpu_up() {
             "{threads}-threaded TCG: {line}"
         );
     }
+}
+
+/// Regression (noticed 2026-12-04): a guest the silence watch
+/// (`PINION_E2E_SILENT_LIMIT`) stopped came back with status 0, because
+/// qemu ends with 0 on SIGTERM; the beds then said "the guest did not
+/// finish (qemu status 0)", as of a guest that powered off. It is 124, as a
+/// guest stopped at its time limit, with its vCPUs' report kept.
+#[test]
+fn regression_a_guest_stopped_by_the_silence_watch_is_not_status_0() {
+    // Like qemu: SIGTERM ends it with 0.
+    let run = run_guest_watched(
+        "E2E-BEGIN shape=test\\n",
+        "trap 'exit 0' TERM; sleep 600 & wait",
+        "3",
+        "single",
+        "10",
+    );
+    let log = run.log();
+    assert_eq!(run.status(), "124", "{log}");
+    assert_eq!(run.boots(), 1, "{log}");
+    assert!(
+        log.contains("guest console silent for 10 s"),
+        "the stop is said: {log}"
+    );
+    assert!(
+        run.dir.path().join("guest.console.stall").exists(),
+        "the vCPUs' report is kept: {log}"
+    );
 }
