@@ -123,7 +123,7 @@ impl Connection {
             closed,
             largest_in_frame: AtomicUsize::new(0),
         });
-        let (requests_tx, requests_rx) = mpsc::unbounded_channel();
+        let (requests_tx, requests_rx) = mpsc::channel(tasks::MAX_QUEUED_REQUESTS);
         let reader = tokio::spawn(tasks::read_loop(Arc::clone(&shared), read, requests_tx));
         let server = tokio::spawn(tasks::serve_loop(Arc::clone(&shared), service, requests_rx));
         Self {

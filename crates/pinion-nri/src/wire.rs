@@ -97,23 +97,31 @@ fn len_u32(len: usize) -> u32 {
 
 /// Reassembles ttrpc messages from the payloads of one logical connection's
 /// frames (a message may span frames, a frame may hold several messages).
+/// Taking a message moves a read offset; the bytes before it are dropped
+/// once per pushed frame, so a frame of many small messages costs time in
+/// proportion to its size (dropping them per message was quadratic: 23 s
+/// for a 4 MiB frame of empty messages).
 #[derive(Debug, Default)]
 pub struct Assembler {
     buf: Vec<u8>,
+    /// Where the next message starts in `buf`.
+    start: usize,
 }
 
 impl Assembler {
     /// Appends a frame payload.
     pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.drain(..self.start);
+        self.start = 0;
         self.buf.extend_from_slice(bytes);
     }
 
     /// The next complete message, if one is buffered.
     pub fn next_message(&mut self) -> Result<Option<Message>, WireError> {
-        if self.buf.len() < TTRPC_HEADER_LEN {
+        let b = &self.buf[self.start..];
+        if b.len() < TTRPC_HEADER_LEN {
             return Ok(None);
         }
-        let b = &self.buf;
         let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
         if len > MAX_MESSAGE {
             return Err(WireError::MessageTooLarge {
@@ -130,7 +138,7 @@ impl Assembler {
             flags: b[9],
             payload: b[TTRPC_HEADER_LEN..TTRPC_HEADER_LEN + len].to_vec(),
         };
-        self.buf.drain(..TTRPC_HEADER_LEN + len);
+        self.start += TTRPC_HEADER_LEN + len;
         Ok(Some(message))
     }
 }
@@ -182,6 +190,38 @@ mod tests {
                 max: MAX_IN_FRAME
             })
         );
+    }
+
+    /// Session 43: messages are taken by moving an offset (no shift of the
+    /// buffer per message); a frame of many messages and a message split
+    /// across frames after some were taken both come out whole and in order.
+    #[test]
+    fn many_messages_in_one_push_and_one_split_after_them_come_out_in_order() {
+        let message = |stream_id: u32, payload: &[u8]| Message {
+            stream_id,
+            kind: TYPE_REQUEST,
+            flags: 0,
+            payload: payload.to_vec(),
+        };
+        let mut bytes = Vec::new();
+        for id in 0..1000u32 {
+            bytes.extend(encode_message(&message(id, &id.to_be_bytes())).unwrap());
+        }
+        let last = encode_message(&message(1000, b"split")).unwrap();
+        bytes.extend_from_slice(&last[..6]);
+        let mut asm = Assembler::default();
+        asm.push(&bytes);
+        for id in 0..1000u32 {
+            assert_eq!(
+                asm.next_message().unwrap(),
+                Some(message(id, &id.to_be_bytes()))
+            );
+        }
+        assert_eq!(asm.next_message().unwrap(), None, "half a header");
+        asm.push(&last[6..]);
+        assert_eq!(asm.next_message().unwrap(), Some(message(1000, b"split")));
+        assert_eq!(asm.next_message().unwrap(), None);
+        assert!(asm.buf.len() <= last.len(), "taken bytes are dropped");
     }
 
     #[test]

@@ -25,10 +25,19 @@ const SLOW_ANSWER: Duration = Duration::from_secs(1);
 /// A request read off the served connection, with when it was read.
 pub(super) type Received = (Instant, Message);
 
+/// Requests read but not answered yet, at most. A runtime calls a plugin
+/// one event at a time and waits for each answer (containerd's and CRI-O's
+/// NRI adaptations hold a lock around every call), so more means a peer
+/// that does not wait: the connection is closed rather than queueing
+/// without bound (each request may be 4 MiB). The reader never waits for
+/// room: replies to the plugin's own calls travel on the same socket, and
+/// a handler may be waiting for one.
+pub(super) const MAX_QUEUED_REQUESTS: usize = 64;
+
 pub(super) async fn read_loop(
     shared: Arc<Shared>,
     mut read: OwnedReadHalf,
-    requests: mpsc::UnboundedSender<Received>,
+    requests: mpsc::Sender<Received>,
 ) {
     let reason = match read_frames(&shared, &mut read, &requests).await {
         Ok(()) => {
@@ -46,7 +55,7 @@ pub(super) async fn read_loop(
 async fn read_frames(
     shared: &Shared,
     read: &mut OwnedReadHalf,
-    requests: &mpsc::UnboundedSender<Received>,
+    requests: &mpsc::Sender<Received>,
 ) -> Result<(), String> {
     let roles = shared.roles;
     let mut served = Assembler::default();
@@ -74,7 +83,15 @@ async fn read_frames(
             served.push(&payload);
             while let Some(message) = served.next_message().map_err(|e| e.to_string())? {
                 if message.kind == TYPE_REQUEST {
-                    let _ = requests.send((Instant::now(), message));
+                    match requests.try_send((Instant::now(), message)) {
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            return Err(format!(
+                                "the peer sent more than {MAX_QUEUED_REQUESTS} requests without waiting for their answers"
+                            ));
+                        }
+                        // The server task ended: the connection is closing.
+                        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    }
                 } else {
                     tracing::debug!(
                         kind = message.kind,
@@ -98,7 +115,7 @@ async fn read_frames(
 pub(super) async fn serve_loop(
     shared: Arc<Shared>,
     service: Arc<dyn Service>,
-    mut requests: mpsc::UnboundedReceiver<Received>,
+    mut requests: mpsc::Receiver<Received>,
 ) {
     while let Some((read_at, message)) = requests.recv().await {
         let _gate = shared.gate.lock().await;
