@@ -18,6 +18,7 @@ use pinion_core::k8s_names;
 use pinion_core::pod::{Container, Pod};
 use pinion_core::Quantity;
 use pinion_host::cgroup::CgroupName;
+use pinion_plugins::cpu::SetPoolError;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
@@ -156,7 +157,7 @@ async fn route(
                             Ok(()) => server::json(StatusCode::OK, &pools.view()),
                             Err(err) => control_error(&err),
                         },
-                        Err(err) => error(StatusCode::BAD_REQUEST, err.to_string(), None),
+                        Err(err) => error(set_pool_status(&err), err.to_string(), None),
                     },
                     None => no_pools(),
                 },
@@ -186,6 +187,18 @@ async fn route(
             format!("no such endpoint {path}"),
             None,
         ),
+    }
+}
+
+/// A refused `/v1/pools/set`: the request's fault, or the plugin's (its
+/// state could not be saved).
+fn set_pool_status(err: &SetPoolError) -> StatusCode {
+    match err {
+        SetPoolError::Plugin(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        SetPoolError::Size { .. }
+        | SetPoolError::Name(_)
+        | SetPoolError::TooManyPins { .. }
+        | SetPoolError::Unknown { .. } => StatusCode::BAD_REQUEST,
     }
 }
 
@@ -279,7 +292,7 @@ async fn release_request(release: ReleaseRequest, handle: &ControllerHandle) -> 
     if let Some(answer) = invalid_pod_id(&release.pod) {
         return answer;
     }
-    match handle.release(release.pod, release.container).await {
+    match handle.release_run(release.pod, release.container).await {
         Ok(done) => server::json(StatusCode::OK, &released(&done)),
         Err(err) => control_error(&err),
     }
@@ -320,7 +333,7 @@ async fn resize_request(resize: wire::ResizeRequest, handle: &ControllerHandle) 
     let container = resize
         .container
         .unwrap_or_else(|| RUN_CONTAINER.to_string());
-    match handle.resize((resize.pod, container), cpus).await {
+    match handle.resize_run((resize.pod, container), cpus).await {
         Ok(done) => server::json(StatusCode::OK, &admitted(&done)),
         Err(err) => control_error(&err),
     }
@@ -524,6 +537,7 @@ fn control_error(err: &ControlError) -> Answer {
         ControlError::Admission { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
         ControlError::Resize { source, .. } => (StatusCode::CONFLICT, Some(source.reason())),
         ControlError::Conflict { .. }
+        | ControlError::NotARun { .. }
         | ControlError::Plugin { .. }
         | ControlError::ResizeUnknownSpec { .. } => (StatusCode::CONFLICT, None),
         ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),

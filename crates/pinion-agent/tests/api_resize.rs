@@ -21,6 +21,8 @@ struct Agent {
     _dir: tempfile::TempDir,
     client: Client,
     host: FakeCgroups,
+    /// The controller as the NRI front-end calls it.
+    handle: controller::ControllerHandle,
     _stop: watch::Sender<bool>,
 }
 
@@ -38,11 +40,12 @@ fn start_agent(features: Features) -> Agent {
     let socket: PathBuf = dir.path().join("pinion.sock");
     let listener = api::bind(&socket).expect("bind");
     let (stop, stop_rx) = watch::channel(false);
-    tokio::spawn(api::serve(listener, handle, stop_rx));
+    tokio::spawn(api::serve(listener, handle.clone(), stop_rx));
     Agent {
         _dir: dir,
         client: Client::new(&socket),
         host,
+        handle,
         _stop: stop,
     }
 }
@@ -166,4 +169,57 @@ async fn with_the_switch_off_a_resize_is_refused_and_nothing_moves() {
         "{error}"
     );
     assert_eq!(agent.cgroup_cpus(), admitted.cpus);
+}
+
+/// Found from outside (session 43): `/v1/release` with the UID of a pod the
+/// container runtime admitted (NRI) freed its exclusive CPUs while the
+/// container kept running on them — the next Guaranteed pod got them too —
+/// and `/v1/resize` reached it as well. The local API now reaches Pinion's
+/// own runs only; the runtime's front-end still releases its containers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_local_api_cannot_release_or_resize_a_runtime_container() {
+    const POD: &str = "0c6a3b8e-5d2f-4a51-9a0e-3b1f7c2d9e40";
+    let agent = start_agent(Features {
+        in_place_resize_exclusive_cpus: true,
+        ..Features::default()
+    });
+    let held = agent
+        .handle
+        .admit(pinion_agent::testing::runtime_request(POD, Some("2"), "c1"))
+        .await
+        .expect("admitted by the runtime");
+    assert!(held.exclusive());
+    let cpus = held.placement.cpus.clone();
+
+    let c = agent.client.clone();
+    let (status, error, _) = refused(
+        blocking(move || c.release(POD))
+            .await
+            .expect_err("not a run"),
+    );
+    assert_eq!(status, 409, "{error}");
+    assert!(
+        error.contains(POD) && error.contains("container runtime") && error.contains("release"),
+        "{error}"
+    );
+    let (status, error, _) = refused(agent.resize(POD, "4").await.expect_err("not a run"));
+    assert_eq!(status, 409, "{error}");
+    assert!(error.contains("resize"), "{error}");
+
+    let c = agent.client.clone();
+    let ps = blocking(move || c.ps()).await.expect("ps");
+    assert_eq!(
+        ps.assignments[POD]["main"],
+        cpus.to_string(),
+        "still held: {ps:?}"
+    );
+    assert!(set(&ps.shared_pool).is_disjoint(&cpus));
+
+    // The runtime's own release goes through.
+    let released = agent
+        .handle
+        .release(POD.to_string(), None)
+        .await
+        .expect("the runtime releases it");
+    assert_eq!(released.cpus, cpus);
 }

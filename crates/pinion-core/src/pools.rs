@@ -194,6 +194,11 @@ impl Cpus<'_> {
     }
 }
 
+/// Most pools pinned at once. The pins live in the CPU plugin's state
+/// record beside the pools, which must stay within the journal's record
+/// limit; an operator pins a handful.
+pub const MAX_PINS: usize = 256;
+
 /// Errors of pool decisions.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {

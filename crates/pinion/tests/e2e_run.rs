@@ -851,6 +851,14 @@ fn builtin_plugins_serve_from_inside_the_agent() {
     let out = s.pinion(&["pools", "set", "batch"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected NAME=SIZE"));
+    // Only a name an annotation could give a pool is pinned (session 43).
+    let out = s.pinion(&["pools", "set", "--new", "bat\tch=2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("(400)") && err.contains("invalid cpuset pool name \"bat\\tch\""),
+        "{err}"
+    );
 
     s.stop_agent();
     for socket in ["pinion-cpu-plugin.sock", "pinion-memory-plugin.sock"] {

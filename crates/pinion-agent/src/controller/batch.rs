@@ -20,7 +20,8 @@ use pinion_core::state::State;
 use pinion_host::cgroup::CgroupName;
 
 use super::{
-    AdmitRequest, Admitted, ControlError, Controller, Key, Released, StoredAllocations, Workload,
+    AdmitRequest, Admitted, ControlError, Controller, Key, Reach, Released, StoredAllocations,
+    Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -41,6 +42,7 @@ pub enum Decision {
     Release {
         pod: String,
         container: Option<String>,
+        reach: Reach,
     },
 }
 
@@ -149,8 +151,12 @@ impl Controller {
                     }
                     decided.map(Outcome::Admitted)
                 }
-                Decision::Release { pod, container } => self
-                    .decide_release(&pod, container.as_deref(), &mut batch)
+                Decision::Release {
+                    pod,
+                    container,
+                    reach,
+                } => self
+                    .decide_release(&pod, container.as_deref(), reach, &mut batch)
                     .map(Outcome::Released),
             })
             .collect();
@@ -260,7 +266,15 @@ impl Controller {
         // Waiting records go with any flush, but do not cause one by
         // themselves (the next flush, or the plugins' backstop, takes them).
         let waiting = if self.store.pending() > 0 || force_waiting {
-            self.take_waiting()
+            match self.take_waiting() {
+                Ok(waiting) => waiting,
+                Err(err) => {
+                    let dropped = self.store.discard_pending();
+                    tracing::error!(dropped, "rolling the batch back: {err}");
+                    self.rollback(batch);
+                    return Err(err);
+                }
+            }
         } else {
             Vec::new()
         };
@@ -299,23 +313,27 @@ impl Controller {
         Ok(failed)
     }
 
-    /// The waiting records, applied to the side data (a no-op for those
-    /// already applied) and appended to the journal: they become durable
-    /// with this flush — a plugin's change together with the allocation it
-    /// was made for. Records that cannot be appended wait for the next.
-    fn take_waiting(&mut self) -> Vec<Record> {
-        let mut records = self.plugin_data.take_waiting();
-        for at in 0..records.len() {
-            if let Err(err) = self.store.record(&records[at]) {
-                tracing::error!("side-data records cannot be journalled yet: {err}");
-                self.plugin_data.put_back(records.split_off(at));
-                break;
+    /// The waiting records, appended to the journal and applied to the side
+    /// data (a no-op for those already applied): they become durable with
+    /// this flush — a plugin's change together with the allocation it was
+    /// made for. A record the journal cannot take (larger than a record may
+    /// be) fails the batch, and every waiting record waits again: the
+    /// batch acknowledged without it would leave the plugin's state ahead of
+    /// the disk, and a restart would roll back what was answered. A later
+    /// change of the same entry replaces the record while it waits.
+    fn take_waiting(&mut self) -> Result<Vec<Record>, ControlError> {
+        let records = self.plugin_data.take_waiting();
+        for record in &records {
+            if let Err(err) = self.store.record(record) {
+                let reason = format!("{} cannot be journalled: {err}", describe(record));
+                self.plugin_data.put_back(records);
+                return Err(ControlError::NotDurable { reason });
             }
         }
         for record in &records {
             self.plugin_data.side_mut().apply(record);
         }
-        records
+        Ok(records)
     }
 
     /// Makes the built-in plugins' waiting state changes durable (changes
@@ -426,5 +444,13 @@ impl Controller {
                 );
             }
         }
+    }
+}
+
+/// A waiting record as an error names it: its side-data entry.
+fn describe(record: &Record) -> String {
+    match record {
+        Record::Side { kind, key, .. } => format!("side-data entry {kind:?} {key:?}"),
+        other => format!("record {other:?}"),
     }
 }

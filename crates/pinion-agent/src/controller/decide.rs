@@ -16,7 +16,7 @@ use pinion_core::CpuSet;
 use super::batch::{AfterFlush, Answer, Batch, Decision};
 use super::{
     describe_holder, describe_request, AdmitRequest, Admitted, ControlError, Controller, Frontend,
-    Key, Released, StoredAllocations, Workload,
+    Key, Reach, Released, StoredAllocations, Workload,
 };
 use crate::hints::GatheredHints;
 
@@ -50,6 +50,7 @@ impl Controller {
         let decision = Decision::Release {
             pod: pod.to_string(),
             container: container.map(str::to_string),
+            reach: Reach::All,
         };
         match self.run_batch(vec![decision]).pop() {
             Some(Ok(Answer::Released(released))) => Ok(released),
@@ -325,6 +326,7 @@ impl Controller {
         &mut self,
         pod: &str,
         container: Option<&str>,
+        reach: Reach,
         batch: &mut Batch,
     ) -> Result<Released, ControlError> {
         let keys = self.keys_of(pod, container);
@@ -333,6 +335,9 @@ impl Controller {
                 pod: pod.to_string(),
                 container: container.map(str::to_string),
             });
+        }
+        for key in &keys {
+            self.within_reach(key, reach, "release")?;
         }
         let freed = self.decide_release_keys(&keys, batch)?;
         Ok(Released {
@@ -380,6 +385,37 @@ impl Controller {
             tracing::info!(pod = %key.0, container = %key.1, "released");
         }
         Ok(freed)
+    }
+
+    /// `Err` when `key` is out of `reach` ([`Reach`]): with [`Reach::Runs`],
+    /// anything but a standalone run, a checkpoint's entry without a
+    /// workload included. A key nothing holds is the caller's `NotFound`.
+    pub(super) fn within_reach(
+        &self,
+        key: &Key,
+        reach: Reach,
+        action: &'static str,
+    ) -> Result<(), ControlError> {
+        let assigned = || {
+            self.engine
+                .state()
+                .assignments
+                .get(&key.0)
+                .is_some_and(|containers| containers.contains_key(&key.1))
+        };
+        let holder = match self.workloads.get(key).map(|w| &w.frontend) {
+            _ if reach == Reach::All => return Ok(()),
+            Some(Frontend::Standalone { .. }) => return Ok(()),
+            Some(Frontend::Runtime { .. }) => "admitted by the container runtime",
+            None if assigned() => "exclusive cpus from the checkpoint, no process known",
+            None => return Ok(()),
+        };
+        Err(ControlError::NotARun {
+            pod: key.0.clone(),
+            container: key.1.clone(),
+            holder,
+            action,
+        })
     }
 
     pub(super) fn keys_of(&self, pod: &str, container: Option<&str>) -> Vec<Key> {

@@ -87,6 +87,18 @@ pub use task::{spawn, spawn_with, spawn_with_hints, Command, ControllerHandle};
 /// The container name of a standalone run.
 pub const RUN_CONTAINER: &str = "main";
 
+/// Whose containers a release or a resize may touch. The local API's
+/// requests reach Pinion's own runs only: a runtime container's CPUs are
+/// the runtime's to give back (NRI `RemoveContainer`), and its size is its
+/// pod's; released from the side, it would keep running on CPUs handed out
+/// again. The runtime's front-end and the controller's own loops reach
+/// every container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Runs,
+    All,
+}
+
 /// Errors of controller requests and of the start.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -106,6 +118,15 @@ pub enum ControlError {
         held: String,
         /// What the refused request asked for.
         asked: String,
+    },
+    #[error("pod {pod} container {container} is not one of Pinion's runs ({holder}): the local API cannot {action} it; the container runtime releases its containers when it removes them, and kubelet resizes them through their pods")]
+    NotARun {
+        pod: String,
+        container: String,
+        /// Who admitted it: the container runtime, or a checkpoint entry.
+        holder: &'static str,
+        /// "release" or "resize".
+        action: &'static str,
     },
     #[error("no admitted container matches pod {pod} container {}", .container.as_deref().unwrap_or("(any)"))]
     NotFound {

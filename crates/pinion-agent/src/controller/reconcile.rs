@@ -9,7 +9,7 @@
 use pinion_core::drift::{cpuset_drift, judge, SeenCpuset};
 
 use super::foreign::ForeignKind;
-use super::{Controller, Decision, Frontend, Key, ReconcileReport};
+use super::{Controller, Decision, Frontend, Key, Reach, ReconcileReport};
 
 impl Controller {
     /// Releases standalone runs whose cgroup has no process left and held
@@ -25,6 +25,7 @@ impl Controller {
             .map(|(pod, container)| Decision::Release {
                 pod: pod.clone(),
                 container: Some(container.clone()),
+                reach: Reach::All,
             })
             .collect();
         for ((pod, container), result) in gone.iter().zip(self.run_batch(decisions)) {

@@ -24,8 +24,9 @@ use pinion_host::cgroup::ContainerCgroup;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{
-    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, ReconcileReport,
-    Reconciled, Released, RunningContainer, Snapshot, StoredAllocations, Synced, TopologyReport,
+    AdmitRequest, Admitted, Answer, ControlError, Controller, Decision, Key, Reach,
+    ReconcileReport, Reconciled, Released, RunningContainer, Snapshot, StoredAllocations, Synced,
+    TopologyReport,
 };
 use crate::hints::{GatheredHints, HintGatherer};
 use crate::qrm::{Poll, Qrm};
@@ -61,6 +62,7 @@ pub enum Command {
     Release {
         pod: String,
         container: Option<String>,
+        reach: Reach,
         reply: Reply<Released>,
     },
     /// Agree with the runtime's list of running containers (NRI
@@ -135,6 +137,7 @@ pub enum Command {
     Resize {
         key: Key,
         cpus: Quantity,
+        reach: Reach,
         reply: Reply<Admitted>,
     },
     /// Register (`Some`) or forget (`None`) a pod's pod-level resources
@@ -309,8 +312,17 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 controller.plugin_pod_removed(&uid);
                 let _ = reply.send(Ok(()));
             }
-            Command::Resize { key, cpus, reply } => {
-                let _ = reply.send(controller.resize(&key, &cpus));
+            Command::Resize {
+                key,
+                cpus,
+                reach,
+                reply,
+            } => {
+                let _ = reply.send(
+                    controller
+                        .within_reach(&key, reach, "resize")
+                        .and_then(|()| controller.resize(&key, &cpus)),
+                );
             }
             Command::SetPodResources { uid, resources } => {
                 controller.set_pod_resources(&uid, resources);
@@ -393,8 +405,16 @@ fn drain_batch(
             Command::Release {
                 pod,
                 container,
+                reach,
                 reply,
-            } => batch.push((Decision::Release { pod, container }, Queued::Release(reply))),
+            } => batch.push((
+                Decision::Release {
+                    pod,
+                    container,
+                    reach,
+                },
+                Queued::Release(reply),
+            )),
             other => return (batch, Some(other)),
         }
         if batch.len() >= BATCH_MAX {
@@ -468,10 +488,30 @@ impl ControllerHandle {
         pod: String,
         container: Option<String>,
     ) -> Result<Released, ControlError> {
+        self.release_within(pod, container, Reach::All).await
+    }
+
+    /// [`ControllerHandle::release`] of a run of Pinion's only (the local
+    /// API's `/v1/release`): any other container is refused ([`Reach`]).
+    pub async fn release_run(
+        &self,
+        pod: String,
+        container: Option<String>,
+    ) -> Result<Released, ControlError> {
+        self.release_within(pod, container, Reach::Runs).await
+    }
+
+    async fn release_within(
+        &self,
+        pod: String,
+        container: Option<String>,
+        reach: Reach,
+    ) -> Result<Released, ControlError> {
         let released = self
             .ask(|reply| Command::Release {
                 pod: pod.clone(),
                 container,
+                reach,
                 reply,
             })
             .await?;
@@ -702,7 +742,25 @@ impl ControllerHandle {
     /// Resizes container `key`'s CPU request in place to `cpus` (see
     /// [`Controller::resize`]).
     pub async fn resize(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
-        self.ask(|reply| Command::Resize { key, cpus, reply }).await
+        self.ask(|reply| Command::Resize {
+            key,
+            cpus,
+            reach: Reach::All,
+            reply,
+        })
+        .await
+    }
+
+    /// [`ControllerHandle::resize`] of a run of Pinion's only (the local
+    /// API's `/v1/resize`): any other container is refused ([`Reach`]).
+    pub async fn resize_run(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
+        self.ask(|reply| Command::Resize {
+            key,
+            cpus,
+            reach: Reach::Runs,
+            reply,
+        })
+        .await
     }
 
     /// Registers (`Some`) or forgets (`None`) pod `uid`'s pod-level

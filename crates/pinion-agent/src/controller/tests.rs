@@ -1015,6 +1015,7 @@ fn a_failed_flush_fails_the_whole_batch_and_applies_nothing() {
         Decision::Release {
             pod: "pinion-run-kept".into(),
             container: None,
+            reach: Reach::All,
         },
     ]);
     assert_eq!(answers.len(), 3);
@@ -1165,6 +1166,78 @@ fn plugin_state_changes_go_with_the_next_flush_and_survive_a_failed_one() {
         kept["plugin-state/cpu"].keys().collect::<Vec<_>>(),
         ["pod/a", "pod/b", "pod/c"]
     );
+}
+
+/// Found from outside (session 43): a waiting plugin-state record larger
+/// than the journal takes was put back with a log line, and the flush went
+/// on without it — `pools set` answered 200 for a pin that was not on disk
+/// and was gone after a restart. Such a record now fails the flush (the
+/// batch rolls back, the record waits again) until a smaller value of the
+/// same entry replaces it.
+#[test]
+fn regression_a_plugin_state_record_the_journal_cannot_take_fails_the_flush() {
+    use pinion_plugins::store::Outbox;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let outbox = Outbox::new();
+    controller.keep_plugin_state(outbox.clone(), "plugin-state/");
+    let rest = |text: String| pinion_core::record::Record::Side {
+        kind: "plugin-state/cpu".into(),
+        key: "rest".into(),
+        value: Some(serde_json::json!({ "pins": text }).into()),
+    };
+    let side_rest = |c: &Controller| {
+        c.plugin_data
+            .side()
+            .get("plugin-state/cpu")
+            .and_then(|entries| entries.get("rest").cloned())
+    };
+    let too_large = rest("x".repeat(2 << 20));
+
+    // On demand (`pools set`): refused, naming the entry and the limit.
+    outbox.push([too_large.clone()]);
+    let err = controller.flush_plugin_state().expect_err("too large");
+    let text = err.to_string();
+    assert!(
+        matches!(err, ControlError::NotDurable { .. })
+            && text.contains("\"plugin-state/cpu\" \"rest\"")
+            && text.contains("limit"),
+        "{text}"
+    );
+    assert_eq!(outbox.take(), vec![too_large.clone()], "it waits again");
+    assert!(side_rest(&controller).is_none());
+
+    // With an admission: the admission is refused and rolled back, not
+    // acknowledged without the plugin's state.
+    outbox.push([too_large]);
+    let request = run("pinion-run-a", Some("1"), 8);
+    let err = admit(&mut controller, &request).expect_err("not durable");
+    assert!(matches!(err, ControlError::NotDurable { .. }), "{err}");
+    assert!(
+        controller
+            .subscribe_snapshots()
+            .borrow()
+            .workloads
+            .is_empty(),
+        "rolled back"
+    );
+
+    // A smaller value of the same entry replaces it: both go through.
+    let small = rest("two pins".into());
+    outbox.push([small.clone()]);
+    admit(&mut controller, &request).expect("admitted");
+    assert!(outbox.is_empty());
+    let pinion_core::record::Record::Side { value, .. } = &small else {
+        unreachable!()
+    };
+    assert_eq!(side_rest(&controller).as_ref(), value.as_ref());
+
+    // And it is on disk: a restart finds it.
+    drop(controller);
+    let mut restarted = start(dir.path(), &host).expect("restart");
+    let kept = restarted.keep_plugin_state(Outbox::new(), "plugin-state/");
+    assert_eq!(kept["plugin-state/cpu"].get("rest"), value.as_ref());
 }
 
 /// #17: "every plugin heard of the pod's removal" is journalled with the

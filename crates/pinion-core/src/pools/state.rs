@@ -173,6 +173,13 @@ impl Pools {
         &self.pins
     }
 
+    /// Whether pool `name` may be pinned: it is pinned already (the pin
+    /// changes), or fewer than [`super::MAX_PINS`] pools are.
+    #[must_use]
+    pub fn may_pin(&self, name: &str) -> bool {
+        self.pins.contains_key(name) || self.pins.len() < super::MAX_PINS
+    }
+
     /// The pin of `name` (`auto` when none).
     #[must_use]
     pub fn pin_of(&self, name: &str) -> PoolSize {

@@ -29,8 +29,14 @@ pub enum SetPoolError {
         #[source]
         source: pinion_core::pools::PoolError,
     },
-    #[error("pool name must be non-empty and at most 253 characters, got {0:?}")]
-    Name(String),
+    #[error(transparent)]
+    Name(pinion_core::qos::QosError),
+    #[error(
+        "pool {pool:?}: at most {limit} pools can be pinned at once; \
+         give one back to the closed loop first (`pinion pools set NAME=auto`)",
+        limit = pinion_core::pools::MAX_PINS
+    )]
+    TooManyPins { pool: String },
     #[error(
         "no pool {pool:?} (pools now: {}); a shared pool exists while it has members \
          (annotation cpuset_pool); to size one before its first member arrives, \
@@ -176,15 +182,20 @@ impl CpuPluginHandle {
         size: &str,
         create: bool,
     ) -> Result<ReconcileReport, SetPoolError> {
-        if name.is_empty() || name.len() > 253 {
-            return Err(SetPoolError::Name(name.to_string()));
-        }
+        // The names an annotation may give a pool: a pin for any other
+        // could never apply.
+        pinion_core::qos::check_pool_name(name).map_err(SetPoolError::Name)?;
         let size: PoolSize = size.parse().map_err(|source| SetPoolError::Size {
             pool: name.to_string(),
             source,
         })?;
         let mut plugin = self.lock();
         let pools = plugin.pools();
+        if size != PoolSize::Auto && !pools.may_pin(name) {
+            return Err(SetPoolError::TooManyPins {
+                pool: name.to_string(),
+            });
+        }
         if !create && !pools.entries().contains_key(name) && !pools.pins().contains_key(name) {
             let known = pools.entries().keys().cloned().collect();
             return Err(SetPoolError::Unknown {

@@ -667,3 +667,47 @@ fn every_member_is_answered_for_its_own_cpuset_when_pools_share_one() {
     assert!(cpus("s1").is_disjoint(&cpus("b1")));
     assert!(cpus("d").is_disjoint(&cpus("s1")));
 }
+
+/// Found from outside (session 43): `pools set` took any name up to 253
+/// bytes and any number of pins. Control characters grow sixfold in the
+/// state record's JSON, and some 700 pins pushed the CPU plugin's `rest`
+/// record past the journal's record limit: the pins were answered and lost
+/// at the next restart. A pin's name now follows the rules of an
+/// annotation's pool name, and at most `MAX_PINS` pools are pinned.
+#[test]
+fn regression_pool_pins_take_pool_names_only_and_are_capped() {
+    use pinion_core::pools::MAX_PINS;
+
+    let pools = CpuPluginHandle::new(plugin());
+    for bad in ["", "a b", "x=1", "\u{1}\u{2}", &"p".repeat(64)] {
+        let err = pools.set(bad, "1", true).expect_err(bad);
+        assert!(
+            matches!(&err, SetPoolError::Name(QosError::InvalidPoolName { value, .. }) if value == bad),
+            "{bad:?}: {err}"
+        );
+        assert!(err.to_string().contains(&format!("{bad:?}")), "{err}");
+    }
+    assert!(pools.view().pending_pins.is_empty(), "nothing pinned");
+
+    let name = |n: usize| format!("later-{n:03}");
+    for n in 0..MAX_PINS {
+        pools.set(&name(n), "1", true).expect("under the cap");
+    }
+    let err = pools.set("one-more", "2", true).expect_err("over the cap");
+    assert!(
+        matches!(&err, SetPoolError::TooManyPins { pool } if pool == "one-more"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&MAX_PINS.to_string()) && err.to_string().contains("auto"),
+        "{err}"
+    );
+    // At the cap, a pinned pool's pin still changes, and `auto` frees a
+    // place for another.
+    pools
+        .set(&name(7), "2", false)
+        .expect("a new size for a pin");
+    pools.set(&name(7), "auto", false).expect("auto");
+    pools.set("one-more", "2", true).expect("the freed place");
+    assert_eq!(pools.view().pending_pins.len(), MAX_PINS);
+}
