@@ -1091,6 +1091,59 @@ async fn regression_idle_connections_cannot_crowd_the_registration_socket() {
     agent.stop().await;
 }
 
+/// Found from outside (session 43): `Register` echoed the client's whole
+/// `version` (or `endpoint`) in its status message, up to tonic's 4 MiB
+/// request limit — a `grpc-message` trailer a client with an 8 KiB
+/// metadata limit cannot read. Echoes are cut to 64 characters with the
+/// length, and a request over 16 KiB is refused before it is decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_register_bounds_what_it_echoes_and_what_it_reads() {
+    let agent = Agent::start();
+    let socket = agent.dir.path().join("resource-plugins/kubelet.sock");
+    let call = |request: rp::RegisterRequest| {
+        let socket = socket.clone();
+        async move {
+            let channel = pinion_api::uds::connect(&socket, PATIENCE)
+                .await
+                .expect("connect");
+            rp::registration_client::RegistrationClient::new(channel)
+                .register(request)
+                .await
+                .expect_err("refused")
+        }
+    };
+    let long = "v".repeat(12 * 1024);
+    for (version, endpoint) in [
+        (long.clone(), "x.sock".to_string()),
+        (pinion_api::plugin::API_VERSION.to_string(), long.clone()),
+    ] {
+        let refused = call(rp::RegisterRequest {
+            version,
+            endpoint,
+            resource_name: "example.com/echo".to_string(),
+            options: None,
+        })
+        .await;
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+        assert!(
+            refused.message().len() < 400 && refused.message().contains("(12288 bytes)"),
+            "{}",
+            refused.message()
+        );
+    }
+    let refused = call(rp::RegisterRequest {
+        version: "v".repeat(MAX_REGISTER_REQUEST + 1),
+        endpoint: "x.sock".to_string(),
+        resource_name: "example.com/echo".to_string(),
+        options: None,
+    })
+    .await;
+    assert_eq!(refused.code(), tonic::Code::OutOfRange, "{refused:?}");
+    agent.stop().await;
+}
+
+const MAX_REGISTER_REQUEST: usize = pinion_agent::qrm::register::MAX_REQUEST;
+
 /// Regression (hunt D13): `Register` failed at once (`UNAVAILABLE … No
 /// such file or directory`) when the plugin called it before its own
 /// socket listened; spec §3.2 step 4 has the manager dial the endpoint

@@ -713,8 +713,10 @@ impl Qrm {
         };
         // Bounded like the podresources socket: a connection cap with
         // idle connections evicted at the cap, a first-byte deadline.
-        let routes =
-            tonic::service::Routes::new(rp::registration_server::RegistrationServer::new(service));
+        let routes = tonic::service::Routes::new(
+            rp::registration_server::RegistrationServer::new(service)
+                .max_decoding_message_size(register::MAX_REQUEST),
+        );
         let limits = register::limits(self.config.rpc_timeout);
         let server_stop = stop.clone();
         let socket = self.config.registration_socket.clone();

@@ -25,6 +25,9 @@ pub const MAX_CONNECTIONS: usize = 32;
 pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections are closed after this long (clients reconnect).
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
+/// A `RegisterRequest` is a version, a socket name, a resource name and
+/// three flags: a larger request is refused before it is decoded.
+pub const MAX_REQUEST: usize = 16 * 1024;
 
 /// The bounds of the registration socket's connections, for plugin calls
 /// whose deadline is `rpc_timeout`: a `Register` call may wait for the
@@ -55,8 +58,8 @@ impl rp::registration_server::Registration for RegistrationService {
         let request = request.into_inner();
         if request.version != API_VERSION {
             return Err(Status::invalid_argument(format!(
-                "requested API version {:?} is not supported by pinion. Supported version is [{API_VERSION:?}]",
-                request.version
+                "requested API version {} is not supported by pinion. Supported version is [{API_VERSION:?}]",
+                quoted(&request.version)
             )));
         }
         let endpoint = &request.endpoint;
@@ -67,7 +70,8 @@ impl rp::registration_server::Registration for RegistrationService {
             && endpoint != "..";
         if !plain {
             return Err(Status::invalid_argument(format!(
-                "endpoint {endpoint:?} must be a socket file name in {}",
+                "endpoint {} must be a socket file name in {}",
+                quoted(endpoint),
                 self.socket_dir.display()
             )));
         }
@@ -98,4 +102,16 @@ impl rp::registration_server::Registration for RegistrationService {
 /// At most the first 64 characters of a name a peer sent, for messages.
 pub(super) fn shown(name: &str) -> String {
     name.chars().take(64).collect()
+}
+
+/// A value a peer sent, quoted for a status message: whole up to 64
+/// characters, else its start and its length. Status messages travel in
+/// the `grpc-message` trailer, and a client's metadata limit (8 KiB in
+/// grpcio) would turn a long echo into a transport error.
+fn quoted(value: &str) -> String {
+    if value.chars().nth(64).is_none() {
+        format!("{value:?}")
+    } else {
+        format!("{:?}… ({} bytes)", shown(value), value.len())
+    }
 }
