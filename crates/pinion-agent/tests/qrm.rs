@@ -1095,7 +1095,7 @@ async fn regression_idle_connections_cannot_crowd_the_registration_socket() {
 /// `version` (or `endpoint`) in its status message, up to tonic's 4 MiB
 /// request limit — a `grpc-message` trailer a client with an 8 KiB
 /// metadata limit cannot read. Echoes are cut to 64 characters with the
-/// length, and a request over 16 KiB is refused before it is decoded.
+/// length, and a request over 1 MiB is refused before it is decoded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_register_bounds_what_it_echoes_and_what_it_reads() {
     let agent = Agent::start();

@@ -26,8 +26,11 @@ pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections are closed after this long (clients reconnect).
 pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 /// A `RegisterRequest` is a version, a socket name, a resource name and
-/// three flags: a larger request is refused before it is decoded.
-pub const MAX_REQUEST: usize = 16 * 1024;
+/// three flags, well under 1 KiB. A larger one is refused before it is
+/// decoded; up to this size a mistaken long name still gets its own error
+/// (`is longer than 253 bytes`), and each connection decodes a quarter of
+/// tonic's default at most.
+pub const MAX_REQUEST: usize = 1024 * 1024;
 
 /// The bounds of the registration socket's connections, for plugin calls
 /// whose deadline is `rpc_timeout`: a `Register` call may wait for the
