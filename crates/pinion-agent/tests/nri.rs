@@ -271,6 +271,53 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
     agent.stop().await;
 }
 
+/// Found from outside (session 43): a container created but never
+/// started (its start failed) stays tracked; kubelet creates the next
+/// attempt under the same name, which takes the placement, and removes the
+/// failed one later. That removal released the key — the new container's
+/// by then — and its exclusive CPUs went back to the pool while it ran. The
+/// stop or removal of a superseded container now releases nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_removing_a_superseded_container_keeps_its_successors_cpus() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let db_pod = node.runtime.run_pod(guaranteed_pod("db")).await.unwrap();
+    let failed = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    // Its start failed: the runtime relays no start and no stop.
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    let cpus = node.runtime.cpus(&again);
+    node.runtime.remove_container(&failed).await.unwrap();
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(
+        snapshot.assignments.get("db").and_then(|c| c.get("db")),
+        Some(&set(&cpus)),
+        "{:?}",
+        snapshot.assignments
+    );
+    let (_, other) = node
+        .pod_with(guaranteed_pod("other"), container("other", 2000))
+        .await;
+    assert!(
+        set(&node.runtime.cpus(&other)).is_disjoint(&set(&cpus)),
+        "db's cpus are not handed out again"
+    );
+    // The container's own removal releases them.
+    node.runtime.stop_container(&again).await.unwrap();
+    node.runtime.remove_container(&again).await.unwrap();
+    node.runtime.stop_pod(&db_pod).await.unwrap();
+    assert!(!agent.handle.snapshot().assignments.contains_key("db"));
+    agent.stop().await;
+}
+
 /// Pod `p` (declaring its init container `init`) whose init container
 /// held 4 exclusive cpus and ended, and pod `q` on the 3 other free ones
 /// (8 cpus, cpu 0 reserved): the node is full. Answers p's sandbox id and

@@ -407,7 +407,7 @@ impl NriHandler for NriFrontend {
     ) -> Result<(), HandlerError> {
         // Released (or held for a restart) at stop already, unless the
         // container never ran.
-        let entry = self.tracked().containers.remove(&container.id);
+        let entry = self.tracked().take_current(&container.id);
         self.release(entry).await
     }
 
@@ -549,7 +549,7 @@ impl NriFrontend {
         let (entry, live, known) = {
             let mut tracked = self.tracked();
             (
-                tracked.containers.remove(&container.id),
+                tracked.take_current(&container.id),
                 tracked.live_pods.contains(&pod.id),
                 tracked.pods.get(&pod.id).cloned(),
             )

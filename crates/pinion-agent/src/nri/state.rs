@@ -48,6 +48,21 @@ pub struct Tracked {
 }
 
 impl Tracked {
+    /// Forgets container `id` and answers its entry, unless a newer
+    /// container of the same key is tracked: kubelet creates the next
+    /// attempt of a container under the same name while one that never
+    /// ran (its start failed) is still there, the new one takes the key's
+    /// placement, and the old one's stop or removal must not release it.
+    pub fn take_current(&mut self, id: &str) -> Option<Entry> {
+        let entry = self.containers.remove(id)?;
+        let superseded = self.containers.values().any(|other| other.key == entry.key);
+        if superseded {
+            tracing::debug!(pod = %entry.key.0, container = %entry.key.1, id, "a superseded container went; its successor keeps the placement");
+            return None;
+        }
+        Some(entry)
+    }
+
     /// The containers of sandbox `pod_id` Pinion has seen, except `skip`.
     #[must_use]
     pub fn siblings(&self, pod_id: &str, skip: &str) -> Vec<Container> {
