@@ -155,8 +155,13 @@ pub fn claims(
     let mut claims = Vec::new();
     let mut warnings = Vec::new();
     for cgroup in host.list()? {
-        if host.pids(&cgroup).unwrap_or_default().is_empty() {
-            continue;
+        match host.pids(&cgroup) {
+            Ok(pids) if pids.is_empty() => continue,
+            Ok(_) => {}
+            // Processes that cannot be listed may be running: it claims.
+            Err(err) => warnings.push(format!(
+                "{cgroup}: its processes cannot be listed ({err}); taken as running"
+            )),
         }
         let cpus = host.cpus(&cgroup)?;
         let exclusive = match runs.read(&cgroup) {

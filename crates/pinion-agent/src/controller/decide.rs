@@ -154,13 +154,13 @@ impl Controller {
             });
         }
         let decided = self.engine.placement(&key.0, &key.1);
-        if let Some(reason) = self.start_report.degraded.as_ref() {
+        if let Some(reason) = self.exclusive_held_back(&request.frontend) {
             if decided.is_exclusive() {
                 self.engine.remove(&key.0, &key.1);
                 return Err(ControlError::Degraded {
                     pod: key.0,
                     container: key.1,
-                    reason: reason.clone(),
+                    reason,
                 });
             }
         }
@@ -385,6 +385,24 @@ impl Controller {
             tracing::info!(pod = %key.0, container = %key.1, "released");
         }
         Ok(freed)
+    }
+
+    /// Why exclusive CPUs are not handed out now to a container of
+    /// `frontend`, if they are not: the agent runs degraded; or the state
+    /// was rebuilt from the node, and the runtime's containers — in no
+    /// cgroup of Pinion's — are known only from its first `Synchronize`
+    /// (until then their CPUs look free), which a standalone run does not
+    /// wait for (the runtime's own admissions come after it).
+    fn exclusive_held_back(&self, frontend: &Frontend) -> Option<String> {
+        if let Some(reason) = &self.start_report.degraded {
+            return Some(reason.clone());
+        }
+        if !matches!(frontend, Frontend::Standalone { .. }) {
+            return None;
+        }
+        self.start_report.runtime_rebuild.as_ref().map(|why| {
+            format!("the state is rebuilt from the node ({why}), and the container runtime's running containers are known from its first Synchronize only, which has not come yet")
+        })
     }
 
     /// `Err` when `key` is out of `reach` ([`Reach`]): with [`Reach::Runs`],

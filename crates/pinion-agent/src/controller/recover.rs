@@ -190,13 +190,19 @@ impl Controller {
         let mut next = self.engine.clone();
         for cgroup in names {
             let key: Key = (cgroup.to_string(), RUN_CONTAINER.to_string());
-            let pids = self.host.pids(&cgroup).unwrap_or_default();
-            if let Some(&pid) = pids.first() {
-                tracing::info!(pod = %key.0, pid, "recovered a running workload");
-                let frontend = Frontend::Standalone {
-                    cgroup,
-                    pid: Some(pid),
-                };
+            // Processes that cannot be listed may be running: the run keeps
+            // its CPUs (the reconcile pass releases it once its list reads
+            // empty).
+            let pids = match self.host.pids(&cgroup) {
+                Ok(pids) => pids.first().map(|&pid| Some(pid)),
+                Err(err) => {
+                    tracing::warn!(pod = %key.0, "kept as running: its processes cannot be listed: {err}");
+                    Some(None)
+                }
+            };
+            if let Some(pid) = pids {
+                tracing::info!(pod = %key.0, ?pid, "recovered a running workload");
+                let frontend = Frontend::Standalone { cgroup, pid };
                 let desired = next.placement(&key.0, &key.1);
                 self.workloads
                     .insert(key.clone(), Workload::new(frontend, None, desired));
@@ -368,6 +374,12 @@ fn initial_state(
                                 |err| format!("it could not be kept: {err}"),
                                 |p| format!("it is kept as {}", p.display()),
                             );
+                    // The runtime's containers are in no cgroup of Pinion's:
+                    // its first `Synchronize` rebuilds them from what runs,
+                    // as after a lost checkpoint.
+                    if parts.runtime_updates.is_some() {
+                        report.runtime_rebuild = Some(why.clone());
+                    }
                     report.degraded = Some(format!(
                         "{why} ({kept}); the state is rebuilt from the running workloads, which stay where they run; new exclusive admissions are refused until the agent restarts on the rebuilt checkpoint (check it first with `pinion state verify --config <the agent's config file>`; `pinion state rebuild --write` redoes the rebuild offline)"
                     ));

@@ -339,6 +339,9 @@ fn restart_keeps_live_assignments_and_releases_dead_runs() {
     let host = FakeCgroups::default();
     let node = node(&host);
     let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+    // The runtime's first Synchronize (nothing runs yet): a fresh start
+    // with a runtime front-end hands out exclusive cpus after it.
+    controller.sync_runtime(&[]).expect("first synchronize");
     let live = admit(&mut controller, &run("pinion-run-live", Some("2"), 10)).expect("live");
     let dead = admit(&mut controller, &run("pinion-run-dead", Some("1"), 11)).expect("dead");
     let nri = admit(
@@ -610,6 +613,40 @@ fn a_checkpoint_that_cannot_be_migrated_starts_degraded() {
     assert!(!shared.exclusive());
 }
 
+/// Found from outside (session 43): at start, a run whose `cgroup.procs`
+/// could not be read (an LSM's `EACCES`, an `EIO`) counted as one whose
+/// processes had ended: its release was journalled and its CPUs handed out
+/// while it ran. Such a run is now kept, with its CPUs, until its list
+/// reads empty; a rebuild from the node claims it as well.
+#[test]
+fn regression_a_run_whose_processes_cannot_be_listed_at_start_keeps_its_cpus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let pinned = admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("admit");
+    drop(controller);
+    host.tree().unreadable_procs.insert(name("pinion-run-a"));
+
+    // The checkpoint is read back: the run is recovered, not released.
+    let mut controller = start(dir.path(), &host).expect("restart");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&pinned.placement.cpus)
+    );
+    assert_eq!(controller.counters.released_gone_total, 0);
+    let other = admit(&mut controller, &run("pinion-run-b", Some("2"), 42)).expect("admit");
+    assert!(other.placement.cpus.is_disjoint(&pinned.placement.cpus));
+    drop(controller);
+
+    // Rebuilt from the node (checkpoint unreadable): it still claims.
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), b"{garbage").expect("write");
+    let controller = start(dir.path(), &host).expect("rebuilt");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&pinned.placement.cpus)
+    );
+}
+
 /// Issue 10 reported a corrupt checkpoint as "saving the checkpoint
 /// failed"; issue 13: it then kept the agent down. Now it is kept aside and
 /// the state is rebuilt from the running workloads, which keep their CPUs.
@@ -858,6 +895,9 @@ fn both_front_ends_get_the_same_placements() {
     let (mut controller, _updates) = two_numa_nodes(&host, "none")
         .start_with_runtime(dir.path())
         .expect("start");
+    // The runtime's first Synchronize (nothing runs yet): a fresh start
+    // with a runtime front-end hands out exclusive cpus after it.
+    controller.sync_runtime(&[]).expect("first synchronize");
     let standalone = admit(&mut controller, &run("pinion-run-s", None, 10)).expect("run");
     let runtime = admit(&mut controller, &runtime_request("pod-r", None, "c1")).expect("nri");
     assert_eq!(standalone.placement, runtime.placement);
@@ -920,6 +960,9 @@ fn sync_runtime_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    // The runtime's first Synchronize (nothing runs yet): a fresh start
+    // with a runtime front-end hands out exclusive cpus after it.
+    controller.sync_runtime(&[]).expect("first synchronize");
     let kept = admit(&mut controller, &runtime_request("pod-a", Some("2"), "ca")).expect("a");
     let ended = admit(&mut controller, &runtime_request("pod-b", Some("2"), "cb")).expect("b");
     let standalone = admit(&mut controller, &run("pinion-run-s", Some("1"), 10)).expect("run");

@@ -47,6 +47,9 @@ pub struct FakeTree {
     pub fail_files: std::collections::BTreeSet<String>,
     /// The layout of resource files (v2 unless a test says otherwise).
     pub version: CgroupVersion,
+    /// Pinion's children whose `cgroup.procs` cannot be read (an LSM's
+    /// `EACCES`, an `EIO`): listing their processes fails.
+    pub unreadable_procs: std::collections::BTreeSet<CgroupName>,
     /// The runtime's containers' cgroups, as a test says the runtime set
     /// them (absent: gone).
     pub containers: BTreeMap<ContainerCgroup, ContainerCpuset>,
@@ -238,6 +241,14 @@ impl CpusetHost for FakeCgroups {
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
         let tree = self.tree();
+        if tree.unreadable_procs.contains(name) {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Read,
+                path: format!("{name}/cgroup.procs").into(),
+                data: None,
+                source: std::io::ErrorKind::PermissionDenied.into(),
+            });
+        }
         Ok(tree
             .children
             .get(name)

@@ -111,3 +111,85 @@ fn a_runtime_rebuild_that_cannot_be_flushed_changes_nothing_and_is_retried() {
     );
     assert_eq!(controller.counters.state_rebuilds_total, 1);
 }
+
+/// Found from outside (session 43): a checkpoint that cannot be migrated
+/// (v1 entries) started degraded, rebuilt from Pinion's own runs only, and
+/// left the runtime's first `Synchronize` without a rebuild: a running
+/// exclusive runtime container got the shared pool and was moved there,
+/// although the degraded message says the running workloads stay where
+/// they run. Its first `Synchronize` now rebuilds from what runs.
+#[test]
+fn regression_an_unmigratable_checkpoint_keeps_running_runtime_containers_on_their_cpus() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v1 = br#"{"policyName":"static","defaultCpuSet":"0,2-7","entries":{"0123abcd":"1"},"checksum":0}"#;
+    std::fs::write(dir.path().join("cpu_manager_state"), v1).expect("write");
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (mut controller, _updates) = node
+        .start_with_runtime(dir.path())
+        .expect("starts degraded");
+    assert!(controller.start_report.degraded.is_some());
+    let containers = [
+        running("pod-a", "2", "1-2"),
+        running("pod-s", "0.5", "0,3-7"),
+    ];
+    let (_, updates) = controller.sync_runtime(&containers).expect("sync");
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+    let moved: Vec<&str> = updates.iter().map(|u| u.container_id.as_str()).collect();
+    assert!(!moved.contains(&"id-pod-a"), "{moved:?}");
+}
+
+/// Found from outside (session 43): after a start that rebuilt the state
+/// from the node (a lost or unreadable checkpoint, a journal cut short),
+/// the runtime's containers — in no cgroup of Pinion's — were unknown until
+/// its first `Synchronize`, yet a standalone run was given exclusive CPUs
+/// meanwhile: the CPUs of a running Kubernetes container. Exclusive
+/// admissions now wait for that `Synchronize`; shared ones do not.
+#[test]
+fn regression_exclusive_cpus_wait_for_the_runtimes_first_synchronize_after_a_rebuild() {
+    use crate::testing::run_request;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+    assert!(
+        controller.start_report.runtime_rebuild.is_some(),
+        "no checkpoint"
+    );
+    let err = controller
+        .admit(
+            &run_request("pinion-run-x", Some("2"), Some(41)),
+            &Default::default(),
+        )
+        .expect_err("held back");
+    assert!(
+        matches!(err, super::super::ControlError::Degraded { .. })
+            && err.to_string().contains("first Synchronize"),
+        "{err}"
+    );
+    controller
+        .admit(
+            &run_request("pinion-run-s", None, Some(42)),
+            &Default::default(),
+        )
+        .expect("a shared run goes");
+
+    // The runtime says what runs: pod-a holds 1-2; a run then gets others.
+    controller
+        .sync_runtime(&[running("pod-a", "2", "1-2")])
+        .expect("sync");
+    let run = controller
+        .admit(
+            &run_request("pinion-run-x", Some("2"), Some(41)),
+            &Default::default(),
+        )
+        .expect("admitted after the Synchronize");
+    assert!(run.placement.cpus.is_disjoint(&set("1-2")), "{run:?}");
+}
