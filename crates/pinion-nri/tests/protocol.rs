@@ -295,54 +295,17 @@ async fn garbage_in_a_frame_or_for_an_unknown_connection_is_survived() {
     plugin.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn oversized_frame_drops_the_connection_and_nothing_is_lost() {
+/// Sends `bytes`, on which the plugin must drop the connection: it
+/// reconnects (within a minute), the container pinned before keeps its
+/// CPUs, and the next pod gets the next free one.
+async fn a_dropped_connection_loses_nothing(bytes: &[u8]) {
     let (_dir, fake, plugin) = connected().await;
     let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
     let pinned = fake
         .create_container(&g, container("g", 2000))
         .await
         .unwrap();
-    let mut header = PLUGIN_CONN.to_be_bytes().to_vec();
-    header.extend_from_slice(&u32::try_from(MAX_IN_FRAME + 1).unwrap().to_be_bytes());
-    fake.send_raw(&header).await.unwrap();
-    fake.wait_synced(2).await;
-    assert_eq!(fake.cpus(&pinned), "0-1");
-    let g2 = fake.run_pod(guaranteed_pod("g2")).await.unwrap();
-    let next = fake
-        .create_container(&g2, container("g2", 1000))
-        .await
-        .unwrap();
-    assert_eq!(fake.cpus(&next), "2");
-    plugin.stop().await;
-}
-
-/// Found from outside (session 43): a peer could pack one frame with
-/// hundreds of thousands of small requests. The reader took them out one by
-/// one, shifting the rest of the buffer each time (23 s of CPU for a 4 MiB
-/// frame), and queued every request without bound. The queue now holds at
-/// most `MAX_QUEUED_REQUESTS`; past that the connection is dropped as for an
-/// oversized frame, the plugin reconnects, and nothing is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn regression_a_frame_of_many_requests_drops_the_connection_and_nothing_is_lost() {
-    let (_dir, fake, plugin) = connected().await;
-    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
-    let pinned = fake
-        .create_container(&g, container("g", 2000))
-        .await
-        .unwrap();
-    let one = encode_message(&Message {
-        stream_id: 0x7fff_fff1,
-        kind: TYPE_REQUEST,
-        flags: 0,
-        payload: Vec::new(),
-    })
-    .unwrap();
-    let many: Vec<u8> = one.repeat(100_000);
-    assert!(many.len() <= MAX_IN_FRAME);
-    fake.send_raw(&encode_frames(PLUGIN_CONN, &many, MAX_IN_FRAME))
-        .await
-        .unwrap();
+    fake.send_raw(bytes).await.unwrap();
     let reconnected =
         tokio::time::timeout(std::time::Duration::from_secs(60), fake.wait_synced(2)).await;
     assert!(
@@ -358,6 +321,33 @@ async fn regression_a_frame_of_many_requests_drops_the_connection_and_nothing_is
         .unwrap();
     assert_eq!(fake.cpus(&next), "2");
     plugin.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_frame_drops_the_connection_and_nothing_is_lost() {
+    let mut header = PLUGIN_CONN.to_be_bytes().to_vec();
+    header.extend_from_slice(&u32::try_from(MAX_IN_FRAME + 1).unwrap().to_be_bytes());
+    a_dropped_connection_loses_nothing(&header).await;
+}
+
+/// Found from outside (session 43): a peer could pack one frame with
+/// hundreds of thousands of small requests. The reader took them out one by
+/// one, shifting the rest of the buffer each time (23 s of CPU for a 4 MiB
+/// frame), and queued every request without bound. The queue now holds at
+/// most `MAX_QUEUED_REQUESTS`; past that the connection is dropped as for an
+/// oversized frame, the plugin reconnects, and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_frame_of_many_requests_drops_the_connection_and_nothing_is_lost() {
+    let one = encode_message(&Message {
+        stream_id: 0x7fff_fff1,
+        kind: TYPE_REQUEST,
+        flags: 0,
+        payload: Vec::new(),
+    })
+    .unwrap();
+    let many: Vec<u8> = one.repeat(100_000);
+    assert!(many.len() <= MAX_IN_FRAME);
+    a_dropped_connection_loses_nothing(&encode_frames(PLUGIN_CONN, &many, MAX_IN_FRAME)).await;
 }
 
 struct NoService;
