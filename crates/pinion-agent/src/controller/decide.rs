@@ -414,18 +414,15 @@ impl Controller {
         reach: Reach,
         action: &'static str,
     ) -> Result<(), ControlError> {
-        let assigned = || {
-            self.engine
-                .state()
-                .assignments
-                .get(&key.0)
-                .is_some_and(|containers| containers.contains_key(&key.1))
-        };
+        if reach == Reach::All {
+            return Ok(());
+        }
         let holder = match self.workloads.get(key).map(|w| &w.frontend) {
-            _ if reach == Reach::All => return Ok(()),
             Some(Frontend::Standalone { .. }) => return Ok(()),
             Some(Frontend::Runtime { .. }) => "admitted by the container runtime",
-            None if assigned() => "exclusive cpus from the checkpoint, no process known",
+            None if self.engine.state().assignment(&key.0, &key.1).is_some() => {
+                "exclusive cpus from the checkpoint, no process known"
+            }
             None => return Ok(()),
         };
         Err(ControlError::NotARun {

@@ -193,14 +193,14 @@ impl Controller {
             // Processes that cannot be listed may be running: the run keeps
             // its CPUs (the reconcile pass releases it once its list reads
             // empty).
-            let pids = match self.host.pids(&cgroup) {
-                Ok(pids) => pids.first().map(|&pid| Some(pid)),
+            let (running, pid) = match self.host.pids(&cgroup) {
+                Ok(pids) => (!pids.is_empty(), pids.first().copied()),
                 Err(err) => {
                     tracing::warn!(pod = %key.0, "kept as running: its processes cannot be listed: {err}");
-                    Some(None)
+                    (true, None)
                 }
             };
-            if let Some(pid) = pids {
+            if running {
                 tracing::info!(pod = %key.0, ?pid, "recovered a running workload");
                 let frontend = Frontend::Standalone { cgroup, pid };
                 let desired = next.placement(&key.0, &key.1);

@@ -28,7 +28,7 @@ use pinion_core::record::{Record, Scope, SideData, SideValue};
 use pinion_core::state::PodCpus;
 use pinion_core::{CpuSet, Quantity};
 
-use super::{Admitted, ControlError, Controller, Frontend, Key};
+use super::{Admitted, ControlError, Controller, Frontend, Key, Reach};
 
 /// Side-data kind of the promised CPUs: pod UID → {container → cpulist}.
 pub const PROMISED: &str = pinion_core::record::kinds::PROMISED;
@@ -139,6 +139,17 @@ impl Controller {
             }
         }
         records
+    }
+
+    /// [`Controller::resize`] of a container within `reach` ([`Reach`]).
+    pub fn resize_within(
+        &mut self,
+        key: &Key,
+        cpus: &Quantity,
+        reach: Reach,
+    ) -> Result<Admitted, ControlError> {
+        self.within_reach(key, reach, "resize")?;
+        self.resize(key, cpus)
     }
 
     /// Resizes container `key` in place to `cpus` (its new CPU request and,

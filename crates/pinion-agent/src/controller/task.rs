@@ -318,11 +318,7 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 reach,
                 reply,
             } => {
-                let _ = reply.send(
-                    controller
-                        .within_reach(&key, reach, "resize")
-                        .and_then(|()| controller.resize(&key, &cpus)),
-                );
+                let _ = reply.send(controller.resize_within(&key, &cpus, reach));
             }
             Command::SetPodResources { uid, resources } => {
                 controller.set_pod_resources(&uid, resources);
@@ -742,22 +738,25 @@ impl ControllerHandle {
     /// Resizes container `key`'s CPU request in place to `cpus` (see
     /// [`Controller::resize`]).
     pub async fn resize(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
-        self.ask(|reply| Command::Resize {
-            key,
-            cpus,
-            reach: Reach::All,
-            reply,
-        })
-        .await
+        self.resize_within(key, cpus, Reach::All).await
     }
 
     /// [`ControllerHandle::resize`] of a run of Pinion's only (the local
     /// API's `/v1/resize`): any other container is refused ([`Reach`]).
     pub async fn resize_run(&self, key: Key, cpus: Quantity) -> Result<Admitted, ControlError> {
+        self.resize_within(key, cpus, Reach::Runs).await
+    }
+
+    async fn resize_within(
+        &self,
+        key: Key,
+        cpus: Quantity,
+        reach: Reach,
+    ) -> Result<Admitted, ControlError> {
         self.ask(|reply| Command::Resize {
             key,
             cpus,
-            reach: Reach::Runs,
+            reach,
             reply,
         })
         .await

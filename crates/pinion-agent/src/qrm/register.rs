@@ -62,7 +62,7 @@ impl rp::registration_server::Registration for RegistrationService {
         if request.version != API_VERSION {
             return Err(Status::invalid_argument(format!(
                 "requested API version {} is not supported by pinion. Supported version is [{API_VERSION:?}]",
-                quoted(&request.version)
+                pinion_core::k8s_names::shown(&request.version)
             )));
         }
         let endpoint = &request.endpoint;
@@ -74,7 +74,7 @@ impl rp::registration_server::Registration for RegistrationService {
         if !plain {
             return Err(Status::invalid_argument(format!(
                 "endpoint {} must be a socket file name in {}",
-                quoted(endpoint),
+                pinion_core::k8s_names::shown(endpoint),
                 self.socket_dir.display()
             )));
         }
@@ -105,16 +105,4 @@ impl rp::registration_server::Registration for RegistrationService {
 /// At most the first 64 characters of a name a peer sent, for messages.
 pub(super) fn shown(name: &str) -> String {
     name.chars().take(64).collect()
-}
-
-/// A value a peer sent, quoted for a status message: whole up to 64
-/// characters, else its start and its length. Status messages travel in
-/// the `grpc-message` trailer, and a client's metadata limit (8 KiB in
-/// grpcio) would turn a long echo into a transport error.
-fn quoted(value: &str) -> String {
-    if value.chars().nth(64).is_none() {
-        format!("{value:?}")
-    } else {
-        format!("{:?}… ({} bytes)", shown(value), value.len())
-    }
 }
