@@ -140,7 +140,10 @@ pub fn content_of(
     node: &Node,
     plugin_resources: &[AllocatableResource],
 ) -> Nrt {
-    let listed = podres::list(&snapshot.pods, &holdings(snapshot));
+    let listed: Vec<podres::PodResources> = podres::list(&snapshot.pods, &holdings(snapshot))
+        .into_iter()
+        .map(|pod| podres::with_pod_cpus(pod, &snapshot.pod_cpus))
+        .collect();
     let pods: Vec<&Pod> = snapshot
         .pods
         .iter()

@@ -294,14 +294,16 @@ impl Engine {
     }
 
     /// The same engine on `machine`, whose online CPUs changed (CPU
-    /// hot-plug): `policy` built for it and `state` valid for it
-    /// ([`crate::hotplug`]); pod-level CPU sets lose the CPUs that are not
-    /// online any more. Started; the engine itself is unchanged on error.
+    /// hot-plug) or whose state was rebuilt from the node: `policy` built
+    /// for it and `state` with the pod-level CPU sets `pod_cpus` valid for
+    /// it ([`crate::hotplug`], [`crate::rebuild`]). Started; the engine
+    /// itself is unchanged on error.
     pub fn on_machine(
         &self,
         machine: &Topology,
         policy: Policy,
         state: State,
+        pod_cpus: PodCpus,
     ) -> Result<Engine, PolicyError> {
         let mut next = self.clone();
         next.machine = match &policy {
@@ -310,10 +312,7 @@ impl Engine {
         };
         next.policy = policy;
         next.state = state;
-        let online = next.machine.all_cpus().clone();
-        for cpus in next.pod_cpus.values_mut() {
-            *cpus = cpus.intersection(&online);
-        }
+        next.pod_cpus = pod_cpus;
         next.start()?;
         Ok(next)
     }

@@ -9,12 +9,14 @@
 //! shared pool — otherwise the workload keeps what is left (`asked for 2
 //! cpus, keeps 1: no free cpu left`). A workload that lost nothing keeps
 //! exactly its CPUs; a CPU that comes back online is free, so it joins the
-//! shared pool.
+//! shared pool. Pod-level CPU sets (`PodLevelResourceManagers`) follow the
+//! same way, first, and their pods' containers are topped up from them only
+//! ([`crate::rebuild::rebuild_with_pods`]).
 
 use crate::cpuset::CpuSet;
 use crate::policy::{Policy, PolicyError, Reservation, StaticPolicy, UncoreCacheSource};
-use crate::rebuild::{rebuild, Claim, Rebuilt};
-use crate::state::State;
+use crate::rebuild::{rebuild_with_pods, Claim, Rebuilt};
+use crate::state::{PodCpus, State};
 use crate::topology::Topology;
 
 /// `policy` on the machine `topology` (its online CPUs changed): the same
@@ -52,11 +54,11 @@ pub struct Followed {
     pub back: CpuSet,
 }
 
-/// `state` (valid for the old online set, `before`) made valid for
-/// `policy`, whose topology has the new online set; see the module
-/// documentation.
+/// `state` with the pod-level CPU sets `pods` (valid for the old online
+/// set, `before`) made valid for `policy`, whose topology has the new
+/// online set; see the module documentation.
 #[must_use]
-pub fn follow_online(state: &State, before: &CpuSet, policy: &Policy) -> Followed {
+pub fn follow_online(state: &State, pods: &PodCpus, before: &CpuSet, policy: &Policy) -> Followed {
     let claims: Vec<Claim> = state
         .assignments
         .iter()
@@ -73,7 +75,7 @@ pub fn follow_online(state: &State, before: &CpuSet, policy: &Policy) -> Followe
         .topology()
         .map_or_else(|| before.clone(), |t| t.all_cpus().clone());
     Followed {
-        rebuilt: rebuild(&claims, policy),
+        rebuilt: rebuild_with_pods(&claims, pods, policy),
         gone: before.difference(&online),
         back: online.difference(before),
     }

@@ -405,8 +405,22 @@ fn counters(input: &Input<'_>) -> Counters {
 }
 
 /// Subtracts what the containers hold: exclusive CPU ids, memory blocks on
-/// each of their zones, the plugins' per-zone allocations.
+/// each of their zones, the plugins' per-zone allocations; and the CPUs of
+/// a pod-level CPU set (`cpu_ids` of the pod) none of its containers holds
+/// yet — they are the pod's, not free.
 fn charge_holdings(out: &mut Counters, topology: &Topology, holdings: &[PodResources]) {
+    for pod in holdings {
+        let held: std::collections::BTreeSet<u32> = pod
+            .containers
+            .iter()
+            .flat_map(|c| c.cpu_ids.iter().copied())
+            .collect();
+        for &cpu in pod.cpu_ids.iter().filter(|cpu| !held.contains(cpu)) {
+            if let Some(amounts) = cpu_entry(out, topology, cpu) {
+                amounts.used += 1.0;
+            }
+        }
+    }
     for container in holdings.iter().flat_map(|p| &p.containers) {
         for &cpu in &container.cpu_ids {
             if let Some(amounts) = cpu_entry(out, topology, cpu) {

@@ -32,13 +32,24 @@
 //!
 //! So a workload without conflict keeps exactly its CPUs, and a workload in
 //! conflict loses only the CPUs the conflict is about.
+//!
+//! Pod-level CPU sets (`PodLevelResourceManagers`: kubelet's `podEntries`,
+//! [`rebuild_with_pods`]) are claims of their pod, visited before every
+//! container: each keeps its online, unreserved CPUs that no earlier pod's
+//! set keeps, as long as the shared pool keeps a CPU. Its CPUs are its
+//! pod's: a container of another pod loses them, a container of that pod
+//! keeps only the CPUs inside its pod's set. In step 4 the sets are topped
+//! up first, from the free CPUs; then a container of such a pod is topped up
+//! from its pod's set only — the CPUs of the set no container of the pod
+//! keeps — and where the pod's shared containers ran on some of those, one
+//! stays theirs.
 
 use std::collections::BTreeMap;
 
 use crate::alloc::{take_with_index, Algorithm};
 use crate::cpuset::CpuSet;
 use crate::policy::Policy;
-use crate::state::State;
+use crate::state::{PodCpus, State};
 
 /// What one running workload has and asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +84,11 @@ pub enum Conflict {
     Replaced { added: CpuSet },
     /// It asked for `asked` CPUs but keeps `kept`: no free CPU was left.
     Short { asked: usize, kept: usize },
+    /// These CPUs are in the pod-level CPU set of pod `pod` (another pod,
+    /// earlier in order when this is a pod's set itself).
+    InPodSet { cpus: CpuSet, pod: String },
+    /// These CPUs are outside the pod-level CPU set of its own pod.
+    OutsidePodSet { cpus: CpuSet },
 }
 
 impl std::fmt::Display for Conflict {
@@ -94,6 +110,10 @@ impl std::fmt::Display for Conflict {
             Self::Replaced { added } => write!(f, "cpus {added} added in place of those lost"),
             Self::Short { asked, kept } => {
                 write!(f, "asked for {asked} cpus, keeps {kept}: no free cpu left")
+            }
+            Self::InPodSet { cpus, pod } => write!(f, "cpus {cpus} are in pod {pod}'s cpu set"),
+            Self::OutsidePodSet { cpus } => {
+                write!(f, "cpus {cpus} are outside its pod's cpu set")
             }
         }
     }
@@ -122,15 +142,39 @@ impl Outcome {
     }
 }
 
+/// A pod-level CPU set and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSet {
+    pub pod: String,
+    /// What it was.
+    pub observed: CpuSet,
+    /// What it is in the rebuilt state (empty: the pod has no set now).
+    pub cpus: CpuSet,
+    /// Every departure from "keeps what it had", in the rule's order.
+    pub conflicts: Vec<Conflict>,
+}
+
 /// The state [`rebuild`] built and what it did with every claim, in pod /
-/// container order.
+/// container order, and with every pod-level CPU set, in pod order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rebuilt {
     pub state: State,
     pub outcomes: Vec<Outcome>,
+    pub pod_sets: Vec<PodSet>,
 }
 
 impl Rebuilt {
+    /// The pod-level CPU sets of the rebuilt state (pods whose set kept no
+    /// CPU have none).
+    #[must_use]
+    pub fn pod_cpus(&self) -> PodCpus {
+        self.pod_sets
+            .iter()
+            .filter(|set| !set.cpus.is_empty())
+            .map(|set| (set.pod.clone(), set.cpus.clone()))
+            .collect()
+    }
+
     /// Every conflict, with its workload.
     pub fn conflicts(&self) -> impl Iterator<Item = (&Outcome, &Conflict)> {
         self.outcomes
@@ -143,6 +187,13 @@ impl Rebuilt {
 /// see the module documentation for the rule.
 #[must_use]
 pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
+    rebuild_with_pods(claims, &PodCpus::new(), policy)
+}
+
+/// [`rebuild`] with the pod-level CPU sets the state had (`pods`: pod UID →
+/// its set); see the module documentation for the rule.
+#[must_use]
+pub fn rebuild_with_pods(claims: &[Claim], pods: &PodCpus, policy: &Policy) -> Rebuilt {
     let mut sorted: Vec<&Claim> = claims.iter().collect();
     // Whole claims compared, so that even two claims of one container (a
     // node listing it twice) give one answer in any order: the first wins.
@@ -166,6 +217,15 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
             conflicts: Vec::new(),
         })
         .collect();
+    let mut pod_sets: Vec<PodSet> = pods
+        .iter()
+        .map(|(pod, cpus)| PodSet {
+            pod: pod.clone(),
+            observed: cpus.clone(),
+            cpus: CpuSet::new(),
+            conflicts: Vec::new(),
+        })
+        .collect();
     let Policy::Static(static_policy) = policy else {
         for outcome in &mut outcomes {
             outcome.exclusive = false;
@@ -173,6 +233,7 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
         return Rebuilt {
             state: State::default(),
             outcomes,
+            pod_sets,
         };
     };
     let pool = static_policy.pool_cpus();
@@ -185,8 +246,10 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
     let take = |from: &CpuSet, n: usize| {
         take_with_index(static_policy.alloc_index(), from, n, algorithm).ok()
     };
-    // CPU → (pod, container) that keeps it.
-    let mut kept_by: BTreeMap<u32, (String, String)> = BTreeMap::new();
+    let mut held = Held::default();
+    for set in &mut pod_sets {
+        keep_pod_set(set, &pool, reserved, online, &mut held);
+    }
     // Claims on no more CPUs than they asked for first: a wider claim is
     // trimmed afterwards, so that its trim never takes CPUs a workload
     // placed exactly holds.
@@ -195,21 +258,50 @@ pub fn rebuild(claims: &[Claim], policy: &Policy) -> Rebuilt {
             if claim.exclusive == 0 || (claim.cpus.len() > claim.exclusive) != wide {
                 continue;
             }
-            keep(claim, outcome, &pool, reserved, online, &mut kept_by, &take);
+            keep(claim, outcome, &pool, reserved, online, &mut held, &take);
+        }
+    }
+    for set in &mut pod_sets {
+        top_up_pod_set(set, &pool, reserved, &mut held, &take);
+    }
+    // Where a pod's shared containers ran: the CPUs of its set no claim
+    // held before.
+    let mut shared_before: BTreeMap<&str, CpuSet> = pods
+        .iter()
+        .map(|(pod, cpus)| (pod.as_str(), cpus.clone()))
+        .collect();
+    for claim in sorted.iter().filter(|c| c.exclusive > 0) {
+        if let Some(shared) = shared_before.get_mut(claim.pod.as_str()) {
+            *shared = shared.difference(&claim.cpus);
         }
     }
     for (claim, outcome) in sorted.iter().zip(&mut outcomes) {
         if claim.exclusive == 0 || outcome.cpus.len() >= claim.exclusive {
             continue;
         }
-        top_up(claim, outcome, &pool, reserved, &mut kept_by, &take);
+        let keeps_shared = shared_before
+            .get(claim.pod.as_str())
+            .is_some_and(|shared| !shared.is_empty());
+        top_up(
+            claim,
+            outcome,
+            keeps_shared,
+            &pool,
+            reserved,
+            &mut held,
+            &take,
+        );
     }
     let mut state = State::default();
     for outcome in outcomes.iter().filter(|o| !o.cpus.is_empty()) {
         state.assign(&outcome.pod, &outcome.container, outcome.cpus.clone());
     }
-    state.default = pool.difference(&state.exclusive_cpus());
-    Rebuilt { state, outcomes }
+    state.default = pool.difference(&held.all());
+    Rebuilt {
+        state,
+        outcomes,
+        pod_sets,
+    }
 }
 
 /// The shared pool of a state on `pool` (the policy's [`pool_cpus`]) whose
@@ -223,6 +315,75 @@ pub fn shared_pool(pool: &CpuSet, exclusive: &CpuSet) -> CpuSet {
     pool.difference(exclusive)
 }
 
+/// The CPUs kept so far: by containers, and by pod-level CPU sets.
+#[derive(Default)]
+struct Held {
+    /// CPU → (pod, container) that keeps it.
+    by_container: BTreeMap<u32, (String, String)>,
+    /// Pod → the CPUs its pod-level set keeps.
+    pod_sets: BTreeMap<String, CpuSet>,
+}
+
+impl Held {
+    /// Every CPU kept: none of them is in the shared pool.
+    fn all(&self) -> CpuSet {
+        let mut all: CpuSet = self.by_container.keys().copied().collect();
+        for cpus in self.pod_sets.values() {
+            all.union_with(cpus);
+        }
+        all
+    }
+
+    /// The CPUs of `cpus` that some container keeps.
+    fn kept_by_containers(&self, cpus: &CpuSet) -> CpuSet {
+        cpus.iter()
+            .filter(|cpu| self.by_container.contains_key(cpu))
+            .collect()
+    }
+}
+
+/// Step 0 of the rule for one pod-level CPU set.
+fn keep_pod_set(
+    set: &mut PodSet,
+    pool: &CpuSet,
+    reserved: &CpuSet,
+    online: &CpuSet,
+    held: &mut Held,
+) {
+    let gone = set.observed.difference(online);
+    if !gone.is_empty() {
+        set.conflicts.push(Conflict::CpusGone { cpus: gone });
+    }
+    let reserved_hit = set.observed.intersection(online).intersection(reserved);
+    if !reserved_hit.is_empty() {
+        set.conflicts
+            .push(Conflict::CpusReserved { cpus: reserved_hit });
+    }
+    let mut cpus = set.observed.intersection(pool).difference(reserved);
+    for (pod, other) in &held.pod_sets {
+        let both = cpus.intersection(other);
+        if !both.is_empty() {
+            cpus = cpus.difference(&both);
+            set.conflicts.push(Conflict::InPodSet {
+                cpus: both,
+                pod: pod.clone(),
+            });
+        }
+    }
+    let mut exclusive = held.all();
+    exclusive.union_with(&cpus);
+    if !cpus.is_empty() && shared_pool(pool, &exclusive).is_empty() {
+        if let Some(last) = cpus.last() {
+            let highest: CpuSet = [last].into_iter().collect();
+            cpus = cpus.difference(&highest);
+            set.conflicts
+                .push(Conflict::SharedPoolWouldBeEmpty { cpus: highest });
+        }
+    }
+    set.cpus = cpus.clone();
+    held.pod_sets.insert(set.pod.clone(), cpus);
+}
+
 /// Steps 2 and 3 of the rule for one exclusive claim.
 fn keep(
     claim: &Claim,
@@ -230,7 +391,7 @@ fn keep(
     pool: &CpuSet,
     reserved: &CpuSet,
     online: &CpuSet,
-    kept_by: &mut BTreeMap<u32, (String, String)>,
+    held: &mut Held,
     take: &impl Fn(&CpuSet, usize) -> Option<CpuSet>,
 ) {
     let gone = claim.cpus.difference(online);
@@ -244,10 +405,33 @@ fn keep(
             .push(Conflict::CpusReserved { cpus: reserved_hit });
     }
     let mut cpus = claim.cpus.intersection(pool).difference(reserved);
+    match held.pod_sets.get(&claim.pod) {
+        Some(own) => {
+            let outside = cpus.difference(own);
+            if !outside.is_empty() {
+                cpus = cpus.intersection(own);
+                outcome
+                    .conflicts
+                    .push(Conflict::OutsidePodSet { cpus: outside });
+            }
+        }
+        None => {
+            for (pod, other) in &held.pod_sets {
+                let both = cpus.intersection(other);
+                if !both.is_empty() {
+                    cpus = cpus.difference(&both);
+                    outcome.conflicts.push(Conflict::InPodSet {
+                        cpus: both,
+                        pod: pod.clone(),
+                    });
+                }
+            }
+        }
+    }
     // Taken by other pods, grouped by holder (in CPU order of first hit).
     let mut taken: Vec<((String, String), CpuSet)> = Vec::new();
     for cpu in cpus.iter() {
-        let Some(holder) = kept_by.get(&cpu) else {
+        let Some(holder) = held.by_container.get(&cpu) else {
             continue;
         };
         if holder.0 == claim.pod {
@@ -276,7 +460,7 @@ fn keep(
             cpus = chosen;
         }
     }
-    let mut exclusive: CpuSet = kept_by.keys().copied().collect();
+    let mut exclusive = held.all();
     exclusive.union_with(&cpus);
     if !cpus.is_empty() && shared_pool(pool, &exclusive).is_empty() {
         if let Some(last) = cpus.last() {
@@ -288,34 +472,94 @@ fn keep(
         }
     }
     for cpu in cpus.iter() {
-        kept_by
+        held.by_container
             .entry(cpu)
             .or_insert_with(|| (claim.pod.clone(), claim.container.clone()));
     }
     outcome.cpus = cpus;
 }
 
-/// Step 4 of the rule for one claim left short.
+/// The CPUs free for a claim short of `missing` outside every pod-level
+/// set: chosen by the policy's algorithm, as long as the shared pool keeps a
+/// CPU (a reserved one in it, when not strict, does; otherwise one free CPU
+/// stays).
+fn from_the_free_cpus(
+    missing: usize,
+    pool: &CpuSet,
+    reserved: &CpuSet,
+    held: &Held,
+    take: &impl Fn(&CpuSet, usize) -> Option<CpuSet>,
+) -> Option<CpuSet> {
+    let kept = held.all();
+    let free = pool.difference(reserved).difference(&kept);
+    let others = shared_pool(pool, &kept).difference(&free);
+    let keep_one = usize::from(others.is_empty());
+    let can = free.len().saturating_sub(keep_one).min(missing);
+    if can == 0 {
+        None
+    } else {
+        take(&free, can)
+    }
+}
+
+/// Step 4 of the rule for one pod-level set left short.
+fn top_up_pod_set(
+    set: &mut PodSet,
+    pool: &CpuSet,
+    reserved: &CpuSet,
+    held: &mut Held,
+    take: &impl Fn(&CpuSet, usize) -> Option<CpuSet>,
+) {
+    let asked = set.observed.len();
+    if set.cpus.len() >= asked {
+        return;
+    }
+    if let Some(added) = from_the_free_cpus(asked - set.cpus.len(), pool, reserved, held, take) {
+        set.cpus.union_with(&added);
+        held.pod_sets.insert(set.pod.clone(), set.cpus.clone());
+        set.conflicts.push(Conflict::Replaced { added });
+    }
+    if set.cpus.len() < asked {
+        set.conflicts.push(Conflict::Short {
+            asked,
+            kept: set.cpus.len(),
+        });
+    }
+}
+
+/// Step 4 of the rule for one claim left short: from the free CPUs, or,
+/// for a container of a pod with a pod-level set, from the CPUs of that set
+/// no container keeps — one of them staying with the pod's shared
+/// containers when `keeps_shared`.
 fn top_up(
     claim: &Claim,
     outcome: &mut Outcome,
+    keeps_shared: bool,
     pool: &CpuSet,
     reserved: &CpuSet,
-    kept_by: &mut BTreeMap<u32, (String, String)>,
+    held: &mut Held,
     take: &impl Fn(&CpuSet, usize) -> Option<CpuSet>,
 ) {
-    let held: CpuSet = kept_by.keys().copied().collect();
-    let free = pool.difference(reserved).difference(&held);
     let missing = claim.exclusive - outcome.cpus.len();
-    // The shared pool keeps a CPU: a reserved one in it (not strict) does;
-    // otherwise one free CPU stays.
-    let others = shared_pool(pool, &held).difference(&free);
-    let keep_one = usize::from(others.is_empty());
-    let can = free.len().saturating_sub(keep_one).min(missing);
-    let added = if can == 0 { None } else { take(&free, can) };
+    let added = match held.pod_sets.get(&claim.pod) {
+        Some(own) => {
+            let free = own.difference(&held.kept_by_containers(own));
+            let can = free
+                .len()
+                .saturating_sub(usize::from(keeps_shared))
+                .min(missing);
+            if can == 0 {
+                None
+            } else {
+                take(&free, can)
+            }
+        }
+        None => from_the_free_cpus(missing, pool, reserved, held, take),
+    };
     if let Some(added) = added {
         for cpu in added.iter() {
-            kept_by.insert(cpu, (claim.pod.clone(), claim.container.clone()));
+            held.by_container
+                .insert(cpu, (claim.pod.clone(), claim.container.clone()));
         }
         outcome.cpus.union_with(&added);
         outcome.conflicts.push(Conflict::Replaced { added });

@@ -648,3 +648,55 @@ fn a_late_container_after_a_restart_does_not_share_an_exclusive_part() {
     assert!(late.is_some_and(|cpus| cpus.intersection(&gu).is_empty()));
     engine.check_invariants().expect("invariants");
 }
+
+/// kubelet's topoDualSocketHT with CPU `offline` gone (CPU hot-plug).
+fn dual_socket_ht_without(offline: u32) -> Topology {
+    let mut spec = dual_socket_ht().spec().clone();
+    spec.cpus.retain(|cpu| cpu.id != offline);
+    spec.offline.insert(offline);
+    Topology::new(spec).expect("topology")
+}
+
+/// Found from outside (forty-third session): CPU hot-plug ignored pod-level
+/// CPU sets. The CPUs of a pod's set no container held went to the shared
+/// pool, and the pod's exclusive container, short of the CPU that went
+/// offline, was topped up with a CPU outside its pod's set.
+#[test]
+fn regression_a_cpu_going_offline_keeps_pod_level_cpus_inside_their_pod() {
+    use pinion_core::hotplug::{follow_online, policy_on};
+    let t = dual_socket_ht();
+    let mut engine =
+        engine_on(&t, "0", features()).with_topology_manager(pod_scope("single-numa-node", &t));
+    let (p, res) = mixed_pod();
+    engine.set_pod_resources(&p.uid, Some(res));
+    for name in ["gu", "shared"] {
+        engine
+            .admit_container_with(&p, name, &[])
+            .result
+            .expect("admitted");
+    }
+    assert_eq!(engine.pod_cpus()["plrm"], set("2,4,8,10"));
+    assert_eq!(engine.state().assignments["plrm"]["gu"], set("2,8"));
+
+    let smaller = dual_socket_ht_without(8);
+    let policy = policy_on(engine.policy(), &smaller).expect("policy");
+    let followed = follow_online(engine.state(), engine.pod_cpus(), t.all_cpus(), &policy);
+    let pod_cpus = followed.rebuilt.pod_cpus();
+    let next = engine
+        .on_machine(&smaller, policy, followed.rebuilt.state.clone(), pod_cpus)
+        .expect("the followed state starts");
+    next.check_invariants().expect("invariants");
+
+    let pod_set = next.pod_cpus()["plrm"].clone();
+    assert_eq!(pod_set.len(), 4, "the set got a cpu in place of 8");
+    assert!(set("2,4,10").is_subset(&pod_set) && !pod_set.contains(8));
+    assert!(pod_set.is_disjoint(&next.state().default));
+    let gu = &next.state().assignments["plrm"]["gu"];
+    assert_eq!(gu.len(), 2);
+    assert!(
+        gu.contains(2) && gu.is_subset(&pod_set),
+        "gu {gu}, pod {pod_set}"
+    );
+    assert_eq!(next.state().assignments["plrm"]["shared"], set("4,10"));
+    assert!(next.shared_pool().is_disjoint(&pod_set));
+}

@@ -12,7 +12,7 @@
 
 use pinion_core::hotplug::{follow_online, policy_on, Followed};
 use pinion_core::placement::all_memory_nodes;
-use pinion_core::rebuild::{Conflict, Outcome};
+use pinion_core::rebuild::{Conflict, Outcome, PodSet};
 use pinion_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
 
@@ -50,10 +50,20 @@ impl Controller {
         }
         let policy = policy_on(self.engine.policy(), machine)
             .map_err(|err| ControlError::Start(Box::new(err)))?;
-        let followed = follow_online(self.engine.state(), &before, &policy);
+        let followed = follow_online(
+            self.engine.state(),
+            self.engine.pod_cpus(),
+            &before,
+            &policy,
+        );
         let next = self
             .engine
-            .on_machine(machine, policy, followed.rebuilt.state.clone())
+            .on_machine(
+                machine,
+                policy,
+                followed.rebuilt.state.clone(),
+                followed.rebuilt.pod_cpus(),
+            )
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let previous = std::mem::replace(&mut self.engine, next);
         if let Err(err) = self.record(previous.state(), None) {
@@ -112,6 +122,16 @@ impl Controller {
             }
             report.lines.push(line);
         }
+        for set in followed
+            .rebuilt
+            .pod_sets
+            .iter()
+            .filter(|s| !s.conflicts.is_empty())
+        {
+            let line = describe_pod_set(set);
+            tracing::warn!("{line}");
+            report.lines.push(line);
+        }
         self.hotplug_lines.extend(report.lines.iter().cloned());
         let excess = self.hotplug_lines.len().saturating_sub(KEPT_LINES);
         self.hotplug_lines.drain(..excess);
@@ -145,6 +165,22 @@ pub(super) fn describe_outcome(outcome: &Outcome) -> String {
         outcome.pod,
         outcome.container,
         outcome.observed,
+        why.join("; ")
+    )
+}
+
+/// One line for a pod-level CPU set that did not keep exactly its CPUs.
+pub(super) fn describe_pod_set(set: &PodSet) -> String {
+    let now = if set.cpus.is_empty() {
+        "none".to_string()
+    } else {
+        format!("cpus {}", set.cpus)
+    };
+    let why: Vec<String> = set.conflicts.iter().map(ToString::to_string).collect();
+    format!(
+        "pod {}'s pod-level cpu set had cpus {}, now {now}: {}",
+        set.pod,
+        set.observed,
         why.join("; ")
     )
 }

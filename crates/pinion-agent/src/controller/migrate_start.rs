@@ -66,7 +66,15 @@ fn follow_offline_cpus(state: &State, policy: &Policy, report: &mut StartReport)
     if offline.is_empty() {
         return state.clone();
     }
-    let followed = follow_online(state, &online.union(&offline), policy);
+    // Pod-level sets live in the side data, restored after the migration:
+    // a set the migrated state no longer fits is dropped then
+    // (`resize::start_with_side`).
+    let followed = follow_online(
+        state,
+        &pinion_core::state::PodCpus::new(),
+        &online.union(&offline),
+        policy,
+    );
     let line = format!("cpus {offline} went offline while the agent was down");
     tracing::warn!("{line}");
     report.lines.push(line);

@@ -8,7 +8,8 @@
 //! and kept for `pinion ps` ([`StartReport`]).
 
 use pinion_core::policy::Policy;
-use pinion_core::rebuild::{rebuild, Claim, Rebuilt};
+use pinion_core::rebuild::{rebuild_with_pods, Claim, Rebuilt};
+use pinion_core::state::PodCpus;
 use pinion_host::cgroup::{CgroupError, CpusetHost};
 use pinion_host::journal::SetAside;
 use pinion_host::runs::RunRecords;
@@ -48,12 +49,12 @@ pub(super) fn claims(host: &dyn CpusetHost, runs: &RunRecords) -> Result<Vec<Cla
 /// Rebuilds the state from `claims` under `policy`, logging why and what
 /// happened to every workload.
 pub(super) fn rebuild_logged(
-    claims: &[Claim],
+    (claims, pods): (&[Claim], &PodCpus),
     policy: &Policy,
     why: &str,
     report: &mut StartReport,
 ) -> Rebuilt {
-    let rebuilt = rebuild(claims, policy);
+    let rebuilt = rebuild_with_pods(claims, pods, policy);
     let exclusive = rebuilt.outcomes.iter().filter(|o| o.exclusive).count();
     let line = format!(
         "state rebuilt from {} running workloads ({exclusive} with exclusive cpus): {why}",
@@ -83,6 +84,16 @@ pub(super) fn rebuild_logged(
             tracing::warn!("{line}");
             report.lines.push(line);
         }
+    }
+    for set in rebuilt
+        .pod_sets
+        .iter()
+        .filter(|set| !set.conflicts.is_empty())
+    {
+        report.conflicts += 1;
+        let line = format!("conflict: {}", super::hotplug::describe_pod_set(set));
+        tracing::warn!("{line}");
+        report.lines.push(line);
     }
     rebuilt
 }
@@ -160,11 +171,22 @@ impl Controller {
         let why = format!("at the runtime's first synchronize; {why}");
         // Reported only once it is durable.
         let mut report = StartReport::default();
-        let rebuilt = rebuild_logged(&claims, self.engine.policy(), &why, &mut report);
+        let rebuilt = rebuild_logged(
+            (&claims, self.engine.pod_cpus()),
+            self.engine.policy(),
+            &why,
+            &mut report,
+        );
         let machine = self.engine.machine().clone();
+        let pod_cpus = rebuilt.pod_cpus();
         let next = self
             .engine
-            .on_machine(&machine, self.engine.policy().clone(), rebuilt.state)
+            .on_machine(
+                &machine,
+                self.engine.policy().clone(),
+                rebuilt.state,
+                pod_cpus,
+            )
             .map_err(|err| ControlError::Start(Box::new(err)))?;
         let previous = std::mem::replace(&mut self.engine, next);
         if let Err(err) = self.record(previous.state(), None) {

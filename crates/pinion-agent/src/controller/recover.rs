@@ -28,7 +28,7 @@ use pinion_core::policy::Policy;
 use pinion_core::rebuild::Claim;
 use pinion_core::record::SideData;
 use pinion_core::restore::{restore, RestoreError};
-use pinion_core::state::State;
+use pinion_core::state::{PodCpus, State};
 use pinion_core::topomgr::TopologyManager;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::cgroup::CpusetHost;
@@ -298,7 +298,8 @@ fn initial_state(
             report.runtime_rebuild = Some(why.clone());
         }
         let claims = node_claims(parts, runs)?;
-        let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+        let rebuilt =
+            rebuild::rebuild_logged((&claims, &PodCpus::new()), &parts.policy, &why, report);
         return Ok((rebuilt.state, Some(state_of(checkpoint))));
     }
     let (why, claims) = match checkpoint {
@@ -326,7 +327,12 @@ fn initial_state(
                     if parts.runtime_updates.is_some() {
                         report.runtime_rebuild = Some(why.clone());
                     }
-                    let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+                    let rebuilt = rebuild::rebuild_logged(
+                        (&claims, &PodCpus::new()),
+                        &parts.policy,
+                        &why,
+                        report,
+                    );
                     return Ok((rebuilt.state, Some(state)));
                 }
                 Err(source) => source,
@@ -398,7 +404,7 @@ fn initial_state(
             (rebuild::reason(set_aside, &path), claims)
         }
     };
-    let rebuilt = rebuild::rebuild_logged(&claims, &parts.policy, &why, report);
+    let rebuilt = rebuild::rebuild_logged((&claims, &PodCpus::new()), &parts.policy, &why, report);
     if let Some(degraded) = &report.degraded {
         tracing::error!("{degraded}");
         report.lines.push(format!("degraded: {degraded}"));

@@ -36,7 +36,7 @@ fn an_offline_cpu_is_replaced_by_a_free_one_and_nothing_else_moves() {
         &without(&machine(), &cpus("9")),
     )
     .expect("policy");
-    let followed = follow_online(&old, &before, &policy);
+    let followed = follow_online(&old, &PodCpus::new(), &before, &policy);
     valid(&followed, &policy);
     assert_eq!(followed.gone, cpus("9"));
     assert!(followed.back.is_empty());
@@ -72,7 +72,7 @@ fn without_a_free_cpu_the_workload_keeps_what_is_left() {
         &without(&machine(), &cpus("15")),
     )
     .expect("policy");
-    let followed = follow_online(&old, &before, &policy);
+    let followed = follow_online(&old, &PodCpus::new(), &before, &policy);
     valid(&followed, &policy);
     let b = &followed.rebuilt.outcomes[1];
     assert_eq!(b.cpus, cpus("9-14"));
@@ -89,7 +89,7 @@ fn a_cpu_back_online_joins_the_shared_pool() {
     let smaller = without(&machine(), &offline);
     let old = state("0,3-8,11-15", &[("pod-a", "1"), ("pod-b", "2,10")]);
     let policy = policy_on(&static_policy(smaller.clone(), "0"), &machine()).expect("policy");
-    let followed = follow_online(&old, smaller.all_cpus(), &policy);
+    let followed = follow_online(&old, &PodCpus::new(), smaller.all_cpus(), &policy);
     valid(&followed, &policy);
     assert_eq!(followed.back, offline);
     assert!(followed.rebuilt.outcomes.iter().all(|o| o.unmoved()));
@@ -192,7 +192,7 @@ proptest! {
         let Ok(policy) = policy_on(&base, &without(&machine(), &offline)) else {
             return Ok(());
         };
-        let followed = follow_online(&old, machine().all_cpus(), &policy);
+        let followed = follow_online(&old, &PodCpus::new(), machine().all_cpus(), &policy);
         let mut started = followed.rebuilt.state.clone();
         prop_assert_eq!(policy.start(&mut started), Ok(()));
         let online = policy.topology().expect("static").all_cpus().clone();

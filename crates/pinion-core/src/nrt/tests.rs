@@ -316,6 +316,21 @@ fn exclusive_cpus_and_numa_bound_memory_are_taken_from_their_zone_only() {
     );
 }
 
+/// Found from outside (forty-third session): the CPUs of a pod-level CPU
+/// set that none of the pod's containers held yet (the pod's other
+/// containers not started) were published as available.
+#[test]
+fn regression_a_pod_level_cpu_set_is_taken_from_its_zone_whole() {
+    let mut case = Case::new();
+    case.hold(guaranteed("prod", "db", "2"), "4,12", 1);
+    let set = cpus("4-5,12-13");
+    case.holdings[0].cpu_ids = set.iter().collect();
+    case.default = case.default.difference(&set);
+    let nrt = case.build();
+    assert_eq!(amounts(zone(&nrt, "node-0"), "cpu"), triple(8, 7, 7));
+    assert_eq!(amounts(zone(&nrt, "node-1"), "cpu"), triple(8, 8, 4));
+}
+
 #[test]
 fn shared_pool_containers_take_no_cpu_from_any_zone() {
     let mut case = Case::new();

@@ -65,6 +65,29 @@ pub enum PolicyError {
         "current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\""
     )]
     CpusChanged { online: String, state: String },
+    /// A pod-level CPU set (`PodLevelResourceManagers`) that the shared
+    /// pool also holds.
+    #[error("pod: {pod} pod-level cpuset: \"{cpus}\" overlaps with default cpuset \"{default}\"")]
+    PodCpusOverlapDefault {
+        pod: String,
+        cpus: String,
+        default: String,
+    },
+    /// Two pods' pod-level CPU sets that share CPUs.
+    #[error("pod: {pod} pod-level cpuset shares cpus \"{cpus}\" with the pod-level cpuset of pod {other}")]
+    PodCpusOverlap {
+        pod: String,
+        other: String,
+        cpus: String,
+    },
+    /// A container of a pod with a pod-level CPU set holding CPUs outside it.
+    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" is not inside its pod-level cpuset \"{pod_cpus}\"")]
+    AssignmentOutsidePodCpus {
+        pod: String,
+        container: String,
+        cpus: String,
+        pod_cpus: String,
+    },
     #[error("SMT Alignment Error: requested {requested} cpus not multiple cpus per core = {cpus_per_core}")]
     SmtNotMultiple {
         requested: usize,

@@ -254,6 +254,7 @@ impl StaticPolicy {
                 }
             }
         }
+        Self::check_pod_cpus(state, pod_cpus)?;
         let mut known = state.default.union(&state.exclusive_cpus());
         for cpus in pod_cpus.values() {
             known.union_with(cpus);
@@ -263,6 +264,45 @@ impl StaticPolicy {
                 online: all.to_string(),
                 state: known.to_string(),
             });
+        }
+        Ok(())
+    }
+
+    /// Pod-level CPU sets are out of the shared pool and of each other, and
+    /// hold their pods' containers (Pinion's own check: kubelet's v1.36
+    /// `validateState` does not look at `podEntries`).
+    fn check_pod_cpus(state: &State, pod_cpus: &crate::state::PodCpus) -> Result<(), PolicyError> {
+        let mut seen: Vec<(&String, &CpuSet)> = Vec::new();
+        for (pod, cpus) in pod_cpus {
+            if !cpus.is_disjoint(&state.default) {
+                return Err(PolicyError::PodCpusOverlapDefault {
+                    pod: pod.clone(),
+                    cpus: cpus.to_string(),
+                    default: state.default.to_string(),
+                });
+            }
+            if let Some((other, shared)) = seen
+                .iter()
+                .map(|(other, theirs)| (*other, cpus.intersection(theirs)))
+                .find(|(_, shared)| !shared.is_empty())
+            {
+                return Err(PolicyError::PodCpusOverlap {
+                    pod: pod.clone(),
+                    other: other.clone(),
+                    cpus: shared.to_string(),
+                });
+            }
+            seen.push((pod, cpus));
+            for (container, held) in state.assignments.get(pod).into_iter().flatten() {
+                if !held.is_subset(cpus) {
+                    return Err(PolicyError::AssignmentOutsidePodCpus {
+                        pod: pod.clone(),
+                        container: container.clone(),
+                        cpus: held.to_string(),
+                        pod_cpus: cpus.to_string(),
+                    });
+                }
+            }
         }
         Ok(())
     }

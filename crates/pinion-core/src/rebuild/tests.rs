@@ -4,8 +4,10 @@ use super::*;
 use crate::policy::{
     ContainerKind, ContainerRequest, Reservation, StaticPolicy, StaticPolicyOptions,
 };
+use crate::state::PodCpus;
 use crate::testing::{
     cpus, machine_8c2t, small_machine, static_policy as policy_on, strict_static_policy,
+    without_cpus as without,
 };
 use crate::topology::Topology;
 
@@ -196,6 +198,139 @@ fn under_policy_none_everything_is_shared() {
     assert!(!rebuilt.outcomes[0].exclusive);
 }
 
+fn pods(sets: &[(&str, &str)]) -> PodCpus {
+    sets.iter()
+        .map(|(pod, list)| ((*pod).to_string(), cpus(list)))
+        .collect()
+}
+
+/// The rebuilt state with its pod-level sets starts under `policy`, no set
+/// is in the shared pool, and every container of a pod with a set is
+/// inside it.
+fn started_with_pods(rebuilt: &Rebuilt, policy: &Policy) {
+    let pod_cpus = rebuilt.pod_cpus();
+    let mut state = rebuilt.state.clone();
+    assert_eq!(
+        policy.start_with(&mut state, &pod_cpus),
+        Ok(()),
+        "{rebuilt:?}"
+    );
+    for (pod, set) in &pod_cpus {
+        assert!(set.is_disjoint(&state.default), "{rebuilt:?}");
+        for held in state
+            .assignments
+            .get(pod)
+            .into_iter()
+            .flatten()
+            .map(|(_, c)| c)
+        {
+            assert!(held.is_subset(set), "{rebuilt:?}");
+        }
+    }
+}
+
+/// Found from outside (forty-third session): pod-level CPU sets
+/// (`PodLevelResourceManagers`) were not claims of the rebuild. The CPUs of
+/// a set no container held went to the shared pool — another pod's
+/// container could keep them — and a container of the pod short of a CPU
+/// was topped up outside its pod's set.
+#[test]
+fn regression_pod_level_cpu_sets_are_claims_of_their_pod() {
+    let policy = policy("0");
+    let rebuilt = rebuild_with_pods(
+        &[claim("pod-a", "1-2", 2), claim("pod-b", "4-5", 2)],
+        &pods(&[("pod-a", "1-4")]),
+        &policy,
+    );
+    assert_eq!(rebuilt.pod_cpus(), pods(&[("pod-a", "1-4")]));
+    assert!(rebuilt.pod_sets[0].conflicts.is_empty());
+    assert!(rebuilt.outcomes[0].unmoved(), "{rebuilt:?}");
+    let b = &rebuilt.outcomes[1];
+    assert_eq!(
+        b.conflicts[0],
+        Conflict::InPodSet {
+            cpus: cpus("4"),
+            pod: "pod-a".to_string()
+        }
+    );
+    assert_eq!(b.cpus.len(), 2);
+    assert!(
+        b.cpus.contains(5) && b.cpus.is_disjoint(&cpus("1-4")),
+        "{b:?}"
+    );
+    assert!(rebuilt.state.default.is_disjoint(&cpus("1-4")));
+    started_with_pods(&rebuilt, &policy);
+}
+
+#[test]
+fn a_container_short_of_a_cpu_is_topped_up_inside_its_pods_set() {
+    // CPU 2 went offline: pod-a's set (1-4) gets a free CPU in its place,
+    // and a/main, short of one, gets it from the set — leaving one of the
+    // CPUs its pod's shared containers ran on (3-4) to them.
+    let policy = policy_on(without(&machine(), &cpus("2")), "0");
+    let rebuilt = rebuild_with_pods(
+        &[claim("pod-a", "1-2", 2)],
+        &pods(&[("pod-a", "1-4")]),
+        &policy,
+    );
+    let set = &rebuilt.pod_sets[0];
+    assert_eq!(set.conflicts[0], Conflict::CpusGone { cpus: cpus("2") });
+    assert!(matches!(&set.conflicts[1], Conflict::Replaced { added } if added.len() == 1));
+    assert_eq!(set.cpus.len(), 4);
+    let a = &rebuilt.outcomes[0];
+    assert_eq!(a.cpus.len(), 2, "{a:?}");
+    assert!(a.cpus.contains(1) && a.cpus.is_subset(&set.cpus), "{a:?}");
+    assert!(!set.cpus.difference(&a.cpus).is_empty());
+    started_with_pods(&rebuilt, &policy);
+}
+
+#[test]
+fn a_container_outside_its_pods_set_loses_what_is_outside() {
+    let policy = policy("0");
+    let rebuilt = rebuild_with_pods(
+        &[claim("pod-a", "1,5", 2)],
+        &pods(&[("pod-a", "1-4")]),
+        &policy,
+    );
+    let a = &rebuilt.outcomes[0];
+    assert_eq!(a.conflicts[0], Conflict::OutsidePodSet { cpus: cpus("5") });
+    assert_eq!(a.cpus.len(), 2);
+    assert!(
+        a.cpus.contains(1) && a.cpus.is_subset(&cpus("1-4")),
+        "{a:?}"
+    );
+    assert!(rebuilt.state.default.contains(5));
+    started_with_pods(&rebuilt, &policy);
+}
+
+#[test]
+fn the_earlier_pods_set_keeps_a_cpu_two_sets_claim() {
+    let policy = policy("0");
+    let rebuilt = rebuild_with_pods(&[], &pods(&[("pod-a", "1-2"), ("pod-b", "2-3")]), &policy);
+    assert_eq!(rebuilt.pod_sets[0].cpus, cpus("1-2"));
+    let b = &rebuilt.pod_sets[1];
+    assert_eq!(
+        b.conflicts[0],
+        Conflict::InPodSet {
+            cpus: cpus("2"),
+            pod: "pod-a".to_string()
+        }
+    );
+    assert_eq!(b.cpus.len(), 2);
+    assert!(b.cpus.contains(3) && !b.cpus.contains(2), "{b:?}");
+    started_with_pods(&rebuilt, &policy);
+}
+
+fn arb_pod_sets() -> impl Strategy<Value = PodCpus> {
+    let one = (0u8..6, proptest::collection::vec(0u32..20, 0..6));
+    proptest::collection::vec(one, 0..4).prop_map(|items| {
+        items
+            .into_iter()
+            .map(|(pod, ids)| (format!("pod-{pod}"), ids.into_iter().collect()))
+            .collect()
+    })
+}
+
 fn arb_claims() -> impl Strategy<Value = Vec<Claim>> {
     let one = (
         0u8..6,
@@ -230,6 +365,29 @@ proptest! {
         }
     }
 
+    /// With pod-level sets too, whatever they and the claims are: the result
+    /// starts with its sets, none of them in the shared pool, every
+    /// container of a pod with a set inside it.
+    #[test]
+    fn the_rebuilt_state_with_pod_sets_is_always_valid(
+        claims in arb_claims(),
+        sets in arb_pod_sets(),
+        reserved in 0u32..16,
+    ) {
+        let policy = policy(&reserved.to_string());
+        let rebuilt = rebuild_with_pods(&claims, &sets, &policy);
+        let pod_cpus = rebuilt.pod_cpus();
+        let mut state = rebuilt.state.clone();
+        prop_assert_eq!(policy.start_with(&mut state, &pod_cpus), Ok(()), "{:?}", rebuilt);
+        if let Policy::Static(p) = &policy {
+            let expected = crate::state::Expected {
+                pod_cpus: &pod_cpus,
+                ..p.expected(p.topology().all_cpus())
+            };
+            prop_assert!(rebuilt.state.check_invariants(expected).is_ok(), "{:?}", rebuilt);
+        }
+    }
+
     /// The order the node lists workloads in does not matter.
     #[test]
     fn the_rule_is_deterministic(claims in arb_claims()) {
@@ -253,7 +411,9 @@ proptest! {
                     | Conflict::CpusReserved { cpus }
                     | Conflict::CpusTaken { cpus, .. }
                     | Conflict::Trimmed { cpus }
-                    | Conflict::SharedPoolWouldBeEmpty { cpus } => named.union_with(cpus),
+                    | Conflict::SharedPoolWouldBeEmpty { cpus }
+                    | Conflict::InPodSet { cpus, .. }
+                    | Conflict::OutsidePodSet { cpus } => named.union_with(cpus),
                     Conflict::Replaced { .. } | Conflict::Short { .. } => {}
                 }
             }
