@@ -36,6 +36,11 @@ pub use pinion_core::qrm_checkpoint::ALLOCATIONS;
 /// (key: the pod UID).
 pub const REMOVALS: &str = "qrm-removal";
 
+/// Side-data kind of a pod one of whose containers left with plugin
+/// allocations while others of the pod still run: its plugins must hear of
+/// the pod's removal when the last one goes (key: the pod UID).
+pub const PLUGIN_PODS: &str = "qrm-pod";
+
 /// The side-data key of container `key`'s allocations.
 pub(super) fn side_key((pod, container): &Key) -> String {
     pinion_core::qrm_checkpoint::side_key(pod, container)
@@ -133,6 +138,37 @@ impl PluginData {
                 .next()
                 .is_some_and(|(k, _)| k.starts_with(&prefix))
         })
+    }
+
+    /// True when container `key` has durable answers.
+    pub(super) fn has_allocations(&self, key: &Key) -> bool {
+        self.side
+            .get(ALLOCATIONS)
+            .is_some_and(|entries| entries.contains_key(&side_key(key)))
+    }
+
+    /// True when a container of `pod` that left had durable answers
+    /// ([`PLUGIN_PODS`]).
+    pub(super) fn pod_had_allocations(&self, pod: &str) -> bool {
+        self.side
+            .get(PLUGIN_PODS)
+            .is_some_and(|pods| pods.contains_key(pod))
+    }
+
+    /// The pods a container of which left with durable answers
+    /// ([`PLUGIN_PODS`]).
+    pub(super) fn pods_that_had_allocations(&self) -> Vec<String> {
+        self.side
+            .get(PLUGIN_PODS)
+            .map(|pods| pods.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Notes (`true`) or forgets that a container of `pod` that left had
+    /// durable answers; the record of the change.
+    pub(super) fn set_pod_had_allocations(&mut self, pod: &str, had: bool) -> Option<Record> {
+        let value = had.then(|| serde_json::Value::Bool(true).into());
+        self.side.set(PLUGIN_PODS, pod, value)
     }
 
     /// Notes that every plugin must hear of pod `pod`'s removal (the

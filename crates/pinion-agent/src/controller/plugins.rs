@@ -71,6 +71,13 @@ impl Controller {
         resources: BTreeSet<String>,
         allocations: PluginAllocations,
     ) -> Result<Admitted, ControlError> {
+        if !self.workloads.contains_key(key) {
+            // The container left while its plugins allocated for it again:
+            // their `Allocate` may have come after the pod's `RemovePod`, so
+            // when no container of the pod is left they must hear of its
+            // removal (again), or they keep what they allocated for good.
+            self.forget_refused(&key.0);
+        }
         self.store_and_place(key, resources, allocations, true)
     }
 
@@ -344,23 +351,66 @@ impl Controller {
     }
 
     /// After `released` went: drops their stored allocations and notes the
-    /// pods whose containers are now all gone and had plugin data (their
-    /// plugins must hear of it). Returns the side-data records of the
-    /// change.
+    /// pods whose containers are now all gone and had plugin data, now or
+    /// in a container that left before (their plugins must hear of it). A
+    /// pod that still runs but lost a container with plugin data is
+    /// remembered for then ([`PLUGIN_PODS`](super::plugin_data::PLUGIN_PODS)).
+    /// Returns the side-data records of the change.
     pub(super) fn note_pod_removals(&mut self, released: &[Key]) -> Vec<Record> {
         let mut records = Vec::new();
         let pods: BTreeSet<&String> = released.iter().map(|(pod, _)| pod).collect();
         for pod in pods {
             let gone = !self.workloads.keys().any(|(p, _)| p == pod);
-            let had_plugins = self.plugin_data.pod_has_allocations(pod);
+            let had_plugins = self.plugin_data.pod_has_allocations(pod)
+                || self.plugin_data.pod_had_allocations(pod);
+            let mut released_had = false;
             for key in released.iter().filter(|(p, _)| p == pod) {
+                released_had |= self.plugin_data.has_allocations(key);
                 records.extend(self.plugin_data.set_allocations(key, None));
             }
-            if gone && had_plugins {
-                records.extend(self.plugin_data.must_hear_of_removal(pod));
+            if gone {
+                if had_plugins {
+                    records.extend(self.plugin_data.must_hear_of_removal(pod));
+                }
+                records.extend(self.plugin_data.set_pod_had_allocations(pod, false));
+            } else if released_had {
+                records.extend(self.plugin_data.set_pod_had_allocations(pod, true));
             }
         }
         records
+    }
+
+    /// At a runtime synchronize: the pods remembered because a container
+    /// with plugin data left ([`Self::note_pod_removals`]) of which nothing
+    /// is left now — no workload, and `alive` says no container runs and no
+    /// sandbox is there (they went while the agent was down): every plugin
+    /// must hear of their removal. Returns the side-data records.
+    pub(super) fn note_departed_plugin_pods(
+        &mut self,
+        alive: impl Fn(&str) -> bool,
+    ) -> Vec<Record> {
+        let mut records = Vec::new();
+        for pod in self.plugin_data.pods_that_had_allocations() {
+            if alive(&pod) || !self.keys_of(&pod, None).is_empty() {
+                continue;
+            }
+            records.extend(self.plugin_data.must_hear_of_removal(&pod));
+            records.extend(self.plugin_data.set_pod_had_allocations(&pod, false));
+        }
+        records
+    }
+
+    /// The runtime removed pod `uid`'s sandbox: its pod-level resources are
+    /// forgotten and, when a container of it left with plugin data and no
+    /// container is left now, every plugin must hear of its removal. The
+    /// records wait for the next flush, as [`Controller::forget_refused`]'s.
+    pub fn pod_removed(&mut self, uid: &str) {
+        self.set_pod_resources(uid, None);
+        let records = self.note_departed_plugin_pods(|pod| pod != uid);
+        if !records.is_empty() {
+            self.plugin_data.wait(records);
+            self.publish();
+        }
     }
 
     /// An admission refused after its plugins allocated for it: when no

@@ -140,6 +140,10 @@ impl Controller {
         } else {
             self.decide_late_admissions(running, &mut batch)
         };
+        let departed = self.note_departed_plugin_pods(|pod| {
+            restartable.contains_key(pod) || running.iter().any(|c| c.key.0 == pod)
+        });
+        self.append(&departed, &mut batch);
         self.commit(batch)?;
         for key in &stale {
             tracing::info!(pod = %key.0, container = %key.1, "released: not running any more");

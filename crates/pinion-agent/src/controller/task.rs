@@ -146,6 +146,8 @@ pub enum Command {
         uid: String,
         resources: Option<PodResources>,
     },
+    /// The runtime removed a pod's sandbox: the pod is gone.
+    PodRemoved { uid: String },
     /// Run a reconcile pass now.
     Reconcile { reply: Reply<ReconcileReport> },
     /// Make the built-in plugins' waiting state changes durable.
@@ -322,6 +324,9 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
             }
             Command::SetPodResources { uid, resources } => {
                 controller.set_pod_resources(&uid, resources);
+            }
+            Command::PodRemoved { uid } => {
+                controller.pod_removed(&uid);
             }
             Command::Reconcile { reply } => {
                 let _ = reply.send(Ok(controller.reconcile()));
@@ -770,6 +775,12 @@ impl ControllerHandle {
             .commands
             .send(Command::SetPodResources { uid, resources })
             .await;
+    }
+
+    /// Tells the controller the runtime removed pod `uid`'s sandbox
+    /// ([`Controller::pod_removed`]).
+    pub async fn pod_removed(&self, uid: String) {
+        let _ = self.commands.send(Command::PodRemoved { uid }).await;
     }
 
     /// Runs a reconcile pass.

@@ -1283,6 +1283,144 @@ fn regression_a_plugin_state_record_the_journal_cannot_take_fails_the_flush() {
     assert_eq!(kept["plugin-state/cpu"].get("rest"), value.as_ref());
 }
 
+/// Admits runtime pod `uid` of two shared-pool containers, a and b.
+fn admit_pod_of_a_and_b(controller: &mut Controller, uid: &str) {
+    let mut template = runtime_request(uid, None, "id-a");
+    let mut second = template.pod.containers[0].clone();
+    template.pod.containers[0].name = "a".to_string();
+    second.name = "b".to_string();
+    template.pod.containers.push(second);
+    for container in ["a", "b"] {
+        let mut request = template.clone();
+        request.container = container.to_string();
+        request.frontend = Frontend::runtime(format!("{uid}-{container}"));
+        admit(controller, &request).expect("admitted");
+    }
+}
+
+/// A plugin's answer for `example.com/widget`, as the manager stores it.
+fn widget() -> (
+    BTreeSet<String>,
+    pinion_core::plugin_allocation::PluginAllocations,
+) {
+    (
+        BTreeSet::from(["example.com/widget".to_string()]),
+        BTreeMap::from([(
+            "example.com/widget".to_string(),
+            pinion_core::plugin_allocation::PluginAllocation::default(),
+        )]),
+    )
+}
+
+/// Container a of pod `uid` (admitted with b) gets plugin allocations and
+/// leaves; b runs on.
+fn a_leaves_with_plugin_data(controller: &mut Controller, uid: &str) {
+    admit_pod_of_a_and_b(controller, uid);
+    let (resources, allocations) = widget();
+    controller
+        .record_allocations(&(uid.to_string(), "a".to_string()), resources, allocations)
+        .expect("recorded");
+    controller.release(uid, Some("a")).expect("released a");
+}
+
+/// The pods whose plugins have yet to hear of their removal.
+fn pending_removals(controller: &Controller) -> Vec<String> {
+    controller
+        .subscribe_snapshots()
+        .borrow()
+        .pending_plugin_removals
+        .clone()
+}
+
+/// Found while testing the next defect (forty-fourth session): when the
+/// container of a pod that had plugin allocations left first, its
+/// allocations were dropped, and when the pod's last container (with none)
+/// left, no plugin heard of the pod's removal: they kept the first one's
+/// resources for good.
+#[test]
+fn regression_plugins_hear_of_a_pod_whose_container_with_plugin_data_left_first() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    a_leaves_with_plugin_data(&mut controller, "pod-f");
+    assert!(pending_removals(&controller).is_empty(), "b still runs");
+    controller.release("pod-f", Some("b")).expect("released b");
+    assert_eq!(pending_removals(&controller), ["pod-f"]);
+}
+
+/// The same when the pod goes after a restart: the pod is remembered
+/// durably. Its plugins hear of its removal when the runtime removes its
+/// sandbox (not while the sandbox is there), or, when it went while the
+/// agent was down, at the runtime's first synchronize.
+#[test]
+fn plugins_hear_of_a_pod_whose_last_container_went_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    a_leaves_with_plugin_data(&mut controller, "pod-g");
+    drop(controller);
+    let mut controller = start(dir.path(), &host).expect("restart");
+    let sandbox = pinion_host::cgroup::ContainerCgroup::resolve("/kubepods/pod-g").expect("cgroup");
+    let restartable = BTreeMap::from([("pod-g".to_string(), vec![sandbox])]);
+    controller
+        .sync_runtime_holding(&[], &restartable)
+        .expect("synchronized");
+    assert!(
+        pending_removals(&controller).is_empty(),
+        "its sandbox is there"
+    );
+    controller.pod_removed("pod-g");
+    assert_eq!(pending_removals(&controller), ["pod-g"]);
+    controller.plugin_pod_removed("pod-g");
+    controller.flush_plugin_state().expect("flushed");
+
+    a_leaves_with_plugin_data(&mut controller, "pod-h");
+    drop(controller);
+    let mut controller = start(dir.path(), &host).expect("restart");
+    assert!(pending_removals(&controller).is_empty());
+    controller.sync_runtime(&[]).expect("synchronized");
+    assert_eq!(pending_removals(&controller), ["pod-h"]);
+}
+
+/// Found from outside (forty-third session): a re-allocation whose
+/// container left while its plugins allocated again was only logged
+/// (`NotFound`). Its `Allocate` may reach the plugins after the pod's
+/// `RemovePod`, and nothing told them to forget the pod again: they kept
+/// its resources for good.
+#[test]
+fn regression_a_reallocation_for_a_departed_pod_makes_its_plugins_forget_it_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    a_leaves_with_plugin_data(&mut controller, "pod-r");
+    let a = ("pod-r".to_string(), "a".to_string());
+    let b = ("pod-r".to_string(), "b".to_string());
+    // A re-allocation of a, which left, while b runs: nothing to forget
+    // yet (the pod's removal comes with b's).
+    let (resources, allocations) = widget();
+    assert!(matches!(
+        controller.record_reallocation(&a, resources, allocations),
+        Err(ControlError::NotFound { .. })
+    ));
+    assert!(pending_removals(&controller).is_empty());
+    controller.release("pod-r", Some("b")).expect("released b");
+    assert_eq!(pending_removals(&controller), ["pod-r"]);
+    controller.plugin_pod_removed("pod-r");
+    assert!(pending_removals(&controller).is_empty());
+    // The plugins heard of the removal; then a re-allocation started
+    // before it is answered.
+    let (resources, allocations) = widget();
+    assert!(matches!(
+        controller.record_reallocation(&b, resources, allocations),
+        Err(ControlError::NotFound { .. })
+    ));
+    assert_eq!(
+        pending_removals(&controller),
+        ["pod-r"],
+        "they must forget it again"
+    );
+}
+
 /// #17: "every plugin heard of the pod's removal" is journalled with the
 /// next flush rather than a flush of its own (its loss costs one repeated,
 /// idempotent `RemovePod` after a restart).

@@ -418,7 +418,7 @@ impl NriHandler for NriFrontend {
     async fn remove_pod_sandbox(&self, pod: PodSandbox) -> Result<(), HandlerError> {
         self.release_pod(&pod.id, true).await?;
         if let Ok(uid) = pinion_nri::kube::pod_uid(&pod) {
-            self.handle.set_pod_resources(uid, None).await;
+            self.handle.pod_removed(uid).await;
         }
         Ok(())
     }
