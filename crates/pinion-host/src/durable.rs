@@ -260,6 +260,51 @@ pub fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, DurableE
     }
 }
 
+/// What [`read_optional_at_most`] found in a file that exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Contents {
+    /// Its bytes (no more than the limit).
+    Bytes(Vec<u8>),
+    /// It is larger than the limit: `size` bytes (or more); nothing read.
+    TooLarge { size: u64 },
+}
+
+/// [`read_optional`] of a file that may not be larger than `max` bytes: a
+/// larger one is [`Contents::TooLarge`] and is not read (a damaged file
+/// cannot exhaust the memory; one that grows while it is read is caught too).
+pub fn read_optional_at_most(
+    dir: &Path,
+    name: &str,
+    max: u64,
+) -> Result<Option<Contents>, DurableError> {
+    use std::io::Read;
+    check_name(name)?;
+    let path = dir.join(name);
+    let io_error = |source| DurableError::Io {
+        op: Op::Read,
+        path: path.clone(),
+        source,
+    };
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(io_error(source)),
+    };
+    let size = file.metadata().map_err(io_error)?.len();
+    if size > max {
+        return Ok(Some(Contents::TooLarge { size }));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io_error)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > max {
+        return Ok(Some(Contents::TooLarge { size: read }));
+    }
+    Ok(Some(Contents::Bytes(bytes)))
+}
+
 /// Removes a temp file a crashed write left behind. Returns whether there
 /// was one.
 pub fn remove_stale_temp(dir: &Path, name: &str) -> Result<bool, DurableError> {

@@ -37,6 +37,22 @@ pub enum StoreError {
     },
 }
 
+/// The bytes of checkpoint file `dir/name`: `None` when there is none, an
+/// error when it is larger than any checkpoint
+/// ([`checkpoint::MAX_CHECKPOINT_BYTES`]; it is not read).
+pub fn read_checkpoint_bytes(
+    dir: &Path,
+    name: &str,
+) -> Result<Option<Result<Vec<u8>, CheckpointError>>, DurableError> {
+    let max = checkpoint::MAX_CHECKPOINT_BYTES;
+    Ok(
+        durable::read_optional_at_most(dir, name, max)?.map(|contents| match contents {
+            durable::Contents::Bytes(bytes) => Ok(bytes),
+            durable::Contents::TooLarge { size } => Err(CheckpointError::TooLarge { size, max }),
+        }),
+    )
+}
+
 /// A checkpoint file in a directory, opened after its content was checked.
 #[derive(Debug)]
 pub struct CheckpointStore {
@@ -57,10 +73,10 @@ impl CheckpointStore {
             dir: dir.to_path_buf(),
             name: name.to_string(),
         };
-        let Some(bytes) = durable::read_optional(dir, name)? else {
+        let Some(bytes) = read_checkpoint_bytes(dir, name)? else {
             return Ok((store, None));
         };
-        match checkpoint::decode_verified(&bytes) {
+        match bytes.and_then(|bytes| checkpoint::decode_verified(&bytes)) {
             Ok(checkpoint) => Ok((store, Some(checkpoint))),
             Err(source) => Err(StoreError::Corrupt {
                 path: store.path(),

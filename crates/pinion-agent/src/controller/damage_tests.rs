@@ -173,3 +173,47 @@ proptest! {
         restart_keeps_acknowledged_cpus(damage)?;
     }
 }
+
+/// Found from outside (forty-third session): the checkpoint was read whole
+/// at start, whatever its size, so a damaged file of gigabytes could
+/// exhaust the memory before anything was checked. A file larger than any
+/// checkpoint is now not read: it is set aside as unreadable (the file is
+/// sparse here, so the test writes nothing), and every run keeps its CPUs.
+#[test]
+fn regression_a_checkpoint_too_large_to_be_one_is_set_aside_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (node, acknowledged) = node_after_admissions(dir.path());
+    let path = dir.path().join(pinion_host::store::CPU_MANAGER_STATE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .expect("checkpoint");
+    file.set_len(pinion_core::checkpoint::MAX_CHECKPOINT_BYTES + 1)
+        .expect("sparse");
+    drop(file);
+    let controller = node.start(dir.path()).expect("the restart succeeds");
+    assert!(controller.start_report.rebuilt);
+    assert!(
+        controller
+            .start_report
+            .lines
+            .iter()
+            .any(|l| l.contains("more than the 67108864 bytes a checkpoint may have")),
+        "{:?}",
+        controller.start_report
+    );
+    for (id, cpus) in &acknowledged {
+        assert_eq!(
+            controller.state().assignment(id, RUN_CONTAINER),
+            Some(cpus),
+            "{id}"
+        );
+    }
+    let kept = std::fs::read_dir(dir.path())
+        .expect("dir")
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().contains("unreadable"));
+    assert!(kept, "the file is kept aside");
+}

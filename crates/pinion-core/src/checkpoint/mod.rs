@@ -71,7 +71,15 @@ pub enum CheckpointError {
     /// v1 entries are keyed by container id; they need [`Checkpoint::migrate_v1`].
     #[error("v1 checkpoint entries are keyed by container id and must be migrated to v2 first")]
     NeedsMigration,
+    /// The file is larger than any checkpoint ([`MAX_CHECKPOINT_BYTES`]):
+    /// not read, so that a damaged file cannot exhaust the memory.
+    #[error("checkpoint is {size} bytes, more than the {max} bytes a checkpoint may have")]
+    TooLarge { size: u64, max: u64 },
 }
+
+/// The largest checkpoint file read: one of 100,000 containers on a
+/// 1,024-CPU machine is a few MiB.
+pub const MAX_CHECKPOINT_BYTES: u64 = 64 << 20;
 
 /// The two checkpoint layouts kubelet has written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -218,3 +218,22 @@ fn failed_steps_leave_the_target_untouched_and_name_the_operation() {
         );
     }
 }
+
+#[test]
+fn a_read_at_most_a_limit_reads_nothing_of_a_larger_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    assert_eq!(
+        read_optional_at_most(dir.path(), "state", 4).expect("missing is fine"),
+        None
+    );
+    std::fs::write(dir.path().join("state"), b"four").expect("write");
+    assert_eq!(
+        read_optional_at_most(dir.path(), "state", 4).expect("read"),
+        Some(Contents::Bytes(b"four".to_vec()))
+    );
+    assert_eq!(
+        read_optional_at_most(dir.path(), "state", 3).expect("read"),
+        Some(Contents::TooLarge { size: 4 })
+    );
+    assert!(read_optional_at_most(dir.path(), "../state", 3).is_err());
+}

@@ -214,15 +214,17 @@ struct CheckpointFile {
 }
 
 fn read_checkpoint(dir: &Path) -> Result<CheckpointFile, JournalError> {
-    let bytes = durable::read_optional(dir, CPU_MANAGER_STATE)?;
+    let corrupt = |source| JournalError::CorruptCheckpoint {
+        path: dir.join(CPU_MANAGER_STATE),
+        source,
+    };
+    let bytes = match crate::store::read_checkpoint_bytes(dir, CPU_MANAGER_STATE)? {
+        None => None,
+        Some(read) => Some(read.map_err(corrupt)?),
+    };
     let checkpoint = match &bytes {
         None => None,
-        Some(bytes) => Some(checkpoint::decode_verified(bytes).map_err(|source| {
-            JournalError::CorruptCheckpoint {
-                path: dir.join(CPU_MANAGER_STATE),
-                source,
-            }
-        })?),
+        Some(bytes) => Some(checkpoint::decode_verified(bytes).map_err(corrupt)?),
     };
     Ok(CheckpointFile { bytes, checkpoint })
 }

@@ -9,7 +9,7 @@ use pinion_core::checkpoint::{self, CheckpointError};
 
 use super::{JournalError, JOURNAL};
 use crate::durable;
-use crate::store::CPU_MANAGER_STATE;
+use crate::store::{read_checkpoint_bytes, CPU_MANAGER_STATE};
 
 /// What [`set_aside_unreadable`] did.
 #[derive(Debug)]
@@ -27,10 +27,10 @@ pub struct SetAside {
 /// smallest free `n`) and the journal beside it likewise; `None` when the
 /// checkpoint is missing or readable (nothing is touched).
 pub fn set_aside_unreadable(dir: &Path, stamp: &str) -> Result<Option<SetAside>, JournalError> {
-    let Some(bytes) = durable::read_optional(dir, CPU_MANAGER_STATE)? else {
+    let Some(bytes) = read_checkpoint_bytes(dir, CPU_MANAGER_STATE)? else {
         return Ok(None);
     };
-    let Err(reason) = checkpoint::decode_verified(&bytes) else {
+    let Err(reason) = bytes.and_then(|bytes| checkpoint::decode_verified(&bytes)) else {
         return Ok(None);
     };
     let label = format!("unreadable-{stamp}");
