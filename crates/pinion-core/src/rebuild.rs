@@ -334,6 +334,21 @@ impl Held {
         all
     }
 
+    /// `cpus` without those in a pod-level set, with a conflict per set.
+    fn outside_pod_sets(&self, mut cpus: CpuSet, conflicts: &mut Vec<Conflict>) -> CpuSet {
+        for (pod, set) in &self.pod_sets {
+            let both = cpus.intersection(set);
+            if !both.is_empty() {
+                cpus = cpus.difference(&both);
+                conflicts.push(Conflict::InPodSet {
+                    cpus: both,
+                    pod: pod.clone(),
+                });
+            }
+        }
+        cpus
+    }
+
     /// The CPUs of `cpus` that some container keeps.
     fn kept_by_containers(&self, cpus: &CpuSet) -> CpuSet {
         cpus.iter()
@@ -350,38 +365,51 @@ fn keep_pod_set(
     online: &CpuSet,
     held: &mut Held,
 ) {
-    let gone = set.observed.difference(online);
+    let cpus = usable(&set.observed, pool, reserved, online, &mut set.conflicts);
+    let cpus = held.outside_pod_sets(cpus, &mut set.conflicts);
+    let cpus = leaving_a_shared_cpu(cpus, pool, held, &mut set.conflicts);
+    set.cpus = cpus.clone();
+    held.pod_sets.insert(set.pod.clone(), cpus);
+}
+
+/// Step 2's first part: the CPUs of `observed` that are online and not
+/// reserved, with a conflict for each kind taken away.
+fn usable(
+    observed: &CpuSet,
+    pool: &CpuSet,
+    reserved: &CpuSet,
+    online: &CpuSet,
+    conflicts: &mut Vec<Conflict>,
+) -> CpuSet {
+    let gone = observed.difference(online);
     if !gone.is_empty() {
-        set.conflicts.push(Conflict::CpusGone { cpus: gone });
+        conflicts.push(Conflict::CpusGone { cpus: gone });
     }
-    let reserved_hit = set.observed.intersection(online).intersection(reserved);
+    let reserved_hit = observed.intersection(online).intersection(reserved);
     if !reserved_hit.is_empty() {
-        set.conflicts
-            .push(Conflict::CpusReserved { cpus: reserved_hit });
+        conflicts.push(Conflict::CpusReserved { cpus: reserved_hit });
     }
-    let mut cpus = set.observed.intersection(pool).difference(reserved);
-    for (pod, other) in &held.pod_sets {
-        let both = cpus.intersection(other);
-        if !both.is_empty() {
-            cpus = cpus.difference(&both);
-            set.conflicts.push(Conflict::InPodSet {
-                cpus: both,
-                pod: pod.clone(),
-            });
-        }
-    }
+    observed.intersection(pool).difference(reserved)
+}
+
+/// Step 3's check: `cpus` without its highest CPU (a conflict) when keeping
+/// them all beside what is `held` would leave the shared pool empty.
+fn leaving_a_shared_cpu(
+    mut cpus: CpuSet,
+    pool: &CpuSet,
+    held: &Held,
+    conflicts: &mut Vec<Conflict>,
+) -> CpuSet {
     let mut exclusive = held.all();
     exclusive.union_with(&cpus);
     if !cpus.is_empty() && shared_pool(pool, &exclusive).is_empty() {
         if let Some(last) = cpus.last() {
             let highest: CpuSet = [last].into_iter().collect();
             cpus = cpus.difference(&highest);
-            set.conflicts
-                .push(Conflict::SharedPoolWouldBeEmpty { cpus: highest });
+            conflicts.push(Conflict::SharedPoolWouldBeEmpty { cpus: highest });
         }
     }
-    set.cpus = cpus.clone();
-    held.pod_sets.insert(set.pod.clone(), cpus);
+    cpus
 }
 
 /// Steps 2 and 3 of the rule for one exclusive claim.
@@ -394,17 +422,7 @@ fn keep(
     held: &mut Held,
     take: &impl Fn(&CpuSet, usize) -> Option<CpuSet>,
 ) {
-    let gone = claim.cpus.difference(online);
-    if !gone.is_empty() {
-        outcome.conflicts.push(Conflict::CpusGone { cpus: gone });
-    }
-    let reserved_hit = claim.cpus.intersection(online).intersection(reserved);
-    if !reserved_hit.is_empty() {
-        outcome
-            .conflicts
-            .push(Conflict::CpusReserved { cpus: reserved_hit });
-    }
-    let mut cpus = claim.cpus.intersection(pool).difference(reserved);
+    let mut cpus = usable(&claim.cpus, pool, reserved, online, &mut outcome.conflicts);
     match held.pod_sets.get(&claim.pod) {
         Some(own) => {
             let outside = cpus.difference(own);
@@ -415,18 +433,7 @@ fn keep(
                     .push(Conflict::OutsidePodSet { cpus: outside });
             }
         }
-        None => {
-            for (pod, other) in &held.pod_sets {
-                let both = cpus.intersection(other);
-                if !both.is_empty() {
-                    cpus = cpus.difference(&both);
-                    outcome.conflicts.push(Conflict::InPodSet {
-                        cpus: both,
-                        pod: pod.clone(),
-                    });
-                }
-            }
-        }
+        None => cpus = held.outside_pod_sets(cpus, &mut outcome.conflicts),
     }
     // Taken by other pods, grouped by holder (in CPU order of first hit).
     let mut taken: Vec<((String, String), CpuSet)> = Vec::new();
@@ -460,17 +467,7 @@ fn keep(
             cpus = chosen;
         }
     }
-    let mut exclusive = held.all();
-    exclusive.union_with(&cpus);
-    if !cpus.is_empty() && shared_pool(pool, &exclusive).is_empty() {
-        if let Some(last) = cpus.last() {
-            let highest: CpuSet = [last].into_iter().collect();
-            cpus = cpus.difference(&highest);
-            outcome
-                .conflicts
-                .push(Conflict::SharedPoolWouldBeEmpty { cpus: highest });
-        }
-    }
+    let cpus = leaving_a_shared_cpu(cpus, pool, held, &mut outcome.conflicts);
     for cpu in cpus.iter() {
         held.by_container
             .entry(cpu)
