@@ -198,6 +198,7 @@ fn set_pool_status(err: &SetPoolError) -> StatusCode {
         SetPoolError::Size { .. }
         | SetPoolError::Name(_)
         | SetPoolError::TooManyPins { .. }
+        | SetPoolError::DoesNotFit { .. }
         | SetPoolError::Unknown { .. } => StatusCode::BAD_REQUEST,
     }
 }
@@ -270,6 +271,18 @@ async fn run_request(run: &RunRequest, peer: Option<u32>, handle: &ControllerHan
             None,
         );
     };
+    if pid == 0 {
+        // The kernel's answer for a peer outside the agent's PID namespace;
+        // written to `cgroup.procs`, 0 would move the agent itself.
+        return error(
+            StatusCode::BAD_REQUEST,
+            "cannot identify the calling process: it is not in the agent's PID namespace \
+             (peer pid 0); run `pinion run` where the agent runs, or the agent with the \
+             host's PID namespace (hostPID: true)"
+                .into(),
+            None,
+        );
+    }
     let frontend = match Frontend::standalone(&pod.uid, Some(pid)) {
         Ok(frontend) => frontend,
         Err(err) => return control_error(&err),
@@ -585,6 +598,34 @@ mod tests {
         let run: RunRequest =
             json_object(b"\n {\"id\": \"pinion-run-1\"}").expect("an object is parsed");
         assert_eq!(run, RunRequest::new("pinion-run-1"));
+    }
+
+    /// Found from outside (forty-fourth session): a caller outside the
+    /// agent's PID namespace has peer pid 0, which was taken as its pid;
+    /// written to `cgroup.procs`, 0 moves the writer — the agent — into the
+    /// run's cgroup. It is refused, naming the cause, and nothing is placed.
+    #[tokio::test]
+    async fn regression_a_caller_with_peer_pid_0_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = crate::testing::SyntheticNode {
+            host: pinion_host::cgroup::fake::FakeCgroups::default(),
+            ..crate::testing::SyntheticNode::new(crate::testing::machine(1, 4, 1))
+        };
+        let (handle, _task) =
+            controller::spawn(node.start(dir.path()).expect("start")).expect("spawn");
+        let answer = run_request(&RunRequest::new("pinion-run-p"), Some(0), &handle).await;
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains("peer pid 0") && text.contains("hostPID"),
+            "{text}"
+        );
+        assert!(handle.snapshot().workloads.is_empty());
+        assert!(node.host.tree().children.is_empty());
     }
 
     #[test]

@@ -30,12 +30,14 @@ pub fn of_nodes(nodes: &CpuSet, preferred: bool) -> Hint {
     }
 }
 
-/// The nodes of a hint (ids beyond `u32` dropped).
+/// The nodes of a hint (ids no machine has, beyond
+/// [`pinion_core::cpuset::MAX_CPU_ID`], dropped: a set cannot hold them).
 #[must_use]
 pub fn nodes(hint: &Hint) -> CpuSet {
     hint.nodes
         .iter()
         .filter_map(|&n| u32::try_from(n).ok())
+        .filter(|&n| n <= pinion_core::cpuset::MAX_CPU_ID)
         .collect()
 }
 

@@ -72,15 +72,12 @@ pub fn isolated_ask(request: &Request) -> Result<IsolatedAsk, PluginError> {
     Ok(ask.isolated)
 }
 
-/// The NUMA nodes of the request's hint, when it names some.
+/// The NUMA nodes of the request's hint, when it names some (ids no
+/// machine has, beyond [`pinion_core::cpuset::MAX_CPU_ID`], dropped:
+/// [`crate::hints::nodes`]).
 #[must_use]
 pub fn hint_nodes(request: &Request) -> Option<CpuSet> {
-    let hint = request.hint.as_ref()?;
-    let nodes: CpuSet = hint
-        .nodes
-        .iter()
-        .filter_map(|&n| u32::try_from(n).ok())
-        .collect();
+    let nodes = crate::hints::nodes(request.hint.as_ref()?);
     (!nodes.is_empty()).then_some(nodes)
 }
 
@@ -171,5 +168,23 @@ mod tests {
             preferred: true,
         });
         assert_eq!(hint_nodes(&r), Some(CpuSet::from_iter([1, 3])));
+    }
+
+    /// Found from outside (forty-fourth session): a hint naming node 8192
+    /// or more (up to `u32::MAX`) panicked building the node set; over a
+    /// plugin's socket that was an internal error, not the request's.
+    #[test]
+    fn regression_hint_node_ids_no_machine_has_are_dropped_without_a_panic() {
+        let mut r = request(&[("cpu", 1.0)]);
+        r.hint = Some(crate::Hint {
+            nodes: vec![1, 8192, u64::from(u32::MAX), u64::MAX],
+            preferred: true,
+        });
+        assert_eq!(hint_nodes(&r), Some(CpuSet::from_iter([1])));
+        r.hint = Some(crate::Hint {
+            nodes: vec![8192],
+            preferred: true,
+        });
+        assert_eq!(hint_nodes(&r), None);
     }
 }

@@ -223,7 +223,14 @@ fn exclusive(
 ) -> Result<(), PluginError> {
     let pod = request.pod_uid.as_str();
     let topology = plugin.policy.topology();
-    let blocked = plugin.state.blocked(topology, Some(pod));
+    // Only the blocked CPUs the shared set has are taken out and put back:
+    // the node holders' own CPUs are not in it (putting those "back" gave
+    // them to the shared set and the next exclusive request, and the start
+    // refused the state saved so).
+    let blocked = plugin
+        .state
+        .blocked(topology, Some(pod))
+        .intersection(&plugin.state.exclusive.default);
     let undo = Undo {
         default: plugin.state.exclusive.default.clone(),
         pod_assignments: plugin.state.exclusive.assignments.get(pod).cloned(),

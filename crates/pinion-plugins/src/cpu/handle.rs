@@ -44,6 +44,16 @@ pub enum SetPoolError {
         if known.is_empty() { "none".to_string() } else { known.join(", ") }
     )]
     Unknown { pool: String, known: Vec<String> },
+    /// The pin's minimum would not fit beside the other pools, reclaim's
+    /// minimum and the exclusive CPUs: every shared and exclusive admission
+    /// would be refused until it went.
+    #[error("pool {pool:?}: a pin of {size} does not fit: {source}")]
+    DoesNotFit {
+        pool: String,
+        size: String,
+        #[source]
+        source: pinion_core::pools::PoolError,
+    },
     #[error(transparent)]
     Plugin(#[from] PluginError),
 }
@@ -103,7 +113,7 @@ impl CpuPluginHandle {
         GrpcPlugin::shared(Arc::clone(&self.plugin))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, CpuPlugin> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, CpuPlugin> {
         self.plugin.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -202,6 +212,15 @@ impl CpuPluginHandle {
                 pool: name.to_string(),
                 known,
             });
+        }
+        if size != PoolSize::Auto {
+            plugin
+                .pin_fits(name, size)
+                .map_err(|source| SetPoolError::DoesNotFit {
+                    pool: name.to_string(),
+                    size: size.to_string(),
+                    source,
+                })?;
         }
         Ok(plugin.set_pool_size(name, size)?)
     }

@@ -264,6 +264,27 @@ impl CpuPlugin {
     }
 
     /// Pins pool `name` (`pinion pools set NAME=SIZE|MIN-MAX|auto`).
+    /// Whether pinning pool `name` to `size` keeps every pool's minimum and
+    /// reclaim's on the CPUs the exclusive holders leave (the check every
+    /// admission makes; a pin that fails it would refuse them all).
+    pub fn pin_fits(
+        &self,
+        name: &str,
+        size: PoolSize,
+    ) -> Result<(), pinion_core::pools::PoolError> {
+        let mut trial = self.state.pools.clone();
+        trial.set_pin(name, size);
+        let held = self.state.held(self.policy.topology());
+        trial.check(
+            Cpus {
+                topology: self.policy.topology(),
+                reserved: self.policy.reserved(),
+                held: &held,
+            },
+            &self.state.demands(),
+        )
+    }
+
     pub fn set_pool_size(
         &mut self,
         name: &str,

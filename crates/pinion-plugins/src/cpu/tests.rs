@@ -480,6 +480,53 @@ fn the_journal_entries_rebuild_the_state_after_every_change() {
     assert_eq!(keys, ["pod/t", "rest"]);
 }
 
+/// Found from outside (forty-fourth session): every exclusive admission
+/// after a pod held a NUMA node exclusively put the CPUs of the other pods'
+/// held nodes back into the shared set — the holder's own exclusive CPUs
+/// too. The next exclusive request could get them a second time, and the
+/// state saved so was refused at the next start (an assignment overlapping
+/// the default set), which stopped the agent.
+#[test]
+fn regression_an_exclusive_admission_after_a_numa_holder_keeps_the_holders_cpus_out_of_the_shared_set(
+) {
+    let outbox = crate::store::Outbox::new();
+    let mut journal = BTreeMap::new();
+    let mut p = journal_plugin(BTreeMap::new(), &outbox, None);
+    let mut holder = request(
+        "x",
+        2.0,
+        &[
+            level("dedicated_cores"),
+            (
+                qos::MEMORY_ENHANCEMENT_KEY,
+                r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
+            ),
+        ],
+    );
+    holder.hint = Some(Hint {
+        nodes: vec![1],
+        preferred: true,
+    });
+    let held = cpus_of(&p.allocate(&holder).expect("x"));
+    for pod in ["d", "e"] {
+        let got = cpus_of(
+            &p.allocate(&request(pod, 2.0, &[level("dedicated_cores")]))
+                .expect("dedicated"),
+        );
+        assert!(got.is_disjoint(&held), "{pod} got {got}, x holds {held}");
+        let exclusive = &p.state().exclusive;
+        assert!(
+            exclusive.default.is_disjoint(&exclusive.exclusive_cpus()),
+            "shared {} overlaps the exclusive cpus {}",
+            exclusive.default,
+            exclusive.exclusive_cpus()
+        );
+    }
+    apply(&outbox, &mut journal);
+    let reopened = journal_plugin(journal, &outbox, None);
+    assert_eq!(reopened.state(), p.state());
+}
+
 /// #17: an agent upgraded from the state-file version finds no journal
 /// entries; the plugin takes its state file once and hands all of it to
 /// the journal.
@@ -710,4 +757,40 @@ fn regression_pool_pins_take_pool_names_only_and_are_capped() {
     pools.set(&name(7), "auto", false).expect("auto");
     pools.set("one-more", "2", true).expect("the freed place");
     assert_eq!(pools.view().pending_pins.len(), MAX_PINS);
+}
+
+/// Found from outside (forty-fourth session): a pin was taken without
+/// checking that it fits. `pinion pools set share=64` on a 16-CPU node was
+/// answered 200, and from then on every shared and exclusive admission was
+/// refused (the pin's minimum is the floor the admission checks), while
+/// the closed loop resized the pool up and down every period.
+#[test]
+fn regression_a_pin_that_does_not_fit_is_refused_and_changes_nothing() {
+    let pools = CpuPluginHandle::new(plugin());
+    pools
+        .lock()
+        .allocate(&request("s", 1.5, &[]))
+        .expect("shared");
+    for size in ["64", "40-48"] {
+        let err = pools.set("share", size, false).expect_err(size);
+        assert!(
+            matches!(&err, SetPoolError::DoesNotFit { pool, .. } if pool == "share"),
+            "{size}: {err}"
+        );
+        assert!(
+            err.to_string().contains(size) && err.to_string().contains("not enough cpus"),
+            "{err}"
+        );
+        assert_eq!(pools.lock().pools().pin_of("share"), PoolSize::Auto);
+    }
+    pools
+        .lock()
+        .allocate(&request("t", 1.0, &[]))
+        .expect("shared admissions go on");
+    pools
+        .lock()
+        .allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+        .expect("exclusive admissions go on");
+    pools.set("share", "3", false).expect("a pin that fits");
+    assert_eq!(pools.lock().pools().pin_of("share"), PoolSize::Fixed(3));
 }
