@@ -1029,3 +1029,52 @@ async fn regression_a_refused_reconcile_answer_keeps_the_previous_allocation() {
     assert_eq!(workload.placement.cpus, cpus, "after a restart");
     agent.stop().await;
 }
+
+/// Found from outside (forty-fourth session): an admission abandoned by
+/// its caller (a `pinion run` interrupted: the local API's handler is
+/// dropped when the client disconnects) after the plugins were asked left
+/// them holding whatever they allocated, with no `RemovePod` ever. Now the
+/// pod, none of whose containers was admitted, is on the removal list at
+/// once, and the plugin hears `RemovePod` even while its `Allocate` for the
+/// pod still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_admission_abandoned_inside_allocate_has_the_plugins_forget_the_pod() {
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        Duration::from_secs(30),
+    );
+    let slow = Knob::one(SLOW, "", "", "slow");
+    let slow_served = serve_service_in(
+        agent.registry_dir(),
+        SLOW,
+        Gated::new(&slow, AllocateHangs(slow.clone())),
+        "slow.sock",
+    );
+    agent.wait_for_plugin(SLOW, "active").await;
+    slow.state().hang_allocate = true;
+    let handle = agent.handle.clone();
+    let caller = tokio::spawn(async move {
+        handle
+            .admit(admission(
+                "pinion-run-left",
+                "1",
+                &[(SLOW, "1")],
+                &[DEDICATED],
+            ))
+            .await
+    });
+    wait_until("the plugin is inside Allocate", || slow.state().in_allocate).await;
+    caller.abort();
+    assert!(caller.await.is_err(), "the caller went away");
+    wait_until("the plugin heard RemovePod", || {
+        slow.state()
+            .remove_calls
+            .contains(&"pinion-run-left".to_string())
+    })
+    .await;
+    assert!(!placed(&agent, "pinion-run-left"));
+    slow.state().hang_allocate = false;
+    slow_served.stop().await;
+}

@@ -83,9 +83,42 @@ pub(super) async fn admit(
         // No plugin to ask: 3–6 in one trip.
         return decide(handle, request, hints, None).await;
     };
-    match plugins_first_hint(handle, &request, &hints) {
+    let abandoned = AbandonedIfDropped {
+        handle,
+        pod: Some(request.pod.uid.clone()),
+    };
+    let admitted = match plugins_first_hint(handle, &request, &hints) {
         Some(hint) => plugins_first(handle, qrm, request, &asked, hints, hint).await,
         None => engine_first(handle, qrm, request, &asked, hints).await,
+    };
+    abandoned.finished();
+    admitted
+}
+
+/// While an admission that asks resource plugins runs: dropped before it
+/// finished (its caller went away, so the future is dropped at an
+/// `.await`), it tells the controller the admission was abandoned — the
+/// plugins may have allocated for a container Pinion never records
+/// ([`Controller::admission_abandoned`]). Found from outside (forty-fourth
+/// session): such allocations were never undone.
+struct AbandonedIfDropped<'h> {
+    handle: &'h ControllerHandle,
+    pod: Option<String>,
+}
+
+impl AbandonedIfDropped<'_> {
+    /// The admission finished (admitted, or refused and undone).
+    fn finished(mut self) {
+        self.pod = None;
+    }
+}
+
+impl Drop for AbandonedIfDropped<'_> {
+    fn drop(&mut self) {
+        if let Some(pod) = self.pod.take() {
+            tracing::warn!(%pod, "an admission that asked resource plugins was abandoned half-way (its caller went away)");
+            self.handle.admission_abandoned(&pod);
+        }
     }
 }
 

@@ -381,12 +381,19 @@ impl Controller {
             }
         }
         let created = std::mem::take(&mut batch.created);
-        if let Err(err) = self
-            .record(&before, None)
-            .and_then(|()| self.store.flush().map(drop).map_err(ControlError::from))
-        {
+        // Their plugin answers go with them, and a pod none of whose
+        // containers is left has its plugins told to forget it.
+        let side = self.note_pod_removals(keys);
+        let recorded = self.record(&before, None).and_then(|()| {
+            for record in &side {
+                self.store.record(record)?;
+            }
+            self.store.flush().map(drop).map_err(ControlError::from)
+        });
+        if let Err(err) = recorded {
             tracing::error!("undoing admissions: {err}; a restart releases them");
         }
+        self.publish();
         for cgroup in created {
             if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of an undone admission: {err}");

@@ -81,6 +81,10 @@ pub(super) const NO_CGROUP_PATH: &str = "the runtime sent no cgroups path pinion
 pub(super) struct Partitions {
     mode: PartitionMode,
     held: BTreeMap<Slot, PartitionState>,
+    /// Partitions whose take-down failed, with their CPUs: taken apart again
+    /// at every pass until it succeeds (the kernel would keep the CPUs
+    /// exclusive otherwise), and not made again before.
+    unfinished: BTreeMap<Slot, CpuSet>,
     /// Fallback reasons already logged.
     logged: BTreeSet<String>,
 }
@@ -126,6 +130,15 @@ impl Controller {
     /// exclusive CPUs or is about to get other CPUs (made again after the
     /// cpuset write, by [`Controller::make_partitions`]).
     pub(super) fn unmake_stale_partitions(&mut self) {
+        let unfinished: Vec<(Slot, CpuSet)> = self
+            .partitions
+            .unfinished
+            .iter()
+            .map(|(slot, cpus)| (slot.clone(), cpus.clone()))
+            .collect();
+        for (slot, cpus) in unfinished {
+            self.take_apart(&slot, &cpus);
+        }
         let wanted: BTreeMap<Slot, CpuSet> = self
             .workloads
             .values()
@@ -158,7 +171,9 @@ impl Controller {
             .values()
             .filter(|w| w.desired.is_exclusive() && w.applied.as_ref() == Some(&w.desired))
             .filter_map(|w| slot(w).map(|t| (t, w.desired.cpus.clone())))
-            .filter(|(t, _)| !self.partitions.held.contains_key(t))
+            .filter(|(t, _)| {
+                !self.partitions.held.contains_key(t) && !self.partitions.unfinished.contains_key(t)
+            })
             .collect();
         for (slot, cpus) in todo {
             let outcome = match &slot {
@@ -229,11 +244,32 @@ impl Controller {
         let Some(state) = self.partitions.held.remove(slot) else {
             return;
         };
-        if let (Slot::Cgroup(target), PartitionState::Made { cpus, .. }) = (slot, state) {
-            match self.erase_partition(target, &cpus) {
-                Ok(()) => tracing::info!(%target, %cpus, "cpuset partition taken apart"),
-                Err(err) => {
-                    tracing::error!(%target, %cpus, "taking the cpuset partition apart: {err}");
+        if let PartitionState::Made { cpus, .. } = state {
+            self.take_apart(slot, &cpus);
+        }
+    }
+
+    /// Takes the partition at `slot` apart; when that fails it stays
+    /// unfinished, tried again at the next pass (logged once).
+    fn take_apart(&mut self, slot: &Slot, cpus: &CpuSet) {
+        let Slot::Cgroup(target) = slot else {
+            return;
+        };
+        match self.erase_partition(target, cpus) {
+            Ok(()) => {
+                tracing::info!(%target, %cpus, "cpuset partition taken apart");
+                self.partitions.unfinished.remove(slot);
+            }
+            Err(err) => {
+                if self
+                    .partitions
+                    .unfinished
+                    .insert(slot.clone(), cpus.clone())
+                    .is_none()
+                {
+                    tracing::error!(%target, %cpus, "taking the cpuset partition apart: {err}; tried again at every pass until it is");
+                } else {
+                    tracing::debug!(%target, %cpus, "taking the cpuset partition apart, again: {err}");
                 }
             }
         }

@@ -400,6 +400,27 @@ impl Controller {
         records
     }
 
+    /// An admission of a container of `pod` that asked resource plugins was
+    /// abandoned half-way (its caller went away: a client that disconnected
+    /// drops the local API's handler): the plugins may hold an allocation
+    /// Pinion has no answer for. When no container of the pod is left they
+    /// must hear of its removal now; otherwise the pod is remembered
+    /// ([`PLUGIN_PODS`](super::plugin_data::PLUGIN_PODS)), so that they do
+    /// when its last container goes. Sent after any `Admit` the admission
+    /// sent, so an admitted container counts. The records wait for the next
+    /// flush, as [`Controller::forget_refused`]'s.
+    pub fn admission_abandoned(&mut self, pod: &str) {
+        let record = if self.keys_of(pod, None).is_empty() {
+            self.plugin_data.must_hear_of_removal(pod)
+        } else {
+            self.plugin_data.set_pod_had_allocations(pod, true)
+        };
+        if let Some(record) = record {
+            self.plugin_data.wait([record]);
+            self.publish();
+        }
+    }
+
     /// The runtime removed pod `uid`'s sandbox: its pod-level resources are
     /// forgotten and, when a container of it left with plugin data and no
     /// container is left now, every plugin must hear of its removal. The

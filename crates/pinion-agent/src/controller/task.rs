@@ -130,6 +130,9 @@ pub enum Command {
         container: Option<String>,
         reply: Reply<()>,
     },
+    /// An admission that asked resource plugins was abandoned half-way
+    /// (its caller went away): [`Controller::admission_abandoned`].
+    AdmissionAbandoned { pod: String },
     /// Every plugin heard of a pod's removal; the reply comes once the
     /// snapshot no longer lists it as pending.
     PluginPodRemoved { uid: String, reply: Reply<()> },
@@ -310,6 +313,7 @@ fn run(mut controller: Controller, mut receiver: mpsc::Receiver<Command>) {
                 controller.undo_admission(&pod, container.as_deref());
                 let _ = reply.send(Ok(()));
             }
+            Command::AdmissionAbandoned { pod } => controller.admission_abandoned(&pod),
             Command::PluginPodRemoved { uid, reply } => {
                 controller.plugin_pod_removed(&uid);
                 let _ = reply.send(Ok(()));
@@ -775,6 +779,31 @@ impl ControllerHandle {
             .commands
             .send(Command::SetPodResources { uid, resources })
             .await;
+    }
+
+    /// Tells the controller an admission of pod `pod` that asked resource
+    /// plugins was abandoned half-way ([`Controller::admission_abandoned`]);
+    /// without waiting (it is sent from a drop).
+    pub fn admission_abandoned(&self, pod: &str) {
+        let command = Command::AdmissionAbandoned {
+            pod: pod.to_string(),
+        };
+        let Err(full) = self.commands.try_send(command) else {
+            return;
+        };
+        // A full queue: sent from a task of its own (the drop cannot wait).
+        let commands = self.commands.clone();
+        let command = full.into_inner();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    let _ = commands.send(command).await;
+                });
+            }
+            Err(_) => {
+                tracing::error!(%pod, "an abandoned admission's plugins are not told to forget the pod: no runtime");
+            }
+        }
     }
 
     /// Tells the controller the runtime removed pod `uid`'s sandbox

@@ -1382,6 +1382,38 @@ fn plugins_hear_of_a_pod_whose_last_container_went_after_a_restart() {
     assert_eq!(pending_removals(&controller), ["pod-h"]);
 }
 
+/// Found from outside (forty-fourth session): an admission whose plugins
+/// had allocated (their answers in the batch) and whose process then could
+/// not be placed was undone without its plugins hearing of it: its answers
+/// stayed in the side data and no `RemovePod` was ever sent.
+#[test]
+fn regression_an_admission_undone_after_its_plugins_allocated_has_them_forget_the_pod() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let (resources, allocations) = widget();
+    host.tree().fail_writes = true;
+    let answers = controller.run_batch(vec![super::batch::Decision::Admit {
+        request: Box::new(run("pinion-run-u", Some("1"), 7)),
+        hints: Box::new(GatheredHints::default()),
+        plugins: Some(Box::new(StoredAllocations {
+            resources,
+            allocations,
+        })),
+    }]);
+    host.tree().fail_writes = false;
+    assert!(answers.iter().all(Result::is_err), "{answers:?}");
+    assert_eq!(
+        controller.state().assignment("pinion-run-u", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(pending_removals(&controller), ["pinion-run-u"]);
+    drop(controller);
+    let controller = start(dir.path(), &host).expect("restart");
+    assert_eq!(pending_removals(&controller), ["pinion-run-u"], "durable");
+    assert!(controller.workloads.is_empty(), "no answers left behind");
+}
+
 /// Found from outside (forty-third session): a re-allocation whose
 /// container left while its plugins allocated again was only logged
 /// (`NotFound`). Its `Allocate` may reach the plugins after the pod's

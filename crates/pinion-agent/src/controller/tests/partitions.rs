@@ -225,3 +225,59 @@ fn a_resize_takes_the_partition_apart_before_the_cpuset_write_and_makes_it_again
         Some(grown.placement.cpus.clone())
     );
 }
+
+/// Found from outside (forty-fourth session): a partition whose take-down
+/// failed was forgotten. The kernel kept its CPUs exclusive (the ancestors
+/// listing them in `cpuset.cpus.exclusive`) while Pinion recorded no
+/// partition and nothing tried again. It is now taken apart at the next
+/// pass, and its cgroup is not made a partition again before.
+#[test]
+fn regression_a_failed_take_down_is_tried_again_until_it_succeeds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .with_features(Features {
+            in_place_resize_exclusive_cpus: true,
+            ..Features::default()
+        })
+        .start(dir.path())
+        .expect("start");
+    let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    let claimed = |host: &FakeCgroups| {
+        host.tree()
+            .partitions
+            .get(std::path::Path::new("pinion"), "cpuset.cpus.exclusive")
+    };
+    let key = ("pinion-run-a".to_string(), RUN_CONTAINER.to_string());
+    host.tree()
+        .partitions
+        .fail_files
+        .insert("cpuset.cpus.exclusive".to_string());
+    let grown = controller
+        .resize(&key, &Quantity::parse("4").expect("quantity"))
+        .expect("resized");
+    assert_eq!(
+        claimed(&host),
+        first.placement.cpus.to_string(),
+        "still claimed"
+    );
+    assert_eq!(view(&controller, "pinion-run-a").partition, None);
+    host.tree().partitions.writes.clear();
+    controller.reconcile();
+    let writes = partition_writes(&host);
+    assert!(
+        !writes.is_empty()
+            && writes
+                .iter()
+                .all(|w| w == "pinion/pinion-run-a/cpuset.cpus.partition=member"),
+        "tried again (each pass), still refused, nothing made: {writes:?}"
+    );
+    host.tree().partitions.fail_files.clear();
+    controller.reconcile();
+    assert_eq!(claimed(&host), grown.placement.cpus.to_string());
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some("isolated")
+    );
+    assert_eq!(host.tree().partitions.isolated(), grown.placement.cpus);
+}
