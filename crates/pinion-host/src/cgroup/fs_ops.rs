@@ -54,6 +54,68 @@ pub(super) fn read_pids(path: &Path) -> Result<Vec<u32>, CgroupError> {
         .collect()
 }
 
+/// The most cgroups below a run's that [`read_pids_below`] and
+/// [`remove_dir_below`] visit: more is an error (the run counts as running,
+/// its cgroup stays), not an unbounded walk.
+pub(super) const MAX_NESTED_CGROUPS: usize = 1024;
+
+/// The cgroup directories directly below `dir` (none when it is gone).
+fn subdirs(dir: &Path) -> Result<Vec<std::path::PathBuf>, CgroupError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error(CgroupOp::ListDir, dir, None, e)),
+    };
+    let mut dirs = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error(CgroupOp::ListDir, dir, None, e))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            dirs.push(entry.path());
+        }
+    }
+    Ok(dirs)
+}
+
+/// `dir` and the cgroups below it, parents before children (at most
+/// [`MAX_NESTED_CGROUPS`] below it).
+fn tree(dir: &Path) -> Result<Vec<std::path::PathBuf>, CgroupError> {
+    let mut found = vec![dir.to_path_buf()];
+    let mut next = 0;
+    while next < found.len() {
+        let below = subdirs(&found[next])?;
+        next += 1;
+        if found.len() + below.len() > MAX_NESTED_CGROUPS + 1 {
+            return Err(CgroupError::Malformed {
+                path: dir.to_path_buf(),
+                text: String::new(),
+                reason: format!("more than {MAX_NESTED_CGROUPS} cgroups below it"),
+            });
+        }
+        found.extend(below);
+    }
+    Ok(found)
+}
+
+/// The processes in cgroup `dir` and in every cgroup below it: a run's
+/// process that moved into a cgroup of its own below the run's (a nested
+/// runtime, a job that delegates) is still the run's.
+pub(super) fn read_pids_below(dir: &Path) -> Result<Vec<u32>, CgroupError> {
+    let mut pids = Vec::new();
+    for here in tree(dir)? {
+        pids.extend(read_pids(&here.join("cgroup.procs"))?);
+    }
+    Ok(pids)
+}
+
+/// Removes cgroup `dir` with the cgroups below it, children first (the
+/// kernel removes a cgroup only once it has none); a missing one is fine.
+pub(super) fn remove_dir_below(dir: &Path) -> Result<(), CgroupError> {
+    for here in tree(dir)?.iter().rev() {
+        remove_dir(here)?;
+    }
+    Ok(())
+}
+
 /// Creates `dir`; an existing directory is fine.
 pub(super) fn create_dir(dir: &Path) -> Result<(), CgroupError> {
     match fs::create_dir(dir) {

@@ -184,10 +184,11 @@ pub trait CpusetHost: Send {
     fn cpus(&self, name: &CgroupName) -> Result<CpuSet, CgroupError>;
     /// Moves process `pid` into child `name`.
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError>;
-    /// The processes in child `name`.
+    /// The processes in child `name`, and in the cgroups below it (a run's
+    /// process may have moved into one of its own there).
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
-    /// Removes child `name` (fails while it has processes); a missing child
-    /// is not an error.
+    /// Removes child `name` with the cgroups below it (fails while they
+    /// have processes); a missing child is not an error.
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
     /// Pinion's children (directories with a valid name).
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError>;
@@ -670,15 +671,15 @@ impl CpusetHost for Cgroups {
     }
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
-        fs_ops::read_pids(&self.path_of(name).join("cgroup.procs"))
+        fs_ops::read_pids_below(&self.path_of(name))
     }
 
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {
         // The mirrors first: the cpuset directory is what lists a child.
         for mount in self.v1_extra() {
-            fs_ops::remove_dir(&mount.join(self.relative_root()).join(name.as_str()))?;
+            fs_ops::remove_dir_below(&mount.join(self.relative_root()).join(name.as_str()))?;
         }
-        fs_ops::remove_dir(&self.path_of(name))
+        fs_ops::remove_dir_below(&self.path_of(name))
     }
 
     fn list(&self) -> Result<Vec<CgroupName>, CgroupError> {

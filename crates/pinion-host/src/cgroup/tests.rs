@@ -856,3 +856,65 @@ fn v1_a_pods_cpu_quota_is_lifted_in_the_cpu_hierarchy() {
         .expect("no cpu hierarchy: nothing to lift");
     assert_eq!(read(&pod.join("cpu.cfs_quota_us")), "100000");
 }
+
+/// Found from outside (forty-fourth session): a run's process that moved
+/// into a cgroup of its own below the run's (a nested runtime, a job that
+/// delegates) left the run's `cgroup.procs` empty, so the run counted as
+/// ended: its exclusive CPUs were handed out while it ran, and removing its
+/// cgroup failed at every pass. Real cgroupfs: needs root.
+#[test]
+fn regression_a_process_in_a_cgroup_below_the_runs_is_the_runs() {
+    let Some(mut cg) = real_cgroups("pinion-host-nested") else {
+        return;
+    };
+    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    let all = CpuSet::parse_list(&parent).expect("parent cpus");
+    let mems = set("0");
+    cg.ensure_root(&all, &mems).expect("root");
+    let run = name("nested-run");
+    cg.create(&run, &all, &mems).expect("create");
+    let nested = cg.root().join("nested-run").join("job").join("step");
+    fs::create_dir_all(&nested).expect("nested cgroups");
+    if cg.version() == CgroupVersion::V1 {
+        for dir in [nested.parent().expect("job"), nested.as_path()] {
+            for file in ["cpuset.mems", "cpuset.cpus"] {
+                let value =
+                    fs::read_to_string(dir.parent().expect("up").join(file)).expect("parent value");
+                fs::write(dir.join(file), value.trim()).expect("inherit");
+            }
+        }
+    }
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .expect("spawn sleep");
+    let moved = fs::write(nested.join("cgroup.procs"), child.id().to_string());
+    let listed = cg.pids(&run);
+    let removed_while_running = cg.remove(&run).is_err();
+    let _ = child.kill();
+    let _ = child.wait();
+    moved.expect("move into the nested cgroup");
+    assert_eq!(listed.expect("pids"), vec![child.id()]);
+    assert!(
+        removed_while_running,
+        "a running nested cgroup is not removed"
+    );
+    // Once the process is gone the run's cgroup goes, the nested ones first.
+    let mut gone = Err(CgroupError::Malformed {
+        path: nested.clone(),
+        text: String::new(),
+        reason: "not tried".into(),
+    });
+    for _ in 0..50 {
+        gone = cg.remove(&run);
+        if gone.is_ok() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    gone.expect("removed with the cgroups below it");
+    assert!(!cg.root().join("nested-run").exists());
+    cg.remove_root().expect("remove root");
+}
