@@ -372,6 +372,27 @@ fn journal_plugin(
         .expect("plugin from the journal")
 }
 
+/// A dedicated pod of 2 CPUs holding NUMA node `node` exclusively
+/// (`numa_binding` + `numa_exclusive`), hinted there.
+fn numa_holder(pod: &str, node: u64) -> Request {
+    let mut r = request(
+        pod,
+        2.0,
+        &[
+            level("dedicated_cores"),
+            (
+                qos::MEMORY_ENHANCEMENT_KEY,
+                r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
+            ),
+        ],
+    );
+    r.hint = Some(Hint {
+        nodes: vec![node],
+        preferred: true,
+    });
+    r
+}
+
 /// #17: in the agent the CPU plugin's state is journal entries (one per
 /// pod, and the rest) instead of its state file. After every kind of change
 /// the entries rebuild exactly the plugin's state, and an admission writes
@@ -394,22 +415,7 @@ fn the_journal_entries_rebuild_the_state_after_every_change() {
         (
             "numa exclusive",
             Box::new(|p| {
-                let mut r = request(
-                    "x",
-                    2.0,
-                    &[
-                        level("dedicated_cores"),
-                        (
-                            qos::MEMORY_ENHANCEMENT_KEY,
-                            r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
-                        ),
-                    ],
-                );
-                r.hint = Some(Hint {
-                    nodes: vec![1],
-                    preferred: true,
-                });
-                p.allocate(&r).expect("x");
+                p.allocate(&numa_holder("x", 1)).expect("x");
             }),
         ),
         (
@@ -492,22 +498,7 @@ fn regression_an_exclusive_admission_after_a_numa_holder_keeps_the_holders_cpus_
     let outbox = crate::store::Outbox::new();
     let mut journal = BTreeMap::new();
     let mut p = journal_plugin(BTreeMap::new(), &outbox, None);
-    let mut holder = request(
-        "x",
-        2.0,
-        &[
-            level("dedicated_cores"),
-            (
-                qos::MEMORY_ENHANCEMENT_KEY,
-                r#"{"numa_binding":"true","numa_exclusive":"true"}"#,
-            ),
-        ],
-    );
-    holder.hint = Some(Hint {
-        nodes: vec![1],
-        preferred: true,
-    });
-    let held = cpus_of(&p.allocate(&holder).expect("x"));
+    let held = cpus_of(&p.allocate(&numa_holder("x", 1)).expect("x"));
     for pod in ["d", "e"] {
         let got = cpus_of(
             &p.allocate(&request(pod, 2.0, &[level("dedicated_cores")]))

@@ -14,6 +14,14 @@ fn partitioned(host: &FakeCgroups, mode: PartitionMode) -> SyntheticNode {
     node(host).with_partition(mode)
 }
 
+/// An isolated-partition node whose runs may be resized in place.
+fn resizable_isolated(host: &FakeCgroups) -> SyntheticNode {
+    partitioned(host, PartitionMode::Isolated).with_features(Features {
+        in_place_resize_exclusive_cpus: true,
+        ..Features::default()
+    })
+}
+
 /// The partition writes, as `dir/file=value`.
 fn partition_writes(host: &FakeCgroups) -> Vec<String> {
     host.tree()
@@ -190,13 +198,7 @@ fn a_kernel_before_6_7_falls_back_naming_the_version() {
 fn a_resize_takes_the_partition_apart_before_the_cpuset_write_and_makes_it_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = partitioned(&host, PartitionMode::Isolated)
-        .with_features(Features {
-            in_place_resize_exclusive_cpus: true,
-            ..Features::default()
-        })
-        .start(dir.path())
-        .expect("start");
+    let mut controller = resizable_isolated(&host).start(dir.path()).expect("start");
     let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
     host.tree().partitions.writes.clear();
     let key = ("pinion-run-a".to_string(), RUN_CONTAINER.to_string());
@@ -235,13 +237,7 @@ fn a_resize_takes_the_partition_apart_before_the_cpuset_write_and_makes_it_again
 fn regression_a_failed_take_down_is_tried_again_until_it_succeeds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = partitioned(&host, PartitionMode::Isolated)
-        .with_features(Features {
-            in_place_resize_exclusive_cpus: true,
-            ..Features::default()
-        })
-        .start(dir.path())
-        .expect("start");
+    let mut controller = resizable_isolated(&host).start(dir.path()).expect("start");
     let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
     let claimed = |host: &FakeCgroups| {
         host.tree()
