@@ -266,7 +266,9 @@ impl CpuPlugin {
     /// Pins pool `name` (`pinion pools set NAME=SIZE|MIN-MAX|auto`).
     /// Whether pinning pool `name` to `size` keeps every pool's minimum and
     /// reclaim's on the CPUs the exclusive holders leave (the check every
-    /// admission makes; a pin that fails it would refuse them all).
+    /// admission makes; a pin that fails it would refuse them all). When
+    /// the pools do not fit already (CPUs went offline), a pin that does not
+    /// raise the pool's minimum makes nothing worse and is taken.
     pub fn pin_fits(
         &self,
         name: &str,
@@ -275,14 +277,21 @@ impl CpuPlugin {
         let mut trial = self.state.pools.clone();
         trial.set_pin(name, size);
         let held = self.state.held(self.policy.topology());
-        trial.check(
+        let demands = self.state.demands();
+        let fits = trial.check(
             Cpus {
                 topology: self.policy.topology(),
                 reserved: self.policy.reserved(),
                 held: &held,
             },
-            &self.state.demands(),
-        )
+            &demands,
+        );
+        let requests = demands.get(name).map_or(0, |d| d.requests_milli);
+        let floor = |pools: &pinion_core::pools::Pools| pools.bounds_of(name, requests).0;
+        match fits {
+            Err(_) if floor(&trial) <= floor(&self.state.pools) => Ok(()),
+            fits => fits,
+        }
     }
 
     pub fn set_pool_size(

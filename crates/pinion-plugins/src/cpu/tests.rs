@@ -785,3 +785,31 @@ fn regression_a_pin_that_does_not_fit_is_refused_and_changes_nothing() {
     pools.set("share", "3", false).expect("a pin that fits");
     assert_eq!(pools.lock().pools().pin_of("share"), PoolSize::Fixed(3));
 }
+
+/// The check refuses only what makes things worse: when the pools do not
+/// fit already, a pin that lowers a pool's minimum is taken.
+#[test]
+fn a_lower_pin_is_taken_even_when_the_pools_do_not_fit_already() {
+    let pools = CpuPluginHandle::new(plugin());
+    pools
+        .lock()
+        .allocate(&request("s", 1.5, &[]))
+        .expect("shared");
+    // A pin past what the machine has, set directly (as a restored state
+    // that no longer fits after CPUs went offline would be).
+    pools
+        .lock()
+        .set_pool_size("share", PoolSize::Fixed(16))
+        .expect("set directly");
+    assert!(
+        pools.lock().pin_fits("share", PoolSize::Fixed(15)).is_ok(),
+        "15 does not fit either, but is lower"
+    );
+    let lower = pools.set("share", "15", false);
+    let higher = pools.set("share", "20", false);
+    assert!(lower.is_ok(), "{lower:?}");
+    assert!(
+        matches!(higher, Err(SetPoolError::DoesNotFit { .. })),
+        "{higher:?}"
+    );
+}
