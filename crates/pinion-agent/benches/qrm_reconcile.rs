@@ -125,10 +125,43 @@ fn setup(runtime: &Runtime, base: &Path) -> Bench {
             versions: vec![[0; 3]; CONTAINERS],
             passes: 0,
         };
+        // Each admission asked the reconcile loop for a pass of its own
+        // (its plugins may have moved other containers). The bench's passes
+        // must not overlap those: a pass of the loop merging a change before
+        // the bench's pass, and its updates drained by a later one, made a
+        // pass send what it did not change (a flake under load).
+        wait_until_the_loop_is_idle(&bench.node).await;
         let snapshot = bench.node.handle.snapshot();
         bench.drain(&snapshot);
         bench
     })
+}
+
+/// Waits until the reconcile loop's polls and merges stopped for a second.
+async fn wait_until_the_loop_is_idle(node: &QrmNode) {
+    let activity = || -> (u64, u64) {
+        node.handle
+            .plugins()
+            .iter()
+            .fold((0, 0), |(calls, changes), plugin| {
+                let polls = plugin
+                    .stats
+                    .calls
+                    .get("GetResourcesAllocation")
+                    .map_or(0, |m| m.calls);
+                (calls + polls, changes + plugin.stats.reconcile_changes)
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = activity();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = activity();
+        if now == last || Instant::now() > deadline {
+            return;
+        }
+        last = now;
+    }
 }
 
 /// What a batch costs on the wire.
