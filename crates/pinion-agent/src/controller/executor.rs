@@ -22,8 +22,9 @@
 //! effects of a durable batch ([`Controller::apply_after_flush`]: processes
 //! moved into their cgroups, released runs' cgroups removed), and the
 //! node writes of the last section (a new run's cgroup, Pinion's root at
-//! start and after a hotplug, cpuset partitions, housekeeping cgroups, the system
-//! partition's memory limit), which the decision files call instead of the
+//! start and after a hotplug, a run's processes moved back after a hotplug,
+//! cpuset partitions, housekeeping cgroups, the system partition's memory
+//! limit), which the decision files call instead of the
 //! host. They read the node themselves (processes, cpusets) but never
 //! write it; a test (`only_the_executor_writes_the_node`) holds them to it.
 
@@ -525,6 +526,13 @@ impl Controller {
             tracing::warn!("{err}");
         }
         Ok(())
+    }
+
+    /// A run's process moved back into the run's cgroup from Pinion's root,
+    /// where a cgroup v1 kernel put it when the run's CPUs all went offline
+    /// (controller/hotplug.rs finds them).
+    pub(super) fn move_back(&mut self, cgroup: &CgroupName, pid: u32) -> Result<(), CgroupError> {
+        self.host.add_pid(cgroup, pid)
     }
 
     /// Pinion's cgroup root made (at start) or widened (after a hotplug: a

@@ -1,4 +1,4 @@
-//! Owns the following of CPU hot-plug at run time: the state, the workloads and the report when the online CPUs change.
+//! Owns the following of CPU hot-plug at run time: the state, the workloads and the report when the online CPUs change, and the runs' processes a cgroup v1 kernel moved out.
 //!
 //! CPU hot-plug at run time (issue 13): the reconcile loop polls the
 //! machine's online CPUs (`pinion_host::online_cpus`); when they changed it
@@ -16,7 +16,11 @@ use pinion_core::rebuild::{Conflict, Outcome, PodSet};
 use pinion_core::{CpuSet, Topology};
 use serde::{Deserialize, Serialize};
 
-use super::{ControlError, Controller};
+use std::collections::{BTreeMap, BTreeSet};
+
+use pinion_host::cgroup::RootProcess;
+
+use super::{ControlError, Controller, Frontend, Key};
 
 /// How many hot-plug lines `pinion ps` keeps (the oldest go first).
 const KEPT_LINES: usize = 32;
@@ -132,11 +136,102 @@ impl Controller {
             tracing::warn!("{line}");
             report.lines.push(line);
         }
-        self.hotplug_lines.extend(report.lines.iter().cloned());
-        let excess = self.hotplug_lines.len().saturating_sub(KEPT_LINES);
-        self.hotplug_lines.drain(..excess);
+        self.keep_hotplug_lines(&report.lines);
         report
     }
+
+    fn keep_hotplug_lines(&mut self, lines: &[String]) {
+        self.hotplug_lines.extend(lines.iter().cloned());
+        let excess = self.hotplug_lines.len().saturating_sub(KEPT_LINES);
+        self.hotplug_lines.drain(..excess);
+    }
+
+    /// Moves the processes of standalone runs back into their cgroups from
+    /// Pinion's root, where a cgroup v1 kernel put them when all of a run's
+    /// CPUs went offline (`follow_topology` has given the run CPUs again
+    /// since). Returns the runs whose processes are still in the root: the
+    /// run's cgroup has no CPUs yet, or a move failed. They are not over,
+    /// though their cgroups are empty.
+    pub(super) fn take_back_stranded(&mut self) -> BTreeSet<Key> {
+        let processes = match self.host.root_processes() {
+            Ok(processes) if processes.is_empty() => return BTreeSet::new(),
+            Ok(processes) => processes,
+            Err(err) => {
+                tracing::warn!("listing the processes in pinion's cgroup root: {err}");
+                return BTreeSet::new();
+            }
+        };
+        let leads: BTreeMap<u32, Key> = self
+            .workloads
+            .iter()
+            .filter_map(|(key, w)| match &w.frontend {
+                Frontend::Standalone { pid: Some(pid), .. } => Some((*pid, key.clone())),
+                _ => None,
+            })
+            .collect();
+        let mut waiting = BTreeSet::new();
+        let mut lines = Vec::new();
+        for (key, pids) in stranded_runs(&processes, &leads) {
+            let Some(Frontend::Standalone { cgroup, .. }) =
+                self.workloads.get(&key).map(|w| &w.frontend)
+            else {
+                continue;
+            };
+            let cgroup = cgroup.clone();
+            if self.host.cpus(&cgroup).map_or(true, |cpus| cpus.is_empty()) {
+                // Not followed yet: the cgroup takes no process without CPUs.
+                waiting.insert(key);
+                continue;
+            }
+            let mut moved = Vec::new();
+            for pid in pids {
+                match self.move_back(&cgroup, pid) {
+                    Ok(()) => moved.push(pid.to_string()),
+                    Err(err) => {
+                        tracing::warn!(pod = %key.0, container = %key.1, pid, "moving a process back into {cgroup}: {err}");
+                        waiting.insert(key.clone());
+                    }
+                }
+            }
+            if !moved.is_empty() {
+                let line = format!(
+                    "{}/{}: processes {} moved back into its cgroup (the kernel had moved them to pinion's cgroup root when its cpus all went offline)",
+                    key.0,
+                    key.1,
+                    moved.join(",")
+                );
+                tracing::info!("{line}");
+                lines.push(line);
+            }
+        }
+        self.keep_hotplug_lines(&lines);
+        waiting
+    }
+}
+
+/// Which run each of `processes` (in Pinion's root) belongs to: the run
+/// whose lead process (`leads`) it is or descends from through processes
+/// that are in the root too (the kernel moved all of a run's processes
+/// together). Processes of no run are left out.
+fn stranded_runs(processes: &[RootProcess], leads: &BTreeMap<u32, Key>) -> BTreeMap<Key, Vec<u32>> {
+    let parents: BTreeMap<u32, Option<u32>> = processes.iter().map(|p| (p.pid, p.parent)).collect();
+    let mut runs: BTreeMap<Key, Vec<u32>> = BTreeMap::new();
+    for process in processes {
+        let mut here = process.pid;
+        // Each step goes to a distinct process of the root: no cycle is
+        // longer than the list.
+        for _ in 0..=processes.len() {
+            if let Some(key) = leads.get(&here) {
+                runs.entry(key.clone()).or_default().push(process.pid);
+                break;
+            }
+            match parents.get(&here) {
+                Some(Some(parent)) => here = *parent,
+                _ => break,
+            }
+        }
+    }
+    runs
 }
 
 fn describe_change(followed: &Followed) -> String {

@@ -19,7 +19,12 @@ impl Controller {
     pub fn reconcile(&mut self) -> ReconcileReport {
         self.counters.reconcile_runs_total += 1;
         let mut report = ReconcileReport::default();
-        let gone = self.gone_workloads();
+        let stranded = self.take_back_stranded();
+        let gone: Vec<Key> = self
+            .gone_workloads()
+            .into_iter()
+            .filter(|key| !stranded.contains(key))
+            .collect();
         let decisions = gone
             .iter()
             .map(|(pod, container)| Decision::Release {

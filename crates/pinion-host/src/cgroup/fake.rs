@@ -13,7 +13,7 @@ use pinion_core::partition::PartitionMode;
 
 use super::{
     partition, resources, CgroupError, CgroupName, CgroupOp, CgroupVersion, ContainerCgroup,
-    ContainerCpuset, CpusetHost, PartitionOutcome, PartitionTarget,
+    ContainerCpuset, CpusetHost, PartitionOutcome, PartitionTarget, RootProcess,
 };
 
 /// One fake cgroup.
@@ -66,6 +66,9 @@ pub struct FakeTree {
     /// The cgroups outside Pinion's root whose CFS quota was lifted, in
     /// order, once per write.
     pub quota_lifted: Vec<ContainerCgroup>,
+    /// Processes in Pinion's root itself ([`FakeTree::all_cpus_offline_v1`]
+    /// puts a child's there, as a cgroup v1 kernel does).
+    pub root_processes: Vec<RootProcess>,
     /// Every cpus write and process move, in order: `set NAME CPUS` for
     /// Pinion's children, `pid NAME PID`, `housekeeping PATH CPUS` for
     /// housekeeping cgroups, `partition TARGET CPUS` / `unpartition TARGET
@@ -81,6 +84,23 @@ impl FakeTree {
             .as_ref()
             .map(|(_, mems)| mems.clone())
             .unwrap_or_default()
+    }
+}
+
+impl FakeTree {
+    /// What a cgroup v1 kernel does when all the CPUs of child `name` go
+    /// offline: its cpus become empty and its processes move to Pinion's
+    /// root, each with its parent from `parents` (pid, parent).
+    ///
+    /// # Panics
+    /// When there is no child `name`.
+    pub fn all_cpus_offline_v1(&mut self, name: &CgroupName, parents: &[(u32, u32)]) {
+        let child = self.children.get_mut(name).expect("no such fake cgroup");
+        child.cpus = CpuSet::new();
+        for pid in std::mem::take(&mut child.pids) {
+            let parent = parents.iter().find(|(p, _)| *p == pid).map(|(_, up)| *up);
+            self.root_processes.push(RootProcess { pid, parent });
+        }
     }
 }
 
@@ -229,14 +249,29 @@ impl CpusetHost for FakeCgroups {
 
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
         let mut tree = self.tree();
+        let v1 = tree.version == CgroupVersion::V1;
         check_writable(&tree, name)?;
         let entry = tree
             .children
             .get_mut(name)
             .ok_or_else(|| not_found(name, CgroupOp::Write))?;
+        if entry.cpus.is_empty() && v1 {
+            // A v1 cpuset without CPUs takes no process.
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: format!("{name}/cgroup.procs").into(),
+                data: Some(pid.to_string()),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            });
+        }
         entry.pids.push(pid);
+        tree.root_processes.retain(|p| p.pid != pid);
         tree.log.push(format!("pid {name} {pid}"));
         Ok(())
+    }
+
+    fn root_processes(&self) -> Result<Vec<RootProcess>, CgroupError> {
+        Ok(self.tree().root_processes.clone())
     }
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {

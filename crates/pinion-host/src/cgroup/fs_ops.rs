@@ -54,6 +54,18 @@ pub(super) fn read_pids(path: &Path) -> Result<Vec<u32>, CgroupError> {
         .collect()
 }
 
+/// The parent of process `pid`, from `<proc>/<pid>/stat` (`None` when the
+/// process is gone or the file does not say). The command name in
+/// parentheses may hold spaces and parentheses: the state and the parent
+/// come after its last `)`.
+pub(super) fn parent_process(proc_root: &Path, pid: u32) -> Option<u32> {
+    let text = fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    let (_, after_name) = text.rsplit_once(')')?;
+    let mut fields = after_name.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
 /// The most cgroups below a run's that [`read_pids_below`] and
 /// [`remove_dir_below`] visit: more is an error (the run counts as running,
 /// its cgroup stays), not an unbounded walk.

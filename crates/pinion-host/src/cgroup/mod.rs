@@ -132,6 +132,18 @@ pub struct ContainerCpuset {
     pub mems: Option<CpuSet>,
 }
 
+/// A process in Pinion's root ([`CpusetHost::root_processes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RootProcess {
+    pub pid: u32,
+    /// Its parent process (`None`: it could not be read, the process ended).
+    pub parent: Option<u32>,
+}
+
+/// The most processes [`CpusetHost::root_processes`] lists; the rest wait
+/// for the next call.
+pub const MAX_ROOT_PROCESSES: usize = 4096;
+
 /// What the agent needs from cgroupfs: Pinion's root and its children, and
 /// reading the cpusets of the runtime's containers.
 pub trait CpusetHost: Send {
@@ -187,6 +199,12 @@ pub trait CpusetHost: Send {
     /// The processes in child `name`, and in the cgroups below it (a run's
     /// process may have moved into one of its own there).
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError>;
+    /// The processes in Pinion's root itself, not in a child, each with
+    /// its parent. Pinion never puts one there; a cgroup v1 kernel does:
+    /// when all the CPUs of a cpuset go offline it moves the cpuset's
+    /// processes to the nearest ancestor that has CPUs, Pinion's root (v2
+    /// leaves them where they are). At most [`MAX_ROOT_PROCESSES`].
+    fn root_processes(&self) -> Result<Vec<RootProcess>, CgroupError>;
     /// Removes child `name` with the cgroups below it (fails while they
     /// have processes); a missing child is not an error.
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError>;
@@ -672,6 +690,18 @@ impl CpusetHost for Cgroups {
 
     fn pids(&self, name: &CgroupName) -> Result<Vec<u32>, CgroupError> {
         fs_ops::read_pids_below(&self.path_of(name))
+    }
+
+    fn root_processes(&self) -> Result<Vec<RootProcess>, CgroupError> {
+        let mut pids = fs_ops::read_pids(&self.root.join("cgroup.procs"))?;
+        pids.truncate(MAX_ROOT_PROCESSES);
+        Ok(pids
+            .into_iter()
+            .map(|pid| RootProcess {
+                pid,
+                parent: fs_ops::parent_process(Path::new("/proc"), pid),
+            })
+            .collect())
     }
 
     fn remove(&mut self, name: &CgroupName) -> Result<(), CgroupError> {

@@ -918,3 +918,86 @@ fn regression_a_process_in_a_cgroup_below_the_runs_is_the_runs() {
     assert!(!cg.root().join("nested-run").exists());
     cg.remove_root().expect("remove root");
 }
+
+/// Real cgroupfs v1: processes in Pinion's root itself, as the kernel puts
+/// them there when a child's CPUs all go offline, are listed with their
+/// parents (a shell and the `sleep` it started). v2 keeps no process in a
+/// cgroup that has cpuset children: nothing to list there.
+#[test]
+fn real_v1_root_processes_are_listed_with_their_parents() {
+    let Some(mut cg) = real_cgroups("pinion-host-root-procs") else {
+        return;
+    };
+    if cg.version() != CgroupVersion::V1 {
+        eprintln!("skipped: cgroup v2 keeps no process in Pinion's root");
+        return;
+    }
+    let parent = fs::read_to_string(cg.root().parent().expect("parent").join("cpuset.cpus"))
+        .map(|t| t.trim().to_string())
+        .unwrap_or_default();
+    let all = CpuSet::parse_list(&parent).expect("parent cpus");
+    cg.ensure_root(&all, &set("0")).expect("root");
+    assert_eq!(cg.root_processes().expect("list"), []);
+    let mut shell = std::process::Command::new("sh")
+        .args(["-c", "sleep 30 & echo $! && wait"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(shell.stdout.as_mut().expect("stdout")),
+        &mut line,
+    )
+    .expect("the sleep's pid");
+    let sleeper: u32 = line.trim().parse().expect("a pid");
+    let procs = cg.root().join("cgroup.procs");
+    let moved = fs::write(&procs, shell.id().to_string())
+        .and_then(|()| fs::write(&procs, sleeper.to_string()));
+    let listed = cg.root_processes();
+    let _ = std::process::Command::new("kill")
+        .arg(sleeper.to_string())
+        .status();
+    let _ = shell.kill();
+    let _ = shell.wait();
+    moved.expect("processes moved into the root");
+    let mut listed = listed.expect("list");
+    listed.sort_by_key(|p| p.pid != shell.id());
+    assert_eq!(
+        listed,
+        [
+            RootProcess {
+                pid: shell.id(),
+                parent: Some(std::process::id()),
+            },
+            RootProcess {
+                pid: sleeper,
+                parent: Some(shell.id()),
+            },
+        ]
+    );
+    for _ in 0..100 {
+        if cg.remove_root().is_ok() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cg.remove_root().expect("remove root");
+}
+
+/// The parent comes after the command name's last `)`: a name may hold
+/// spaces and parentheses. A process that is gone has none.
+#[test]
+fn the_parent_process_is_read_past_the_command_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs::create_dir(dir.path().join("42")).expect("mkdir");
+    fs::write(
+        dir.path().join("42/stat"),
+        "42 (a) b (c) S 7 42 42 0 -1 4194560 100 0 0 0\n",
+    )
+    .expect("write");
+    assert_eq!(fs_ops::parent_process(dir.path(), 42), Some(7));
+    assert_eq!(fs_ops::parent_process(dir.path(), 43), None);
+    fs::create_dir(dir.path().join("44")).expect("mkdir");
+    fs::write(dir.path().join("44/stat"), "44 (cut").expect("write");
+    assert_eq!(fs_ops::parent_process(dir.path(), 44), None);
+}

@@ -254,3 +254,91 @@ fn a_hotplug_that_cannot_be_flushed_changes_nothing_and_is_retried() {
     assert!(!cgroup_cpus(&host, "pinion-run-a").contains(victim));
     assert_eq!(&on_disk(dir.path()), controller.state());
 }
+
+/// Found from outside (session 44): on cgroup v1, when all of a run's CPUs
+/// went offline the kernel moved the run's processes to Pinion's root; the
+/// next reconcile pass saw the run's cgroup empty and released the run
+/// while it still ran, unpinned, in the root.
+#[test]
+fn regression_a_v1_run_whose_cpus_all_went_offline_is_moved_back_not_released() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree().version = pinion_host::cgroup::CgroupVersion::V1;
+    let mut controller = start(dir.path(), &host);
+    let a = run(&mut controller, "pinion-run-a", "2", 10);
+    let name = CgroupName::new("pinion-run-a").expect("name");
+    // The run's child, and a process of no run that sits in the root.
+    host.tree()
+        .children
+        .get_mut(&name)
+        .expect("cgroup")
+        .pids
+        .push(20);
+    host.tree()
+        .root_processes
+        .push(pinion_host::cgroup::RootProcess {
+            pid: 30,
+            parent: Some(1),
+        });
+    host.tree().all_cpus_offline_v1(&name, &[(10, 1), (20, 10)]);
+
+    // A pass before the hot-plug is followed: the run is not over.
+    let report = controller.reconcile();
+    assert!(report.released.is_empty(), "{report:?}");
+    assert!(controller
+        .state()
+        .assignment("pinion-run-a", "main")
+        .is_some());
+
+    controller
+        .follow_topology(&offline(&a.to_string()))
+        .expect("follows");
+    let report = controller.reconcile();
+    assert!(report.released.is_empty(), "{report:?}");
+    let now = controller
+        .state()
+        .assignment("pinion-run-a", "main")
+        .expect("still exclusive")
+        .clone();
+    assert_eq!(now.len(), 2, "{now}");
+    assert!(now.is_disjoint(&a), "off the offline cpus: {now}");
+    let tree = host.tree();
+    assert_eq!(tree.children[&name].cpus, now);
+    let mut pids = tree.children[&name].pids.clone();
+    pids.sort_unstable();
+    assert_eq!(pids, [10, 20], "both processes back in the run's cgroup");
+    assert_eq!(
+        tree.root_processes
+            .iter()
+            .map(|p| p.pid)
+            .collect::<Vec<_>>(),
+        [30],
+        "a process of no run stays where it is"
+    );
+    drop(tree);
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(
+        snapshot
+            .hotplug
+            .iter()
+            .any(|line| line.contains("pinion-run-a/main: processes 10,20 moved back")),
+        "{:?}",
+        snapshot.hotplug
+    );
+}
+
+/// A run whose processes the kernel moved ends while they wait in the root:
+/// once none is left, the run is released as any run that ended.
+#[test]
+fn a_stranded_run_that_ends_in_the_root_is_released() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    host.tree().version = pinion_host::cgroup::CgroupVersion::V1;
+    let mut controller = start(dir.path(), &host);
+    run(&mut controller, "pinion-run-a", "2", 10);
+    let name = CgroupName::new("pinion-run-a").expect("name");
+    host.tree().all_cpus_offline_v1(&name, &[(10, 1)]);
+    assert!(controller.reconcile().released.is_empty());
+    host.tree().root_processes.clear();
+    assert_eq!(controller.reconcile().released, ["pinion-run-a/main"]);
+}
