@@ -439,6 +439,41 @@ async fn regression_after_an_agent_restart_a_restarted_container_keeps_its_cpus(
     agent.stop().await;
 }
 
+/// Found from outside (session 45): a container held for its restart
+/// (its pod known from a `Synchronize`) and created again kept the note of
+/// the sandbox it was held for. When that sandbox's cgroup went away (the
+/// pod's sandbox made again; containerd 1.7 relays no stop of a pod it
+/// recovered), the reconcile pass released the running container's
+/// exclusive CPUs to the shared pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_held_container_created_again_is_not_released_with_its_old_sandbox() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (db_pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    node.set_sandbox_running(&db_pod, true);
+    let cpus = node.runtime.cpus(&db);
+    agent.stop().await;
+    let agent = node.agent(2).await;
+    node.runtime.stop_container(&db).await.unwrap();
+    node.runtime.remove_container(&db).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    assert_eq!(node.runtime.cpus(&again), cpus, "the same cpus");
+
+    // The sandbox it was held for is gone; the container runs.
+    node.set_sandbox_running(&db_pod, false);
+    let report = agent.handle.reconcile().await.unwrap();
+    assert!(report.released.is_empty(), "{report:?}");
+    assert_eq!(agent.handle.snapshot().assignments["db"]["db"], set(&cpus));
+    agent.stop().await;
+}
+
 /// Regression: containerd 1.7 never relays the stop of a pod it recovered
 /// after its own restart, so a container of such a pod held for a restart
 /// would keep its CPUs for ever. The reconcile pass releases it once the

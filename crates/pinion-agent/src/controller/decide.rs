@@ -295,6 +295,9 @@ impl Controller {
                 }
                 if let Some(workload) = self.workloads.get_mut(key) {
                     workload.frontend = request.frontend.clone();
+                    // Created again: no longer held for the sandbox it
+                    // stopped in (which may go away while this one runs).
+                    workload.held_sandbox = None;
                     // The same container asked again: it keeps running.
                     if let Frontend::Runtime { started: now, .. } = &mut workload.frontend {
                         *now |= *started && container_id == new;

@@ -167,6 +167,8 @@ impl Controller {
                 Some(workload) if matches!(workload.frontend, Frontend::Runtime { .. }) => {
                     workload.frontend = frontend;
                     workload.applied = applied;
+                    // It runs: not held for a restart any more.
+                    workload.held_sandbox = None;
                     // A new connection: answers to updates sent on the old
                     // one are not coming (those lost are failed there).
                     workload.updates_in_flight = 0;
