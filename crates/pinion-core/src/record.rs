@@ -42,6 +42,13 @@ pub mod kinds {
     pub const PLUGIN_STATE_PREFIX: &str = "plugin-state/";
     /// The key of a plugin's state that belongs to no pod.
     pub const PLUGIN_STATE_REST: &str = "rest";
+    /// A rebuild from the container runtime's first `Synchronize` that is
+    /// still to come (the state was rebuilt from the node at a start, and
+    /// the runtime's containers are in no cgroup of Pinion's). Key
+    /// [`RUNTIME_REBUILD_PENDING`] → why, a string.
+    pub const RUNTIME_REBUILD: &str = "runtime-rebuild";
+    /// The one key of [`RUNTIME_REBUILD`].
+    pub const RUNTIME_REBUILD_PENDING: &str = "pending";
 }
 
 /// One decision, as the journal stores it. See the module documentation.

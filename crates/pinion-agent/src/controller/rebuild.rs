@@ -9,6 +9,7 @@
 
 use pinion_core::policy::Policy;
 use pinion_core::rebuild::{rebuild_with_pods, Claim, Rebuilt};
+use pinion_core::record::{kinds, SideData, SideValue};
 use pinion_core::state::PodCpus;
 use pinion_host::cgroup::{CgroupError, CpusetHost};
 use pinion_host::journal::SetAside;
@@ -208,6 +209,64 @@ impl Controller {
         // A fresh checkpoint of the rebuilt state, and a fresh journal.
         self.maybe_compact(true);
         Ok(())
+    }
+}
+
+/// The reason of a rebuild from the runtime that an earlier start left
+/// pending ([`kinds::RUNTIME_REBUILD`]).
+pub(super) fn pending_runtime_rebuild(side: &SideData) -> Option<String> {
+    side.get(kinds::RUNTIME_REBUILD)?
+        .get(kinds::RUNTIME_REBUILD_PENDING)?
+        .decode()
+        .ok()
+}
+
+impl Controller {
+    /// Sets the side-data entry of a pending rebuild from the runtime to
+    /// the start report's (none: removed); journaled with the next batch.
+    pub(super) fn note_runtime_rebuild(&mut self) {
+        let value = self
+            .start_report
+            .runtime_rebuild
+            .as_ref()
+            .and_then(|why| SideValue::encode(why).ok());
+        let _ = self.plugin_data.side_mut().set(
+            kinds::RUNTIME_REBUILD,
+            kinds::RUNTIME_REBUILD_PENDING,
+            value,
+        );
+    }
+
+    /// The rebuild from the runtime is done: its note is removed, durably.
+    /// When that cannot be flushed the note stays, and the next start
+    /// rebuilds again at the first Synchronize (which then finds nothing
+    /// missing).
+    pub(super) fn forget_runtime_rebuild(&mut self) {
+        let side = self.plugin_data.side_mut();
+        let old = side
+            .get(kinds::RUNTIME_REBUILD)
+            .and_then(|entries| entries.get(kinds::RUNTIME_REBUILD_PENDING))
+            .cloned();
+        let Some(record) = side.set(kinds::RUNTIME_REBUILD, kinds::RUNTIME_REBUILD_PENDING, None)
+        else {
+            return;
+        };
+        let written = self
+            .store
+            .record(&record)
+            .map_err(ControlError::from)
+            .and_then(|_| self.store.flush().map_err(ControlError::from));
+        if let Err(err) = written {
+            tracing::warn!(
+                "forgetting the rebuild from the runtime: {err}; the next start rebuilds again"
+            );
+            self.store.discard_pending();
+            let _ = self.plugin_data.side_mut().set(
+                kinds::RUNTIME_REBUILD,
+                kinds::RUNTIME_REBUILD_PENDING,
+                old,
+            );
+        }
     }
 }
 

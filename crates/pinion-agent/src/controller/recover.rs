@@ -129,6 +129,14 @@ impl Controller {
             &runs,
             &mut report,
         )?;
+        if parts.runtime_updates.is_some() && report.runtime_rebuild.is_none() {
+            if let Some(why) = rebuild::pending_runtime_rebuild(&side) {
+                let line = format!("the rebuild from the container runtime's first Synchronize is still to come (an earlier start found: {why})");
+                tracing::warn!("{line}");
+                report.lines.push(line);
+                report.runtime_rebuild = Some(why);
+            }
+        }
         let engine = Engine::new(&parts.topology, parts.policy, state)
             .with_topology_manager(parts.topology_manager);
         let engine = super::resize::start_with_side(engine, &side)
@@ -247,6 +255,9 @@ impl Controller {
         let before = std::mem::replace(&mut self.engine, next);
         let side_before = SideData::clone(self.plugin_data.side());
         self.restore_allocations();
+        // Durable with the start's batch: an agent that stops before the
+        // runtime's first Synchronize rebuilds from it at its next start.
+        self.note_runtime_rebuild();
         let base = base.unwrap_or_else(|| before.state().clone());
         self.record(&base, Some(&side_before))?;
         self.store.flush()?;

@@ -116,6 +116,7 @@ impl Controller {
                 self.start_report.runtime_rebuild = Some(why);
                 return Err(err);
             }
+            self.forget_runtime_rebuild();
         }
         let by_key: BTreeMap<&Key, &RunningContainer> =
             running.iter().map(|c| (&c.key, c)).collect();

@@ -193,3 +193,55 @@ fn regression_exclusive_cpus_wait_for_the_runtimes_first_synchronize_after_a_reb
         .expect("admitted after the Synchronize");
     assert!(run.placement.cpus.is_disjoint(&set("1-2")), "{run:?}");
 }
+
+/// Found from outside (session 45): that the runtime's containers were
+/// still to be rebuilt from its first `Synchronize` was known in memory
+/// only, while the start's own flush and fresh checkpoint already said
+/// "none of them". An agent that stopped before that `Synchronize` (a
+/// rollout, an OOM kill) started again from a valid checkpoint without
+/// them: their exclusive CPUs went to the shared pool, and a standalone run
+/// could be given them meanwhile. The pending rebuild is now durable.
+#[test]
+fn regression_a_pending_runtime_rebuild_survives_a_second_restart() {
+    use crate::testing::run_request;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (controller, _updates) = node.clone().start_with_runtime(dir.path()).expect("start");
+    let why = controller
+        .start_report
+        .runtime_rebuild
+        .clone()
+        .expect("no checkpoint");
+    drop(controller);
+
+    let (mut controller, _updates) = node.clone().start_with_runtime(dir.path()).expect("again");
+    assert_eq!(controller.start_report.runtime_rebuild, Some(why));
+    assert!(
+        controller
+            .admit(
+                &run_request("pinion-run-x", Some("2"), Some(41)),
+                &Default::default(),
+            )
+            .is_err(),
+        "exclusive runs still wait for the Synchronize"
+    );
+    controller
+        .sync_runtime(&[running("pod-a", "2", "1-2")])
+        .expect("sync");
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+    drop(controller);
+
+    // Done: a third start has nothing pending.
+    let (controller, _updates) = node.start_with_runtime(dir.path()).expect("third");
+    assert_eq!(controller.start_report.runtime_rebuild, None);
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+}
