@@ -44,7 +44,7 @@ pub use inspect::{
     inspect, inspect_paths, is_journal, read_state_file, read_state_stream, Inspection,
     JournalView, MAX_STATE_FILE_BYTES,
 };
-pub use recovery::{Damage, Recovery, Superseded, TornTail};
+pub use recovery::{Damage, Recovery, Superseded, TornTail, Unreplayable};
 pub use unreadable::{set_aside_unreadable, SetAside};
 pub use writer::Flushed;
 
@@ -66,12 +66,6 @@ pub enum JournalError {
     #[error("checkpoint {} is unusable and was left untouched: {source}", .path.display())]
     CorruptCheckpoint {
         path: PathBuf,
-        source: CheckpointError,
-    },
-    #[error("checkpoint {} cannot take the journal's {records} records: {source}", .path.display())]
-    Replay {
-        path: PathBuf,
-        records: usize,
         source: CheckpointError,
     },
     #[error("a record of {bytes} bytes is larger than the journal's limit of {limit} bytes")]
@@ -264,6 +258,7 @@ impl StateStore {
             torn: None,
             damage: None,
             superseded: None,
+            unreplayable: None,
         };
         let mut opening = Opening {
             dir,
@@ -514,15 +509,24 @@ impl Opening<'_> {
         recovery: &mut Recovery,
     ) -> Result<(writer::Writer, Option<Checkpoint>, SideData), JournalError> {
         let plan = plan_replay(scan, self.checkpoint_id);
-        let effective =
-            record::replay_onto_checkpoint(checkpoint, &scan.header.policy, &plan.records)
-                .map_err(|source| JournalError::Replay {
-                    path: self.dir.join(CPU_MANAGER_STATE),
-                    records: plan.records.len(),
-                    source,
-                })?;
         let mut side = SideData::new();
         record::replay(&plan.records, &mut State::default(), &mut side);
+        let effective =
+            match record::replay_onto_checkpoint(checkpoint, &scan.header.policy, &plan.records) {
+                Ok(effective) => effective,
+                Err(source) => {
+                    // Never a start refused for ever: the journal is kept,
+                    // and the caller rebuilds from the node.
+                    let aside = durable::move_aside_as(self.dir, JOURNAL, "unreplayable")?;
+                    recovery.unreplayable = Some(Unreplayable {
+                        reason: source.to_string(),
+                        records: plan.records.len(),
+                        aside,
+                    });
+                    let writer = self.fresh(scan.header.generation + 1, scan.last_seq(), &side)?;
+                    return Ok((writer, checkpoint.cloned(), side));
+                }
+            };
         recovery.replayed = plan.records.len();
         recovery.skipped = plan.skipped;
         match &scan.tail {

@@ -47,6 +47,22 @@ pub struct Superseded {
     pub aside: PathBuf,
 }
 
+/// A readable journal whose CPU records the checkpoint cannot take: the
+/// checkpoint does not parse as a state (a CPU set such as `"9999999999"`,
+/// v1 entries) though the journal extends it. An agent that started
+/// degraded on such a checkpoint and stopped before its start's compaction
+/// leaves one. The journal is kept and not applied; the caller rebuilds
+/// from the node ([`Recovery::incomplete`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreplayable {
+    /// Why the checkpoint cannot take them.
+    pub reason: String,
+    /// CPU and side records not applied to the state (side data is kept).
+    pub records: usize,
+    /// Where the journal was kept.
+    pub aside: PathBuf,
+}
+
 /// What [`StateStore::open`] found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
@@ -63,6 +79,7 @@ pub struct Recovery {
     pub torn: Option<TornTail>,
     pub damage: Option<Damage>,
     pub superseded: Option<Superseded>,
+    pub unreplayable: Option<Unreplayable>,
 }
 
 impl Recovery {
@@ -103,6 +120,14 @@ impl Recovery {
                 sup.aside.display()
             ));
         }
+        if let Some(unreplayable) = &self.unreplayable {
+            out.push(format!(
+                "journal {path}: the checkpoint cannot take its {} records ({}); not applied, the state is rebuilt from the node; the journal is kept as {}",
+                unreplayable.records,
+                unreplayable.reason,
+                unreplayable.aside.display()
+            ));
+        }
         out
     }
 }
@@ -117,6 +142,14 @@ impl Recovery {
     #[must_use]
     pub fn incomplete(&self) -> Option<String> {
         let path = self.journal.display();
+        if let Some(unreplayable) = &self.unreplayable {
+            return Some(format!(
+                "the checkpoint cannot take journal {path}'s {} records ({}); the journal is kept as {}",
+                unreplayable.records,
+                unreplayable.reason,
+                unreplayable.aside.display()
+            ));
+        }
         if let Some(damage) = &self.damage {
             return Some(format!(
                 "journal {path} is damaged at offset {} ({}); the damaged file is kept as {}",

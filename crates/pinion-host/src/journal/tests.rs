@@ -758,3 +758,62 @@ fn regression_a_failing_compaction_is_not_retried_after_every_batch() {
     drop(store);
     assert_eq!(restored(&open(dir.path())), state, "nothing lost");
 }
+
+/// Found from outside (session 45): an agent that started degraded on a
+/// checkpoint that does not parse as a state (`"9999999999"`) journals its
+/// rebuilt state on top of it; stopped before its start's compaction, it
+/// could never open the store again ("cannot take the journal's N
+/// records"). The journal is now kept aside and reported as incomplete, so
+/// the agent rebuilds from the node, with the side data kept.
+#[test]
+fn regression_a_journal_the_checkpoint_cannot_take_does_not_stop_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    CheckpointStore::open(dir.path(), CPU_MANAGER_STATE)
+        .expect("open")
+        .0
+        .save("static", "9999999999", &std::collections::BTreeMap::new())
+        .expect("a checkpoint whose cpu set does not parse");
+    let mut opened = open(dir.path());
+    let side_record = Record::Side {
+        kind: "qrm".into(),
+        key: "k".into(),
+        value: Some(json!(1).into()),
+    };
+    let (_, mut records) = admit(&initial(), "a", "2-3");
+    records.push(side_record);
+    commit(&mut opened.store, &records);
+    let journal = journal_bytes(dir.path());
+    drop(opened);
+
+    let mut opened = StateStore::open(dir.path(), "static").expect("opens");
+    let unreplayable = opened.recovery.unreplayable.clone().expect("reported");
+    assert_eq!(unreplayable.records, records.len());
+    assert!(
+        unreplayable.reason.contains("9999999999"),
+        "{}",
+        unreplayable.reason
+    );
+    assert_eq!(std::fs::read(&unreplayable.aside).expect("kept"), journal);
+    let why = opened.recovery.incomplete().expect("the caller rebuilds");
+    assert!(why.contains("cannot take"), "{why}");
+    assert_eq!(
+        opened
+            .checkpoint
+            .as_ref()
+            .map(|c| c.default_cpu_set().to_string()),
+        Some("9999999999".to_string()),
+        "the checkpoint is left as it is"
+    );
+    assert_eq!(opened.side["qrm"]["k"], json!(1).into());
+    // The caller's rebuilt state, compacted as the agent does at start,
+    // opens cleanly.
+    opened
+        .store
+        .compact(&initial(), &opened.side)
+        .expect("compacts");
+    drop(opened);
+    let again = open(dir.path());
+    assert!(again.recovery.unreplayable.is_none());
+    assert_eq!(restored(&again), initial());
+    assert_eq!(again.side["qrm"]["k"], json!(1).into());
+}

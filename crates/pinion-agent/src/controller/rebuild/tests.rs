@@ -245,3 +245,50 @@ fn regression_a_pending_runtime_rebuild_survives_a_second_restart() {
         Some(&set("1-2"))
     );
 }
+
+/// Found from outside (session 45): an agent that started degraded on a
+/// checkpoint that cannot be migrated journals its rebuilt state on top of
+/// that file. Stopped before the start's compaction replaced the file, it
+/// could never start again: "cannot take the journal's N records". The
+/// journal is now kept aside and the state rebuilt from the node, as for a
+/// journal that cannot be read to its end.
+#[test]
+fn regression_a_journal_on_an_unmigratable_checkpoint_does_not_stop_the_next_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v1 = br#"{"policyName":"static","defaultCpuSet":"0,2-7","entries":{"0123abcd":"1"},"checksum":0}"#;
+    std::fs::write(dir.path().join("cpu_manager_state"), v1).expect("write");
+    let mut opened = pinion_host::journal::StateStore::open(dir.path(), "static").expect("open");
+    opened
+        .store
+        .record(&pinion_core::record::Record::Assign {
+            pod: "pod-a".into(),
+            container: "main".into(),
+            cpus: set("1-2"),
+        })
+        .expect("record");
+    opened.store.flush().expect("flush");
+    drop(opened);
+
+    let node = SyntheticNode {
+        host: FakeCgroups::default(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("starts");
+    let report = &controller.start_report;
+    assert!(report.rebuilt, "{:?}", report.lines);
+    assert!(
+        report
+            .runtime_rebuild
+            .as_ref()
+            .is_some_and(|why| why.contains("cannot take")),
+        "{report:?}"
+    );
+    assert!(dir.path().join("pinion_journal.unreplayable-1").exists());
+    controller
+        .sync_runtime(&[running("pod-a", "2", "1-2")])
+        .expect("sync");
+    assert_eq!(
+        controller.state().assignment("pod-a", "main"),
+        Some(&set("1-2"))
+    );
+}
