@@ -101,6 +101,9 @@ pub enum Effect {
     Fail(i32),
     /// (writes) Write only the first this many bytes and report that.
     Short(usize),
+    /// Do the operation: lets one call through to reach a later call of
+    /// the same kind (the second `sync_dir` of a compaction).
+    Pass,
 }
 
 #[derive(Debug, Clone)]
@@ -198,7 +201,7 @@ impl Faults {
         match self.plan.take(op, path) {
             Some(Effect::Fail(errno)) => Err(Self::fail(errno)),
             // A short "sync" or "rename" means nothing: run it.
-            Some(Effect::Short(_)) | None => run(),
+            Some(Effect::Short(_) | Effect::Pass) | None => run(),
         }
     }
 }
@@ -208,7 +211,7 @@ impl FileOps for Faults {
         match self.plan.take(FileOp::Write, path) {
             Some(Effect::Fail(errno)) => Err(Self::fail(errno)),
             Some(Effect::Short(len)) => file.write_at(&buf[..len.min(buf.len())], offset),
-            None => file.write_at(buf, offset),
+            Some(Effect::Pass) | None => file.write_at(buf, offset),
         }
     }
 

@@ -428,14 +428,21 @@ impl StateStore {
                 through,
             })?;
             self.writer.flush(self.ops.as_mut())?;
-            durable::write_atomic_using(
+            let mut renamed = false;
+            let written = durable::write_atomic_using(
                 self.ops.as_mut(),
                 &self.dir,
                 CPU_MANAGER_STATE,
                 &bytes,
-                &mut |_| {},
-            )?;
-            self.checkpoint_id = id;
+                &mut |step| renamed |= step == durable::WriteStep::Renamed,
+            );
+            // Once renamed, the file is the new checkpoint even when the
+            // directory's sync failed: a later compaction to the old
+            // state must write it again, not take it for the one on disk.
+            if renamed {
+                self.checkpoint_id = id;
+            }
+            written?;
         }
         let header = Header {
             generation: self.writer.generation + 1,

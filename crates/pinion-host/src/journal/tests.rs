@@ -817,3 +817,99 @@ fn regression_a_journal_the_checkpoint_cannot_take_does_not_stop_the_start() {
     assert_eq!(restored(&again), initial());
     assert_eq!(again.side["qrm"]["k"], json!(1).into());
 }
+
+/// Found from outside (session 45): when the directory's `fsync` failed
+/// after the new journal's rename, the compaction failed but the old
+/// journal, now unlinked, stayed the store's file: every later batch was
+/// acknowledged into it and gone at the next start. The renamed file is
+/// now the journal; its first flush syncs the directory.
+#[test]
+fn regression_a_failed_directory_sync_after_the_journals_rename_loses_no_later_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let states = with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
+    let (mut opened, plan) = faulty(dir.path());
+    plan.inject(FileOp::SyncDir, None, Effect::Pass); // the checkpoint's
+    plan.inject(FileOp::SyncDir, None, Effect::Fail(libc::EIO)); // the journal's
+                                                                 // Done or not, what matters is that no later batch is lost.
+    let _compacted = opened.store.compact(&states[2], &SideData::new());
+    assert_eq!(plan.pending(), 0);
+    let (next, records) = release(&states[2], "a");
+    commit(&mut opened.store, &records);
+    let log = plan.log();
+    assert_eq!(
+        log.last().map(|(op, _)| *op),
+        Some(FileOp::SyncDir),
+        "the flush syncs the directory: {log:?}"
+    );
+    // Synced once: the next batch does not sync it again.
+    let (after, records) = release(&next, "b");
+    commit(&mut opened.store, &records);
+    assert_eq!(plan.log().last().map(|(op, _)| *op), Some(FileOp::SyncData));
+    drop(opened);
+    assert_eq!(restored(&open(dir.path())), after);
+}
+
+/// A batch whose directory sync fails is not acknowledged (as a failed
+/// `fdatasync`), and the next flush tries the sync again.
+#[test]
+fn a_batch_is_not_durable_before_the_journals_directory_is_synced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let states = with_batches(dir.path(), &[("a", "2-3")]);
+    let (mut opened, plan) = faulty(dir.path());
+    plan.inject(FileOp::SyncDir, None, Effect::Pass);
+    plan.inject(FileOp::SyncDir, None, Effect::Fail(libc::EIO));
+    plan.inject(FileOp::SyncDir, None, Effect::Fail(libc::EIO));
+    opened
+        .store
+        .compact(&states[1], &SideData::new())
+        .expect("compacts");
+    let (next, records) = release(&states[1], "a");
+    for record in &records {
+        opened.store.record(record).expect("record");
+    }
+    let err = opened
+        .store
+        .flush()
+        .expect_err("the directory is not synced");
+    assert!(err.to_string().contains("sync"), "{err}");
+    commit(&mut opened.store, &records);
+    drop(opened);
+    assert_eq!(restored(&open(dir.path())), next);
+}
+
+/// Found from outside (session 45): when the directory's `fsync` failed
+/// after the checkpoint's rename, the store still took the old checkpoint
+/// for the one on disk. A later compaction back to that old state then
+/// wrote no checkpoint and started a journal on the old one, and the next
+/// start took the file on disk for one replaced from outside: the
+/// journal's later records were dropped.
+#[test]
+fn regression_a_failed_directory_sync_after_the_checkpoints_rename_is_no_replaced_checkpoint() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let states = with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
+    let (mut opened, plan) = faulty(dir.path());
+    plan.inject(FileOp::SyncDir, None, Effect::Fail(libc::EIO));
+    opened
+        .store
+        .compact(&states[2], &SideData::new())
+        .expect_err("the checkpoint's directory sync fails");
+    let (next, records) = release(&states[2], "a");
+    commit(&mut opened.store, &records);
+    let (back, records) = release(&next, "b");
+    commit(&mut opened.store, &records);
+    assert_eq!(back, initial(), "the first checkpoint's state again");
+    opened
+        .store
+        .compact(&back, &SideData::new())
+        .expect("compacts");
+    let (last, records) = admit(&back, "c", "6-7");
+    commit(&mut opened.store, &records);
+    drop(opened);
+    let reopened = open(dir.path());
+    assert!(
+        reopened.recovery.superseded.is_none(),
+        "{:?}",
+        reopened.recovery
+    );
+    assert_eq!(restored(&reopened), last);
+}

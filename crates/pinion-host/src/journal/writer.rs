@@ -48,6 +48,10 @@ pub(crate) struct Writer {
     pending_frames: usize,
     pending_records: usize,
     last_frame: usize,
+    /// The directory whose `fsync` failed after this file was renamed into
+    /// it ([`Writer::create`]): the next flush syncs it before it calls its
+    /// batch durable.
+    dir_unsynced: Option<PathBuf>,
 }
 
 impl Writer {
@@ -82,6 +86,7 @@ impl Writer {
             pending_frames: 0,
             pending_records: 0,
             last_frame: 0,
+            dir_unsynced: None,
         })
     }
 
@@ -153,7 +158,11 @@ impl Writer {
             let _ = std::fs::remove_file(&temp);
             return Err(err);
         }
-        ops.sync_dir(dir).map_err(io(JournalOp::SyncDir, dir))?;
+        // Renamed: this file is the journal now, whatever the directory's
+        // sync says. Failing here would leave the caller appending to the
+        // file it replaced, unlinked (every later batch lost at the next
+        // start); the first flush syncs the directory instead.
+        let dir_unsynced = ops.sync_dir(dir).err().map(|_| dir.to_path_buf());
         Ok(Writer {
             path,
             file,
@@ -166,6 +175,7 @@ impl Writer {
             pending_frames: 0,
             pending_records: 0,
             last_frame: 0,
+            dir_unsynced,
         })
     }
 
@@ -239,6 +249,12 @@ impl Writer {
                         source,
                     )
                 })
+            })
+            .and_then(|()| match &self.dir_unsynced {
+                Some(dir) => ops
+                    .sync_dir(dir)
+                    .map_err(|source| (JournalOp::SyncDir, source)),
+                None => Ok(()),
             });
         let frames = self.pending_frames;
         let records = self.pending_records;
@@ -251,6 +267,7 @@ impl Writer {
         }
         match result {
             Ok(()) => {
+                self.dir_unsynced = None;
                 self.records += records;
                 self.write_pos += batch_len;
                 self.dirty_end = self.write_pos;
