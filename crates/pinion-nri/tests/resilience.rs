@@ -100,8 +100,8 @@ async fn slow_handler_answers_deadline_exceeded_within_the_budget() {
     fake.wait_synced(1).await;
     plugin
         .handler
-        .hang_create
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+        .create_delay_ms
+        .store(400, std::sync::atomic::Ordering::SeqCst);
     let b = fake.run_pod(burstable_pod("b")).await.unwrap();
     let err = fake
         .create_container(&b, container("b", 100))
@@ -113,13 +113,74 @@ async fn slow_handler_answers_deadline_exceeded_within_the_budget() {
     );
     plugin
         .handler
-        .hang_create
-        .store(false, std::sync::atomic::Ordering::SeqCst);
+        .create_delay_ms
+        .store(0, std::sync::atomic::Ordering::SeqCst);
     let created = fake
         .create_container(&b, container("b", 100))
         .await
         .unwrap();
     assert_eq!(fake.cpus(&created), "0-7");
+    assert_eq!(fake.sessions(), 1, "the plugin stayed connected");
+    plugin.stop().await;
+}
+
+/// Found from outside (session 45): a handler that overran the runtime's
+/// deadline was dropped at its next `.await`, after its first effects and
+/// before its last. In the agent, an admission the controller had made
+/// was never tracked by the NRI front-end, and nothing released its CPUs
+/// (containerd's undo of the failed create found no container). The
+/// handler now runs to its end after the DEADLINE_EXCEEDED answer, before
+/// the next request: containerd's undo (StopContainer, RemoveContainer)
+/// finds and releases what it admitted, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_handler_that_overran_its_deadline_finishes_before_the_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake_options = FakeOptions {
+        request_timeout: Duration::from_millis(300),
+        ..FakeOptions::default()
+    };
+    let (fake, path) = runtime(dir.path(), fake_options);
+    let plugin = start_plugin(options(&path), TestHandler::default());
+    fake.wait_synced(1).await;
+    plugin
+        .handler
+        .create_delay_ms
+        .store(400, std::sync::atomic::Ordering::SeqCst);
+    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
+    let err = fake
+        .create_container(&g, container("g", 1000))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FakeError::Rejected { status, .. } if status.code == Code::DeadlineExceeded),
+        "{err:?}"
+    );
+    let events = plugin.handler.lock().events.clone();
+    let tail: Vec<&str> = events
+        .iter()
+        .rev()
+        .take(3)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        ["create g", "stop g", "remove g"],
+        "the create finished, then the runtime's undo: {events:?}"
+    );
+    plugin
+        .handler
+        .create_delay_ms
+        .store(0, std::sync::atomic::Ordering::SeqCst);
+    let again = fake
+        .create_container(&g, container("g", 1000))
+        .await
+        .unwrap();
+    assert_eq!(
+        fake.cpus(&again),
+        "0",
+        "the undone create's cpu is free again"
+    );
     assert_eq!(fake.sessions(), 1, "the plugin stayed connected");
     plugin.stop().await;
 }

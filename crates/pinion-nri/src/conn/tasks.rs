@@ -1,6 +1,7 @@
 //! The connection's two tasks: the reader (frames in, requests to the
 //! server task, replies to waiting callers) and the server (one served call at
-//! a time, holding the handler gate).
+//! a time, holding the handler gate; a call that overran the caller's
+//! deadline is answered on time and still finished before the next).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -120,7 +121,7 @@ pub(super) async fn serve_loop(
     while let Some((read_at, message)) = requests.recv().await {
         let _gate = shared.gate.lock().await;
         let started = Instant::now();
-        let (method, response) = serve_one(service.as_ref(), &message.payload).await;
+        let (method, response, overran) = serve_one(service.as_ref(), &message.payload).await;
         let reply = Message {
             stream_id: message.stream_id,
             kind: TYPE_RESPONSE,
@@ -149,15 +150,39 @@ pub(super) async fn serve_loop(
                 "nri request answered"
             );
         }
+        if let Some(handler) = overran {
+            // Answered DEADLINE_EXCEEDED, yet finished before the next
+            // request, still behind the gate: a handler's effects (an
+            // admission made and its container tracked, a release) are
+            // never cut in half, and events stay in order. The runtime's
+            // undo of a failed create (containerd's StopContainer and
+            // RemoveContainer) then finds the container it releases.
+            let late = handler.await;
+            tracing::warn!(
+                ?method,
+                stream = message.stream_id,
+                served = ?started.elapsed(),
+                succeeded = late.is_ok(),
+                "nri request finished after its deadline was answered"
+            );
+        }
         if written.is_err() {
             return;
         }
     }
 }
 
+/// A handler still running when its deadline was answered.
+type Overran = crate::conn::ServiceFuture;
+
 /// Serves one encoded ttrpc request: the method it named (empty when it
-/// did not decode) and the response.
-async fn serve_one(service: &dyn Service, payload: &[u8]) -> (String, ttrpc::Response) {
+/// did not decode), the response, and the handler when it did not finish
+/// within the caller's budget (the response says DEADLINE_EXCEEDED; the
+/// caller finishes it).
+async fn serve_one(
+    service: &dyn Service,
+    payload: &[u8],
+) -> (String, ttrpc::Response, Option<Overran>) {
     let request = match ttrpc::Request::decode(payload) {
         Ok(request) => request,
         Err(err) => {
@@ -165,7 +190,7 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> (String, ttrpc::Res
                 Code::InvalidArgument,
                 format!("undecodable ttrpc request: {err}"),
             );
-            return (String::new(), status_response(&status));
+            return (String::new(), status_response(&status), None);
         }
     };
     let timeout = u64::try_from(request.timeout_nano)
@@ -173,21 +198,24 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> (String, ttrpc::Res
         .filter(|nanos| *nanos > 0)
         .map(Duration::from_nanos);
     let method = request.method.clone();
-    let future = service.call(Call {
+    let mut future = service.call(Call {
         service: request.service,
         method: request.method,
         payload: request.payload,
         timeout,
     });
+    let mut overran = None;
     let result = match timeout.map(answer_budget) {
-        Some(budget) => tokio::time::timeout(budget, future)
-            .await
-            .unwrap_or_else(|_| {
+        Some(budget) => match tokio::time::timeout(budget, &mut future).await {
+            Ok(result) => result,
+            Err(_) => {
+                overran = Some(future);
                 Err(Status::new(
                     Code::DeadlineExceeded,
                     format!("{method} did not finish within the caller's {budget:?}"),
                 ))
-            }),
+            }
+        },
         None => future.await,
     };
     let response = match result {
@@ -200,7 +228,7 @@ async fn serve_one(service: &dyn Service, payload: &[u8]) -> (String, ttrpc::Res
         },
         Err(status) => status_response(&status),
     };
-    (method, response)
+    (method, response, overran)
 }
 
 /// The part of the caller's budget a handler may use: a tenth (at most

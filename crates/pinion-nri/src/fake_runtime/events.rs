@@ -231,6 +231,45 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// What containerd does when its create of a container fails after
+    /// NRI was asked (`UndoCreateContainer`: the plugins' adjustment runs
+    /// inside the create): `StopContainer`, then `RemoveContainer`, to the
+    /// plugins, errors only logged.
+    async fn undo_create(&self, request: pb::ContainerRequest) {
+        let (Some(pod), Some(container)) = (request.pod.clone(), request.container.clone()) else {
+            return;
+        };
+        let id = container.id.clone();
+        if let Err(status) = self
+            .relay(
+                event::STOP_CONTAINER,
+                "StopContainer",
+                request.encode_to_vec(),
+                None,
+            )
+            .await
+        {
+            self.note(format!(
+                "undo of create {id}: stop failed: {}",
+                status.message
+            ));
+        }
+        if let Err(err) = self
+            .simple_event(
+                event::REMOVE_CONTAINER,
+                "RemoveContainer",
+                pod,
+                Some(container),
+            )
+            .await
+        {
+            self.note(format!("undo of create {id}: remove failed: {err}"));
+        }
+        self.note(format!("undid create {id}"));
+    }
+}
+
 impl FakeRuntime {
     /// Starts a pod sandbox; returns its id.
     pub async fn run_pod(&self, spec: PodSpec) -> Result<String, FakeError> {
@@ -309,7 +348,7 @@ impl FakeRuntime {
             container: Some(container.clone()),
         };
         let method = "CreateContainer";
-        let reply = inner
+        let reply = match inner
             .relay(
                 event::CREATE_CONTAINER,
                 method,
@@ -317,7 +356,13 @@ impl FakeRuntime {
                 None,
             )
             .await
-            .map_err(rejected(method))?;
+        {
+            Ok(reply) => reply,
+            Err(status) => {
+                inner.undo_create(request).await;
+                return Err(rejected(method)(status));
+            }
+        };
         let reply: pb::CreateContainerResponse = match reply {
             Some(bytes) => decode(method, &bytes)?,
             None => pb::CreateContainerResponse::default(),

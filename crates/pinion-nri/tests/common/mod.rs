@@ -18,7 +18,6 @@ use pinion_nri::{
     Container, ContainerUpdate, Created, ErrorKind, HandlerError, NriHandler, Plugin,
     PluginOptions, PodSandbox, Resources, RuntimeInfo, UpdateSender,
 };
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 pub const ALL_CPUS: &str = "0-7";
@@ -46,11 +45,11 @@ pub struct TestHandler {
     /// Push shared-pool changes through `UpdateContainers` instead of replies.
     pub unsolicited: bool,
     pub sender: OnceLock<UpdateSender>,
-    /// Make `create_container` hang (to trigger the runtime's timeout).
+    /// Make `create_container` hang while set (to trigger the runtime's
+    /// timeout); a create that hangs finishes once it is cleared.
     pub hang_create: std::sync::atomic::AtomicBool,
     /// Make `create_container` take this many milliseconds first.
     pub create_delay_ms: std::sync::atomic::AtomicU64,
-    pub never: Notify,
 }
 
 fn all() -> CpuSet {
@@ -197,8 +196,8 @@ impl NriHandler for TestHandler {
         pod: PodSandbox,
         container: Container,
     ) -> Result<Created, HandlerError> {
-        if self.hang_create.load(std::sync::atomic::Ordering::SeqCst) {
-            self.never.notified().await;
+        while self.hang_create.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let delay = self
             .create_delay_ms
