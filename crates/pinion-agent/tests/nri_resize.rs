@@ -9,7 +9,7 @@ mod nri_common;
 use nri_common::*;
 use pinion_core::policy::Features;
 use pinion_core::CpuSet;
-use pinion_nri::fake_runtime::FakeError;
+use pinion_nri::fake_runtime::{FakeError, PodSpec};
 use pinion_nri::status::Code;
 use pinion_nri::Resources;
 
@@ -195,4 +195,28 @@ async fn with_the_switch_off_a_resize_is_refused_as_before() {
     resize(&node, &app, 2000).await.unwrap();
     assert_eq!(node.runtime.cpus(&app), pool);
     agent.stop().await;
+}
+
+/// Found from outside (session 45): a container outside Kubernetes (it
+/// follows the shared pool; no pod spec) updated with a whole-CPU share
+/// (`crictl update --cpu-shares 1024`) failed with INTERNAL ("cannot
+/// resize: pod spec unknown"), with the switch on or off. It keeps its
+/// placement, as a shared container whose resize is off does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_container_outside_kubernetes_takes_a_whole_cpu_update() {
+    for features in [Features::default(), resize_on()] {
+        let node = Node::new();
+        let agent = node.agent_with(1, features).await;
+        let outside = PodSpec {
+            cgroup_parent: "/system.slice/tool".into(),
+            ..guaranteed_pod("tool")
+        };
+        let (_, tool) = node.pod_with(outside, container("tool", 1000)).await;
+        let before = node.runtime.cpus(&tool);
+        resize(&node, &tool, 2000)
+            .await
+            .expect("a shared container keeps its placement");
+        assert_eq!(node.runtime.cpus(&tool), before);
+        agent.stop().await;
+    }
 }

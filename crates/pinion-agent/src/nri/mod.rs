@@ -619,21 +619,27 @@ impl NriFrontend {
                 ),
             )
         })?;
-        match self.handle.resize(key.clone(), cpus).await {
-            Ok(resized) => Ok(resized.placement),
-            Err(ControlError::Resize { source, .. })
-                if matches!(
-                    *source,
-                    pinion_core::policy::PolicyError::ResizeDisabled { .. }
-                ) =>
-            {
-                if current.is_exclusive() {
-                    check_exclusive_resize(key, &current.cpus, resources)?;
-                }
-                Ok(current)
-            }
-            Err(err) => Err(handler_error(err)),
+        let refused = match self.handle.resize(key.clone(), cpus).await {
+            Ok(resized) => return Ok(resized.placement),
+            Err(err) => err,
+        };
+        let nothing_to_resize = match &refused {
+            ControlError::Resize { source, .. } => matches!(
+                **source,
+                pinion_core::policy::PolicyError::ResizeDisabled { .. }
+            ),
+            // A container outside Kubernetes (it follows the shared pool)
+            // or one known only from the checkpoint: no pod to resize by.
+            ControlError::ResizeUnknownSpec { .. } => true,
+            _ => false,
+        };
+        if !nothing_to_resize {
+            return Err(handler_error(refused));
         }
+        if current.is_exclusive() {
+            check_exclusive_resize(key, &current.cpus, resources)?;
+        }
+        Ok(current)
     }
 }
 

@@ -342,3 +342,69 @@ fn a_stranded_run_that_ends_in_the_root_is_released() {
     host.tree().root_processes.clear();
     assert_eq!(controller.reconcile().released, ["pinion-run-a/main"]);
 }
+
+/// Found from outside (session 45): a hot-plug whose flush failed put the
+/// engine back but kept the side data it had already changed (the
+/// pod-level CPU sets of the failed attempt). A later compaction wrote
+/// them, and the next start found sets that did not fit its state and
+/// dropped them all.
+#[test]
+fn regression_a_hotplug_that_cannot_be_flushed_leaves_the_pod_level_sets_as_they_were() {
+    use pinion_core::pod::PodResources;
+    use pinion_core::record::kinds::POD_CPUS;
+    use pinion_host::fileops::{Effect, FileOp};
+    let q = |text: &str| Some(pinion_core::Quantity::parse(text).expect("quantity"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = SyntheticNode {
+        features: pinion_core::policy::Features {
+            pod_level_resource_managers: true,
+            ..pinion_core::policy::Features::default()
+        },
+        ..SyntheticNode::new(machine(1, 4, 2))
+    }
+    .with_config(pinion_core::policy::PolicyConfig {
+        policy: Some("static".into()),
+        num_reserved: Some(1),
+        topology_manager_policy: Some("best-effort".into()),
+        topology_manager_scope: Some("pod".into()),
+        ..pinion_core::policy::PolicyConfig::default()
+    });
+    let (mut controller, plan) = node.start_with_faults(dir.path());
+    controller.set_pod_resources(
+        "pinion-run-p",
+        Some(PodResources {
+            cpu_request: q("4"),
+            cpu_limit: q("4"),
+            memory_request: q("1Gi"),
+            memory_limit: q("1Gi"),
+        }),
+    );
+    let held = run(&mut controller, "pinion-run-p", "2", 10);
+    let sets = controller.plugin_data.side().get(POD_CPUS).cloned();
+    let pod_set = controller
+        .engine
+        .pod_cpus()
+        .get("pinion-run-p")
+        .cloned()
+        .expect("a pod-level set");
+    assert_eq!(pod_set.len(), 4, "{pod_set}");
+    assert!(sets.is_some());
+    // A CPU of the pod's set that its container does not hold.
+    let victim = pod_set
+        .difference(&held)
+        .last()
+        .expect("a free cpu of the set");
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5));
+    controller
+        .follow_topology(&offline(&victim.to_string()))
+        .expect_err("not durable");
+    assert_eq!(
+        controller.engine.pod_cpus().get("pinion-run-p"),
+        Some(&pod_set)
+    );
+    assert_eq!(
+        controller.plugin_data.side().get(POD_CPUS).cloned(),
+        sets,
+        "the side data as it was"
+    );
+}

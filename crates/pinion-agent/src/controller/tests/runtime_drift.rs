@@ -333,6 +333,8 @@ fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_ad
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    // The runtime's first Synchronize (nothing ran yet), as on connecting.
+    controller.sync_runtime(&[]).expect("first sync");
     let known = admit(&mut controller, &in_cgroup("pod-k", "2", "ck")).expect("k");
     drop(controller);
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("restart");
@@ -403,7 +405,9 @@ fn regression_a_guaranteed_container_created_while_no_plugin_was_connected_is_ad
 fn regression_a_synchronize_replys_updates_are_in_flight_until_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let (controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    // The runtime's first Synchronize (nothing ran yet), as on connecting.
+    controller.sync_runtime(&[]).expect("first sync");
     drop(controller);
     let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("restart");
     let g = in_cgroup("pod-late", "2", "cl");
