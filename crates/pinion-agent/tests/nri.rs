@@ -618,6 +618,21 @@ async fn bad_input_is_refused_clearly_and_non_kubernetes_pods_share() {
         .expect_err("uid");
     assert!(rejected(err).1.contains("has no uid"));
 
+    // A UID longer than any Kubernetes name (session 45).
+    let long = node
+        .runtime
+        .run_pod(guaranteed_pod(&"u".repeat(300)))
+        .await
+        .unwrap();
+    let err = node
+        .runtime
+        .create_container(&long, container("app", 1000))
+        .await
+        .expect_err("long uid");
+    let (code, message) = rejected(err);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(message.contains("300 bytes, more than 253"), "{message}");
+
     let mut incomplete = container("app", 1000);
     incomplete.resources.memory_limit = None;
     let pod = node.runtime.run_pod(guaranteed_pod("inc")).await.unwrap();

@@ -43,6 +43,14 @@ pub enum KubeError {
     MissingUid { sandbox: String },
     #[error("container {container:?} has no name (neither the name field nor the {CONTAINER_NAME_LABEL} label)")]
     MissingName { container: String },
+    #[error("{what} {shown:?}… of {owner:?} is not a Kubernetes name: {reason}")]
+    BadName {
+        what: &'static str,
+        /// The name's first characters.
+        shown: String,
+        owner: String,
+        reason: String,
+    },
     #[error("pod {pod:?} has no cgroup parent, so its QoS class is unknown")]
     MissingCgroupParent { pod: String },
     #[error("pod {pod:?} has cgroup parent {parent:?}, which is not under kubepods")]
@@ -72,16 +80,40 @@ pub enum KubeError {
 
 /// The pod's UID: the uid field, else kubelet's label.
 pub fn pod_uid(pod: &PodSandbox) -> Result<String, KubeError> {
-    non_empty(&pod.uid)
+    let uid = non_empty(&pod.uid)
         .or_else(|| pod.labels.get(POD_UID_LABEL).and_then(|v| non_empty(v)))
         .ok_or_else(|| KubeError::MissingUid {
             sandbox: pod.id.clone(),
-        })
+        })?;
+    check_name("pod uid", uid, &pod.id)
+}
+
+/// The longest pod UID or container name taken (bytes): a Kubernetes UID
+/// has 36, a container name at most 63 (a DNS label); a longer one is
+/// refused before it becomes a key in the state file and the journal.
+pub const MAX_NAME_BYTES: usize = 253;
+
+/// `name` when it is at most [`MAX_NAME_BYTES`] long and holds no control
+/// character (it is written to the state file and to logs).
+fn check_name(what: &'static str, name: String, owner: &str) -> Result<String, KubeError> {
+    let reason = if name.len() > MAX_NAME_BYTES {
+        format!("{} bytes, more than {MAX_NAME_BYTES}", name.len())
+    } else if name.chars().any(char::is_control) {
+        "it holds a control character".to_string()
+    } else {
+        return Ok(name);
+    };
+    Err(KubeError::BadName {
+        what,
+        shown: name.chars().take(40).collect(),
+        owner: owner.chars().take(80).collect(),
+        reason,
+    })
 }
 
 /// The container's Kubernetes name: the name field, else kubelet's label.
 pub fn container_name(container: &Container) -> Result<String, KubeError> {
-    non_empty(&container.name)
+    let name = non_empty(&container.name)
         .or_else(|| {
             container
                 .labels
@@ -90,7 +122,8 @@ pub fn container_name(container: &Container) -> Result<String, KubeError> {
         })
         .ok_or_else(|| KubeError::MissingName {
             container: container.id.clone(),
-        })
+        })?;
+    check_name("container name", name, &container.id)
 }
 
 fn non_empty(text: &str) -> Option<String> {

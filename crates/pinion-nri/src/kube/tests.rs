@@ -245,6 +245,40 @@ fn uid_and_name_fall_back_to_kubelet_labels() {
     assert_eq!(container_name(&c).unwrap(), "web");
 }
 
+/// Found from outside (session 45): a pod UID or container name from the
+/// runtime was taken whatever its length. One of a megabyte became a key
+/// whose journal record was over the journal's limit, failing the batch of
+/// every other pod admitted with it. Longer than any Kubernetes name, or
+/// with a control character, it is refused now, naming the bad value.
+#[test]
+fn regression_an_overlong_or_control_character_uid_or_name_is_refused() {
+    let mut p = pod("/kubepods/pod1");
+    p.uid = "u".repeat(MAX_NAME_BYTES);
+    assert_eq!(pod_uid(&p).unwrap().len(), MAX_NAME_BYTES);
+    p.uid = "u".repeat(MAX_NAME_BYTES + 1);
+    let err = pod_uid(&p).unwrap_err();
+    assert!(matches!(err, KubeError::BadName { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("pod uid")
+            && text.contains("254 bytes, more than 253")
+            && text.contains("sandbox-1"),
+        "{text}"
+    );
+    assert!(text.len() < 300, "the bad value is shown cut short: {text}");
+    p.uid = "a\u{7}b".to_string();
+    assert!(pod_uid(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("control character"));
+    let mut c = container("app\n", None, None, None);
+    let err = container_name(&c).unwrap_err();
+    assert!(err.to_string().contains("control character"), "{err}");
+    c.name = "n".repeat(1 << 20);
+    let err = container_name(&c).unwrap_err();
+    assert!(err.to_string().contains("1048576 bytes"), "{err}");
+}
+
 #[test]
 fn container_of_another_sandbox_is_rejected() {
     let mut c = container("app", Some(2048), None, Some(1));
