@@ -368,19 +368,25 @@ impl Controller {
     }
 
     /// Releases admissions whose process could not be placed, as a batch of
-    /// its own.
+    /// its own. When that batch cannot be made durable, nothing is undone:
+    /// memory keeps what the disk says, the runs' cgroups stay (empty), and
+    /// the reconcile pass releases them as runs that ended. (Before the
+    /// forty-fifth session memory freed their CPUs while the disk still
+    /// held them: the next admission was given the same CPUs, and a restart
+    /// found both on them.)
     fn undo_admissions(&mut self, keys: &[Key]) {
         let mut batch = self.begin();
         let before = self.engine.state().clone();
-        for (pod, container) in keys {
-            self.engine.remove(pod, container);
-            if let Some(workload) = self.workloads.remove(&(pod.clone(), container.clone())) {
+        let mut cgroups = Vec::new();
+        for key in keys {
+            self.engine.remove(&key.0, &key.1);
+            batch.touch(&self.workloads, key);
+            if let Some(workload) = self.workloads.remove(key) {
                 if let super::Frontend::Standalone { cgroup, .. } = workload.frontend {
-                    batch.created.push(cgroup);
+                    cgroups.push(cgroup);
                 }
             }
         }
-        let created = std::mem::take(&mut batch.created);
         // Their plugin answers go with them, and a pod none of whose
         // containers is left has its plugins told to forget it.
         let side = self.note_pod_removals(keys);
@@ -391,10 +397,15 @@ impl Controller {
             self.store.flush().map(drop).map_err(ControlError::from)
         });
         if let Err(err) = recorded {
-            tracing::error!("undoing admissions: {err}; a restart releases them");
+            tracing::error!(
+                "undoing admissions: {err}; kept until the reconcile pass releases them"
+            );
+            self.store.discard_pending();
+            self.rollback(batch);
+            return;
         }
         self.publish();
-        for cgroup in created {
+        for cgroup in cgroups {
             if let Err(err) = self.remove_cgroup(&cgroup) {
                 tracing::warn!("removing cgroup {cgroup} of an undone admission: {err}");
             }

@@ -1510,3 +1510,59 @@ mod pod_quota;
 mod runtime_drift;
 mod runtime_partitions;
 mod structure;
+
+/// Found from outside (session 45): an admission flushed whose process
+/// could not be placed (it exited) is undone by a second batch; when that
+/// batch's flush failed, memory freed the CPUs while the disk still held
+/// them. The next admission was given the same CPUs, and a restart found
+/// both holding them. Now nothing is undone in memory; the reconcile pass
+/// releases the run that never started.
+#[test]
+fn regression_an_undo_that_cannot_be_flushed_frees_no_cpu_the_disk_still_holds() {
+    use pinion_host::fileops::{Effect, FileOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let node = SyntheticNode {
+        host: host.clone(),
+        ..SyntheticNode::new(machine(1, 4, 2))
+    };
+    let (mut controller, plan) = node.start_with_faults(dir.path());
+    host.tree().gone_pids.insert(7);
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Pass); // the admission
+    plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(5)); // its undo
+    controller
+        .admit(
+            &run_request("pinion-run-u", Some("2"), Some(7)),
+            &GatheredHints::default(),
+        )
+        .expect_err("its process is gone");
+    assert_eq!(plan.pending(), 0);
+    let held = controller
+        .state()
+        .assignment("pinion-run-u", RUN_CONTAINER)
+        .cloned()
+        .expect("kept while the disk holds it");
+    let other = controller
+        .admit(
+            &run_request("pinion-run-v", Some("2"), Some(8)),
+            &GatheredHints::default(),
+        )
+        .expect("admitted");
+    assert!(
+        other.placement.cpus.is_disjoint(&held),
+        "{held} given twice"
+    );
+
+    let report = controller.reconcile();
+    assert_eq!(report.released, ["pinion-run-u/main"]);
+    drop(controller);
+    let restarted = node.start(dir.path()).expect("restart");
+    assert_eq!(
+        restarted.state().assignment("pinion-run-u", RUN_CONTAINER),
+        None
+    );
+    assert_eq!(
+        restarted.state().assignment("pinion-run-v", RUN_CONTAINER),
+        Some(&other.placement.cpus)
+    );
+}

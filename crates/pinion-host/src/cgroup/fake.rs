@@ -66,6 +66,9 @@ pub struct FakeTree {
     /// The cgroups outside Pinion's root whose CFS quota was lifted, in
     /// order, once per write.
     pub quota_lifted: Vec<ContainerCgroup>,
+    /// Processes that cannot be moved (they exited): `add_pid` of one
+    /// fails with `ESRCH`.
+    pub gone_pids: std::collections::BTreeSet<u32>,
     /// Processes in Pinion's root itself ([`FakeTree::all_cpus_offline_v1`]
     /// puts a child's there, as a cgroup v1 kernel does).
     pub root_processes: Vec<RootProcess>,
@@ -251,6 +254,14 @@ impl CpusetHost for FakeCgroups {
         let mut tree = self.tree();
         let v1 = tree.version == CgroupVersion::V1;
         check_writable(&tree, name)?;
+        if tree.gone_pids.contains(&pid) {
+            return Err(CgroupError::Io {
+                op: CgroupOp::Write,
+                path: format!("{name}/cgroup.procs").into(),
+                data: Some(pid.to_string()),
+                source: std::io::Error::from_raw_os_error(libc::ESRCH),
+            });
+        }
         let entry = tree
             .children
             .get_mut(name)
