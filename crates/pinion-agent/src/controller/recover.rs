@@ -364,7 +364,7 @@ fn initial_state(
                 report,
             ) {
                 Ok((new, old)) => {
-                    match durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "pre-migrate") {
+                    match keep_effective(&parts.state_dir, &checkpoint, "pre-migrate") {
                         Ok(kept) => report.lines.push(format!(
                             "the checkpoint before the migration is kept as {}",
                             kept.display()
@@ -385,12 +385,11 @@ fn initial_state(
                 Err(NotMigrated::Unmigratable(reason)) => {
                     let why = format!("checkpoint {path} does not fit the configuration ({source}) and cannot be migrated: {reason}");
                     let claims = node_claims(parts, runs)?;
-                    let kept =
-                        durable::keep_copy(&parts.state_dir, CPU_MANAGER_STATE, "unmigratable")
-                            .map_or_else(
-                                |err| format!("it could not be kept: {err}"),
-                                |p| format!("it is kept as {}", p.display()),
-                            );
+                    let kept = keep_effective(&parts.state_dir, &checkpoint, "unmigratable")
+                        .map_or_else(
+                            |err| format!("it could not be kept: {err}"),
+                            |p| format!("it is kept as {}", p.display()),
+                        );
                     // The runtime's containers are in no cgroup of Pinion's:
                     // its first `Synchronize` rebuilds them from what runs,
                     // as after a lost checkpoint.
@@ -459,6 +458,23 @@ fn lost_decisions(
 
 /// The state a checkpoint holds, read without the policy's checks (empty
 /// when its entries cannot be read: then every assignment is recorded anew).
+/// Keeps the state on disk before this start changes it, as
+/// `cpu_manager_state.<label>-N`: the checkpoint with its journal replayed
+/// (what was migrated). The checkpoint file alone lacks every record since
+/// the last compaction (before the forty-fifth session the copy was that
+/// file). A checkpoint that cannot be encoded again (v1 entries) is kept as
+/// the file it is.
+fn keep_effective(
+    dir: &std::path::Path,
+    checkpoint: &Checkpoint,
+    label: &str,
+) -> Result<std::path::PathBuf, durable::DurableError> {
+    match checkpoint.to_bytes() {
+        Ok(bytes) => durable::keep_bytes(dir, CPU_MANAGER_STATE, label, &bytes),
+        Err(_) => durable::keep_copy(dir, CPU_MANAGER_STATE, label),
+    }
+}
+
 fn state_of(checkpoint: &Checkpoint) -> State {
     checkpoint_state(checkpoint).unwrap_or_else(|err| {
         tracing::warn!("reading the checkpoint's entries: {err}");

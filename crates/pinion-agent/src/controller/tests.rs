@@ -1566,3 +1566,48 @@ fn regression_an_undo_that_cannot_be_flushed_frees_no_cpu_the_disk_still_holds()
         Some(&other.placement.cpus)
     );
 }
+
+/// Found from outside (session 45): the copy kept before a migration at
+/// start ("the checkpoint before the migration is kept as …") was a link
+/// to the checkpoint file, which lacks the journal's records since the last
+/// compaction, while what was migrated was the checkpoint with them. After
+/// an unclean stop and a config change, the copy silently lacked every
+/// acknowledged decision since that compaction.
+#[test]
+fn regression_the_copy_kept_before_a_migration_holds_the_journals_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("1"), 41)).expect("a");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 42)).expect("b");
+    drop(controller);
+    let file = std::fs::read(dir.path().join(CPU_MANAGER_STATE)).expect("checkpoint");
+    let file = String::from_utf8(file).expect("utf-8");
+    assert!(
+        !file.contains("pinion-run-a"),
+        "in the journal only: {file}"
+    );
+    let changed = node(&host).with_config(PolicyConfig {
+        policy: Some("static".into()),
+        num_reserved: Some(b.placement.cpus.len()),
+        reserved: Some(b.placement.cpus.clone()),
+        ..PolicyConfig::default()
+    });
+    let mut parts = changed.parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = MigrateOnStart::Always;
+    let controller = Controller::start(parts).expect("migrated");
+    assert_eq!(controller.counters.state_migrations_total, 1);
+    let kept = std::fs::read(dir.path().join("cpu_manager_state.pre-migrate-1")).expect("kept");
+    let kept = pinion_core::checkpoint::decode_verified(&kept)
+        .expect("a checkpoint kubelet reads")
+        .to_state()
+        .expect("parses");
+    assert_eq!(
+        kept.assignments["pinion-run-a"][RUN_CONTAINER],
+        a.placement.cpus
+    );
+    assert_eq!(
+        kept.assignments["pinion-run-b"][RUN_CONTAINER],
+        b.placement.cpus
+    );
+}
