@@ -217,3 +217,70 @@ fn regression_a_checkpoint_too_large_to_be_one_is_set_aside_unread() {
         .any(|e| e.file_name().to_string_lossy().contains("unreadable"));
     assert!(kept, "the file is kept aside");
 }
+
+/// Found from outside (session 45): with a journal that could not be
+/// replayed to its end, the start rebuilt from the node under whatever
+/// configuration it was given, without the checks a complete journal gets:
+/// `migrateOnStart: false` with a changed reservation started where kubelet
+/// refuses, and by default running workloads were moved instead of the
+/// start being refused. The readable part is judged as a complete one is.
+#[test]
+fn regression_an_incomplete_journal_does_not_skip_the_configuration_check() {
+    let reserving = |node: &SyntheticNode, cpus: &CpuSet| {
+        node.clone().with_config(pinion_core::policy::PolicyConfig {
+            policy: Some("static".into()),
+            num_reserved: Some(cpus.len()),
+            reserved: Some(cpus.clone()),
+            ..pinion_core::policy::PolicyConfig::default()
+        })
+    };
+    for mode in [
+        MigrateOnStart::Never,
+        MigrateOnStart::IfNothingMoves,
+        MigrateOnStart::Always,
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (node, acknowledged) = node_after_admissions(dir.path());
+        let bytes = std::fs::read(dir.path().join(JOURNAL)).expect("journal");
+        let last = scan(&bytes)
+            .expect("readable")
+            .frames
+            .pop()
+            .expect("a frame");
+        Damage::Truncate(usize::try_from(last.offset + last.size - 1).expect("offset"))
+            .apply(&dir.path().join(JOURNAL));
+        let (_, b_cpus) = acknowledged
+            .iter()
+            .find(|(id, _)| *id == "pinion-run-b")
+            .cloned()
+            .expect("b");
+        let changed = reserving(&node, &b_cpus);
+        let mut parts = changed.parts_on(dir.path(), Box::new(node.host.clone()));
+        parts.migrate_on_start = mode;
+        let started = Controller::start(parts);
+        match mode {
+            MigrateOnStart::Never => {
+                let err = started.err().expect("refused as kubelet refuses");
+                assert!(matches!(err, ControlError::Restore { .. }), "{err}");
+            }
+            MigrateOnStart::IfNothingMoves => {
+                let err = started.err().expect("refused: b would move");
+                assert!(
+                    matches!(err, ControlError::MigrationWouldMove { .. })
+                        && err.to_string().contains("pinion-run-b"),
+                    "{err}"
+                );
+            }
+            MigrateOnStart::Always => {
+                let controller = started.expect("rebuilt and migrated");
+                assert!(controller.start_report.rebuilt);
+                let now = controller
+                    .state()
+                    .assignment("pinion-run-b", RUN_CONTAINER)
+                    .cloned()
+                    .unwrap_or_default();
+                assert!(now.is_disjoint(&b_cpus), "b's cpu is reserved now: {now}");
+            }
+        }
+    }
+}

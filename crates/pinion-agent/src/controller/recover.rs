@@ -304,6 +304,21 @@ fn initial_state(
         // The same rule as a lost checkpoint; the base is what is on disk
         // (the checkpoint and the journal's readable prefix), so that the
         // journal records every difference.
+        // A configuration the readable part does not fit is judged as with
+        // a complete journal (`migrateOnStart`): before the forty-fifth
+        // session the rebuild took any configuration, refused by kubelet or
+        // moving running workloads.
+        let misfit = restore(checkpoint, &parts.policy).err();
+        if let Some(source) = &misfit {
+            if parts.migrate_on_start == MigrateOnStart::Never {
+                let advice = restore_advice(&path, source);
+                return Err(ControlError::Restore {
+                    path,
+                    source: Box::new(source.clone()),
+                    advice,
+                });
+            }
+        }
         let why = format!("{reason}: the node is the truth");
         if parts.runtime_updates.is_some() {
             report.runtime_rebuild = Some(why.clone());
@@ -311,6 +326,21 @@ fn initial_state(
         let claims = node_claims(parts, runs)?;
         let rebuilt =
             rebuild::rebuild_logged((&claims, &PodCpus::new()), &parts.policy, &why, report);
+        if let Some(source) = misfit {
+            let moved: Vec<String> = rebuilt
+                .outcomes
+                .iter()
+                .filter(|o| o.exclusive && !o.unmoved())
+                .map(super::hotplug::describe_outcome)
+                .collect();
+            if parts.migrate_on_start == MigrateOnStart::IfNothingMoves && !moved.is_empty() {
+                return Err(ControlError::MigrationWouldMove {
+                    path,
+                    source: Box::new(source),
+                    moved: moved.join("; "),
+                });
+            }
+        }
         return Ok((rebuilt.state, Some(state_of(checkpoint))));
     }
     let (why, claims) = match checkpoint {
