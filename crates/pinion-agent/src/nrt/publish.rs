@@ -261,10 +261,18 @@ impl Publisher {
             // runtime's thread, which also serves NRI and the local API.
             let source = self.source.clone();
             let uid = owner.clone();
-            let Ok(object) =
-                tokio::task::spawn_blocking(move || source.object(uid.as_deref())).await
-            else {
-                return;
+            let object = match off_thread(move || source.object(uid.as_deref())).await {
+                Ok(object) => object,
+                Err(why) => {
+                    // Before the forty-fifth session the publisher ended
+                    // here without a word: the object went stale for good.
+                    let text = format!("building noderesourcetopology {name}: {why}");
+                    tracing::error!(node = %name, retry_in = ?backoff, "{text}");
+                    self.status.send_modify(|s| s.last_error = Some(text));
+                    wait = Some(backoff);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
             };
             if last_sent.as_ref() == Some(&object) {
                 wait = None;
@@ -429,4 +437,36 @@ fn epoch_seconds() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+/// Runs `work` on the blocking pool; a panic in it is an error that says
+/// so, not the end of the caller.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|err| {
+        if err.is_panic() {
+            format!("it panicked: {err}")
+        } else {
+            err.to_string()
+        }
+    })
+}
+
+#[cfg(test)]
+mod off_thread_tests {
+    use super::off_thread;
+
+    /// Found from outside (session 44, fixed in 45): a panic while the
+    /// object was built ended the NRT publisher without a word (the
+    /// `JoinError` was taken for a stop). It is an error now: logged,
+    /// shown in the publisher's status, and retried with back-off.
+    #[tokio::test]
+    async fn regression_a_panic_off_thread_is_an_error_not_the_publishers_end() {
+        let err = off_thread(|| -> u32 { panic!("no topology") })
+            .await
+            .expect_err("a panic");
+        assert!(err.contains("panicked"), "{err}");
+        assert_eq!(off_thread(|| 7).await, Ok(7));
+    }
 }
