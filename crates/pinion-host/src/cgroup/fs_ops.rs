@@ -230,22 +230,11 @@ pub(super) fn enable_cpuset(dir: &Path) -> Result<(), CgroupError> {
 
 /// Child directories of `root` whose names are valid cgroup names.
 pub(super) fn list_children(root: &Path) -> Result<Vec<CgroupName>, CgroupError> {
-    let entries = match fs::read_dir(root) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error(CgroupOp::ListDir, root, None, e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error(CgroupOp::ListDir, root, None, e))?;
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        let name = entry.file_name();
-        if let (true, Some(name)) = (is_dir, name.to_str()) {
-            if let Ok(name) = CgroupName::new(name) {
-                names.push(name);
-            }
-        }
-    }
+    let mut names: Vec<CgroupName> = subdirs(root)?
+        .iter()
+        .filter_map(|dir| dir.file_name()?.to_str())
+        .filter_map(|name| CgroupName::new(name).ok())
+        .collect();
     names.sort();
     Ok(names)
 }

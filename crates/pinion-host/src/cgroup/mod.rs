@@ -678,7 +678,17 @@ impl CpusetHost for Cgroups {
     }
 
     fn add_pid(&mut self, name: &CgroupName, pid: u32) -> Result<(), CgroupError> {
-        fs_ops::write(&self.path_of(name).join("cgroup.procs"), &pid.to_string())?;
+        let procs = self.path_of(name).join("cgroup.procs");
+        if pid == 0 {
+            // The kernel reads 0 as "the writer": the agent itself would
+            // move into the run's cgroup.
+            return Err(CgroupError::Malformed {
+                path: procs,
+                text: "0".to_string(),
+                reason: "process id 0 is the writer itself, not a process to move".to_string(),
+            });
+        }
+        fs_ops::write(&procs, &pid.to_string())?;
         for mirror in self.v1_mirrors() {
             let dir = mirror.join(name.as_str());
             if dir.is_dir() {

@@ -46,6 +46,25 @@ fn v1_root_inherits_ancestors_and_children_get_cpus_before_tasks() {
     assert_eq!(cg.list().expect("list"), vec![child]);
 }
 
+/// Review (session 45): writing `0` to `cgroup.procs` moves the writer:
+/// the agent would have put itself into a run's cgroup. Refused, naming it.
+#[test]
+fn adding_process_0_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = v1_tree(dir.path());
+    let root = mount.join("pinion");
+    let mut cg = Cgroups::new(CgroupVersion::V1, mount.clone(), root.clone());
+    cg.ensure_root(&set("0-7"), &set("0")).expect("root");
+    let child = name("run-0");
+    cg.create(&child, &set("2"), &set("0")).expect("create");
+    let err = cg.add_pid(&child, 0).expect_err("pid 0");
+    assert!(err.to_string().contains("process id 0"), "{err}");
+    assert!(
+        !root.join("run-0/cgroup.procs").exists(),
+        "nothing written (a test tree has no such file until a write)"
+    );
+}
+
 #[test]
 fn v1_root_shrink_narrows_children_first() {
     let dir = tempfile::tempdir().expect("tempdir");
