@@ -323,8 +323,10 @@ impl Pools {
     /// again) and lays the pools out on `cpus`, starting from the current plan.
     pub fn relayout(&mut self, cpus: Cpus<'_>) -> Vec<Change> {
         let available = cpus.available();
+        let before = self.sizes();
         let mut changes = self.restore_fixed_pins();
         changes.extend(self.fit(cpus, &available));
+        let changes = self.net(changes, &before);
         let pools: Vec<LayoutPool<'_>> = self
             .pools
             .iter()
@@ -343,6 +345,7 @@ impl Pools {
     /// [`Pools::relayout`]. Pools without a load in `loads` keep their size.
     pub fn reconcile(&mut self, cpus: Cpus<'_>, loads: &BTreeMap<String, PoolLoad>) -> Vec<Change> {
         self.period += 1;
+        let before = self.sizes();
         let mut changes = Vec::new();
         let names: Vec<String> = self.pools.keys().cloned().collect();
         for name in names {
@@ -375,7 +378,60 @@ impl Pools {
             }
         }
         changes.extend(self.relayout(cpus));
-        changes
+        self.net(changes, &before)
+    }
+
+    /// Every pool's size and last change now.
+    fn sizes(&self) -> BTreeMap<String, (u32, Option<Change>)> {
+        self.pools
+            .iter()
+            .map(|(name, e)| (name.clone(), (e.size, e.last_change.clone())))
+            .collect()
+    }
+
+    /// `changes`, made one after the other since `before`, as one change
+    /// per pool from its size then: a pool raised and cut back to where it
+    /// was has none, and keeps its last change (before the forty-fifth
+    /// session a fixed pin that no longer fitted was raised and cut in
+    /// every period, and each period saved as a change).
+    fn net(
+        &mut self,
+        changes: Vec<Change>,
+        before: &BTreeMap<String, (u32, Option<Change>)>,
+    ) -> Vec<Change> {
+        let mut last: Vec<Change> = Vec::new();
+        for change in changes {
+            match last.iter_mut().find(|c| c.pool == change.pool) {
+                Some(seen) => {
+                    let from = seen.from;
+                    *seen = Change { from, ..change };
+                }
+                None => last.push(change),
+            }
+        }
+        let mut out = Vec::new();
+        for change in last {
+            let Some((size, previous)) = before.get(&change.pool) else {
+                out.push(change);
+                continue;
+            };
+            let entry = self.pools.get_mut(&change.pool);
+            if change.to == *size {
+                if let Some(entry) = entry {
+                    entry.last_change.clone_from(previous);
+                }
+                continue;
+            }
+            let change = Change {
+                from: *size,
+                ..change
+            };
+            if let Some(entry) = entry {
+                entry.last_change = Some(change.clone());
+            }
+            out.push(change);
+        }
+        out
     }
 
     /// Fixed pins win over earlier budget cuts once they fit again.

@@ -399,3 +399,55 @@ fn parameters_are_validated() {
     }
     assert_eq!(initial_size(&PoolParams::default(), 0, PoolSize::Auto), 2);
 }
+
+/// Found from outside (session 44): a fixed pin that fitted and then did
+/// not (dedicated pods took CPUs) was raised back to the pin and cut again
+/// in every reconcile period: two changes a period, each saved by the CPU
+/// plugin as a `rest` record, for nothing. A period now reports what it
+/// changed, net: nothing while the pin still does not fit, the pin again
+/// once it does.
+#[test]
+fn regression_a_fixed_pin_that_stopped_fitting_is_not_raised_and_cut_every_period() {
+    let topology = seed_machine();
+    let none = CpuSet::new();
+    let free = Cpus {
+        topology: &topology,
+        reserved: &none,
+        held: &none,
+    };
+    let dedicated = list("0-9");
+    let busy = Cpus {
+        topology: &topology,
+        reserved: &none,
+        held: &dedicated,
+    };
+    let mut pools = Pools::new(PoolParams {
+        reclaim_min: 4,
+        ..PoolParams::default()
+    });
+    pools.set_pin("share", PoolSize::Fixed(76));
+    pools.sync(&demands(&[("share", demand(1, 4000))]));
+    pools.relayout(free);
+    assert_eq!(pools.entries()["share"].size, 76);
+    let cut = pools.relayout(busy);
+    assert_eq!(
+        cut.iter()
+            .map(|c| (c.from, c.to, c.reason))
+            .collect::<Vec<_>>(),
+        [(76, 66, ChangeReason::Budget)]
+    );
+    let last = pools.entries()["share"].last_change.clone();
+    for _ in 0..3 {
+        assert_eq!(pools.reconcile(busy, &BTreeMap::new()), []);
+        assert_eq!(pools.entries()["share"].size, 66);
+        assert_eq!(pools.entries()["share"].last_change, last);
+    }
+    let restored = pools.reconcile(free, &BTreeMap::new());
+    assert_eq!(
+        restored
+            .iter()
+            .map(|c| (c.from, c.to, c.reason))
+            .collect::<Vec<_>>(),
+        [(66, 76, ChangeReason::Pinned)]
+    );
+}
