@@ -99,7 +99,9 @@ impl NrtSource {
     pub fn content(&self) -> Nrt {
         let snapshot = self.snapshots.borrow().clone();
         let plugins = self.plugin_resources.borrow().clone();
-        content_of(&snapshot, &self.topology, &self.node, &plugins)
+        // The machine now (CPU hot-plug), else the one at start.
+        let topology = snapshot.machine.as_deref().unwrap_or(&self.topology);
+        content_of(&snapshot, topology, &self.node, &plugins)
     }
 
     /// The object for the latest snapshot, owned by the Node of `owner_uid`

@@ -178,11 +178,9 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
     ) -> Result<Response<v1::AllocatableResourcesResponse>, Status> {
         let snapshot = self.admit()?;
         let plugins = self.plugin_resources.borrow().clone();
-        Ok(Response::new(allocatable(
-            &snapshot,
-            &self.topology,
-            &plugins,
-        )))
+        // The machine now (CPU hot-plug), else the one at start.
+        let topology = snapshot.machine.as_deref().unwrap_or(&self.topology);
+        Ok(Response::new(allocatable(&snapshot, topology, &plugins)))
     }
 
     async fn get(

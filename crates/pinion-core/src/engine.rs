@@ -335,6 +335,12 @@ impl Engine {
         &self.machine
     }
 
+    /// [`Engine::machine`], shared (no copy of the topology).
+    #[must_use]
+    pub fn shared_machine(&self) -> Arc<Topology> {
+        Arc::clone(&self.machine)
+    }
+
     /// The shared pool: the state's default set under the static policy,
     /// every CPU under `none` (and before the static policy started) —
     /// without the CPUs the kernel isolates at boot (`isolcpus=`), which

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use pinion_core::plugin_allocation::PluginAllocations;
 use pinion_core::pod::Pod;
 use pinion_core::state::{Assignments, PodCpus};
-use pinion_core::{CpuSet, Placement};
+use pinion_core::{CpuSet, Placement, Topology};
 use serde::{Deserialize, Serialize};
 
 use super::counters::{MetricsSnapshot, PartitionGauges};
@@ -19,6 +19,11 @@ use super::{Controller, Frontend, Key, Workload};
 /// The controller's view at one point.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Snapshot {
+    /// The machine the state places on now: it follows CPU hot-plug
+    /// (podresources' allocatable CPUs and NRT's zones read it). `None`
+    /// only in a snapshot made by hand.
+    #[serde(skip)]
+    pub machine: Option<Arc<Topology>>,
     pub policy: String,
     pub all_cpus: CpuSet,
     /// The machine's NUMA nodes (what a `CpusetMems` may name).
@@ -132,6 +137,7 @@ impl Controller {
         let shared_pool = self.engine.shared_pool();
         let pending_plugin_removals = self.pending_removals();
         let snapshot = Snapshot {
+            machine: Some(self.engine.shared_machine()),
             policy: self.engine.policy().name().to_string(),
             all_cpus: self.engine.machine().all_cpus().clone(),
             numa_nodes: self

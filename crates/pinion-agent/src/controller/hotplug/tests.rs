@@ -408,3 +408,70 @@ fn regression_a_hotplug_that_cannot_be_flushed_leaves_the_pod_level_sets_as_they
         "the side data as it was"
     );
 }
+
+/// Found from outside (session 44, fixed in 45): after a CPU went offline
+/// the state followed, but podresources' `GetAllocatableResources` and the
+/// NodeResourceTopology object kept the CPUs of the agent's start: the
+/// scheduler was told of an offline CPU as allocatable. Both read the
+/// machine the state places on now.
+#[tokio::test]
+async fn regression_podresources_and_nrt_follow_a_cpu_going_offline() {
+    use crate::podresources::PodResourcesService;
+    use pinion_api::podresources::v1;
+    use v1::pod_resources_lister_server::PodResourcesLister as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host);
+    let at_start = std::sync::Arc::new(machine(1, 4, 2));
+    let service = PodResourcesService::new(
+        controller.subscribe_snapshots(),
+        std::sync::Arc::clone(&at_start),
+        1000,
+        1000,
+    );
+    let policy = pinion_core::testing::static_policy(machine(1, 4, 2), "0");
+    let node = pinion_core::nrt::Node::new(
+        &policy,
+        None,
+        None,
+        Vec::new(),
+        pinion_core::nrt::Method::All,
+    );
+    let nrt = crate::nrt::NrtSource::new(
+        at_start,
+        node,
+        "node-a".to_string(),
+        controller.subscribe_snapshots(),
+    );
+    let allocatable = || async {
+        service
+            .get_allocatable_resources(tonic::Request::new(v1::AllocatableResourcesRequest {}))
+            .await
+            .expect("answer")
+            .into_inner()
+            .cpu_ids
+    };
+    let cpu_capacity = || {
+        let object = nrt.object(None);
+        object["zones"]
+            .as_array()
+            .expect("zones")
+            .iter()
+            .flat_map(|z| z["resources"].as_array().cloned().unwrap_or_default())
+            .filter(|r| r["name"] == "cpu")
+            .map(|r| {
+                r["capacity"]
+                    .as_str()
+                    .map_or(0, |c| c.parse::<u32>().expect("count"))
+            })
+            .sum::<u32>()
+    };
+    assert!(allocatable().await.contains(&3));
+    assert_eq!(cpu_capacity(), 8);
+
+    controller.follow_topology(&offline("3")).expect("follows");
+    let now = allocatable().await;
+    assert!(!now.contains(&3), "{now:?}");
+    assert_eq!(now.len(), 6, "7 online, cpu 0 reserved: {now:?}");
+    assert_eq!(cpu_capacity(), 7);
+}
