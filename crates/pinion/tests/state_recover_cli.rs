@@ -354,10 +354,140 @@ fn verify_and_migrate_replay_the_journal_beside_the_checkpoint() {
     assert!(migrate.status.success(), "{}", text(&migrate));
     assert!(!text(&migrate).contains("pod-b"), "{}", text(&migrate));
     assert!(
-        text(&migrate).contains("the journal beside it is superseded by this file"),
+        text(&migrate).contains("its journal, replayed into the migration, is kept as"),
         "{}",
         text(&migrate)
     );
+    assert!(!node.dir.path().join("pinion_journal").exists());
+    assert!(node
+        .dir
+        .path()
+        .join("pinion_journal.pre-migrate-1")
+        .exists());
+}
+
+/// Found from outside (session 45): `migrate` left the journal beside the
+/// file it wrote. When every record of the journal was dropped by the
+/// migration, the new file was byte-identical to the journal's base, so the
+/// agent replayed the records on it again at its next start: the start was
+/// refused as before, and `migrate` said the same thing each time. The
+/// journal now goes aside with the old file.
+#[test]
+fn regression_migrate_does_not_leave_a_journal_that_replays_on_its_result() {
+    use pinion_core::record::Record;
+    use pinion_host::journal::StateStore;
+
+    let base = r#"{"policyName":"static","defaultCpuSet":"0-7","checksum":0}"#;
+    let node = Node::new(base);
+    let bytes = pinion_core::checkpoint::encode("static", "0-7", &Default::default());
+    fs::write(&node.file, &bytes).expect("a checkpoint with kubelet's checksum");
+    let mut store = StateStore::open(node.dir.path(), "static")
+        .expect("open")
+        .store;
+    // pod-b admitted on cpus 2,6 after the last checkpoint.
+    for record in [
+        Record::Assign {
+            pod: "pod-b".into(),
+            container: "db".into(),
+            cpus: pinion_core::CpuSet::parse_list("2,6").expect("cpulist"),
+        },
+        Record::SetDefault {
+            cpus: pinion_core::CpuSet::parse_list("0-1,3-5,7").expect("cpulist"),
+        },
+    ] {
+        store.record(&record).expect("record");
+    }
+    store.flush().expect("flush");
+    drop(store);
+    // Reserving pod-b's CPUs drops it: the migration is the base again.
+    let migrate = pinion(&[
+        "state",
+        "migrate",
+        &node.path,
+        "--sysroot",
+        &node.root,
+        "--reserved-cpus",
+        "2,6",
+    ]);
+    assert!(migrate.status.success(), "{}", text(&migrate));
+    let opened = StateStore::open(node.dir.path(), "static").expect("opens");
+    let state = opened
+        .checkpoint
+        .expect("a checkpoint")
+        .to_state()
+        .expect("parses");
+    assert!(
+        state.assignments.is_empty(),
+        "pod-b is not replayed again: {:?}",
+        state.assignments
+    );
+}
+
+/// Found from outside (session 45): with a journal cut in its last batch,
+/// `verify` said "valid" (and `migrate` migrated) the checkpoint with the
+/// journal's readable part, a state the agent does not start from: it sets
+/// such a journal aside and rebuilds from the node. Both now say so and
+/// fail, naming the rebuild.
+#[test]
+fn regression_verify_and_migrate_refuse_a_journal_the_agent_would_not_replay() {
+    use pinion_core::record::Record;
+    use pinion_host::journal::StateStore;
+
+    let node = Node::new(STATE);
+    let bytes = pinion_core::checkpoint::encode(
+        "static",
+        "0,3-4,7",
+        &[
+            (
+                "pod-a".to_string(),
+                [("app".to_string(), "1,5".to_string())].into(),
+            ),
+            (
+                "pod-b".to_string(),
+                [("db".to_string(), "2,6".to_string())].into(),
+            ),
+        ]
+        .into(),
+    );
+    fs::write(&node.file, &bytes).expect("checkpoint");
+    let mut store = StateStore::open(node.dir.path(), "static")
+        .expect("open")
+        .store;
+    store
+        .record(&Record::Unassign {
+            pod: "pod-b".into(),
+            container: "db".into(),
+        })
+        .expect("record");
+    store.flush().expect("flush");
+    drop(store);
+    let journal = node.dir.path().join("pinion_journal");
+    let frames = pinion_host::journal::scan::scan(&fs::read(&journal).expect("journal"))
+        .expect("readable")
+        .frames;
+    let last = frames.last().expect("a frame");
+    let mut cut = fs::read(&journal).expect("journal");
+    cut.truncate(usize::try_from(last.offset + last.size - 1).expect("offset"));
+    fs::write(&journal, cut).expect("cut");
+
+    for (command, extra) in [("verify", "--num-reserved"), ("migrate", "--num-reserved")] {
+        let out = pinion(&[
+            "state",
+            command,
+            &node.path,
+            "--sysroot",
+            &node.root,
+            extra,
+            "2",
+        ]);
+        assert!(!out.status.success(), "{command}: {}", text(&out));
+        assert!(
+            text(&out).contains("ends in an incomplete batch")
+                && text(&out).contains("pinion state rebuild"),
+            "{command}: {}",
+            text(&out)
+        );
+    }
 }
 
 /// Appends side-data records (kind, key, JSON value) to the journal beside

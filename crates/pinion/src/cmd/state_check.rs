@@ -17,6 +17,7 @@ use pinion_core::restore::{restore, to_checkpoint};
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::durable;
+use pinion_host::journal::scan::Tail;
 use pinion_host::journal::{inspect_paths, JOURNAL};
 use pinion_host::store::CPU_MANAGER_STATE;
 
@@ -300,9 +301,16 @@ pub fn migrate_file(args: &MigrateArgs) -> anyhow::Result<()> {
         file.display(),
         kept.display()
     );
+    // The journal extends the old file: it goes aside with it, as `rebuild
+    // --write` does. Left in place, a migrated file byte-identical to the
+    // journal's base (the journal's records were all dropped) had them
+    // replayed again at the next start (found from outside, session 45).
     if dir.join(JOURNAL).exists() && name == CPU_MANAGER_STATE {
+        let journal = durable::move_aside_as(dir, JOURNAL, "pre-migrate")
+            .with_context(|| format!("cannot move the journal in {} aside", dir.display()))?;
         println!(
-            "the journal beside it is superseded by this file: the agent keeps it as {JOURNAL}.superseded-N at its next start"
+            "its journal, replayed into the migration, is kept as {}",
+            journal.display()
         );
     }
     Ok(())
@@ -379,13 +387,35 @@ fn with_journal(path: &Path, checkpoint: Checkpoint) -> anyhow::Result<Checkpoin
         return Ok(checkpoint);
     }
     let inspection = inspect_paths(path, &journal_path)?;
-    let Some(Ok(view)) = inspection.journal else {
-        println!(
-            "journal: {} is unreadable, not used (see `pinion state inspect`)",
-            journal_path.display()
-        );
-        return Ok(checkpoint);
+    // What the agent does at start: a journal that cannot be replayed to
+    // its end is set aside and the state rebuilt from the node; so the
+    // checkpoint with its readable part is no state the agent starts from.
+    // (Before the forty-fifth session it was verified and migrated as one.)
+    let incomplete = |why: String| {
+        anyhow::anyhow!(
+            "journal {} {why}: the agent sets it aside and rebuilds the state from the node at its start, so this state is not the one it would start from; {}",
+            journal_path.display(),
+            pinion_host::store::rebuild_advice(path)
+        )
     };
+    let view = match inspection.journal {
+        Some(Ok(view)) => view,
+        Some(Err(why)) => return Err(incomplete(format!("cannot be read ({why})"))),
+        None => return Ok(checkpoint),
+    };
+    match &view.scan.tail {
+        Tail::Clean => {}
+        Tail::Torn { offset, reason, .. } => {
+            return Err(incomplete(format!(
+                "ends in an incomplete batch at offset {offset} ({reason})"
+            )));
+        }
+        Tail::Damaged { offset, reason, .. } => {
+            return Err(incomplete(format!(
+                "is damaged at offset {offset} ({reason})"
+            )));
+        }
+    }
     let replayed = view
         .replay
         .records
