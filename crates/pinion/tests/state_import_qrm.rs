@@ -240,3 +240,55 @@ fn an_unreadable_file_is_named() {
         stderr(&out)
     );
 }
+
+/// Found from outside (session 45): `import-qrm --write` opened the state
+/// as the agent does, which repairs a journal cut in its last batch (the
+/// batch copied aside and erased): the journal then read back clean, and
+/// the agent started from its readable part instead of rebuilding from the
+/// node. Such a journal is left alone now, and nothing is imported.
+#[test]
+fn regression_an_incomplete_journal_is_not_repaired_by_an_import() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).expect("mkdir");
+    let mut store = StateStore::open(&state, "static").expect("open").store;
+    store
+        .record(&pinion_core::record::Record::Assign {
+            pod: "u9".into(),
+            container: "app".into(),
+            cpus: pinion_core::CpuSet::parse_list("6-7").expect("cpulist"),
+        })
+        .expect("record");
+    store.flush().expect("flush");
+    drop(store);
+    let journal = state.join("pinion_journal");
+    let bytes = std::fs::read(&journal).expect("journal");
+    let last = pinion_host::journal::scan::scan(&bytes)
+        .expect("readable")
+        .frames
+        .pop()
+        .expect("a frame");
+    let mut cut = bytes.clone();
+    cut.truncate(usize::try_from(last.offset + last.size - 1).expect("offset"));
+    std::fs::write(&journal, &cut).expect("cut");
+
+    let file = katalyst(dir.path(), &[("u1", "app", "cpu", CPU)], None);
+    let out = import(&file, &state, &["--write"]);
+    assert!(!out.status.success(), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("ends in an incomplete batch")
+            && stderr(&out).contains("nothing imported"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read(&journal).expect("journal"),
+        cut,
+        "left as it was"
+    );
+    let opened = StateStore::open(&state, "static").expect("open");
+    assert!(
+        opened.recovery.incomplete().is_some(),
+        "the agent still rebuilds"
+    );
+}

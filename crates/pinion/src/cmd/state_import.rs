@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use pinion_core::qrm_checkpoint::{self, QrmCheckpoint, StoredAllocations, ALLOCATIONS};
 use pinion_core::record::{self, Record, SideData, SideValue};
 use pinion_core::state::State;
+use pinion_host::journal::scan::Tail;
 use pinion_host::journal::{self, StateStore};
 
 /// Arguments of `pinion state import-qrm`.
@@ -89,6 +90,33 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Opening the store repairs a journal that cannot be replayed to its end
+/// (its bad part copied aside and erased), after which it reads back
+/// clean: the agent would then start from its readable part instead of
+/// rebuilding from the node, losing what the damage held (found from
+/// outside, session 45). Such a journal is left to the agent.
+fn refuse_an_incomplete_journal(state_dir: &Path) -> anyhow::Result<()> {
+    let inspection = journal::inspect(state_dir)
+        .with_context(|| format!("cannot read the state in {}", state_dir.display()))?;
+    let why = match &inspection.journal {
+        None => return Ok(()),
+        Some(Err(why)) => format!("cannot be read ({why})"),
+        Some(Ok(view)) => match &view.scan.tail {
+            Tail::Clean => return Ok(()),
+            Tail::Torn { offset, reason, .. } => {
+                format!("ends in an incomplete batch at offset {offset} ({reason})")
+            }
+            Tail::Damaged { offset, reason, .. } => {
+                format!("is damaged at offset {offset} ({reason})")
+            }
+        },
+    };
+    anyhow::bail!(
+        "journal {} {why}: nothing imported. The agent rebuilds the state from the node at its next start; start it once, stop it, then import",
+        inspection.journal_path.display()
+    )
+}
+
 fn write(
     args: &ImportArgs,
     state_dir: &Path,
@@ -100,6 +128,7 @@ fn write(
         state_dir,
         "stop the agent before importing (it owns the state directory)",
     )?;
+    refuse_an_incomplete_journal(state_dir)?;
     let policy = existing_policy(state_dir).unwrap_or_else(|| "static".to_string());
     let mut opened = StateStore::open(state_dir, &policy)
         .with_context(|| format!("cannot open the state in {}", state_dir.display()))?;
