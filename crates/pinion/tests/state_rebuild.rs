@@ -522,6 +522,16 @@ fn state_rebuild_is_a_dry_run_until_write_and_keeps_the_damaged_file() {
     assert!(ok, "{text}");
     let kept = node.kept("cpu_manager_state.unreadable-");
     assert_eq!(kept.len(), 1, "{text}");
+    // Found from outside (session 45): the runtime's containers, in no
+    // cgroup of Pinion's, are still to be rebuilt by the agent at the
+    // runtime's first Synchronize; the written state says so.
+    let opened = pinion_host::journal::StateStore::open(Path::new(state), "static").expect("opens");
+    let pending = opened
+        .side
+        .get(pinion_core::record::kinds::RUNTIME_REBUILD)
+        .and_then(|entries| entries.get(pinion_core::record::kinds::RUNTIME_REBUILD_PENDING));
+    assert!(pending.is_some(), "{:?} / {text}", opened.side);
+    drop(opened);
     let (ok, text) = pinion_out(&[
         "state",
         "verify",

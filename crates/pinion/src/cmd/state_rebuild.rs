@@ -149,14 +149,43 @@ fn write(state_dir: &std::path::Path, rebuilt: &Rebuilt, policy: &Policy) -> any
     } else if state_dir.join(CPU_MANAGER_STATE).exists() {
         let kept = durable::move_aside_as(state_dir, CPU_MANAGER_STATE, "pre-rebuild")?;
         println!("the old checkpoint is kept as {}", kept.display());
-        if state_dir.join(JOURNAL).exists() {
-            let kept = durable::move_aside_as(state_dir, JOURNAL, "pre-rebuild")?;
-            println!("its journal is kept as {}", kept.display());
-        }
+    }
+    // A journal without its checkpoint too: it extends nothing written now.
+    if state_dir.join(JOURNAL).exists() {
+        let kept = durable::move_aside_as(state_dir, JOURNAL, "pre-rebuild")?;
+        println!("the journal is kept as {}", kept.display());
     }
     let bytes = to_checkpoint(&rebuilt.state, policy).to_bytes()?;
     durable::write_atomic(state_dir, CPU_MANAGER_STATE, &bytes)
         .with_context(|| format!("cannot write the checkpoint in {}", state_dir.display()))?;
     println!("wrote {}", state_dir.join(CPU_MANAGER_STATE).display());
+    note_runtime_rebuild(state_dir, policy)?;
+    Ok(())
+}
+
+/// The container runtime's containers are in no cgroup of Pinion's, so
+/// the offline rebuild cannot see them: a fresh journal beside the new
+/// checkpoint says that the agent's start, with NRI on, still has to
+/// rebuild them from the runtime's first `Synchronize` (side data
+/// `runtime-rebuild`). Before the forty-fifth session the agent found a
+/// valid checkpoint without them and took their CPUs for free.
+fn note_runtime_rebuild(state_dir: &std::path::Path, policy: &Policy) -> anyhow::Result<()> {
+    use pinion_core::record::{kinds, Record, SideValue};
+    let mut opened = pinion_host::journal::StateStore::open(state_dir, policy.name())
+        .with_context(|| format!("cannot open the state in {}", state_dir.display()))?;
+    let why = "the state was rebuilt offline by `pinion state rebuild --write`, which sees only Pinion's own runs";
+    opened.store.record(&Record::Side {
+        kind: kinds::RUNTIME_REBUILD.to_string(),
+        key: kinds::RUNTIME_REBUILD_PENDING.to_string(),
+        value: Some(SideValue::encode(why).context("encoding the note")?),
+    })?;
+    opened
+        .store
+        .flush()
+        .with_context(|| format!("cannot write the journal in {}", state_dir.display()))?;
+    println!(
+        "the container runtime's containers are rebuilt by the agent at the runtime's first Synchronize (noted in {})",
+        state_dir.join(JOURNAL).display()
+    );
     Ok(())
 }
