@@ -250,7 +250,13 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
             config.reconcile_period,
             stop_rx.clone(),
         )));
-        tasks.extend(qrm_loops::start(qrm, &handle, &stop_rx).map_err(Box::new)?);
+        // The built-in plugins register first, then the loops start: the
+        // removal loop's first pass must find them (a pod removal pending
+        // from before the restart was counted as heard by no plugin, and
+        // the CPU plugin kept the pod's CPUs for good), and a socket
+        // plugin the watcher then finds for the same resource replaces the
+        // built-in one, as documented, instead of racing it (found from
+        // outside, session 45).
         let reserved = handle.snapshot().reserved.clone();
         let machine = qrm::builtin::Machine {
             topology: &machine_topology,
@@ -264,6 +270,7 @@ pub async fn run(config: Config) -> Result<(), AgentError> {
                 .await
                 .map_err(Box::new)?,
         );
+        tasks.extend(qrm_loops::start(qrm, &handle, &stop_rx).map_err(Box::new)?);
     }
     let (nrt_source, nrt_task) = crate::nrt::start(
         &config,

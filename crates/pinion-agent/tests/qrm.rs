@@ -1290,3 +1290,33 @@ async fn regression_a_resource_name_that_is_no_qualified_name_is_refused() {
         &status.message()[..status.message().len().min(300)]
     );
 }
+
+/// Found from outside (session 45): the removal loop started before the
+/// agent's own plugins registered. A pod removal pending from before a
+/// restart was then counted as heard by every plugin (none was active yet),
+/// and the built-in CPU plugin kept the pod's CPUs for good. `RemovePod`
+/// now waits for the built-in plugins (the daemon also registers them
+/// first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_removal_is_not_heard_before_the_builtin_plugins_started() {
+    let sysroot = meminfo_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut agent = Agent::start_in(dir, FakeCgroups::default(), qrm_common::builtin(&["cpu"]));
+    let err = agent
+        .qrm
+        .remove_pod("pod-left")
+        .await
+        .expect_err("no built-in plugin heard it");
+    assert!(
+        err.iter()
+            .any(|e| e.to_string().contains("cpu have not started yet")),
+        "{err:?}"
+    );
+    agent.start_builtin(sysroot.path()).await;
+    agent
+        .qrm
+        .remove_pod("pod-left")
+        .await
+        .expect("heard by the cpu plugin");
+    agent.stop().await;
+}

@@ -166,6 +166,8 @@ impl Qrm {
                 .map_err(|err| failed(&format!("the {name} plugin: {err}")))?;
             tracing::info!(plugin = name, %resource, "built-in resource plugin registered (in the agent's process)");
         }
+        self.builtin_started
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(loops)
     }
 }

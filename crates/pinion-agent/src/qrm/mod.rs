@@ -91,6 +91,9 @@ pub struct Qrm {
     plugin_journal: Arc<builtin::PluginJournal>,
     /// True while the removal loop runs (releases wait for it only then).
     removal_loop_running: watch::Sender<bool>,
+    /// True once the configured built-in plugins registered (at once when
+    /// none is configured): until then no `RemovePod` counts as heard.
+    builtin_started: std::sync::atomic::AtomicBool,
     /// The machine the answers are checked against (online CPUs, online
     /// NUMA nodes), as the keeper last said ([`Qrm::follow_machine`]);
     /// unknown until then.
@@ -107,14 +110,15 @@ impl Qrm {
     pub fn new(config: QrmConfig) -> Arc<Self> {
         let registry = Arc::new(Registry::new(config.rpc_timeout));
         Arc::new(Self {
-            config,
             registry,
             cpu_pools: std::sync::OnceLock::new(),
             reconcile_now: tokio::sync::Notify::new(),
             plugin_journal: Arc::default(),
             removal_loop_running: watch::channel(false).0,
+            builtin_started: std::sync::atomic::AtomicBool::new(config.builtin.is_empty()),
             machine: std::sync::RwLock::default(),
             recent_pods: std::sync::Mutex::default(),
+            config,
         })
     }
 
@@ -392,6 +396,24 @@ impl Qrm {
     /// The plugins behind a socket are called at once, each with its own
     /// deadline: one that hangs delays no other plugin's `RemovePod`.
     pub async fn remove_pod(&self, uid: &str) -> Result<(), Vec<CallError>> {
+        // A removal pending from before a restart, tried before the agent's
+        // own plugins registered, was counted as heard by every plugin (no
+        // active one): the CPU plugin then kept the pod's CPUs for good
+        // (found from outside, session 45). It waits for them.
+        if !self
+            .builtin_started
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            let names: Vec<&str> = self
+                .config
+                .builtin
+                .iter()
+                .map(|plugin| plugin.config.kind().name())
+                .collect();
+            return Err(vec![CallError::BuiltinNotStarted {
+                names: names.join(", "),
+            }]);
+        }
         let mut results = Vec::new();
         let mut calls = tokio::task::JoinSet::new();
         for plugin in self.registry.all_active() {

@@ -113,6 +113,9 @@ pub enum CallError {
     Unknown { resource: String },
     #[error("endpoint {resource} has been stopped")]
     Stopped { resource: String },
+    /// The agent's own plugins have not registered yet (start-up).
+    #[error("the built-in resource plugins {names} have not started yet")]
+    BuiltinNotStarted { names: String },
     #[error("resource plugin {resource} does not implement {method}")]
     Unsupported { resource: String, method: String },
     #[error("resource plugin {resource} did not answer {method} within {timeout:?}")]
