@@ -219,6 +219,27 @@ impl Controller {
         Ok(())
     }
 
+    /// Puts `next` in the engine's place (a whole new state: a hot-plug
+    /// followed, a rebuild from the runtime), journaled against the old
+    /// one with the engine's side data, and flushed. On error nothing
+    /// changed: engine and side data are back as they were.
+    pub(super) fn replace_engine_durably(&mut self, next: Engine) -> Result<(), ControlError> {
+        let previous = std::mem::replace(&mut self.engine, next);
+        // The engine's side data (pod-level sets, promised CPUs) follows
+        // it in `record`: rolled back with it when nothing is durable.
+        self.plugin_data.side_mut().begin();
+        let durable = self
+            .record(previous.state(), None)
+            .and_then(|()| self.store.flush().map(drop).map_err(ControlError::from));
+        if let Err(err) = durable {
+            self.store.discard_pending();
+            self.plugin_data.side_mut().rollback();
+            self.engine = previous;
+            return Err(err);
+        }
+        Ok(())
+    }
+
     /// Appends the records of a decision that touched only `scope`'s pods
     /// and the shared pool (admissions and releases): linear in those pods,
     /// not in the whole state.

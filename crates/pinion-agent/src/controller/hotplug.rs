@@ -69,21 +69,7 @@ impl Controller {
                 followed.rebuilt.pod_cpus(),
             )
             .map_err(|err| ControlError::Start(Box::new(err)))?;
-        let previous = std::mem::replace(&mut self.engine, next);
-        // The engine's side data (pod-level sets, promised CPUs) follows
-        // it in `record`: rolled back with it when nothing is durable.
-        self.plugin_data.side_mut().begin();
-        if let Err(err) = self.record(previous.state(), None) {
-            self.store.discard_pending();
-            self.plugin_data.side_mut().rollback();
-            self.engine = previous;
-            return Err(err);
-        }
-        if let Err(err) = self.store.flush() {
-            self.plugin_data.side_mut().rollback();
-            self.engine = previous;
-            return Err(err.into());
-        }
+        self.replace_engine_durably(next)?;
         let report = self.report_hotplug(&followed);
         // Pinion's root first: a cgroup v1 kernel does not give a CPU that
         // comes back to the cpusets it was removed from.

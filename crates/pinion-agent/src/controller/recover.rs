@@ -311,12 +311,7 @@ fn initial_state(
         let misfit = restore(checkpoint, &parts.policy).err();
         if let Some(source) = &misfit {
             if parts.migrate_on_start == MigrateOnStart::Never {
-                let advice = restore_advice(&path, source);
-                return Err(ControlError::Restore {
-                    path,
-                    source: Box::new(source.clone()),
-                    advice,
-                });
+                return Err(refused(path, source.clone()));
             }
         }
         let why = format!("{reason}: the node is the truth");
@@ -379,12 +374,7 @@ fn initial_state(
                 Err(source) => source,
             };
             if parts.migrate_on_start == MigrateOnStart::Never {
-                let advice = restore_advice(&path, &source);
-                return Err(ControlError::Restore {
-                    path,
-                    source: Box::new(source),
-                    advice,
-                });
+                return Err(refused(path, source));
             }
             match migrate_at_start(
                 &checkpoint,
@@ -488,6 +478,17 @@ fn lost_decisions(
 
 /// The state a checkpoint holds, read without the policy's checks (empty
 /// when its entries cannot be read: then every assignment is recorded anew).
+/// The start refused as kubelet refuses a checkpoint that does not fit
+/// (`migrateOnStart: false`), with what recovers it.
+fn refused(path: String, source: RestoreError) -> ControlError {
+    let advice = restore_advice(&path, &source);
+    ControlError::Restore {
+        path,
+        source: Box::new(source),
+        advice,
+    }
+}
+
 /// Keeps the state on disk before this start changes it, as
 /// `cpu_manager_state.<label>-N`: the checkpoint with its journal replayed
 /// (what was migrated). The checkpoint file alone lacks every record since

@@ -322,11 +322,16 @@ impl Pools {
     /// first, the most spare CPUs first; pins are restored when they fit
     /// again) and lays the pools out on `cpus`, starting from the current plan.
     pub fn relayout(&mut self, cpus: Cpus<'_>) -> Vec<Change> {
-        let available = cpus.available();
         let before = self.sizes();
+        let changes = self.fit_and_lay_out(cpus);
+        self.net(changes, &before)
+    }
+
+    /// [`Pools::relayout`]'s work, its changes one after the other.
+    fn fit_and_lay_out(&mut self, cpus: Cpus<'_>) -> Vec<Change> {
+        let available = cpus.available();
         let mut changes = self.restore_fixed_pins();
         changes.extend(self.fit(cpus, &available));
-        let changes = self.net(changes, &before);
         let pools: Vec<LayoutPool<'_>> = self
             .pools
             .iter()
@@ -377,7 +382,7 @@ impl Pools {
                 }
             }
         }
-        changes.extend(self.relayout(cpus));
+        changes.extend(self.fit_and_lay_out(cpus));
         self.net(changes, &before)
     }
 

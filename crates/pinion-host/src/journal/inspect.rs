@@ -25,6 +25,28 @@ pub struct Inspection {
     pub journal: Option<Result<JournalView, String>>,
 }
 
+impl Inspection {
+    /// Why the agent would not replay the journal to its end (its header
+    /// unreadable, its last batch incomplete, damage inside it), or `None`
+    /// when it would (or there is none). The agent then sets it aside and
+    /// rebuilds the state from the node ([`super::Recovery::incomplete`]).
+    #[must_use]
+    pub fn not_replayable(&self) -> Option<String> {
+        match self.journal.as_ref()? {
+            Err(why) => Some(format!("cannot be read ({why})")),
+            Ok(view) => match &view.scan.tail {
+                scan::Tail::Clean => None,
+                scan::Tail::Torn { offset, reason, .. } => Some(format!(
+                    "ends in an incomplete batch at offset {offset} ({reason})"
+                )),
+                scan::Tail::Damaged { offset, reason, .. } => {
+                    Some(format!("is damaged at offset {offset} ({reason})"))
+                }
+            },
+        }
+    }
+}
+
 /// A scanned journal and how it relates to the checkpoint.
 #[derive(Debug)]
 pub struct JournalView {

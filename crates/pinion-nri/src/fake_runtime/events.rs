@@ -241,19 +241,8 @@ impl Inner {
             return;
         };
         let id = container.id.clone();
-        if let Err(status) = self
-            .relay(
-                event::STOP_CONTAINER,
-                "StopContainer",
-                request.encode_to_vec(),
-                None,
-            )
-            .await
-        {
-            self.note(format!(
-                "undo of create {id}: stop failed: {}",
-                status.message
-            ));
+        if let Err(err) = self.stop_event(&request).await {
+            self.note(format!("undo of create {id}: stop failed: {err}"));
         }
         if let Err(err) = self
             .simple_event(
@@ -267,6 +256,23 @@ impl Inner {
             self.note(format!("undo of create {id}: remove failed: {err}"));
         }
         self.note(format!("undid create {id}"));
+    }
+
+    /// `StopContainer` for `request` to the plugins, their reply's updates
+    /// applied.
+    async fn stop_event(&self, request: &pb::ContainerRequest) -> Result<(), FakeError> {
+        let method = "StopContainer";
+        let reply = self
+            .relay(event::STOP_CONTAINER, method, request.encode_to_vec(), None)
+            .await
+            .map_err(rejected(method))?;
+        if let Some(bytes) = reply {
+            let reply: pb::StopContainerResponse = decode(method, &bytes)?;
+            self.check_reply_updates(method, None, &reply.update)
+                .await?;
+            self.apply_updates(&reply.update, method);
+        }
+        Ok(())
     }
 }
 
@@ -441,19 +447,7 @@ impl FakeRuntime {
             pod: Some(pod),
             container: Some(container),
         };
-        let method = "StopContainer";
-        let reply = inner
-            .relay(event::STOP_CONTAINER, method, request.encode_to_vec(), None)
-            .await
-            .map_err(rejected(method))?;
-        if let Some(bytes) = reply {
-            let reply: pb::StopContainerResponse = decode(method, &bytes)?;
-            inner
-                .check_reply_updates(method, None, &reply.update)
-                .await?;
-            inner.apply_updates(&reply.update, method);
-        }
-        Ok(())
+        inner.stop_event(&request).await
     }
 
     /// Removes a container (the runtime removes it even if the plugin errs).

@@ -17,7 +17,6 @@ use pinion_core::restore::{restore, to_checkpoint};
 use pinion_core::state::State;
 use pinion_core::{CpuSet, Topology};
 use pinion_host::durable;
-use pinion_host::journal::scan::Tail;
 use pinion_host::journal::{inspect_paths, JOURNAL};
 use pinion_host::store::CPU_MANAGER_STATE;
 
@@ -391,31 +390,16 @@ fn with_journal(path: &Path, checkpoint: Checkpoint) -> anyhow::Result<Checkpoin
     // its end is set aside and the state rebuilt from the node; so the
     // checkpoint with its readable part is no state the agent starts from.
     // (Before the forty-fifth session it was verified and migrated as one.)
-    let incomplete = |why: String| {
-        anyhow::anyhow!(
+    if let Some(why) = inspection.not_replayable() {
+        anyhow::bail!(
             "journal {} {why}: the agent sets it aside and rebuilds the state from the node at its start, so this state is not the one it would start from; {}",
             journal_path.display(),
             pinion_host::store::rebuild_advice(path)
-        )
-    };
-    let view = match inspection.journal {
-        Some(Ok(view)) => view,
-        Some(Err(why)) => return Err(incomplete(format!("cannot be read ({why})"))),
-        None => return Ok(checkpoint),
-    };
-    match &view.scan.tail {
-        Tail::Clean => {}
-        Tail::Torn { offset, reason, .. } => {
-            return Err(incomplete(format!(
-                "ends in an incomplete batch at offset {offset} ({reason})"
-            )));
-        }
-        Tail::Damaged { offset, reason, .. } => {
-            return Err(incomplete(format!(
-                "is damaged at offset {offset} ({reason})"
-            )));
-        }
+        );
     }
+    let Some(Ok(view)) = inspection.journal else {
+        return Ok(checkpoint);
+    };
     let replayed = view
         .replay
         .records

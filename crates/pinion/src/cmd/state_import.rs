@@ -18,7 +18,6 @@ use anyhow::Context as _;
 use pinion_core::qrm_checkpoint::{self, QrmCheckpoint, StoredAllocations, ALLOCATIONS};
 use pinion_core::record::{self, Record, SideData, SideValue};
 use pinion_core::state::State;
-use pinion_host::journal::scan::Tail;
 use pinion_host::journal::{self, StateStore};
 
 /// Arguments of `pinion state import-qrm`.
@@ -98,18 +97,8 @@ pub fn import(args: &ImportArgs) -> anyhow::Result<()> {
 fn refuse_an_incomplete_journal(state_dir: &Path) -> anyhow::Result<()> {
     let inspection = journal::inspect(state_dir)
         .with_context(|| format!("cannot read the state in {}", state_dir.display()))?;
-    let why = match &inspection.journal {
-        None => return Ok(()),
-        Some(Err(why)) => format!("cannot be read ({why})"),
-        Some(Ok(view)) => match &view.scan.tail {
-            Tail::Clean => return Ok(()),
-            Tail::Torn { offset, reason, .. } => {
-                format!("ends in an incomplete batch at offset {offset} ({reason})")
-            }
-            Tail::Damaged { offset, reason, .. } => {
-                format!("is damaged at offset {offset} ({reason})")
-            }
-        },
+    let Some(why) = inspection.not_replayable() else {
+        return Ok(());
     };
     anyhow::bail!(
         "journal {} {why}: nothing imported. The agent rebuilds the state from the node at its next start; start it once, stop it, then import",
