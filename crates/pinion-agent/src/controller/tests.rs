@@ -592,6 +592,56 @@ fn regression_reserving_a_held_cpu_migrates_at_start_instead_of_exiting() {
     );
 }
 
+/// Regression (found from outside): a checkpoint in which two pods hold
+/// the same CPU (what a kubelet on a hybrid machine writes) started as it
+/// was, and both workloads were told the CPU was theirs alone. The start
+/// now refuses it (kubelet's checks pass it) and migrates it as any state
+/// that does not fit: the first pod keeps the CPU, the second is named,
+/// and moved only with `migrateOnStart: true`.
+#[test]
+fn regression_a_checkpoint_with_a_cpu_held_by_two_pods_is_migrated_not_started() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("1"), 41)).expect("a");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 42)).expect("b");
+    let default = controller.state().default.union(&b.placement.cpus);
+    drop(controller);
+    let mut entries = pinion_core::checkpoint::PodEntries::default();
+    for pod in ["pinion-run-a", "pinion-run-b"] {
+        entries
+            .entry(pod.to_string())
+            .or_default()
+            .insert(RUN_CONTAINER.to_string(), a.placement.cpus.to_string());
+    }
+    let bytes = pinion_core::checkpoint::encode("static", &default.to_string(), &entries);
+    std::fs::write(dir.path().join(CPU_MANAGER_STATE), bytes).expect("write");
+    std::fs::remove_file(dir.path().join(pinion_host::journal::JOURNAL)).expect("journal");
+    let err = start(dir.path(), &host).err().expect("refused by default");
+    assert!(
+        matches!(err, ControlError::MigrationWouldMove { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("pinion-run-b/main"), "{err}");
+    let mut parts = node(&host).parts_on(dir.path(), Box::new(host.clone()));
+    parts.migrate_on_start = MigrateOnStart::Always;
+    let controller = Controller::start(parts).expect("migrated");
+    assert_eq!(
+        controller.state().assignment("pinion-run-a", RUN_CONTAINER),
+        Some(&a.placement.cpus)
+    );
+    assert_eq!(
+        controller.state().assignment("pinion-run-b", RUN_CONTAINER),
+        None,
+        "the second holder gives the cpu up"
+    );
+    assert!(controller
+        .engine
+        .shared_pool()
+        .is_disjoint(&a.placement.cpus));
+    assert_eq!(controller.counters.state_migration_dropped_total, 1);
+}
+
 /// A checkpoint that fits nothing and cannot be migrated (v1 entries: the
 /// container ids are the runtime's) no longer keeps the agent down: it
 /// starts degraded, keeps the running workloads and refuses exclusive cpus.

@@ -61,6 +61,18 @@ pub enum PolicyError {
         cpus: String,
         default: String,
     },
+    /// Two pods' containers holding the same CPUs (Pinion's own check:
+    /// kubelet's `validateState` lets such a state start, and hands the
+    /// CPUs out twice from then on).
+    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" shares cpus \"{shared}\" with pod: {other}, container: {other_container}")]
+    AssignmentsShared {
+        pod: String,
+        container: String,
+        cpus: String,
+        shared: String,
+        other: String,
+        other_container: String,
+    },
     #[error(
         "current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\""
     )]

@@ -254,6 +254,7 @@ impl StaticPolicy {
                 }
             }
         }
+        Self::check_pods_apart(state)?;
         Self::check_pod_cpus(state, pod_cpus)?;
         let mut known = state.default.union(&state.exclusive_cpus());
         for cpus in pod_cpus.values() {
@@ -264,6 +265,42 @@ impl StaticPolicy {
                 online: all.to_string(),
                 state: known.to_string(),
             });
+        }
+        Ok(())
+    }
+
+    /// No CPU is held by containers of two pods (containers of one pod may
+    /// share: app containers reuse their init containers' CPUs). Pinion's
+    /// own check, after kubelet's: a state written by a kubelet that handed
+    /// a CPU out twice (hybrid machines) is refused here, and migrated or
+    /// rebuilt as any other state the start refuses.
+    fn check_pods_apart(state: &State) -> Result<(), PolicyError> {
+        let mut held = CpuSet::new();
+        for (pod, containers) in &state.assignments {
+            for (container, cpus) in containers {
+                if cpus.is_disjoint(&held) {
+                    continue;
+                }
+                let earlier = state.assignments.iter().take_while(|(p, _)| *p != pod);
+                for (other, theirs) in earlier {
+                    for (other_container, their_cpus) in theirs {
+                        let shared = cpus.intersection(their_cpus);
+                        if !shared.is_empty() {
+                            return Err(PolicyError::AssignmentsShared {
+                                pod: pod.clone(),
+                                container: container.clone(),
+                                cpus: cpus.to_string(),
+                                shared: shared.to_string(),
+                                other: other.clone(),
+                                other_container: other_container.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+            for cpus in containers.values() {
+                held.union_with(cpus);
+            }
         }
         Ok(())
     }
@@ -658,6 +695,41 @@ mod tests {
             kind: ContainerKind::App,
             ask: Default::default(),
         }
+    }
+
+    /// A CPU held by containers of two pods (what a kubelet on a hybrid
+    /// machine writes) passed kubelet's start checks, and from then on two
+    /// workloads were told the CPU was theirs alone. Containers of one pod
+    /// may still share (an app container reusing its init container's).
+    #[test]
+    fn regression_a_state_with_a_cpu_held_by_two_pods_does_not_start() {
+        let policy = StaticPolicy::new(
+            machine(),
+            StaticPolicyOptions::default(),
+            &Reservation {
+                count: 1,
+                cpus: list("0"),
+            },
+        )
+        .expect("policy");
+        let mut state = State {
+            default: list("0,3-4,7"),
+            ..State::default()
+        };
+        state.assign("pod-a", "init", list("1-2"));
+        state.assign("pod-a", "app", list("1-2,5"));
+        state.assign("pod-b", "app", list("6"));
+        policy
+            .start(&mut state.clone())
+            .expect("one pod's containers may share");
+        state.assign("pod-c", "app", list("2,6"));
+        let err = policy
+            .start(&mut state)
+            .expect_err("cpus 2 and 6 are held twice");
+        assert_eq!(
+            err.to_string(),
+            "pod: pod-c, container: app cpuset: \"2,6\" shares cpus \"2\" with pod: pod-a, container: app"
+        );
     }
 
     #[test]
