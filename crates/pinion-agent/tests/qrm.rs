@@ -1219,6 +1219,55 @@ async fn regression_register_waits_for_a_plugin_socket_that_does_not_listen_yet(
     agent.stop().await;
 }
 
+/// Regression (found from outside, session 45): a plugin registered with
+/// `Registration.Register` stayed active for good once its socket was gone
+/// (the registration socket's directory was not watched), so every
+/// `RemovePod` of a departed pod was retried on it and releases waited.
+/// Its socket's removal now stops it, as the plugin watcher stops one; a
+/// plugin that restarts (unlink, bind, `Register` again) ends active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_registered_plugin_whose_socket_is_removed_is_stopped() {
+    let agent = Agent::start();
+    let socket_dir = agent.dir.path().join("resource-plugins");
+    let knob = || Knob::one("example.com/gone", "CpusetMems", "0", "gone");
+    let served = qrm_common::serve_in(&socket_dir, knob(), "gone.sock");
+    register(&agent, "example.com/gone", "gone.sock")
+        .await
+        .expect("registered");
+    agent.wait_for_plugin("example.com/gone", "active").await;
+    served.stop().await;
+    let _ = std::fs::remove_file(socket_dir.join("gone.sock"));
+    agent.wait_for_plugin("example.com/gone", "stopped").await;
+    let view = agent.plugin("example.com/gone").expect("still listed");
+    assert_eq!(
+        view.stop_reason.as_deref(),
+        Some("its socket was removed or moved away")
+    );
+
+    // Restarting: the socket goes and comes back before `Register`.
+    let served = qrm_common::serve_in(&socket_dir, knob(), "gone.sock");
+    register(&agent, "example.com/gone", "gone.sock")
+        .await
+        .expect("registered again");
+    agent.wait_for_plugin("example.com/gone", "active").await;
+    std::fs::remove_file(socket_dir.join("gone.sock")).expect("unlink");
+    let again = qrm_common::serve_in(&socket_dir, knob(), "gone.sock");
+    qrm_common::wait_until("the new socket listens", || {
+        std::os::unix::net::UnixStream::connect(socket_dir.join("gone.sock")).is_ok()
+    })
+    .await;
+    register(&agent, "example.com/gone", "gone.sock")
+        .await
+        .expect("registered after the restart");
+    // The removal's event is read by now (the pause orders it; nothing is
+    // measured): it does not stop the plugin back in place.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    agent.wait_for_plugin("example.com/gone", "active").await;
+    served.stop().await;
+    again.stop().await;
+    agent.stop().await;
+}
+
 /// Regression (hunt D3): the watcher handled only creations and removals,
 /// and `notify` reports a rename as `Modify(Name(..))`, so a socket
 /// renamed into the directory never registered and one renamed out never

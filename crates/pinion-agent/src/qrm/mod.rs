@@ -699,8 +699,9 @@ impl Qrm {
         }
     }
 
-    /// Starts the watcher of the registration directory and the
-    /// `Registration.Register` server; each ends when `stop` turns true.
+    /// Starts the watcher of the registration directory, the
+    /// `Registration.Register` server and the watch of its sockets'
+    /// removals; each ends when `stop` turns true.
     /// Every resource of the durable allocations (`durable_resources`) gets
     /// a stopped placeholder first (§3.3). The loops that need the keeper of
     /// the allocations ([`loops`]) are spawned by the daemon's wiring.
@@ -721,6 +722,8 @@ impl Qrm {
             .map(std::path::Path::to_path_buf)
             .unwrap_or_default();
         trusted_dirs(&dir, &socket_dir)?;
+        let socket_dir_watch = watcher::watch_socket_dir(&socket_dir)
+            .map_err(|err| QrmError::Start(err.to_string()))?;
         let listener = pinion_api::uds::bind(&self.config.registration_socket, 0o600)
             .map_err(|err| {
                 QrmError::Start(format!(
@@ -731,7 +734,7 @@ impl Qrm {
             .into_inner();
         let service = register::RegistrationService {
             registry: Arc::clone(&self.registry),
-            socket_dir,
+            socket_dir: socket_dir.clone(),
         };
         // Bounded like the podresources socket: a connection cap with
         // idle connections evicted at the cap, a first-byte deadline.
@@ -759,6 +762,12 @@ impl Qrm {
             tokio::spawn(watcher::run(
                 dir,
                 dir_watch,
+                Arc::clone(&self.registry),
+                stop.clone(),
+            )),
+            tokio::spawn(watcher::follow_removals(
+                socket_dir,
+                socket_dir_watch,
                 Arc::clone(&self.registry),
                 stop.clone(),
             )),

@@ -3,7 +3,9 @@
 //! socket that appears is registered, every socket that goes stops its
 //! plugin. A socket renamed into the directory appears, one renamed out of
 //! it goes (kubelet's fsnotify watcher reads a move-in as a creation). Names starting with `.` and anything that is not a socket are
-//! ignored; sub-directories are watched too.
+//! ignored; sub-directories are watched too. The registration socket's
+//! directory is watched for removals only ([`follow_removals`]): a plugin
+//! registered with `Registration.Register` stops when its socket goes.
 //!
 //! Each socket registers on its own task, as kubelet's plugin manager
 //! registers each socket asynchronously: a plugin slow to answer (or never
@@ -45,6 +47,17 @@ pub struct DirWatch {
 /// Creates `dir` (0750) if missing and starts watching it (before the first
 /// scan, so no socket created in between is missed).
 pub fn watch_dir(dir: &Path) -> Result<DirWatch, WatchError> {
+    watch_dir_with(dir, RecursiveMode::Recursive)
+}
+
+/// Watches the directory of the registration socket, whose plugin sockets
+/// come and go with `Registration.Register` ([`follow_removals`]): its
+/// own entries only.
+pub fn watch_socket_dir(dir: &Path) -> Result<DirWatch, WatchError> {
+    watch_dir_with(dir, RecursiveMode::NonRecursive)
+}
+
+fn watch_dir_with(dir: &Path, mode: RecursiveMode) -> Result<DirWatch, WatchError> {
     use std::os::unix::fs::DirBuilderExt as _;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -67,7 +80,7 @@ pub fn watch_dir(dir: &Path) -> Result<DirWatch, WatchError> {
             source,
         })?;
     watcher
-        .watch(dir, RecursiveMode::Recursive)
+        .watch(dir, mode)
         .map_err(|source| WatchError::Watch {
             dir: dir.to_path_buf(),
             source,
@@ -127,6 +140,40 @@ pub async fn run(
         }
     }
     pending.cancel_all().await;
+}
+
+/// Stops each plugin registered with `Registration.Register` whose socket
+/// leaves the registration socket's directory (removed or moved away), as
+/// the plugin watcher stops one whose socket leaves its directory: the
+/// socket of a plugin that exits goes with it, and until now such a plugin
+/// stayed active for good, each `RemovePod` of a departed pod retried on
+/// it. Sockets that appear register only through `Register`. A socket
+/// back in place by the time its removal is read (a plugin restarting:
+/// unlink, bind, `Register` again) is not stopped: its entry reaches
+/// whatever listens there, checked at each connection.
+pub async fn follow_removals(
+    dir: PathBuf,
+    mut watch: DirWatch,
+    registry: Arc<Registry>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let event = tokio::select! {
+            event = watch.events.recv() => match event {
+                Some(event) => event,
+                None => break,
+            },
+            _ = stop.changed() => break,
+        };
+        if !matches!(change(&event), Change::Gone | Change::Renamed) {
+            continue;
+        }
+        for path in &event.paths {
+            if path.starts_with(&dir) && std::fs::symlink_metadata(path).is_err() {
+                registry.stop_socket(path, "its socket was removed or moved away");
+            }
+        }
+    }
 }
 
 /// The registrations under way, one task per socket path (a socket seen
