@@ -49,6 +49,14 @@ impl AllocationKeeper for ControllerHandle {
         Some(known)
     }
 
+    fn allocated_resources(&self) -> std::collections::BTreeSet<String> {
+        self.snapshot()
+            .workloads
+            .iter()
+            .flat_map(|workload| workload.plugins.keys().cloned())
+            .collect()
+    }
+
     fn pending_removals(&self) -> watch::Receiver<Vec<String>> {
         self.plugin_removals()
     }

@@ -5,7 +5,8 @@
 //! * the reconcile loop polls the plugins every period (and at once when
 //!   asked, [`Qrm::request_reconcile`]), hands their answers to the keeper,
 //!   which applies only what changed, and re-allocates the containers a
-//!   plugin forgot;
+//!   plugin forgot; each period it also forgets the plugins stopped for
+//!   longer than their grace period whose resource no allocation names;
 //! * the removal loop tells every plugin of each departed pod, retrying
 //!   with back-off until all of them answered (§4.10);
 //! * the flush backstop makes the built-in plugins' state changes durable
@@ -58,6 +59,14 @@ pub trait AllocationKeeper: Send + Sync + 'static {
     /// [`Qrm::poll_for`]); `None`: every entry is kept.
     fn known_containers(&self) -> Option<super::KnownContainers> {
         None
+    }
+
+    /// The resources the stored allocations name: a stopped plugin of one
+    /// of them stays in the table (pods asking for it are refused until it
+    /// registers again); others are forgotten after their grace period
+    /// (`Registry::forget_stopped`). Empty by default.
+    fn allocated_resources(&self) -> BTreeSet<String> {
+        BTreeSet::new()
     }
 
     /// The pods (UIDs) whose plugins have yet to hear of their removal;
@@ -152,6 +161,10 @@ async fn reconcile_passes<K: AllocationKeeper>(
             _ = stop.changed() => break,
         };
         if period {
+            qrm.registry.forget_stopped(
+                super::registry::STOPPED_GRACE,
+                &keeper.allocated_resources(),
+            );
             refreshing.retain(|_, task| !task.is_finished());
             for plugin in qrm.registry.all_active() {
                 if refreshing.contains_key(&plugin.resource) {

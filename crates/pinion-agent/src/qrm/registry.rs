@@ -187,6 +187,11 @@ pub enum UntrustedSocket {
 /// step 4: the manager dials it asynchronously, 10 s).
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a stopped plugin stays in the table (spec §3.3: the fork's
+/// stopped-endpoint grace period) unless allocations still name its
+/// resource ([`Registry::forget_stopped`]).
+pub const STOPPED_GRACE: Duration = Duration::from_secs(5 * 60);
+
 /// The calls a plugin may leave out (`Unimplemented` is an answer, not an
 /// error of the plugin).
 const OPTIONAL_METHODS: [&str; 2] = ["GetTopologyAwareAllocatableResources", "RemovePod"];
@@ -650,6 +655,41 @@ impl Registry {
 
     /// A stopped placeholder for `resource` (restored allocations whose
     /// plugin has not registered yet), unless it has an entry.
+    /// Removes the entries stopped for longer than `grace` whose resource
+    /// no allocation names (`still_allocated`), and returns their
+    /// resources. While an entry is in the table its resource is a
+    /// plugin's, and a pod asking for it is refused as long as the plugin
+    /// is stopped (§4.6); once forgotten, the resource is no plugin's
+    /// again, as the fork deletes a stopped endpoint after its grace
+    /// period. Placeholders restored at start are stopped entries too.
+    pub fn forget_stopped(
+        &self,
+        grace: Duration,
+        still_allocated: &std::collections::BTreeSet<String>,
+    ) -> Vec<String> {
+        let now = SystemTime::now();
+        let mut table = self.table();
+        let expired: Vec<String> = table
+            .iter()
+            .filter(|(resource, endpoint)| {
+                endpoint.client.is_none()
+                    && !still_allocated.contains(*resource)
+                    && endpoint.stopped.as_ref().is_some_and(|(since, _)| {
+                        now.duration_since(*since).unwrap_or_default() >= grace
+                    })
+            })
+            .map(|(resource, _)| resource.clone())
+            .collect();
+        for resource in &expired {
+            table.remove(resource);
+        }
+        drop(table);
+        for resource in &expired {
+            tracing::info!(%resource, "stopped resource plugin forgotten: no allocation names its resource");
+        }
+        expired
+    }
+
     pub fn placeholder(&self, resource: &str) {
         self.table()
             .entry(resource.to_string())
@@ -996,6 +1036,38 @@ async fn notify(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found from outside (session 45): a stopped entry never left the
+    /// table, so a plugin that went away for good kept its resource a
+    /// plugin's: every pod asking for it was refused ("has been stopped")
+    /// until the agent restarted. It is forgotten after its grace period,
+    /// unless allocations still name its resource.
+    #[test]
+    fn regression_a_stopped_plugin_is_forgotten_once_nothing_names_its_resource() {
+        let registry = Registry::new(Duration::from_secs(1));
+        for resource in ["example.com/gone", "example.com/held"] {
+            registry.placeholder(resource);
+        }
+        let held = std::collections::BTreeSet::from(["example.com/held".to_string()]);
+        assert!(
+            registry
+                .forget_stopped(Duration::from_secs(3600), &held)
+                .is_empty(),
+            "within its grace period"
+        );
+        assert_eq!(
+            registry.forget_stopped(Duration::ZERO, &held),
+            vec!["example.com/gone".to_string()]
+        );
+        assert!(!registry.handles("example.com/gone"));
+        assert!(registry.handles("example.com/held"), "still allocated");
+        assert_eq!(
+            registry.active("example.com/gone").err(),
+            Some(CallError::Unknown {
+                resource: "example.com/gone".into()
+            })
+        );
+    }
 
     /// Found from outside (thirty-third session): a plugin leaving out an
     /// optional call (`GetTopologyAwareAllocatableResources`, `RemovePod`)
