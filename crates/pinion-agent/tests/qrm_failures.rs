@@ -11,6 +11,8 @@
 mod qrm_common;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pinion_agent::testing::qrm_node::serve_service_in;
@@ -308,6 +310,130 @@ async fn a_resource_registered_twice_is_served_by_the_newest_registration() {
         ))
         .await
         .expect("still served");
+    agent.stop().await;
+}
+
+/// Holds the reconcile poll (`GetResourcesAllocation`) while `hold` is set
+/// (at most twice [`qrm_common::PATIENCE`]); `inside` tells the test one
+/// waits.
+struct PollHolds {
+    hold: Arc<AtomicBool>,
+    inside: Arc<AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl Gate for PollHolds {
+    async fn before(&self, method: Method) {
+        if method != Method::Poll || !self.hold.load(Ordering::SeqCst) {
+            return;
+        }
+        self.inside.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + 2 * qrm_common::PATIENCE;
+        while self.hold.load(Ordering::SeqCst) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The allocation result the agent keeps for `pod`'s container of `resource`.
+fn kept_result(agent: &Agent, pod: &str, resource: &str) -> Option<String> {
+    agent
+        .handle
+        .snapshot()
+        .workloads
+        .iter()
+        .find(|w| w.pod == pod)
+        .and_then(|w| w.plugins.get(resource))
+        .map(|a| a.allocation_result.clone())
+}
+
+/// Regression (found from outside, session 45): a reconcile poll still
+/// under way when its plugin was replaced by a newer registration held
+/// the new plugin's polls back until it ended, and its late answer was
+/// then applied as the new plugin's. Each registration now has a number:
+/// the old poll is given up at the next pass, the new plugin polled, and
+/// an answer of a replaced plugin is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_late_poll_answer_of_a_replaced_plugin_is_not_applied() {
+    // Calls may take longer than the test waits: only the replacement ends
+    // the held poll's hold on the resource.
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        2 * qrm_common::PATIENCE,
+    );
+    let first = Knob::one(TWICE, "CpuShares", "100", "first");
+    let hold = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let _first_served = serve_service_in(
+        agent.registry_dir(),
+        TWICE,
+        Gated::new(
+            &first,
+            PollHolds {
+                hold: Arc::clone(&hold),
+                inside: Arc::clone(&inside),
+            },
+        ),
+        "first.sock",
+    );
+    agent.wait_for_plugin(TWICE, "active").await;
+    agent
+        .handle
+        .admit(admission("pinion-run-late", "500m", &[(TWICE, "1")], &[]))
+        .await
+        .expect("admitted");
+    assert_eq!(
+        kept_result(&agent, "pinion-run-late", TWICE).as_deref(),
+        Some("100")
+    );
+
+    // The first plugin's next poll is held; meanwhile its answer changes
+    // (what it will say late) and a second plugin registers the resource,
+    // knowing the pod with its own answer.
+    hold.store(true, Ordering::SeqCst);
+    wait_until("a poll of the first plugin is held", || {
+        inside.load(Ordering::SeqCst)
+    })
+    .await;
+    first.state().answer.values_mut().for_each(|info| {
+        info.allocation_result = "300".to_string();
+    });
+    let second = Knob::one(TWICE, "CpuShares", "200", "second");
+    second.state().allocated.insert(
+        "pinion-run-late".to_string(),
+        vec![pinion_agent::controller::RUN_CONTAINER.to_string()],
+    );
+    let _second_served = agent.serve_as(second.clone(), "second.sock");
+    wait_until("the second registration wins", || {
+        agent
+            .plugin(TWICE)
+            .is_some_and(|p| p.state == "active" && p.socket.ends_with("second.sock"))
+    })
+    .await;
+    let registered = second.state().calls;
+    wait_until(
+        "the second plugin is polled while the first one's poll is held",
+        || second.state().calls > registered,
+    )
+    .await;
+    wait_until("the second plugin's answer is kept", || {
+        kept_result(&agent, "pinion-run-late", TWICE).as_deref() == Some("200")
+    })
+    .await;
+
+    // The first plugin's held poll ends now: its answer is not applied.
+    hold.store(false, Ordering::SeqCst);
+    let polled = second.state().calls;
+    wait_until("three more polls of the second plugin", || {
+        second.state().calls >= polled + 3
+    })
+    .await;
+    assert_eq!(
+        kept_result(&agent, "pinion-run-late", TWICE).as_deref(),
+        Some("200")
+    );
     agent.stop().await;
 }
 

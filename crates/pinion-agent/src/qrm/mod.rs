@@ -512,6 +512,16 @@ impl Qrm {
         let mut polls = Vec::new();
         let mut sent = polled_at;
         let mut calls = std::mem::take(under_way);
+        // A poll still asked of a plugin since replaced or stopped is given
+        // up: its answer is not the current plugin's.
+        calls.retain(|call| {
+            let current = self.registry.is_current(&call.resource, call.generation);
+            if !current {
+                tracing::info!(resource = %call.resource, "reconcile: the plugin asked was replaced or stopped; its answer is not awaited");
+                call.task.abort();
+            }
+            current
+        });
         for plugin in self.registry.all_active() {
             if !plugin.options.need_reconcile
                 || calls.iter().any(|call| call.resource == plugin.resource)
@@ -537,6 +547,7 @@ impl Qrm {
             }
             let registry = Arc::clone(&self.registry);
             let resource = plugin.resource.clone();
+            let generation = plugin.generation;
             let task = tokio::spawn(async move {
                 registry
                     .call(
@@ -555,6 +566,7 @@ impl Qrm {
             });
             calls.push(PollUnderWay {
                 resource,
+                generation,
                 sent: polled_at,
                 task,
             });
@@ -573,6 +585,9 @@ impl Qrm {
             let resource = call.resource;
             let mut tally = Tally::default();
             match answered {
+                Ok(Ok(_)) if !self.registry.is_current(&resource, call.generation) => {
+                    tracing::info!(%resource, "reconcile: the plugin that answered was replaced or stopped meanwhile; its answer is dropped");
+                }
                 Ok(Ok(response)) => {
                     let poll = self.wire_poll(&resource, response, &filter, &mut tally);
                     polls.push((resource.clone(), poll));
@@ -806,6 +821,8 @@ fn trusted_dirs(dir: &std::path::Path, socket_dir: &std::path::Path) -> Result<(
 #[derive(Debug)]
 pub struct PollUnderWay {
     resource: String,
+    /// The registration asked ([`registry::Active::generation`]).
+    generation: u64,
     /// When the pass that asked it started.
     sent: Instant,
     task: JoinHandle<Result<rp::GetResourcesAllocationResponse, CallError>>,

@@ -216,6 +216,9 @@ struct Endpoint {
     /// What it last answered to `GetTopologyAwareAllocatableResources`
     /// (checked); empty while stopped.
     node_resources: Vec<AllocatableResource>,
+    /// Which registration this is: every activation takes a new number, so
+    /// an answer of a plugin since replaced or stopped is told apart.
+    generation: u64,
 }
 
 pub use pinion_api::local::{
@@ -234,6 +237,8 @@ pub struct Registry {
     /// Every active plugin's node resources, republished on each change
     /// (podresources `GetAllocatableResources` reads it).
     node_resources: watch::Sender<Arc<Vec<AllocatableResource>>>,
+    /// The last registration's number ([`Endpoint::generation`]).
+    generations: std::sync::atomic::AtomicU64,
 }
 
 /// An active plugin, ready to be called.
@@ -242,6 +247,9 @@ pub struct Active {
     pub resource: String,
     pub options: rp::ResourcePluginOptions,
     pub client: Client,
+    /// Its registration's number: [`Registry::is_current`] tells whether
+    /// it is still the resource's active plugin.
+    pub generation: u64,
 }
 
 impl Registry {
@@ -253,6 +261,7 @@ impl Registry {
             timeout,
             agent_uid: pinion_host::trust::agent_uid(),
             node_resources: watch::channel(Arc::default()).0,
+            generations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -617,6 +626,10 @@ impl Registry {
                     stopped: None,
                     stats,
                     node_resources: Vec::new(),
+                    generation: self
+                        .generations
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                        + 1,
                 },
             );
             self.publish_node_resources(&table);
@@ -705,6 +718,7 @@ impl Registry {
                 )),
                 stats: Stats::default(),
                 node_resources: Vec::new(),
+                generation: 0,
             });
     }
 
@@ -725,6 +739,7 @@ impl Registry {
                 resource: resource.to_string(),
                 options: options.clone(),
                 client: client.clone(),
+                generation: endpoint.generation,
             }),
             _ => Err(CallError::Stopped {
                 resource: resource.to_string(),
@@ -733,6 +748,16 @@ impl Registry {
     }
 
     /// Every active plugin.
+    /// Whether the registration numbered `generation` is still the active
+    /// plugin of `resource` (not replaced by a newer registration, not
+    /// stopped): only its answers may change the resource's allocations.
+    #[must_use]
+    pub fn is_current(&self, resource: &str, generation: u64) -> bool {
+        self.table()
+            .get(resource)
+            .is_some_and(|e| e.client.is_some() && e.generation == generation)
+    }
+
     #[must_use]
     pub fn all_active(&self) -> Vec<Active> {
         let names: Vec<String> = self.table().keys().cloned().collect();
