@@ -79,12 +79,7 @@ pub(crate) fn is_not_regular(err: &io::Error) -> bool {
 /// for every attribute anyway): the `fstat` of the opened file is the only
 /// extra system call.
 pub(crate) fn read_text(path: &Path, cap: u64) -> Result<String, ReadError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(ReadError::Io)?;
-    check_regular(&file)?;
+    let file = open_regular(path).map_err(ReadError::Io)?;
     let mut bytes = Vec::with_capacity(4096);
     file.take(cap.saturating_add(1))
         .read_to_end(&mut bytes)
@@ -93,6 +88,20 @@ pub(crate) fn read_text(path: &Path, cap: u64) -> Result<String, ReadError> {
         return Err(ReadError::TooLarge { cap });
     }
     String::from_utf8(bytes).map_err(|_| ReadError::NotText)
+}
+
+/// Opens the regular file at `path` for reading, as [`read_text`] does:
+/// without blocking on a FIFO, refusing anything but a regular file (an
+/// error of kind `IsADirectory` or `InvalidInput` holding a
+/// [`NotRegularFile`]). The state files (the checkpoint, the journal) are
+/// opened this way too.
+pub(crate) fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    check_regular(&file).map_err(ReadError::into_io)?;
+    Ok(file)
 }
 
 fn check_regular(file: &File) -> Result<(), ReadError> {

@@ -249,7 +249,13 @@ pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
 pub fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, DurableError> {
     check_name(name)?;
     let path = dir.join(name);
-    match fs::read(&path) {
+    let read = |path: &Path| -> io::Result<Vec<u8>> {
+        use std::io::Read as _;
+        let mut bytes = Vec::new();
+        crate::bounded_read::open_regular(path)?.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    };
+    match read(&path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(DurableError::Io {
@@ -285,7 +291,7 @@ pub fn read_optional_at_most(
         path: path.clone(),
         source,
     };
-    let file = match File::open(&path) {
+    let file = match crate::bounded_read::open_regular(&path) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(source) => return Err(io_error(source)),

@@ -237,3 +237,31 @@ fn a_read_at_most_a_limit_reads_nothing_of_a_larger_file() {
     );
     assert!(read_optional_at_most(dir.path(), "../state", 3).is_err());
 }
+
+/// Found from outside (session 45): a FIFO where the checkpoint or the
+/// journal lies blocked the agent's start and every `pinion state` command
+/// in `open(2)` (no writer ever comes). The state files are now opened
+/// without blocking and anything but a regular file is refused, naming
+/// what stood there.
+#[test]
+fn regression_a_fifo_in_place_of_a_state_file_is_refused_not_waited_on() {
+    use crate::bounded_read::testing::{mkfifo, without_hanging};
+    let dir = dir();
+    let path = dir.path().to_path_buf();
+    mkfifo(&path.join("cpu_manager_state"));
+    mkfifo(&path.join("pinion_journal"));
+    let (whole, capped, tool) = without_hanging("reading the state files", move || {
+        (
+            read_optional(&path, "pinion_journal").map(|_| ()),
+            read_optional_at_most(&path, "cpu_manager_state", 1 << 20).map(|_| ()),
+            crate::journal::read_state_file(&path.join("cpu_manager_state")).map(|_| ()),
+        )
+    });
+    for text in [
+        whole.expect_err("journal").to_string(),
+        capped.expect_err("checkpoint").to_string(),
+        tool.expect_err("state tool").to_string(),
+    ] {
+        assert!(text.contains("not a regular file (a fifo)"), "{text}");
+    }
+}

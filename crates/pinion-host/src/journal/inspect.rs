@@ -110,7 +110,10 @@ pub const MAX_STATE_FILE_BYTES: u64 = 64 << 20;
 /// an error of kind `FileTooLarge` naming the cap (the caller names the
 /// file); reads one byte past the cap to tell "exactly" from "more".
 pub fn read_state_file(path: &Path) -> std::io::Result<Vec<u8>> {
-    read_capped(std::fs::File::open(path)?, MAX_STATE_FILE_BYTES)
+    read_capped(
+        crate::bounded_read::open_regular(path)?,
+        MAX_STATE_FILE_BYTES,
+    )
 }
 
 /// The bytes of `reader` (standard input), at most [`MAX_STATE_FILE_BYTES`],
