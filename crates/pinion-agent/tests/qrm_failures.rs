@@ -437,6 +437,52 @@ async fn regression_a_late_poll_answer_of_a_replaced_plugin_is_not_applied() {
     agent.stop().await;
 }
 
+/// Regression (found from outside, session 45): the reconcile loop
+/// re-allocated the containers a plugin forgot one after the other without
+/// watching for the agent's stop, so with a hung plugin the stop waited a
+/// whole deadline per container. The stop now ends the re-allocations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_agent_stops_while_a_hung_plugin_is_asked_to_reallocate() {
+    // The plugin's deadline is longer than the test waits for the stop.
+    let agent = Agent::start_with(
+        tempfile::tempdir().expect("tempdir"),
+        FakeCgroups::default(),
+        Vec::new(),
+        2 * qrm_common::PATIENCE,
+    );
+    let slow = Knob::one(SLOW, "CpuShares", "100", "slow");
+    let _served = serve_service_in(
+        agent.registry_dir(),
+        SLOW,
+        Gated::new(&slow, AllocateHangs(slow.clone())),
+        "slow.sock",
+    );
+    agent.wait_for_plugin(SLOW, "active").await;
+    for pod in ["pinion-run-one", "pinion-run-two"] {
+        agent
+            .handle
+            .admit(admission(pod, "500m", &[(SLOW, "1")], &[]))
+            .await
+            .expect("admitted");
+    }
+    // The plugin forgets both and hangs in `Allocate`: the reconcile loop
+    // asks it again, and waits.
+    {
+        let mut state = slow.state();
+        state.hang_allocate = true;
+        state.in_allocate = false;
+        state.allocated.clear();
+    }
+    wait_until("the plugin is asked to re-allocate", || {
+        slow.state().in_allocate
+    })
+    .await;
+    tokio::time::timeout(qrm_common::PATIENCE, agent.stop())
+        .await
+        .expect("the agent stops without waiting for the hung plugin");
+    slow.state().hang_allocate = false;
+}
+
 /// §4.10: `RemovePod` is repeated, with back-off, until every plugin
 /// succeeded; only then is the pod forgotten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -195,8 +195,13 @@ async fn reconcile_passes<K: AllocationKeeper>(
                     let changes = outcome.changed.get(resource).copied().unwrap_or_default();
                     qrm.registry.note_reconcile(resource, changes);
                 }
+                // Each re-allocation may wait a whole deadline on a hung
+                // plugin: `stop` ends them, not the last of them.
                 for again in outcome.reallocate {
-                    reallocate(qrm, keeper, again).await;
+                    tokio::select! {
+                        () = reallocate(qrm, keeper, again) => {}
+                        _ = stop.changed() => return,
+                    }
                 }
             }
             Err(err) => tracing::error!("plugin reconcile: {err}"),
