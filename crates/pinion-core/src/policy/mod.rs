@@ -64,14 +64,14 @@ pub enum PolicyError {
     /// Two pods' containers holding the same CPUs (Pinion's own check:
     /// kubelet's `validateState` lets such a state start, and hands the
     /// CPUs out twice from then on).
-    #[error("pod: {pod}, container: {container} cpuset: \"{cpus}\" shares cpus \"{shared}\" with pod: {other}, container: {other_container}")]
+    #[error("{holder} cpuset: \"{cpus}\" shares cpus \"{shared}\" with {other}")]
     AssignmentsShared {
-        pod: String,
-        container: String,
+        /// `pod: <uid>, container: <name>`.
+        holder: String,
         cpus: String,
         shared: String,
+        /// The other holder, written the same way.
         other: String,
-        other_container: String,
     },
     #[error(
         "current set of available CPUs \"{online}\" doesn't match with CPUs in state \"{state}\""

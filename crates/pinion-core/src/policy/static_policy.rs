@@ -287,12 +287,10 @@ impl StaticPolicy {
                         let shared = cpus.intersection(their_cpus);
                         if !shared.is_empty() {
                             return Err(PolicyError::AssignmentsShared {
-                                pod: pod.clone(),
-                                container: container.clone(),
+                                holder: format!("pod: {pod}, container: {container}"),
                                 cpus: cpus.to_string(),
                                 shared: shared.to_string(),
-                                other: other.clone(),
-                                other_container: other_container.clone(),
+                                other: format!("pod: {other}, container: {other_container}"),
                             });
                         }
                     }
