@@ -480,3 +480,59 @@ async fn regression_podresources_lists_the_cpus_a_plugin_dedicated() {
     );
     agent.stop().await;
 }
+
+/// Found from outside (session 44): the built-in CPU plugin kept the
+/// machine the agent started on. After a CPU went offline it went on
+/// answering it, the manager refused those answers, and its containers
+/// kept their cpusets as the kernel had cut them. The plugin now follows
+/// the agent's machine: the dedicated container gets a CPU in place of
+/// the lost one, the shared pool is laid out on the CPUs left, and both
+/// cgroups follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_the_builtin_cpu_plugin_follows_a_cpu_going_offline() {
+    let sysroot = meminfo_root();
+    let agent = Agent::fresh_with_builtin(&["cpu"], sysroot.path()).await;
+    let dedicated = admit_at(&agent, "pinion-run-db", "2", "dedicated_cores").await;
+    let web = admit_at(&agent, "pinion-run-web", "500m", "shared_cores").await;
+    let lost = CpuSet::from_iter([dedicated.placement.cpus.iter().next().expect("a cpu")]);
+    let machine = agent
+        .handle
+        .snapshot()
+        .machine
+        .clone()
+        .expect("the machine");
+    let offline = pinion_core::testing::without_cpus(&machine, &lost);
+    agent
+        .handle
+        .follow_topology(offline)
+        .await
+        .expect("the agent follows");
+    let db = dedicated.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&db, "two online cpus", |cpus, _| {
+            cpus.len() == 2 && cpus.is_disjoint(&lost)
+        })
+        .await;
+    let pools = agent.handle.cpu_pools().expect("pools");
+    wait_until("the plugin's pools are off the offline cpu", || {
+        pools
+            .view()
+            .pools
+            .iter()
+            .all(|p| CpuSet::parse_list(&p.cpus).is_ok_and(|c| c.is_disjoint(&lost)))
+    })
+    .await;
+    let web_cgroup = web.cgroup.clone().expect("cgroup");
+    agent
+        .wait_for_cgroup(&web_cgroup, "off the offline cpu", |cpus, _| {
+            !cpus.is_empty() && cpus.is_disjoint(&lost)
+        })
+        .await;
+    let later = admit_at(&agent, "pinion-run-later", "2", "dedicated_cores").await;
+    assert!(
+        later.placement.cpus.is_disjoint(&lost),
+        "{}",
+        later.placement.cpus
+    );
+    agent.stop().await;
+}

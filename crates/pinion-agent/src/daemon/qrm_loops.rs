@@ -110,17 +110,22 @@ pub fn start(
 }
 
 /// Keeps the manager's view of the machine (online CPUs, NUMA nodes: what
-/// a plugin's cpusets may name, [`Qrm::follow_machine`]) on the
-/// controller's, which follows CPU hot-plug. Ends when `stop` changes.
+/// a plugin's cpusets may name, [`Qrm::follow_machine`]) and the built-in
+/// CPU plugin's ([`Qrm::follow_topology`]) on the controller's, which
+/// follows CPU hot-plug. Ends when `stop` changes.
 async fn follow_machine(
     qrm: Arc<Qrm>,
     mut snapshots: watch::Receiver<Arc<Snapshot>>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        {
+        let machine = {
             let snapshot = snapshots.borrow_and_update();
             qrm.follow_machine(&snapshot.all_cpus, &snapshot.numa_nodes);
+            snapshot.machine.clone()
+        };
+        if let Some(machine) = machine {
+            qrm.follow_topology(&machine);
         }
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { break },

@@ -138,6 +138,30 @@ impl Qrm {
         }
     }
 
+    /// Has the built-in CPU plugin, when it runs, follow the machine's
+    /// online CPUs (`topology`, CPU hot-plug): it lays its pools out again
+    /// and moves exclusive containers off CPUs gone offline; a reconcile
+    /// pass then pushes the containers whose cpuset changed. Nothing
+    /// happens when its machine is `topology` already.
+    pub fn follow_topology(&self, topology: &pinion_core::Topology) {
+        let Some(cpu) = self.cpu_pools.get() else {
+            return;
+        };
+        match cpu.follow_topology(topology) {
+            Ok(report) if report.containers.is_empty() && report.pools.is_empty() => {}
+            Ok(report) => {
+                tracing::info!(
+                    containers = report.containers.len(),
+                    "the built-in cpu plugin follows the online cpus"
+                );
+                self.request_reconcile();
+            }
+            Err(err) => {
+                tracing::error!("the built-in cpu plugin cannot follow the online cpus: {err}");
+            }
+        }
+    }
+
     /// Whether the loop that tells plugins of departed pods (`RemovePod`)
     /// runs.
     #[must_use]

@@ -19,6 +19,7 @@ use pinion_host::pod_cgroups::{PodCgroups, PodCpuSource, V1PodCgroups, V1PodCoun
 use super::{CpuPlugin, ReconcileReport};
 use crate::grpc::GrpcPlugin;
 use crate::PluginError;
+use pinion_core::Topology;
 
 /// Why a pool could not be set.
 #[derive(Debug, thiserror::Error)]
@@ -223,6 +224,11 @@ impl CpuPluginHandle {
                 })?;
         }
         Ok(plugin.set_pool_size(name, size)?)
+    }
+
+    /// Follows the machine's online CPUs ([`CpuPlugin::follow_topology`]).
+    pub fn follow_topology(&self, topology: &Topology) -> Result<ReconcileReport, PluginError> {
+        self.lock().follow_topology(topology)
     }
 
     /// One period of the closed loop with `loads` (pool name → load).

@@ -140,6 +140,16 @@ impl CpuPlugin {
         let policy = StaticPolicy::new(topology, config.static_policy_options, &reservation)?;
         let mut state: CpuState = store.load()?.unwrap_or_default();
         state.pools.set_params(config.pools.clone());
+        // CPUs that went offline (or came back) while the agent was down:
+        // followed as at run time, instead of refusing the state (which
+        // kept the agent from starting).
+        let known = state
+            .exclusive
+            .default
+            .union(&state.exclusive.exclusive_cpus());
+        if !state.exclusive.default.is_empty() && &known != policy.topology().all_cpus() {
+            state.exclusive = follow_online_cpus(&policy, &state.exclusive, &known)?;
+        }
         policy
             .start(&mut state.exclusive)
             .map_err(|err| PluginError::Restore {
@@ -261,6 +271,31 @@ impl CpuPlugin {
             loads,
         );
         self.finish(&before, pools)
+    }
+
+    /// Follows the machine's online CPUs (`topology`, after CPU hot-plug),
+    /// as the agent's own state does (`pinion_core::hotplug`): an exclusive
+    /// container that lost a CPU gets a free one in its place (or keeps
+    /// what is left), a CPU back online is free, reserved CPUs stay
+    /// reserved, and the pools are laid out again on the CPUs left. Returns
+    /// the containers whose cpuset changed (the manager's next poll pushes
+    /// them). Until now the plugin kept the machine it started on: it
+    /// answered offline CPUs, which the manager refuses.
+    pub fn follow_topology(&mut self, topology: &Topology) -> Result<ReconcileReport, PluginError> {
+        if topology.all_cpus() == self.policy.topology().all_cpus() {
+            return Ok(ReconcileReport::default());
+        }
+        let before = self.cpusets();
+        let known = self.policy.topology().all_cpus().clone();
+        let policy = policy_on(&self.policy, topology)?;
+        let mut state = self.state.clone();
+        state.exclusive = follow_online_cpus(&policy, &state.exclusive, &known)?;
+        check_members(&state)?;
+        state.relayout(policy.topology(), policy.reserved());
+        self.policy = policy;
+        self.state = state;
+        self.save(Changed::All)?;
+        self.finish(&before, Vec::new())
     }
 
     /// Pins pool `name` (`pinion pools set NAME=SIZE|MIN-MAX|auto`).
@@ -392,6 +427,43 @@ fn answer(member: &Member, cpus: &CpusetAnswer) -> AllocationInfo {
 }
 
 /// Each member's exclusive CPUs must be in the restored assignments.
+/// `policy` (the plugin's static policy) on the machine `topology`: the
+/// same options, its reserved CPUs those online now
+/// (`pinion_core::hotplug::policy_on`).
+fn policy_on(policy: &StaticPolicy, topology: &Topology) -> Result<StaticPolicy, PluginError> {
+    let old = pinion_core::policy::Policy::Static(Box::new(policy.clone()));
+    match pinion_core::hotplug::policy_on(&old, topology)? {
+        pinion_core::policy::Policy::Static(new) => Ok(*new),
+        pinion_core::policy::Policy::None => Err(PluginError::Restore {
+            plugin: RESOURCE,
+            reason: "the cpu plugin's policy is not the static policy".to_string(),
+        }),
+    }
+}
+
+/// The exclusive state `exclusive`, made when the online CPUs were
+/// `known`, followed onto `policy`'s machine with the agent's hot-plug rule
+/// (`pinion_core::hotplug::follow_online`); each container that moved is
+/// logged.
+fn follow_online_cpus(
+    policy: &StaticPolicy,
+    exclusive: &pinion_core::state::State,
+    known: &CpuSet,
+) -> Result<pinion_core::state::State, PluginError> {
+    let policy = pinion_core::policy::Policy::Static(Box::new(policy.clone()));
+    let followed = pinion_core::hotplug::follow_online(
+        exclusive,
+        &pinion_core::state::PodCpus::new(),
+        known,
+        &policy,
+    );
+    tracing::warn!(gone = %followed.gone, back = %followed.back, "the cpu plugin follows the online cpus");
+    for outcome in followed.rebuilt.outcomes.iter().filter(|o| !o.unmoved()) {
+        tracing::warn!(pod = %outcome.pod, container = %outcome.container, from = %outcome.observed, to = %outcome.cpus, "the cpu plugin moved a container off offline cpus");
+    }
+    Ok(followed.rebuilt.state)
+}
+
 fn check_members(state: &CpuState) -> Result<(), PluginError> {
     for (pod, container, member) in state.members() {
         if member.kind.is_exclusive() && state.exclusive.assignment(pod, container).is_none() {

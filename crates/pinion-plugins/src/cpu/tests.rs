@@ -813,3 +813,81 @@ fn a_lower_pin_is_taken_even_when_the_pools_do_not_fit_already() {
         "{higher:?}"
     );
 }
+
+/// Every CPU the plugin answers for any container.
+fn every_answered_cpu(p: &CpuPlugin) -> CpuSet {
+    let mut all = CpuSet::new();
+    for cpus in p.cpusets().values() {
+        all.union_with(cpus);
+    }
+    all
+}
+
+/// Found from outside (session 44): the built-in CPU plugin kept the
+/// machine it started on. After a CPU went offline it went on answering
+/// it (the manager refuses such answers: the shared pods' new cpusets were
+/// dropped, dedicated admissions failed). It now follows the online CPUs
+/// as the agent's own state does: the dedicated container that lost a CPU
+/// gets a free one in its place, the pools are laid out on the CPUs left,
+/// and a CPU back online is free again.
+#[test]
+fn regression_the_cpu_plugin_follows_cpus_going_offline_and_back() {
+    let mut p = plugin();
+    let dedicated = cpus_of(
+        &p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+            .expect("d"),
+    );
+    p.allocate(&request("s", 1.5, &[])).expect("s");
+    let lost = CpuSet::from_iter([dedicated.iter().next().expect("a cpu")]);
+    let offline = pinion_core::testing::without_cpus(&machine(), &lost);
+    let report = p.follow_topology(&offline).expect("followed");
+    let now = p.cpuset("d", "c");
+    assert_eq!(now.len(), 2, "a cpu in place of the lost one: {now}");
+    assert!(now.is_disjoint(&lost), "{now}");
+    assert!(every_answered_cpu(&p).is_disjoint(&lost));
+    assert!(
+        report.containers.iter().any(|c| c.pod_uid == "d"),
+        "{report:?}"
+    );
+    assert_eq!(p.topology().all_cpus(), offline.all_cpus());
+    // Admissions after it get online CPUs only.
+    let later = cpus_of(
+        &p.allocate(&request("e", 2.0, &[level("dedicated_cores")]))
+            .expect("e"),
+    );
+    assert!(later.is_disjoint(&lost) && later.is_disjoint(&now));
+    // Back online: free again, nobody moves.
+    let report = p.follow_topology(&machine()).expect("back");
+    assert_eq!(p.cpuset("d", "c"), now);
+    assert!(report.containers.iter().all(|c| c.pod_uid != "d"));
+    assert_eq!(p.topology().all_cpus(), machine().all_cpus());
+    assert!(p
+        .follow_topology(&machine())
+        .expect("same")
+        .containers
+        .is_empty());
+}
+
+/// Found from outside (session 44): a CPU of the plugin's state that went
+/// offline while the agent was down made the plugin refuse its state
+/// ("current set of available CPUs … doesn't match"), and with it the
+/// agent's start. The state is now followed onto the online CPUs.
+#[test]
+fn regression_a_cpu_gone_offline_while_down_does_not_stop_the_plugin_opening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = CpuPluginConfig::default();
+    let dedicated = {
+        let mut p = CpuPlugin::open(machine(), &config, Some(dir.path())).expect("open");
+        cpus_of(
+            &p.allocate(&request("d", 2.0, &[level("dedicated_cores")]))
+                .expect("d"),
+        )
+    };
+    let lost = CpuSet::from_iter([dedicated.iter().next().expect("a cpu")]);
+    let offline = pinion_core::testing::without_cpus(&machine(), &lost);
+    let p = CpuPlugin::open(offline, &config, Some(dir.path())).expect("opens");
+    let now = p.cpuset("d", "c");
+    assert_eq!(now.len(), 2, "{now}");
+    assert!(now.is_disjoint(&lost));
+    assert!(every_answered_cpu(&p).is_disjoint(&lost));
+}
