@@ -103,7 +103,9 @@ pub fn inspect_paths(
 /// compaction failing again and again lets it grow, by a threshold's worth
 /// per failure ([`super::CompactionBackoff`]) — 64 MiB is some eighty of
 /// them. A checkpoint of thousands of containers is a few hundred KiB. The
-/// cap bounds what `/dev/zero` or an endless stream given by mistake takes.
+/// cap bounds what an endless stream given on standard input by mistake
+/// takes; a path that is not a regular file (a device, a FIFO) is refused
+/// before anything is read.
 pub const MAX_STATE_FILE_BYTES: u64 = 64 << 20;
 
 /// The bytes of `path`, at most [`MAX_STATE_FILE_BYTES`]: a longer file is
