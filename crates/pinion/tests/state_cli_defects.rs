@@ -221,8 +221,7 @@ fn regression_state_inspect_reads_a_checkpoint_or_journal_up_to_a_cap() {
         let out = pinion(&["state", "inspect", "/dev/zero"]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
         assert!(
-            stderr(&out)
-                .contains("cannot read /dev/zero: not a regular file (a character device)"),
+            stderr(&out).contains("cannot read /dev/zero: not a regular file (a character device)"),
             "{}",
             stderr(&out)
         );

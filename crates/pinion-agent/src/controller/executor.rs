@@ -436,7 +436,10 @@ impl Controller {
     }
 
     /// A released run's cgroup: removed when no process is left in it, else
-    /// kept with its processes in the shared pool (known by name).
+    /// kept with its processes in the shared pool (known by name). One
+    /// whose processes cannot be listed is kept the same way (its CPUs are
+    /// free now and may be handed out again): the reconcile pass releases
+    /// it once it can see the cgroup empty.
     fn retire_cgroup(
         &mut self,
         key: &Key,
@@ -450,8 +453,15 @@ impl Controller {
                     tracing::warn!("cgroup {cgroup} not removed yet: {err}");
                 }
             }
-            Ok(_) => {
-                tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
+            listed => {
+                match listed {
+                    Ok(_) => {
+                        tracing::warn!(pod = %key.0, "released with processes left: kept in the shared pool");
+                    }
+                    Err(err) => {
+                        tracing::warn!(pod = %key.0, "released, but the processes of cgroup {cgroup} cannot be listed ({err}): kept in the shared pool");
+                    }
+                }
                 let desired = self.engine.placement(&key.0, &key.1);
                 self.record_run(key, &cgroup, &desired);
                 self.workloads.insert(
@@ -459,7 +469,6 @@ impl Controller {
                     super::Workload::new(Frontend::Standalone { cgroup, pid }, spec, desired),
                 );
             }
-            Err(err) => tracing::warn!("reading processes of cgroup {cgroup}: {err}"),
         }
     }
 

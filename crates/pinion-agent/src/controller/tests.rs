@@ -802,6 +802,51 @@ fn regression_a_run_released_with_processes_left_stays_shared_after_a_rebuild() 
     assert_eq!(host.tree().children[&name("pinion-run-a")].cpus, shared);
 }
 
+/// Found from outside (session 46): a run released while its processes
+/// could not be listed (`EACCES`, `EIO` on `cgroup.procs`) had its CPUs
+/// freed durably, but its cgroup kept the exclusive cpuset and its record
+/// the exclusive count: the next admission got the same CPUs while the
+/// run's processes still ran on them. It is now kept in the shared pool
+/// like a run released with processes left, until the reconcile pass sees
+/// its cgroup empty.
+#[test]
+fn regression_a_run_released_while_its_processes_cannot_be_listed_moves_to_the_shared_pool() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 41)).expect("a");
+    host.tree().unreadable_procs.insert(name("pinion-run-a"));
+    controller.release("pinion-run-a", None).expect("release");
+    let b = admit(&mut controller, &run("pinion-run-b", Some("2"), 42)).expect("b");
+    let a_now = host.tree().children[&name("pinion-run-a")].cpus.clone();
+    assert_eq!(a_now, controller.engine.shared_pool());
+    assert!(
+        a_now.is_disjoint(&b.placement.cpus),
+        "{a_now} and {}",
+        b.placement.cpus
+    );
+    assert_eq!(
+        b.placement.cpus, a.placement.cpus,
+        "a's cpus were free again"
+    );
+    assert_eq!(
+        run_record(dir.path(), "pinion-run-a").as_deref(),
+        Some("exclusive-cpus 0\n")
+    );
+    // Readable again and empty: the reconcile pass releases it.
+    host.tree().unreadable_procs.clear();
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("cgroup")
+        .pids
+        .clear();
+    controller.reconcile();
+    assert!(!host.tree().children.contains_key(&name("pinion-run-a")));
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert!(snapshot.workloads.iter().all(|w| w.pod != "pinion-run-a"));
+}
+
 /// Found from outside (thirty-third session), the same defect's second
 /// half: on a machine with CPUs isolated at boot, shared runs hold the
 /// default set without them, and the start's check for lost decisions
