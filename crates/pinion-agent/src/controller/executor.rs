@@ -562,6 +562,11 @@ impl Controller {
         self.host.make_partition(target, cpus, mode)
     }
 
+    /// The partition `target` is on the node now, if any (read only).
+    pub(super) fn read_partition(&self, target: &PartitionTarget) -> Option<(String, CpuSet)> {
+        self.host.partition_of(target)
+    }
+
     /// Takes the partition of `target` apart again.
     pub(super) fn erase_partition(
         &mut self,

@@ -157,6 +157,40 @@ impl Controller {
         }
     }
 
+    /// Takes over the partitions the node holds for the workloads' cgroups
+    /// (read from each cgroup not known as one yet): at start for the
+    /// standalone runs, at the runtime's `Synchronize` for its containers.
+    /// The partitions an earlier agent made were lived in memory only: after
+    /// a restart that moved a workload (a migration, a rebuild), or with
+    /// `exclusiveCpus.partition` set to `member` since, the cgroup stayed
+    /// a partition whose CPUs no other cgroup could get, while Pinion
+    /// handed them out again. Taken over, the next pass takes apart those
+    /// that are stale ([`Controller::unmake_stale_partitions`]).
+    pub(super) fn adopt_partitions(&mut self) {
+        let targets: Vec<PartitionTarget> = self
+            .workloads
+            .values()
+            .filter_map(slot)
+            .filter(|s| {
+                !self.partitions.held.contains_key(s) && !self.partitions.unfinished.contains_key(s)
+            })
+            .filter_map(|s| match s {
+                Slot::Cgroup(target) => Some(target),
+                Slot::NoCgroup { .. } => None,
+            })
+            .collect();
+        for target in targets {
+            let Some((partition, cpus)) = self.read_partition(&target) else {
+                continue;
+            };
+            tracing::info!(%target, %cpus, %partition, "cpuset partition found on the node (made before the agent's restart): taken over");
+            self.partitions.held.insert(
+                Slot::Cgroup(target),
+                PartitionState::Made { cpus, partition },
+            );
+        }
+    }
+
     /// Makes a partition of every exclusive workload whose cpuset is written
     /// (a runtime container's: answered or sent to the runtime, and its
     /// task created) and that has none yet (nor a fallback for the same

@@ -266,6 +266,7 @@ impl Controller {
         self.sync_run_records();
         // A fresh checkpoint of what was recovered, and a fresh journal.
         self.maybe_compact(true);
+        self.adopt_partitions();
         self.converge();
         Ok(())
     }

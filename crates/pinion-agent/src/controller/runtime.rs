@@ -187,6 +187,7 @@ impl Controller {
                 }
             }
         }
+        self.adopt_partitions();
         let updates = self.execute(Delivery::Return);
         Ok(Synced {
             released: Released {

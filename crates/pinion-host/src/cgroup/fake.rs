@@ -349,6 +349,14 @@ impl CpusetHost for FakeCgroups {
         partition::unmake(&mut tree.partitions, &fake_chain(target), cpus)
     }
 
+    fn partition_of(&self, target: &PartitionTarget) -> Option<(String, CpuSet)> {
+        let tree = self.tree();
+        if tree.version == CgroupVersion::V1 {
+            return None;
+        }
+        partition::current(&tree.partitions, &fake_chain(target))
+    }
+
     fn isolated_cpus(&self) -> Option<CpuSet> {
         let tree = self.tree();
         (tree.version == CgroupVersion::V2 && !tree.partitions.unsupported)

@@ -239,6 +239,13 @@ pub trait CpusetHost: Send {
         let _ = (target, cpus);
         Ok(())
     }
+    /// The partition `target`'s cgroup is now, with the CPUs it claims
+    /// ([`partition::current`]); `None` for a member, a gone cgroup, or a
+    /// host without partitions.
+    fn partition_of(&self, target: &PartitionTarget) -> Option<(String, CpuSet)> {
+        let _ = target;
+        None
+    }
     /// The root's `cpuset.cpus.isolated` (`None`: not on this kernel or
     /// cgroup version).
     fn isolated_cpus(&self) -> Option<CpuSet> {
@@ -754,6 +761,13 @@ impl CpusetHost for Cgroups {
             return Ok(());
         }
         partition::unmake(&mut RealPartitionFiles, &self.partition_chain(target), cpus)
+    }
+
+    fn partition_of(&self, target: &PartitionTarget) -> Option<(String, CpuSet)> {
+        if self.version == CgroupVersion::V1 {
+            return None;
+        }
+        partition::current(&RealPartitionFiles, &self.partition_chain(target))
     }
 
     fn isolated_cpus(&self) -> Option<CpuSet> {

@@ -154,6 +154,35 @@ pub fn unmake(
     first.map_or(Ok(()), Err)
 }
 
+/// The partition the last directory of `chain` is now, as the kernel reads
+/// it: its `cpuset.cpus.partition` (`root`, `isolated`, or either with
+/// `invalid (…)`) and the CPUs it claims (`cpuset.cpus.exclusive`, or its
+/// `cpuset.cpus` when that is empty). `None` for a member, a cgroup that is
+/// gone, or a kernel without partitions. What an agent made before its
+/// restart is found this way.
+#[must_use]
+pub fn current(files: &dyn PartitionFiles, chain: &[PathBuf]) -> Option<(String, CpuSet)> {
+    let leaf = chain.last()?;
+    let partition = files
+        .read(leaf, PartitionFile::Partition.name())
+        .ok()??
+        .trim()
+        .to_string();
+    if partition.is_empty() || partition == "member" {
+        return None;
+    }
+    let read_set = |file: &str| {
+        files
+            .read(leaf, file)
+            .ok()
+            .flatten()
+            .and_then(|text| CpuSet::parse_list(text.trim()).ok())
+            .filter(|cpus| !cpus.is_empty())
+    };
+    let cpus = read_set(PartitionFile::Exclusive.name()).or_else(|| read_set("cpuset.cpus"))?;
+    Some((partition, cpus))
+}
+
 /// The root's `cpuset.cpus.isolated` (`None`: a kernel before 6.8, or
 /// cgroup v1).
 #[must_use]

@@ -277,3 +277,57 @@ fn regression_a_failed_take_down_is_tried_again_until_it_succeeds() {
     );
     assert_eq!(host.tree().partitions.isolated(), grown.placement.cpus);
 }
+
+/// Found from outside (session 46): the partitions an agent made lived in
+/// its memory only. Restarted with `exclusiveCpus.partition: member` (or
+/// after a migration moved the run), the agent never took the old
+/// partition apart: its CPUs stayed out of every other cgroup while
+/// Pinion handed them out again. The start now takes over the partitions
+/// it finds on its workloads' cgroups and takes apart the stale ones; one
+/// that is still wanted is kept as it is (no second make).
+#[test]
+fn regression_a_partition_made_before_a_restart_is_taken_over_and_taken_apart_when_stale() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    drop(controller);
+    assert_eq!(
+        host.tree().partitions.partition("pinion/pinion-run-a"),
+        "isolated"
+    );
+
+    // The same mode: taken over as it is, nothing written again.
+    let writes = host.tree().partitions.writes.len();
+    let controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("restart");
+    let now = host.tree().partitions.writes.len();
+    assert_eq!(now, writes, "{:?}", partition_writes(&host));
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some("isolated")
+    );
+    drop(controller);
+
+    // Member mode now: the partition is taken apart at start.
+    let controller = partitioned(&host, PartitionMode::Member)
+        .start(dir.path())
+        .expect("restart as member");
+    let files = &host.tree().partitions;
+    assert_eq!(files.partition("pinion/pinion-run-a"), "member");
+    let claimed = CpuSet::parse_list(
+        files
+            .get(std::path::Path::new("pinion"), "cpuset.cpus.exclusive")
+            .trim(),
+    )
+    .unwrap_or_default();
+    assert!(
+        claimed.is_disjoint(&a.placement.cpus),
+        "pinion still claims {claimed}"
+    );
+    assert!(files.isolated().is_empty());
+    assert_eq!(view(&controller, "pinion-run-a").partition, None);
+}
