@@ -380,24 +380,28 @@ fn counters(input: &Input<'_>) -> Counters {
         if resource.resource_name == "cpu" || resource.resource_name == MEMORY {
             continue;
         }
+        // A plugin may name several providers on one node (a NIC each):
+        // their amounts add up.
+        let mut per_node: BTreeMap<u32, Amounts> = BTreeMap::new();
         for quantity in &resource.allocatable_per_numa {
-            let Ok(node) = u32::try_from(quantity.node) else {
-                continue;
-            };
+            if let Ok(node) = u32::try_from(quantity.node) {
+                per_node.entry(node).or_default().allocatable += quantity.value;
+            }
+        }
+        for quantity in &resource.capacity_per_numa {
+            if let Some(amounts) = u32::try_from(quantity.node)
+                .ok()
+                .and_then(|node| per_node.get_mut(&node))
+            {
+                amounts.capacity += quantity.value;
+            }
+        }
+        for (node, amounts) in per_node {
             if !out.contains_key(&node) {
                 continue;
             }
-            let amounts = entry(&mut out, node, &resource.resource_name);
             // A plugin's answer replaces what sysfs says (hugepages).
-            *amounts = Amounts {
-                allocatable: quantity.value,
-                capacity: resource
-                    .capacity_per_numa
-                    .iter()
-                    .find(|c| c.node == quantity.node)
-                    .map_or(0.0, |c| c.value),
-                used: 0.0,
-            };
+            *entry(&mut out, node, &resource.resource_name) = amounts;
         }
     }
     charge_holdings(&mut out, topology, input.holdings);

@@ -422,6 +422,51 @@ fn hugepages_and_plugin_resources_appear_in_the_zones_that_have_them() {
     assert_eq!(nrt.fingerprint(), Some(sign([("prod", "w")]).as_str()));
 }
 
+/// Found from outside (session 46): a plugin naming two providers on one
+/// NUMA node (the NIC plugin: a bandwidth entry per NIC) had the last
+/// entry's allocatable and the first one's capacity published, while the
+/// holdings of both were charged: a node with 15000 free showed none.
+/// The providers of a node add up.
+#[test]
+fn regression_two_providers_on_one_numa_node_add_up() {
+    let nic = |name: &str, value: f64| NumaQuantity {
+        name: name.to_string(),
+        ..NumaQuantity::new(0, value)
+    };
+    let mut case = Case::new();
+    case.allocatable.resources.push(AllocatableResource {
+        resource_name: "example.com/bandwidth".to_string(),
+        allocatable_per_numa: vec![nic("eth0", 25000.0), nic("eth1", 10000.0)],
+        capacity_per_numa: vec![nic("eth0", 25000.0), nic("eth1", 10000.0)],
+        ..AllocatableResource::default()
+    });
+    let mut holder = pod("prod", "net", vec![container("app", None, None)]);
+    holder.containers[0]
+        .extended_requests
+        .insert("example.com/bandwidth".to_string(), quantity_of("20000"));
+    case.holdings.push(PodResources {
+        name: holder.name.clone(),
+        namespace: holder.namespace.clone(),
+        containers: vec![ContainerResources {
+            name: "app".to_string(),
+            resources: vec![TopologyAwareResource {
+                resource_name: "example.com/bandwidth".to_string(),
+                aggregated_quantity: 20000.0,
+                per_numa: vec![nic("eth0", 20000.0)],
+                ..TopologyAwareResource::default()
+            }],
+            ..ContainerResources::default()
+        }],
+        ..PodResources::default()
+    });
+    case.pods.push(holder);
+    let nrt = case.build();
+    assert_eq!(
+        amounts(zone(&nrt, "node-0"), "example.com/bandwidth"),
+        triple(35000, 35000, 15000)
+    );
+}
+
 #[test]
 fn top_level_attributes_come_in_the_exporters_order() {
     let mut case = Case::new();
