@@ -348,6 +348,20 @@ mod tests {
         assert!(err.to_string().contains("pods"), "{err}");
     }
 
+    /// Found from outside (session 46): `SetPool` was the one request that
+    /// took unknown fields, so `{"pool":"share","size":"4","craete":true}`
+    /// pinned the pool and silently dropped the typo (the docs promise a
+    /// 400 naming it).
+    #[test]
+    fn regression_a_pool_pin_refuses_unknown_fields() {
+        let err = serde_json::from_str::<SetPool>(r#"{"pool":"share","size":"4","craete":true}"#)
+            .expect_err("typo");
+        assert!(err.to_string().contains("unknown field `craete`"), "{err}");
+        let pin: SetPool =
+            serde_json::from_str(r#"{"pool":"share","size":"4","create":true}"#).expect("ok");
+        assert!(pin.create);
+    }
+
     #[test]
     fn answers_keep_the_documented_shape() {
         let admitted = Admitted {
@@ -436,6 +450,7 @@ pub struct PoolView {
 
 /// `POST /v1/pools/set`: `size` is `N`, `MIN-MAX` or `auto`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SetPool {
     pub pool: String,
     pub size: String,
