@@ -411,6 +411,41 @@ async fn regression_a_recreated_node_becomes_the_owner_at_the_next_resync() {
     .await;
 }
 
+/// Found from outside (session 46): each resync dropped the owner it knew
+/// before reading the Node again, so one read that failed (a timeout, a
+/// 403 while RBAC rolls out) had the object applied without its owner
+/// reference (server-side apply removed it); a Node deleted meanwhile
+/// left the object orphaned. The owner now stays until the Node answers;
+/// only a Node that is not found drops it.
+#[tokio::test]
+async fn regression_an_unreadable_node_at_a_resync_keeps_the_owner_reference() {
+    let config = NrtConfig {
+        resync_period: Duration::from_millis(200),
+        ..quick()
+    };
+    let bed = start(config, 0).await;
+    let owner = |r: &Recorded| r.body["metadata"]["ownerReferences"][0]["uid"].clone();
+    let first = patches_until(&bed.server, |p| !p.is_empty()).await;
+    assert_eq!(owner(&first[0]), NODE_UID);
+    *bed.server.node_refused.lock().unwrap() = Some(403);
+    let gets = bed.server.node_gets();
+    let sent = bed.server.patches().len();
+    patches_until(&bed.server, |p| p.len() >= sent + 2).await;
+    assert!(bed.server.node_gets() > gets, "the Node was read again");
+    let since = bed.server.patches();
+    assert!(
+        since[sent..].iter().all(|r| owner(r) == NODE_UID),
+        "{:#?}",
+        &since[sent..]
+    );
+    // Gone for good: the owner reference goes too.
+    *bed.server.node_refused.lock().unwrap() = Some(404);
+    patches_until(&bed.server, |p| {
+        p.last().is_some_and(|r| owner(r).is_null())
+    })
+    .await;
+}
+
 /// Regression: while the Node could not be read (a standalone machine has
 /// none), it was asked for again beside every update — one `GET` per
 /// `PATCH` for ever. It is now asked again after a wait doubling from 1 s

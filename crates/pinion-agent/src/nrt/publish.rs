@@ -208,6 +208,8 @@ impl Publisher {
         let name = self.source.node_name().to_string();
         let (mut snapshots, mut plugins) = self.source.changes();
         let mut owner: Option<String> = None;
+        // A resync reads the Node again (it may have been re-created).
+        let mut owner_stale = false;
         let mut node_error: Option<String> = None;
         // While the Node cannot be read, when it is asked again.
         let mut node_retry = NodeRetry::default();
@@ -227,8 +229,11 @@ impl Publisher {
                             // The Node may have been re-created since (a
                             // new UID): an owner reference to the old one
                             // has the garbage collector delete the object.
+                            // Kept until the Node answers: a read that
+                            // fails (a timeout) must not drop the owner
+                            // reference of the object it is applied to.
                             last_sent = None;
-                            owner = None;
+                            owner_stale = true;
                             node_retry = NodeRetry::default();
                             true
                         }
@@ -247,15 +252,24 @@ impl Publisher {
             snapshots.borrow_and_update();
             plugins.borrow_and_update();
             // A hung API server must not hold the agent's stop up.
-            if owner.is_none() && node_retry.due(Instant::now()) {
-                owner = tokio::select! {
-                    uid = node_uid(&nodes, &name, self.timeout, &mut node_error) => uid,
+            if (owner.is_none() || owner_stale) && node_retry.due(Instant::now()) {
+                let read = tokio::select! {
+                    read = node_uid(&nodes, &name, self.timeout, &mut node_error) => read,
                     () = stopped(&mut stop) => return,
                 };
-                node_retry = match owner {
-                    Some(_) => NodeRetry::default(),
-                    None => node_retry.missed(Instant::now()),
-                };
+                match read {
+                    NodeRead::Found(uid) => {
+                        owner = Some(uid);
+                        owner_stale = false;
+                        node_retry = NodeRetry::default();
+                    }
+                    NodeRead::Missing => {
+                        owner = None;
+                        owner_stale = false;
+                        node_retry = node_retry.missed(Instant::now());
+                    }
+                    NodeRead::Unreadable => node_retry = node_retry.missed(Instant::now()),
+                }
             }
             // The fit attributes ask the allocator many times: off the
             // runtime's thread, which also serves NRI and the local API.
@@ -341,27 +355,41 @@ impl NodeRetry {
 /// [`NodeRetry`]).
 /// Why it cannot be read is logged when it changes (`last`): a warning,
 /// except for a Node that does not exist.
+/// What reading the Node said of its UID.
+enum NodeRead {
+    Found(String),
+    /// It does not exist (or has no UID): no owner reference.
+    Missing,
+    /// No answer or another error: the owner known before (if any) stays.
+    Unreadable,
+}
+
 async fn node_uid(
     nodes: &Api<Node>,
     name: &str,
     timeout: Duration,
     last: &mut Option<String>,
-) -> Option<String> {
+) -> NodeRead {
     match bounded(timeout, nodes.get(name)).await {
         Ok(node) => {
             *last = None;
-            node.metadata.uid
+            node.metadata.uid.map_or(NodeRead::Missing, NodeRead::Found)
         }
         Err(err) => {
+            let missing = err.contains("NotFound") || err.contains("not found");
             if last.as_deref() != Some(err.as_str()) {
-                if err.contains("NotFound") || err.contains("not found") {
+                if missing {
                     tracing::info!(node = %name, error = %err, "node not found: the object goes without an owner reference until it is");
                 } else {
-                    tracing::warn!(node = %name, error = %err, "node not readable: the object goes without an owner reference (the garbage collector will not remove it with its node)");
+                    tracing::warn!(node = %name, error = %err, "node not readable: the object keeps the owner reference it had, or goes without one (the garbage collector will not remove it with its node)");
                 }
                 *last = Some(err);
             }
-            None
+            if missing {
+                NodeRead::Missing
+            } else {
+                NodeRead::Unreadable
+            }
         }
     }
 }
