@@ -91,7 +91,49 @@ impl Controller {
             }
             return admitted;
         }
-        self.decide_new(request, hints, plugins, batch)
+        let retire = self.take_retire_in_batch(&key, request, batch)?;
+        let admitted = self.decide_new(request, hints, plugins, batch);
+        if admitted.is_err() {
+            batch.after.extend(retire);
+        }
+        admitted
+    }
+
+    /// A run of id `key` released earlier in `batch` (its cgroup's removal
+    /// queued for after the flush) and admitted again in it: a conflict
+    /// while the released run's processes are in its cgroup (or cannot be
+    /// listed), as in separate batches; else the removal is taken back
+    /// (returned: put back if the new admission is refused), and the new
+    /// run gets the cgroup. The removal ran after the flush and either took
+    /// the new run's cgroup from under its process, or put the old process
+    /// in place of the new one on its exclusive CPUs.
+    fn take_retire_in_batch(
+        &self,
+        key: &Key,
+        request: &AdmitRequest,
+        batch: &mut Batch,
+    ) -> Result<Vec<AfterFlush>, ControlError> {
+        let Some(at) = batch
+            .after
+            .iter()
+            .position(|effect| matches!(effect, AfterFlush::Retire { key: k, .. } if k == key))
+        else {
+            return Ok(Vec::new());
+        };
+        if let AfterFlush::Retire { cgroup, pid, .. } = &batch.after[at] {
+            if !self.host.pids(cgroup).is_ok_and(|pids| pids.is_empty()) {
+                return Err(ControlError::Conflict {
+                    pod: key.0.clone(),
+                    container: key.1.clone(),
+                    held: format!(
+                        "by the processes of a run released just before{} (its cgroup {cgroup} still holds them)",
+                        pid.map(|p| format!(" (process {p})")).unwrap_or_default()
+                    ),
+                    asked: super::describe_request(&request.frontend, &request.pod, &key.1),
+                });
+            }
+        }
+        Ok(vec![batch.after.remove(at)])
     }
 
     /// A runtime creates a pod's containers one by one, other pods in

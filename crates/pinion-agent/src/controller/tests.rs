@@ -258,6 +258,67 @@ fn regression_a_second_run_of_the_same_id_in_one_batch_is_a_conflict() {
     assert_eq!(cgroup.pids, vec![10]);
 }
 
+/// Found from outside (session 46): a run released and admitted again
+/// under the same id in one batch had the release's cgroup removal run
+/// after the admission: with the old process still in the cgroup it took
+/// the new run's place on its exclusive CPUs; with the cgroup empty it
+/// removed the cgroup from under the new run (a spurious failure). Now the
+/// first is a conflict, as in separate batches, and the second reuses the
+/// cgroup.
+#[test]
+fn regression_a_release_and_a_new_run_of_the_same_id_in_one_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let again = |controller: &mut Controller, pid: u32| {
+        controller.run_batch(vec![
+            Decision::Release {
+                pod: "pinion-run-a".to_string(),
+                container: None,
+                reach: Reach::Runs,
+            },
+            Decision::Admit {
+                request: Box::new(run("pinion-run-a", Some("2"), pid)),
+                hints: Box::default(),
+                plugins: None,
+            },
+        ])
+    };
+    // Process 10 still runs in the cgroup: the new run is refused.
+    let mut answers = again(&mut controller, 11);
+    let refused = answers.pop().expect("two answers").expect_err("a conflict");
+    assert!(
+        matches!(refused, ControlError::Conflict { .. }),
+        "{refused}"
+    );
+    assert!(matches!(answers.pop(), Some(Ok(Answer::Released(_)))));
+    let shared = controller.engine.shared_pool();
+    {
+        let tree = host.tree();
+        let cgroup = &tree.children[&name("pinion-run-a")];
+        assert_eq!(cgroup.pids, vec![10], "the new run's process never joined");
+        assert_eq!(cgroup.cpus, shared, "the released run is shared");
+    }
+    assert_eq!(controller.state().assignment("pinion-run-a", "main"), None);
+    // Its processes ended: the next run of the id gets the cgroup.
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("cgroup")
+        .pids
+        .clear();
+    let mut answers = again(&mut controller, 12);
+    let Some(Ok(Answer::Admitted(admitted))) = answers.pop() else {
+        panic!("admitted");
+    };
+    let tree = host.tree();
+    let cgroup = &tree.children[&name("pinion-run-a")];
+    assert_eq!(cgroup.pids, vec![12]);
+    assert_eq!(cgroup.cpus, admitted.placement.cpus);
+    assert!(admitted.exclusive());
+}
+
 /// Found from outside (thirty-third session): a CPU of an exclusive run
 /// going offline while the agent was down made the start refuse ("would
 /// take exclusive cpus from running workloads … set migrateOnStart: true"),
