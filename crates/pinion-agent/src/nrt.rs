@@ -142,10 +142,20 @@ pub fn content_of(
     node: &Node,
     plugin_resources: &[AllocatableResource],
 ) -> Nrt {
-    let listed: Vec<podres::PodResources> = podres::list(&snapshot.pods, &holdings(snapshot))
+    let held = holdings(snapshot);
+    let mut listed: Vec<podres::PodResources> = podres::list(&snapshot.pods, &held)
         .into_iter()
         .map(|pod| podres::with_pod_cpus(pod, &snapshot.pod_cpus))
         .collect();
+    // Containers the agent holds CPUs for but knows no pod spec of yet (the
+    // runtime's containers after a restart, until its first `Synchronize`
+    // names them): their CPUs and pod-level sets are taken all the same,
+    // though no pod of the fingerprint stands for them.
+    listed.extend(
+        podres::list(&unnamed_pods(snapshot), &held)
+            .into_iter()
+            .map(|pod| podres::with_pod_cpus(pod, &snapshot.pod_cpus)),
+    );
     let pods: Vec<&Pod> = snapshot
         .pods
         .iter()
@@ -162,6 +172,29 @@ pub fn content_of(
             pods: &pods,
         },
     )
+}
+
+/// A stand-in pod (its UID as its name, its held containers) for each pod
+/// UID of `snapshot`'s workloads that has no pod spec in it.
+fn unnamed_pods(snapshot: &Snapshot) -> std::collections::BTreeMap<String, Box<Pod>> {
+    let mut pods: std::collections::BTreeMap<String, Box<Pod>> = std::collections::BTreeMap::new();
+    for workload in &snapshot.workloads {
+        if snapshot.pods.contains_key(&workload.pod) {
+            continue;
+        }
+        let pod = pods.entry(workload.pod.clone()).or_insert_with(|| {
+            Box::new(Pod {
+                uid: workload.pod.clone(),
+                name: workload.pod.clone(),
+                ..Pod::default()
+            })
+        });
+        pod.containers.push(pinion_core::pod::Container {
+            name: workload.container.clone(),
+            ..pinion_core::pod::Container::default()
+        });
+    }
+    pods
 }
 
 /// Whether pod `uid` is a runtime's (Kubernetes) pod, not a standalone run.

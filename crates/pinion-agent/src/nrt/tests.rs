@@ -268,6 +268,40 @@ fn standalone_runs_take_cpus_but_are_not_in_the_pods_fingerprint() {
     );
 }
 
+/// Found from outside (session 46): after an agent restart the runtime's
+/// containers have no pod spec until its first `Synchronize` (and a
+/// crash-looping one none after it): their pods were left out of the
+/// holdings, so the object published their exclusive CPUs as available
+/// and the scheduler sent pods the node then refused. Their CPUs are
+/// charged now; the fingerprint still names only the pods it knows.
+#[test]
+fn regression_exclusive_cpus_of_containers_without_a_pod_spec_are_not_available() {
+    let topology = pinion_core::testing::small_machine(4, 1);
+    let policy = pinion_core::testing::static_policy(topology.clone(), "0");
+    let node = Node::new(&policy, None, None, Vec::new(), Method::All);
+    let mut snapshot = Snapshot {
+        policy: "static".to_string(),
+        reserved: CpuSet::parse_list("0").expect("reserved"),
+        shared_pool: CpuSet::parse_list("0,3").expect("pool"),
+        ..Snapshot::default()
+    };
+    snapshot
+        .pods
+        .insert("k8s".to_string(), guaranteed("k8s", "prod", "db"));
+    snapshot.workloads = vec![
+        workload("k8s", "runtime", "1"),
+        workload("restored", "runtime", "2"),
+    ];
+    let nrt = content_of(&snapshot, &topology, &node, &[]);
+    let cpu = &nrt.zones[0].resources[0];
+    assert_eq!(
+        (cpu.allocatable.as_str(), cpu.available.as_str()),
+        ("3", "1"),
+        "cpus 1 and 2 are held"
+    );
+    assert_eq!(nrt.fingerprint(), Some(sign([("prod", "db")]).as_str()));
+}
+
 #[test]
 fn regression_a_pod_without_a_service_account_token_runs_without_publishing() {
     // Every pod has KUBERNETES_SERVICE_HOST; Pinion's DaemonSet mounts no
