@@ -75,3 +75,28 @@ fn regression_resize_of_an_invalid_id_was_not_found() {
     let stderr = common::stderr(&out);
     assert!(stderr.contains("(404)"), "{stderr}");
 }
+
+/// Found from outside (session 46): `pinion run` passed each value to its
+/// launcher as a word of its own (`--request -x=1`), so a value starting
+/// with `-` was taken for a flag by the launcher's parser, which exited 2;
+/// that code was passed on as the command's own. Each value now goes in
+/// its flag's word (`--request=-x=1`).
+#[test]
+fn regression_a_value_starting_with_a_dash_reaches_the_launcher() {
+    let Some(machine) = common::shared(MACHINE) else {
+        return;
+    };
+    let agent = common::SysrootAgent::start(&machine, "cpuManagerPolicy: none\n");
+    let marker = agent.dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = pinion_at(&agent, &["run", "--request=-x=1", "--", "sh", "-c", &touch]);
+    let stderr = common::stderr(&out);
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "the launcher's parser: {stderr}"
+    );
+    assert!(!stderr.contains("unexpected argument"), "{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(marker.exists(), "the command ran");
+}

@@ -132,7 +132,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .arg(&id)
         .arg("--socket")
         .arg(&socket);
-    launcher.arg("--memory-nodes").arg(&args.memory_nodes);
+    // Every value in the flag's own word (`--flag=value`): a value that
+    // starts with `-` is the flag's, not a flag of its own to the
+    // launcher's parser (which exited 2, passed on as the command's code).
+    launcher.arg(format!("--memory-nodes={}", args.memory_nodes));
     if let Some(cpus) = &args.cpus {
         launcher.arg(format!("--cpus={cpus}"));
     }
@@ -144,14 +147,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ("--label", &args.labels),
     ] {
         for (key, value) in pairs {
-            launcher.arg(flag).arg(format!("{key}={value}"));
+            launcher.arg(format!("{flag}={key}={value}"));
         }
     }
     if let Some(name) = &args.pod_name {
-        launcher.arg("--pod-name").arg(name);
+        launcher.arg(format!("--pod-name={name}"));
     }
     if let Some(namespace) = &args.namespace {
-        launcher.arg("--namespace").arg(namespace);
+        launcher.arg(format!("--namespace={namespace}"));
     }
     let mut child = launcher
         .arg("--")
