@@ -44,6 +44,16 @@ pub struct DirWatch {
     events: mpsc::UnboundedReceiver<notify::Event>,
 }
 
+impl DirWatch {
+    /// The next event, or `None` once the watch ended or `stop` changed.
+    async fn next(&mut self, stop: &mut watch::Receiver<bool>) -> Option<notify::Event> {
+        tokio::select! {
+            event = self.events.recv() => event,
+            _ = stop.changed() => None,
+        }
+    }
+}
+
 /// Creates `dir` (0750) if missing and starts watching it (before the first
 /// scan, so no socket created in between is missed).
 pub fn watch_dir(dir: &Path) -> Result<DirWatch, WatchError> {
@@ -104,12 +114,8 @@ pub async fn run(
         pending.register(&socket);
     }
     loop {
-        let event = tokio::select! {
-            event = watch.events.recv() => match event {
-                Some(event) => event,
-                None => break,
-            },
-            _ = stop.changed() => break,
+        let Some(event) = watch.next(&mut stop).await else {
+            break;
         };
         match change(&event) {
             Change::Created => {
@@ -158,12 +164,8 @@ pub async fn follow_removals(
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
-        let event = tokio::select! {
-            event = watch.events.recv() => match event {
-                Some(event) => event,
-                None => break,
-            },
-            _ = stop.changed() => break,
+        let Some(event) = watch.next(&mut stop).await else {
+            break;
         };
         if !matches!(change(&event), Change::Gone | Change::Renamed) {
             continue;
