@@ -73,6 +73,13 @@ impl std::fmt::Display for Slot {
     }
 }
 
+/// Why a container sharing its CPUs with another container of its pod (a
+/// pod-level CPU set, `PodLevelResourceManagers`) is no partition: two
+/// sibling partitions cannot hold the same CPUs, and making the second
+/// one would invalidate the first.
+pub(super) const SHARED_IN_POD: &str =
+    "its cpus are shared with another container of its pod (a pod-level cpu set): no container of the pod can be a partition of them";
+
 /// Why a runtime container without a known cgroup is no partition.
 pub(super) const NO_CGROUP_PATH: &str = "the runtime sent no cgroups path pinion can resolve (NRI linux.cgroups_path; see the warning at its creation)";
 
@@ -145,11 +152,24 @@ impl Controller {
             .filter(|w| self.partitions.mode != PartitionMode::Member && w.desired.is_exclusive())
             .filter_map(|w| slot(w).map(|t| (t, w.desired.cpus.clone())))
             .collect();
+        let shared = if self.partitions.mode == PartitionMode::Member {
+            CpuSet::new()
+        } else {
+            self.cpus_shared_between_slots()
+        };
         let stale: Vec<Slot> = self
             .partitions
             .held
             .iter()
-            .filter(|(t, state)| wanted.get(*t) != Some(state.cpus()))
+            .filter(|(t, state)| {
+                wanted.get(*t) != Some(state.cpus())
+                    || match state {
+                        PartitionState::Made { cpus, .. } => !cpus.is_disjoint(&shared),
+                        PartitionState::Fallback { cpus, reason } => {
+                            reason == SHARED_IN_POD && cpus.is_disjoint(&shared)
+                        }
+                    }
+            })
             .map(|(t, _)| t.clone())
             .collect();
         for slot in stale {
@@ -160,7 +180,7 @@ impl Controller {
     /// Takes over the partitions the node holds for the workloads' cgroups
     /// (read from each cgroup not known as one yet): at start for the
     /// standalone runs, at the runtime's `Synchronize` for its containers.
-    /// The partitions an earlier agent made were lived in memory only: after
+    /// The partitions an earlier agent made lived in its memory only: after
     /// a restart that moved a workload (a migration, a rebuild), or with
     /// `exclusiveCpus.partition` set to `member` since, the cgroup stayed
     /// a partition whose CPUs no other cgroup could get, while Pinion
@@ -209,8 +229,16 @@ impl Controller {
                 !self.partitions.held.contains_key(t) && !self.partitions.unfinished.contains_key(t)
             })
             .collect();
+        let shared = if todo.is_empty() {
+            CpuSet::new()
+        } else {
+            self.cpus_shared_between_slots()
+        };
         for (slot, cpus) in todo {
             let outcome = match &slot {
+                _ if !cpus.is_disjoint(&shared) => PartitionOutcome::Fallback {
+                    reason: SHARED_IN_POD.to_string(),
+                },
                 Slot::Cgroup(target) => self.write_partition(target, &cpus, mode),
                 Slot::NoCgroup { .. } => PartitionOutcome::Fallback {
                     reason: NO_CGROUP_PATH.to_string(),
@@ -235,6 +263,24 @@ impl Controller {
             };
             self.partitions.held.insert(slot, state);
         }
+    }
+
+    /// The CPUs that more than one exclusive workload with a partition slot
+    /// holds: the containers of a pod sharing its pod-level CPU set
+    /// (stopped containers have no slot: an init container's CPUs reused
+    /// by an app container are not shared).
+    fn cpus_shared_between_slots(&self) -> CpuSet {
+        let mut seen = CpuSet::new();
+        let mut shared = CpuSet::new();
+        for workload in self
+            .workloads
+            .values()
+            .filter(|w| w.desired.is_exclusive() && slot(w).is_some())
+        {
+            shared.union_with(&workload.desired.cpus.intersection(&seen));
+            seen.union_with(&workload.desired.cpus);
+        }
+        shared
     }
 
     /// Before a run's cgroup is removed: its partition taken apart (the

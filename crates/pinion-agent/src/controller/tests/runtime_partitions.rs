@@ -391,3 +391,81 @@ fn a_start_without_a_partition_to_make_runs_no_executor_pass() {
         assert_eq!(!writes(&host).is_empty(), pass, "{mode:?} {id}");
     }
 }
+
+/// Found from outside (session 46): the containers of a pod with a
+/// pod-level CPU set (`PodLevelResourceManagers`) share its CPUs, and
+/// each was made a partition of them. Two sibling partitions cannot hold
+/// the same CPUs: the kernel refuses the second, and its undo took the
+/// CPUs out of the ancestors' claims, invalidating the first, which
+/// `pinion ps` still showed as isolated. No container of such a pod is a
+/// partition of the shared CPUs now: each falls back, with the reason.
+#[test]
+fn regression_containers_sharing_a_pod_level_cpu_set_are_not_each_a_partition() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = node(&host)
+        .with_config(PolicyConfig {
+            policy: Some("static".into()),
+            num_reserved: Some(1),
+            topology_manager_policy: Some("best-effort".into()),
+            topology_manager_scope: Some("pod".into()),
+            ..PolicyConfig::default()
+        })
+        .with_partition(PartitionMode::Isolated)
+        .with_features(Features {
+            pod_level_resource_managers: true,
+            ..Features::default()
+        })
+        .start_with_runtime(dir.path())
+        .expect("start");
+    let two = Quantity::parse("2").expect("quantity");
+    controller.set_pod_resources(
+        "pod-p",
+        Some(pinion_core::pod::PodResources {
+            cpu_request: Some(two.clone()),
+            cpu_limit: Some(two),
+            memory_request: Some(Quantity::parse("1Gi").expect("quantity")),
+            memory_limit: Some(Quantity::parse("1Gi").expect("quantity")),
+        }),
+    );
+    let mut pod = runtime_request("pod-p", None, "ca").pod;
+    pod.containers = ["a", "b"]
+        .iter()
+        .map(|name| pinion_core::pod::Container {
+            name: (*name).to_string(),
+            ..pinion_core::pod::Container::default()
+        })
+        .collect();
+    let mut held = Vec::new();
+    for name in ["a", "b"] {
+        let id = format!("c{name}");
+        let request = AdmitRequest {
+            pod: pod.clone(),
+            container: name.to_string(),
+            frontend: Frontend::runtime_in(&id, Some(cgroup(&format!("/kubepods/pod-p/{id}")))),
+            cpu_owner: pinion_core::engine::CpuOwner::Policy,
+        };
+        let admitted = admit(&mut controller, &request).expect("admitted");
+        controller.container_started(&id);
+        held.push(admitted.placement);
+    }
+    assert!(
+        held.iter().all(|p| p.is_exclusive()) && held[0].cpus == held[1].cpus,
+        "both hold the pod's cpu set: {held:?}"
+    );
+    let files = &host.tree().partitions;
+    for leaf in ["kubepods/pod-p/ca", "kubepods/pod-p/cb"] {
+        assert_eq!(files.partition(leaf), "member", "{leaf}");
+    }
+    assert!(files.isolated().is_empty(), "{}", files.isolated());
+    let snapshot = snapshot(&controller);
+    for name in ["a", "b"] {
+        let shown = snapshot
+            .workload("pod-p", name)
+            .expect("workload")
+            .partition
+            .clone()
+            .unwrap_or_default();
+        assert!(shown.contains("a pod-level cpu set"), "{name}: {shown}");
+    }
+}
