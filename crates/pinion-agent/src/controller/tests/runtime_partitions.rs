@@ -453,11 +453,13 @@ fn regression_containers_sharing_a_pod_level_cpu_set_are_not_each_a_partition() 
         held.iter().all(|p| p.is_exclusive()) && held[0].cpus == held[1].cpus,
         "both hold the pod's cpu set: {held:?}"
     );
-    let files = &host.tree().partitions;
-    for leaf in ["kubepods/pod-p/ca", "kubepods/pod-p/cb"] {
-        assert_eq!(files.partition(leaf), "member", "{leaf}");
+    {
+        let files = &host.tree().partitions;
+        for leaf in ["kubepods/pod-p/ca", "kubepods/pod-p/cb"] {
+            assert_eq!(files.partition(leaf), "member", "{leaf}");
+        }
+        assert!(files.isolated().is_empty(), "{}", files.isolated());
     }
-    assert!(files.isolated().is_empty(), "{}", files.isolated());
     let snapshot = snapshot(&controller);
     for name in ["a", "b"] {
         let shown = snapshot
@@ -468,4 +470,12 @@ fn regression_containers_sharing_a_pod_level_cpu_set_are_not_each_a_partition() 
             .unwrap_or_default();
         assert!(shown.contains("a pod-level cpu set"), "{name}: {shown}");
     }
+    // Container b stops: a alone holds the CPUs, and becomes a partition.
+    let b = ("pod-p".to_string(), "b".to_string());
+    assert!(controller.park(&b, None));
+    controller.reconcile();
+    assert_eq!(
+        host.tree().partitions.partition("kubepods/pod-p/ca"),
+        "isolated"
+    );
 }
