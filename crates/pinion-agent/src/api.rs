@@ -18,7 +18,7 @@ use pinion_core::k8s_names;
 use pinion_core::pod::{Container, Pod};
 use pinion_core::Quantity;
 use pinion_host::cgroup::CgroupName;
-use pinion_plugins::cpu::SetPoolError;
+use pinion_plugins::cpu::{CpuPluginHandle, SetPoolError};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::watch;
 
@@ -151,14 +151,7 @@ async fn route(
         (wire::POOLS_SET_PATH, &Method::POST) => {
             match parse::<wire::SetPool>(request, &limits).await {
                 Ok(set) => match handle.cpu_pools() {
-                    Some(pools) => match pools.set(&set.pool, &set.size, set.create) {
-                        // The pin is durable before the answer.
-                        Ok(_) => match handle.flush_plugin_state().await {
-                            Ok(()) => server::json(StatusCode::OK, &pools.view()),
-                            Err(err) => control_error(&err),
-                        },
-                        Err(err) => error(set_pool_status(&err), err.to_string(), None),
-                    },
+                    Some(pools) => set_pool(&pools, &set, &handle).await,
                     None => no_pools(),
                 },
                 Err(answer) => answer,
@@ -187,6 +180,29 @@ async fn route(
             format!("no such endpoint {path}"),
             None,
         ),
+    }
+}
+
+/// `POST /v1/pools/set`: the pin is durable before the answer. A pin that
+/// cannot be made durable is given back, so the error's "nothing changed"
+/// holds (regression: the pin stayed in force, and a later flush wrote it).
+async fn set_pool(
+    pools: &CpuPluginHandle,
+    set: &wire::SetPool,
+    handle: &ControllerHandle,
+) -> Answer {
+    let pinned = match pools.set(&set.pool, &set.size, set.create) {
+        Ok(pinned) => pinned,
+        Err(err) => return error(set_pool_status(&err), err.to_string(), None),
+    };
+    match handle.flush_plugin_state().await {
+        Ok(()) => server::json(StatusCode::OK, &pools.view()),
+        Err(err) => {
+            if let Err(undo) = pools.give_back(&pinned) {
+                tracing::error!(pool = %set.pool, "giving back a pin that could not be made durable: {undo}");
+            }
+            control_error(&err)
+        }
     }
 }
 
@@ -626,6 +642,86 @@ mod tests {
         );
         assert!(handle.snapshot().workloads.is_empty());
         assert!(node.host.tree().children.is_empty());
+    }
+
+    /// The built-in CPU plugin on `dir`'s journal through `controller`
+    /// (what `Qrm::start_builtin` opens).
+    fn cpu_pools(
+        controller: &mut controller::Controller,
+        topology: &pinion_core::Topology,
+    ) -> CpuPluginHandle {
+        use pinion_plugins::store::{Journal, Outbox, StateFile};
+        let outbox = Outbox::new();
+        let entries = controller.keep_plugin_state(outbox.clone(), "plugin-state/");
+        let kind = Journal::kind_of("cpu");
+        let restored = entries.get(&kind).cloned().unwrap_or_default();
+        let store = Journal::new(kind, restored, outbox, StateFile::memory("cpu"));
+        let plugin = pinion_plugins::cpu::CpuPlugin::open_with_store(
+            topology.clone(),
+            &pinion_plugins::cpu::CpuPluginConfig::default(),
+            store.into(),
+        )
+        .expect("open the cpu plugin");
+        CpuPluginHandle::new(plugin)
+    }
+
+    async fn body(answer: Answer) -> String {
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .expect("body")
+            .to_bytes();
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    /// Found from outside (forty-sixth session): `pools set` whose flush
+    /// failed answered 500 "the decision could not be made durable,
+    /// nothing changed", but the pin stayed in force (the pool took its
+    /// size) and waited for the next flush, which wrote it to disk. The pin
+    /// is now given back: the pool keeps the pin it had, in memory and
+    /// after a restart.
+    #[tokio::test]
+    async fn regression_a_pin_that_cannot_be_made_durable_is_given_back() {
+        use pinion_host::fileops::{Effect, FileOp};
+        const EIO: i32 = 5;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = crate::testing::SyntheticNode {
+            host: pinion_host::cgroup::fake::FakeCgroups::default(),
+            ..crate::testing::SyntheticNode::new(crate::testing::machine(1, 4, 1))
+        };
+        let (mut controller, plan) = node.start_with_faults(dir.path());
+        let pools = cpu_pools(&mut controller, &node.topology);
+        let (handle, task) = controller::spawn(controller).expect("spawn");
+        let set = |size: &str| wire::SetPool {
+            pool: "later".into(),
+            size: size.into(),
+            create: true,
+        };
+        let pin_of = |pools: &CpuPluginHandle| pools.view().pending_pins.get("later").cloned();
+
+        // A pin that is made durable.
+        let answer = set_pool(&pools, &set("2"), &handle).await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(pin_of(&pools).as_deref(), Some("2"));
+
+        // A pin whose flush fails: refused, and the pool keeps its pin.
+        plan.inject(FileOp::SyncData, Some("pinion_journal"), Effect::Fail(EIO));
+        let answer = set_pool(&pools, &set("3"), &handle).await;
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let text = body(answer).await;
+        assert!(text.contains("nothing changed"), "{text}");
+        assert_eq!(pin_of(&pools).as_deref(), Some("2"), "given back");
+
+        // The disk is back: the next flush writes what waited (the pin and
+        // its giving back), and a restart finds the pin that was answered.
+        handle.flush_plugin_state().await.expect("flushed");
+        handle.shutdown().await;
+        task.join().expect("controller thread");
+        let mut restarted = node.start(dir.path()).expect("restart");
+        let pools = cpu_pools(&mut restarted, &node.topology);
+        assert_eq!(
+            pools.view().pending_pins.get("later").map(String::as_str),
+            Some("2")
+        );
     }
 
     #[test]

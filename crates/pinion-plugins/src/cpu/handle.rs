@@ -59,6 +59,17 @@ pub enum SetPoolError {
     Plugin(#[from] PluginError),
 }
 
+/// A pin [`CpuPluginHandle::set`] took: what it changed, and the pin it
+/// replaced.
+#[derive(Debug)]
+pub struct Pinned {
+    /// The pools and containers the pin changed.
+    pub report: ReconcileReport,
+    pool: String,
+    pin: PoolSize,
+    previous: PoolSize,
+}
+
 /// The shared plugin; clones share it.
 #[derive(Clone)]
 pub struct CpuPluginHandle {
@@ -187,12 +198,9 @@ impl CpuPluginHandle {
     /// closed loop (`auto`). A pin on a pool that does not exist yet is kept
     /// for when it does when `create` is set; without it such a name is
     /// refused with the names that exist (a typo must not pin nothing).
-    pub fn set(
-        &self,
-        name: &str,
-        size: &str,
-        create: bool,
-    ) -> Result<ReconcileReport, SetPoolError> {
+    /// The answer carries the pin it replaced, for
+    /// [`CpuPluginHandle::give_back`].
+    pub fn set(&self, name: &str, size: &str, create: bool) -> Result<Pinned, SetPoolError> {
         // The names an annotation may give a pool: a pin for any other
         // could never apply.
         pinion_core::qos::check_pool_name(name).map_err(SetPoolError::Name)?;
@@ -223,7 +231,29 @@ impl CpuPluginHandle {
                     source,
                 })?;
         }
-        Ok(plugin.set_pool_size(name, size)?)
+        let previous = pools.pin_of(name);
+        let report = plugin.set_pool_size(name, size)?;
+        Ok(Pinned {
+            report,
+            pool: name.to_string(),
+            pin: size,
+            previous,
+        })
+    }
+
+    /// Gives back a pin that could not be made durable: pool `pinned.pool`
+    /// has the pin it had before (its size then follows the closed loop
+    /// within that pin), unless another pin replaced this one since. The
+    /// agent answers such a pin with "nothing changed", and until the
+    /// forty-seventh session the pin stayed in force anyway: the pool had
+    /// the size the caller was told it did not get, and a later flush wrote
+    /// it to disk.
+    pub fn give_back(&self, pinned: &Pinned) -> Result<ReconcileReport, PluginError> {
+        let mut plugin = self.lock();
+        if plugin.pools().pin_of(&pinned.pool) != pinned.pin {
+            return Ok(ReconcileReport::default());
+        }
+        plugin.set_pool_size(&pinned.pool, pinned.previous)
     }
 
     /// Follows the machine's online CPUs ([`CpuPlugin::follow_topology`]).

@@ -14,7 +14,7 @@
 //! one period of the pools' closed loop and reports the containers whose
 //! cpuset changed.
 
-pub use handle::{CpuPluginHandle, LoadSources, SetPoolError};
+pub use handle::{CpuPluginHandle, LoadSources, Pinned, SetPoolError};
 
 mod admit;
 mod class;
