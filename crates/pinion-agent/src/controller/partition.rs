@@ -94,6 +94,12 @@ pub(super) struct Partitions {
     unfinished: BTreeMap<Slot, CpuSet>,
     /// Fallback reasons already logged.
     logged: BTreeSet<String>,
+    /// A partition was taken apart since the last make: its CPUs are no
+    /// longer exclusive, so the fallbacks are tried again (the kernel may
+    /// have refused them for those CPUs). Fallbacks are not tried at every
+    /// pass: a kernel that refuses for a reason of its own would be written
+    /// to every ten seconds.
+    retry_fallbacks: bool,
 }
 
 impl Partitions {
@@ -211,22 +217,69 @@ impl Controller {
         }
     }
 
+    /// Reads again what the kernel says of the partitions Pinion made (the
+    /// reconcile pass): a partition turns invalid when its CPUs stop being
+    /// exclusive beside it (an ancestor's claim rewritten, a CPU gone
+    /// offline), and valid again when that ends, with no write of
+    /// Pinion's. `pinion ps` shows the kernel's word; before the
+    /// forty-seventh session it showed the state read back at the make.
+    pub(super) fn reread_partitions(&mut self) {
+        let made: Vec<(Slot, PartitionTarget, String)> = self
+            .partitions
+            .held
+            .iter()
+            .filter_map(|(slot, state)| match (slot, state) {
+                (Slot::Cgroup(target), PartitionState::Made { partition, .. }) => {
+                    Some((slot.clone(), target.clone(), partition.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        for (slot, target, was) in made {
+            // A cgroup that reads as a member or is gone is left to the
+            // passes that take partitions apart.
+            let Some((now, _)) = self.read_partition(&target) else {
+                continue;
+            };
+            if now == was {
+                continue;
+            }
+            if now.contains("invalid") {
+                tracing::warn!(%target, "cpuset partition reads {now:?} now (was {was:?}): its cpus are not exclusive until the kernel finds them so again");
+            } else {
+                tracing::info!(%target, "cpuset partition reads {now:?} again (was {was:?})");
+            }
+            if let Some(PartitionState::Made { partition, .. }) =
+                self.partitions.held.get_mut(&slot)
+            {
+                *partition = now;
+            }
+        }
+    }
+
     /// Makes a partition of every exclusive workload whose cpuset is written
     /// (a runtime container's: answered or sent to the runtime, and its
     /// task created) and that has none yet (nor a fallback for the same
-    /// CPUs).
+    /// CPUs, unless a partition was taken apart since: then the fallbacks
+    /// are tried again).
     pub(super) fn make_partitions(&mut self) {
         let mode = self.partitions.mode;
         if mode == PartitionMode::Member {
             return;
         }
+        let retry = std::mem::take(&mut self.partitions.retry_fallbacks);
         let todo: Vec<(Slot, CpuSet)> = self
             .workloads
             .values()
             .filter(|w| w.desired.is_exclusive() && w.applied.as_ref() == Some(&w.desired))
             .filter_map(|w| slot(w).map(|t| (t, w.desired.cpus.clone())))
             .filter(|(t, _)| {
-                !self.partitions.held.contains_key(t) && !self.partitions.unfinished.contains_key(t)
+                let due = match self.partitions.held.get(t) {
+                    None => true,
+                    Some(PartitionState::Fallback { .. }) => retry,
+                    Some(PartitionState::Made { .. }) => false,
+                };
+                due && !self.partitions.unfinished.contains_key(t)
             })
             .collect();
         let shared = if todo.is_empty() {
@@ -235,6 +288,7 @@ impl Controller {
             self.cpus_shared_between_slots()
         };
         for (slot, cpus) in todo {
+            let again = self.partitions.held.contains_key(&slot);
             let outcome = match &slot {
                 _ if !cpus.is_disjoint(&shared) => PartitionOutcome::Fallback {
                     reason: SHARED_IN_POD.to_string(),
@@ -257,7 +311,9 @@ impl Controller {
                     if self.partitions.logged.insert(reason.clone()) {
                         tracing::warn!(target = %slot, %cpus, "no {mode} cpuset partition, the cgroup stays a member: {reason} (logged once per reason; `pinion ps` shows it)");
                     }
-                    self.counters.partition_fallbacks_total += 1;
+                    if !again {
+                        self.counters.partition_fallbacks_total += 1;
+                    }
                     PartitionState::Fallback { cpus, reason }
                 }
             };
@@ -339,6 +395,7 @@ impl Controller {
             Ok(()) => {
                 tracing::info!(%target, %cpus, "cpuset partition taken apart");
                 self.partitions.unfinished.remove(slot);
+                self.partitions.retry_fallbacks = true;
             }
             Err(err) => {
                 if self

@@ -47,6 +47,7 @@ impl Controller {
         let drifted = self.notice_drift();
         let runtime_drifted = self.notice_runtime_drift();
         self.notice_housekeeping_writes();
+        self.reread_partitions();
         self.converge();
         for (key, cgroup) in drifted {
             if self.is_applied(&key) {

@@ -468,8 +468,8 @@ fn fake_chain(target: &PartitionTarget) -> Vec<std::path::PathBuf> {
 }
 
 /// The fake's cpuset partition files: a small model of the kernel's rules
-/// (a directory's `cpuset.cpus.exclusive` must lie within its parent's, a
-/// partition is valid only when its exclusive CPUs are listed by every
+/// (a directory's `cpuset.cpus.exclusive` must lie within its parent's and
+/// apart from its siblings', a partition is valid only when its exclusive CPUs are listed by every
 /// ancestor) so that tests see the same writes, in the same order, as on a
 /// real cgroupfs, and the kernel's refusals.
 #[derive(Debug, Default)]
@@ -605,6 +605,17 @@ impl super::partition::PartitionFiles for FakePartitions {
                 if !set.is_subset(&self.exclusive(parent)) {
                     return Err(refuse(std::io::ErrorKind::InvalidInput));
                 }
+            }
+            // And disjoint from the siblings' (EINVAL before Linux 7.0,
+            // spec isolation.md §1.5).
+            let overlaps_sibling = self.files.keys().any(|other| {
+                other != dir
+                    && other.parent() == dir.parent()
+                    && !self.is_removed(other)
+                    && !self.exclusive(other).is_disjoint(&set)
+            });
+            if overlaps_sibling {
+                return Err(refuse(std::io::ErrorKind::InvalidInput));
             }
         }
         if file == "cpuset.cpus.partition" && stored != "member" {

@@ -331,3 +331,97 @@ fn regression_a_partition_made_before_a_restart_is_taken_over_and_taken_apart_wh
     assert!(files.isolated().is_empty());
     assert_eq!(view(&controller, "pinion-run-a").partition, None);
 }
+
+/// Found from outside (session 46): a run whose partition the kernel
+/// refused stayed a member for good, even after what the kernel refused it
+/// for was gone — its CPUs did not change, so nothing tried again. Now a
+/// partition taken apart (its CPUs no longer exclusive) has the fallbacks
+/// tried again; nothing else does (no write at every pass).
+#[test]
+fn regression_fallbacks_are_tried_again_once_a_partition_is_taken_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    host.tree().partitions.reject = Some("Parent is not a partition root".to_string());
+    let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
+    assert_eq!(
+        view(&controller, "pinion-run-b").partition.as_deref(),
+        Some("member (fallback: Parent is not a partition root)")
+    );
+    host.tree().partitions.reject = None;
+
+    // Nothing of Pinion's changed: the pass writes nothing.
+    let writes = host.tree().partitions.writes.len();
+    controller.reconcile();
+    assert_eq!(host.tree().partitions.writes.len(), writes);
+    assert!(view(&controller, "pinion-run-b")
+        .partition
+        .is_some_and(|p| p.starts_with("member")));
+
+    // run-a ends: its partition is taken apart, and run-b's is made.
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("a")
+        .pids
+        .clear();
+    controller.release("pinion-run-a", None).expect("released");
+    assert_eq!(
+        view(&controller, "pinion-run-b").partition.as_deref(),
+        Some("isolated")
+    );
+    let isolated = host.tree().partitions.isolated();
+    assert_eq!(isolated, b.placement.cpus);
+    let counters = controller
+        .subscribe_snapshots()
+        .borrow()
+        .metrics
+        .counters
+        .clone();
+    assert_eq!(
+        (
+            counters.partitions_made_total,
+            counters.partition_fallbacks_total
+        ),
+        (2, 1),
+        "one fallback, counted once"
+    );
+}
+
+/// Found from outside (session 46): the partition state `pinion ps` shows
+/// was read back once, at the make. A partition the kernel found invalid
+/// later (an ancestor's claim rewritten, a CPU gone offline) still showed
+/// as `isolated`. The reconcile pass reads it again.
+#[test]
+fn regression_the_reconcile_pass_reads_the_partitions_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = partitioned(&host, PartitionMode::Isolated)
+        .start(dir.path())
+        .expect("start");
+    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let set_partition = |text: &str| {
+        host.tree()
+            .partitions
+            .files
+            .get_mut(std::path::Path::new("pinion/pinion-run-a"))
+            .expect("the run's files")
+            .insert("cpuset.cpus.partition".to_string(), text.to_string());
+    };
+    let invalid = "isolated invalid (Cpu list in cpuset.cpus not exclusive)";
+    set_partition(invalid);
+    controller.reconcile();
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some(invalid)
+    );
+    set_partition("isolated");
+    controller.reconcile();
+    assert_eq!(
+        view(&controller, "pinion-run-a").partition.as_deref(),
+        Some("isolated")
+    );
+}
