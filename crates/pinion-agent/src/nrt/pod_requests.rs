@@ -12,8 +12,9 @@
 //!
 //! An admission never waits on the API server: it reads the cache. Only a
 //! pod the API server sent to this node (`kubernetes.io/config.source:
-//! api`) that the cache has not seen yet, while the watch has synced, is
-//! waited for, at most [`MISSING_POD_WAIT`]. A static pod is matched through
+//! api`) that the cache has not seen yet is waited for — the watch's first
+//! list, then the pod — at most [`MISSING_POD_WAIT`] in all, and named in a
+//! warning when it is not there by then. A static pod is matched through
 //! its mirror pod (same namespace and name, `kubernetes.io/config.mirror` =
 //! the static pod's UID).
 
@@ -80,23 +81,35 @@ impl PodRequests {
     }
 
     /// The pod's requests; an API pod not seen yet is waited for, at most
-    /// [`MISSING_POD_WAIT`], once the watch has synced.
+    /// [`MISSING_POD_WAIT`] in all: the watch's first list (an agent that
+    /// has just started), then the pod. Until the forty-seventh session an
+    /// admission before the first list went on at once, without a word,
+    /// and the pod's extended resources were never asked of the plugins.
     async fn wait_for(&self, spec: &Pod) -> Option<ContainerRequests> {
         if let Some(found) = self.lookup(spec) {
             return Some(found);
         }
         let from_api = spec.annotations.get(CONFIG_SOURCE).map(String::as_str) == Some("api");
-        if !from_api || !self.synced().await {
+        if !from_api {
             return None;
         }
+        let pod = format!("{}/{}", spec.namespace, spec.name);
         let deadline = tokio::time::Instant::now() + MISSING_POD_WAIT;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(MISSING_POD_POLL).await;
+        let listed = tokio::time::timeout_at(deadline, self.store.wait_until_ready()).await;
+        if !matches!(listed, Ok(Ok(()))) {
+            tracing::warn!(%pod, uid = %spec.uid, "this node's pods are not listed from the api server yet (after {MISSING_POD_WAIT:?}): the pod's extended resources are not asked of the resource plugins (pinion.dev/requests names them)");
+            return None;
+        }
+        loop {
             if let Some(found) = self.lookup(spec) {
                 return Some(found);
             }
+            if tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(MISSING_POD_POLL).await;
         }
-        tracing::warn!(pod = %format!("{}/{}", spec.namespace, spec.name), uid = %spec.uid, "the api server's pod is not in the cache after {MISSING_POD_WAIT:?}: its extended resources are not asked of the resource plugins (pinion.dev/requests names them)");
+        tracing::warn!(%pod, uid = %spec.uid, "the api server's pod is not in the cache after {MISSING_POD_WAIT:?}: its extended resources are not asked of the resource plugins (pinion.dev/requests names them)");
         None
     }
 
@@ -113,13 +126,6 @@ impl PodRequests {
                 None
             }
         }
-    }
-
-    /// Whether the watch has listed the node's pods once (a poll, no wait).
-    async fn synced(&self) -> bool {
-        tokio::time::timeout(Duration::ZERO, self.store.wait_until_ready())
-            .await
-            .is_ok_and(|ready| ready.is_ok())
     }
 }
 
@@ -314,6 +320,73 @@ mod tests {
         assert!(same_pod(&mirror, "static"));
         assert!(same_pod(&mirror, "mirror"));
         assert!(!same_pod(&mirror, "other"));
+    }
+
+    /// The runtime's spec of API pod `p` (UID `u`) with container `main`.
+    fn api_spec() -> Pod {
+        Pod {
+            uid: "u".into(),
+            name: "p".into(),
+            namespace: "default".into(),
+            annotations: BTreeMap::from([(CONFIG_SOURCE.to_string(), "api".to_string())]),
+            containers: vec![pinion_core::pod::Container {
+                name: "main".into(),
+                ..pinion_core::pod::Container::default()
+            }],
+            ..Pod::default()
+        }
+    }
+
+    fn widget_pod() -> KubePod {
+        pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+            "spec": {"containers": [{"name": "main", "resources": {"requests": {"example.com/widget": "2"}}}]},
+        }))
+    }
+
+    /// Found from outside (session 46): an admission before the watch's
+    /// first list (an agent that had just started) went on at once, without
+    /// a word, and the pod's extended resources were never asked of the
+    /// plugins. It now waits for the list (within the same bound as for a
+    /// pod not seen yet).
+    #[tokio::test]
+    async fn regression_an_admission_before_the_first_list_waits_for_it() {
+        let (store, mut writer) = reflector::store::<KubePod>();
+        let requests = PodRequests { store };
+        let lister = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            writer.apply_watcher_event(&watcher::Event::Init);
+            writer.apply_watcher_event(&watcher::Event::InitApply(widget_pod()));
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            writer
+        });
+        let mut spec = api_spec();
+        requests.fill(&mut spec).await;
+        assert_eq!(
+            spec.containers[0].extended_requests,
+            BTreeMap::from([(
+                "example.com/widget".to_string(),
+                Quantity::parse("2").expect("quantity")
+            )])
+        );
+        drop(lister.await.expect("lister"));
+    }
+
+    /// A list that does not come within the bound: the admission goes on
+    /// without the extended resources (and says so), it is not held.
+    #[tokio::test]
+    async fn an_admission_does_not_wait_past_the_bound_for_the_first_list() {
+        let (store, _writer) = reflector::store::<KubePod>();
+        let requests = PodRequests { store };
+        let mut spec = api_spec();
+        requests.fill(&mut spec).await;
+        assert!(spec.containers[0].extended_requests.is_empty());
+        // A pod not from the api server (a static pod's own spec) is not
+        // waited for at all.
+        let mut file_pod = api_spec();
+        file_pod.annotations.clear();
+        requests.fill(&mut file_pod).await;
+        assert!(file_pod.containers[0].extended_requests.is_empty());
     }
 
     #[tokio::test]
