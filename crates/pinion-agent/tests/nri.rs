@@ -318,6 +318,105 @@ async fn regression_removing_a_superseded_container_keeps_its_successors_cpus() 
     agent.stop().await;
 }
 
+/// Found from outside (session 47): a `Synchronize` listing an attempt
+/// that never started beside the container that runs, under the same name,
+/// bound the key to whichever id sorted last. With the leftover's id last
+/// (`ctr-9` after `ctr-10`), the shared pool's shrink went to the leftover,
+/// and the running container stayed on the CPUs just given to another pod
+/// as exclusive. The key now follows the container that runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_after_a_synchronize_the_key_follows_the_running_container() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let web_pod = node.runtime.run_pod(burstable_pod("web")).await.unwrap();
+    // Ids come from one counter: seven more pods make the leftover `ctr-9`
+    // and the running attempt `ctr-10`, which sorts first.
+    for n in 0..7 {
+        node.runtime
+            .run_pod(burstable_pod(&format!("filler-{n}")))
+            .await
+            .unwrap();
+    }
+    let leftover = node
+        .runtime
+        .create_container(&web_pod, burstable("web", 500))
+        .await
+        .unwrap();
+    let running = node
+        .runtime
+        .create_container(&web_pod, burstable("web", 500))
+        .await
+        .unwrap();
+    node.runtime.start_container(&running).await.unwrap();
+    assert!(running < leftover, "{running} sorts before {leftover}");
+    agent.stop().await;
+
+    let agent = node.agent(2).await;
+    let (_, g) = node
+        .pod_with(guaranteed_pod("g"), container("g", 2000))
+        .await;
+    let exclusive = set(&node.runtime.cpus(&g));
+    assert_eq!(exclusive.len(), 2);
+    assert!(
+        set(&node.runtime.cpus(&running)).is_disjoint(&exclusive),
+        "web runs on {} beside g's exclusive {exclusive}",
+        node.runtime.cpus(&running)
+    );
+    let view = agent.handle.snapshot();
+    let web = view.workload("web", "web").expect("web");
+    assert_eq!(web.container_id.as_deref(), Some(running.as_str()));
+    agent.stop().await;
+}
+
+/// Found from outside (session 47): with an attempt that never started
+/// still listed, the stop of the container that ran was taken for a
+/// superseded attempt's and not held; the leftover's removal then released
+/// the key, and the restart's exclusive CPUs went back to the pool while
+/// the pod was active. The stop of the container the key follows is held
+/// whatever else is listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_leftover_attempt_does_not_undo_the_hold_of_a_stopped_container() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let db_pod = node.runtime.run_pod(guaranteed_pod("db")).await.unwrap();
+    let failed = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    let again = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    node.runtime.start_container(&again).await.unwrap();
+    let cpus = set(&node.runtime.cpus(&again));
+    node.runtime.stop_container(&again).await.unwrap();
+    node.runtime.remove_container(&failed).await.unwrap();
+    let snapshot = agent.handle.snapshot();
+    assert_eq!(
+        snapshot.assignments.get("db").and_then(|c| c.get("db")),
+        Some(&cpus),
+        "held for the restart: {:?}",
+        snapshot.assignments
+    );
+    let (_, other) = node
+        .pod_with(guaranteed_pod("other"), container("other", 2000))
+        .await;
+    assert!(
+        set(&node.runtime.cpus(&other)).is_disjoint(&cpus),
+        "db's cpus are not handed out again"
+    );
+    // The restart gets them back.
+    let restarted = node
+        .runtime
+        .create_container(&db_pod, container("db", 2000))
+        .await
+        .unwrap();
+    assert_eq!(set(&node.runtime.cpus(&restarted)), cpus);
+    agent.stop().await;
+}
+
 /// Pod `p` (declaring its init container `init`) whose init container
 /// held 4 exclusive cpus and ended, and pod `q` on the 3 other free ones
 /// (8 cpus, cpu 0 reserved): the node is full. Answers p's sandbox id and

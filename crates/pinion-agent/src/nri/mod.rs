@@ -216,10 +216,7 @@ impl NriFrontend {
                 .into_iter()
                 .map(|c| c.id)
                 .collect();
-            let entries = ids
-                .iter()
-                .filter_map(|id| tracked.containers.remove(id))
-                .collect();
+            let entries = ids.iter().filter_map(|id| tracked.forget(id)).collect();
             (entries, tracked.take_stopped(pod_id))
         };
         tracing::debug!(pod = %pod_id, running = entries.len(), held = stopped.len(), "pod sandbox ended: releasing its containers");
@@ -313,9 +310,16 @@ impl NriHandler for NriFrontend {
         }
         let mut fresh = sync::track_all(pods, containers);
         let specs = sync::pod_specs(&fresh);
+        for (id, entry) in &fresh.containers {
+            if fresh.current.get(&entry.key) != Some(id) {
+                tracing::info!(pod = %entry.key.0, container = %entry.key.1, id = %id, state = ?entry.container.state, "a superseded attempt of the container is listed beside the one its placement follows: left alone");
+            }
+        }
+        // One container per key: the one its placement follows.
         let running: Vec<RunningContainer> = fresh
             .containers
             .iter()
+            .filter(|(id, entry)| fresh.current.get(&entry.key) == Some(*id))
             .map(|(id, entry)| RunningContainer {
                 key: entry.key.clone(),
                 container_id: id.clone(),
@@ -487,9 +491,7 @@ impl NriFrontend {
         }
         tracked.pods.insert(pod.id.clone(), pod);
         tracked.stopped.remove(&key);
-        tracked
-            .containers
-            .insert(container.id.clone(), Entry { container, key });
+        tracked.track(Entry { container, key });
         Ok(Created {
             adjust: Some(placement),
             updates: Vec::new(),

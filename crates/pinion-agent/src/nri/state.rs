@@ -45,20 +45,45 @@ pub struct Tracked {
     /// are: a container of a pod known from a `Synchronize` is held only
     /// with its pod's sandbox cgroup, whose removal ends the hold.
     pub live_pods: BTreeSet<String>,
+    /// The container each key's placement follows, by key: the one created
+    /// last, or at a `Synchronize` the one that runs. Any other container
+    /// of the key is an attempt it superseded (kubelet creates the next
+    /// attempt under the same name while one that never ran — its start
+    /// failed — is still there): its stop or removal changes nothing.
+    pub current: BTreeMap<Key, String>,
 }
 
 impl Tracked {
-    /// Forgets container `id` and answers its entry, unless a newer
-    /// container of the same key is tracked: kubelet creates the next
-    /// attempt of a container under the same name while one that never
-    /// ran (its start failed) is still there, the new one takes the key's
-    /// placement, and the old one's stop or removal must not release it.
+    /// Remembers `entry`, the container its key follows from now on.
+    pub fn track(&mut self, entry: Entry) {
+        self.current
+            .insert(entry.key.clone(), entry.container.id.clone());
+        self.containers.insert(entry.container.id.clone(), entry);
+    }
+
+    /// Forgets container `id` and answers its entry when its key follows
+    /// it; `None` for an attempt superseded by a newer one (the newer one
+    /// keeps the placement), or whose key's container went already. Until
+    /// the forty-seventh session any other container of the key made this
+    /// one superseded, older or newer: the stop of the running container
+    /// was not held while a leftover attempt was listed, and that
+    /// attempt's removal then released the key the container's restart
+    /// needed.
     pub fn take_current(&mut self, id: &str) -> Option<Entry> {
         let entry = self.containers.remove(id)?;
-        let superseded = self.containers.values().any(|other| other.key == entry.key);
-        if superseded {
+        if self.current.get(&entry.key).map(String::as_str) != Some(id) {
             tracing::debug!(pod = %entry.key.0, container = %entry.key.1, id, "a superseded container went; its successor keeps the placement");
             return None;
+        }
+        self.current.remove(&entry.key);
+        Some(entry)
+    }
+
+    /// Forgets container `id` whatever its key follows (its pod ended).
+    pub fn forget(&mut self, id: &str) -> Option<Entry> {
+        let entry = self.containers.remove(id)?;
+        if self.current.get(&entry.key).map(String::as_str) == Some(id) {
+            self.current.remove(&entry.key);
         }
         Some(entry)
     }

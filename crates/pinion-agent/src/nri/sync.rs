@@ -12,7 +12,10 @@ use super::state::{follower_key, sandbox_cgroup, Entry, Tracked};
 use crate::controller::Key;
 
 /// Every pod, and every container that has not stopped, with its key;
-/// containers whose data cannot be mapped follow the shared pool.
+/// containers whose data cannot be mapped follow the shared pool. Where
+/// the runtime lists more than one container of a key (an attempt that
+/// never started, left beside the one that runs), the key follows the one
+/// that runs ([`Tracked::current`]).
 pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
     let mut tracked = Tracked::default();
     for pod in pods {
@@ -21,13 +24,34 @@ pub fn track_all(pods: Vec<PodSandbox>, containers: Vec<Container>) -> Tracked {
     let live = containers
         .into_iter()
         .filter(|c| c.state != ContainerState::Stopped);
+    let mut current: BTreeMap<Key, (u8, String)> = BTreeMap::new();
     for container in live {
         let key = key_of(&tracked, &container);
+        let rank = liveness(container.state);
+        let first = current.get(&key).is_none_or(|(best, _)| rank > *best);
+        if first {
+            current.insert(key.clone(), (rank, container.id.clone()));
+        }
         tracked
             .containers
             .insert(container.id.clone(), Entry { container, key });
     }
+    tracked.current = current
+        .into_iter()
+        .map(|(key, (_, id))| (key, id))
+        .collect();
     tracked
+}
+
+/// How surely a listed container is the one its key follows: running (or
+/// paused) over created but never started, over a state the runtime does
+/// not know.
+fn liveness(state: ContainerState) -> u8 {
+    match state {
+        ContainerState::Running | ContainerState::Paused => 2,
+        ContainerState::Created => 1,
+        _ => 0,
+    }
 }
 
 /// The Kubernetes pods of `tracked` with a sandbox cgroup: (pod UID,
