@@ -23,10 +23,11 @@ use pinion_host::journal::StateStore;
 use pinion_host::store::{CheckpointStore, CPU_MANAGER_STATE};
 
 fn bench_dir() -> (tempfile::TempDir, PathBuf) {
-    let base = std::env::var_os("PINION_BENCH_DIR").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target")),
-        PathBuf::from,
-    );
+    // Cargo's scratch directory for benches, on the target's disk (the
+    // workspace's target/ is not there when CARGO_TARGET_DIR points
+    // elsewhere: the bench panicked on such a clone).
+    let base = std::env::var_os("PINION_BENCH_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
     let dir = tempfile::tempdir_in(&base).expect("a temporary directory in the bench dir");
     let path = dir.path().to_path_buf();
     (dir, path)
