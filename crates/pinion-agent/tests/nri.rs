@@ -271,6 +271,26 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
     agent.stop().await;
 }
 
+/// Pod `db` whose container `db` (2 cpus) was created twice: the first
+/// attempt's start failed (the runtime relays no start and no stop), the
+/// second runs. Answers (pod, failed, running).
+async fn db_after_a_failed_start(node: &Node) -> (String, String, String) {
+    let db_pod = node.runtime.run_pod(guaranteed_pod("db")).await.unwrap();
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let id = node
+            .runtime
+            .create_container(&db_pod, container("db", 2000))
+            .await
+            .unwrap();
+        attempts.push(id);
+    }
+    let again = attempts.pop().expect("the second attempt");
+    node.runtime.start_container(&again).await.unwrap();
+    let failed = attempts.pop().expect("the first attempt");
+    (db_pod, failed, again)
+}
+
 /// Found from outside (session 43): a container created but never
 /// started (its start failed) stays tracked; kubelet creates the next
 /// attempt under the same name, which takes the placement, and removes the
@@ -281,19 +301,7 @@ async fn regression_a_restarted_container_keeps_its_cpus_and_no_pod_takes_them_m
 async fn regression_removing_a_superseded_container_keeps_its_successors_cpus() {
     let node = Node::new();
     let agent = node.agent(1).await;
-    let db_pod = node.runtime.run_pod(guaranteed_pod("db")).await.unwrap();
-    let failed = node
-        .runtime
-        .create_container(&db_pod, container("db", 2000))
-        .await
-        .unwrap();
-    // Its start failed: the runtime relays no start and no stop.
-    let again = node
-        .runtime
-        .create_container(&db_pod, container("db", 2000))
-        .await
-        .unwrap();
-    node.runtime.start_container(&again).await.unwrap();
+    let (db_pod, failed, again) = db_after_a_failed_start(&node).await;
     let cpus = node.runtime.cpus(&again);
     node.runtime.remove_container(&failed).await.unwrap();
     let snapshot = agent.handle.snapshot();
@@ -378,18 +386,7 @@ async fn regression_after_a_synchronize_the_key_follows_the_running_container() 
 async fn regression_a_leftover_attempt_does_not_undo_the_hold_of_a_stopped_container() {
     let node = Node::new();
     let agent = node.agent(1).await;
-    let db_pod = node.runtime.run_pod(guaranteed_pod("db")).await.unwrap();
-    let failed = node
-        .runtime
-        .create_container(&db_pod, container("db", 2000))
-        .await
-        .unwrap();
-    let again = node
-        .runtime
-        .create_container(&db_pod, container("db", 2000))
-        .await
-        .unwrap();
-    node.runtime.start_container(&again).await.unwrap();
+    let (db_pod, failed, again) = db_after_a_failed_start(&node).await;
     let cpus = set(&node.runtime.cpus(&again));
     node.runtime.stop_container(&again).await.unwrap();
     node.runtime.remove_container(&failed).await.unwrap();

@@ -32,6 +32,27 @@ fn partition_writes(host: &FakeCgroups) -> Vec<String> {
         .collect()
 }
 
+/// An isolated-partition node on `dir` with run `pinion-run-a` (2 CPUs,
+/// pid 10) admitted.
+fn isolated_with_run_a(host: &FakeCgroups, dir: &Path) -> (Controller, Admitted) {
+    let mut controller = partitioned(host, PartitionMode::Isolated)
+        .start(dir)
+        .expect("start");
+    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    (controller, a)
+}
+
+/// Run `pod` ends: its cgroup has no process left, and it is released.
+fn end_run(controller: &mut Controller, host: &FakeCgroups, pod: &str) {
+    host.tree()
+        .children
+        .get_mut(&name(pod))
+        .expect("the run's cgroup")
+        .pids
+        .clear();
+    controller.release(pod, None).expect("released");
+}
+
 fn view(controller: &Controller, pod: &str) -> WorkloadView {
     controller
         .subscribe_snapshots()
@@ -94,19 +115,10 @@ fn member_mode_writes_no_partition_file() {
 fn release_takes_the_partition_apart_member_first_then_exclusive_child_first() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = partitioned(&host, PartitionMode::Isolated)
-        .start(dir.path())
-        .expect("start");
-    let a = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let (mut controller, a) = isolated_with_run_a(&host, dir.path());
     let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
     host.tree().partitions.writes.clear();
-    host.tree()
-        .children
-        .get_mut(&name("pinion-run-a"))
-        .expect("a")
-        .pids
-        .clear();
-    controller.release("pinion-run-a", None).expect("released");
+    end_run(&mut controller, &host, "pinion-run-a");
     let left = b.placement.cpus.to_string();
     assert_eq!(
         partition_writes(&host),
@@ -341,10 +353,7 @@ fn regression_a_partition_made_before_a_restart_is_taken_over_and_taken_apart_wh
 fn regression_fallbacks_are_tried_again_once_a_partition_is_taken_apart() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = partitioned(&host, PartitionMode::Isolated)
-        .start(dir.path())
-        .expect("start");
-    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let (mut controller, _) = isolated_with_run_a(&host, dir.path());
     host.tree().partitions.reject = Some("Parent is not a partition root".to_string());
     let b = admit(&mut controller, &run("pinion-run-b", Some("1"), 11)).expect("b");
     assert_eq!(
@@ -362,13 +371,7 @@ fn regression_fallbacks_are_tried_again_once_a_partition_is_taken_apart() {
         .is_some_and(|p| p.starts_with("member")));
 
     // run-a ends: its partition is taken apart, and run-b's is made.
-    host.tree()
-        .children
-        .get_mut(&name("pinion-run-a"))
-        .expect("a")
-        .pids
-        .clear();
-    controller.release("pinion-run-a", None).expect("released");
+    end_run(&mut controller, &host, "pinion-run-a");
     assert_eq!(
         view(&controller, "pinion-run-b").partition.as_deref(),
         Some("isolated")
@@ -399,10 +402,7 @@ fn regression_fallbacks_are_tried_again_once_a_partition_is_taken_apart() {
 fn regression_the_reconcile_pass_reads_the_partitions_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let host = FakeCgroups::default();
-    let mut controller = partitioned(&host, PartitionMode::Isolated)
-        .start(dir.path())
-        .expect("start");
-    admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("a");
+    let (mut controller, _) = isolated_with_run_a(&host, dir.path());
     let set_partition = |text: &str| {
         host.tree()
             .partitions
