@@ -310,16 +310,17 @@ impl NriHandler for NriFrontend {
         }
         let mut fresh = sync::track_all(pods, containers);
         let specs = sync::pod_specs(&fresh);
-        for (id, entry) in &fresh.containers {
-            if fresh.current.get(&entry.key) != Some(id) {
-                tracing::info!(pod = %entry.key.0, container = %entry.key.1, id = %id, state = ?entry.container.state, "a superseded attempt of the container is listed beside the one its placement follows: left alone");
-            }
-        }
         // One container per key: the one its placement follows.
         let running: Vec<RunningContainer> = fresh
             .containers
             .iter()
-            .filter(|(id, entry)| fresh.current.get(&entry.key) == Some(*id))
+            .filter(|(id, entry)| {
+                let current = fresh.is_current(id);
+                if !current {
+                    tracing::info!(pod = %entry.key.0, container = %entry.key.1, id = %id, state = ?entry.container.state, "a superseded attempt of the container is listed beside the one its placement follows: left alone");
+                }
+                current
+            })
             .map(|(id, entry)| RunningContainer {
                 key: entry.key.clone(),
                 container_id: id.clone(),

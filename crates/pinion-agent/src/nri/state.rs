@@ -70,22 +70,31 @@ impl Tracked {
     /// attempt's removal then released the key the container's restart
     /// needed.
     pub fn take_current(&mut self, id: &str) -> Option<Entry> {
-        let entry = self.containers.remove(id)?;
-        if self.current.get(&entry.key).map(String::as_str) != Some(id) {
+        let current = self.is_current(id);
+        let entry = self.forget(id)?;
+        if !current {
             tracing::debug!(pod = %entry.key.0, container = %entry.key.1, id, "a superseded container went; its successor keeps the placement");
             return None;
         }
-        self.current.remove(&entry.key);
         Some(entry)
     }
 
     /// Forgets container `id` whatever its key follows (its pod ended).
     pub fn forget(&mut self, id: &str) -> Option<Entry> {
-        let entry = self.containers.remove(id)?;
-        if self.current.get(&entry.key).map(String::as_str) == Some(id) {
-            self.current.remove(&entry.key);
+        if self.is_current(id) {
+            let key = &self.containers[id].key;
+            self.current.remove(key);
         }
-        Some(entry)
+        self.containers.remove(id)
+    }
+
+    /// Whether container `id` is the one its key follows.
+    #[must_use]
+    pub fn is_current(&self, id: &str) -> bool {
+        self.containers
+            .get(id)
+            .and_then(|entry| self.current.get(&entry.key))
+            .is_some_and(|current| current == id)
     }
 
     /// The containers of sandbox `pod_id` Pinion has seen, except `skip`.
