@@ -186,6 +186,7 @@ impl Bench {
             .map(|u| ContainerUpdate {
                 container_id: u.container_id,
                 placement: u.placement,
+                order: 0,
             })
             .collect();
         let same_on_wire = nri
@@ -196,6 +197,7 @@ impl Bench {
                 let old = pb::ContainerUpdate::from(&ContainerUpdate {
                     container_id: u.container_id.clone(),
                     placement: old,
+                    order: 0,
                 });
                 old == pb::ContainerUpdate::from(*u)
             })

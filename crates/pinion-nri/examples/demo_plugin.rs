@@ -44,6 +44,7 @@ impl Demo {
             .map(|id| ContainerUpdate {
                 container_id: id.clone(),
                 placement: shared_assignment(cpus.clone()),
+                order: 0,
             })
             .collect();
         eprintln!(
@@ -200,6 +201,7 @@ fn big_update(all: &CpuSet) -> Vec<ContainerUpdate> {
         .map(|i| ContainerUpdate {
             container_id: format!("no-such-container-{i:04}"),
             placement: shared_assignment(all.clone()),
+            order: 0,
         })
         .collect()
 }

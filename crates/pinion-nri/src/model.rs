@@ -151,6 +151,13 @@ const DEFAULT_CPU_SHARES: u64 = 1024;
 pub struct ContainerUpdate {
     pub container_id: String,
     pub placement: Placement,
+    /// Which of two updates of one container is newer: the one with the
+    /// larger order (the front-end numbers the decisions its updates come
+    /// from; `0` when it does not, older than any numbered one). A reply
+    /// names a container once: a queued update carried beside the
+    /// handler's own update of the same container replaces it only when
+    /// its order is larger.
+    pub order: u64,
 }
 
 impl From<pb::PodSandbox> for PodSandbox {

@@ -384,6 +384,7 @@ mod tests {
         ContainerUpdate {
             container_id: id.to_string(),
             placement: Placement::default(),
+            order: 0,
         }
     }
 
@@ -591,10 +592,12 @@ mod tests {
         let grown = ContainerUpdate {
             container_id: "shared".to_string(),
             placement: Placement::shared(pinion_core::CpuSet::parse_list("0-7").unwrap()),
+            order: 0,
         };
         let shrunk = ContainerUpdate {
             container_id: "shared".to_string(),
             placement: Placement::shared(pinion_core::CpuSet::parse_list("0-5").unwrap()),
+            order: 0,
         };
         outbox.push(vec![grown, update("a")], Urgency::Growth);
         outbox.push(vec![shrunk.clone()], Urgency::Prompt);

@@ -130,8 +130,10 @@ impl<H: NriHandler> PluginService<H> {
     /// a cpuset that differs.
     ///
     /// A container appears once: a waiting update of a container the
-    /// handler's own updates name is left out (theirs is newer), and counts
-    /// as carried.
+    /// handler's own updates name counts as carried, and is sent in the
+    /// own update's place only when it is newer ([`ContainerUpdate::order`]):
+    /// the handler read its placement before the front-end's latest
+    /// decision reached the queue.
     fn carry(&self, creating: Option<&str>, own: Vec<ContainerUpdate>) -> Vec<pb::ContainerUpdate> {
         let batch = self.outbox.take_except(creating);
         if !batch.is_empty() {
@@ -141,11 +143,18 @@ impl<H: NriHandler> PluginService<H> {
             );
         }
         self.outbox.carried(batch.answered);
-        let mut updates: Vec<ContainerUpdate> = batch
-            .updates
-            .into_iter()
-            .filter(|u| !own.iter().any(|o| o.container_id == u.container_id))
-            .collect();
+        let mut own = own;
+        let mut updates = Vec::with_capacity(batch.updates.len() + own.len());
+        for waiting in batch.updates {
+            match own
+                .iter_mut()
+                .find(|o| o.container_id == waiting.container_id)
+            {
+                Some(o) if waiting.order > o.order => *o = waiting,
+                Some(_) => {}
+                None => updates.push(waiting),
+            }
+        }
         updates.extend(own);
         updates_to_proto(&updates)
     }

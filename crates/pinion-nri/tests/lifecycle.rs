@@ -263,6 +263,7 @@ fn shrink_to_1_7(plugin: &Running, shared: &str) {
         .send(vec![ContainerUpdate {
             container_id: shared.to_string(),
             placement: placement(CpuSet::parse_list("1-7").unwrap(), CpuSet::new(), false),
+            order: 0,
         }])
         .unwrap();
 }
@@ -305,6 +306,70 @@ async fn regression_unsolicited_updates_wait_until_the_runtime_is_quiet() {
     })
     .await;
     assert_eq!(plugin.handler.lock().applied_updates, [shared]);
+    plugin.stop().await;
+}
+
+/// Queues an update of `container` to `cpus`, decided at `order`.
+fn queue_exclusive(plugin: &Running, container: &str, cpus: &str, order: u64) {
+    let cpus = CpuSet::parse_list(cpus).unwrap();
+    plugin
+        .sender
+        .send(vec![ContainerUpdate {
+            container_id: container.to_string(),
+            placement: placement(cpus, CpuSet::new(), true),
+            order,
+        }])
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_update_replys_own_placement_gives_way_to_a_newer_queued_one() {
+    // Before: an UpdateContainer reply dropped every queued update of the
+    // container it answered, taking its own for the newer. The agent reads
+    // its own placement first; a decision made after that (another pod's
+    // admission moving this container) reached the queue before the reply
+    // went out, and the reply undid it: the container ran on its older
+    // CPUs, which another container may hold by then.
+    let dir = tempfile::tempdir().unwrap();
+    let (fake, path) = runtime(dir.path(), FakeOptions::default());
+    let mut plugin_options = options(&path);
+    // Nothing leaves unsolicited during the test: only the reply carries.
+    plugin_options.unsolicited.quiet = Duration::from_secs(30);
+    plugin_options.unsolicited.idle = Duration::from_secs(30);
+    let plugin = start_plugin(plugin_options, TestHandler::default());
+    fake.wait_synced(1).await;
+    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
+    let pinned = fake
+        .create_container(&g, container("g", 2000))
+        .await
+        .unwrap();
+    fake.start_container(&pinned).await.unwrap();
+    assert_eq!(fake.cpus(&pinned), "0-1");
+    // An update that asks nothing of the CPUs.
+    let same = Resources::default();
+    plugin
+        .handler
+        .own_order
+        .store(7, std::sync::atomic::Ordering::SeqCst);
+
+    queue_exclusive(&plugin, &pinned, "4-5", 9);
+    fake.update_container(&pinned, &same).await.unwrap();
+    assert_eq!(
+        fake.cpus(&pinned),
+        "4-5",
+        "the queued update is newer than the handler's own: {:?}",
+        fake.log()
+    );
+
+    queue_exclusive(&plugin, &pinned, "6-7", 5);
+    fake.update_container(&pinned, &same).await.unwrap();
+    assert_eq!(
+        fake.cpus(&pinned),
+        "0-1",
+        "the handler's own update is newer than the queued one: {:?}",
+        fake.log()
+    );
+    assert_eq!(fake.sessions(), 1, "containerd took both replies");
     plugin.stop().await;
 }
 

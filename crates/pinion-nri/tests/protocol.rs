@@ -250,6 +250,7 @@ async fn large_unsolicited_update_is_cut_into_4096_byte_frames() {
                 pinion_core::CpuSet::new(),
                 false,
             ),
+            order: 0,
         })
         .collect();
     plugin.sender.send(updates).unwrap();

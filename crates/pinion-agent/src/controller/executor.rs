@@ -101,6 +101,7 @@ fn runtime_update(
     desired: &Placement,
     given: Option<&Placement>,
     machine: &Topology,
+    pass: u64,
 ) -> RuntimeUpdate {
     let mut placement = desired.clone();
     if mems_taken_back(desired, given) {
@@ -111,6 +112,7 @@ fn runtime_update(
         placement,
         taken_back: settings_taken_back(desired, given),
         only_adds: given.is_some_and(|held| desired.only_adds_to(held)),
+        pass,
     }
 }
 
@@ -127,6 +129,10 @@ pub struct RuntimeUpdate {
     /// ([`Placement::only_adds_to`]): the front-end may let it wait for a
     /// reply to carry it.
     pub only_adds: bool,
+    /// The executor pass that decided it ([`Snapshot::pass`]): of two
+    /// placements of one container the front-end holds, the later pass's
+    /// is the newer.
+    pub pass: u64,
 }
 
 /// What to do with the runtime updates of a pass.
@@ -174,6 +180,7 @@ impl Controller {
     /// [`Controller::execute`] once the desired placements are fresh (each
     /// refresh visits every workload).
     fn execute_refreshed(&mut self, delivery: Delivery) -> Vec<RuntimeUpdate> {
+        self.passes += 1;
         self.unmake_stale_partitions();
         // Housekeeping cgroups give up newly exclusive CPUs first and take
         // released ones last (controller/housekeeping.rs).
@@ -287,6 +294,7 @@ impl Controller {
                             &desired,
                             workload.given().as_deref(),
                             self.engine.machine(),
+                            self.passes,
                         ));
                         // Until the runtime answers, it may hold either.
                         workload.maybe_given(&desired);

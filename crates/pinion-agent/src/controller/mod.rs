@@ -503,6 +503,9 @@ pub struct Controller {
     counters: Counters,
     /// Where runtime updates go (the NRI front-end), when there is one.
     runtime_updates: Option<mpsc::UnboundedSender<Vec<RuntimeUpdate>>>,
+    /// The executor's passes so far: each runtime update and snapshot
+    /// names the pass it comes from ([`RuntimeUpdate::pass`]).
+    passes: u64,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     /// Exclusive runs' cpuset partitions (`exclusiveCpus.partition`).

@@ -164,6 +164,7 @@ impl Controller {
             workloads: BTreeMap::new(),
             counters,
             runtime_updates: parts.runtime_updates,
+            passes: 0,
             shared_tx,
             snapshot_tx,
             partitions: super::partition::Partitions::new(parts.partition),

@@ -68,6 +68,11 @@ pub struct Snapshot {
     pub housekeeping: Vec<String>,
     #[serde(skip)]
     pub metrics: MetricsSnapshot,
+    /// The executor pass it was published after: its placements are at
+    /// least as new as every runtime update of that pass or an earlier one
+    /// ([`super::RuntimeUpdate::pass`]).
+    #[serde(skip)]
+    pub pass: u64,
 }
 
 impl Snapshot {
@@ -172,6 +177,7 @@ impl Controller {
             hotplug: self.hotplug_lines.clone(),
             isolated_cpus: self.host.isolated_cpus(),
             housekeeping: self.housekeeping.lines(),
+            pass: self.passes,
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));

@@ -271,6 +271,7 @@ fn to_nri(batch: Vec<RuntimeUpdate>, tracked: &Tracked) -> Vec<ContainerUpdate> 
             ContainerUpdate {
                 container_id: u.container_id,
                 placement,
+                order: u.pass,
             }
         })
         .collect()
@@ -516,21 +517,23 @@ impl NriFrontend {
             ));
         };
         let placement = self.current(&entry.key);
-        let placement = match resize_request(&placement, &resources) {
-            Some(milli) => {
-                self.resize(&entry.key, placement, milli, &resources)
-                    .await?
-            }
-            None => placement,
-        };
+        if let Some(milli) = resize_request(&placement, &resources) {
+            self.resize(&entry.key, &placement, milli, &resources)
+                .await?;
+        }
         // kubelet's new values are the container's own from now on: what
         // a setting a plugin drops goes back to.
         if let Some(tracked) = self.tracked().containers.get_mut(&container.id) {
             tracked.container.resources.follow(&resources);
         }
+        // The placement as of now, a resize's included, with the pass it is
+        // as new as: a newer update queued before the reply goes out takes
+        // its place there (`ContainerUpdate::order`).
+        let snapshot = self.handle.snapshot();
         Ok(vec![ContainerUpdate {
             container_id: container.id,
-            placement,
+            placement: snapshot.placement_of(&entry.key.0, &entry.key.1),
+            order: snapshot.pass,
         }])
     }
 
@@ -601,18 +604,18 @@ impl NriFrontend {
 
     /// Resizes `key` in place (`featureGates:
     /// InPlacePodVerticalScalingExclusiveCPUs`): the controller decides and
-    /// makes it durable, the answer is the container's new placement (the
-    /// shared-pool containers follow through the executor). A refusal fails
+    /// makes it durable, the reply answers the container's new placement
+    /// (the shared-pool containers follow through the executor). A refusal fails
     /// the update with the policy's text (kubelet marks the resize
     /// infeasible). With the switch off an exclusive container's CPU count
     /// is refused as before and a shared container keeps its placement.
     async fn resize(
         &self,
         key: &Key,
-        current: Placement,
+        current: &Placement,
         milli: u64,
         resources: &Resources,
-    ) -> Result<Placement, HandlerError> {
+    ) -> Result<(), HandlerError> {
         let cpus = pinion_core::Quantity::parse(&format!("{milli}m")).map_err(|err| {
             HandlerError::new(
                 ErrorKind::InvalidInput,
@@ -623,7 +626,7 @@ impl NriFrontend {
             )
         })?;
         let refused = match self.handle.resize(key.clone(), cpus).await {
-            Ok(resized) => return Ok(resized.placement),
+            Ok(_) => return Ok(()),
             Err(err) => err,
         };
         let nothing_to_resize = match &refused {
@@ -642,7 +645,7 @@ impl NriFrontend {
         if current.is_exclusive() {
             check_exclusive_resize(key, &current.cpus, resources)?;
         }
-        Ok(current)
+        Ok(())
     }
 }
 

@@ -153,6 +153,7 @@ fn regression_settings_taken_back_get_the_containers_own_values() {
         placement: Placement::shared(CpuSet::from_iter([0, 1])),
         taken_back: plugin.clone(),
         only_adds: false,
+        pass: 0,
     };
     let sent = super::to_nri(vec![update("c1"), update("unknown")], &tracked);
     let own = &sent[0].placement.resources;

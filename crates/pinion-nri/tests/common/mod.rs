@@ -50,6 +50,9 @@ pub struct TestHandler {
     pub hang_create: std::sync::atomic::AtomicBool,
     /// Make `create_container` take this many milliseconds first.
     pub create_delay_ms: std::sync::atomic::AtomicU64,
+    /// The order of `update_container`'s own update
+    /// (`ContainerUpdate::order`).
+    pub own_order: std::sync::atomic::AtomicU64,
 }
 
 fn all() -> CpuSet {
@@ -80,6 +83,7 @@ impl State {
             .map(|id| ContainerUpdate {
                 container_id: id.clone(),
                 placement: placement(pool.clone(), CpuSet::new(), false),
+                order: 0,
             })
             .collect()
     }
@@ -227,6 +231,7 @@ impl NriHandler for TestHandler {
             return Ok(vec![ContainerUpdate {
                 container_id: container.id.clone(),
                 placement: placement(cpus.clone(), mems_of(cpus), true),
+                order: self.own_order.load(std::sync::atomic::Ordering::SeqCst),
             }]);
         }
         if !state.shared.contains_key(&container.id) {

@@ -488,3 +488,44 @@ fn a_container_the_handle_did_not_clear_for_admission_follows_the_pool() {
     assert_eq!(controller.state().assignment("pod-late", "main"), None);
     assert!(!updates[0].placement.is_exclusive());
 }
+
+/// Regression: an NRI `UpdateContainer` reply's own update was read from a
+/// snapshot, and a newer update of the same container queued before the
+/// reply went out was dropped for it (the container went back to CPUs
+/// another pod had just been given). Each update and each snapshot now
+/// names the executor pass it comes from, so the front-end keeps the newer
+/// of the two (`ContainerUpdate::order`).
+#[test]
+fn regression_runtime_updates_and_snapshots_name_the_pass_that_decided_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, mut updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    admit_started(&mut controller, "pod-b", "500m", "cb");
+    answer_updates(&mut controller, &mut updates);
+    let snapshots = controller.subscribe_snapshots();
+
+    let mut passes = Vec::new();
+    for (uid, id) in [("pod-g1", "cg1"), ("pod-g2", "cg2")] {
+        admit_started(&mut controller, uid, "2", id);
+        let sent = answer_updates(&mut controller, &mut updates);
+        let shrink = sent
+            .iter()
+            .find(|u| u.container_id == "cb")
+            .unwrap_or_else(|| panic!("the shared container shrinks: {sent:?}"));
+        let snapshot = snapshots.borrow().clone();
+        assert_eq!(
+            snapshot.pass, shrink.pass,
+            "the snapshot published after the update names its pass"
+        );
+        assert_eq!(
+            snapshot.placement_of("pod-b", "main"),
+            shrink.placement,
+            "and holds the placement that pass decided"
+        );
+        passes.push(shrink.pass);
+    }
+    assert!(
+        passes[0] > 0 && passes[1] > passes[0],
+        "a later decision has a larger pass: {passes:?}"
+    );
+}
