@@ -338,12 +338,7 @@ async fn regression_an_update_replys_own_placement_gives_way_to_a_newer_queued_o
     plugin_options.unsolicited.idle = Duration::from_secs(30);
     let plugin = start_plugin(plugin_options, TestHandler::default());
     fake.wait_synced(1).await;
-    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
-    let pinned = fake
-        .create_container(&g, container("g", 2000))
-        .await
-        .unwrap();
-    fake.start_container(&pinned).await.unwrap();
+    let pinned = started_guaranteed(&fake, "g", 2000).await;
     assert_eq!(fake.cpus(&pinned), "0-1");
     // An update that asks nothing of the CPUs.
     let same = Resources::default();

@@ -15,12 +15,7 @@ async fn plugin_restart_rebuilds_state_from_synchronize_and_nothing_moves() {
     let (fake, path) = runtime(dir.path(), FakeOptions::default());
     let first = start_plugin(options(&path), TestHandler::default());
     fake.wait_synced(1).await;
-    let g = fake.run_pod(guaranteed_pod("g")).await.unwrap();
-    let pinned = fake
-        .create_container(&g, container("g", 2000))
-        .await
-        .unwrap();
-    fake.start_container(&pinned).await.unwrap();
+    let pinned = started_guaranteed(&fake, "g", 2000).await;
     let b = fake.run_pod(burstable_pod("b")).await.unwrap();
     let shared = fake
         .create_container(&b, container("b", 250))

@@ -353,6 +353,18 @@ pub async fn shared_container(fake: &FakeRuntime, name: &str) -> String {
         .unwrap()
 }
 
+/// Runs Guaranteed pod `name` with one started container of `milli`;
+/// returns the container's id.
+pub async fn started_guaranteed(fake: &FakeRuntime, name: &str, milli: u64) -> String {
+    let pod = fake.run_pod(guaranteed_pod(name)).await.unwrap();
+    let id = fake
+        .create_container(&pod, container(name, milli))
+        .await
+        .unwrap();
+    fake.start_container(&id).await.unwrap();
+    id
+}
+
 pub fn guaranteed_pod(name: &str) -> PodSpec {
     PodSpec {
         cgroup_parent: format!("/kubepods/pod-uid-{name}"),
