@@ -773,7 +773,10 @@ async fn go_client_raw_path_authority_is_accepted_on_podresources() {
 /// call) locked every new client out (`DEADLINE_EXCEEDED`) until their
 /// 10-minute maximum age. At the cap a newcomer now evicts the oldest
 /// connection without a call in flight, as the local API does; a client
-/// whose channel was evicted reconnects on its next call.
+/// whose channel was evicted reconnects. Its one call that raced the
+/// GOAWAY may fail (CANCELLED or UNAVAILABLE: tonic does not retry a stream
+/// the server never processed, grpc-go does); the next one is served (a
+/// CI run of `269db4f` met that race).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn regression_idle_connections_at_the_cap_do_not_lock_new_clients_out() {
     use std::sync::Arc;
@@ -837,10 +840,7 @@ async fn regression_idle_connections_at_the_cap_do_not_lock_new_clients_out() {
         .await
         .expect("a new client is served while the cap is full of idle connections")
         .expect("list");
-    tokio::time::timeout(PATIENCE, list(kept.clone()))
-        .await
-        .expect("the kept channel is served again")
-        .expect("list on the kept channel");
+    served_after_eviction(list, kept.clone()).await;
     let another = pinion_api::uds::connect(&config.socket, PATIENCE)
         .await
         .expect("connect");
@@ -860,6 +860,36 @@ async fn regression_idle_connections_at_the_cap_do_not_lock_new_clients_out() {
     let _ = stop.send(true);
     server.await.expect("server");
     handle.shutdown().await;
+}
+
+/// A call on `channel`, whose connection may just have been evicted, is
+/// served: at once, or, when the call raced the server's GOAWAY and failed
+/// with CANCELLED or UNAVAILABLE, at the next call (reconnected).
+async fn served_after_eviction<F, Fut>(list: F, channel: tonic::transport::Channel)
+where
+    F: Fn(tonic::transport::Channel) -> Fut,
+    Fut: std::future::Future<
+        Output = Result<tonic::Response<v1::ListPodResourcesResponse>, tonic::Status>,
+    >,
+{
+    let first = tokio::time::timeout(PATIENCE, list(channel.clone()))
+        .await
+        .expect("the kept channel is answered");
+    match first {
+        Ok(_) => {}
+        Err(status)
+            if matches!(
+                status.code(),
+                tonic::Code::Cancelled | tonic::Code::Unavailable
+            ) =>
+        {
+            tokio::time::timeout(PATIENCE, list(channel))
+                .await
+                .expect("the kept channel is served again")
+                .expect("the call after the one that raced the GOAWAY is served");
+        }
+        Err(status) => panic!("list on the kept channel: {status:?}"),
+    }
 }
 
 /// Waits until `done` holds (bounded by [`PATIENCE`]; not a timing
