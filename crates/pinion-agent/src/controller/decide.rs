@@ -78,6 +78,19 @@ impl Controller {
         if self.workloads.contains_key(&key) {
             if !self.run_has_ended(&key, request, batch) {
                 self.readmit(&key, request)?;
+                // A retry of the same run: its process is placed again (it
+                // may have been moved out since; a pid already there stays).
+                if let Frontend::Standalone {
+                    cgroup,
+                    pid: Some(pid),
+                } = &request.frontend
+                {
+                    batch.after.push(AfterFlush::AddPid {
+                        key: key.clone(),
+                        cgroup: cgroup.clone(),
+                        pid: *pid,
+                    });
+                }
                 if let Some(plugins) = plugins {
                     self.keep_plugin_answers(&key, plugins, None, batch);
                 }
@@ -245,6 +258,8 @@ impl Controller {
             desired.clone(),
         );
         workload.applied = Some(desired);
+        self.admissions += 1;
+        workload.admitted = self.admissions;
         self.workloads.insert(key.clone(), workload);
         if let Some(plugins) = plugins {
             self.keep_plugin_answers(&key, plugins, encoded, batch);

@@ -194,6 +194,33 @@ fn a_retry_of_the_same_run_gets_the_same_answer() {
     assert_eq!(first, again);
 }
 
+/// Found from outside (session 46): a retry of an admitted run by the same
+/// process answered its placement without placing the process. One moved
+/// out of its cgroup since (by hand, or by another cgroup manager) ran on
+/// CPUs it was not given while the answer said it had its own.
+#[test]
+fn regression_a_retry_of_the_same_run_places_its_process_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let mut controller = start(dir.path(), &host).expect("start");
+    let first = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("admit");
+    assert_eq!(host.tree().children[&name("pinion-run-a")].pids, vec![10]);
+    // Someone moves the process out of its cgroup.
+    host.tree()
+        .children
+        .get_mut(&name("pinion-run-a"))
+        .expect("the run's cgroup")
+        .pids
+        .clear();
+    let again = admit(&mut controller, &run("pinion-run-a", Some("2"), 10)).expect("again");
+    assert_eq!(first, again, "the same answer");
+    assert_eq!(
+        host.tree().children[&name("pinion-run-a")].pids,
+        vec![10],
+        "the process is in its cgroup again"
+    );
+}
+
 /// Issue 10: `POST /v1/run` with an id that is already admitted answered 200
 /// "exclusive" to a second caller that was never placed, and a retry with
 /// other cpus got the old answer.

@@ -275,7 +275,10 @@ impl CpusetHost for FakeCgroups {
                 source: std::io::Error::from_raw_os_error(libc::ENOSPC),
             });
         }
-        entry.pids.push(pid);
+        // The kernel lists a process once, however often it is written.
+        if !entry.pids.contains(&pid) {
+            entry.pids.push(pid);
+        }
         tree.root_processes.retain(|p| p.pid != pid);
         tree.log.push(format!("pid {name} {pid}"));
         Ok(())
