@@ -149,6 +149,21 @@ pub fn list(snapshot: &Snapshot) -> v1::ListPodResourcesResponse {
     }
 }
 
+/// `Get`'s answer for pod `namespace`/`name` in `snapshot`: of two pods
+/// sharing the name, the one admitted last ([`model::get`]).
+#[must_use]
+pub fn get(snapshot: &Snapshot, namespace: &str, name: &str) -> Option<v1::PodResources> {
+    let admitted = |uid: &str| snapshot.pod_admitted.get(uid).copied().unwrap_or(0);
+    let pod = model::get(
+        &snapshot.pods,
+        &holdings(snapshot),
+        namespace,
+        name,
+        admitted,
+    )?;
+    Some(wire::pod(model::with_pod_cpus(pod, &snapshot.pod_cpus)))
+}
+
 /// `GetAllocatableResources`' answer for `snapshot` on `topology`, with
 /// the resource plugins' node resources (`plugins`).
 #[must_use]
@@ -192,15 +207,9 @@ impl v1::pod_resources_lister_server::PodResourcesLister for PodResourcesService
             pod_name,
             pod_namespace,
         } = request.into_inner();
-        let found = model::get(
-            &snapshot.pods,
-            &holdings(&snapshot),
-            &pod_namespace,
-            &pod_name,
-        );
-        match found {
+        match get(&snapshot, &pod_namespace, &pod_name) {
             Some(pod) => Ok(Response::new(v1::GetPodResourcesResponse {
-                pod_resources: Some(wire::pod(model::with_pod_cpus(pod, &snapshot.pod_cpus))),
+                pod_resources: Some(pod),
             })),
             None => Err(Status::not_found(not_found_text(&pod_name, &pod_namespace))),
         }

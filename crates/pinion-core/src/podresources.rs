@@ -162,17 +162,23 @@ pub fn list<P: AsRef<Pod>>(
     out
 }
 
-/// The pod `namespace`/`name`, if Pinion holds it.
+/// The pod `namespace`/`name`, if Pinion holds it. Two pods may share
+/// the name for a while (a StatefulSet's pod terminating while its
+/// successor runs): like kubelet, whose pod manager keeps the pod added
+/// last under a name, the one admitted last answers (`admitted`: a larger
+/// number is later; on a tie, the lowest UID).
 #[must_use]
 pub fn get<P: AsRef<Pod>>(
     pods: &BTreeMap<String, P>,
     holdings: &[Holding<'_>],
     namespace: &str,
     name: &str,
+    admitted: impl Fn(&str) -> u64,
 ) -> Option<PodResources> {
     let (uid, pod) = pods
         .iter()
-        .find(|(_, p)| p.as_ref().namespace == namespace && p.as_ref().name == name)?;
+        .filter(|(_, p)| p.as_ref().namespace == namespace && p.as_ref().name == name)
+        .max_by_key(|(uid, _)| (admitted(uid), std::cmp::Reverse(uid.as_str())))?;
     Some(pod_resources(
         uid,
         pod.as_ref(),

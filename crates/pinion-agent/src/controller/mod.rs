@@ -398,6 +398,10 @@ struct Workload {
     /// Its pod's CFS quota was lifted for it (a runtime container given
     /// exclusive CPUs: [`Controller::lift_pod_quotas`]), or tried.
     pod_quota_lifted: bool,
+    /// When it was admitted, in admissions since the start (`0`: recovered
+    /// at start): of two pods sharing a name, podresources answers the one
+    /// admitted last ([`Snapshot::pod_admitted`]).
+    admitted: u64,
 }
 
 impl Workload {
@@ -417,6 +421,7 @@ impl Workload {
             updates_in_flight: 0,
             held_sandbox: None,
             pod_quota_lifted: false,
+            admitted: 0,
         }
     }
 
@@ -506,6 +511,8 @@ pub struct Controller {
     /// The executor's passes so far: each runtime update and snapshot
     /// names the pass it comes from ([`RuntimeUpdate::pass`]).
     passes: u64,
+    /// The admissions so far ([`Workload::admitted`]).
+    admissions: u64,
     shared_tx: watch::Sender<CpuSet>,
     snapshot_tx: watch::Sender<Arc<Snapshot>>,
     /// Exclusive runs' cpuset partitions (`exclusiveCpus.partition`).

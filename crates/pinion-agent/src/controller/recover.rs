@@ -165,6 +165,7 @@ impl Controller {
             counters,
             runtime_updates: parts.runtime_updates,
             passes: 0,
+            admissions: 0,
             shared_tx,
             snapshot_tx,
             partitions: super::partition::Partitions::new(parts.partition),

@@ -73,6 +73,11 @@ pub struct Snapshot {
     /// ([`super::RuntimeUpdate::pass`]).
     #[serde(skip)]
     pub pass: u64,
+    /// When each pod's last container was admitted, by UID (pods
+    /// recovered at start are not listed): podresources' `Get` of a name
+    /// two pods share answers the one admitted last, as kubelet does.
+    #[serde(skip)]
+    pub pod_admitted: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
@@ -178,6 +183,7 @@ impl Controller {
             isolated_cpus: self.host.isolated_cpus(),
             housekeeping: self.housekeeping.lines(),
             pass: self.passes,
+            pod_admitted: self.pod_admitted(),
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -188,6 +194,17 @@ impl Controller {
 
 impl Controller {
     /// See [`Snapshot::pods`].
+    fn pod_admitted(&self) -> BTreeMap<String, u64> {
+        let mut admitted: BTreeMap<String, u64> = BTreeMap::new();
+        for ((uid, _), workload) in &self.workloads {
+            if workload.admitted > 0 {
+                let last = admitted.entry(uid.clone()).or_default();
+                *last = (*last).max(workload.admitted);
+            }
+        }
+        admitted
+    }
+
     fn known_pods(&self) -> BTreeMap<String, Arc<Pod>> {
         let mut pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
         for ((uid, container), workload) in &self.workloads {

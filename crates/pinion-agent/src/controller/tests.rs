@@ -1794,3 +1794,46 @@ fn regression_the_copy_kept_before_a_migration_holds_the_journals_records() {
         b.placement.cpus
     );
 }
+
+/// Found from outside (session 47): podresources' `Get` of a name two pods
+/// share (a StatefulSet's pod terminating while its successor runs)
+/// answered the lowest UID; kubelet answers the pod it added last.
+#[test]
+fn regression_podresources_get_answers_the_pod_admitted_last_under_a_shared_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = FakeCgroups::default();
+    let (mut controller, _updates) = node(&host).start_with_runtime(dir.path()).expect("start");
+    // Both pods are named alike; the successor's UID sorts last. v1 has
+    // no UID: each is told by its container's exclusive CPUs.
+    let a = admit(&mut controller, &runtime_request("pod-a", Some("1"), "ca")).expect("admit a");
+    let b = admit(&mut controller, &runtime_request("pod-b", Some("1"), "cb")).expect("admit b");
+    assert_ne!(a.placement.cpus, b.placement.cpus);
+    let cpus_of =
+        |placement: &Placement| -> Vec<i64> { placement.cpus.iter().map(i64::from).collect() };
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    let pod = &snapshot.pods["pod-a"];
+    let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
+    assert_eq!(
+        (
+            &snapshot.pods["pod-b"].namespace,
+            &snapshot.pods["pod-b"].name
+        ),
+        (&namespace, &name),
+        "the two pods share a name"
+    );
+    let answered = |snapshot: &Snapshot| -> Vec<i64> {
+        let found = crate::podresources::get(snapshot, &namespace, &name).expect("found");
+        found.containers[0].cpu_ids.clone()
+    };
+    assert_eq!(
+        answered(&snapshot),
+        cpus_of(&b.placement),
+        "the pod admitted last, not the lowest UID"
+    );
+
+    // A new runtime container of the earlier pod keeps its placement: no
+    // new admission, the answer stays.
+    admit(&mut controller, &runtime_request("pod-a", Some("1"), "ca2")).expect("readmit a");
+    let snapshot = controller.subscribe_snapshots().borrow().clone();
+    assert_eq!(answered(&snapshot), cpus_of(&b.placement));
+}

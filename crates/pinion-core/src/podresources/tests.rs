@@ -144,10 +144,34 @@ fn pods_are_sorted_by_namespace_and_name_and_get_finds_one_by_both() {
         .collect();
     assert_eq!(order, [("ns1", "z"), ("ns2", "a"), ("ns2", "b")]);
     assert_eq!(
-        get(&pods, &[], "ns2", "b").map(|p| p.uid),
+        get(&pods, &[], "ns2", "b", |_| 0).map(|p| p.uid),
         Some("u1".to_string())
     );
-    assert_eq!(get(&pods, &[], "ns1", "b"), None);
+    assert_eq!(get(&pods, &[], "ns1", "b", |_| 0), None);
+}
+
+/// Found from outside (session 47): while two pods shared a name (a
+/// StatefulSet's pod terminating beside its successor), `Get` answered
+/// the lowest UID; kubelet answers the pod it added last.
+#[test]
+fn regression_get_of_a_name_two_pods_share_answers_the_one_admitted_last() {
+    let pods = pods(vec![pod("u1", "web-0", "ns"), pod("u2", "web-0", "ns")]);
+    let order = |later: &'static str| move |uid: &str| u64::from(uid == later) + 1;
+    assert_eq!(
+        get(&pods, &[], "ns", "web-0", order("u2")).map(|p| p.uid),
+        Some("u2".to_string()),
+        "the successor, admitted last"
+    );
+    assert_eq!(
+        get(&pods, &[], "ns", "web-0", order("u1")).map(|p| p.uid),
+        Some("u1".to_string()),
+        "whatever its UID sorts as"
+    );
+    assert_eq!(
+        get(&pods, &[], "ns", "web-0", |_| 0).map(|p| p.uid),
+        Some("u1".to_string()),
+        "no order known (both recovered at start): the lowest UID"
+    );
 }
 
 #[test]
