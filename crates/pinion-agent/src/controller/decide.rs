@@ -80,17 +80,7 @@ impl Controller {
                 self.readmit(&key, request)?;
                 // A retry of the same run: its process is placed again (it
                 // may have been moved out since; a pid already there stays).
-                if let Frontend::Standalone {
-                    cgroup,
-                    pid: Some(pid),
-                } = &request.frontend
-                {
-                    batch.after.push(AfterFlush::AddPid {
-                        key: key.clone(),
-                        cgroup: cgroup.clone(),
-                        pid: *pid,
-                    });
-                }
+                place_process(&key, request, batch);
                 if let Some(plugins) = plugins {
                     self.keep_plugin_answers(&key, plugins, None, batch);
                 }
@@ -240,17 +230,7 @@ impl Controller {
             self.record_run(&key, cgroup, &desired);
         }
         self.record_scope(&scope, batch);
-        if let Frontend::Standalone {
-            cgroup,
-            pid: Some(pid),
-        } = &request.frontend
-        {
-            batch.after.push(AfterFlush::AddPid {
-                key: key.clone(),
-                cgroup: cgroup.clone(),
-                pid: *pid,
-            });
-        }
+        place_process(&key, request, batch);
         tracing::info!(pod = %key.0, container = %key.1, pool = %desired.pool, cpus = %desired.cpus, "admitted");
         let mut workload = Workload::new(
             request.frontend.clone(),
@@ -510,5 +490,20 @@ impl Controller {
             }
         }
         keys
+    }
+}
+
+/// A standalone run's process joins its cgroup once `batch` is durable.
+fn place_process(key: &Key, request: &AdmitRequest, batch: &mut Batch) {
+    if let Frontend::Standalone {
+        cgroup,
+        pid: Some(pid),
+    } = &request.frontend
+    {
+        batch.after.push(AfterFlush::AddPid {
+            key: key.clone(),
+            cgroup: cgroup.clone(),
+            pid: *pid,
+        });
     }
 }
