@@ -347,23 +347,26 @@ async fn regression_an_update_replys_own_placement_gives_way_to_a_newer_queued_o
         .own_order
         .store(7, std::sync::atomic::Ordering::SeqCst);
 
-    queue_exclusive(&plugin, &pinned, "4-5", 9);
-    fake.update_container(&pinned, &same).await.unwrap();
-    assert_eq!(
-        fake.cpus(&pinned),
-        "4-5",
-        "the queued update is newer than the handler's own: {:?}",
-        fake.log()
-    );
-
-    queue_exclusive(&plugin, &pinned, "6-7", 5);
-    fake.update_container(&pinned, &same).await.unwrap();
-    assert_eq!(
-        fake.cpus(&pinned),
-        "0-1",
-        "the handler's own update is newer than the queued one: {:?}",
-        fake.log()
-    );
+    // (queued CPUs, their order, what the container ends on, why)
+    let cases = [
+        (
+            "4-5",
+            9,
+            "4-5",
+            "the queued update is newer than the handler's own",
+        ),
+        (
+            "6-7",
+            5,
+            "0-1",
+            "the handler's own update is newer than the queued one",
+        ),
+    ];
+    for (queued, order, want, why) in cases {
+        queue_exclusive(&plugin, &pinned, queued, order);
+        fake.update_container(&pinned, &same).await.unwrap();
+        assert_eq!(fake.cpus(&pinned), want, "{why}: {:?}", fake.log());
+    }
     assert_eq!(fake.sessions(), 1, "containerd took both replies");
     plugin.stop().await;
 }

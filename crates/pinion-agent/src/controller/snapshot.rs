@@ -146,6 +146,7 @@ impl Controller {
             .collect();
         let shared_pool = self.engine.shared_pool();
         let pending_plugin_removals = self.pending_removals();
+        let (pods, pod_admitted) = self.known_pods();
         let snapshot = Snapshot {
             machine: Some(self.engine.shared_machine()),
             policy: self.engine.policy().name().to_string(),
@@ -177,13 +178,13 @@ impl Controller {
             pod_cpus: self.engine.pod_cpus().clone(),
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals,
-            pods: self.known_pods(),
+            pods,
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
             isolated_cpus: self.host.isolated_cpus(),
             housekeeping: self.housekeeping.lines(),
             pass: self.passes,
-            pod_admitted: self.pod_admitted(),
+            pod_admitted,
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -193,21 +194,16 @@ impl Controller {
 }
 
 impl Controller {
-    /// See [`Snapshot::pods`].
-    fn pod_admitted(&self) -> BTreeMap<String, u64> {
+    /// See [`Snapshot::pods`] and [`Snapshot::pod_admitted`] (one walk of
+    /// the workloads for both).
+    fn known_pods(&self) -> (BTreeMap<String, Arc<Pod>>, BTreeMap<String, u64>) {
+        let mut pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
         let mut admitted: BTreeMap<String, u64> = BTreeMap::new();
-        for ((uid, _), workload) in &self.workloads {
+        for ((uid, container), workload) in &self.workloads {
             if workload.admitted > 0 {
                 let last = admitted.entry(uid.clone()).or_default();
                 *last = (*last).max(workload.admitted);
             }
-        }
-        admitted
-    }
-
-    fn known_pods(&self) -> BTreeMap<String, Arc<Pod>> {
-        let mut pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
-        for ((uid, container), workload) in &self.workloads {
             let spec = match (&workload.spec, &workload.frontend) {
                 (Some(spec), _) => Arc::clone(spec),
                 (None, Frontend::Standalone { .. }) => {
@@ -226,7 +222,7 @@ impl Controller {
                 }
             }
         }
-        pods
+        (pods, admitted)
     }
 }
 
