@@ -86,6 +86,7 @@ fn snapshot() -> Snapshot {
                 apply_error: None,
                 partition: None,
                 foreign_write: None,
+                admitted: 0,
             });
         }
     }

@@ -760,6 +760,7 @@ mod tests {
                 apply_error: None,
                 partition: None,
                 foreign_write: None,
+                admitted: 0,
             }],
             assignments,
             ..controller::Snapshot::default()

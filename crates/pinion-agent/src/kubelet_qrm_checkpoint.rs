@@ -127,6 +127,7 @@ mod tests {
             apply_error: None,
             partition: None,
             foreign_write: None,
+            admitted: 0,
         }
     }
 

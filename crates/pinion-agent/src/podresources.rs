@@ -150,10 +150,20 @@ pub fn list(snapshot: &Snapshot) -> v1::ListPodResourcesResponse {
 }
 
 /// `Get`'s answer for pod `namespace`/`name` in `snapshot`: of two pods
-/// sharing the name, the one admitted last ([`model::get`]).
+/// sharing the name, the one whose container was admitted last
+/// ([`model::get`]; worked out here, off the admission path, since `Get`
+/// is rare and a name is seldom shared).
 #[must_use]
 pub fn get(snapshot: &Snapshot, namespace: &str, name: &str) -> Option<v1::PodResources> {
-    let admitted = |uid: &str| snapshot.pod_admitted.get(uid).copied().unwrap_or(0);
+    let admitted = |uid: &str| {
+        snapshot
+            .workloads
+            .iter()
+            .filter(|w| w.pod == uid)
+            .map(|w| w.admitted)
+            .max()
+            .unwrap_or(0)
+    };
     let pod = model::get(
         &snapshot.pods,
         &holdings(snapshot),

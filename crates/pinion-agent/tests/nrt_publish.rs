@@ -104,6 +104,7 @@ fn snapshot(topology: &Topology, pods: &[(&str, &str)]) -> Snapshot {
             apply_error: None,
             partition: None,
             foreign_write: None,
+            admitted: 0,
         });
     }
     snapshot.shared_pool = shared;

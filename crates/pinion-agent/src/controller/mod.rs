@@ -400,7 +400,7 @@ struct Workload {
     pod_quota_lifted: bool,
     /// When it was admitted, in admissions since the start (`0`: recovered
     /// at start): of two pods sharing a name, podresources answers the one
-    /// admitted last ([`Snapshot::pod_admitted`]).
+    /// admitted last ([`WorkloadView::admitted`]).
     admitted: u64,
 }
 

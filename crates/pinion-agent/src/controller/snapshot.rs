@@ -73,11 +73,6 @@ pub struct Snapshot {
     /// ([`super::RuntimeUpdate::pass`]).
     #[serde(skip)]
     pub pass: u64,
-    /// When each pod's last container was admitted, by UID (pods
-    /// recovered at start are not listed): podresources' `Get` of a name
-    /// two pods share answers the one admitted last, as kubelet does.
-    #[serde(skip)]
-    pub pod_admitted: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
@@ -127,6 +122,11 @@ pub struct WorkloadView {
     /// whether Pinion repaired it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreign_write: Option<String>,
+    /// When it was admitted, in admissions since the start (`0`: recovered
+    /// at start): podresources' `Get` of a name two pods share answers the
+    /// one admitted last, as kubelet does.
+    #[serde(skip)]
+    pub admitted: u64,
 }
 
 impl Controller {
@@ -146,7 +146,6 @@ impl Controller {
             .collect();
         let shared_pool = self.engine.shared_pool();
         let pending_plugin_removals = self.pending_removals();
-        let (pods, pod_admitted) = self.known_pods();
         let snapshot = Snapshot {
             machine: Some(self.engine.shared_machine()),
             policy: self.engine.policy().name().to_string(),
@@ -178,13 +177,12 @@ impl Controller {
             pod_cpus: self.engine.pod_cpus().clone(),
             plugin_resources: self.plugin_resources(),
             pending_plugin_removals,
-            pods,
+            pods: self.known_pods(),
             recovery: self.start_report.lines.clone(),
             hotplug: self.hotplug_lines.clone(),
             isolated_cpus: self.host.isolated_cpus(),
             housekeeping: self.housekeeping.lines(),
             pass: self.passes,
-            pod_admitted,
         };
         let snapshot = Arc::new(snapshot);
         self.snapshot_tx.send_replace(Arc::clone(&snapshot));
@@ -194,16 +192,10 @@ impl Controller {
 }
 
 impl Controller {
-    /// See [`Snapshot::pods`] and [`Snapshot::pod_admitted`] (one walk of
-    /// the workloads for both).
-    fn known_pods(&self) -> (BTreeMap<String, Arc<Pod>>, BTreeMap<String, u64>) {
+    /// See [`Snapshot::pods`].
+    fn known_pods(&self) -> BTreeMap<String, Arc<Pod>> {
         let mut pods: BTreeMap<String, Arc<Pod>> = BTreeMap::new();
-        let mut admitted: BTreeMap<String, u64> = BTreeMap::new();
         for ((uid, container), workload) in &self.workloads {
-            if workload.admitted > 0 {
-                let last = admitted.entry(uid.clone()).or_default();
-                *last = (*last).max(workload.admitted);
-            }
             let spec = match (&workload.spec, &workload.frontend) {
                 (Some(spec), _) => Arc::clone(spec),
                 (None, Frontend::Standalone { .. }) => {
@@ -222,7 +214,7 @@ impl Controller {
                 }
             }
         }
-        (pods, admitted)
+        pods
     }
 }
 
@@ -258,5 +250,6 @@ fn view(key: &Key, workload: &Workload) -> WorkloadView {
         apply_error: workload.apply_failure.clone(),
         partition: None,
         foreign_write: workload.foreign_mark.as_ref().map(ToString::to_string),
+        admitted: workload.admitted,
     }
 }

@@ -209,6 +209,7 @@ fn workload(pod: &str, frontend: &str, cpus: &str) -> WorkloadView {
         apply_error: None,
         partition: None,
         foreign_write: None,
+        admitted: 0,
     }
 }
 
