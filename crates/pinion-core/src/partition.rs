@@ -12,6 +12,14 @@
 //! partition: the file then reads `isolated invalid (<reason>)`, so the
 //! answer is read back ([`read_back`]). Facts and sources:
 //! `../shared/spec/isolation.md` §1.
+//!
+//! An ancestor's `cpuset.cpus.exclusive` is not Pinion's alone: an
+//! administrator (or another tool) may list CPUs there before Pinion comes,
+//! so that partitions below can use them. Taking a partition apart removes
+//! only the CPUs Pinion added, which it records beside the claim, on the
+//! same directory ([`Claim::added`], the extended attribute
+//! [`PartitionFile::Record`]): the record lives and dies with the cgroup,
+//! survives the agent's restart, and needs no journal.
 
 use std::fmt;
 use std::str::FromStr;
@@ -76,18 +84,34 @@ pub enum PartitionFile {
     Cpus,
     Exclusive,
     Partition,
+    /// Not a file: Pinion's record, on an ancestor, of the CPUs it added to
+    /// that ancestor's `cpuset.cpus.exclusive` (an extended attribute of
+    /// the directory, a CPU list; cgroup v2 keeps `user.` attributes since
+    /// Linux 5.7).
+    Record,
 }
 
 impl PartitionFile {
-    /// The file's name in a cgroup directory.
+    /// The file's name in a cgroup directory (the attribute's name for
+    /// [`PartitionFile::Record`]).
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
             Self::Cpus => "cpuset.cpus",
             Self::Exclusive => "cpuset.cpus.exclusive",
             Self::Partition => "cpuset.cpus.partition",
+            Self::Record => "user.pinion.exclusive",
         }
     }
+}
+
+/// An ancestor's claim, as read before a plan: what its
+/// `cpuset.cpus.exclusive` lists, and what of that Pinion added (its
+/// record; what else is listed is someone else's and stays).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claim {
+    pub listed: CpuSet,
+    pub added: CpuSet,
 }
 
 /// One write of a plan: `value` into `file` of level `level` of the
@@ -113,25 +137,36 @@ fn cpus_value(cpus: &CpuSet) -> String {
 }
 
 /// The writes that make the last level of a path a `mode` partition of
-/// `cpus`, given each ancestor's current `cpuset.cpus.exclusive`
-/// (`ancestors[0]` the topmost; the container's cgroup is level
-/// `ancestors.len()`). Ancestors already listing the CPUs are not written.
-/// `Member` needs no writes.
+/// `cpus`, given each ancestor's claim (`ancestors[0]` the topmost; the
+/// container's cgroup is level `ancestors.len()`). An ancestor that does
+/// not list all the CPUs gets them, its record first: a crash between the
+/// two leaves a record of CPUs not listed, which the take-down passes over,
+/// never a claim Pinion cannot tell its own. Ancestors already listing the
+/// CPUs are not written. `Member` needs no writes.
 #[must_use]
-pub fn make_plan(ancestors: &[CpuSet], cpus: &CpuSet, mode: PartitionMode) -> Vec<PartitionWrite> {
+pub fn make_plan(ancestors: &[Claim], cpus: &CpuSet, mode: PartitionMode) -> Vec<PartitionWrite> {
     if mode == PartitionMode::Member || cpus.is_empty() {
         return Vec::new();
     }
-    let mut plan: Vec<PartitionWrite> = ancestors
-        .iter()
-        .enumerate()
-        .filter(|(_, current)| !cpus.is_subset(current))
-        .map(|(level, current)| PartitionWrite {
+    let mut plan = Vec::new();
+    for (level, claim) in ancestors.iter().enumerate() {
+        if cpus.is_subset(&claim.listed) {
+            continue;
+        }
+        plan.push(PartitionWrite {
+            level,
+            file: PartitionFile::Record,
+            value: claim
+                .added
+                .union(&cpus.difference(&claim.listed))
+                .to_string(),
+        });
+        plan.push(PartitionWrite {
             level,
             file: PartitionFile::Exclusive,
-            value: current.union(cpus).to_string(),
-        })
-        .collect();
+            value: claim.listed.union(cpus).to_string(),
+        });
+    }
     let leaf = ancestors.len();
     for (file, value) in [
         (PartitionFile::Cpus, cpus.to_string()),
@@ -148,11 +183,13 @@ pub fn make_plan(ancestors: &[CpuSet], cpus: &CpuSet, mode: PartitionMode) -> Ve
 }
 
 /// The writes that take apart a partition of `cpus` at the last level of a
-/// path: `member`, then the container's `exclusive` emptied, then each
-/// ancestor's `exclusive` without the CPUs, bottom-up (`ancestors` as in
-/// [`make_plan`]; ancestors not listing any of them are not written).
+/// path: `member`, then the container's `exclusive` emptied, then, bottom-up,
+/// each ancestor's `exclusive` without the CPUs Pinion added there, and its
+/// record without them after (`ancestors` as in [`make_plan`]). CPUs an
+/// ancestor listed before Pinion stay listed; an ancestor Pinion added none
+/// of them to is not written.
 #[must_use]
-pub fn unmake_plan(ancestors: &[CpuSet], cpus: &CpuSet) -> Vec<PartitionWrite> {
+pub fn unmake_plan(ancestors: &[Claim], cpus: &CpuSet) -> Vec<PartitionWrite> {
     let leaf = ancestors.len();
     let mut plan = vec![
         PartitionWrite {
@@ -166,14 +203,23 @@ pub fn unmake_plan(ancestors: &[CpuSet], cpus: &CpuSet) -> Vec<PartitionWrite> {
             value: EMPTY.to_string(),
         },
     ];
-    for (level, current) in ancestors.iter().enumerate().rev() {
-        if current.intersection_len(cpus) > 0 {
+    for (level, claim) in ancestors.iter().enumerate().rev() {
+        let ours = claim.added.intersection(cpus);
+        if ours.is_empty() {
+            continue;
+        }
+        if claim.listed.intersection_len(&ours) > 0 {
             plan.push(PartitionWrite {
                 level,
                 file: PartitionFile::Exclusive,
-                value: cpus_value(&current.difference(cpus)),
+                value: cpus_value(&claim.listed.difference(&ours)),
             });
         }
+        plan.push(PartitionWrite {
+            level,
+            file: PartitionFile::Record,
+            value: claim.added.difference(&ours).to_string(),
+        });
     }
     plan
 }
@@ -235,13 +281,27 @@ mod tests {
         assert!(err.to_string().contains("\"isolate\""));
     }
 
+    /// An ancestor listing `listed`, of which Pinion added `added`.
+    fn claim(listed: &str, added: &str) -> Claim {
+        Claim {
+            listed: set(listed),
+            added: set(added),
+        }
+    }
+
     #[test]
-    fn make_claims_ancestors_top_down_then_cpus_exclusive_partition_of_the_child() {
-        let plan = make_plan(&[set(""), set("6")], &set("2-3"), PartitionMode::Isolated);
+    fn make_claims_ancestors_top_down_record_first_then_cpus_exclusive_partition_of_the_child() {
+        let plan = make_plan(
+            &[claim("", ""), claim("6", "6")],
+            &set("2-3"),
+            PartitionMode::Isolated,
+        );
         assert_eq!(
             writes(&plan),
             vec![
+                (0, "user.pinion.exclusive", "2-3"),
                 (0, "cpuset.cpus.exclusive", "2-3"),
+                (1, "user.pinion.exclusive", "2-3,6"),
                 (1, "cpuset.cpus.exclusive", "2-3,6"),
                 (2, "cpuset.cpus", "2-3"),
                 (2, "cpuset.cpus.exclusive", "2-3"),
@@ -251,11 +311,16 @@ mod tests {
     }
 
     #[test]
-    fn make_skips_ancestors_that_list_the_cpus_already() {
-        let plan = make_plan(&[set("0-7"), set("1")], &set("2-3"), PartitionMode::Root);
+    fn make_skips_ancestors_that_list_the_cpus_already_and_records_only_what_it_adds() {
+        let plan = make_plan(
+            &[claim("0-7", ""), claim("1-2", "")],
+            &set("2-3"),
+            PartitionMode::Root,
+        );
         assert_eq!(
             writes(&plan),
             vec![
+                (1, "user.pinion.exclusive", "3"),
                 (1, "cpuset.cpus.exclusive", "1-3"),
                 (2, "cpuset.cpus", "2-3"),
                 (2, "cpuset.cpus.exclusive", "2-3"),
@@ -266,27 +331,29 @@ mod tests {
 
     #[test]
     fn member_and_empty_sets_need_no_writes() {
-        assert!(make_plan(&[set("")], &set("2"), PartitionMode::Member).is_empty());
-        assert!(make_plan(&[set("")], &set(""), PartitionMode::Isolated).is_empty());
+        assert!(make_plan(&[claim("", "")], &set("2"), PartitionMode::Member).is_empty());
+        assert!(make_plan(&[claim("", "")], &set(""), PartitionMode::Isolated).is_empty());
     }
 
     #[test]
-    fn unmake_writes_member_first_then_empties_exclusive_child_first() {
-        let plan = unmake_plan(&[set("2-3"), set("2-3,6")], &set("2-3"));
+    fn unmake_writes_member_first_then_empties_exclusive_child_first_then_the_records() {
+        let plan = unmake_plan(&[claim("2-3", "2-3"), claim("2-3,6", "2-3,6")], &set("2-3"));
         assert_eq!(
             writes(&plan),
             vec![
                 (2, "cpuset.cpus.partition", "member"),
                 (2, "cpuset.cpus.exclusive", "\n"),
                 (1, "cpuset.cpus.exclusive", "6"),
+                (1, "user.pinion.exclusive", "6"),
                 (0, "cpuset.cpus.exclusive", "\n"),
+                (0, "user.pinion.exclusive", ""),
             ]
         );
     }
 
     #[test]
     fn unmake_leaves_ancestors_without_the_cpus_alone() {
-        let plan = unmake_plan(&[set("4-5")], &set("2-3"));
+        let plan = unmake_plan(&[claim("4-5", "4-5")], &set("2-3"));
         assert_eq!(
             writes(&plan),
             vec![
@@ -296,23 +363,52 @@ mod tests {
         );
     }
 
+    /// Found from outside (sessions 47–49's notes): the take-down removed
+    /// the partition's CPUs from every ancestor's `cpuset.cpus.exclusive`,
+    /// also where an administrator had listed them before Pinion came
+    /// (Pinion's make had skipped that ancestor). Now an ancestor loses
+    /// only what Pinion's record says it added.
     #[test]
-    fn make_then_unmake_restores_each_ancestors_claim() {
-        let before = [set("8"), set("")];
+    fn regression_take_down_keeps_the_cpus_an_ancestor_listed_before_pinion() {
+        let before = [claim("1-7", ""), claim("6", "")];
         let cpus = set("2-3");
-        let mut after: Vec<CpuSet> = before.to_vec();
-        for w in make_plan(&before, &cpus, PartitionMode::Isolated) {
-            if w.level < after.len() {
-                after[w.level] = set(&w.value);
+        let mut after = before.to_vec();
+        let apply = |after: &mut Vec<Claim>, plan: Vec<PartitionWrite>| {
+            for w in plan {
+                let Some(claim) = after.get_mut(w.level) else {
+                    continue;
+                };
+                match w.file {
+                    PartitionFile::Exclusive => claim.listed = set(w.value.trim()),
+                    PartitionFile::Record => claim.added = set(&w.value),
+                    _ => {}
+                }
             }
-        }
-        assert!(after.iter().all(|a| cpus.is_subset(a)));
-        for w in unmake_plan(&after, &cpus) {
-            if w.level < after.len() {
-                after[w.level] = set(w.value.trim());
-            }
-        }
+        };
+        apply(
+            &mut after,
+            make_plan(&before, &cpus, PartitionMode::Isolated),
+        );
+        assert_eq!(after, [claim("1-7", ""), claim("2-3,6", "2-3")]);
+        let plan = unmake_plan(&after, &cpus);
+        apply(&mut after, plan);
         assert_eq!(after, before);
+    }
+
+    /// A record of CPUs the ancestor no longer lists (the exclusive write
+    /// of a make never happened, or someone removed them since): the
+    /// record is cleared, the `exclusive` file not written.
+    #[test]
+    fn unmake_clears_a_record_of_cpus_no_longer_listed_without_writing_the_claim() {
+        let plan = unmake_plan(&[claim("6", "2-3,6")], &set("2-3"));
+        assert_eq!(
+            writes(&plan),
+            vec![
+                (1, "cpuset.cpus.partition", "member"),
+                (1, "cpuset.cpus.exclusive", "\n"),
+                (0, "user.pinion.exclusive", "6"),
+            ]
+        );
     }
 
     #[test]

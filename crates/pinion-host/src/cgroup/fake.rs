@@ -492,6 +492,9 @@ pub struct FakePartitions {
     /// Directories removed ([`FakePartitions::remove_dir`]): their files
     /// read as missing and writes fail with `NotFound`.
     pub removed: std::collections::BTreeSet<std::path::PathBuf>,
+    /// Pinion's records by directory (the extended attribute; not in
+    /// `writes`). Their writes fail when `fail_files` names the attribute.
+    pub records: BTreeMap<std::path::PathBuf, String>,
 }
 
 impl FakePartitions {
@@ -535,6 +538,7 @@ impl FakePartitions {
     pub fn remove_dir(&mut self, dir: &str) {
         let dir = std::path::PathBuf::from(dir);
         self.files.retain(|d, _| !d.starts_with(&dir));
+        self.records.retain(|d, _| !d.starts_with(&dir));
         self.removed.insert(dir);
     }
 
@@ -640,6 +644,28 @@ impl super::partition::PartitionFiles for FakePartitions {
             .entry(dir.to_path_buf())
             .or_default()
             .insert(file.to_string(), stored);
+        Ok(())
+    }
+
+    fn read_record(&self, dir: &std::path::Path) -> Result<Option<String>, CgroupError> {
+        Ok(self.records.get(dir).cloned())
+    }
+
+    fn write_record(&mut self, dir: &std::path::Path, value: &str) -> Result<(), CgroupError> {
+        let name = pinion_core::partition::PartitionFile::Record.name();
+        let refuse = |kind: std::io::ErrorKind| CgroupError::Io {
+            op: CgroupOp::Write,
+            path: dir.join(name),
+            data: Some(value.to_string()),
+            source: kind.into(),
+        };
+        if self.is_removed(dir) {
+            return Err(refuse(std::io::ErrorKind::NotFound));
+        }
+        if self.fail_files.contains(name) {
+            return Err(refuse(std::io::ErrorKind::Unsupported));
+        }
+        self.records.insert(dir.to_path_buf(), value.to_string());
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ pub mod resources;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use pinion_core::partition::PartitionMode;
+use pinion_core::partition::{PartitionFile, PartitionMode};
 use pinion_core::placement::ResourceSettings;
 use pinion_core::CpuSet;
 
@@ -308,6 +308,39 @@ impl partition::PartitionFiles for RealPartitionFiles {
 
     fn write(&mut self, dir: &Path, file: &str, value: &str) -> Result<(), CgroupError> {
         fs_ops::write(&dir.join(file), value)
+    }
+
+    /// The directory's extended attribute (the kernel bounds its size:
+    /// 64 KiB at most). A filesystem without extended attributes has no
+    /// record (writing one then fails, naming why), and neither has a
+    /// directory removed since its claim was read.
+    fn read_record(&self, dir: &Path) -> Result<Option<String>, CgroupError> {
+        let name = PartitionFile::Record.name();
+        match xattr::get(dir, name) {
+            Ok(value) => Ok(value.map(|bytes| String::from_utf8_lossy(&bytes).into_owned())),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP)
+                    || e.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            Err(source) => Err(CgroupError::Io {
+                op: CgroupOp::Read,
+                path: dir.join(name),
+                data: None,
+                source,
+            }),
+        }
+    }
+
+    fn write_record(&mut self, dir: &Path, value: &str) -> Result<(), CgroupError> {
+        let name = PartitionFile::Record.name();
+        xattr::set(dir, name, value.as_bytes()).map_err(|source| CgroupError::Io {
+            op: CgroupOp::Write,
+            path: dir.join(name),
+            data: Some(value.to_string()),
+            source,
+        })
     }
 }
 

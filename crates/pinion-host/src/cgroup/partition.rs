@@ -54,11 +54,28 @@ pub enum PartitionOutcome {
     Fallback { reason: String },
 }
 
-/// Reads and writes cpuset files of the directories on a partition's path.
+/// Reads and writes cpuset files of the directories on a partition's path,
+/// and Pinion's record on them ([`PartitionFile::Record`]).
 pub trait PartitionFiles {
     /// The file's text; `None` when it does not exist (a kernel without it).
     fn read(&self, dir: &Path, file: &str) -> Result<Option<String>, CgroupError>;
     fn write(&mut self, dir: &Path, file: &str, value: &str) -> Result<(), CgroupError>;
+    /// The record's text; `None` when the directory has none.
+    fn read_record(&self, dir: &Path) -> Result<Option<String>, CgroupError>;
+    fn write_record(&mut self, dir: &Path, value: &str) -> Result<(), CgroupError>;
+}
+
+/// One write of a plan, to a file or to the record.
+fn apply(
+    files: &mut dyn PartitionFiles,
+    chain: &[PathBuf],
+    write: &partition::PartitionWrite,
+) -> Result<(), CgroupError> {
+    let dir = &chain[write.level];
+    match write.file {
+        PartitionFile::Record => files.write_record(dir, &write.value),
+        file => files.write(dir, file.name(), &write.value),
+    }
 }
 
 /// Makes the last directory of `chain` (the directories from below the
@@ -97,7 +114,7 @@ pub fn make(
         });
     }
     for write in partition::make_plan(&claims[..ancestors.len()], cpus, mode) {
-        if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
+        if let Err(err) = apply(files, chain, &write) {
             return undo(files, chain, cpus, err.to_string());
         }
     }
@@ -130,7 +147,9 @@ pub fn make(
 /// returned. A kernel without `cpuset.cpus.exclusive` has nothing to undo.
 /// When the cgroup (or an ancestor) is gone already — the runtime removed a
 /// stopped container's cgroup, which the kernel resets to a member —, the
-/// directories still there lose the CPUs from their `exclusive`.
+/// directories still there lose the CPUs Pinion added to their `exclusive`.
+/// An ancestor whose `exclusive` write failed keeps its record, so the
+/// next try removes the same CPUs.
 pub fn unmake(
     files: &mut dyn PartitionFiles,
     chain: &[PathBuf],
@@ -143,11 +162,15 @@ pub fn unmake(
     let there = claims.len();
     let ancestors = &claims[..there.min(chain.len() - 1)];
     let mut first = None;
+    let mut refused = Vec::new();
     for write in partition::unmake_plan(ancestors, cpus) {
-        if write.level >= there {
+        if write.level >= there
+            || (write.file == PartitionFile::Record && refused.contains(&write.level))
+        {
             continue;
         }
-        if let Err(err) = files.write(&chain[write.level], write.file.name(), &write.value) {
+        if let Err(err) = apply(files, chain, &write) {
+            refused.push(write.level);
             first.get_or_insert(err);
         }
     }
@@ -217,25 +240,32 @@ fn undo(
     PartitionOutcome::Fallback { reason }
 }
 
-/// Each directory's `cpuset.cpus.exclusive`, top first, down to the first
-/// directory without the file (shorter than `chain`: at the top, a kernel
-/// before 6.7; further down, a directory that is gone).
+/// Each directory's claim (its `cpuset.cpus.exclusive`, and Pinion's
+/// record of what it added there), top first, down to the first directory
+/// without the file (shorter than `chain`: at the top, a kernel before 6.7;
+/// further down, a directory that is gone). A record that is no CPU list
+/// (damaged by hand) counts as empty: Pinion then removes nothing it cannot
+/// tell its own, and the next make writes the record whole again.
 fn exclusive_claims(
     files: &dyn PartitionFiles,
     chain: &[PathBuf],
-) -> Result<Vec<CpuSet>, CgroupError> {
+) -> Result<Vec<partition::Claim>, CgroupError> {
     let mut claims = Vec::with_capacity(chain.len());
     for dir in chain {
         let file = PartitionFile::Exclusive.name();
         let Some(text) = files.read(dir, file)? else {
             break;
         };
-        let set = CpuSet::parse_list(text.trim()).map_err(|err| CgroupError::Malformed {
+        let listed = CpuSet::parse_list(text.trim()).map_err(|err| CgroupError::Malformed {
             path: dir.join(file),
             text: text.trim().to_string(),
             reason: err.to_string(),
         })?;
-        claims.push(set);
+        let added = files
+            .read_record(dir)?
+            .and_then(|text| CpuSet::parse_list(text.trim()).ok())
+            .unwrap_or_default();
+        claims.push(partition::Claim { listed, added });
     }
     Ok(claims)
 }

@@ -482,9 +482,12 @@ fi
 # isolated remote partition once containerd created its task (NRI
 # StartContainer): it reads `isolated`, its CPUs are listed in the root's
 # cpuset.cpus.isolated and are out of the burstable container's effective
-# cpuset; its stop takes the partition apart (kubepods claims nothing any
-# more). A kernel without cpuset.cpus.exclusive (before 6.7) or cgroup v1:
-# the container runs all the same and `pinion ps` marks the fallback.
+# cpuset; its stop takes the partition apart: the pod's cgroup claims
+# nothing any more, and kubepods claims what an administrator listed there
+# before (every CPU but the first, written here before the pod), as it did
+# before Pinion came. A kernel without cpuset.cpus.exclusive (before 6.7)
+# or cgroup v1: the container runs all the same and `pinion ps` marks the
+# fallback.
 
 printf 'exclusiveCpus:\n  partition: isolated\n' >>"$E2E_STATE/config.yaml"
 n=$(synced)
@@ -492,6 +495,15 @@ agent_stop TERM
 agent_start --nri-socket "$NRI_SOCK" "$@" && wait_for 60 synced_more_than "$n"
 check_true "partition: the agent restarts with exclusiveCpus.partition isolated" synced_more_than "$n"
 root_isolated=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)/cpuset.cpus.isolated
+kubepods=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)/kubepods
+kubepods_was=
+admin_claim=
+if [ "$(cgroup_version)" = v2 ] && [ -f "$kubepods/cpuset.cpus.exclusive" ]; then
+    kubepods_was=$(cat "$kubepods/cpuset.cpus.exclusive")
+    admin_claim=$(cpus_expand "$all" | cut -d' ' -f2- | tr ' ' ',')
+    echo "$admin_claim" >"$kubepods/cpuset.cpus.exclusive" ||
+        fail "partition: an administrator's claim on kubepods ($admin_claim) is written" "refused"
+fi
 if PP=$(cri runp --pod-name isolated --pod-uid "$POD_P" --qos guaranteed 2>"$S/cri.err") &&
     P=$(cri create --pod-id "$PP" --pod-name isolated --pod-uid "$POD_P" --qos guaranteed \
         --name solo --image "$IMAGE" --cpu-request "$want" --memory-limit 64Mi -- $SLEEP 2>"$S/cri.err") &&
@@ -510,19 +522,24 @@ if PP=$(cri runp --pod-name isolated --pod-uid "$POD_P" --qos guaranteed 2>"$S/c
         check_eq "partition: the burstable container's effective cpuset excludes them" "" \
             "$(cpus_intersect "$(cat "$(cpuset_dir "$bpid")/cpuset.cpus.effective")" "$pcpus")"
         check_contains "partition: pinion ps marks it [isolated]" "[isolated]" "$out"
-        kubepods=$(dirname "$(dirname "$pdir")")
+        poddir=$(dirname "$pdir")
         cri stop "$P" && cri rm "$P" && cri stopp "$PP" && cri rmp "$PP" ||
             fail "partition: pod removed" "CRI stop/remove failed"
         echo "ISOLATED after the container: '$(cat "$root_isolated")'"
         check_eq "partition: after its removal cpuset.cpus.isolated no longer lists its cpus" "" \
             "$(cpus_intersect "$(cat "$root_isolated")" "$pcpus")"
-        check_eq "partition: kubepods' cpuset.cpus.exclusive gave its cpus back" "" \
-            "$(cpus_intersect "$(cat "$kubepods/cpuset.cpus.exclusive")" "$pcpus")"
+        if [ -d "$poddir" ]; then
+            check_eq "partition: the pod's cgroup gave its cpus back" "" \
+                "$(cpus_intersect "$(cat "$poddir/cpuset.cpus.exclusive")" "$pcpus")"
+        fi
+        check_eq "partition: kubepods' cpuset.cpus.exclusive is the administrator's claim again ($admin_claim; cpus $pcpus)" \
+            "$(cpus_expand "$admin_claim")" "$(cpus_expand "$(cat "$kubepods/cpuset.cpus.exclusive")")"
     else
         check_contains "partition: without cpuset.cpus.exclusive pinion ps marks the fallback" "[member!]" "$out"
         cri stop "$P" && cri rm "$P" && cri stopp "$PP" && cri rmp "$PP" ||
             fail "partition: pod removed" "CRI stop/remove failed"
     fi
+    [ -n "$admin_claim" ] && printf '%s\n' "$kubepods_was" >"$kubepods/cpuset.cpus.exclusive"
     wait_for 60 grown || true
     check_eq "partition: the burstable container back on every cpu" "$(cpus_expand "$all")" \
         "$(cpus_expand "$(proc_field "$bpid" Cpus_allowed_list)")"

@@ -281,3 +281,158 @@ fn regression_an_old_kernels_fallback_reason_is_the_same_for_every_cgroup() {
         "{reason}"
     );
 }
+
+/// Found from outside (sessions 47–49's notes): the take-down removed the
+/// partition's CPUs from every ancestor's `cpuset.cpus.exclusive`, also
+/// from one an administrator had listed them in before Pinion came, so
+/// that partitions below could use them. Pinion now records what it adds
+/// (the directory's `user.pinion.exclusive`) and takes back only that.
+#[test]
+fn regression_take_down_leaves_an_ancestors_own_claim_listed() {
+    let mut files = FakePartitions::default();
+    files
+        .write(Path::new("pods"), "cpuset.cpus.exclusive", "1-7")
+        .unwrap();
+    let three = vec![
+        PathBuf::from("pods"),
+        PathBuf::from("pods/p1"),
+        PathBuf::from("pods/p1/c1"),
+    ];
+    files.writes.clear();
+    let outcome = make(&mut files, &three, &set("2-3"), PartitionMode::Isolated);
+    assert!(
+        matches!(outcome, PartitionOutcome::Made { .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        writes(&files),
+        vec![
+            "pods/p1/cpuset.cpus.exclusive=2-3",
+            "pods/p1/c1/cpuset.cpus=2-3",
+            "pods/p1/c1/cpuset.cpus.exclusive=2-3",
+            "pods/p1/c1/cpuset.cpus.partition=isolated",
+        ],
+        "the administrator's claim already lists the cpus: not written"
+    );
+    assert_eq!(files.records.get(Path::new("pods")), None);
+    assert_eq!(
+        files.records.get(Path::new("pods/p1")).map(String::as_str),
+        Some("2-3")
+    );
+    files.writes.clear();
+    unmake(&mut files, &three, &set("2-3")).unwrap();
+    assert_eq!(
+        writes(&files),
+        vec![
+            "pods/p1/c1/cpuset.cpus.partition=member",
+            "pods/p1/c1/cpuset.cpus.exclusive=",
+            "pods/p1/cpuset.cpus.exclusive=",
+        ]
+    );
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "1-7");
+    assert_eq!(
+        files.records.get(Path::new("pods/p1")).map(String::as_str),
+        Some("")
+    );
+}
+
+/// Where the record cannot be kept (a filesystem without extended
+/// attributes), no claim is made that the take-down could not tell apart:
+/// the partition falls back, naming the attribute.
+#[test]
+fn a_record_that_cannot_be_written_falls_back_naming_it_and_claims_nothing() {
+    let mut files = FakePartitions::default();
+    files
+        .fail_files
+        .insert(PartitionFile::Record.name().to_string());
+    let PartitionOutcome::Fallback { reason } =
+        make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated)
+    else {
+        panic!("made a partition without its record");
+    };
+    assert!(reason.contains("pods/user.pinion.exclusive"), "{reason}");
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "");
+    assert!(
+        files.writes.iter().all(|(dir, _, _)| dir == "pods/c1"),
+        "only the container's cgroup is set back to a member: {:?}",
+        files.writes
+    );
+}
+
+/// A take-down whose ancestor write failed keeps that ancestor's record:
+/// the next try removes the same CPUs (the agent tries again each pass).
+#[test]
+fn a_refused_ancestor_write_keeps_its_record_for_the_next_try() {
+    let mut files = FakePartitions::default();
+    make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    files.fail_files.insert("cpuset.cpus.exclusive".to_string());
+    assert!(unmake(&mut files, &chain(), &set("2-3")).is_err());
+    assert_eq!(
+        files.records.get(Path::new("pods")).map(String::as_str),
+        Some("2-3")
+    );
+    files.fail_files.clear();
+    unmake(&mut files, &chain(), &set("2-3")).unwrap();
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "");
+    assert_eq!(
+        files.records.get(Path::new("pods")).map(String::as_str),
+        Some("")
+    );
+}
+
+/// A record damaged by hand counts as empty: nothing is removed that
+/// Pinion cannot tell its own, and the next make writes it whole.
+#[test]
+fn a_damaged_record_removes_nothing_and_is_written_whole_again() {
+    let mut files = FakePartitions::default();
+    make(&mut files, &chain(), &set("2-3"), PartitionMode::Isolated);
+    files
+        .records
+        .insert(PathBuf::from("pods"), "two-three".to_string());
+    unmake(&mut files, &chain(), &set("2-3")).unwrap();
+    assert_eq!(files.get(Path::new("pods"), "cpuset.cpus.exclusive"), "2-3");
+    let second = vec![PathBuf::from("pods"), PathBuf::from("pods/c2")];
+    make(&mut files, &second, &set("5"), PartitionMode::Isolated);
+    assert_eq!(
+        files.records.get(Path::new("pods")).map(String::as_str),
+        Some("5")
+    );
+}
+
+/// The same on a real filesystem: the record is the directory's extended
+/// attribute, and an ancestor's own claim survives the take-down.
+#[test]
+fn cgroupfs_record_is_an_extended_attribute_and_an_ancestors_claim_stays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mount = dir.path().to_path_buf();
+    let kubepods = mount.join("kubepods");
+    let pod = kubepods.join("podu");
+    let leaf = pod.join("c1");
+    fs::create_dir_all(&leaf).unwrap();
+    for d in [&kubepods, &pod, &leaf] {
+        fs::write(d.join("cpuset.cpus.exclusive"), "").unwrap();
+    }
+    fs::write(kubepods.join("cpuset.cpus.exclusive"), "1-7\n").unwrap();
+    let mut cgroups = Cgroups::new(CgroupVersion::V2, mount.clone(), mount.join("pinion"));
+    let cgroup = crate::cgroup::ContainerCgroup::resolve("/kubepods/podu/c1").unwrap();
+    let target = PartitionTarget::Container(cgroup);
+    let outcome = cgroups.make_partition(&target, &set("4-5"), PartitionMode::Isolated);
+    assert!(
+        matches!(outcome, PartitionOutcome::Made { .. }),
+        "{outcome:?}"
+    );
+    let record = |d: &Path| xattr::get(d, PartitionFile::Record.name()).unwrap();
+    assert_eq!(record(&pod), Some(b"4-5".to_vec()));
+    assert_eq!(record(&kubepods), None);
+    fs::remove_dir_all(&leaf).unwrap();
+    cgroups.unmake_partition(&target, &set("4-5")).unwrap();
+    assert_eq!(
+        fs::read_to_string(kubepods.join("cpuset.cpus.exclusive")).unwrap(),
+        "1-7\n"
+    );
+    assert_eq!(
+        fs::read_to_string(pod.join("cpuset.cpus.exclusive")).unwrap(),
+        "\n"
+    );
+    assert_eq!(record(&pod), Some(Vec::new()));
+}
