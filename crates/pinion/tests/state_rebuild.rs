@@ -516,10 +516,18 @@ fn state_rebuild_is_a_dry_run_until_write_and_keeps_the_damaged_file() {
         b"{\"policyName\":\"sta"
     );
 
+    // An agent start that found its journal incomplete and failed left
+    // its mark (session 49): the offline rebuild answers it.
+    let mark = Path::new(state).join(pinion_host::journal::INCOMPLETE_MARK);
+    std::fs::write(&mark, "journal … ends in an incomplete batch").expect("mark");
     let mut write = common_args.to_vec();
     write.push("--write");
     let (ok, text) = pinion_out(&write);
     assert!(ok, "{text}");
+    assert!(
+        !mark.exists(),
+        "the rebuild written removes the mark: {text}"
+    );
     let kept = node.kept("cpu_manager_state.unreadable-");
     assert_eq!(kept.len(), 1, "{text}");
     // Found from outside (session 45): the runtime's containers, in no

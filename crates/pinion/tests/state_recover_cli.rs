@@ -488,6 +488,31 @@ fn regression_verify_and_migrate_refuse_a_journal_the_agent_would_not_replay() {
             text(&out)
         );
     }
+
+    // Session 49: an agent start opened it (the tail cut, the journal
+    // marked incomplete) and failed before it recorded its rebuild. The
+    // journal reads cleanly now; the agent still rebuilds, so both still
+    // refuse, naming the mark.
+    drop(StateStore::open(node.dir.path(), "static").expect("an agent's open"));
+    for command in ["verify", "migrate"] {
+        let out = pinion(&[
+            "state",
+            command,
+            &node.path,
+            "--sysroot",
+            &node.root,
+            "--num-reserved",
+            "2",
+        ]);
+        assert!(!out.status.success(), "{command}: {}", text(&out));
+        assert!(
+            text(&out).contains("pinion_journal.rebuild-due")
+                && text(&out).contains("ends in an incomplete batch")
+                && text(&out).contains("pinion state rebuild"),
+            "{command}: {}",
+            text(&out)
+        );
+    }
 }
 
 /// Appends side-data records (kind, key, JSON value) to the journal beside

@@ -12,7 +12,7 @@ use std::path::Path;
 use pinion_host::cgroup::fake::FakeCgroups;
 use pinion_host::journal::format::FRAME_HEADER;
 use pinion_host::journal::scan::scan;
-use pinion_host::journal::JOURNAL;
+use pinion_host::journal::{INCOMPLETE_MARK, JOURNAL};
 use proptest::prelude::*;
 
 use super::*;
@@ -282,5 +282,152 @@ fn regression_an_incomplete_journal_does_not_skip_the_configuration_check() {
                 assert!(now.is_disjoint(&b_cpus), "b's cpu is reserved now: {now}");
             }
         }
+    }
+}
+
+/// How a start after a damaged journal fails in
+/// [`regression_a_start_that_fails_after_cutting_a_damaged_journal_leaves_the_next_one_rebuilding`].
+#[derive(Debug, Clone, Copy)]
+enum FailedStart {
+    /// A configuration that does not fit, with `migrateOnStart: false`.
+    Refused,
+    /// The `fdatasync` of the start's batch fails.
+    FlushFails,
+}
+
+/// Found from outside (session 49): the open that finds a journal
+/// damaged keeps a copy and cuts the live journal at the damage, durably.
+/// A start that then failed before the state rebuilt from the node was
+/// durable (a configuration refused, an I/O error, a kill) left the next
+/// start a clean journal without the lost records: it rebuilt nothing, the
+/// runtime's containers of the lost batches (and of every batch after the
+/// damage) were moved to the shared pool at the runtime's `Synchronize`,
+/// and their CPUs were handed out again. The open now marks the journal
+/// incomplete before the cut (`pinion_journal.rebuild-due`) and the mark
+/// stays until a start recorded its rebuild.
+#[test]
+fn regression_a_start_that_fails_after_cutting_a_damaged_journal_leaves_the_next_one_rebuilding() {
+    use crate::controller::{Observed, RunningContainer};
+    use crate::testing::runtime_request;
+    use pinion_host::fileops::{Effect, Faults, FileOp};
+
+    for how in [FailedStart::Refused, FailedStart::FlushFails] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let node = SyntheticNode {
+            host: FakeCgroups::default(),
+            ..SyntheticNode::new(machine(1, 4, 2))
+        };
+        let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("start");
+        controller.sync_runtime(&[]).expect("sync");
+        let mut acknowledged = Vec::new();
+        for uid in ["pod-a", "pod-b"] {
+            let request = runtime_request(uid, Some("2"), &format!("c-{uid}"));
+            let admitted = controller
+                .admit(&request, &GatheredHints::default())
+                .expect("admitted");
+            acknowledged.push((request, admitted.placement.cpus));
+        }
+        drop(controller);
+        // pod-a's record damaged; pod-b's batch after it is intact.
+        let path = dir.path().join(JOURNAL);
+        let frames = scan(&std::fs::read(&path).expect("journal"))
+            .expect("readable")
+            .frames;
+        let a = frames
+            .iter()
+            .find(|f| format!("{:?}", f.entry).contains("pod-a"))
+            .expect("pod-a's record");
+        Damage::Flip(usize::try_from(a.offset).expect("offset") + FRAME_HEADER + 2).apply(&path);
+
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut parts = match how {
+            FailedStart::Refused => {
+                let changed = node.clone().with_config(pinion_core::policy::PolicyConfig {
+                    policy: Some("none".into()),
+                    ..pinion_core::policy::PolicyConfig::default()
+                });
+                let mut parts = changed.parts_on(dir.path(), Box::new(node.host.clone()));
+                parts.migrate_on_start = MigrateOnStart::Never;
+                parts
+            }
+            FailedStart::FlushFails => {
+                let (faults, plan) = Faults::new();
+                // The open's erasure of the damaged tail passes; the
+                // start's batch fails (EIO).
+                plan.inject(FileOp::SyncData, Some(JOURNAL), Effect::Pass);
+                plan.inject(FileOp::SyncData, Some(JOURNAL), Effect::Fail(5));
+                let mut parts = node.parts_on(dir.path(), Box::new(node.host.clone()));
+                parts.file_ops = Some(Box::new(faults));
+                parts
+            }
+        };
+        parts.runtime_updates = Some(tx);
+        assert!(
+            Controller::start(parts).is_err(),
+            "{how:?}: the start fails"
+        );
+
+        // The next start, as configured before: it rebuilds from the
+        // runtime, which shows both containers on their CPUs.
+        let (mut controller, _updates) = node.start_with_runtime(dir.path()).expect("restart");
+        assert!(
+            controller.start_report.runtime_rebuild.is_some(),
+            "{how:?}: a rebuild from the runtime is due: {:?}",
+            controller.start_report.lines
+        );
+        let running: Vec<RunningContainer> = acknowledged
+            .iter()
+            .map(|(request, cpus)| RunningContainer {
+                key: (request.pod.uid.clone(), request.container.clone()),
+                container_id: format!("c-{}", request.pod.uid),
+                observed: Observed {
+                    cpus: Some(cpus.clone()),
+                    mems: None,
+                    cpu_quota: Some(-1),
+                },
+                pod: Some(std::sync::Arc::new(request.pod.clone())),
+                cgroup: None,
+                late: None,
+            })
+            .collect();
+        controller.sync_runtime(&running).expect("synchronized");
+        for (request, cpus) in &acknowledged {
+            assert_eq!(
+                controller
+                    .state()
+                    .assignment(&request.pod.uid, &request.container),
+                Some(cpus),
+                "{how:?}: {} keeps its acknowledged cpus",
+                request.pod.uid
+            );
+        }
+        let c = controller
+            .admit(
+                &runtime_request("pod-c", Some("2"), "c-pod-c"),
+                &GatheredHints::default(),
+            )
+            .expect("pod-c admitted");
+        for (request, cpus) in &acknowledged {
+            assert!(
+                c.placement.cpus.is_disjoint(cpus),
+                "{how:?}: pod-c got {} of {}'s {cpus}",
+                c.placement.cpus,
+                request.pod.uid
+            );
+        }
+        drop(controller);
+        // The rebuild is durable now: the mark is gone, and a start after
+        // it takes the journal as it reads.
+        assert!(!dir.path().join(INCOMPLETE_MARK).exists(), "{how:?}");
+        let (controller, _updates) = node.start_with_runtime(dir.path()).expect("third start");
+        assert!(
+            !controller
+                .start_report
+                .lines
+                .iter()
+                .any(|l| l.contains("an earlier start found")),
+            "{how:?}: {:?}",
+            controller.start_report.lines
+        );
     }
 }

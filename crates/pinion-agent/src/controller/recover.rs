@@ -263,6 +263,11 @@ impl Controller {
         let base = base.unwrap_or_else(|| before.state().clone());
         self.record(&base, Some(&side_before))?;
         self.store.flush()?;
+        // The state rebuilt from the node (when the journal was found
+        // incomplete) is durable now; until here every start rebuilds again.
+        if let Err(err) = self.store.rebuild_recorded() {
+            tracing::warn!("the next start rebuilds from the node again: {err}");
+        }
         // The live runs' records follow the durable state (a migration may
         // have moved a run to the shared pool).
         self.sync_run_records();

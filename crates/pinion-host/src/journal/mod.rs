@@ -14,6 +14,12 @@
 //!   of the file is kept and [`Recovery::incomplete`] tells the caller to
 //!   rebuild from the node; a checkpoint replaced by someone else wins — all
 //!   reported in [`Recovery`], never a refusal.
+//! * Before an open cuts or sets aside a journal it could not replay to its
+//!   end, it writes [`INCOMPLETE_MARK`]: until the caller has made the state
+//!   rebuilt from the node durable ([`StateStore::rebuild_recorded`]),
+//!   every open reports the journal incomplete again, so a start that fails
+//!   after the cut (a refused configuration, an I/O error, a kill) does not
+//!   leave the next one a clean journal without the lost decisions.
 //!
 //! File format, compaction order and recovery rules: `docs/checkpoint-format.md`
 //! ("The journal"); the reasoning: `docs/design.md` ("The journal").
@@ -50,6 +56,14 @@ pub use writer::Flushed;
 
 /// The journal's file name in the state directory.
 pub const JOURNAL: &str = "pinion_journal";
+
+/// The file that says an open found the journal incomplete (its text: why)
+/// and the state rebuilt from the node is not durable yet; see the module
+/// documentation.
+pub const INCOMPLETE_MARK: &str = "pinion_journal.rebuild-due";
+
+/// The most of [`INCOMPLETE_MARK`] that is read (a longer one is cut).
+const MAX_MARK_BYTES: u64 = 4096;
 
 /// Errors of the journaled store. Each names the file and the operation;
 /// writes name the records (sequence numbers) and bytes.
@@ -97,6 +111,8 @@ pub enum JournalOp {
     SyncAll,
     Rename,
     SyncDir,
+    /// Removing [`INCOMPLETE_MARK`].
+    RemoveMark,
 }
 
 impl std::fmt::Display for JournalOp {
@@ -120,6 +136,7 @@ impl std::fmt::Display for JournalOp {
             JournalOp::SyncAll => f.write_str("fsync new"),
             JournalOp::Rename => f.write_str("rename new"),
             JournalOp::SyncDir => f.write_str("fsync the directory of new"),
+            JournalOp::RemoveMark => f.write_str("remove"),
         }
     }
 }
@@ -189,6 +206,8 @@ pub struct StateStore {
     checkpoint_id: u64,
     /// Set by a failed compaction, cleared by a successful one.
     backoff: Option<CompactionBackoff>,
+    /// [`INCOMPLETE_MARK`] is on disk.
+    marked: bool,
 }
 
 impl std::fmt::Debug for StateStore {
@@ -205,6 +224,26 @@ impl std::fmt::Debug for StateStore {
 struct CheckpointFile {
     bytes: Option<Vec<u8>>,
     checkpoint: Option<Checkpoint>,
+}
+
+/// The text of `dir`'s [`INCOMPLETE_MARK`]: why an earlier open found the
+/// journal incomplete (`None`: there is no mark). One that is too long is
+/// not read, one that is no text is read lossily: its presence is what
+/// counts.
+pub fn rebuild_due(dir: &Path) -> Result<Option<String>, JournalError> {
+    let text = match durable::read_optional_at_most(dir, INCOMPLETE_MARK, MAX_MARK_BYTES)? {
+        None => return Ok(None),
+        Some(durable::Contents::Bytes(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+        Some(durable::Contents::TooLarge { size }) => {
+            format!("(its mark of {size} bytes is too long to read)")
+        }
+    };
+    let text = text.trim();
+    Ok(Some(if text.is_empty() {
+        "(its mark gives no reason)".to_string()
+    } else {
+        text.to_string()
+    }))
 }
 
 fn read_checkpoint(dir: &Path) -> Result<CheckpointFile, JournalError> {
@@ -247,6 +286,8 @@ impl StateStore {
     ) -> Result<Opened, JournalError> {
         durable::remove_stale_temp(dir, CPU_MANAGER_STATE)?;
         durable::remove_stale_temp(dir, JOURNAL)?;
+        durable::remove_stale_temp(dir, INCOMPLETE_MARK)?;
+        let earlier = rebuild_due(dir)?;
         let file = read_checkpoint(dir)?;
         let id = checkpoint_id(file.bytes.as_deref());
         let mut recovery = Recovery {
@@ -259,8 +300,10 @@ impl StateStore {
             damage: None,
             superseded: None,
             unreplayable: None,
+            earlier: earlier.clone(),
         };
         let mut opening = Opening {
+            earlier,
             dir,
             policy,
             ops,
@@ -276,6 +319,10 @@ impl StateStore {
                 (writer, file.checkpoint, SideData::new())
             }
             Some(Err(reason)) => {
+                opening.mark(&format!(
+                    "journal {} is damaged at offset 0 ({reason})",
+                    dir.join(JOURNAL).display()
+                ))?;
                 let aside = durable::move_aside_as(dir, JOURNAL, "damaged")?;
                 recovery.damage = Some(Damage {
                     offset: 0,
@@ -297,6 +344,7 @@ impl StateStore {
             ops,
             options,
             checkpoint_id,
+            earlier,
             ..
         } = opening;
         let store = StateStore {
@@ -307,6 +355,7 @@ impl StateStore {
             writer,
             checkpoint_id,
             backoff: None,
+            marked: earlier.is_some(),
         };
         Ok(Opened {
             store,
@@ -461,6 +510,37 @@ impl StateStore {
         Ok(())
     }
 
+    /// The caller made the state it rebuilt from the node durable (after
+    /// [`Recovery::incomplete`]): [`INCOMPLETE_MARK`] is removed, and the
+    /// next open takes the journal as it reads. Nothing to do when there is
+    /// no mark.
+    pub fn rebuild_recorded(&mut self) -> Result<(), JournalError> {
+        if !self.marked {
+            return Ok(());
+        }
+        let path = self.dir.join(INCOMPLETE_MARK);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(JournalError::Io {
+                    op: JournalOp::RemoveMark,
+                    path,
+                    source,
+                })
+            }
+        }
+        self.ops
+            .sync_dir(&self.dir)
+            .map_err(|source| JournalError::Io {
+                op: JournalOp::SyncDir,
+                path: self.dir.join(INCOMPLETE_MARK),
+                source,
+            })?;
+        self.marked = false;
+        Ok(())
+    }
+
     /// The checkpoint file's path.
     #[must_use]
     pub fn checkpoint_path(&self) -> PathBuf {
@@ -481,9 +561,29 @@ struct Opening<'a> {
     ops: Box<dyn FileOps>,
     options: JournalOptions,
     checkpoint_id: u64,
+    /// The text of [`INCOMPLETE_MARK`] when it is on disk.
+    earlier: Option<String>,
 }
 
 impl Opening<'_> {
+    /// Writes [`INCOMPLETE_MARK`] (durably, before the journal is cut or
+    /// set aside) unless an earlier open's is there: its reason is the
+    /// first cause, and stays.
+    fn mark(&mut self, why: &str) -> Result<(), JournalError> {
+        if self.earlier.is_some() {
+            return Ok(());
+        }
+        durable::write_atomic_using(
+            self.ops.as_mut(),
+            self.dir,
+            INCOMPLETE_MARK,
+            why.as_bytes(),
+            &mut |_| {},
+        )?;
+        self.earlier = Some(why.to_string());
+        Ok(())
+    }
+
     fn fresh(
         &mut self,
         generation: u64,
@@ -524,6 +624,11 @@ impl Opening<'_> {
                 Err(source) => {
                     // Never a start refused for ever: the journal is kept,
                     // and the caller rebuilds from the node.
+                    self.mark(&format!(
+                        "the checkpoint cannot take journal {}'s {} records ({source})",
+                        self.dir.join(JOURNAL).display(),
+                        plan.records.len()
+                    ))?;
                     let aside = durable::move_aside_as(self.dir, JOURNAL, "unreplayable")?;
                     recovery.unreplayable = Some(Unreplayable {
                         reason: source.to_string(),
@@ -545,6 +650,10 @@ impl Opening<'_> {
             } => {
                 // Kept before `erase_stale` below wipes the tail: whether
                 // it was acknowledged cannot be told from the file.
+                self.mark(&format!(
+                    "journal {} ends in an incomplete batch at offset {offset} ({reason})",
+                    self.dir.join(JOURNAL).display()
+                ))?;
                 let kept = durable::keep_bytes(self.dir, JOURNAL, "incomplete", bytes);
                 let (aside, aside_error) = match kept {
                     Ok(aside) => (Some(aside), None),
@@ -563,6 +672,10 @@ impl Opening<'_> {
                 reason,
                 after,
             } => {
+                self.mark(&format!(
+                    "journal {} is damaged at offset {offset} ({reason})",
+                    self.dir.join(JOURNAL).display()
+                ))?;
                 let aside = durable::keep_bytes(self.dir, JOURNAL, "damaged", bytes)?;
                 recovery.damage = Some(Damage {
                     offset: *offset,

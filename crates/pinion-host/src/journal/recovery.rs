@@ -80,6 +80,12 @@ pub struct Recovery {
     pub damage: Option<Damage>,
     pub superseded: Option<Superseded>,
     pub unreplayable: Option<Unreplayable>,
+    /// An earlier open found the journal incomplete (why, as it said) and
+    /// cut it, and the state rebuilt from the node was never made durable
+    /// after it: that start failed or was killed
+    /// ([`super::INCOMPLETE_MARK`]). The journal read now lacks what the
+    /// cut lost, so the caller rebuilds again ([`Recovery::incomplete`]).
+    pub earlier: Option<String>,
 }
 
 impl Recovery {
@@ -128,6 +134,11 @@ impl Recovery {
                 unreplayable.aside.display()
             ));
         }
+        if let Some(why) = &self.earlier {
+            out.push(format!(
+                "journal {path}: an earlier start found that {why}, and stopped before it recorded the state it rebuilt from the node; the state is rebuilt from the node again"
+            ));
+        }
         out
     }
 }
@@ -158,15 +169,18 @@ impl Recovery {
                 damage.aside.display()
             ));
         }
-        self.torn.as_ref().map(|torn| {
+        if let Some(torn) = &self.torn {
             let kept = torn.aside.as_ref().map_or_else(
                 || "the file could not be kept".to_string(),
                 |aside| format!("the file is kept as {}", aside.display()),
             );
-            format!(
+            return Some(format!(
                 "journal {path} ends in an incomplete batch at offset {} ({}); {kept}",
                 torn.offset, torn.reason
-            )
+            ));
+        }
+        self.earlier.as_ref().map(|why| {
+            format!("an earlier start found that {why}, and stopped before it recorded the state it rebuilt from the node")
         })
     }
 }

@@ -913,3 +913,103 @@ fn regression_a_failed_directory_sync_after_the_checkpoints_rename_is_no_replace
     );
     assert_eq!(restored(&reopened), last);
 }
+
+/// Session 49: an open that cuts a journal it could not replay to its end
+/// first marks it incomplete, and every open says so until the caller has
+/// recorded the state it rebuilt ([`StateStore::rebuild_recorded`]); before,
+/// the second open read a clean journal and the caller rebuilt nothing.
+#[test]
+fn regression_an_incomplete_journal_stays_incomplete_until_the_rebuild_is_recorded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
+    let last = frames(dir.path()).last().expect("frame").clone();
+    let mut bytes = journal_bytes(dir.path());
+    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
+    let end = usize::try_from(last.offset + last.size).expect("end");
+    bytes[cut..end].fill(0);
+    std::fs::write(dir.path().join(JOURNAL), &bytes).expect("tear");
+
+    let first = open(dir.path());
+    let why = first.recovery.incomplete().expect("incomplete");
+    assert!(first.recovery.earlier.is_none(), "no earlier start's mark");
+    let mark = std::fs::read_to_string(dir.path().join(INCOMPLETE_MARK)).expect("marked");
+    assert!(mark.contains("incomplete batch"), "{mark}");
+    assert!(why.contains("incomplete batch"), "{why}");
+    // The caller's start fails here: nothing recorded.
+    drop(first);
+
+    let second = open(dir.path());
+    assert!(second.recovery.torn.is_none(), "the tail was erased");
+    assert_eq!(second.recovery.earlier.as_deref(), Some(mark.as_str()));
+    let again = second.recovery.incomplete().expect("still incomplete");
+    assert!(
+        again.contains("an earlier start found that journal"),
+        "{again}"
+    );
+    assert!(
+        second
+            .recovery
+            .warnings()
+            .iter()
+            .any(|w| w.contains("rebuilt from the node again")),
+        "{:?}",
+        second.recovery.warnings()
+    );
+    let mut store = second.store;
+    store.rebuild_recorded().expect("recorded");
+    assert!(!dir.path().join(INCOMPLETE_MARK).exists());
+    drop(store);
+
+    let third = open(dir.path());
+    assert_eq!(third.recovery.incomplete(), None);
+    assert!(third.recovery.warnings().is_empty());
+}
+
+/// A journal whose header cannot be read is marked before it is moved
+/// aside, and one the checkpoint cannot take likewise; a clean journal and
+/// one a replaced checkpoint supersedes are not marked.
+#[test]
+fn only_journals_cut_short_are_marked_incomplete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    with_batches(dir.path(), &[("a", "2-3")]);
+    drop(open(dir.path()));
+    assert!(!dir.path().join(INCOMPLETE_MARK).exists(), "clean");
+    std::fs::write(dir.path().join(JOURNAL), b"garbage, not a journal").expect("garbage");
+    let mut opened = open(dir.path());
+    assert!(
+        dir.path().join(INCOMPLETE_MARK).exists(),
+        "unreadable header"
+    );
+    // A store without a mark has nothing to remove; one with it removes it once.
+    opened.store.rebuild_recorded().expect("recorded");
+    opened.store.rebuild_recorded().expect("nothing left to do");
+    assert!(!dir.path().join(INCOMPLETE_MARK).exists());
+}
+
+/// A mark that cannot be written stops the open before anything is cut:
+/// the journal is as it was, and the error names the mark.
+#[test]
+fn a_mark_that_cannot_be_written_fails_the_open_and_cuts_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
+    let last = frames(dir.path()).last().expect("frame").clone();
+    let mut bytes = journal_bytes(dir.path());
+    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
+    bytes[cut..cut + 4].fill(0);
+    std::fs::write(dir.path().join(JOURNAL), &bytes).expect("tear");
+    let (faults, plan) = crate::fileops::Faults::new();
+    plan.inject(
+        crate::fileops::FileOp::Write,
+        Some(INCOMPLETE_MARK),
+        crate::fileops::Effect::Fail(libc::ENOSPC),
+    );
+    let err = StateStore::open_with(
+        dir.path(),
+        "static",
+        Box::new(faults),
+        JournalOptions::default(),
+    )
+    .expect_err("the mark is refused");
+    assert!(err.to_string().contains(INCOMPLETE_MARK), "{err}");
+    assert_eq!(journal_bytes(dir.path()), bytes, "nothing cut");
+}

@@ -382,7 +382,20 @@ fn with_journal(path: &Path, checkpoint: Checkpoint) -> anyhow::Result<Checkpoin
     };
     let journal_path = dir.join(JOURNAL);
     let kubelets_file = path.file_name() == Some(OsStr::new(CPU_MANAGER_STATE));
-    if !kubelets_file || !journal_path.exists() || checkpoint.verify().is_err() {
+    if !kubelets_file || checkpoint.verify().is_err() {
+        return Ok(checkpoint);
+    }
+    // An agent start that found the journal incomplete cut it and failed
+    // before it recorded the state rebuilt from the node: the journal reads
+    // cleanly now, but the agent rebuilds again at its next start.
+    if let Some(why) = pinion_host::journal::rebuild_due(dir)? {
+        anyhow::bail!(
+            "{}: an earlier agent start found that {why}, and stopped before it recorded the state it rebuilt from the node; the agent rebuilds again at its start, so this state is not the one it would start from; {}",
+            dir.join(pinion_host::journal::INCOMPLETE_MARK).display(),
+            pinion_host::store::rebuild_advice(path)
+        );
+    }
+    if !journal_path.exists() {
         return Ok(checkpoint);
     }
     let inspection = inspect_paths(path, &journal_path)?;

@@ -183,6 +183,14 @@ fn note_runtime_rebuild(state_dir: &std::path::Path, policy: &Policy) -> anyhow:
         .store
         .flush()
         .with_context(|| format!("cannot write the journal in {}", state_dir.display()))?;
+    // The state rebuilt from the node is durable: an agent start that
+    // found the journal incomplete and failed after it is answered.
+    opened.store.rebuild_recorded().with_context(|| {
+        format!(
+            "cannot remove the journal's mark in {}",
+            state_dir.display()
+        )
+    })?;
     println!(
         "the container runtime's containers are rebuilt by the agent at the runtime's first Synchronize (noted in {})",
         state_dir.join(JOURNAL).display()
