@@ -244,28 +244,6 @@ pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
     OsFiles.sync_dir(dir).map_err(io_err(Op::SyncDir, dir))
 }
 
-/// Reads `dir/name`: `Ok(None)` when it does not exist, an error when it
-/// exists but cannot be read.
-pub fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, DurableError> {
-    check_name(name)?;
-    let path = dir.join(name);
-    let read = |path: &Path| -> io::Result<Vec<u8>> {
-        use std::io::Read as _;
-        let mut bytes = Vec::new();
-        crate::bounded_read::open_regular(path)?.read_to_end(&mut bytes)?;
-        Ok(bytes)
-    };
-    match read(&path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(DurableError::Io {
-            op: Op::Read,
-            path,
-            source,
-        }),
-    }
-}
-
 /// What [`read_optional_at_most`] found in a file that exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Contents {
@@ -275,7 +253,9 @@ pub enum Contents {
     TooLarge { size: u64 },
 }
 
-/// [`read_optional`] of a file that may not be larger than `max` bytes: a
+/// Reads `dir/name`, a file that may not be larger than `max` bytes:
+/// `Ok(None)` when it does not exist, an error when it exists but cannot be
+/// read (a FIFO or a directory: not opened). A
 /// larger one is [`Contents::TooLarge`] and is not read (a damaged file
 /// cannot exhaust the memory; one that grows while it is read is caught too).
 pub fn read_optional_at_most(

@@ -74,8 +74,17 @@ impl StateFile {
         let Some(dir) = &self.dir else {
             return Ok(None);
         };
-        let Some(bytes) = durable::read_optional(dir, self.name)? else {
-            return Ok(None);
+        let bytes = match durable::read_optional_at_most(dir, self.name, MAX_STATE_BYTES)? {
+            None => return Ok(None),
+            Some(durable::Contents::Bytes(bytes)) => bytes,
+            Some(durable::Contents::TooLarge { size }) => {
+                return Err(StoreError::Corrupt {
+                    path: dir.join(self.name),
+                    reason: format!(
+                        "{size} bytes, more than the {MAX_STATE_BYTES} bytes a plugin's state may have: not read"
+                    ),
+                })
+            }
         };
         serde_json::from_slice(&bytes)
             .map(Some)
@@ -103,6 +112,10 @@ impl StateFile {
         Ok(())
     }
 }
+
+/// The most a plugin's state file may be: a larger one (a damaged size)
+/// is not read, and counts as corrupt.
+const MAX_STATE_BYTES: u64 = 64 << 20;
 
 /// The journal entry of the part of a state that is not per pod.
 pub const REST_KEY: &str = pinion_core::record::kinds::PLUGIN_STATE_REST;
@@ -451,6 +464,24 @@ mod tests {
         file.save(&vec![1_u32, 2])
             .expect("save creates the directory");
         assert_eq!(file.load::<Vec<u32>>().expect("load"), Some(vec![1, 2]));
+    }
+
+    /// Found from outside (session 49): a plugin's state file was read
+    /// whole, whatever its size: a damaged size (a sparse file) made
+    /// `pinion plugin serve` allocate it all. One larger than any state
+    /// (64 MiB) is not read and is refused as corrupt, naming its size.
+    #[test]
+    fn regression_a_state_file_larger_than_any_is_refused_unread() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = StateFile::new(Some(dir.path()), "state.json");
+        std::fs::File::create(dir.path().join("state.json"))
+            .and_then(|f| f.set_len(MAX_STATE_BYTES + 1))
+            .expect("sparse");
+        let err = file.load::<Vec<u32>>().expect_err("refused");
+        assert!(
+            matches!(&err, StoreError::Corrupt { reason, .. } if reason.contains(&(MAX_STATE_BYTES + 1).to_string()) && reason.contains("not read")),
+            "{err}"
+        );
     }
 
     #[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]

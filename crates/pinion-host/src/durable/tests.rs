@@ -265,3 +265,13 @@ fn regression_a_fifo_in_place_of_a_state_file_is_refused_not_waited_on() {
         assert!(text.contains("not a regular file (a fifo)"), "{text}");
     }
 }
+
+/// The whole file, however long (the tests' files are small).
+fn read_optional(dir: &Path, name: &str) -> Result<Option<Vec<u8>>, DurableError> {
+    Ok(
+        read_optional_at_most(dir, name, u64::MAX)?.map(|contents| match contents {
+            Contents::Bytes(bytes) => bytes,
+            Contents::TooLarge { size } => panic!("{size} bytes over u64::MAX"),
+        }),
+    )
+}

@@ -310,8 +310,22 @@ impl StateStore {
             options,
             checkpoint_id: id,
         };
-        let journal = durable::read_optional(dir, JOURNAL)?;
-        let scanned = journal.as_deref().map(scan::scan);
+        // Never more than any journal can be: a damaged size (a sparse file
+        // of terabytes) is not read, and counts as an unreadable journal.
+        let (journal, scanned) =
+            match durable::read_optional_at_most(dir, JOURNAL, MAX_STATE_FILE_BYTES)? {
+                None => (None, None),
+                Some(durable::Contents::Bytes(bytes)) => {
+                    let scanned = scan::scan(&bytes);
+                    (Some(bytes), Some(scanned))
+                }
+                Some(durable::Contents::TooLarge { size }) => (
+                    None,
+                    Some(Err(format!(
+                        "{size} bytes, more than the {MAX_STATE_FILE_BYTES} bytes a journal may have: not read"
+                    ))),
+                ),
+            };
         let (writer, checkpoint, side) = match scanned {
             None => {
                 recovery.created = true;

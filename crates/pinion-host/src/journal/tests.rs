@@ -1013,3 +1013,30 @@ fn a_mark_that_cannot_be_written_fails_the_open_and_cuts_nothing() {
     assert!(err.to_string().contains(INCOMPLETE_MARK), "{err}");
     assert_eq!(journal_bytes(dir.path()), bytes, "nothing cut");
 }
+
+/// Found from outside (session 49): the journal was read whole at start,
+/// whatever its size, so a damaged size (a sparse file of terabytes) made
+/// the agent allocate it all and die at every start. One larger than any
+/// journal (64 MiB) is not read: it is set aside as an unreadable one, and
+/// the caller rebuilds from the node.
+#[test]
+fn regression_a_journal_larger_than_any_is_set_aside_unread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let states = with_batches(dir.path(), &[]);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(JOURNAL))
+        .expect("journal");
+    file.set_len(MAX_STATE_FILE_BYTES + 1).expect("sparse");
+    drop(file);
+    let opened = open(dir.path());
+    assert_eq!(restored(&opened), states[0], "the checkpoint is used");
+    let damage = opened.recovery.damage.clone().expect("reported");
+    assert!(damage.reason.contains("not read"), "{}", damage.reason);
+    assert_eq!(
+        std::fs::metadata(&damage.aside).expect("kept").len(),
+        MAX_STATE_FILE_BYTES + 1
+    );
+    assert!(opened.recovery.incomplete().is_some());
+    assert!(dir.path().join(INCOMPLETE_MARK).exists());
+}
