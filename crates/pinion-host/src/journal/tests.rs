@@ -92,6 +92,18 @@ fn journal_bytes(dir: &Path) -> Vec<u8> {
     std::fs::read(dir.join(JOURNAL)).expect("journal")
 }
 
+/// Cuts the journal's last record in half (zeros from four bytes into its
+/// payload), as a crash in the middle of its write; returns the bytes.
+fn tear_last_record(dir: &Path) -> Vec<u8> {
+    let last = frames(dir).last().expect("frame").clone();
+    let mut bytes = journal_bytes(dir);
+    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
+    let end = usize::try_from(last.offset + last.size).expect("end");
+    bytes[cut..end].fill(0);
+    std::fs::write(dir.join(JOURNAL), &bytes).expect("tear");
+    bytes
+}
+
 fn frames(dir: &Path) -> Vec<format::Frame> {
     scan::scan(&journal_bytes(dir)).expect("readable").frames
 }
@@ -232,13 +244,7 @@ fn compaction_refuses_pending_records() {
 fn torn_last_record_is_dropped_and_erased() {
     let dir = tempfile::tempdir().expect("tempdir");
     let states = with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
-    let last = frames(dir.path()).last().expect("frame").clone();
-    let mut bytes = journal_bytes(dir.path());
-    // Cut the last record in half, as a crash in the middle of its write.
-    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
-    let end = usize::try_from(last.offset + last.size).expect("end");
-    bytes[cut..end].fill(0);
-    std::fs::write(dir.path().join(JOURNAL), &bytes).expect("tear");
+    let bytes = tear_last_record(dir.path());
 
     let opened = open(dir.path());
     assert_eq!(
@@ -922,12 +928,7 @@ fn regression_a_failed_directory_sync_after_the_checkpoints_rename_is_no_replace
 fn regression_an_incomplete_journal_stays_incomplete_until_the_rebuild_is_recorded() {
     let dir = tempfile::tempdir().expect("tempdir");
     with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
-    let last = frames(dir.path()).last().expect("frame").clone();
-    let mut bytes = journal_bytes(dir.path());
-    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
-    let end = usize::try_from(last.offset + last.size).expect("end");
-    bytes[cut..end].fill(0);
-    std::fs::write(dir.path().join(JOURNAL), &bytes).expect("tear");
+    tear_last_record(dir.path());
 
     let first = open(dir.path());
     let why = first.recovery.incomplete().expect("incomplete");
@@ -992,11 +993,7 @@ fn only_journals_cut_short_are_marked_incomplete() {
 fn a_mark_that_cannot_be_written_fails_the_open_and_cuts_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     with_batches(dir.path(), &[("a", "2-3"), ("b", "4")]);
-    let last = frames(dir.path()).last().expect("frame").clone();
-    let mut bytes = journal_bytes(dir.path());
-    let cut = usize::try_from(last.offset).expect("offset") + FRAME_HEADER + 4;
-    bytes[cut..cut + 4].fill(0);
-    std::fs::write(dir.path().join(JOURNAL), &bytes).expect("tear");
+    let bytes = tear_last_record(dir.path());
     let (faults, plan) = crate::fileops::Faults::new();
     plan.inject(
         crate::fileops::FileOp::Write,
