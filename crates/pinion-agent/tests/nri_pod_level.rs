@@ -188,3 +188,52 @@ async fn an_agent_restart_keeps_the_pods_cpu_set() {
     );
     agent.stop().await;
 }
+
+/// kubelet replaces a pod's sandbox (it died, or the node rebooted): it
+/// stops the old one, runs a new one under the same pod UID, creates the
+/// containers again in it, and its garbage collector removes the old
+/// sandbox later, while the new one runs. Until the fiftieth session that
+/// `RemovePodSandbox` forgot the pod's pod-level resources although the
+/// new sandbox's containers ran on them: a resize of such a pod, which
+/// kubelet never resizes, then moved its CPUs as if it had none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_removing_a_replaced_sandbox_keeps_the_pods_resources_for_its_successor() {
+    let node = Node::new();
+    let features = Features {
+        in_place_resize_exclusive_cpus: true,
+        ..pod_level_on()
+    };
+    let agent = node.agent_with_config(1, features, pod_scope()).await;
+    let (old_sandbox, old_app) = node
+        .pod_with(pod_level_pod("db", 4000), container("app", 2000))
+        .await;
+    node.runtime.stop_container(&old_app).await.unwrap();
+    node.runtime.stop_pod(&old_sandbox).await.unwrap();
+    let (_, app) = node
+        .pod_with(pod_level_pod("db", 4000), container("app", 2000))
+        .await;
+    let cpus = node.runtime.cpus(&app);
+    assert_eq!(set(&cpus).len(), 2, "app's own exclusive cpus: {cpus}");
+    let resize_to = |milli| container("app", milli).resources;
+
+    // With both sandboxes there, the pod is not resized (kubelet: pods with
+    // pod-level resources are not), and neither is it after the old one went
+    // (to another size: the same one again would be nothing to resize).
+    node.runtime
+        .update_container(&app, &resize_to(4000))
+        .await
+        .unwrap();
+    assert_eq!(node.runtime.cpus(&app), cpus, "not resized");
+    node.runtime.remove_pod(&old_sandbox).await.unwrap();
+    node.runtime
+        .update_container(&app, &resize_to(3000))
+        .await
+        .unwrap();
+    assert_eq!(
+        node.runtime.cpus(&app),
+        cpus,
+        "still a pod with pod-level resources after its old sandbox went"
+    );
+    assert_eq!(agent.handle.snapshot().assignments["db"]["app"], set(&cpus));
+    agent.stop().await;
+}

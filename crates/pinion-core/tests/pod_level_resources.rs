@@ -700,3 +700,35 @@ fn regression_a_cpu_going_offline_keeps_pod_level_cpus_inside_their_pod() {
     assert_eq!(next.state().assignments["plrm"]["shared"], set("4,10"));
     assert!(next.shared_pool().is_disjoint(&pod_set));
 }
+
+/// Found in the fiftieth session: the NRI front-end forgot a pod's
+/// pod-level resources when kubelet removed a sandbox it had replaced, while
+/// the new sandbox's containers held the pod's CPU set; a resize then grew
+/// a container out of the set (a debug build stopped on the broken
+/// invariant). A pod holding its own CPU set is not resized, registered or
+/// not, as kubelet does not resize pods with pod-level resources.
+#[test]
+fn regression_a_pod_holding_its_cpu_set_is_not_resized_without_its_registration() {
+    let t = dual_socket_ht();
+    let resize_on = Features {
+        in_place_resize_exclusive_cpus: true,
+        ..features()
+    };
+    let mut engine =
+        engine_on(&t, "0", resize_on).with_topology_manager(pod_scope("best-effort", &t));
+    let (p, res) = mixed_pod();
+    engine.set_pod_resources(&p.uid, Some(res));
+    let gu = engine
+        .admit_container_with(&p, "gu", &[])
+        .result
+        .expect("admitted");
+    assert_eq!(gu, Some(set("2,8")));
+    let before = engine.state().clone();
+
+    engine.set_pod_resources(&p.uid, None);
+    let resized = engine.resize_container(&p, "gu", &Quantity::parse("4").expect("quantity"));
+    assert_eq!(resized, Ok(gu), "kept where it was");
+    assert_eq!(engine.state(), &before);
+    assert_eq!(engine.pod_cpus()["plrm"], set("2,4,8,10"));
+    engine.check_invariants().expect("invariants");
+}

@@ -421,12 +421,18 @@ impl Controller {
         }
     }
 
-    /// The runtime removed pod `uid`'s sandbox: its pod-level resources are
-    /// forgotten and, when a container of it left with plugin data and no
-    /// container is left now, every plugin must hear of its removal. The
-    /// records wait for the next flush, as [`Controller::forget_refused`]'s.
+    /// The runtime removed a sandbox of pod `uid`. When no container of
+    /// the pod is left, its pod-level resources are forgotten; otherwise
+    /// the sandbox was one kubelet replaced (its garbage collector removes
+    /// the old sandbox while the new one's containers run on the same
+    /// resources) and they stay. When a container of it left with plugin
+    /// data and no container is left now, every plugin must hear of its
+    /// removal. The records wait for the next flush, as
+    /// [`Controller::forget_refused`]'s.
     pub fn pod_removed(&mut self, uid: &str) {
-        self.set_pod_resources(uid, None);
+        if self.keys_of(uid, None).is_empty() {
+            self.set_pod_resources(uid, None);
+        }
         let records = self.note_departed_plugin_pods(|pod| pod != uid);
         if !records.is_empty() {
             self.plugin_data.wait(records);

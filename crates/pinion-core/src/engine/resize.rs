@@ -195,6 +195,14 @@ impl Engine {
             return Ok(None);
         };
         let resources = self.pod_resources.get(&pod.uid);
+        let current = self.state.assignment(&pod.uid, name).cloned();
+        if resources.is_none() && self.pod_cpus.contains_key(&pod.uid) {
+            // A pod holding its own CPU set (`AllocatePod`) has pod-level
+            // resources even while they are not registered (the front-end
+            // registers them): not resized, as below, and never judged by
+            // its containers alone, which would move them out of the set.
+            return Ok(current);
+        }
         let managers = policy.features().pod_level_resource_managers;
         let guaranteed = pod_qos_in(pod, resources) == QosClass::Guaranteed;
         let cpus = match resized.container(name) {
@@ -203,7 +211,6 @@ impl Engine {
             }
             _ => 0,
         };
-        let current = self.state.assignment(&pod.uid, name).cloned();
         let promised = self
             .promised
             .get(&pod.uid)
