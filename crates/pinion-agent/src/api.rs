@@ -571,9 +571,9 @@ fn control_error(err: &ControlError) -> Answer {
         | ControlError::ResizeUnknownSpec { .. } => (StatusCode::CONFLICT, None),
         ControlError::NotFound { .. } => (StatusCode::NOT_FOUND, None),
         ControlError::Degraded { .. } => (StatusCode::SERVICE_UNAVAILABLE, Some(DEGRADED_REASON)),
-        ControlError::Stopped | ControlError::Hints { .. } => {
-            (StatusCode::SERVICE_UNAVAILABLE, None)
-        }
+        ControlError::Stopped
+        | ControlError::Hints { .. }
+        | ControlError::RemovalPending { .. } => (StatusCode::SERVICE_UNAVAILABLE, None),
         ControlError::Checkpoint(_)
         | ControlError::Journal(_)
         | ControlError::NotDurable { .. }

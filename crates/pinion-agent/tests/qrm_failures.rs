@@ -519,6 +519,59 @@ async fn a_failing_remove_pod_is_retried_until_it_succeeds() {
     agent.stop().await;
 }
 
+/// Found in the fiftieth session: a pod admitted again under the same UID
+/// while its plugins had yet to hear of its earlier removal (a `RemovePod`
+/// that failed and waits for its retry; kubelet runs a replaced sandbox's
+/// containers under the same pod UID) was allocated by the plugins, and the
+/// retried `RemovePod` then took that allocation back: the plugin counted
+/// free what Pinion had admitted. Now such an admission waits for the
+/// removal (at most a second) and is refused while it is pending, so the
+/// runtime's retry comes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_a_pod_admitted_again_before_its_removal_was_heard_keeps_its_allocation() {
+    let (agent, knob, _served) = agent_with_fast_knob().await;
+    let pod = "pinion-run-again";
+    let request = || admission(pod, "500m", &[(FAST, "1")], &[]);
+    agent.handle.admit(request()).await.expect("admitted");
+    knob.state().remove_failures = 2;
+    agent
+        .handle
+        .release(pod.into(), None)
+        .await
+        .expect("released");
+    let refused = agent
+        .handle
+        .admit(request())
+        .await
+        .expect_err("its plugins have not heard of its removal yet");
+    let text = refused.to_string();
+    assert!(
+        text.contains(pod) && text.contains("earlier removal"),
+        "{text}"
+    );
+    assert!(!placed(&agent, pod), "nothing admitted");
+
+    // The runtime's retry, once the removal is heard.
+    wait_until("the earlier removal is heard", || {
+        agent.handle.snapshot().pending_plugin_removals.is_empty()
+    })
+    .await;
+    agent.handle.admit(request()).await.expect("admitted again");
+    assert!(placed(&agent, pod));
+    assert_eq!(
+        knob.state().allocated.get(pod),
+        Some(&vec!["main".to_string()]),
+        "the plugin holds what Pinion admitted"
+    );
+    assert_eq!(knob.state().remove_calls, vec![pod.to_string(); 3]);
+    assert_eq!(
+        knob.state().allocate_calls.len(),
+        2,
+        "the first admission and the retry; nothing taken back to allocate again"
+    );
+    agent.stop().await;
+}
+
 /// Regression: the removal loop marked a pod removed with a command it did
 /// not wait for, so a snapshot published meanwhile (another pod admitted or
 /// released) still listed the pod and it got `RemovePod` again — every pod

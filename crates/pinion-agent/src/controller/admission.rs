@@ -3,7 +3,8 @@
 //! ```text
 //! ControllerHandle::admit ─► admit (this file)
 //!   0. which resource plugins are asked; a plugin registered for `cpu` owns the CPUs
-//!      └─ held by an earlier runtime container, answers covering the ask ─► ReadmitHeld ─► answer
+//!      ├─ held by an earlier runtime container, answers covering the ask ─► ReadmitHeld ─► answer
+//!      └─ the pod's plugins yet to hear of its earlier removal: wait (≤ 1 s), else refused
 //!   1. gather hints                  (async: every outside provider, one deadline)
 //!   2. ask the plugins: Allocate     (async, when the Topology Manager's hint is known now)
 //!   3. the engine decides  ┐
@@ -56,6 +57,7 @@ use pinion_core::qrm_rules::allocations_cover;
 use pinion_core::topomgr::TopologyHint;
 
 use super::plugins::plugin_error;
+use super::removal_wait::{await_removal, RemovalWait};
 use super::task::ControllerHandle;
 use super::{AdmitRequest, Admitted, Command, ControlError, Controller, Key, StoredAllocations};
 use crate::hints::GatheredHints;
@@ -76,6 +78,9 @@ pub(super) async fn admit(
     }
     if let Some(admitted) = readmit_held(handle, &request, &asked).await? {
         return Ok(admitted);
+    }
+    if let Some(qrm) = handle.qrm.as_deref().filter(|_| !asked.is_empty()) {
+        earlier_removal_heard(handle, qrm, &request).await?;
     }
     // 1. Gather hints.
     let hints = gather_hints(handle, &request).await?;
@@ -196,6 +201,33 @@ async fn engine_first(
         undo(handle, key.0, Some(key.1)).await;
     }
     recorded
+}
+
+/// Step 0: a pod on the list of those whose plugins have yet to hear of
+/// their removal (its containers went, and it is admitted again under the
+/// same UID: a `pinion run` of the same id, or kubelet's new sandbox for a
+/// pod whose old one died) waits until they have, at most
+/// [`REMOVAL_WAIT`](super::removal_wait::REMOVAL_WAIT), and is refused while they have
+/// not: a `RemovePod` that reached a plugin after this admission's
+/// `Allocate` would take that allocation back. The runtime retries a
+/// refused container.
+async fn earlier_removal_heard(
+    handle: &ControllerHandle,
+    qrm: &Qrm,
+    request: &AdmitRequest,
+) -> Result<(), ControlError> {
+    let pod = &request.pod.uid;
+    let removals = handle.plugin_removals();
+    if !removals.borrow().contains(pod) {
+        return Ok(());
+    }
+    match await_removal(removals, qrm.removal_loop_running(), pod).await {
+        RemovalWait::Heard => Ok(()),
+        RemovalWait::NoLoop | RemovalWait::TimedOut => Err(ControlError::RemovalPending {
+            pod: pod.clone(),
+            container: request.container.clone(),
+        }),
+    }
 }
 
 /// Step 0: the resource plugins container `request` asks (none without the QoS

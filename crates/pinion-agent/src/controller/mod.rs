@@ -202,6 +202,11 @@ pub enum ControlError {
     },
     #[error("pod {pod} container {container} cannot be resized yet: its pod spec is not known (restored from the checkpoint; the runtime's next synchronization brings it)")]
     ResizeUnknownSpec { pod: String, container: String },
+    /// The pod's resource plugins have yet to hear of its earlier removal
+    /// (`RemovePod` waits for its retry): what they allocated now, that
+    /// removal would take back.
+    #[error("pod {pod} container {container}: the resource plugins have not all heard of this pod's earlier removal yet (their RemovePod is retried); it is not admitted before they have, or that removal would take back what they allocate for it now: retry shortly")]
+    RemovalPending { pod: String, container: String },
     #[error("cgroup of pod {pod}: {source}")]
     Cgroup { pod: String, source: CgroupError },
     #[error("the controller has stopped")]
