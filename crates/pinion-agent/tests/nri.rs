@@ -1213,3 +1213,57 @@ async fn regression_a_hand_changed_cpuset_of_an_nri_container_is_sent_again_by_r
     assert!(report.repaired.is_empty(), "{report:?}");
     agent.stop().await;
 }
+
+/// An ephemeral container (`kubectl debug`): no resources of its own.
+fn debugger() -> pinion_nri::fake_runtime::ContainerSpec {
+    pinion_nri::fake_runtime::ContainerSpec {
+        name: "debugger".into(),
+        resources: Resources {
+            cpu_shares: Some(2),
+            cpu_quota: Some(0),
+            ..Resources::default()
+        },
+        ..pinion_nri::fake_runtime::ContainerSpec::default()
+    }
+}
+
+/// Found from outside (fiftieth session): `kubectl debug` of a Guaranteed
+/// pod was refused ("has no cpu request"), since an ephemeral container
+/// sets no resources; and one that ran while the agent was down made every
+/// later container of its pod fail the same way, the restart of the pod's
+/// own container included. kubelet's CPU manager never admits ephemeral
+/// containers: they run on the shared pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regression_an_ephemeral_container_of_a_guaranteed_pod_runs_on_the_shared_pool() {
+    let node = Node::new();
+    let agent = node.agent(1).await;
+    let (pod, db) = node
+        .pod_with(guaranteed_pod("db"), container("db", 2000))
+        .await;
+    let exclusive = set(&node.runtime.cpus(&db));
+    assert_eq!(exclusive.len(), 2);
+    let debug = node
+        .runtime
+        .create_container(&pod, debugger())
+        .await
+        .expect("kubectl debug is not refused");
+    node.runtime.start_container(&debug).await.unwrap();
+    let pool = set("0-7").difference(&exclusive);
+    assert_eq!(set(&node.runtime.cpus(&debug)), pool, "the shared pool");
+    assert_eq!(node.runtime.cpus(&db), exclusive.to_string(), "db kept");
+    agent.stop().await;
+
+    // Known only from the runtime's Synchronize, it does not spoil the pod:
+    // the restart of db is admitted and keeps its CPUs.
+    let agent = node.agent(2).await;
+    assert_eq!(set(&node.runtime.cpus(&debug)), pool);
+    node.runtime.stop_container(&db).await.unwrap();
+    let again = node
+        .runtime
+        .create_container(&pod, container("db", 2000))
+        .await
+        .expect("db's restart is admitted");
+    node.runtime.start_container(&again).await.unwrap();
+    assert_eq!(set(&node.runtime.cpus(&again)), exclusive);
+    agent.stop().await;
+}

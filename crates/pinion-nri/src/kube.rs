@@ -364,6 +364,25 @@ fn bytes(value: u64) -> Quantity {
 /// The pod spec Pinion can know: `containers` (those the runtime has shown,
 /// in any order) placed as init containers (annotation order) or app
 /// containers. Its [`pod::Pod::qos`] equals the cgroup parent's class.
+/// Whether `container` is an ephemeral container (`kubectl debug`) of a
+/// Guaranteed pod without pod-level resources. The API gives ephemeral
+/// containers no resources, and every other container of a Guaranteed pod
+/// sets its CPU and memory, so a container of such a pod that sets none of
+/// them (kubelet sends the minimum `cpu.shares`, no quota, no memory limit)
+/// is one. It is not part of the pod's spec: kubelet's CPU manager never
+/// admits an ephemeral container, which runs on the shared pool.
+pub fn is_ephemeral(pod: &PodSandbox, container: &Container) -> Result<bool, KubeError> {
+    if qos_class(pod)? != QosClass::Guaranteed || has_pod_level_resources(pod)? {
+        return Ok(false);
+    }
+    let r = &container.resources;
+    Ok(r.cpu_shares.and_then(milli_cpu_from_shares).is_none()
+        && milli_cpu_from_quota(r.cpu_quota, r.cpu_period).is_none()
+        && memory_limit(r).is_none())
+}
+
+/// The pod spec of `pod` from `containers` (its ephemeral containers
+/// left out, [`is_ephemeral`]).
 pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod, KubeError> {
     let uid = pod_uid(pod)?;
     let inits = init_containers(pod)?;
@@ -376,6 +395,9 @@ pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod,
                 container: container.id.clone(),
                 sandbox: container.pod_sandbox_id.clone(),
             });
+        }
+        if is_ephemeral(pod, container)? {
+            continue;
         }
         let spec = kube_container(pod, container)?;
         match inits.iter().position(|(name, _)| *name == spec.name) {

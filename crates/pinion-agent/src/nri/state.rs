@@ -140,7 +140,8 @@ pub fn follower_key(pod_sandbox_id: &str, container: &Container) -> Key {
 }
 
 /// The controller key and the pod spec of `container`, or `None` when the
-/// pod is not a Kubernetes pod (no kubepods cgroup parent): such a
+/// pod is not a Kubernetes pod (no kubepods cgroup parent) or the container
+/// is an ephemeral one of a Guaranteed pod ([`kube::is_ephemeral`]): such a
 /// container runs in the shared pool without an admission.
 pub fn identify(
     pod: &PodSandbox,
@@ -153,6 +154,9 @@ pub fn identify(
         }
         Err(err) => return Err(err),
         Ok(_) => {}
+    }
+    if kube::is_ephemeral(pod, container)? {
+        return Ok(None);
     }
     let mut all: Vec<&Container> = siblings.iter().collect();
     all.push(container);

@@ -83,6 +83,9 @@ fn key_of(tracked: &Tracked, container: &Container) -> Key {
     let key = kube::qos_class(pod)
         .and_then(|_| Ok((kube::pod_uid(pod)?, kube::container_name(container)?)));
     match key {
+        Ok(_) if kube::is_ephemeral(pod, container).unwrap_or(false) => {
+            follower_key(sandbox, container)
+        }
         Ok(key) => key,
         Err(KubeError::NotKubernetes { .. } | KubeError::MissingCgroupParent { .. }) => {
             follower_key(sandbox, container)

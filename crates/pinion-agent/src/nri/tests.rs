@@ -34,9 +34,18 @@ fn synchronize_keys_kubernetes_containers_and_shares_the_rest() {
         pod("p2", "uid-2", "/system.slice/tool"),
         pod("p3", "", "/kubepods/burstable/pod"),
     ];
+    // A Guaranteed container sets its CPU and memory; one that sets none
+    // in a Guaranteed pod is an ephemeral one (`kubectl debug`).
+    let mut app = container("c1", "p1", "app", ContainerState::Running);
+    app.resources = Resources {
+        cpu_shares: Some(2048),
+        memory_limit: Some(1 << 30),
+        ..Resources::default()
+    };
     let containers = vec![
-        container("c1", "p1", "app", ContainerState::Running),
+        app,
         container("c2", "p1", "done", ContainerState::Stopped),
+        container("c6", "p1", "debugger", ContainerState::Running),
         container("c3", "p2", "tool", ContainerState::Running),
         container("c4", "nope", "orphan", ContainerState::Running),
         container("c5", "p3", "no-uid", ContainerState::Created),
@@ -54,6 +63,8 @@ fn synchronize_keys_kubernetes_containers_and_shares_the_rest() {
         ("c3", key("p2", "tool")),
         ("c4", key("nope", "orphan")),
         ("c5", key("p3", "no-uid")),
+        // An ephemeral container: kubelet never admits it, shared pool.
+        ("c6", key("p1", "debugger")),
     ]
     .into();
     assert_eq!(keys, expected, "stopped c2 is not tracked");

@@ -442,3 +442,34 @@ fn memory_request_bounds_contain_the_request() {
     assert_eq!(memory_request_bounds(1000, capacity), None);
     assert_eq!(memory_request_bounds(500, 0), None);
 }
+
+/// Found from outside (fiftieth session): an ephemeral container
+/// (`kubectl debug`) of a Guaranteed pod sets no resources (the API allows
+/// none; kubelet sends the minimum shares, quota 0, no memory limit). It is
+/// left out of the pod's spec instead of failing it; a container that sets
+/// some of its resources but not all is still an incomplete Guaranteed one.
+#[test]
+fn regression_an_ephemeral_container_is_left_out_of_a_guaranteed_pods_spec() {
+    let p = pod("/kubepods/pod1");
+    let app = container("app", Some(2048), Some(200_000), Some(1 << 30));
+    let debugger = container("debugger", Some(2), Some(0), None);
+    assert_eq!(is_ephemeral(&p, &debugger), Ok(true));
+    assert_eq!(is_ephemeral(&p, &app), Ok(false));
+    let spec = kube_pod(&p, &[&app, &debugger]).expect("the pod's spec");
+    let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["app"]);
+    let partial = container("partial", Some(2048), None, None);
+    assert_eq!(is_ephemeral(&p, &partial), Ok(false));
+    assert!(matches!(
+        kube_pod(&p, &[&app, &partial]),
+        Err(KubeError::IncompleteGuaranteed { .. })
+    ));
+    // In other pods every container is part of the spec, as before.
+    for parent in ["/kubepods/burstable/pod1", "/kubepods/besteffort/pod1"] {
+        assert_eq!(is_ephemeral(&pod(parent), &debugger), Ok(false), "{parent}");
+    }
+    assert_eq!(
+        is_ephemeral(&pod_level("/kubepods/pod1", Some("true")), &debugger),
+        Ok(false)
+    );
+}
