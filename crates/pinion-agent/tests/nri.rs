@@ -8,7 +8,7 @@ mod nri_common;
 use nri_common::*;
 use std::time::Duration;
 
-use pinion_nri::fake_runtime::{FakeError, FakeOptions, PodSpec};
+use pinion_nri::fake_runtime::{ContainerSpec, FakeError, FakeOptions, PodSpec};
 use pinion_nri::status::Code;
 use pinion_nri::Resources;
 
@@ -1215,15 +1215,15 @@ async fn regression_a_hand_changed_cpuset_of_an_nri_container_is_sent_again_by_r
 }
 
 /// An ephemeral container (`kubectl debug`): no resources of its own.
-fn debugger() -> pinion_nri::fake_runtime::ContainerSpec {
-    pinion_nri::fake_runtime::ContainerSpec {
+fn debugger() -> ContainerSpec {
+    ContainerSpec {
         name: "debugger".into(),
         resources: Resources {
             cpu_shares: Some(2),
             cpu_quota: Some(0),
             ..Resources::default()
         },
-        ..pinion_nri::fake_runtime::ContainerSpec::default()
+        ..ContainerSpec::default()
     }
 }
 

@@ -361,9 +361,6 @@ fn bytes(value: u64) -> Quantity {
     Quantity::from_units(value)
 }
 
-/// The pod spec Pinion can know: `containers` (those the runtime has shown,
-/// in any order) placed as init containers (annotation order) or app
-/// containers. Its [`pod::Pod::qos`] equals the cgroup parent's class.
 /// Whether `container` is an ephemeral container (`kubectl debug`) of a
 /// Guaranteed pod without pod-level resources. The API gives ephemeral
 /// containers no resources, and every other container of a Guaranteed pod
@@ -372,20 +369,33 @@ fn bytes(value: u64) -> Quantity {
 /// is one. It is not part of the pod's spec: kubelet's CPU manager never
 /// admits an ephemeral container, which runs on the shared pool.
 pub fn is_ephemeral(pod: &PodSandbox, container: &Container) -> Result<bool, KubeError> {
-    if qos_class(pod)? != QosClass::Guaranteed || has_pod_level_resources(pod)? {
-        return Ok(false);
-    }
-    let r = &container.resources;
-    Ok(r.cpu_shares.and_then(milli_cpu_from_shares).is_none()
-        && milli_cpu_from_quota(r.cpu_quota, r.cpu_period).is_none()
-        && memory_limit(r).is_none())
+    Ok(may_have_ephemeral(pod)? && sets_no_resources(container))
 }
 
-/// The pod spec of `pod` from `containers` (its ephemeral containers
-/// left out, [`is_ephemeral`]).
+/// Whether an ephemeral container of `pod` is told apart by its resources
+/// ([`is_ephemeral`]): a Guaranteed pod without pod-level resources.
+fn may_have_ephemeral(pod: &PodSandbox) -> Result<bool, KubeError> {
+    Ok(qos_class(pod)? == QosClass::Guaranteed && !has_pod_level_resources(pod)?)
+}
+
+/// No CPU request, no CPU limit and no memory limit.
+fn sets_no_resources(container: &Container) -> bool {
+    let r = &container.resources;
+    r.cpu_shares.and_then(milli_cpu_from_shares).is_none()
+        && milli_cpu_from_quota(r.cpu_quota, r.cpu_period).is_none()
+        && memory_limit(r).is_none()
+}
+
+/// The pod spec Pinion can know: `containers` (those the runtime has shown,
+/// in any order, its ephemeral ones left out: [`is_ephemeral`]) placed as
+/// init containers (annotation order) or app containers. Its
+/// [`pod::Pod::qos`] equals the cgroup parent's class.
 pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod, KubeError> {
     let uid = pod_uid(pod)?;
     let inits = init_containers(pod)?;
+    // Read once for the pod, not per container (and not for a pod
+    // without containers, whose spec is empty whatever its class).
+    let ephemeral_possible = !containers.is_empty() && may_have_ephemeral(pod)?;
     let mut init_slots: Vec<Option<pod::Container>> = vec![None; inits.len()];
     let mut apps = Vec::new();
     for container in containers {
@@ -396,7 +406,7 @@ pub fn kube_pod(pod: &PodSandbox, containers: &[&Container]) -> Result<pod::Pod,
                 sandbox: container.pod_sandbox_id.clone(),
             });
         }
-        if is_ephemeral(pod, container)? {
+        if ephemeral_possible && sets_no_resources(container) {
             continue;
         }
         let spec = kube_container(pod, container)?;

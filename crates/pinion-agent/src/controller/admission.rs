@@ -79,12 +79,13 @@ pub(super) async fn admit(
     if let Some(admitted) = readmit_held(handle, &request, &asked).await? {
         return Ok(admitted);
     }
-    if let Some(qrm) = handle.qrm.as_deref().filter(|_| !asked.is_empty()) {
+    let qrm = handle.qrm.as_deref().filter(|_| !asked.is_empty());
+    if let Some(qrm) = qrm {
         earlier_removal_heard(handle, qrm, &request).await?;
     }
     // 1. Gather hints.
     let hints = gather_hints(handle, &request).await?;
-    let Some(qrm) = handle.qrm.as_deref().filter(|_| !asked.is_empty()) else {
+    let Some(qrm) = qrm else {
         // No plugin to ask: 3–6 in one trip.
         return decide(handle, request, hints, None).await;
     };
@@ -203,7 +204,7 @@ async fn engine_first(
     recorded
 }
 
-/// Step 0: a pod on the list of those whose plugins have yet to hear of
+/// Step 0, before any plugin is asked: a pod on the list of those whose plugins have yet to hear of
 /// their removal (its containers went, and it is admitted again under the
 /// same UID: a `pinion run` of the same id, or kubelet's new sandbox for a
 /// pod whose old one died) waits until they have, at most
